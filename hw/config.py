@@ -1,0 +1,547 @@
+"""`VTAConfig`: the one description of a VTA core that every part of vtaforge obeys.
+
+A config is a frozen dataclass whose fields follow upstream VTA's ``vta_config.json`` keys
+(HW_VER 0.0.2), plus the knobs upstream hard-coded (AXI data width, queue depths, clock
+target, FPGA part, optional ALU MUL and int8-to-accumulator load, DSP packing).  Everything
+else (element sizes, buffer depths, ISA field widths, MACs per cycle) is derived, with the
+formulas of upstream's ``hw_spec_const.h`` / ``pkg_config.py`` (see
+``shared/reference/vta-anchor.md`` §1.2).
+
+Errors: every invalid value raises :class:`ConfigError` (a ``ValueError``) whose message names
+the key, the value and the allowed range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zlib
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value or file; the message names key, value and range."""
+
+
+class MemType(IntEnum):
+    """Memory types of LOAD/STORE instructions (upstream ``VTA_MEM_ID_*``, HW_VER 0.0.2)."""
+
+    UOP = 0
+    WGT = 1
+    INP = 2
+    ACC = 3
+    OUT = 4
+    ACC8 = 5
+
+
+#: Upstream's user keys, in upstream's order (vta_config.json, HW_VER 0.0.2).
+UPSTREAM_KEYS = (
+    "TARGET", "HW_VER", "LOG_INP_WIDTH", "LOG_WGT_WIDTH", "LOG_ACC_WIDTH", "LOG_BATCH",
+    "LOG_BLOCK", "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE",
+    "LOG_ACC_BUFF_SIZE",
+)
+
+#: Per-target FPGA facts (upstream pkg_config.py): part, clock MHz, log2 AXI data bits.
+TARGETS: dict[str, dict[str, Any]] = {
+    "sim": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
+    "tsim": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
+    "pynq": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
+    "intelfocl": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
+    "de10nano": dict(PART="5CSEBA6U23I7", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
+    "ultra96": dict(PART="xczu3eg-sbva484-1-e", CLOCK_MHZ=333.0, LOG_BUS_WIDTH=7),
+    "zcu104": dict(PART="xczu7ev-ffvc1156-2-e", CLOCK_MHZ=333.0, LOG_BUS_WIDTH=7),
+}
+
+#: Allowed inclusive integer ranges of the integer keys.
+RANGES: dict[str, tuple[int, int]] = {
+    "LOG_INP_WIDTH": (3, 4),
+    "LOG_WGT_WIDTH": (3, 4),
+    "LOG_ACC_WIDTH": (4, 5),
+    "LOG_BATCH": (0, 4),
+    "LOG_BLOCK_IN": (1, 7),
+    "LOG_BLOCK_OUT": (1, 7),
+    "LOG_UOP_BUFF_SIZE": (8, 20),
+    "LOG_INP_BUFF_SIZE": (8, 22),
+    "LOG_WGT_BUFF_SIZE": (8, 24),
+    "LOG_ACC_BUFF_SIZE": (8, 22),
+    "LOG_BUS_WIDTH": (5, 9),
+    "INSN_QUEUE_DEPTH": (1, 4096),
+    "TOKEN_QUEUE_DEPTH": (1, 1024),
+    "DSP_PACKING": (1, 2),
+}
+
+#: Instruction and micro-op widths in bits (fixed by the ISA).
+INSN_BITS = 128
+UOP_BITS = 32
+#: Loop trip count field width (upstream VTA_LOOP_ITER_WIDTH).
+LOOP_ITER_BITS = 14
+#: Smallest scratchpad depth accepted (entries).
+MIN_DEPTH = 2
+#: LOAD/STORE sram_base is 16 bits wide: no scratchpad may be deeper than this.
+MAX_DEPTH = 1 << 16
+
+
+def _log2_exact(n: int) -> int:
+    return n.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class VTAConfig:
+    """A VTA core configuration (frozen; validated at construction).
+
+    Integer fields are log2 values as in upstream's JSON: widths in bits
+    (``LOG_INP_WIDTH = 3`` is int8), tensor-intrinsic dims, and buffer sizes in bytes
+    (``LOG_INP_BUFF_SIZE = 15`` is 32 KiB).  Non-upstream knobs:
+
+    - ``LOG_BUS_WIDTH``: log2 of the AXI4 master data width in bits (6 = 64 bits).
+    - ``INSN_QUEUE_DEPTH``: depth of each of the three command queues (instructions).
+    - ``TOKEN_QUEUE_DEPTH``: capacity of each dependency-token queue (tokens); a push onto
+      a full queue stalls the pushing module.
+    - ``CLOCK_MHZ``: clock target; ``PART``: FPGA part name.
+    - ``ACC_8BIT``: the ACC8 LOAD (int8 into the accumulator, sign-extended) exists.
+    - ``ALU_MUL``: the ALU MUL opcode exists.
+    - ``DSP_PACKING``: int8 GEMM products per DSP48 slice (1 or 2).
+    - ``LUT_MULTIPLIERS``: how many of the BATCH×BLOCK_IN×BLOCK_OUT GEMM multipliers are
+      built from LUTs instead of DSPs.
+
+    Raises:
+        ConfigError: any value out of range, with key, value and allowed range named; or
+            a config whose ISA fields do not fit 128 bits (micro-op fields 32 bits).
+    """
+
+    TARGET: str = "pynq"
+    HW_VER: str = "0.0.2"
+    LOG_INP_WIDTH: int = 3
+    LOG_WGT_WIDTH: int = 3
+    LOG_ACC_WIDTH: int = 5
+    LOG_BATCH: int = 0
+    LOG_BLOCK_IN: int = 4
+    LOG_BLOCK_OUT: int = 4
+    LOG_UOP_BUFF_SIZE: int = 15
+    LOG_INP_BUFF_SIZE: int = 15
+    LOG_WGT_BUFF_SIZE: int = 18
+    LOG_ACC_BUFF_SIZE: int = 17
+    LOG_BUS_WIDTH: int = 6
+    INSN_QUEUE_DEPTH: int = 512
+    TOKEN_QUEUE_DEPTH: int = 255
+    CLOCK_MHZ: float = 100.0
+    PART: str = "xc7z020clg484-1"
+    ACC_8BIT: bool = True
+    ALU_MUL: bool = False
+    DSP_PACKING: int = 2
+    LUT_MULTIPLIERS: int = 0
+
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        if self.TARGET not in TARGETS:
+            raise ConfigError(
+                f"TARGET = {self.TARGET!r} is not supported; allowed: {', '.join(sorted(TARGETS))}")
+        if not isinstance(self.HW_VER, str):
+            raise ConfigError(f"HW_VER = {self.HW_VER!r} must be a string such as '0.0.2'")
+        for key, (lo, hi) in RANGES.items():
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ConfigError(f"{key} = {v!r} is out of range; allowed: integers {lo}..{hi}")
+        for key in ("ACC_8BIT", "ALU_MUL"):
+            v = getattr(self, key)
+            if not isinstance(v, bool):
+                raise ConfigError(f"{key} = {v!r} must be a boolean (true or false)")
+        if isinstance(self.CLOCK_MHZ, bool) or not isinstance(self.CLOCK_MHZ, (int, float)) \
+                or not 1.0 <= float(self.CLOCK_MHZ) <= 1000.0:
+            raise ConfigError(f"CLOCK_MHZ = {self.CLOCK_MHZ!r} is out of range; allowed: 1..1000")
+        if not isinstance(self.PART, str) or not self.PART:
+            raise ConfigError(f"PART = {self.PART!r} must be a non-empty part name")
+        for key in ("LOG_INP_WIDTH", "LOG_WGT_WIDTH"):
+            if getattr(self, key) > self.LOG_ACC_WIDTH:
+                raise ConfigError(
+                    f"{key} = {getattr(self, key)} is out of range; allowed: at most "
+                    f"LOG_ACC_WIDTH = {self.LOG_ACC_WIDTH}")
+        n_mul = self.BATCH * self.BLOCK_IN * self.BLOCK_OUT
+        if isinstance(self.LUT_MULTIPLIERS, bool) or not isinstance(self.LUT_MULTIPLIERS, int) \
+                or not 0 <= self.LUT_MULTIPLIERS <= n_mul:
+            raise ConfigError(
+                f"LUT_MULTIPLIERS = {self.LUT_MULTIPLIERS!r} is out of range; allowed: "
+                f"integers 0..{n_mul} (BATCH*BLOCK_IN*BLOCK_OUT)")
+        # Scratchpad depths: each buffer must hold at least MIN_DEPTH elements and be
+        # addressable by the 16-bit sram_base field.
+        for key, mem in (("LOG_UOP_BUFF_SIZE", MemType.UOP), ("LOG_INP_BUFF_SIZE", MemType.INP),
+                         ("LOG_WGT_BUFF_SIZE", MemType.WGT), ("LOG_ACC_BUFF_SIZE", MemType.ACC)):
+            lo_log = _log2_exact(self.elem_bytes(mem)) + _log2_exact(MIN_DEPTH)
+            hi_log = _log2_exact(self.elem_bytes(mem)) + _log2_exact(MAX_DEPTH)
+            v = getattr(self, key)
+            if not lo_log <= v <= hi_log:
+                raise ConfigError(
+                    f"{key} = {v} is out of range for this element size "
+                    f"({self.elem_bytes(mem)} B): allowed {lo_log}..{hi_log} "
+                    f"(depth {MIN_DEPTH}..{MAX_DEPTH} elements)")
+        # The ISA layout must fit: 128-bit instructions, 32-bit micro-ops.
+        from .isa import check_layout_fits  # local import: isa depends on config
+
+        check_layout_fits(self)
+
+    # ------------------------------------------------------------------ basic dims
+    @property
+    def BATCH(self) -> int:
+        """Rows of the GEMM intrinsic (A in (A,B)x(B,C))."""
+        return 1 << self.LOG_BATCH
+
+    @property
+    def BLOCK_IN(self) -> int:
+        """Reduction dim of the GEMM intrinsic (input channels per element)."""
+        return 1 << self.LOG_BLOCK_IN
+
+    @property
+    def BLOCK_OUT(self) -> int:
+        """Output channels per element."""
+        return 1 << self.LOG_BLOCK_OUT
+
+    @property
+    def LOG_OUT_WIDTH(self) -> int:
+        """Output width equals input width (upstream PkgConfig)."""
+        return self.LOG_INP_WIDTH
+
+    @property
+    def INP_WIDTH(self) -> int:
+        return 1 << self.LOG_INP_WIDTH
+
+    @property
+    def WGT_WIDTH(self) -> int:
+        return 1 << self.LOG_WGT_WIDTH
+
+    @property
+    def ACC_WIDTH(self) -> int:
+        return 1 << self.LOG_ACC_WIDTH
+
+    @property
+    def OUT_WIDTH(self) -> int:
+        return 1 << self.LOG_OUT_WIDTH
+
+    @property
+    def BUS_WIDTH(self) -> int:
+        """AXI4 master data width in bits."""
+        return 1 << self.LOG_BUS_WIDTH
+
+    @property
+    def LOG_OUT_BUFF_SIZE(self) -> int:
+        """Output view size: ACC buffer depth × OUT element (upstream: ACC + OUT − ACC_WIDTH)."""
+        return self.LOG_ACC_BUFF_SIZE + self.LOG_OUT_WIDTH - self.LOG_ACC_WIDTH
+
+    # ------------------------------------------------------------------ elements
+    def elem_bits(self, mem: MemType | int) -> int:
+        """Bits of one scratchpad element (one row) of memory type ``mem``.
+
+        UOP 32; WGT BLOCK_OUT·BLOCK_IN·WGT_WIDTH; INP BATCH·BLOCK_IN·INP_WIDTH;
+        ACC BATCH·BLOCK_OUT·ACC_WIDTH; OUT BATCH·BLOCK_OUT·OUT_WIDTH; ACC8 BATCH·BLOCK_OUT·8
+        (the DRAM side of an int8-to-accumulator load).
+
+        Raises:
+            ConfigError: unknown memory type.
+        """
+        m = int(mem)
+        if m == MemType.UOP:
+            return UOP_BITS
+        if m == MemType.WGT:
+            return self.BLOCK_OUT * self.BLOCK_IN * self.WGT_WIDTH
+        if m == MemType.INP:
+            return self.BATCH * self.BLOCK_IN * self.INP_WIDTH
+        if m == MemType.ACC:
+            return self.BATCH * self.BLOCK_OUT * self.ACC_WIDTH
+        if m == MemType.OUT:
+            return self.BATCH * self.BLOCK_OUT * self.OUT_WIDTH
+        if m == MemType.ACC8:
+            return self.BATCH * self.BLOCK_OUT * 8
+        raise ConfigError(f"memory type {mem!r} is unknown; allowed: 0..5 (UOP..ACC8)")
+
+    def elem_bytes(self, mem: MemType | int) -> int:
+        """Bytes of one element of memory type ``mem`` (DRAM addresses count these)."""
+        return self.elem_bits(mem) // 8
+
+    @property
+    def dram_alignment(self) -> int:
+        """Byte alignment that makes any buffer addressable by every memory type: the
+        largest element size (all are powers of two), and at least 64 bytes."""
+        return max(64, *(self.elem_bytes(m) for m in MemType))
+
+    def log_depth(self, mem: MemType | int) -> int:
+        """log2 of the scratchpad depth (elements) for ``mem``; OUT mirrors ACC; ACC8 is ACC."""
+        m = int(mem)
+        if m == MemType.UOP:
+            return self.LOG_UOP_BUFF_SIZE - _log2_exact(UOP_BITS // 8)
+        if m == MemType.INP:
+            return self.LOG_INP_BUFF_SIZE - _log2_exact(self.elem_bytes(MemType.INP))
+        if m == MemType.WGT:
+            return self.LOG_WGT_BUFF_SIZE - _log2_exact(self.elem_bytes(MemType.WGT))
+        if m in (MemType.ACC, MemType.OUT, MemType.ACC8):
+            return self.LOG_ACC_BUFF_SIZE - _log2_exact(self.elem_bytes(MemType.ACC))
+        raise ConfigError(f"memory type {mem!r} is unknown; allowed: 0..5 (UOP..ACC8)")
+
+    def depth(self, mem: MemType | int) -> int:
+        """Scratchpad depth in elements for ``mem``."""
+        return 1 << self.log_depth(mem)
+
+    @property
+    def LOG_UOP_DEPTH(self) -> int:
+        return self.log_depth(MemType.UOP)
+
+    @property
+    def LOG_INP_DEPTH(self) -> int:
+        return self.log_depth(MemType.INP)
+
+    @property
+    def LOG_WGT_DEPTH(self) -> int:
+        return self.log_depth(MemType.WGT)
+
+    @property
+    def LOG_ACC_DEPTH(self) -> int:
+        return self.log_depth(MemType.ACC)
+
+    @property
+    def UOP_DEPTH(self) -> int:
+        return self.depth(MemType.UOP)
+
+    @property
+    def INP_DEPTH(self) -> int:
+        return self.depth(MemType.INP)
+
+    @property
+    def WGT_DEPTH(self) -> int:
+        return self.depth(MemType.WGT)
+
+    @property
+    def ACC_DEPTH(self) -> int:
+        return self.depth(MemType.ACC)
+
+    @property
+    def OUT_DEPTH(self) -> int:
+        return self.depth(MemType.OUT)
+
+    # ------------------------------------------------------------------ totals
+    @property
+    def macs_per_cycle(self) -> int:
+        """GEMM multiply-accumulates per cycle: BATCH × BLOCK_IN × BLOCK_OUT."""
+        return self.BATCH * self.BLOCK_IN * self.BLOCK_OUT
+
+    @property
+    def peak_gops(self) -> float:
+        """Peak GOPS at CLOCK_MHZ (2 ops per MAC)."""
+        return 2 * self.macs_per_cycle * self.CLOCK_MHZ / 1000.0
+
+    @property
+    def sram_bytes(self) -> dict[str, int]:
+        """On-chip scratchpad bytes per buffer (uop, inp, wgt, acc, out) and ``total``."""
+        d = {
+            "uop": 1 << self.LOG_UOP_BUFF_SIZE,
+            "inp": 1 << self.LOG_INP_BUFF_SIZE,
+            "wgt": 1 << self.LOG_WGT_BUFF_SIZE,
+            "acc": 1 << self.LOG_ACC_BUFF_SIZE,
+            "out": 1 << self.LOG_OUT_BUFF_SIZE,
+        }
+        d["total"] = sum(d.values())
+        return d
+
+    @property
+    def bitstream_name(self) -> str:
+        """Upstream's bitstream string, e.g. ``1x16_i8w8a32_15_15_18_17``."""
+        blk = (f"{self.BLOCK_IN}" if self.LOG_BLOCK_IN == self.LOG_BLOCK_OUT
+               else f"{self.BLOCK_IN}x{self.BLOCK_OUT}")
+        return (f"{self.BATCH}x{blk}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}_"
+                f"{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}_"
+                f"{self.LOG_ACC_BUFF_SIZE}")
+
+    # ------------------------------------------------------------------ identity
+    def hardware_dict(self) -> dict[str, Any]:
+        """Every field that shapes the hardware or the ISA (all but TARGET and HW_VER)."""
+        d = dataclasses.asdict(self)
+        d.pop("TARGET")
+        d.pop("HW_VER")
+        d["CLOCK_MHZ"] = float(d["CLOCK_MHZ"])
+        return d
+
+    @cached_property
+    def fingerprint(self) -> int:
+        """Stable 32-bit hash (CRC-32 of the canonical JSON of :meth:`hardware_dict`).
+
+        Stored in the core's read-only FINGERPRINT register and in every compiled program;
+        equal fingerprints mean equal hardware and ISA.
+        """
+        canon = json.dumps(self.hardware_dict(), sort_keys=True, separators=(",", ":"))
+        return zlib.crc32(canon.encode()) & 0xFFFFFFFF
+
+    # ------------------------------------------------------------------ JSON
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "VTAConfig":
+        """Build from an upstream-style dict (``vta_config.json`` content).
+
+        Accepts upstream's keys unchanged (``LOG_BLOCK`` or ``LOG_BLOCK_IN``/``LOG_BLOCK_OUT``,
+        ``TARGET``, ``HW_VER``) plus every extension field of this class.  Target-dependent
+        knobs (part, clock, bus width) default to the target's upstream values.
+
+        Raises:
+            ConfigError: an unknown key, a missing required key, or an invalid value.
+        """
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"config must be a JSON object, got {type(d).__name__}")
+        d = dict(d)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in d if k not in names and k not in ("LOG_BLOCK", "LOG_OUT_WIDTH"))
+        if unknown:
+            raise ConfigError(f"unknown config key {unknown[0]!r}; allowed: "
+                              f"{', '.join(sorted(names | {'LOG_BLOCK'}))}")
+        if "LOG_BLOCK" in d:
+            lb = d.pop("LOG_BLOCK")
+            for k in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
+                if k in d and d[k] != lb:
+                    raise ConfigError(f"{k} = {d[k]!r} contradicts LOG_BLOCK = {lb!r}")
+                d.setdefault(k, lb)
+        if "LOG_OUT_WIDTH" in d:
+            ow = d.pop("LOG_OUT_WIDTH")
+            if ow != d.get("LOG_INP_WIDTH", cls.LOG_INP_WIDTH):
+                raise ConfigError(f"LOG_OUT_WIDTH = {ow!r} is out of range; allowed: equal to "
+                                  f"LOG_INP_WIDTH")
+        target = d.get("TARGET", cls.TARGET)
+        if not isinstance(target, str) or target not in TARGETS:
+            raise ConfigError(
+                f"TARGET = {target!r} is not supported; allowed: {', '.join(sorted(TARGETS))}")
+        merged = dict(TARGETS[target])
+        merged.update(d)
+        return cls(**merged)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Upstream-style dict: upstream keys in upstream's order (``LOG_BLOCK`` when
+        BLOCK_IN == BLOCK_OUT), then only the extension keys that differ from the target's
+        defaults, so that a config loaded from an upstream JSON round-trips unchanged."""
+        out: dict[str, Any] = {}
+        for k in UPSTREAM_KEYS:
+            if k == "LOG_BLOCK":
+                if self.LOG_BLOCK_IN == self.LOG_BLOCK_OUT:
+                    out["LOG_BLOCK"] = self.LOG_BLOCK_IN
+                else:
+                    out["LOG_BLOCK_IN"] = self.LOG_BLOCK_IN
+                    out["LOG_BLOCK_OUT"] = self.LOG_BLOCK_OUT
+            else:
+                out[k] = getattr(self, k)
+        base = VTAConfig.from_dict({"TARGET": self.TARGET})
+        for f in dataclasses.fields(self):
+            if f.name in out or f.name in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
+                continue
+            v = getattr(self, f.name)
+            if v != getattr(base, f.name):
+                out[f.name] = v
+        return out
+
+    def to_json(self) -> str:
+        """JSON text of :meth:`to_dict`, indented like upstream's file."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> "VTAConfig":
+        """Load a ``vta_config.json``-style file.
+
+        Raises:
+            ConfigError: unreadable file, invalid JSON, or invalid content (the message
+                names the file).
+        """
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {str(p)!r}: {e.strerror or e}") from None
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"config file {str(p)!r} is not valid JSON: {e.msg} "
+                              f"(line {e.lineno})") from None
+        try:
+            return cls.from_dict(d)
+        except ConfigError as e:
+            raise ConfigError(f"{p}: {e}") from None
+
+    def replace(self, **changes: Any) -> "VTAConfig":
+        """A copy with ``changes`` applied (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ reporting
+    def derived(self) -> dict[str, Any]:
+        """All derived quantities, as a flat dict (used by ``vtaforge config show``)."""
+        d: dict[str, Any] = {
+            "BATCH": self.BATCH, "BLOCK_IN": self.BLOCK_IN, "BLOCK_OUT": self.BLOCK_OUT,
+            "INP_WIDTH": self.INP_WIDTH, "WGT_WIDTH": self.WGT_WIDTH,
+            "ACC_WIDTH": self.ACC_WIDTH, "OUT_WIDTH": self.OUT_WIDTH,
+            "BUS_WIDTH": self.BUS_WIDTH, "LOG_OUT_BUFF_SIZE": self.LOG_OUT_BUFF_SIZE,
+        }
+        for m in MemType:
+            d[f"{m.name}_ELEM_BITS"] = self.elem_bits(m)
+            d[f"{m.name}_ELEM_BYTES"] = self.elem_bytes(m)
+        for m in (MemType.UOP, MemType.INP, MemType.WGT, MemType.ACC, MemType.OUT):
+            d[f"LOG_{m.name}_DEPTH"] = self.log_depth(m)
+            d[f"{m.name}_DEPTH"] = self.depth(m)
+        from .isa import isa_layout
+
+        lay = isa_layout(self)
+        d["UOP_DST_BITS"] = lay.uop_field("dst").width
+        d["UOP_SRC_BITS"] = lay.uop_field("src").width
+        d["UOP_WGT_BITS"] = lay.uop_field("wgt").width
+        d["GEMM_INSN_BITS_USED"] = lay.used_bits("gemm")
+        d["ALU_INSN_BITS_USED"] = lay.used_bits("alu")
+        d["MACS_PER_CYCLE"] = self.macs_per_cycle
+        d["PEAK_GOPS"] = round(self.peak_gops, 2)
+        for k, v in self.sram_bytes.items():
+            d[f"SRAM_{k.upper()}_BYTES"] = v
+        d["DRAM_ALIGNMENT"] = self.dram_alignment
+        d["BITSTREAM"] = self.bitstream_name
+        d["FINGERPRINT"] = f"0x{self.fingerprint:08x}"
+        return d
+
+
+def _preset_dicts() -> dict[str, dict[str, Any]]:
+    return {
+        # Upstream default (HW_VER 0.0.2): 1x16x16, i8 w8 a32, 32/32/256/128 KiB, 64-bit bus.
+        "pynq": {"TARGET": "pynq"},
+        "ultra96": {"TARGET": "ultra96"},
+        "zcu104": {"TARGET": "zcu104"},
+        # A small core for fast tests: 1x4x4, elements narrower than a bus beat.
+        "tiny": {"TARGET": "sim", "LOG_BLOCK": 2, "LOG_UOP_BUFF_SIZE": 12,
+                 "LOG_INP_BUFF_SIZE": 12, "LOG_WGT_BUFF_SIZE": 13, "LOG_ACC_BUFF_SIZE": 13,
+                 "DSP_PACKING": 1},
+        # Batch-2, BLOCK_IN != BLOCK_OUT: the shapes that break naive code.
+        "batch2": {"TARGET": "sim", "LOG_BATCH": 1, "LOG_BLOCK_IN": 3, "LOG_BLOCK_OUT": 2,
+                   "LOG_UOP_BUFF_SIZE": 12, "LOG_INP_BUFF_SIZE": 13, "LOG_WGT_BUFF_SIZE": 13,
+                   "LOG_ACC_BUFF_SIZE": 14, "DSP_PACKING": 1},
+    }
+
+
+PRESETS: tuple[str, ...] = tuple(_preset_dicts())
+
+
+def preset(name: str) -> VTAConfig:
+    """The named preset config (see :data:`PRESETS`).
+
+    Raises:
+        ConfigError: unknown preset name.
+    """
+    d = _preset_dicts().get(name)
+    if d is None:
+        raise ConfigError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}")
+    return VTAConfig.from_dict(d)
+
+
+def load_config(spec: str | Path | VTAConfig | None = None) -> VTAConfig:
+    """Resolve a preset name, a JSON file path, or a config (``None`` means ``pynq``).
+
+    Raises:
+        ConfigError: neither a preset nor a readable, valid config file.
+    """
+    if spec is None:
+        return preset("pynq")
+    if isinstance(spec, VTAConfig):
+        return spec
+    s = str(spec)
+    if s in PRESETS:
+        return preset(s)
+    if s.endswith(".json") or Path(s).exists():
+        return VTAConfig.from_json_file(s)
+    raise ConfigError(f"{s!r} is neither a preset ({', '.join(PRESETS)}) nor a config file")

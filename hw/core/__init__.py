@@ -1,0 +1,1 @@
+"""vtaforge.hw.core"""

@@ -1,0 +1,552 @@
+"""The VTA two-level ISA: 128-bit task instructions and 32-bit micro-ops.
+
+Layouts are computed from a :class:`~vtaforge.hw.config.VTAConfig` with upstream's rule
+(C bit-fields over two little-endian 64-bit words: fields in order from bit 0; a field that
+does not fit in the rest of the current word starts at bit 64).  Field widths follow the
+config (upstream ``hw_spec.h`` formulas, vta-anchor.md §2.2, §3.1); at the ``pynq`` preset
+the bit positions equal upstream HW_VER 0.0.2 exactly.  The same :class:`ISALayout` tables
+drive encode/decode here, the functional simulator, and the Amaranth decoders.
+
+An encoded program is a ``numpy.ndarray`` of ``uint8`` with shape ``(N, 16)`` (or flat
+``N*16`` bytes): instruction ``i`` occupies bytes ``16*i .. 16*i+15``, little-endian.
+Micro-ops are ``uint32`` words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import lru_cache
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .config import INSN_BITS, LOOP_ITER_BITS, UOP_BITS, ConfigError, MemType, VTAConfig
+
+__all__ = [
+    "Opcode", "MemType", "AluOp", "Module", "Queue", "Field", "ISALayout", "Insn",
+    "isa_layout", "check_layout_fits", "encode_insn", "decode_insn", "encode_program",
+    "decode_program", "encode_uops", "decode_uops", "insn_module", "disassemble",
+    "ISAError", "INSN_BYTES", "INSN_FIELDS",
+]
+
+INSN_BYTES = INSN_BITS // 8
+
+
+class ISAError(ValueError):
+    """An instruction that cannot be encoded or decoded (message names field and value)."""
+
+
+class Opcode(IntEnum):
+    """Task opcodes (3 bits at [2:0])."""
+
+    LOAD = 0
+    STORE = 1
+    GEMM = 2
+    FINISH = 3
+    ALU = 4
+
+
+class AluOp(IntEnum):
+    """ALU opcodes (3 bits, HW_VER 0.0.2). MUL exists only when ``ALU_MUL`` is set."""
+
+    MIN = 0
+    MAX = 1
+    ADD = 2
+    SHR = 3
+    MUL = 4
+
+
+class Module(IntEnum):
+    """The three in-order modules (upstream runtime ids)."""
+
+    LOAD = 1
+    COMPUTE = 2
+    STORE = 3
+
+
+class Queue(IntEnum):
+    """The four dependency-token queues."""
+
+    L2G = 0  # load -> compute (RAW: data loaded)
+    G2L = 1  # compute -> load (WAR: inp/wgt buffer free)
+    G2S = 2  # compute -> store (RAW: results ready)
+    S2G = 3  # store -> compute (WAR: out buffer free)
+
+
+#: For each module, the queue each flag refers to (None: the flag is invalid there).
+#: Keys: pop_prev, pop_next, push_prev, push_next (vta-anchor.md §2.4).
+FLAG_QUEUES: dict[Module, dict[str, Queue | None]] = {
+    Module.LOAD: {"pop_prev": None, "pop_next": Queue.G2L, "push_prev": None,
+                  "push_next": Queue.L2G},
+    Module.COMPUTE: {"pop_prev": Queue.L2G, "pop_next": Queue.S2G, "push_prev": Queue.G2L,
+                     "push_next": Queue.G2S},
+    Module.STORE: {"pop_prev": Queue.G2S, "pop_next": None, "push_prev": Queue.S2G,
+                   "push_next": None},
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One bit field: ``name``, absolute ``lsb`` within the 128-bit instruction (or the
+    32-bit micro-op) and ``width`` in bits. ``signed`` fields are two's complement."""
+
+    name: str
+    lsb: int
+    width: int
+    signed: bool = False
+
+    @property
+    def msb(self) -> int:
+        return self.lsb + self.width - 1
+
+    @property
+    def mask(self) -> int:
+        return (1 << self.width) - 1
+
+
+HEADER = (("opcode", 3), ("pop_prev", 1), ("pop_next", 1), ("push_prev", 1), ("push_next", 1))
+
+#: Every field name an instruction may carry (the union over formats), in a stable order.
+INSN_FIELDS = (
+    "opcode", "pop_prev", "pop_next", "push_prev", "push_next",
+    "memory_type", "sram_base", "dram_base", "y_size", "x_size", "x_stride",
+    "y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1",
+    "reset", "uop_bgn", "uop_end", "iter_out", "iter_in",
+    "dst_factor_out", "dst_factor_in", "src_factor_out", "src_factor_in",
+    "wgt_factor_out", "wgt_factor_in", "alu_opcode", "use_imm", "imm",
+)
+
+
+def _pack(spec: Sequence[tuple[str, int] | tuple[str, int, bool]], word_bits: int = 64,
+          total_bits: int = INSN_BITS) -> tuple[tuple[Field, ...], int]:
+    """Place fields with C bit-field rules over ``word_bits`` words. Returns the fields and
+    the end bit of the last field (may exceed ``total_bits``: the caller rejects that)."""
+    fields = []
+    pos = 0
+    for item in spec:
+        name, width = item[0], item[1]
+        signed = bool(item[2]) if len(item) > 2 else False
+        used = pos % word_bits
+        if used + width > word_bits:
+            pos += word_bits - used
+        fields.append(Field(name, pos, width, signed))
+        pos += width
+    return tuple(fields), pos
+
+
+@dataclass(frozen=True)
+class ISALayout:
+    """Bit layouts of one config: ``mem`` (LOAD/STORE), ``gemm``, ``alu``, ``finish`` and
+    the micro-op ``uop``. Each is a tuple of :class:`Field` with absolute bit positions."""
+
+    mem: tuple[Field, ...]
+    gemm: tuple[Field, ...]
+    alu: tuple[Field, ...]
+    finish: tuple[Field, ...]
+    uop: tuple[Field, ...]
+    ends: Mapping[str, int]
+
+    def formats(self) -> dict[str, tuple[Field, ...]]:
+        return {"mem": self.mem, "gemm": self.gemm, "alu": self.alu, "finish": self.finish}
+
+    def format_of(self, opcode: int) -> tuple[Field, ...]:
+        """The field table for ``opcode``.
+
+        Raises:
+            ISAError: unknown opcode.
+        """
+        if opcode in (Opcode.LOAD, Opcode.STORE):
+            return self.mem
+        if opcode == Opcode.GEMM:
+            return self.gemm
+        if opcode == Opcode.ALU:
+            return self.alu
+        if opcode == Opcode.FINISH:
+            return self.finish
+        raise ISAError(f"unknown opcode {opcode}; allowed: 0..4 (LOAD, STORE, GEMM, FINISH, ALU)")
+
+    def field(self, fmt: str, name: str) -> Field:
+        for f in self.formats()[fmt]:
+            if f.name == name:
+                return f
+        raise KeyError(f"{fmt} has no field {name!r}")
+
+    def uop_field(self, name: str) -> Field:
+        for f in self.uop:
+            if f.name == name:
+                return f
+        raise KeyError(f"micro-op has no field {name!r}")
+
+    def used_bits(self, fmt: str) -> int:
+        """Sum of field widths of a format (bits that carry information)."""
+        return sum(f.width for f in self.formats()[fmt])
+
+
+def _layout_spec(cfg: VTAConfig):
+    uop_w = cfg.LOG_UOP_DEPTH
+    acc_w, inp_w, wgt_w = cfg.LOG_ACC_DEPTH, cfg.LOG_INP_DEPTH, cfg.LOG_WGT_DEPTH
+    mem = HEADER + (
+        ("memory_type", 3), ("sram_base", 16), ("dram_base", 32), ("y_size", 16),
+        ("x_size", 16), ("x_stride", 16), ("y_pad_0", 4), ("y_pad_1", 4), ("x_pad_0", 4),
+        ("x_pad_1", 4))
+    loop = (("reset", 1), ("uop_bgn", uop_w), ("uop_end", uop_w + 1),
+            ("iter_out", LOOP_ITER_BITS), ("iter_in", LOOP_ITER_BITS))
+    gemm = HEADER + loop + (
+        ("dst_factor_out", acc_w), ("dst_factor_in", acc_w), ("src_factor_out", inp_w),
+        ("src_factor_in", inp_w), ("wgt_factor_out", wgt_w), ("wgt_factor_in", wgt_w))
+    alu = HEADER + loop + (
+        ("dst_factor_out", acc_w), ("dst_factor_in", acc_w), ("src_factor_out", acc_w),
+        ("src_factor_in", acc_w), ("alu_opcode", 3), ("use_imm", 1), ("imm", 16, True))
+    uop = (("dst", acc_w), ("src", max(acc_w, inp_w)), ("wgt", wgt_w))
+    return {"mem": mem, "gemm": gemm, "alu": alu, "finish": HEADER}, uop
+
+
+def check_layout_fits(cfg: VTAConfig) -> None:
+    """Raise :class:`ConfigError` if any instruction format of ``cfg`` needs more than 128
+    bits, or the micro-op fields more than 32 bits (message names the format and sizes)."""
+    specs, uop = _layout_spec(cfg)
+    for name, spec in specs.items():
+        _, end = _pack(spec)
+        if end > INSN_BITS:
+            raise ConfigError(
+                f"{name.upper()} instruction fields need {end} bits with this config "
+                f"(> {INSN_BITS}); reduce buffer sizes (LOG_*_BUFF_SIZE) so that the index "
+                f"fields fit (depths: uop 2^{cfg.LOG_UOP_DEPTH}, inp 2^{cfg.LOG_INP_DEPTH}, "
+                f"wgt 2^{cfg.LOG_WGT_DEPTH}, acc 2^{cfg.LOG_ACC_DEPTH})")
+    ubits = sum(w for _, w in uop)
+    if ubits > UOP_BITS:
+        raise ConfigError(
+            f"micro-op fields need {ubits} bits with this config (> {UOP_BITS}): "
+            f"dst {uop[0][1]} + src {uop[1][1]} + wgt {uop[2][1]}; reduce LOG_ACC_BUFF_SIZE, "
+            f"LOG_INP_BUFF_SIZE or LOG_WGT_BUFF_SIZE")
+
+
+@lru_cache(maxsize=64)
+def isa_layout(cfg: VTAConfig) -> ISALayout:
+    """The :class:`ISALayout` of ``cfg`` (cached per config)."""
+    specs, uop = _layout_spec(cfg)
+    packed = {k: _pack(v) for k, v in specs.items()}
+    uop_fields, _ = _pack(uop, word_bits=32, total_bits=32)
+    return ISALayout(mem=packed["mem"][0], gemm=packed["gemm"][0], alu=packed["alu"][0],
+                     finish=packed["finish"][0], uop=uop_fields,
+                     ends={k: v[1] for k, v in packed.items()})
+
+
+@dataclass
+class Insn:
+    """One task instruction, all formats in one record (fields absent from the opcode's
+    format are ignored on encode and zero on decode).
+
+    Units: ``sram_base`` in scratchpad elements; ``dram_base`` and ``x_stride`` in DRAM
+    elements of ``memory_type`` (byte address = ``dram_base × elem_bytes``); sizes in
+    elements/rows; ``imm`` a signed 16-bit value.
+    """
+
+    opcode: int
+    pop_prev: int = 0
+    pop_next: int = 0
+    push_prev: int = 0
+    push_next: int = 0
+    memory_type: int = 0
+    sram_base: int = 0
+    dram_base: int = 0
+    y_size: int = 0
+    x_size: int = 0
+    x_stride: int = 0
+    y_pad_0: int = 0
+    y_pad_1: int = 0
+    x_pad_0: int = 0
+    x_pad_1: int = 0
+    reset: int = 0
+    uop_bgn: int = 0
+    uop_end: int = 0
+    iter_out: int = 0
+    iter_in: int = 0
+    dst_factor_out: int = 0
+    dst_factor_in: int = 0
+    src_factor_out: int = 0
+    src_factor_in: int = 0
+    wgt_factor_out: int = 0
+    wgt_factor_in: int = 0
+    alu_opcode: int = 0
+    use_imm: int = 0
+    imm: int = 0
+
+    def asdict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+    @property
+    def module(self) -> Module:
+        return insn_module(self.opcode, self.memory_type)
+
+    @property
+    def is_nop(self) -> bool:
+        """LOAD/STORE with ``x_size == 0``: only moves dependency tokens."""
+        return self.opcode in (Opcode.LOAD, Opcode.STORE) and self.x_size == 0
+
+
+def insn_module(opcode: int, memory_type: int = 0) -> Module:
+    """The module that executes an instruction (vta-anchor.md §2.3): STORE → store; LOAD of
+    INP or WGT → load; every other LOAD, GEMM, ALU and FINISH → compute.
+
+    Raises:
+        ISAError: unknown opcode.
+    """
+    if opcode == Opcode.STORE:
+        return Module.STORE
+    if opcode == Opcode.LOAD:
+        return Module.LOAD if memory_type in (MemType.INP, MemType.WGT) else Module.COMPUTE
+    if opcode in (Opcode.GEMM, Opcode.ALU, Opcode.FINISH):
+        return Module.COMPUTE
+    raise ISAError(f"unknown opcode {opcode}; allowed: 0..4 (LOAD, STORE, GEMM, FINISH, ALU)")
+
+
+def _check_value(f: Field, v: int) -> int:
+    v = int(v)
+    if f.signed:
+        lo, hi = -(1 << (f.width - 1)), (1 << (f.width - 1)) - 1
+    else:
+        lo, hi = 0, f.mask
+    if not lo <= v <= hi:
+        raise ISAError(f"field {f.name} = {v} does not fit {f.width} bits "
+                       f"({'signed' if f.signed else 'unsigned'} range {lo}..{hi})")
+    return v & f.mask
+
+
+def encode_insn(cfg: VTAConfig, insn: Insn | Mapping[str, int]) -> bytes:
+    """Encode one instruction to 16 little-endian bytes.
+
+    Raises:
+        ISAError: unknown opcode, or a field value that does not fit its width.
+    """
+    d = insn.asdict() if isinstance(insn, Insn) else dict(insn)
+    lay = isa_layout(cfg)
+    fmt = lay.format_of(int(d.get("opcode", 0)))
+    word = 0
+    for f in fmt:
+        word |= _check_value(f, d.get(f.name, 0)) << f.lsb
+    return word.to_bytes(INSN_BYTES, "little")
+
+
+def decode_insn(cfg: VTAConfig, data: bytes | np.ndarray) -> Insn:
+    """Decode 16 bytes into an :class:`Insn`.
+
+    Raises:
+        ISAError: wrong length or unknown opcode.
+    """
+    b = bytes(np.asarray(data, dtype=np.uint8).reshape(-1)) if not isinstance(data, bytes) else data
+    if len(b) != INSN_BYTES:
+        raise ISAError(f"an instruction is {INSN_BYTES} bytes, got {len(b)}")
+    word = int.from_bytes(b, "little")
+    lay = isa_layout(cfg)
+    fmt = lay.format_of(word & 0x7)
+    vals = {}
+    for f in fmt:
+        v = (word >> f.lsb) & f.mask
+        if f.signed and v >> (f.width - 1):
+            v -= 1 << f.width
+        vals[f.name] = v
+    return Insn(**vals)
+
+
+def _as_words(data: np.ndarray | bytes) -> tuple[np.ndarray, np.ndarray]:
+    a = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) \
+        else np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
+    if a.size % INSN_BYTES:
+        raise ISAError(f"program length {a.size} bytes is not a multiple of {INSN_BYTES}")
+    w = a.view("<u8").reshape(-1, 2)
+    return w[:, 0], w[:, 1]
+
+
+def _extract(lo: np.ndarray, hi: np.ndarray, f: Field) -> np.ndarray:
+    src = lo if f.lsb < 64 else hi
+    v = (src >> np.uint64(f.lsb % 64)) & np.uint64(f.mask)
+    v = v.astype(np.int64)
+    if f.signed:
+        v = np.where(v >> (f.width - 1) != 0, v - (1 << f.width), v)
+    return v
+
+
+def decode_program(cfg: VTAConfig, data: np.ndarray | bytes) -> dict[str, np.ndarray]:
+    """Vectorised decode of a whole program.
+
+    Args:
+        data: ``uint8`` array of shape ``(N, 16)`` or ``(N*16,)``, or bytes.
+
+    Returns:
+        A dict mapping every name of :data:`INSN_FIELDS` to an ``int64`` array of length N.
+        Each instruction's fields come from its opcode's format; fields outside it are 0.
+        Unknown opcodes decode with only the header set (the caller validates ``opcode``).
+    """
+    lo, hi = _as_words(data)
+    lay = isa_layout(cfg)
+    n = lo.size
+    out = {name: np.zeros(n, dtype=np.int64) for name in INSN_FIELDS}
+    opcode = (lo & np.uint64(7)).astype(np.int64)
+    masks = {
+        "mem": (opcode == Opcode.LOAD) | (opcode == Opcode.STORE),
+        "gemm": opcode == Opcode.GEMM,
+        "alu": opcode == Opcode.ALU,
+    }
+    for f in lay.finish:
+        out[f.name] = _extract(lo, hi, f)
+    for fmt, sel in masks.items():
+        if not sel.any():
+            continue
+        for f in lay.formats()[fmt]:
+            if f.name in out and fmt != "finish" and f.lsb >= 7:
+                v = _extract(lo, hi, f)
+                out[f.name] = np.where(sel, v, out[f.name])
+    return out
+
+
+def encode_program(cfg: VTAConfig, insns: Iterable[Insn] | Mapping[str, np.ndarray]) -> np.ndarray:
+    """Vectorised encode of a whole program.
+
+    Args:
+        insns: a sequence of :class:`Insn`, or a dict of field arrays as returned by
+            :func:`decode_program` (missing fields are 0).
+
+    Returns:
+        ``uint8`` array of shape ``(N, 16)``.
+
+    Raises:
+        ISAError: unknown opcode or a field value out of range (names the instruction index).
+    """
+    if isinstance(insns, Mapping):
+        cols = {k: np.asarray(v, dtype=np.int64).reshape(-1) for k, v in insns.items()}
+    else:
+        lst = list(insns)
+        cols = {k: np.fromiter((getattr(i, k) for i in lst), dtype=np.int64, count=len(lst))
+                for k in INSN_FIELDS}
+    n = len(cols["opcode"])
+    lay = isa_layout(cfg)
+    lo = np.zeros(n, dtype=np.uint64)
+    hi = np.zeros(n, dtype=np.uint64)
+    opcode = cols["opcode"]
+    bad = ~np.isin(opcode, [int(o) for o in Opcode])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ISAError(f"instruction {i}: unknown opcode {int(opcode[i])}; allowed: 0..4")
+    sels = {
+        "mem": (opcode == Opcode.LOAD) | (opcode == Opcode.STORE),
+        "gemm": opcode == Opcode.GEMM,
+        "alu": opcode == Opcode.ALU,
+        "finish": opcode == Opcode.FINISH,
+    }
+    for fmt, sel in sels.items():
+        if not sel.any():
+            continue
+        for f in lay.formats()[fmt]:
+            v = cols.get(f.name)
+            if v is None:
+                continue
+            v = v[sel]
+            lo_ok, hi_ok = ((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed
+                            else (0, f.mask))
+            badv = (v < lo_ok) | (v > hi_ok)
+            if badv.any():
+                j = int(np.flatnonzero(sel)[np.flatnonzero(badv)[0]])
+                raise ISAError(f"instruction {j}: field {f.name} = {int(cols[f.name][j])} does "
+                               f"not fit {f.width} bits (range {lo_ok}..{hi_ok})")
+            u = (v & f.mask).astype(np.uint64)
+            if f.lsb < 64:
+                lo[sel] |= u << np.uint64(f.lsb)
+            else:
+                hi[sel] |= u << np.uint64(f.lsb - 64)
+    words = np.empty((n, 2), dtype="<u8")
+    words[:, 0] = lo
+    words[:, 1] = hi
+    return words.view(np.uint8).reshape(n, INSN_BYTES)
+
+
+def encode_uops(cfg: VTAConfig, dst, src, wgt) -> np.ndarray:
+    """Encode micro-ops: ``dst`` (acc index), ``src`` (inp index for GEMM, acc index for ALU)
+    and ``wgt`` (weight index) as arrays of equal length → ``uint32`` array.
+
+    Raises:
+        ISAError: an index that does not fit its field.
+    """
+    lay = isa_layout(cfg)
+    cols = {"dst": np.asarray(dst, dtype=np.int64).reshape(-1),
+            "src": np.asarray(src, dtype=np.int64).reshape(-1),
+            "wgt": np.asarray(wgt, dtype=np.int64).reshape(-1)}
+    out = np.zeros(cols["dst"].size, dtype=np.uint32)
+    for f in lay.uop:
+        v = cols[f.name]
+        bad = (v < 0) | (v > f.mask)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])
+            raise ISAError(f"micro-op {j}: {f.name} = {int(v[j])} does not fit {f.width} bits")
+        out |= (v.astype(np.uint32) << np.uint32(f.lsb))
+    return out
+
+
+def decode_uops(cfg: VTAConfig, words) -> dict[str, np.ndarray]:
+    """Decode ``uint32`` micro-ops into ``{"dst", "src", "wgt"}`` int64 arrays."""
+    w = np.asarray(words, dtype=np.uint32).reshape(-1).astype(np.int64)
+    return {f.name: (w >> f.lsb) & f.mask for f in isa_layout(cfg).uop}
+
+
+# ---------------------------------------------------------------------- disassembly
+_MEM_NAMES = {m.value: m.name for m in MemType}
+_ALU_NAMES = {a.value: a.name for a in AluOp}
+
+
+def format_insn(insn: Insn) -> str:
+    """One-line text of an instruction (upstream-like mnemonics)."""
+    flags = "".join(c if getattr(insn, n) else "-" for c, n in
+                    (("p", "pop_prev"), ("n", "pop_next"), ("P", "push_prev"), ("N", "push_next")))
+    op = insn.opcode
+    if op in (Opcode.LOAD, Opcode.STORE):
+        mod = insn_module(op, insn.memory_type)
+        name = "LOAD" if op == Opcode.LOAD else "STORE"
+        mem = _MEM_NAMES.get(insn.memory_type, f"mem{insn.memory_type}")
+        if insn.x_size == 0:
+            return f"NOP-{mod.name}  [{flags}]"
+        pads = ""
+        if insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1:
+            pads = (f" pad(y0={insn.y_pad_0},y1={insn.y_pad_1},x0={insn.x_pad_0},"
+                    f"x1={insn.x_pad_1})")
+        return (f"{name} {mem:<4} [{flags}] sram={insn.sram_base} dram={insn.dram_base} "
+                f"y={insn.y_size} x={insn.x_size} stride={insn.x_stride}{pads}")
+    if op in (Opcode.GEMM, Opcode.ALU):
+        loops = (f"uop[{insn.uop_bgn}:{insn.uop_end}] out={insn.iter_out}"
+                 f"(d{insn.dst_factor_out},s{insn.src_factor_out}"
+                 + (f",w{insn.wgt_factor_out}" if op == Opcode.GEMM else "")
+                 + f") in={insn.iter_in}(d{insn.dst_factor_in},s{insn.src_factor_in}"
+                 + (f",w{insn.wgt_factor_in}" if op == Opcode.GEMM else "") + ")")
+        rst = " reset" if insn.reset else ""
+        if op == Opcode.GEMM:
+            return f"GEMM      [{flags}] {loops}{rst}"
+        alu = _ALU_NAMES.get(insn.alu_opcode, f"op{insn.alu_opcode}")
+        operand = f" imm={insn.imm}" if insn.use_imm else " tensor"
+        return f"ALU {alu:<5} [{flags}] {loops}{operand}{rst}"
+    if op == Opcode.FINISH:
+        return f"FINISH    [{flags}]"
+    return f"INVALID opcode={op}"
+
+
+def disassemble(cfg: VTAConfig, data: np.ndarray | bytes) -> list[str]:
+    """One line per instruction, followed by the running token balance of the four queues
+    after the instruction (``l2g g2l g2s s2g``; a negative balance means a pop that no
+    earlier push provides in program order)."""
+    cols = decode_program(cfg, data)
+    n = len(cols["opcode"])
+    bal = [0, 0, 0, 0]
+    lines = []
+    for i in range(n):
+        insn = Insn(**{k: int(cols[k][i]) for k in INSN_FIELDS})
+        try:
+            mod = insn_module(insn.opcode, insn.memory_type)
+            for flag, q in FLAG_QUEUES[mod].items():
+                if q is None or not getattr(insn, flag):
+                    continue
+                bal[q] += 1 if flag.startswith("push") else -1
+        except ISAError:
+            pass
+        text = format_insn(insn)
+        lines.append(f"{i:6d}  {text:<96} l2g={bal[0]} g2l={bal[1]} g2s={bal[2]} s2g={bal[3]}")
+    return lines

@@ -1,0 +1,143 @@
+"""The control register map of a vtaforge VTA core (AXI4-Lite slave, 32-bit registers).
+
+One table, used by the Amaranth core, the Verilator harness, the board driver, the JSON
+export and the C header, so that no address is copied by hand.  Offsets are in bytes from
+the core's register base; every register is 32 bits wide and 4-byte aligned.
+
+Launch protocol (every backend):
+ 1. write ``INSN_ADDR_LO``/``INSN_ADDR_HI`` (byte address of the first instruction) and
+    ``INSN_COUNT``;
+ 2. write ``CTRL.START = 1`` (self-clearing).  ``STATUS.DONE`` drops to 0 in the same
+    cycle the start is accepted and rises only when *this* run's FINISH has executed and
+    every module has drained: it is never stale (upstream BR-17);
+ 3. poll ``STATUS.DONE`` (or wait for the interrupt when ``CTRL.IRQ_EN`` is set;
+    ``IRQ_STATUS`` is write-1-to-clear);
+ 4. read ``CYCLES_LO/HI`` and the per-unit counters (valid until the next start).
+
+``FINGERPRINT`` holds ``VTAConfig.fingerprint``: a runtime refuses to drive a core whose
+fingerprint differs from its config.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from .config import VTAConfig
+
+#: Value of the VERSION register: major << 16 | minor << 8 | patch of the register map.
+REGMAP_VERSION = (1 << 16) | (0 << 8) | 0
+
+
+@dataclass(frozen=True)
+class BitField:
+    """A named bit range ``[lsb, lsb+width)`` inside a register."""
+
+    name: str
+    lsb: int
+    width: int = 1
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Register:
+    """One 32-bit register: byte ``offset``, ``access`` ("rw", "ro", "wo", "w1c")."""
+
+    name: str
+    offset: int
+    access: str
+    doc: str
+    fields: tuple[BitField, ...] = field(default_factory=tuple)
+
+
+REGISTERS: tuple[Register, ...] = (
+    Register("CTRL", 0x00, "rw", "Control. START is self-clearing; reads back 0.",
+             (BitField("START", 0, 1, "write 1 to launch a run"),
+              BitField("IRQ_EN", 1, 1, "raise the interrupt line when a run completes"))),
+    Register("STATUS", 0x04, "ro", "Status.",
+             (BitField("BUSY", 0, 1, "a run is in progress"),
+              BitField("DONE", 1, 1, "the last run completed; 0 from START until its FINISH"))),
+    Register("IRQ_STATUS", 0x08, "w1c", "Interrupt status; write 1 to clear.",
+             (BitField("DONE", 0, 1, "a run completed"),)),
+    Register("INSN_ADDR_LO", 0x0C, "rw", "Byte address of the first instruction, bits 31:0."),
+    Register("INSN_ADDR_HI", 0x10, "rw", "Byte address of the first instruction, bits 63:32."),
+    Register("INSN_COUNT", 0x14, "rw", "Number of 16-byte instructions to fetch."),
+    Register("CYCLES_LO", 0x18, "ro", "Cycles from START to completion, bits 31:0."),
+    Register("CYCLES_HI", 0x1C, "ro", "Cycles from START to completion, bits 63:32."),
+    Register("FINGERPRINT", 0x20, "ro", "VTAConfig.fingerprint of the generated core."),
+    Register("VERSION", 0x24, "ro", "Register-map version (major<<16 | minor<<8 | patch)."),
+    Register("FETCH_BUSY", 0x28, "ro", "Cycles the fetch unit was busy during the last run."),
+    Register("LOAD_BUSY", 0x2C, "ro", "Cycles the load unit executed an instruction."),
+    Register("COMPUTE_BUSY", 0x30, "ro", "Cycles the compute unit executed an instruction."),
+    Register("STORE_BUSY", 0x34, "ro", "Cycles the store unit executed an instruction."),
+    Register("LOAD_STALL", 0x38, "ro", "Cycles the load unit waited for a dependency token."),
+    Register("COMPUTE_STALL", 0x3C, "ro", "Cycles the compute unit waited for a token."),
+    Register("STORE_STALL", 0x40, "ro", "Cycles the store unit waited for a token."),
+    Register("GEMM_COUNT", 0x44, "ro", "Non-reset GEMM micro-ops executed in the last run."),
+    Register("ALU_COUNT", 0x48, "ro", "ALU micro-ops executed in the last run."),
+    Register("DMA_RD_BYTES", 0x4C, "ro", "Bytes read over the AXI master in the last run."),
+    Register("DMA_WR_BYTES", 0x50, "ro", "Bytes written over the AXI master in the last run."),
+)
+
+#: Size of the register window in bytes.
+REGMAP_SIZE = 0x100
+
+_BY_NAME = {r.name: r for r in REGISTERS}
+
+
+def reg(name: str) -> Register:
+    """The register called ``name``.
+
+    Raises:
+        KeyError: no such register.
+    """
+    return _BY_NAME[name]
+
+
+def offset(name: str) -> int:
+    """Byte offset of register ``name``."""
+    return _BY_NAME[name].offset
+
+
+def regmap_dict(cfg: VTAConfig) -> dict:
+    """The register map as a JSON-ready dict, with the config's fingerprint value."""
+    return {
+        "version": REGMAP_VERSION,
+        "size": REGMAP_SIZE,
+        "fingerprint": cfg.fingerprint,
+        "config": cfg.to_dict(),
+        "registers": [
+            {"name": r.name, "offset": r.offset, "access": r.access, "doc": r.doc,
+             "fields": [{"name": f.name, "lsb": f.lsb, "width": f.width, "doc": f.doc}
+                        for f in r.fields]}
+            for r in REGISTERS
+        ],
+    }
+
+
+def regmap_json(cfg: VTAConfig) -> str:
+    """JSON text of :func:`regmap_dict`."""
+    return json.dumps(regmap_dict(cfg), indent=2) + "\n"
+
+
+def c_header(cfg: VTAConfig) -> str:
+    """A C header with the register offsets, bit masks and the config's constants."""
+    g = "VTAFORGE_REGS_H"
+    lines = [
+        "/* Generated by vtaforge from hw/regs.py; do not edit. */",
+        f"#ifndef {g}", f"#define {g}", "",
+        f"#define VTA_REGMAP_VERSION 0x{REGMAP_VERSION:08x}u",
+        f"#define VTA_REGMAP_SIZE 0x{REGMAP_SIZE:x}u",
+        f"#define VTA_FINGERPRINT 0x{cfg.fingerprint:08x}u", "",
+    ]
+    for r in REGISTERS:
+        lines.append(f"#define VTA_REG_{r.name} 0x{r.offset:02x}u  /* {r.access}: {r.doc} */")
+        for f in r.fields:
+            mask = ((1 << f.width) - 1) << f.lsb
+            lines.append(f"#define VTA_{r.name}_{f.name} 0x{mask:08x}u")
+    lines.append("")
+    for k, v in cfg.derived().items():
+        if isinstance(v, int):
+            lines.append(f"#define VTA_{k} {v}")
+    lines += ["", f"#endif /* {g} */", ""]
+    return "\n".join(lines)
