@@ -137,7 +137,7 @@ class VTAConfig:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
-        if self.TARGET not in TARGETS:
+        if not isinstance(self.TARGET, str) or self.TARGET not in TARGETS:
             raise ConfigError(
                 f"TARGET = {self.TARGET!r} is not supported; allowed: {', '.join(sorted(TARGETS))}")
         if not isinstance(self.HW_VER, str):
@@ -393,6 +393,9 @@ class VTAConfig:
                               f"{', '.join(sorted(names | {'LOG_BLOCK'}))}")
         if "LOG_BLOCK" in d:
             lb = d.pop("LOG_BLOCK")
+            lo, hi = RANGES["LOG_BLOCK_IN"]
+            if isinstance(lb, bool) or not isinstance(lb, int) or not lo <= lb <= hi:
+                raise ConfigError(f"LOG_BLOCK = {lb!r} is out of range; allowed: integers {lo}..{hi}")
             for k in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
                 if k in d and d[k] != lb:
                     raise ConfigError(f"{k} = {d[k]!r} contradicts LOG_BLOCK = {lb!r}")
