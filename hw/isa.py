@@ -315,13 +315,21 @@ def _check_value(f: Field, v: int) -> int:
     return v & f.mask
 
 
+def _check_names(names: Iterable[str]) -> None:
+    for k in names:
+        if k not in INSN_FIELDS:
+            raise ISAError(f"unknown instruction field {k!r}; allowed: {', '.join(INSN_FIELDS)}")
+
+
 def encode_insn(cfg: VTAConfig, insn: Insn | Mapping[str, int]) -> bytes:
     """Encode one instruction to 16 little-endian bytes.
 
     Raises:
-        ISAError: unknown opcode, or a field value that does not fit its width.
+        ISAError: unknown opcode, a field name not in :data:`INSN_FIELDS`, or a field value
+            that does not fit its width.
     """
     d = insn.asdict() if isinstance(insn, Insn) else dict(insn)
+    _check_names(d)
     lay = isa_layout(cfg)
     fmt = lay.format_of(int(d.get("opcode", 0)))
     word = 0
@@ -413,10 +421,19 @@ def encode_program(cfg: VTAConfig, insns: Iterable[Insn] | Mapping[str, np.ndarr
         ``uint8`` array of shape ``(N, 16)``.
 
     Raises:
-        ISAError: unknown opcode or a field value out of range (names the instruction index).
+        ISAError: unknown opcode or a field value out of range (names the instruction index);
+            for a dict of columns also an unknown field name, a missing ``opcode`` column or
+            columns of unequal length.
     """
     if isinstance(insns, Mapping):
+        _check_names(insns)
+        if "opcode" not in insns:
+            raise ISAError("field opcode is missing from the instruction columns")
         cols = {k: np.asarray(v, dtype=np.int64).reshape(-1) for k, v in insns.items()}
+        for k, v in cols.items():
+            if v.size != cols["opcode"].size:
+                raise ISAError(f"field {k} has {v.size} values, opcode has "
+                               f"{cols['opcode'].size}; columns must have equal lengths")
     else:
         lst = list(insns)
         cols = {k: np.fromiter((getattr(i, k) for i in lst), dtype=np.int64, count=len(lst))
@@ -467,12 +484,15 @@ def encode_uops(cfg: VTAConfig, dst, src, wgt) -> np.ndarray:
     and ``wgt`` (weight index) as arrays of equal length → ``uint32`` array.
 
     Raises:
-        ISAError: an index that does not fit its field.
+        ISAError: an index that does not fit its field, or arrays of unequal length.
     """
     lay = isa_layout(cfg)
     cols = {"dst": np.asarray(dst, dtype=np.int64).reshape(-1),
             "src": np.asarray(src, dtype=np.int64).reshape(-1),
             "wgt": np.asarray(wgt, dtype=np.int64).reshape(-1)}
+    if not cols["dst"].size == cols["src"].size == cols["wgt"].size:
+        raise ISAError(f"dst, src and wgt must have equal lengths, got {cols['dst'].size}, "
+                       f"{cols['src'].size} and {cols['wgt'].size}")
     out = np.zeros(cols["dst"].size, dtype=np.uint32)
     for f in lay.uop:
         v = cols[f.name]
