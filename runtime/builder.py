@@ -1,0 +1,929 @@
+"""The program builder (the JIT): instruction queue, dependency tokens, micro-op kernels.
+
+A :class:`ProgramBuilder` turns calls such as :meth:`~ProgramBuilder.load_2d`,
+:meth:`~ProgramBuilder.gemm` and :meth:`~ProgramBuilder.dep_push` into a VTA instruction
+stream and micro-op kernels, and runs it on a :class:`~vtaforge.runtime.device.Device` at
+:meth:`~ProgramBuilder.synchronize`.  It is the Python counterpart of upstream's runtime
+(vta-anchor.md §5.3 micro-kernel JIT and cache, §5.4 instruction queue and dependency
+insertion), with these rules of its own:
+
+- Micro-op kernels are recorded once per *kernel key* (the caller's key plus everything
+  that changes the code: mode, reset, ALU opcode, use_imm, imm), and placed in the UOP
+  scratchpad when the program is lowered, per launch: the residency cache starts empty
+  at every launch (scratchpad contents are undefined at the start of a run, BR-18) and
+  is keyed by the micro-op *content*, so two kernels can never alias in the scratchpad.
+- A kernel longer than the UOP scratchpad is split into chunks run one after another
+  when that is exact (GEMM always: it only accumulates; ALU when the loop nest runs
+  once); otherwise it is rejected.  Never truncated.
+- Dependency tokens are coalesced as upstream does: pops become flags of the next
+  instruction of the popping module, pushes flags of the last instruction of the pushing
+  module when free, otherwise a NOP (LOAD/STORE with ``x_size == 0``) carries them.
+- Programs longer than ``max_insns_per_launch`` are split into several launches at points
+  where no token queue owes a pop to a later push (every program-order balance >= 0)
+  *and* no scratchpad entry written before the point is read after it (a backward
+  liveness pass over the recorded stream).  Tokens outstanding at a split point (e.g.
+  the "buffer free" credits of a double-buffered pipeline) are pushed again by NOPs at
+  the start of the next launch, so splitting never changes results.
+
+Errors: bad arguments raise :class:`BuilderError` (a ``ProgramError`` and a
+``ValueError``) with one line naming the cause; a run that breaks the ISA rules raises
+the device's ``ProgramError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterator, Sequence
+
+import numpy as np
+
+from ..hw.config import LOOP_ITER_BITS, MemType, VTAConfig
+from ..hw.isa import (FLAG_QUEUES, AluOp, Insn, Module, Opcode, Queue, encode_program,
+                      encode_uops, isa_layout)
+from .device import Buffer, Device, ProgramError, RunResult
+
+__all__ = ["ProgramBuilder", "KernelRecorder", "UopKernel", "BuilderError", "GEMM", "ALU"]
+
+#: Kernel modes.
+GEMM = "gemm"
+ALU = "alu"
+
+_MAX_16 = (1 << 16) - 1
+_MAX_PAD = 15
+_MAX_ITER = (1 << LOOP_ITER_BITS) - 1
+_DRAIN_INSNS = 3  # worst case drain: store NOP, load NOP, FINISH
+
+
+class BuilderError(ProgramError, ValueError):
+    """A builder call with invalid arguments; the message names the argument and range."""
+
+
+def _module(m: Module | int) -> Module:
+    try:
+        return Module(int(m))
+    except ValueError:
+        raise BuilderError(f"module {m!r} is unknown; allowed: Module.LOAD (1), "
+                           f"Module.COMPUTE (2), Module.STORE (3)") from None
+
+
+def _check_int(name: str, v: Any, lo: int, hi: int) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise BuilderError(f"{name} = {v!r} must be an integer in {lo}..{hi}")
+    v = int(v)
+    if not lo <= v <= hi:
+        raise BuilderError(f"{name} = {v} is out of range; allowed: {lo}..{hi}")
+    return v
+
+
+# ------------------------------------------------------------------------- kernels
+@dataclass(frozen=True, eq=False)
+class UopKernel:
+    """A recorded micro-op kernel (immutable).
+
+    Attributes:
+        key: the full cache key ``(user_key, mode, reset, alu_opcode, use_imm, imm)``.
+        mode: ``"gemm"`` or ``"alu"``.
+        reset: the instruction's reset flag (destination entries set to zero).
+        alu_opcode, use_imm, imm: ALU fields (0 for GEMM).
+        loops: up to two ``(extent, dst_factor, src_factor, wgt_factor)``, outer first.
+        dst, src, wgt: ``int64`` micro-op index arrays (acc; inp for GEMM or acc for ALU;
+            wgt), length = number of micro-ops.
+        words: the encoded micro-ops, ``uint32``.
+        chunks: ``bytes`` of the encoded micro-ops per scratchpad-sized chunk (one chunk
+            unless the kernel is longer than the UOP scratchpad).
+    """
+
+    key: tuple
+    mode: str
+    reset: bool
+    alu_opcode: int
+    use_imm: bool
+    imm: int
+    loops: tuple[tuple[int, int, int, int], ...]
+    dst: np.ndarray
+    src: np.ndarray
+    wgt: np.ndarray
+    words: np.ndarray
+    chunks: tuple[bytes, ...]
+
+    @property
+    def n_uops(self) -> int:
+        return int(self.words.size)
+
+    @property
+    def iterations(self) -> int:
+        """Loop-nest trip count (product of extents; 1 without loops)."""
+        n = 1
+        for ext, *_ in self.loops:
+            n *= ext
+        return n
+
+    def same_code(self, other: "UopKernel") -> bool:
+        return (self.loops == other.loops and self.words.size == other.words.size
+                and bool(np.array_equal(self.words, other.words)))
+
+
+class KernelRecorder:
+    """What a kernel's ``record_fn(k)`` receives: records the loop nest and micro-ops.
+
+    The ISA runs every micro-op of a kernel inside the whole loop nest, so a kernel is:
+    zero, one or two nested loops (outer first), and micro-ops only in the innermost
+    body.  ``dst`` indexes the accumulator; ``src`` the input buffer (GEMM) or the
+    accumulator (ALU); ``wgt`` the weight buffer (GEMM only; ignored by ALU).  Indices and
+    factors are scratchpad elements.
+
+    Example::
+
+        def rec(k):
+            with k.loop(4, dst_factor=1, src_factor=0, wgt_factor=1):   # outer
+                with k.loop(2, 4, 1, 0):                                 # inner
+                    k.uops(dst=np.arange(8), src=np.zeros(8, int), wgt=np.arange(8))
+    """
+
+    def __init__(self, cfg: VTAConfig, mode: str):
+        self._cfg = cfg
+        self._mode = mode
+        self._loops: list[tuple[int, int, int, int]] = []
+        self._depth = 0          # currently open loops
+        self._closed = False     # a loop has been closed: nothing else may be added
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._n = 0
+
+    # -- loops
+    def loop_begin(self, extent: int, dst_factor: int, src_factor: int,
+                   wgt_factor: int = 0) -> None:
+        """Open a loop of ``extent`` iterations adding the factors to the indices per
+        iteration.  At most two levels; all loops must be opened before any micro-op."""
+        lay = isa_layout(self._cfg)
+        if self._n or self._closed:
+            raise BuilderError("loop_begin after micro-ops or after a closed loop: a kernel "
+                               "is at most two nested loops with micro-ops only in the "
+                               "innermost body")
+        if len(self._loops) >= 2:
+            raise BuilderError("a kernel has at most 2 nested loops (the ISA's iter_out and "
+                               "iter_in)")
+        extent = _check_int("loop extent", extent, 1, _MAX_ITER)
+        src_w = lay.field(self._mode, "src_factor_out").width
+        dst_factor = _check_int("dst_factor", dst_factor, 0,
+                                (1 << lay.field(self._mode, "dst_factor_out").width) - 1)
+        src_factor = _check_int("src_factor", src_factor, 0, (1 << src_w) - 1)
+        if self._mode == GEMM:
+            wgt_factor = _check_int("wgt_factor", wgt_factor, 0,
+                                    (1 << lay.field(GEMM, "wgt_factor_out").width) - 1)
+        else:
+            wgt_factor = 0
+        self._loops.append((extent, dst_factor, src_factor, wgt_factor))
+        self._depth += 1
+
+    def loop_end(self) -> None:
+        """Close the innermost open loop."""
+        if self._depth == 0:
+            raise BuilderError("loop_end without an open loop")
+        self._depth -= 1
+        self._closed = True
+
+    @contextlib.contextmanager
+    def loop(self, extent: int, dst_factor: int, src_factor: int,
+             wgt_factor: int = 0) -> Iterator["KernelRecorder"]:
+        """Context-manager form of :meth:`loop_begin` / :meth:`loop_end`."""
+        self.loop_begin(extent, dst_factor, src_factor, wgt_factor)
+        yield self
+        self.loop_end()
+
+    # -- micro-ops
+    def uop(self, dst: int, src: int, wgt: int = 0) -> None:
+        """Record one micro-op."""
+        self.uops(np.array([dst]), np.array([src]), np.array([wgt]))
+
+    def uops(self, dst, src, wgt=None) -> None:
+        """Record many micro-ops at once from equal-length integer arrays (``wgt`` defaults
+        to zeros).  This is the cheap path for large kernels."""
+        if self._closed or self._depth != len(self._loops):
+            raise BuilderError("micro-ops must be recorded in the innermost loop body (a "
+                               "kernel is at most two nested loops around its micro-ops)")
+        d = np.asarray(dst, dtype=np.int64).reshape(-1)
+        s = np.asarray(src, dtype=np.int64).reshape(-1)
+        w = np.zeros_like(d) if wgt is None else np.asarray(wgt, dtype=np.int64).reshape(-1)
+        if not (d.size == s.size == w.size):
+            raise BuilderError(f"micro-op arrays differ in length: dst {d.size}, src {s.size}, "
+                               f"wgt {w.size}")
+        if self._mode == ALU:
+            w = np.zeros_like(d)
+        self._parts.append((d, s, w))
+        self._n += d.size
+
+    # -- result
+    def _finish(self, key: tuple, reset: bool, alu_opcode: int, use_imm: bool,
+                imm: int) -> UopKernel:
+        cfg = self._cfg
+        if self._depth:
+            raise BuilderError(f"kernel {key[0]!r}: {self._depth} loop(s) left open")
+        if self._n == 0:
+            raise BuilderError(f"kernel {key[0]!r} has no micro-ops")
+        d = np.concatenate([p[0] for p in self._parts])
+        s = np.concatenate([p[1] for p in self._parts])
+        w = np.concatenate([p[2] for p in self._parts])
+        # Static bounds of every computed index (clear error before any run).
+        src_mem = MemType.INP if self._mode == GEMM else MemType.ACC
+        for name, arr, pos, mem in (("dst", d, 1, MemType.ACC), ("src", s, 2, src_mem),
+                                    ("wgt", w, 3, MemType.WGT)):
+            if self._mode == ALU and name == "wgt":
+                continue
+            if arr.min() < 0:
+                raise BuilderError(f"kernel {key[0]!r}: micro-op {name} index "
+                                   f"{int(arr.min())} is negative")
+            top = int(arr.max()) + sum((lp[0] - 1) * lp[pos] for lp in self._loops)
+            if top >= cfg.depth(mem):
+                raise BuilderError(
+                    f"kernel {key[0]!r}: {name} index reaches {top} (micro-op max "
+                    f"{int(arr.max())} plus loop offsets) but the {mem.name} scratchpad has "
+                    f"{cfg.depth(mem)} entries")
+        words = encode_uops(cfg, d, s, w)
+        depth = cfg.UOP_DEPTH
+        iters = 1
+        for ext, *_ in self._loops:
+            iters *= ext
+        if words.size > depth and self._mode == ALU and iters > 1:
+            raise BuilderError(
+                f"kernel {key[0]!r}: {words.size} micro-ops do not fit the {depth}-entry UOP "
+                f"scratchpad, and an ALU kernel with a {iters}-iteration loop nest cannot be "
+                f"split exactly; split it into smaller kernels")
+        chunks = tuple(words[i:i + depth].tobytes() for i in range(0, words.size, depth))
+        return UopKernel(key=key, mode=self._mode, reset=bool(reset), alu_opcode=alu_opcode,
+                         use_imm=bool(use_imm), imm=imm, loops=tuple(self._loops),
+                         dst=d, src=s, wgt=w, words=words, chunks=chunks)
+
+
+# ------------------------------------------------------------------------- records
+@dataclass
+class _Rec:
+    """One recorded instruction: the Insn, the kernel chunk it runs (GEMM/ALU), the data
+    buffer it touches (LOAD/STORE)."""
+
+    insn: Insn
+    chunk: bytes | None = None
+    kernel: UopKernel | None = None
+    chunk_off: int = 0
+    buf: Buffer | None = None
+
+
+def _flag_for(frm: Module, to: Module, push: bool) -> str:
+    """Upstream's prev/next naming: relative to the module carrying the flag."""
+    if push:
+        return "push_next" if frm < to else "push_prev"
+    return "pop_prev" if frm < to else "pop_next"
+
+
+@dataclass
+class BuilderStats:
+    """Counters of the builder itself (aggregated over a synchronize)."""
+
+    launches: int = 0
+    insns: int = 0
+    uop_loads: int = 0
+    uop_words_loaded: int = 0
+    kernel_records: int = 0
+    kernel_hits: int = 0
+    oversized_launches: int = 0
+
+
+class ProgramBuilder:
+    """Builds VTA programs on a device and runs them (vta-anchor.md §5.3–5.4).
+
+    Args:
+        device: the :class:`Device` to run on (its ``config`` drives every layout).
+        max_insns_per_launch: soft limit on instructions per launch (drain and FINISH
+            included); longer programs are split at safe points (see module docstring).
+            A program with no safe point within the limit runs in one larger launch and
+            counts ``oversized_launches``.
+        debug: keep each launch's encoded program (:attr:`last_program`,
+            :attr:`last_programs`) and micro-ops (:attr:`last_uops`).
+        verify: run the static verifier (``runtime.verify.verify_program``) before each
+            launch when that module exists.
+        check_keys: re-record a kernel on every cache hit and raise if its code differs
+            from the cached one (catches a caller's key that misses an attribute; costs a
+            re-record per call).
+        timeout_cycles: passed to :meth:`Device.run`.
+
+    Units: ``sram_base``/``elem_offset``/sizes/strides are elements of the memory type.
+    """
+
+    def __init__(self, device: Device, *, max_insns_per_launch: int = 65536,
+                 debug: bool = False, verify: bool = True, check_keys: bool = False,
+                 timeout_cycles: int | None = None):
+        if not isinstance(device, Device):
+            raise BuilderError(f"device must be a Device, got {type(device).__name__}")
+        self.device = device
+        self.cfg: VTAConfig = device.config
+        self.max_insns_per_launch = _check_int("max_insns_per_launch", max_insns_per_launch,
+                                               _DRAIN_INSNS + 2, 1 << 31)
+        self.debug = debug
+        self.verify = verify
+        self.check_keys = check_keys
+        self.timeout_cycles = timeout_cycles
+        self._kernels: dict[tuple, UopKernel] = {}
+        self._insn_buf: Buffer | None = None
+        self._uop_buf: Buffer | None = None
+        self.last_program: np.ndarray | None = None
+        self.last_programs: list[np.ndarray] = []
+        self.last_uops: list[np.ndarray] = []
+        self.stats = BuilderStats()
+        self._reset_program()
+
+    # ------------------------------------------------------------------ state
+    def _reset_program(self) -> None:
+        self._recs: list[_Rec] = []
+        self._pending: dict[Module, set[str]] = {m: set() for m in Module}
+        self._last: dict[Module, int] = {}
+
+    @property
+    def pending_insns(self) -> int:
+        """Instructions recorded since the last synchronize (micro-op loads, drain and
+        FINISH not included)."""
+        return len(self._recs)
+
+    def close(self) -> None:
+        """Free the builder's instruction and micro-op staging buffers."""
+        for b in (self._insn_buf, self._uop_buf):
+            if b is not None:
+                self.device.free(b)
+        self._insn_buf = self._uop_buf = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ emit
+    def _emit(self, insn: Insn, **extra) -> int:
+        mod = insn.module
+        pend = self._pending[mod]
+        if pend:
+            for f in pend:
+                setattr(insn, f, 1)
+            pend.clear()
+        self._recs.append(_Rec(insn, **extra))
+        idx = len(self._recs) - 1
+        self._last[mod] = idx
+        return idx
+
+    def _nop(self, mod: Module) -> int:
+        if mod == Module.LOAD:
+            insn = Insn(Opcode.LOAD, memory_type=MemType.INP)
+        elif mod == Module.COMPUTE:
+            insn = Insn(Opcode.LOAD, memory_type=MemType.UOP)
+        else:
+            insn = Insn(Opcode.STORE, memory_type=MemType.OUT)
+        return self._emit(insn)
+
+    # ------------------------------------------------------------------ data movement
+    def _check_dma(self, what: str, buf: Buffer, mem: MemType, elem_offset: int, y_size: int,
+                   x_size: int, x_stride: int) -> int:
+        if not isinstance(buf, Buffer):
+            raise BuilderError(f"{what}: buf must be a Buffer, got {type(buf).__name__}")
+        eb = self.cfg.elem_bytes(mem)
+        if buf.addr % eb:
+            raise BuilderError(f"{what}: buffer at 0x{buf.addr:x} is not aligned to the "
+                               f"{eb}-byte {mem.name} element")
+        elem_offset = _check_int(f"{what} elem_offset", elem_offset, 0, (1 << 32) - 1)
+        y_size = _check_int(f"{what} y_size", y_size, 1, _MAX_16)
+        x_size = _check_int(f"{what} x_size", x_size, 1, _MAX_16)
+        x_stride = _check_int(f"{what} x_stride", x_stride, 0, _MAX_16)
+        last = elem_offset + (y_size - 1) * x_stride + x_size
+        cap = buf.nbytes // eb
+        if last > cap:
+            raise BuilderError(
+                f"{what}: elements [{elem_offset}, {last}) of {mem.name} ({eb} B each) exceed "
+                f"the buffer at 0x{buf.addr:x} ({buf.nbytes} bytes = {cap} elements)")
+        base = buf.addr // eb + elem_offset
+        if base >= 1 << 32:
+            raise BuilderError(f"{what}: dram_base {base} does not fit 32 bits")
+        return base
+
+    def load_2d(self, buf: Buffer, elem_offset: int, mem: MemType | int, sram_base: int,
+                y_size: int, x_size: int, x_stride: int,
+                pad: Sequence[int] = (0, 0, 0, 0)) -> None:
+        """Load a 2-D block of ``mem`` elements from ``buf`` into a scratchpad.
+
+        Element ``(r, c)`` comes from element ``elem_offset + r * x_stride + c`` of ``buf``;
+        the scratchpad receives ``(y0 + y_size + y1)`` rows of ``(x0 + x_size + x1)``
+        elements at ``sram_base`` with zero padding ``pad = (y0, y1, x0, x1)``.  INP and WGT
+        loads run on the load module; ACC and ACC8 loads on the compute module.
+
+        Raises:
+            BuilderError: unknown or unloadable memory type (OUT, UOP: the builder owns
+                micro-op loads), ACC8 without ``ACC_8BIT``, pads outside 0..15, sizes outside
+                1..65535, stride outside 0..65535, DMA outside ``buf``, scratchpad range past
+                the buffer depth.
+        """
+        try:
+            mem = MemType(int(mem))
+        except ValueError:
+            raise BuilderError(f"memory type {mem!r} is unknown; allowed: WGT, INP, ACC, ACC8"
+                               ) from None
+        if mem not in (MemType.WGT, MemType.INP, MemType.ACC, MemType.ACC8):
+            raise BuilderError(f"load_2d of memory type {mem.name} is not allowed; allowed: "
+                               f"WGT, INP, ACC, ACC8 (micro-ops are loaded by the builder, "
+                               f"OUT is store-only)")
+        if mem == MemType.ACC8 and not self.cfg.ACC_8BIT:
+            raise BuilderError("load_2d of ACC8 needs a config with ACC_8BIT enabled")
+        if len(pad) != 4:
+            raise BuilderError(f"pad must be (y0, y1, x0, x1), got {pad!r}")
+        y0, y1, x0, x1 = (_check_int(f"load_2d pad {n}", p, 0, _MAX_PAD)
+                          for n, p in zip(("y0", "y1", "x0", "x1"), pad))
+        base = self._check_dma("load_2d", buf, mem, elem_offset, y_size, x_size, x_stride)
+        sram_base = _check_int("load_2d sram_base", sram_base, 0, _MAX_16)
+        n = (y0 + y_size + y1) * (x0 + x_size + x1)
+        depth = self.cfg.depth(mem)
+        if sram_base + n > depth:
+            raise BuilderError(
+                f"load_2d: scratchpad range [{sram_base}, {sram_base + n}) exceeds the "
+                f"{mem.name} scratchpad ({depth} entries)")
+        self._emit(Insn(Opcode.LOAD, memory_type=int(mem), sram_base=sram_base,
+                        dram_base=base, y_size=y_size, x_size=x_size, x_stride=x_stride,
+                        y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1), buf=buf)
+
+    def store_2d(self, sram_base: int, buf: Buffer, elem_offset: int, y_size: int,
+                 x_size: int, x_stride: int) -> None:
+        """Store ``y_size`` rows of ``x_size`` OUT elements from accumulator index
+        ``sram_base`` (row-major) to ``buf`` at element ``elem_offset + r * x_stride + c``
+        (OUT elements: BATCH × BLOCK_OUT × OUT_WIDTH bits, the low bits of each
+        accumulator lane).
+
+        Raises:
+            BuilderError: sizes/stride out of range, DMA outside ``buf``, scratchpad range
+                past the accumulator depth.
+        """
+        base = self._check_dma("store_2d", buf, MemType.OUT, elem_offset, y_size, x_size,
+                               x_stride)
+        sram_base = _check_int("store_2d sram_base", sram_base, 0, _MAX_16)
+        depth = self.cfg.depth(MemType.OUT)
+        if sram_base + y_size * x_size > depth:
+            raise BuilderError(f"store_2d: scratchpad range [{sram_base}, "
+                               f"{sram_base + y_size * x_size}) exceeds the OUT view "
+                               f"({depth} entries)")
+        self._emit(Insn(Opcode.STORE, memory_type=int(MemType.OUT), sram_base=sram_base,
+                        dram_base=base, y_size=y_size, x_size=x_size, x_stride=x_stride),
+                   buf=buf)
+
+    # ------------------------------------------------------------------ kernels
+    def kernel(self, key: Hashable, record_fn: Callable[[KernelRecorder], Any] | None,
+               mode: str, *, reset: bool = False, alu_op: AluOp | int = 0,
+               use_imm: bool = False, imm: int = 0) -> UopKernel:
+        """Record (first time) or fetch (cached) the kernel for ``key``; emits nothing.
+
+        The cache key is ``(key, mode, reset, alu_op, use_imm, imm)``: everything that
+        changes the instruction besides the loop nest and micro-ops, which ``record_fn``
+        derives from ``key``.  ``key`` must therefore determine ``record_fn``'s output
+        (include shapes, strides, tile sizes, virtual thread...); with ``check_keys=True``
+        the builder re-records on every hit and raises if the code differs.
+
+        Raises:
+            BuilderError: unknown mode/opcode, MUL without ``ALU_MUL``, imm outside int16,
+                a malformed loop nest, indices outside the scratchpads, an unhashable key, a
+                missing ``record_fn`` for a key never recorded, a kernel that cannot fit.
+        """
+        if mode not in (GEMM, ALU):
+            raise BuilderError(f"kernel mode {mode!r} is unknown; allowed: 'gemm', 'alu'")
+        if mode == ALU:
+            try:
+                alu_op = AluOp(int(alu_op))
+            except ValueError:
+                raise BuilderError(f"ALU opcode {alu_op!r} is unknown; allowed: "
+                                   f"{', '.join(o.name for o in AluOp)}") from None
+            if alu_op == AluOp.MUL and not self.cfg.ALU_MUL:
+                raise BuilderError("ALU MUL needs a config with ALU_MUL enabled")
+            imm = _check_int("imm", imm, -(1 << 15), (1 << 15) - 1) if use_imm else 0
+            alu_op, use_imm = int(alu_op), bool(use_imm)
+        else:
+            alu_op, use_imm, imm = 0, False, 0
+        full = (key, mode, bool(reset), alu_op, use_imm, imm)
+        try:
+            hit = self._kernels.get(full)
+        except TypeError:
+            raise BuilderError(f"kernel key {key!r} is not hashable") from None
+        if hit is not None:
+            self.stats.kernel_hits += 1
+            if self.check_keys and record_fn is not None:
+                again = self._record(full, record_fn)
+                if not again.same_code(hit):
+                    raise BuilderError(f"kernel key {key!r} was reused for different micro-ops "
+                                       f"or loops: the key must include every attribute that "
+                                       f"changes the kernel")
+            return hit
+        if record_fn is None:
+            raise BuilderError(f"kernel {key!r} ({mode}) was never recorded and no record_fn "
+                               f"was given")
+        k = self._record(full, record_fn)
+        self._kernels[full] = k
+        self.stats.kernel_records += 1
+        return k
+
+    def _record(self, full: tuple, record_fn) -> UopKernel:
+        rec = KernelRecorder(self.cfg, full[1])
+        record_fn(rec)
+        return rec._finish(full, full[2], full[3], full[4], full[5])
+
+    def run_kernel(self, k: UopKernel) -> None:
+        """Emit the GEMM/ALU instruction(s) running kernel ``k`` (one per chunk)."""
+        it = list(k.loops) + [(1, 0, 0, 0)] * (2 - len(k.loops))
+        (eo, do, so, wo), (ei, di, si, wi) = it
+        opcode = Opcode.GEMM if k.mode == GEMM else Opcode.ALU
+        depth = self.cfg.UOP_DEPTH
+        for c, chunk in enumerate(k.chunks):
+            insn = Insn(opcode, reset=int(k.reset), iter_out=eo, iter_in=ei,
+                        dst_factor_out=do, dst_factor_in=di, src_factor_out=so,
+                        src_factor_in=si, alu_opcode=k.alu_opcode, use_imm=int(k.use_imm),
+                        imm=k.imm)
+            if opcode == Opcode.GEMM:
+                insn.wgt_factor_out, insn.wgt_factor_in = wo, wi
+            self._emit(insn, chunk=chunk, kernel=k, chunk_off=c * depth)
+
+    def gemm(self, key: Hashable, record_fn: Callable[[KernelRecorder], Any] | None = None,
+             reset: bool = False) -> UopKernel:
+        """Record-or-fetch a GEMM kernel and emit it: for every loop iteration and micro-op,
+        ``acc[dst] += inp[src] · wgt[wgt]ᵀ`` (or ``acc[dst] = 0`` with ``reset``)."""
+        k = self.kernel(key, record_fn, GEMM, reset=reset)
+        self.run_kernel(k)
+        return k
+
+    def alu(self, key: Hashable, record_fn: Callable[[KernelRecorder], Any] | None,
+            op: AluOp | int, use_imm: bool = False, imm: int = 0,
+            reset: bool = False) -> UopKernel:
+        """Record-or-fetch an ALU kernel and emit it: ``acc[dst] = op(acc[dst], imm if
+        use_imm else acc[src])`` lane-wise (or ``acc[dst] = 0`` with ``reset``)."""
+        k = self.kernel(key, record_fn, ALU, reset=reset, alu_op=op, use_imm=use_imm, imm=imm)
+        self.run_kernel(k)
+        return k
+
+    # ------------------------------------------------------------------ tokens
+    def dep_pop(self, from_module: Module | int, to_module: Module | int) -> None:
+        """``to_module`` waits for a token from ``from_module``: a pop flag on the next
+        instruction of ``to_module`` (a NOP first if that flag is already pending).
+
+        Raises:
+            BuilderError: load↔store (no such queue), same module, unknown module.
+        """
+        frm, to = self._pair(from_module, to_module)
+        flag = _flag_for(frm, to, push=False)
+        pend = self._pending[to]
+        if flag in pend:
+            self._nop(to)  # absorbs the pending pops
+        self._pending[to].add(flag)
+
+    def dep_push(self, from_module: Module | int, to_module: Module | int) -> None:
+        """``from_module`` sends a token to ``to_module`` after its work so far: a push flag
+        on its last instruction when free, else on a NOP.
+
+        Raises:
+            BuilderError: load↔store (no such queue), same module, unknown module.
+        """
+        frm, to = self._pair(from_module, to_module)
+        flag = _flag_for(frm, to, push=True)
+        if self._pending[frm]:
+            self._nop(frm)
+        idx = self._last.get(frm)
+        if idx is not None and not getattr(self._recs[idx].insn, flag):
+            setattr(self._recs[idx].insn, flag, 1)
+        else:
+            idx = self._nop(frm)
+            setattr(self._recs[idx].insn, flag, 1)
+
+    @staticmethod
+    def _pair(a, b) -> tuple[Module, Module]:
+        frm, to = _module(a), _module(b)
+        if frm == to:
+            raise BuilderError(f"dependency from {frm.name} to itself: no such token queue")
+        if {frm, to} == {Module.LOAD, Module.STORE}:
+            raise BuilderError(f"dependency {frm.name} -> {to.name}: there is no load<->store "
+                               f"token queue (go through compute)")
+        return frm, to
+
+    # ------------------------------------------------------------------ lowering
+    def _lower(self, s: int, e: int, start_bal: Sequence[int] = (0, 0, 0, 0),
+               end_bal: Sequence[int] = (0, 0, 0, 0)
+               ) -> tuple[list[Insn], list[int], list[bytes]]:
+        """Lower records [s, e) into one launch: micro-op placement and loads, drain, FINISH.
+
+        ``start_bal``: tokens outstanding in each queue at ``s`` (pushed earlier, popped
+        later); they are pushed again by NOPs at the start of the launch.  ``end_bal``: the
+        tokens outstanding at ``e``; compute pops every store→compute and load→compute one
+        before FINISH so that FINISH cannot pass a store or load still running.
+
+        Returns the instruction list, the indices of micro-op LOADs (their ``dram_base``
+        holds a staging offset in micro-ops, patched at launch), and the staging chunks.
+        """
+        depth = self.cfg.UOP_DEPTH
+        resident: dict[bytes, int] = {}      # content -> sram begin
+        spans: dict[bytes, tuple[int, int]] = {}
+        sram_end = 0
+        staged: dict[bytes, int] = {}        # content -> staging offset (micro-ops)
+        stage_list: list[bytes] = []
+        stage_len = 0
+        out: list[Insn] = []
+        uop_loads: list[int] = []
+        last_mod: dict[Module, int] = {}
+        q = [int(v) for v in start_bal]
+        for i in range(max(q[Queue.L2G], 0)):
+            out.append(Insn(Opcode.LOAD, memory_type=int(MemType.INP), push_next=1))
+        for i in range(max(q[Queue.G2L], q[Queue.G2S], 0)):
+            out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
+                            push_prev=int(i < q[Queue.G2L]), push_next=int(i < q[Queue.G2S])))
+        for i in range(max(q[Queue.S2G], 0)):
+            out.append(Insn(Opcode.STORE, memory_type=int(MemType.OUT), push_prev=1))
+        for r in self._recs[s:e]:
+            ch = r.chunk
+            if ch is not None:
+                n = len(ch) // 4
+                bgn = resident.get(ch)
+                if bgn is None:
+                    if sram_end + n > depth:
+                        sram_end = 0
+                    bgn, end = sram_end, sram_end + n
+                    for other, (ob, oe) in list(spans.items()):
+                        if ob < end and bgn < oe:
+                            del spans[other]
+                            del resident[other]
+                    resident[ch] = bgn
+                    spans[ch] = (bgn, end)
+                    sram_end = end
+                    off = staged.get(ch)
+                    if off is None:
+                        off = stage_len
+                        staged[ch] = off
+                        stage_list.append(ch)
+                        stage_len += n
+                    uop_loads.append(len(out))
+                    out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP), sram_base=bgn,
+                                    dram_base=off, y_size=1, x_size=n, x_stride=n))
+                    self.stats.uop_loads += 1
+                    self.stats.uop_words_loaded += n
+                insn = r.insn
+                insn.uop_bgn, insn.uop_end = bgn, bgn + n
+            last_mod[r.insn.module] = len(out)
+            out.append(r.insn)
+        # Tokens outstanding at the end must be consumed (a launch ends with every queue
+        # empty): load pops compute->load credits, store pops compute->store ones.
+        for i in range(max(0, int(end_bal[Queue.G2L]))):
+            last_mod[Module.LOAD] = len(out)
+            out.append(Insn(Opcode.LOAD, memory_type=int(MemType.INP), pop_next=1))
+        for i in range(max(0, int(end_bal[Queue.G2S]))):
+            last_mod[Module.STORE] = len(out)
+            out.append(Insn(Opcode.STORE, memory_type=int(MemType.OUT), pop_prev=1))
+        # Drain: store->compute and load->compute pushes, compute pops them, FINISH.
+        for frm in (Module.STORE, Module.LOAD):
+            flag = _flag_for(frm, Module.COMPUTE, push=True)
+            i = last_mod.get(frm)
+            if i is not None and not getattr(out[i], flag):
+                out[i] = dataclasses.replace(out[i], **{flag: 1})
+            else:
+                out.append(Insn(Opcode.STORE, memory_type=int(MemType.OUT), **{flag: 1})
+                           if frm == Module.STORE else
+                           Insn(Opcode.LOAD, memory_type=int(MemType.INP), **{flag: 1}))
+        # Outstanding store->compute / load->compute tokens (pushed, never popped) would
+        # let FINISH pass early: compute pops every one of them before FINISH.
+        extra_s2g = max(0, int(end_bal[Queue.S2G]))
+        extra_l2g = max(0, int(end_bal[Queue.L2G]))
+        for i in range(max(extra_s2g, extra_l2g)):
+            out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
+                            pop_next=int(i < extra_s2g), pop_prev=int(i < extra_l2g)))
+        out.append(Insn(Opcode.FINISH, pop_prev=1, pop_next=1))
+        return out, uop_loads, stage_list
+
+    # ------------------------------------------------------------------ splitting
+    def _queue_deltas(self) -> np.ndarray:
+        """(N, 4) token deltas per recorded instruction (push +1, pop -1 per queue)."""
+        d = np.zeros((len(self._recs), 4), dtype=np.int64)
+        for i, r in enumerate(self._recs):
+            insn = r.insn
+            for flag, q in FLAG_QUEUES[insn.module].items():
+                if q is not None and getattr(insn, flag):
+                    d[i, q] += 1 if flag.startswith("push") else -1
+        return d
+
+    def _prefix(self) -> np.ndarray:
+        """(N+1, 4) tokens outstanding per queue before each recorded instruction (program
+        order: pushes so far minus pops so far)."""
+        return np.vstack([np.zeros((1, 4), np.int64), np.cumsum(self._queue_deltas(), 0)])
+
+    def _live_clear(self) -> np.ndarray:
+        """Boolean (N+1,): True at point p when no scratchpad entry read at or after p was
+        written before p (a launch may start at p).  Backward liveness over INP, WGT, ACC."""
+        cfg = self.cfg
+        live = {MemType.INP: np.zeros(cfg.INP_DEPTH, bool),
+                MemType.WGT: np.zeros(cfg.WGT_DEPTH, bool),
+                MemType.ACC: np.zeros(cfg.ACC_DEPTH, bool)}
+        n = len(self._recs)
+        ok = np.zeros(n + 1, dtype=bool)
+        ok[n] = True
+        for i in range(n - 1, -1, -1):
+            r = self._recs[i]
+            insn = r.insn
+            op = insn.opcode
+            if op == Opcode.LOAD and insn.x_size:
+                mt = MemType(insn.memory_type)
+                if mt != MemType.UOP:
+                    tgt = live[MemType.ACC if mt == MemType.ACC8 else mt]
+                    cnt = ((insn.y_pad_0 + insn.y_size + insn.y_pad_1)
+                           * (insn.x_pad_0 + insn.x_size + insn.x_pad_1))
+                    tgt[insn.sram_base:insn.sram_base + cnt] = False
+            elif op == Opcode.STORE and insn.x_size:
+                live[MemType.ACC][insn.sram_base:insn.sram_base + insn.y_size * insn.x_size] = True
+            elif r.kernel is not None:
+                k = r.kernel
+                sl = slice(r.chunk_off, r.chunk_off + len(r.chunk) // 4)
+                it = list(k.loops) + [(1, 0, 0, 0)] * (2 - len(k.loops))
+                (eo, do, so, wo), (ei, di, si, wi) = it
+                ii = np.arange(eo)[:, None, None]
+                jj = np.arange(ei)[None, :, None]
+                dst = (k.dst[sl][None, None, :] + ii * do + jj * di).reshape(-1)
+                live[MemType.ACC][dst] = False
+                if not k.reset:
+                    src = (k.src[sl][None, None, :] + ii * so + jj * si).reshape(-1)
+                    live[MemType.ACC][dst] = True
+                    if k.mode == GEMM:
+                        wgt = (k.wgt[sl][None, None, :] + ii * wo + jj * wi).reshape(-1)
+                        live[MemType.INP][src] = True
+                        live[MemType.WGT][wgt] = True
+                    elif not k.use_imm:
+                        live[MemType.ACC][src] = True
+            ok[i] = not (live[MemType.INP].any() or live[MemType.WGT].any()
+                         or live[MemType.ACC].any())
+        return ok
+
+    def _segments(self, prefix: np.ndarray) -> list[tuple[int, int]]:
+        n = len(self._recs)
+        limit = self.max_insns_per_launch
+        # Quick exit: even if every GEMM/ALU needed a micro-op load it fits.
+        n_k = sum(1 for r in self._recs if r.chunk is not None)
+        if n + n_k + _DRAIN_INSNS + 8 <= limit:
+            return [(0, n)]
+        cand = (prefix >= 0).all(axis=1) & self._live_clear()
+        segs = []
+        s = 0
+        while s < n:
+            # Walk forward counting lowered instructions (micro-op loads from a fresh cache).
+            depth = self.cfg.UOP_DEPTH
+            spans: dict[bytes, tuple[int, int]] = {}
+            sram_end = 0
+            count = int(prefix[s].max())
+            best = None
+            i = s
+            while i < n:
+                ch = self._recs[i].chunk
+                if ch is not None and ch not in spans:
+                    m = len(ch) // 4
+                    if sram_end + m > depth:
+                        sram_end = 0
+                    b, e = sram_end, sram_end + m
+                    for o, (ob, oe) in list(spans.items()):
+                        if ob < e and b < oe:
+                            del spans[o]
+                    spans[ch] = (b, e)
+                    sram_end = e
+                    count += 1
+                count += 1
+                i += 1
+                if cand[i] and i < n:
+                    if count + _DRAIN_INSNS + int(prefix[i].max()) <= limit:
+                        best = i
+                    else:
+                        break
+            if i >= n and count + _DRAIN_INSNS + int(prefix[n].max()) <= limit:
+                segs.append((s, n))
+                break
+            if best is None:
+                # No safe point within the limit: run up to the first safe point.
+                nxt = next((j for j in range(s + 1, n + 1) if cand[j]), n)
+                self.stats.oversized_launches += 1
+                segs.append((s, nxt))
+                s = nxt
+            else:
+                segs.append((s, best))
+                s = best
+        return segs
+
+    # ------------------------------------------------------------------ run
+    def _ensure(self, attr: str, nbytes: int) -> Buffer:
+        cur = getattr(self, attr)
+        if cur is None or cur.nbytes < nbytes:
+            if cur is not None:
+                self.device.free(cur)
+            cur = self.device.alloc(max(nbytes, 64))
+            setattr(self, attr, cur)
+        return cur
+
+    def synchronize(self) -> RunResult:
+        """Drain, finish and run everything recorded since the last call.
+
+        Appends the final drain (store→compute and load→compute pushes that compute pops)
+        and FINISH, writes instructions and micro-ops to the builder's device buffers, runs
+        the static verifier when available, then ``device.run`` with regions = the builder's
+        instruction/micro-op buffers plus every buffer the program loads from or stores to.
+        Long programs run as several launches (see the module docstring).
+
+        Returns:
+            A :class:`RunResult` with ``cycles`` summed over launches and ``stats`` summed
+            per key, plus the builder's counters (``launches``, ``insns``, ``uop_loads``,
+            ``uop_words_loaded``, ``kernel_records``, ``kernel_hits``,
+            ``oversized_launches``).  An empty program runs nothing (``launches == 0``).
+
+        Raises:
+            ProgramError: from the verifier or the device.
+        """
+        self.stats = stats = dataclasses.replace(self.stats)
+        self.last_programs = []
+        self.last_uops = []
+        total = RunResult(cycles=0, stats={})
+        try:
+            if not self._recs:
+                return self._result(total)
+            prefix = self._prefix()
+            neg = np.flatnonzero(prefix[-1] < 0)
+            if neg.size:
+                q = Queue(int(neg[0]))
+                raise BuilderError(
+                    f"token queue {q.name.lower()} has {int(-prefix[-1][q])} more pop(s) than "
+                    f"pushes: the program would deadlock")
+            segs = self._segments(prefix)
+            for s, e in segs:
+                insns, uop_loads, stage = self._lower(s, e, prefix[s], prefix[e])
+                regions: dict[int, Buffer] = {}
+                for r in self._recs[s:e]:
+                    if r.buf is not None:
+                        regions[r.buf.addr] = r.buf
+                if stage:
+                    words = np.frombuffer(b"".join(stage), dtype=np.uint32)
+                    ubuf = self._ensure("_uop_buf", words.nbytes)
+                    self.device.write(ubuf, words)
+                    ubase = ubuf.addr // self.cfg.elem_bytes(MemType.UOP)
+                    for j in uop_loads:
+                        insns[j] = dataclasses.replace(insns[j],
+                                                       dram_base=insns[j].dram_base + ubase)
+                    regions[ubuf.addr] = Buffer(ubuf.addr, words.nbytes)
+                    if self.debug:
+                        self.last_uops.append(words.copy())
+                prog = encode_program(self.cfg, insns)
+                ibuf = self._ensure("_insn_buf", prog.nbytes)
+                self.device.write(ibuf, prog)
+                regions[ibuf.addr] = Buffer(ibuf.addr, prog.nbytes)
+                if self.debug:
+                    self.last_programs.append(prog)
+                    self.last_program = prog
+                region_list = sorted(regions.values(), key=lambda b: b.addr)
+                self._verify(ibuf.addr, prog, region_list,
+                             (self._uop_buf.addr, words) if stage else None)
+                res = self.device.run(ibuf.addr, len(insns), regions=region_list,
+                                      timeout_cycles=self.timeout_cycles)
+                stats.launches += 1
+                stats.insns += len(insns)
+                total.cycles += int(res.cycles or 0)
+                for key, v in (res.stats or {}).items():
+                    if isinstance(v, (int, float, np.integer, np.floating)) and \
+                            not isinstance(v, bool):
+                        total.stats[key] = total.stats.get(key, 0) + v
+                    else:
+                        total.stats[key] = v
+            return self._result(total)
+        finally:
+            self._reset_program()
+
+    finish = synchronize
+
+    def _result(self, total: RunResult) -> RunResult:
+        for k, v in dataclasses.asdict(self.stats).items():
+            total.stats[k] = v
+        self.stats = BuilderStats()
+        return total
+
+    def _verify(self, insn_addr: int, prog: np.ndarray, regions: list[Buffer],
+                uops: tuple[int, np.ndarray] | None) -> None:
+        """Static verifier (``runtime.verify``, when present) on a sparse DRAM image holding
+        only this launch's instructions and micro-ops (all it reads)."""
+        if not self.verify:
+            return
+        try:
+            from .verify import verify_program  # noqa: PLC0415 - optional module
+        except ImportError:
+            return
+        top = max(b.end for b in regions)
+        image = np.zeros(top, dtype=np.uint8)   # calloc: untouched pages cost nothing
+        flat = prog.reshape(-1)
+        image[insn_addr:insn_addr + flat.size] = flat
+        if uops is not None:
+            a, w = uops
+            raw = w.view(np.uint8)
+            image[a:a + raw.size] = raw
+        verify_program(self.cfg, image, insn_addr, prog.shape[0], regions)
+
+    # ------------------------------------------------------------------ helpers
+    def disassemble(self) -> list[str]:
+        """Disassembly of the last launch (needs ``debug=True``)."""
+        from ..hw.isa import disassemble
+
+        if self.last_program is None:
+            raise BuilderError("no program kept: create the builder with debug=True")
+        return disassemble(self.cfg, self.last_program)
