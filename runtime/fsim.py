@@ -1,0 +1,810 @@
+"""The functional simulator: the executable form of DESIGN.md's "Semantics".
+
+:func:`simulate` runs a program directly on a raw DRAM image (a 1-D ``uint8`` array, byte
+address = index), modifying it in place; :class:`FsimDevice` is the ``Device`` backend built
+on it.  The static verifier (:mod:`.verify`) runs the same machine in a data-free "dry" mode,
+so both share every rule and every error message.
+
+Model (DESIGN.md "Semantics", vta-anchor.md §2.3-§3.3):
+
+- *Fetch* reads the ``insn_count`` instructions at ``insn_addr`` in order and dispatches each
+  to the command queue of its module (``hw.isa.insn_module``); each of the three command
+  queues holds ``cfg.INSN_QUEUE_DEPTH`` instructions and fetch stalls while the target queue
+  is full.  The instruction stream is decoded once, before execution: a program that
+  overwrites its own instructions has undefined behaviour.
+- Three in-order *modules* (load, compute, store).  A module starts its head instruction
+  only when every token it must pop is available and every token queue it will push to has
+  room (``cfg.TOKEN_QUEUE_DEPTH``); it pops, executes, then pushes.
+- Scheduling is deterministic: each round fetches as far as possible, then runs the load,
+  compute and store modules (in that order) as far as possible.  A round without progress
+  before completion is a deadlock (:class:`DeadlockError`).
+- Completion: a FINISH has executed, every instruction has been fetched and every module has
+  drained.  Tokens left in a queue at completion make the program invalid (the next program
+  would see them).
+
+Data (element layouts, little-endian two's complement in DRAM):
+
+- INP element: ``BATCH x BLOCK_IN`` values of INP_WIDTH bits; WGT element:
+  ``BLOCK_OUT x BLOCK_IN`` (one row per output channel); ACC element ``BATCH x BLOCK_OUT`` of
+  ACC_WIDTH bits; OUT element ``BATCH x BLOCK_OUT`` of OUT_WIDTH bits; ACC8 element
+  ``BATCH x BLOCK_OUT`` int8 values (sign-extended into the accumulator); UOP element one
+  32-bit micro-op.
+- Scratchpads start zeroed here, but their contents are undefined by the semantics.
+- Accumulator entries are kept as int64 holding the signed ACC_WIDTH-bit value; every write
+  wraps explicitly.  GEMM sums are computed exactly in floating point (every partial sum is
+  an integer below 2**53, or 2**24 when float32 is used) and added as integers.
+
+Speed: each GEMM/ALU loop nest is evaluated with numpy in chunks of micro-ops; a chunk with
+no hazard (no repeated destination, no read of an entry written earlier in the chunk) is one
+vectorised step; repeated GEMM destinations use ``np.add.at`` (addition commutes); ALU
+chunks with hazards run as "waves" of hazard-free contiguous micro-ops, so results are
+always those of one-after-another execution.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import (
+    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, AluOp, Insn, Module, Opcode, Queue, decode_program,
+    decode_uops, format_insn,
+)
+from .device import Buffer, DeadlockError, Device, DeviceError, ProgramError, RunResult
+
+__all__ = ["simulate", "FsimDevice", "STAT_KEYS", "DEFAULT_MAX_STEPS", "Regions"]
+
+#: Keys of the statistics dict returned by :func:`simulate` (see docs/semantics.md).
+STAT_KEYS = (
+    "inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes",
+    "out_store_nbytes", "gemm_counter", "alu_counter", "insn_count", "load_insns",
+    "store_insns", "gemm_insns", "alu_insns", "finish_insns", "nop_insns",
+    "dram_read_nbytes", "dram_write_nbytes",
+)
+
+#: Default watchdog: steps (one per instruction plus one per micro-op evaluated).
+DEFAULT_MAX_STEPS = 1 << 32
+
+#: Micro-ops evaluated per numpy chunk (bounds temporary memory).
+CHUNK = 1 << 15
+
+_QNAMES = ("l2g", "g2l", "g2s", "s2g")
+_MODS = (Module.LOAD, Module.COMPUTE, Module.STORE)
+_MOD_NAMES = {Module.LOAD: "load", Module.COMPUTE: "compute", Module.STORE: "store"}
+_MEM_NAMES = {int(m): m.name for m in MemType}
+_OP_NAMES = {int(o): o.name for o in Opcode}
+_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+
+
+# ---------------------------------------------------------------------------- regions
+class Regions:
+    """The device memory a program may touch: merged, sorted byte intervals ``[s, e)``.
+
+    Args:
+        regions: ``(addr, nbytes)`` pairs or :class:`Buffer` s; ``None`` means the whole image.
+        image_bytes: size of the DRAM image; every region must lie inside it.
+
+    Raises:
+        DeviceError: a region with negative address/size or extending past the image.
+    """
+
+    def __init__(self, regions: Iterable[Buffer | tuple[int, int]] | None, image_bytes: int):
+        if regions is None:
+            iv = [(0, int(image_bytes))]
+        else:
+            iv = []
+            for r in regions:
+                a, n = (r.addr, r.nbytes) if isinstance(r, Buffer) else (int(r[0]), int(r[1]))
+                if a < 0 or n < 0:
+                    raise DeviceError(f"memory region (addr={a}, nbytes={n}) is invalid")
+                if a + n > image_bytes:
+                    raise DeviceError(
+                        f"memory region [0x{a:x}, 0x{a + n:x}) extends past the "
+                        f"{image_bytes}-byte DRAM image")
+                if n:
+                    iv.append((a, a + n))
+            iv.sort()
+        merged: list[list[int]] = []
+        for s, e in iv:
+            if merged and s <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        self.starts = np.array([m[0] for m in merged], dtype=np.int64)
+        self.ends = np.array([m[1] for m in merged], dtype=np.int64)
+
+    def contains(self, start, end) -> np.ndarray:
+        """Elementwise: is ``[start, end)`` inside one region? (arrays of int64)."""
+        start = np.asarray(start, dtype=np.int64)
+        end = np.asarray(end, dtype=np.int64)
+        if self.starts.size == 0:
+            return np.zeros(start.shape, dtype=bool)
+        idx = np.searchsorted(self.starts, start, side="right") - 1
+        ok = idx >= 0
+        idx = np.maximum(idx, 0)
+        return ok & (start >= self.starts[idx]) & (end <= self.ends[idx])
+
+    def describe(self, limit: int = 4) -> str:
+        parts = [f"[0x{s:x}, 0x{e:x})" for s, e in zip(self.starts[:limit].tolist(),
+                                                        self.ends[:limit].tolist())]
+        more = f", ... ({self.starts.size} regions)" if self.starts.size > limit else ""
+        return "allowed: " + (", ".join(parts) + more if parts else "none")
+
+
+# ---------------------------------------------------------------------------- helpers
+def _wrap(x: np.ndarray, bits: int) -> np.ndarray:
+    """Wrap int64 values to signed ``bits``-bit two's complement (in place when possible)."""
+    half = np.int64(1 << (bits - 1))
+    mask = np.int64((1 << bits) - 1)
+    return ((x + half) & mask) - half
+
+
+def _int_dtype(bits: int) -> str:
+    return {8: "<i1", 16: "<i2", 32: "<i4"}[bits]
+
+
+def _uint_dtype(bits: int) -> str:
+    return {8: "<u1", 16: "<u2", 32: "<u4"}[bits]
+
+
+def _insn_text(cols: dict[str, list[int]], i: int) -> str:
+    return format_insn(Insn(**{k: cols[k][i] for k in INSN_FIELDS})).strip()
+
+
+def _nest_boxes(I: int, J: int, U: int, chunk: int = CHUNK):
+    """Split the loop nest ``I x J x U`` (in execution order) into boxes
+    ``(i0, i1, j0, j1, k0, k1)`` of at most about ``chunk`` micro-ops."""
+    if J * U <= chunk:
+        step = max(1, chunk // (J * U))
+        for i0 in range(0, I, step):
+            yield i0, min(I, i0 + step), 0, J, 0, U
+    elif U <= chunk:
+        step = max(1, chunk // U)
+        for i in range(I):
+            for j0 in range(0, J, step):
+                yield i, i + 1, j0, min(J, j0 + step), 0, U
+    else:
+        for i in range(I):
+            for j in range(J):
+                for k0 in range(0, U, chunk):
+                    yield i, i + 1, j, j + 1, k0, min(U, k0 + chunk)
+
+
+def _box_index(base: np.ndarray, box, f_out: int, f_in: int) -> np.ndarray:
+    i0, i1, j0, j1, k0, k1 = box
+    b = base[k0:k1]
+    io = np.arange(i0, i1, dtype=np.int64) * f_out
+    jo = np.arange(j0, j1, dtype=np.int64) * f_in
+    return (io[:, None, None] + jo[None, :, None] + b[None, None, :]).reshape(-1)
+
+
+def _prev_conflict(dst: np.ndarray, src: np.ndarray | None) -> np.ndarray:
+    """For each micro-op n, the largest m < n whose destination equals dst[n] or src[n]
+    (−1 if none): the last earlier micro-op that n must follow."""
+    n = dst.size
+    order = np.argsort(dst, kind="stable")
+    sd = dst[order]
+    prev = np.full(n, -1, dtype=np.int64)
+    same = sd[1:] == sd[:-1]
+    prev[order[1:][same]] = order[:-1][same]
+    if src is not None:
+        keys = sd * n + order
+        q = src * n + np.arange(n, dtype=np.int64)
+        pos = np.searchsorted(keys, q, side="left") - 1
+        valid = pos >= 0
+        pos = np.maximum(pos, 0)
+        hit = valid & (sd[pos] == src)
+        cand = np.where(hit, order[pos], -1)
+        prev = np.maximum(prev, cand)
+    return prev
+
+
+def _waves(prev: np.ndarray):
+    """Maximal contiguous runs ``[a, b)`` in which no micro-op depends on an earlier one of
+    the same run (``prev[x] < a`` for every x in the run)."""
+    n = prev.size
+    a = 0
+    while a < n:
+        w = 64
+        b = n
+        lo = a + 1
+        while lo < n:
+            hi = min(n, lo + w)
+            hit = np.flatnonzero(prev[lo:hi] >= a)
+            if hit.size:
+                b = lo + int(hit[0])
+                break
+            lo = hi
+            w *= 2
+        yield a, b
+        a = b
+
+
+# ---------------------------------------------------------------------------- machine
+class _Machine:
+    """One run of a program.  ``dry=True`` skips all data movement and arithmetic (no
+    scratchpads except the micro-op buffer, which is loaded so computed indices can be
+    checked) and never writes DRAM."""
+
+    def __init__(self, cfg: VTAConfig, dram: np.ndarray, regions, *, dry: bool,
+                 max_steps: int | None):
+        if not isinstance(dram, np.ndarray) or dram.dtype != np.uint8 or dram.ndim != 1:
+            raise DeviceError("the DRAM image must be a 1-D numpy uint8 array, got "
+                              f"{getattr(dram, 'dtype', type(dram).__name__)} with shape "
+                              f"{getattr(dram, 'shape', '?')}")
+        if not dry and not dram.flags.writeable:
+            raise DeviceError("the DRAM image is read-only")
+        self.cfg = cfg
+        self.dram = dram
+        self.regions = regions if isinstance(regions, Regions) else Regions(regions, dram.size)
+        self.dry = dry
+        self.max_steps = DEFAULT_MAX_STEPS if max_steps is None else int(max_steps)
+        self.steps = 0
+        B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+        self.acc_bits = cfg.ACC_WIDTH
+        self.uop_dst = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
+        self.uop_src = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
+        self.uop_wgt = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
+        if not dry:
+            exact32 = cfg.INP_WIDTH + cfg.WGT_WIDTH - 2 + cfg.LOG_BLOCK_IN <= 24
+            self.fdt = np.float32 if exact32 else np.float64
+            self.inp = np.zeros((cfg.INP_DEPTH, B, BI), dtype=self.fdt)
+            # weights stored transposed, (depth, BLOCK_IN, BLOCK_OUT), ready for matmul
+            self.wgt_t = np.zeros((cfg.WGT_DEPTH, BI, BO), dtype=self.fdt)
+            self.acc = np.zeros((cfg.ACC_DEPTH, B, BO), dtype=np.int64)
+        self.stats = {k: 0 for k in STAT_KEYS}
+        self.pushes = [0, 0, 0, 0]
+        self.pops = [0, 0, 0, 0]
+        self.peak = [0, 0, 0, 0]
+
+    # ------------------------------------------------------------------ errors
+    def _err(self, i: int, msg: str) -> ProgramError:
+        return ProgramError(f"instruction {i} ({_insn_text(self.cols, i)}): {msg}")
+
+    # ------------------------------------------------------------------ decode + static
+    def load_program(self, insn_addr: int, insn_count: int) -> None:
+        insn_addr, insn_count = int(insn_addr), int(insn_count)
+        if insn_count <= 0:
+            raise ProgramError(f"insn_count = {insn_count}: a program needs at least one "
+                               f"instruction (and a FINISH)")
+        if insn_addr < 0:
+            raise ProgramError(f"insn_addr = {insn_addr} is negative")
+        end = insn_addr + INSN_BYTES * insn_count
+        if not bool(self.regions.contains(insn_addr, end)):
+            raise ProgramError(
+                f"instruction fetch of bytes [0x{insn_addr:x}, 0x{end:x}) ({insn_count} "
+                f"instructions) is outside the memory the program may touch "
+                f"({self.regions.describe()})")
+        raw = self.dram[insn_addr:end]
+        arr = decode_program(self.cfg, raw)
+        self.n = insn_count
+        self.arr = arr
+        self.cols = {k: v.tolist() for k, v in arr.items()}
+        self.stats["dram_read_nbytes"] += INSN_BYTES * insn_count
+        self._static_checks()
+
+    def _static_checks(self) -> None:
+        cfg, a, n = self.cfg, self.arr, self.n
+        op = a["opcode"]
+        mt = a["memory_type"]
+        xs, ys = a["x_size"], a["y_size"]
+        bad: list[tuple[int, str]] = []
+
+        def first(mask: np.ndarray, make) -> None:
+            idx = np.flatnonzero(mask)
+            if idx.size:
+                i = int(idx[0])
+                bad.append((i, make(i)))
+
+        first(op > 4, lambda i: f"unknown opcode {int(op[i])}; allowed: 0..4 "
+                                f"(LOAD, STORE, GEMM, FINISH, ALU)")
+        valid_op = op <= 4
+        is_load, is_store = op == Opcode.LOAD, op == Opcode.STORE
+        is_mem = is_load | is_store
+        nop = is_mem & (xs == 0)
+        # module of each instruction
+        load_mod = is_load & ((mt == MemType.INP) | (mt == MemType.WGT))
+        module = np.where(is_store, int(Module.STORE),
+                          np.where(load_mod, int(Module.LOAD), int(Module.COMPUTE)))
+        self.module = module.tolist()
+        for mod in _MODS:
+            for flag, q in FLAG_QUEUES[mod].items():
+                if q is None:
+                    first(valid_op & (module == mod) & (a[flag] != 0),
+                          lambda i, flag=flag, mod=mod:
+                          f"flag {flag} is invalid for a {_MOD_NAMES[mod]}-module "
+                          f"instruction (no token queue)")
+        ld = is_load & ~nop
+        st = is_store & ~nop
+        first(ld & (mt > 5), lambda i: f"unknown memory type {int(mt[i])}; allowed: 0..5 "
+                                       f"(UOP, WGT, INP, ACC, OUT, ACC8)")
+        first(ld & (mt == MemType.OUT), lambda i: "LOAD of memory type OUT is invalid "
+                                                  "(OUT is store-only)")
+        if not cfg.ACC_8BIT:
+            first(ld & (mt == MemType.ACC8),
+                  lambda i: "LOAD of memory type ACC8 needs a config with ACC_8BIT")
+        pads = a["y_pad_0"] + a["y_pad_1"] + a["x_pad_0"] + a["x_pad_1"]
+        first(ld & (mt == MemType.UOP) & ((ys != 1) | (pads != 0)),
+              lambda i: "a UOP load must have y_size 1 and no padding")
+        first(st & (mt != MemType.OUT), lambda i: f"STORE of memory type "
+              f"{_MEM_NAMES.get(int(mt[i]), int(mt[i]))} is invalid (must be OUT)")
+        first(st & (pads != 0), lambda i: "STORE padding must be zero")
+        is_alu = op == Opcode.ALU
+        aop = a["alu_opcode"]
+        first(is_alu & (aop > 4), lambda i: f"unknown ALU opcode {int(aop[i])}; allowed: "
+                                            f"0..4 (MIN, MAX, ADD, SHR, MUL)")
+        if not cfg.ALU_MUL:
+            first(is_alu & (aop == AluOp.MUL),
+                  lambda i: "ALU MUL needs a config with ALU_MUL")
+        # micro-op range of GEMM/ALU with work
+        loop = (op == Opcode.GEMM) | is_alu
+        work = loop & (a["iter_out"] > 0) & (a["iter_in"] > 0) & (a["uop_end"] > a["uop_bgn"])
+        first(work & (a["uop_end"] > cfg.UOP_DEPTH),
+              lambda i: f"micro-op range [{int(a['uop_bgn'][i])}, {int(a['uop_end'][i])}) "
+                        f"exceeds the UOP depth {cfg.UOP_DEPTH}")
+        # scratchpad ranges of LOAD/STORE
+        legal_mt = np.clip(mt, 0, 5)
+        depth = np.array([cfg.depth(m) for m in MemType], dtype=np.int64)[legal_mt]
+        ebytes = np.array([cfg.elem_bytes(m) for m in MemType], dtype=np.int64)[legal_mt]
+        rows = a["y_pad_0"] + ys + a["y_pad_1"]
+        colsz = a["x_pad_0"] + xs + a["x_pad_1"]
+        sp_end = a["sram_base"] + np.where(is_load, rows * colsz, ys * xs)
+        legal = (is_load & (mt <= 5) & (mt != MemType.OUT)) | (is_store & (mt == MemType.OUT))
+        first((ld | st) & legal & (sp_end > depth),
+              lambda i: f"scratchpad range [{int(a['sram_base'][i])}, {int(sp_end[i])}) "
+                        f"exceeds the {_MEM_NAMES[int(mt[i])]} depth {int(depth[i])}")
+        # DMA ranges
+        dma = (ld | st) & legal & (ys > 0)
+        idx = np.flatnonzero(dma)
+        if idx.size:
+            eb = ebytes[idx]
+            s0 = a["dram_base"][idx] * eb
+            e0 = s0 + ((ys[idx] - 1) * a["x_stride"][idx] + xs[idx]) * eb
+            ok = self.regions.contains(s0, e0)
+            for j in np.flatnonzero(~ok).tolist():
+                i = int(idx[j])
+                e = int(eb[j])
+                rs = int(s0[j]) + np.arange(int(ys[i]), dtype=np.int64) * int(a["x_stride"][i]) * e
+                re = rs + int(xs[i]) * e
+                rok = self.regions.contains(rs, re)
+                if not rok.all():
+                    r = int(np.flatnonzero(~rok)[0])
+                    kind = "read" if op[i] == Opcode.LOAD else "write"
+                    bad.append((i, f"DMA {kind} of {_MEM_NAMES[int(mt[i])]} bytes "
+                                   f"[0x{int(rs[r]):x}, 0x{int(re[r]):x}) (row {r}) is outside "
+                                   f"the memory the program may touch "
+                                   f"({self.regions.describe()})"))
+                    break
+        if bad:
+            i, msg = min(bad, key=lambda t: t[0])
+            raise self._err(i, msg)
+        if not (op == Opcode.FINISH).any():
+            raise ProgramError(f"the program has no FINISH instruction ({n} instructions)")
+        # per-instruction token queues
+        pops, pushes = [], []
+        for i in range(n):
+            m = Module(self.module[i])
+            fq = FLAG_QUEUES[m]
+            pops.append(tuple(int(fq[f]) for f in ("pop_prev", "pop_next")
+                              if self.cols[f][i] and fq[f] is not None))
+            pushes.append(tuple(int(fq[f]) for f in ("push_prev", "push_next")
+                                if self.cols[f][i] and fq[f] is not None))
+        self.insn_pops, self.insn_pushes = pops, pushes
+
+    # ------------------------------------------------------------------ scheduler
+    def run(self) -> None:
+        cfg, n = self.cfg, self.n
+        qcap = cfg.INSN_QUEUE_DEPTH
+        tcap = cfg.TOKEN_QUEUE_DEPTH
+        cq = {m: deque() for m in _MODS}
+        tok = [0, 0, 0, 0]
+        module = self.module
+        pops, pushes = self.insn_pops, self.insn_pushes
+        pc = 0
+        finished = False
+        execute = self._execute
+        while True:
+            progress = False
+            while pc < n:
+                q = cq[module[pc]]
+                if len(q) >= qcap:
+                    break
+                q.append(pc)
+                pc += 1
+                progress = True
+            for m in _MODS:
+                q = cq[m]
+                while q:
+                    i = q[0]
+                    ready = True
+                    for t in pops[i]:
+                        if tok[t] < 1:
+                            ready = False
+                    for t in pushes[i]:
+                        if tok[t] >= tcap:
+                            ready = False
+                    if not ready:
+                        break
+                    q.popleft()
+                    for t in pops[i]:
+                        tok[t] -= 1
+                        self.pops[t] += 1
+                    execute(i)
+                    if self.cols["opcode"][i] == Opcode.FINISH:
+                        finished = True
+                    for t in pushes[i]:
+                        tok[t] += 1
+                        self.pushes[t] += 1
+                        if tok[t] > self.peak[t]:
+                            self.peak[t] = tok[t]
+                    progress = True
+            if pc == n and not any(cq.values()):
+                break
+            if not progress:
+                raise DeadlockError(self._deadlock_msg(cq, tok, pc))
+        if not finished:  # unreachable: static checks require a FINISH, and all drained
+            raise ProgramError("the program completed without executing FINISH")
+        left = [q for q in range(4) if tok[q]]
+        if left:
+            desc = ", ".join(f"{_QNAMES[q]}: {self.pushes[q]} pushes, {self.pops[q]} pops"
+                             for q in left)
+            raise ProgramError(f"unbalanced dependency tokens at completion ({desc}); tokens "
+                               f"left in a queue would leak into the next program")
+
+    def _deadlock_msg(self, cq, tok, pc) -> str:
+        parts = []
+        tcap = self.cfg.TOKEN_QUEUE_DEPTH
+        for m in _MODS:
+            q = cq[m]
+            if not q:
+                continue
+            i = q[0]
+            why = [f"waits for a {_QNAMES[t]} token" for t in self.insn_pops[i] if tok[t] < 1]
+            why += [f"{_QNAMES[t]} is full" for t in self.insn_pushes[i] if tok[t] >= tcap]
+            parts.append(f"{_MOD_NAMES[m]} stalled at instruction {i} "
+                         f"'{_insn_text(self.cols, i)}' ({', '.join(why)})")
+        if pc < self.n:
+            parts.append(f"fetch stalled at instruction {pc} "
+                         f"({_MOD_NAMES[Module(self.module[pc])]} command queue full)")
+        counts = " ".join(f"{_QNAMES[q]}={tok[q]}" for q in range(4))
+        return f"deadlock: {'; '.join(parts)}; token queues {counts}"
+
+    # ------------------------------------------------------------------ execution
+    def _step(self, i: int, cost: int) -> None:
+        self.steps += cost
+        if self.steps > self.max_steps:
+            raise ProgramError(
+                f"timeout: instruction {i} would exceed the watchdog of {self.max_steps} "
+                f"steps (one per instruction and per micro-op)")
+
+    def _execute(self, i: int) -> None:
+        c = self.cols
+        op = c["opcode"][i]
+        st = self.stats
+        st["insn_count"] += 1
+        if op == Opcode.LOAD or op == Opcode.STORE:
+            self._step(i, 1)
+            if c["x_size"][i] == 0:
+                st["nop_insns"] += 1
+            elif op == Opcode.LOAD:
+                st["load_insns"] += 1
+                self._load(i)
+            else:
+                st["store_insns"] += 1
+                self._store(i)
+        elif op == Opcode.GEMM:
+            st["gemm_insns"] += 1
+            self._loop(i, gemm=True)
+        elif op == Opcode.ALU:
+            st["alu_insns"] += 1
+            self._loop(i, gemm=False)
+        else:
+            self._step(i, 1)
+            st["finish_insns"] += 1
+
+    def _dram_rows(self, base: int, y: int, x: int, stride: int) -> np.ndarray:
+        """Copy of ``y`` rows of ``x`` bytes at byte ``base`` with row step ``stride`` bytes."""
+        if y == 1 or stride == x:
+            return self.dram[base:base + y * x].reshape(y, x).copy()
+        view = np.lib.stride_tricks.as_strided(self.dram[base:], shape=(y, x),
+                                               strides=(stride, 1), writeable=False)
+        return view.copy()
+
+    def _load(self, i: int) -> None:
+        c, cfg, st = self.cols, self.cfg, self.stats
+        mt = c["memory_type"][i]
+        y, x = c["y_size"][i], c["x_size"][i]
+        eb = cfg.elem_bytes(mt)
+        nbytes = y * x * eb
+        st["dram_read_nbytes"] += nbytes
+        key = {MemType.INP: "inp_load_nbytes", MemType.WGT: "wgt_load_nbytes",
+               MemType.ACC: "acc_load_nbytes", MemType.ACC8: "acc_load_nbytes",
+               MemType.UOP: "uop_load_nbytes"}[mt]
+        st[key] += nbytes
+        base = c["dram_base"][i] * eb
+        sram = c["sram_base"][i]
+        if mt == MemType.UOP:
+            words = self.dram[base:base + nbytes].view("<u4")
+            d = decode_uops(cfg, words)
+            self.uop_dst[sram:sram + x] = d["dst"]
+            self.uop_src[sram:sram + x] = d["src"]
+            self.uop_wgt[sram:sram + x] = d["wgt"]
+            return
+        if self.dry:
+            return
+        yp0, yp1, xp0, xp1 = (c["y_pad_0"][i], c["y_pad_1"][i], c["x_pad_0"][i],
+                              c["x_pad_1"][i])
+        R, C = yp0 + y + yp1, xp0 + x + xp1
+        raw = self._dram_rows(base, y, x * eb, c["x_stride"][i] * eb) if y else \
+            np.zeros((0, x * eb), np.uint8)
+        B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+        if mt == MemType.INP:
+            sp, shape, dt = self.inp, (B, BI), _int_dtype(cfg.INP_WIDTH)
+        elif mt == MemType.WGT:
+            sp, shape, dt = self.wgt_t, (BO, BI), _int_dtype(cfg.WGT_WIDTH)
+        elif mt == MemType.ACC:
+            sp, shape, dt = self.acc, (B, BO), _int_dtype(cfg.ACC_WIDTH)
+        else:  # ACC8
+            sp, shape, dt = self.acc, (B, BO), "<i1"
+        vals = raw.reshape(-1).view(dt).reshape((y, x) + shape)
+        if mt == MemType.WGT:
+            vals = vals.swapaxes(-1, -2)
+        blk = sp[sram:sram + R * C].reshape((R, C) + sp.shape[1:])
+        if yp0 or yp1 or xp0 or xp1:
+            blk[...] = 0
+        blk[yp0:yp0 + y, xp0:xp0 + x] = vals
+
+    def _store(self, i: int) -> None:
+        c, cfg, st = self.cols, self.cfg, self.stats
+        y, x = c["y_size"][i], c["x_size"][i]
+        eb = cfg.elem_bytes(MemType.OUT)
+        nbytes = y * x * eb
+        st["out_store_nbytes"] += nbytes
+        st["dram_write_nbytes"] += nbytes
+        if self.dry or y == 0:
+            return
+        sram = c["sram_base"][i]
+        vals = self.acc[sram:sram + y * x]
+        ow = cfg.OUT_WIDTH
+        out = (vals & np.int64((1 << ow) - 1)).astype(_uint_dtype(ow))
+        raw = out.reshape(-1).view(np.uint8).reshape(y, x * eb)
+        base = c["dram_base"][i] * eb
+        stride = c["x_stride"][i] * eb
+        if y == 1 or stride == x * eb:
+            self.dram[base:base + y * x * eb] = raw.reshape(-1)
+        elif stride > x * eb:
+            view = np.lib.stride_tricks.as_strided(self.dram[base:], shape=(y, x * eb),
+                                                   strides=(stride, 1))
+            view[...] = raw
+        else:  # overlapping rows: later rows win, row by row
+            for r in range(y):
+                self.dram[base + r * stride:base + r * stride + x * eb] = raw[r]
+
+    def _loop(self, i: int, gemm: bool) -> None:
+        c, cfg, st = self.cols, self.cfg, self.stats
+        I, J = c["iter_out"][i], c["iter_in"][i]
+        bgn, end = c["uop_bgn"][i], c["uop_end"][i]
+        U = end - bgn
+        if I == 0 or J == 0 or U <= 0:
+            self._step(i, 1)
+            return
+        N = I * J * U
+        self._step(i, 1 + N)
+        reset = bool(c["reset"][i])
+        use_imm = (not gemm) and bool(c["use_imm"][i])
+        # index bounds (computed indices never wrap: out of range is an error)
+        checks = [("dst", self.uop_dst, "dst_factor", cfg.ACC_DEPTH, "ACC")]
+        if not reset:
+            if gemm:
+                checks.append(("src", self.uop_src, "src_factor", cfg.INP_DEPTH, "INP"))
+                checks.append(("wgt", self.uop_wgt, "wgt_factor", cfg.WGT_DEPTH, "WGT"))
+            elif not use_imm:
+                checks.append(("src", self.uop_src, "src_factor", cfg.ACC_DEPTH, "ACC"))
+        for name, arr, fac, depth, mname in checks:
+            hi = int(arr[bgn:end].max()) + (I - 1) * c[fac + "_out"][i] + \
+                (J - 1) * c[fac + "_in"][i]
+            if hi >= depth:
+                raise self._err(i, f"computed {name} index {hi} is outside the {mname} "
+                                   f"scratchpad (depth {depth})")
+        if not reset:
+            st["gemm_counter" if gemm else "alu_counter"] += N
+        if self.dry:
+            return
+        dst_b = self.uop_dst[bgn:end]
+        dfo, dfi = c["dst_factor_out"][i], c["dst_factor_in"][i]
+        acc = self.acc
+        if reset:
+            for box in _nest_boxes(I, J, U):
+                acc[_box_index(dst_b, box, dfo, dfi)] = 0
+            return
+        src_b = self.uop_src[bgn:end]
+        sfo, sfi = c["src_factor_out"][i], c["src_factor_in"][i]
+        if gemm:
+            wgt_b = self.uop_wgt[bgn:end]
+            wfo, wfi = c["wgt_factor_out"][i], c["wgt_factor_in"][i]
+            for box in _nest_boxes(I, J, U):
+                dst = _box_index(dst_b, box, dfo, dfi)
+                src = _box_index(src_b, box, sfo, sfi)
+                wgt = _box_index(wgt_b, box, wfo, wfi)
+                sums = np.matmul(self.inp[src], self.wgt_t[wgt])
+                sums = np.rint(sums).astype(np.int64) if self.fdt == np.float64 else \
+                    sums.astype(np.int64)
+                if self._unique(dst):
+                    acc[dst] = _wrap(acc[dst] + sums, self.acc_bits)
+                else:
+                    np.add.at(acc, dst, sums)
+                    u = np.unique(dst)
+                    acc[u] = _wrap(acc[u], self.acc_bits)
+            return
+        aop = c["alu_opcode"][i]
+        imm = c["imm"][i]
+        for box in _nest_boxes(I, J, U):
+            dst = _box_index(dst_b, box, dfo, dfi)
+            src = None if use_imm else _box_index(src_b, box, sfo, sfi)
+            self._alu_chunk(aop, dst, src, imm)
+
+    def _unique(self, dst: np.ndarray) -> bool:
+        if dst.size <= 1:
+            return True
+        return int(np.bincount(dst, minlength=1).max()) <= 1
+
+    def _alu_op(self, aop: int, a: np.ndarray, b) -> np.ndarray:
+        bits = self.acc_bits
+        if aop == AluOp.MIN:
+            return np.minimum(a, b)
+        if aop == AluOp.MAX:
+            return np.maximum(a, b)
+        if aop == AluOp.ADD:
+            return _wrap(a + b, bits)
+        if aop == AluOp.MUL:
+            return _wrap(a * b, bits)
+        # SHR: shift amount = low LOG_ACC_WIDTH+1 bits of b, read as signed
+        m = self.cfg.LOG_ACC_WIDTH + 1
+        b = np.asarray(b, dtype=np.int64)
+        s = ((b & ((1 << m) - 1)) ^ (1 << (m - 1))) - (1 << (m - 1))
+        right = a >> np.clip(s, 0, 63)
+        left = _wrap(a << np.clip(-s, 0, 63), bits)
+        return np.where(s >= 0, right, left)
+
+    def _alu_chunk(self, aop: int, dst: np.ndarray, src: np.ndarray | None, imm: int) -> None:
+        acc = self.acc
+        if src is None:
+            b = np.int64(imm)
+            if self._unique(dst):
+                acc[dst] = self._alu_op(aop, acc[dst], b)
+                return
+            if aop in (AluOp.MIN, AluOp.MAX):
+                u = np.unique(dst)  # idempotent: once per entry
+                acc[u] = self._alu_op(aop, acc[u], b)
+                return
+            if aop in (AluOp.ADD, AluOp.MUL):
+                (np.add if aop == AluOp.ADD else np.multiply).at(acc, dst, b)
+                u = np.unique(dst)
+                acc[u] = _wrap(acc[u], self.acc_bits)
+                return
+            prev = _prev_conflict(dst, None)
+        else:
+            depth = acc.shape[0]
+            if self._unique(dst):
+                firstw = np.full(depth, dst.size, dtype=np.int64)
+                firstw[dst] = np.arange(dst.size, dtype=np.int64)
+                if not (firstw[src] < np.arange(dst.size, dtype=np.int64)).any():
+                    acc[dst] = self._alu_op(aop, acc[dst], acc[src])
+                    return
+            else:
+                written = np.zeros(depth, dtype=bool)
+                written[dst] = True
+                if not written[src].any() and aop != AluOp.SHR:
+                    uf = {AluOp.MIN: np.minimum, AluOp.MAX: np.maximum, AluOp.ADD: np.add,
+                          AluOp.MUL: np.multiply}[aop]
+                    uf.at(acc, dst, acc[src])
+                    if aop in (AluOp.ADD, AluOp.MUL):
+                        u = np.unique(dst)
+                        acc[u] = _wrap(acc[u], self.acc_bits)
+                    return
+            prev = _prev_conflict(dst, src)
+        for a, b_ in _waves(prev):
+            d = dst[a:b_]
+            operand = np.int64(imm) if src is None else acc[src[a:b_]]
+            acc[d] = self._alu_op(aop, acc[d], operand)
+
+
+# ---------------------------------------------------------------------------- public API
+def _run_machine(cfg, dram, insn_addr, insn_count, regions, *, dry, max_steps) -> _Machine:
+    m = _Machine(cfg, dram, regions, dry=dry, max_steps=max_steps)
+    m.load_program(insn_addr, insn_count)
+    m.run()
+    return m
+
+
+def simulate(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int, *,
+             regions: Sequence[Buffer | tuple[int, int]] | None = None,
+             max_steps: int | None = None) -> RunResult:
+    """Run a program on a raw DRAM image, in place.
+
+    Args:
+        cfg: the core configuration.
+        dram: 1-D ``uint8`` array, byte address = index; STOREs modify it in place.
+        insn_addr: byte address of the first instruction.
+        insn_count: number of 16-byte instructions.
+        regions: the byte ranges the program may touch, as ``(addr, nbytes)`` pairs or
+            :class:`Buffer` s (``None``: the whole image).  Every DMA, instruction fetch
+            included, must lie inside one (merged) region.
+        max_steps: watchdog in steps (one per instruction plus one per micro-op evaluated);
+            default :data:`DEFAULT_MAX_STEPS`.  Checked before each instruction executes.
+
+    Returns:
+        :class:`RunResult` with ``cycles = 0`` and ``stats`` keyed by :data:`STAT_KEYS`
+        (bytes for ``*_nbytes``, micro-ops for ``*_counter``, instructions for ``*_insns``).
+
+    Raises:
+        ProgramError: invalid instruction (unknown opcode, memory type or ALU opcode; flag
+            with no queue for its module; disabled feature), DMA outside ``regions``,
+            scratchpad index out of range, no FINISH, tokens left unbalanced, watchdog.
+            Static faults are found before anything executes; others when reached (DRAM
+            may then be partly modified).
+        DeadlockError: no module can make progress; names stalled modules, their next
+            instructions and the four token-queue counts.
+        DeviceError: ``dram`` is not a writeable 1-D uint8 array, or a region lies outside it.
+    """
+    m = _run_machine(cfg, dram, insn_addr, insn_count, regions, dry=False, max_steps=max_steps)
+    return RunResult(cycles=0, stats=dict(m.stats))
+
+
+class FsimDevice(Device):
+    """The functional-simulator backend (target ``"fsim"``).
+
+    Device memory is a numpy ``uint8`` array that grows on demand (up to the allocator's
+    ``mem_bytes``); :meth:`run` calls :func:`simulate` with the live buffers as the regions
+    the program may touch.  ``timeout_cycles`` maps to the watchdog ``max_steps``.
+    """
+
+    target = "fsim"
+
+    def __init__(self, config: VTAConfig, mem_bytes: int = 256 << 20):
+        super().__init__(config, mem_bytes)
+        self.mem = np.zeros(1 << 16, dtype=np.uint8)
+
+    def _ensure(self, end: int) -> None:
+        if end > self.mem.size:
+            size = self.mem.size
+            while size < end:
+                size *= 2
+            grown = np.zeros(size, dtype=np.uint8)
+            grown[:self.mem.size] = self.mem
+            self.mem = grown
+
+    def _write_mem(self, addr: int, data: np.ndarray) -> None:
+        self._ensure(addr + data.size)
+        self.mem[addr:addr + data.size] = data
+
+    def _read_mem(self, addr: int, nbytes: int) -> np.ndarray:
+        self._ensure(addr + nbytes)
+        return self.mem[addr:addr + nbytes].copy()
+
+    def run(self, insn_addr: int, insn_count: int, *,
+            regions: Sequence[Buffer] | None = None, timeout_cycles: int | None = None
+            ) -> RunResult:
+        """Run a program in device memory (see :func:`simulate`; default regions: every live
+        buffer)."""
+        regs = self.buffers() if regions is None else list(regions)
+        ends = [(r.end if isinstance(r, Buffer) else int(r[0]) + int(r[1])) for r in regs]
+        self._ensure(max(ends, default=0))
+        return simulate(self.config, self.mem, insn_addr, insn_count, regions=regs,
+                        max_steps=timeout_cycles)
+
+
+def _dry_run(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int, regions,
+             max_steps: int | None = None) -> _Machine:
+    """Run the scheduler without data (for :mod:`.verify`)."""
+    return _run_machine(cfg, dram, insn_addr, insn_count, regions, dry=True,
+                        max_steps=max_steps)
+
+
+def stats_template() -> dict[str, Any]:
+    """A zeroed statistics dict with every key of :data:`STAT_KEYS`."""
+    return {k: 0 for k in STAT_KEYS}
