@@ -1,0 +1,705 @@
+"""Graph IR: a typed dataflow graph with symbolic dimensions.
+
+Structure
+=========
+A :class:`Graph` holds
+
+* ``inputs`` / ``outputs``: ordered lists of tensor names;
+* ``nodes``: a list of :class:`Node` in topological order (the validator
+  checks it), each with a unique ``name``, an ``op`` (one of :data:`OPS`),
+  ``inputs`` / ``outputs`` (tensor names) and ``attrs`` (plain Python values:
+  ``int``, ``float``, ``str``, ``None`` or tuples of them);
+* ``types``: ``name -> TensorType`` for every tensor (graph inputs, constants,
+  node outputs);
+* ``constants``: ``name -> numpy.ndarray`` (weights, biases; never graph
+  inputs);
+* ``kind``: ``"float"`` (the frontend's output) or ``"quantized"`` (the
+  quantizer's output);
+* ``meta``: free-form ``dict`` (e.g. ``"scale_hints"`` from QDQ models).
+
+Every tensor is written once (SSA). A :class:`TensorType` has a ``dtype``
+(``float32``, ``int8``, ``int32``, ``int64``), a ``shape`` (a tuple whose
+entries are ``int`` or a ``str`` naming a symbolic dimension such as the batch
+``"N"``) and, for quantized tensors, ``exp``: the power-of-two scale exponent,
+so that ``real_value = integer_value * 2**exp``. Symbolic dims flow through
+type inference (:func:`infer_types`): a conv on ``[N,1,8,8]`` gives
+``[N,16,8,8]``; ``flatten`` gives ``[N,128]``. Only leading (batch-like) dims
+may be symbolic; a symbolic spatial dim is a :class:`CompileError`.
+
+:func:`validate` is run between passes; it checks SSA, topological order,
+known ops and required attributes, that each stored type equals the type
+inferred from the node's inputs, constants' arrays against their types, and
+(for quantized graphs) every integer rule listed below.
+:func:`dump` gives a readable text form (one line per node).
+
+Layouts
+=======
+Activations are NCHW (4-D) or NC (2-D), batch first. Conv weights are OIHW
+with ``I = C_in / groups`` (ONNX layout). Dense weights are ``[M, K]``
+(out_features, in_features), i.e. ``y = x @ w.T`` (ONNX ``Gemm`` with
+``transB=1``). Biases are ``[O]``. The quantized graph keeps these logical
+layouts; packing into VTA's blocked layouts is the back half's job.
+
+Float ops (``kind == "float"``)
+===============================
+``conv2d`` (x, w[, b]) attrs ``kernel=(kh,kw)``, ``strides=(sh,sw)``,
+``pads=(top,left,bottom,right)``, ``groups``, ``act`` (``"none"``, ``"relu"``,
+``"clip"``), ``act_min``, ``act_max`` (floats or ``None``: the fused
+activation); ``dense`` (x[N,K], w[M,K][, b[M]]) with ``act``/``act_min``/``act_max``;
+``relu``; ``clip`` (``min``, ``max``, floats or ``None``); ``add`` (two tensors,
+numpy broadcasting; ``act`` as above); ``mul`` (by a constant, broadcast);
+``batch_norm`` (x, scale, bias, mean, var; ``epsilon``); ``max_pool`` /
+``avg_pool`` (``kernel``, ``strides``, ``pads``; avg also
+``count_include_pad``); ``global_avg_pool``; ``flatten`` (``axis``);
+``reshape`` (``shape``: the ONNX target with 0 / -1 entries); ``transpose``
+(``perm``); ``concat`` (``axis``); ``softmax`` (``axis``); ``fake_quant``
+(a QDQ pair: ``scale``, ``zero_point``, ``qmin``, ``qmax``; computes
+``(clip(round_half_even(x/scale)+zp, qmin, qmax) - zp) * scale``).
+
+Quantized-graph format (``kind == "quantized"``) -- the back half's input
+=========================================================================
+All activations between ``quantize`` and ``dequantize`` are ``int8`` with an
+``exp``; weights are ``int8`` constants with an ``exp``; biases are ``int32``
+constants at ``exp = exp_in + exp_w``. Integer rules, exact (``>>`` is an
+arithmetic shift right, i.e. floor division by a power of two;
+``clip(v, lo, hi) = min(max(v, lo), hi)``; all intermediate values fit int32
+-- the quantizer checks the worst case and refuses otherwise):
+
+``requantize(acc)`` (shared by every op with ``shift``/``round``/``mult``/``clip_lo``/``clip_hi``)::
+
+    acc = acc * mult                  # mult == 1 unless the ALU_MUL hook is used
+    if shift > 0:  acc = (acc + round) >> shift    # round == 1 << (shift - 1)
+    if shift < 0:  acc = acc << -shift             # round == 0
+    out = clip(acc, clip_lo, clip_hi)              # int8 range; [0, 127] after ReLU
+
+``round`` is stored (the validator checks ``round == 1 << (shift-1)`` for
+``shift > 0``, else 0): adding it before the floor shift rounds to nearest,
+ties toward +infinity. ``clip_lo``/``clip_hi`` are within [-128, 127] and carry
+any fused ReLU (``lo = 0``) or Clip (``lo = max(-128, ceil(min/2**exp_out))``,
+``hi = min(127, floor(max/2**exp_out))``).
+
+Node kinds (inputs; attributes; semantics):
+
+``quantize`` (x float32) -> int8; ``exp``:
+    ``q = clip(floor(x * 2**-exp + 0.5), -128, 127)``. CPU.
+``dequantize`` (q int8/int32) -> float32: ``x = q * 2**exp_in``. CPU.
+``qconv2d`` (x int8 NCHW, w int8 OIHW, bias int32 [O]) -> int8 NCHW;
+    ``kernel``, ``strides``, ``pads=(top,left,bottom,right)`` (zero padding,
+    i.e. the int8 value 0 = real 0), ``groups`` (1, grouped or depthwise),
+    ``shift``, ``round``, ``mult``, ``clip_lo``, ``clip_hi``::
+
+        acc[n,o,y,x] = sum_{c in group(o), i, j} x_pad[n, c, y*sh+i, x*sw+j] * w[o, c', i, j]
+        out = requantize(acc + bias[o])
+
+    with ``shift = exp_out - (exp_in + exp_w)``.
+``qdense`` (x int8 [N,K], w int8 [M,K], bias int32 [M]) -> int8 [N,M]; same
+    requantize attributes: ``out = requantize(x @ w.T + bias)``.
+``qadd`` (a int8, b int8; same shape) -> int8; ``lshift_a``, ``lshift_b``
+    (>= 0), ``shift``, ``round``, ``mult`` (always 1), ``clip_lo``, ``clip_hi``::
+
+        acc = (a << lshift_a) + (b << lshift_b)    # aligned to exp_c = min(exp_a, exp_b)
+        out = requantize(acc)                      # shift = exp_out - exp_c
+
+``qmul`` (x int8, c int8 constant broadcastable to x) -> int8; requantize
+    attrs: ``out = requantize(x * c)``; needs ``ALU_MUL`` on VTA, else CPU.
+``qrequant`` (x int8) -> int8; requantize attrs: ``out = requantize(x)``
+    (standalone ReLU/Clip with ``shift = 0``; scale alignment for concat and
+    QDQ rescaling).
+``qmax_pool`` (x int8) -> int8; ``kernel``, ``strides``, ``pads``: window
+    maximum, padded positions hold -128 (never chosen over a real value, so
+    exact). ``exp_out == exp_in``.
+``qavg_pool`` (x int8) -> int8; ``kernel``, ``strides``, ``pads`` (zero
+    padding, counted), ``divisor`` (= kh*kw), ``shift`` (= log2(divisor) when
+    divisor is a power of two, else ``None``), ``round``, ``clip_lo``, ``clip_hi``::
+
+        acc = window sum
+        out = clip(floor((2*acc + divisor) / (2*divisor)), clip_lo, clip_hi)
+
+    which equals ``requantize(acc)`` with ``shift = log2(divisor)``,
+    ``round = divisor/2`` when divisor is a power of two (VTA), and is done
+    on the CPU otherwise. Global average pooling is ``qavg_pool`` with
+    ``kernel = (H, W)``. ``exp_out == exp_in``.
+``flatten``, ``reshape``, ``transpose``, ``concat``: layout only, int8 in and
+    out, same ``exp`` (concat inputs are aligned to one exp by ``qrequant``).
+``softmax`` (float32): after a ``dequantize``; CPU.
+
+Graph inputs are float32 and go through ``quantize``; each graph output is
+produced by ``dequantize`` from an int8 tensor named ``<output>_q``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Union
+
+import numpy as np
+
+from .errors import CompileError, node_error
+
+__all__ = [
+    "Dim", "TensorType", "Node", "Graph", "OPS", "FLOAT_OPS", "QUANT_OPS", "LAYOUT_OPS",
+    "infer_types", "validate", "dump", "requant_round",
+]
+
+Dim = Union[int, str]
+DTYPES = ("float32", "int8", "int32", "int64")
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Type of a tensor: ``dtype``, ``shape`` (ints or symbolic ``str`` dims), ``exp``.
+
+    ``exp`` is the power-of-two scale exponent of a quantized tensor
+    (``real = int * 2**exp``) or ``None`` for float tensors.
+    """
+
+    dtype: str
+    shape: tuple[Dim, ...]
+    exp: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise CompileError(f"unknown dtype {self.dtype!r}")
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def is_concrete(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    def __str__(self) -> str:
+        dims = ",".join(str(d) for d in self.shape)
+        e = f"@2^{self.exp}" if self.exp is not None else ""
+        return f"{self.dtype}[{dims}]{e}"
+
+
+@dataclass
+class Node:
+    """One operation: ``name`` (unique), ``op`` (a key of :data:`OPS`), tensor names, attributes."""
+
+    name: str
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def copy(self) -> "Node":
+        return Node(self.name, self.op, list(self.inputs), list(self.outputs), dict(self.attrs))
+
+
+@dataclass
+class Graph:
+    """A typed dataflow graph (see the module docstring)."""
+
+    name: str = "graph"
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    types: dict[str, TensorType] = field(default_factory=dict)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    kind: str = "float"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def copy(self) -> "Graph":
+        """Copy the structure (constants arrays are shared, treat them as immutable)."""
+        return Graph(self.name, list(self.inputs), list(self.outputs), [n.copy() for n in self.nodes],
+                     dict(self.types), dict(self.constants), self.kind, dict(self.meta))
+
+    def producers(self) -> dict[str, Node]:
+        """``tensor name -> node`` producing it."""
+        return {o: n for n in self.nodes for o in n.outputs}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        """``tensor name -> nodes`` reading it (graph outputs not included)."""
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                out.setdefault(i, []).append(n)
+        return out
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def fresh(self, base: str) -> str:
+        """A tensor/node name not used yet, derived from ``base``."""
+        used = set(self.types) | {n.name for n in self.nodes}
+        if base not in used:
+            return base
+        i = 1
+        while f"{base}_{i}" in used:
+            i += 1
+        return f"{base}_{i}"
+
+    def add_constant(self, name: str, value: np.ndarray, exp: int | None = None) -> str:
+        value = np.asarray(value)
+        dt = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",
+              np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}.get(value.dtype)
+        if dt is None:
+            value = value.astype(np.float32)
+            dt = "float32"
+        self.constants[name] = value
+        self.types[name] = TensorType(dt, value.shape, exp)
+        return name
+
+    def __str__(self) -> str:
+        return dump(self)
+
+
+# ---------------------------------------------------------------------------
+# Type inference
+# ---------------------------------------------------------------------------
+
+def requant_round(shift: int) -> int:
+    """The rounding constant that goes with ``shift``: ``1 << (shift-1)`` if ``shift > 0`` else 0."""
+    return (1 << (shift - 1)) if shift > 0 else 0
+
+
+def _err(node: Node, reason: str) -> CompileError:
+    return node_error(node.name, node.op, reason)
+
+
+def _spatial(node: Node, t: TensorType) -> tuple[int, int]:
+    if t.rank != 4:
+        raise _err(node, f"expects a 4-D NCHW input, got {t}")
+    h, w = t.shape[2], t.shape[3]
+    if not isinstance(h, int) or not isinstance(w, int):
+        raise _err(node, f"symbolic spatial dims are not supported, got {t}")
+    return h, w
+
+
+def _window_out(node: Node, h: int, w: int, kernel, strides, pads) -> tuple[int, int]:
+    kh, kw = kernel
+    sh, sw = strides
+    pt, pl, pb, pr = pads
+    if min(kh, kw, sh, sw) < 1 or min(pads) < 0:
+        raise _err(node, f"bad kernel {kernel} / strides {strides} / pads {pads}")
+    ho = (h + pt + pb - kh) // sh + 1
+    wo = (w + pl + pr - kw) // sw + 1
+    if h + pt + pb < kh or w + pl + pr < kw or ho < 1 or wo < 1:
+        raise _err(node, f"kernel {kh}x{kw} larger than the padded input {h + pt + pb}x{w + pl + pr}")
+    return ho, wo
+
+
+def _same_dim(a: Dim, b: Dim) -> bool:
+    return a == b
+
+
+def _broadcast(node: Node, a: tuple, b: tuple) -> tuple:
+    out = []
+    for i in range(max(len(a), len(b))):
+        da = a[len(a) - 1 - i] if i < len(a) else 1
+        db = b[len(b) - 1 - i] if i < len(b) else 1
+        if da == db or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        else:
+            raise _err(node, f"shapes {list(a)} and {list(b)} do not broadcast")
+    return tuple(reversed(out))
+
+
+def _prod(dims) -> int:
+    p = 1
+    for d in dims:
+        p *= d
+    return p
+
+
+def _infer_conv(node, ts, quant):
+    x, w = ts[0], ts[1]
+    h, wd = _spatial(node, x)
+    if w.rank != 4:
+        raise _err(node, f"weight must be 4-D OIHW, got {w}")
+    o, ig, kh, kw = w.shape
+    g = node.attrs.get("groups", 1)
+    c = x.shape[1]
+    if tuple(node.attrs["kernel"]) != (kh, kw):
+        raise _err(node, f"kernel attribute {tuple(node.attrs['kernel'])} != weight kernel {(kh, kw)}")
+    if not isinstance(c, int) or g < 1 or c % g or o % g or c // g != ig:
+        raise _err(node, f"input channels {c} with groups {g} do not match weight {list(w.shape)}")
+    if len(ts) > 2 and tuple(ts[2].shape) != (o,):
+        raise _err(node, f"bias shape {list(ts[2].shape)} != [{o}]")
+    ho, wo = _window_out(node, h, wd, (kh, kw), node.attrs["strides"], node.attrs["pads"])
+    shape = (x.shape[0], o, ho, wo)
+    if quant:
+        _check_q(node, ts, ("int8", "int8", "int32"))
+        return [TensorType("int8", shape, node.attrs.get("exp_out"))]
+    return [TensorType("float32", shape)]
+
+
+def _infer_dense(node, ts, quant):
+    x, w = ts[0], ts[1]
+    if x.rank != 2 or w.rank != 2:
+        raise _err(node, f"expects x [N,K] and w [M,K], got {x} and {w}")
+    if x.shape[1] != w.shape[1]:
+        raise _err(node, f"inner dims differ: x {list(x.shape)} vs w {list(w.shape)} (K)")
+    if len(ts) > 2 and tuple(ts[2].shape) != (w.shape[0],):
+        raise _err(node, f"bias shape {list(ts[2].shape)} != [{w.shape[0]}]")
+    shape = (x.shape[0], w.shape[0])
+    if quant:
+        _check_q(node, ts, ("int8", "int8", "int32"))
+        return [TensorType("int8", shape, node.attrs.get("exp_out"))]
+    return [TensorType("float32", shape)]
+
+
+def _check_q(node, ts, dtypes):
+    for t, d in zip(ts, dtypes):
+        if t.dtype != d:
+            raise _err(node, f"operand dtype {t.dtype}, expected {d}")
+        if t.exp is None:
+            raise _err(node, f"quantized operand {t} has no scale exponent")
+
+
+def _infer_pool(node, ts, quant):
+    x = ts[0]
+    h, w = _spatial(node, x)
+    ho, wo = _window_out(node, h, w, node.attrs["kernel"], node.attrs["strides"], node.attrs["pads"])
+    if quant:
+        _check_q(node, ts, ("int8",))
+    return [TensorType(x.dtype, (x.shape[0], x.shape[1], ho, wo), x.exp)]
+
+
+def _infer_gap(node, ts, quant):
+    x = ts[0]
+    _spatial(node, x)
+    return [TensorType(x.dtype, (x.shape[0], x.shape[1], 1, 1), x.exp)]
+
+
+def _infer_same(node, ts, quant):
+    return [ts[0]]
+
+
+def _infer_add(node, ts, quant):
+    a, b = ts
+    if quant:
+        _check_q(node, ts, ("int8", "int8"))
+        if a.shape != b.shape:
+            raise _err(node, f"quantized add needs equal shapes, got {a} and {b}")
+        return [TensorType("int8", a.shape, node.attrs.get("exp_out"))]
+    return [TensorType("float32", _broadcast(node, a.shape, b.shape))]
+
+
+def _infer_mul(node, ts, quant):
+    a, b = ts
+    shape = _broadcast(node, a.shape, b.shape)
+    if shape != a.shape:
+        raise _err(node, f"the constant {list(b.shape)} may not enlarge the tensor {list(a.shape)}")
+    if quant:
+        _check_q(node, ts, ("int8", "int8"))
+        return [TensorType("int8", a.shape, node.attrs.get("exp_out"))]
+    return [TensorType("float32", a.shape)]
+
+
+def _infer_bn(node, ts, quant):
+    x = ts[0]
+    if x.rank < 2:
+        raise _err(node, f"expects [N,C,...], got {x}")
+    for t in ts[1:]:
+        if tuple(t.shape) != (x.shape[1],):
+            raise _err(node, f"parameter shape {list(t.shape)} != [{x.shape[1]}]")
+    return [x]
+
+
+def _infer_flatten(node, ts, quant):
+    x = ts[0]
+    axis = node.attrs.get("axis", 1)
+    if axis < 0:
+        axis += x.rank
+    if not 0 <= axis <= x.rank:
+        raise _err(node, f"axis {node.attrs.get('axis')} out of range for {x}")
+    lead, tail = x.shape[:axis], x.shape[axis:]
+    if any(isinstance(d, str) for d in tail) or sum(isinstance(d, str) for d in lead) > 1 or (
+            any(isinstance(d, str) for d in lead) and len(lead) > 1):
+        raise _err(node, f"cannot flatten symbolic dims of {x} at axis {axis}")
+    d0 = lead[0] if len(lead) == 1 else _prod(lead)
+    return [TensorType(x.dtype, (d0, _prod(tail)), x.exp)]
+
+
+def _infer_reshape(node, ts, quant):
+    x = ts[0]
+    target = list(node.attrs["shape"])
+    out: list[Dim] = []
+    for i, d in enumerate(target):
+        if d == 0:
+            if i >= x.rank:
+                raise _err(node, f"target {target}: 0 at position {i} but input {x} has rank {x.rank}")
+            out.append(x.shape[i])
+        else:
+            out.append(d)
+    if sum(1 for d in out if d == -1) > 1:
+        raise _err(node, f"target {target} has more than one -1")
+    sym_in = [d for d in x.shape if isinstance(d, str)]
+    sym_out = [d for d in out if isinstance(d, str)]
+    known_in = _prod(d for d in x.shape if isinstance(d, int))
+    known_out = _prod(d for d in out if isinstance(d, int) and d != -1)
+    if -1 in out:
+        k = out.index(-1)
+        rest_sym = [d for d in sym_in if d not in sym_out]
+        if not rest_sym:
+            if sorted(sym_in) != sorted(sym_out) or known_out == 0 or known_in % known_out:
+                raise _err(node, f"cannot reshape {x} to {target}")
+            out[k] = known_in // known_out
+        elif len(rest_sym) == 1 and known_in == known_out:
+            out[k] = rest_sym[0]
+        else:
+            raise _err(node, f"cannot reshape {x} to {target} (symbolic dims)")
+    else:
+        if sorted(sym_in) != sorted(sym_out) or known_in != known_out:
+            raise _err(node, f"cannot reshape {x} ({known_in} known elements) to {target}")
+    if any(isinstance(d, int) and d < 1 for d in out):
+        raise _err(node, f"bad target shape {target}")
+    return [TensorType(x.dtype, tuple(out), x.exp)]
+
+
+def _infer_transpose(node, ts, quant):
+    x = ts[0]
+    perm = tuple(node.attrs["perm"])
+    if sorted(perm) != list(range(x.rank)):
+        raise _err(node, f"perm {list(perm)} is not a permutation of {x.rank} axes")
+    return [TensorType(x.dtype, tuple(x.shape[p] for p in perm), x.exp)]
+
+
+def _infer_concat(node, ts, quant):
+    axis = node.attrs["axis"]
+    r = ts[0].rank
+    if axis < 0:
+        axis += r
+    if not 0 <= axis < r:
+        raise _err(node, f"axis {node.attrs['axis']} out of range for rank {r}")
+    total = 0
+    for t in ts:
+        if t.rank != r or any(t.shape[i] != ts[0].shape[i] for i in range(r) if i != axis):
+            raise _err(node, f"inputs {[str(t) for t in ts]} differ outside axis {axis}")
+        if not isinstance(t.shape[axis], int):
+            raise _err(node, f"cannot concatenate along symbolic dim of {t}")
+        total += t.shape[axis]
+        if t.dtype != ts[0].dtype or t.exp != ts[0].exp:
+            raise _err(node, f"inputs differ in dtype/scale: {[str(t) for t in ts]}")
+    shape = list(ts[0].shape)
+    shape[axis] = total
+    return [TensorType(ts[0].dtype, tuple(shape), ts[0].exp)]
+
+
+def _infer_softmax(node, ts, quant):
+    if ts[0].dtype != "float32":
+        raise _err(node, f"softmax runs on float32, got {ts[0]}")
+    return [ts[0]]
+
+
+def _infer_quantize(node, ts, quant):
+    if ts[0].dtype != "float32":
+        raise _err(node, f"quantize expects float32, got {ts[0]}")
+    return [TensorType("int8", ts[0].shape, node.attrs["exp"])]
+
+
+def _infer_dequantize(node, ts, quant):
+    if ts[0].dtype not in ("int8", "int32") or ts[0].exp is None:
+        raise _err(node, f"dequantize expects a quantized int tensor, got {ts[0]}")
+    return [TensorType("float32", ts[0].shape)]
+
+
+def _infer_requant(node, ts, quant):
+    _check_q(node, ts, ("int8",))
+    return [TensorType("int8", ts[0].shape, node.attrs["exp_out"])]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Operator description: input count range, required attrs, type inference, graph kind."""
+
+    n_in: tuple[int, int]
+    attrs: tuple[str, ...]
+    infer: Callable
+    kinds: tuple[str, ...]  # graph kinds it may appear in
+
+
+_REQ = ("shift", "round", "mult", "clip_lo", "clip_hi", "exp_out")
+_CONV = ("kernel", "strides", "pads", "groups")
+_POOL = ("kernel", "strides", "pads")
+F, Q, FQ = ("float",), ("quantized",), ("float", "quantized")
+
+OPS: dict[str, OpSpec] = {
+    "conv2d": OpSpec((2, 3), _CONV + ("act",), _infer_conv, F),
+    "dense": OpSpec((2, 3), ("act",), _infer_dense, F),
+    "relu": OpSpec((1, 1), (), _infer_same, F),
+    "clip": OpSpec((1, 1), ("min", "max"), _infer_same, F),
+    "add": OpSpec((2, 2), ("act",), _infer_add, F),
+    "mul": OpSpec((2, 2), (), _infer_mul, F),
+    "batch_norm": OpSpec((5, 5), ("epsilon",), _infer_bn, F),
+    "max_pool": OpSpec((1, 1), _POOL, _infer_pool, F),
+    "avg_pool": OpSpec((1, 1), _POOL + ("count_include_pad",), _infer_pool, F),
+    "global_avg_pool": OpSpec((1, 1), (), _infer_gap, F),
+    "fake_quant": OpSpec((1, 1), ("scale", "zero_point", "qmin", "qmax"), _infer_same, F),
+    "flatten": OpSpec((1, 1), ("axis",), _infer_flatten, FQ),
+    "reshape": OpSpec((1, 1), ("shape",), _infer_reshape, FQ),
+    "transpose": OpSpec((1, 1), ("perm",), _infer_transpose, FQ),
+    "concat": OpSpec((1, 64), ("axis",), _infer_concat, FQ),
+    "softmax": OpSpec((1, 1), ("axis",), _infer_softmax, FQ),
+    "quantize": OpSpec((1, 1), ("exp",), _infer_quantize, Q),
+    "dequantize": OpSpec((1, 1), (), _infer_dequantize, Q),
+    "qconv2d": OpSpec((3, 3), _CONV + _REQ, _infer_conv, Q),
+    "qdense": OpSpec((3, 3), _REQ, _infer_dense, Q),
+    "qadd": OpSpec((2, 2), ("lshift_a", "lshift_b") + _REQ, _infer_add, Q),
+    "qmul": OpSpec((2, 2), _REQ, _infer_mul, Q),
+    "qrequant": OpSpec((1, 1), _REQ, _infer_requant, Q),
+    "qmax_pool": OpSpec((1, 1), _POOL, _infer_pool, Q),
+    "qavg_pool": OpSpec((1, 1), _POOL + ("divisor", "shift", "round", "clip_lo", "clip_hi"),
+                        _infer_pool, Q),
+}
+FLOAT_OPS = frozenset(k for k, v in OPS.items() if "float" in v.kinds)
+QUANT_OPS = frozenset(k for k, v in OPS.items() if "quantized" in v.kinds)
+LAYOUT_OPS = frozenset({"flatten", "reshape", "transpose", "concat"})
+
+
+def _infer_node(graph: Graph, node: Node, types: dict[str, TensorType]) -> list[TensorType]:
+    spec = OPS.get(node.op)
+    if spec is None:
+        raise _err(node, f"unknown IR op {node.op!r}")
+    if graph.kind not in spec.kinds:
+        raise _err(node, f"op {node.op!r} may not appear in a {graph.kind} graph")
+    lo, hi = spec.n_in
+    if not lo <= len(node.inputs) <= hi or len(node.outputs) != 1:
+        raise _err(node, f"takes {lo}..{hi} inputs and 1 output, got {len(node.inputs)} and "
+                   f"{len(node.outputs)}")
+    for a in spec.attrs:
+        if a not in node.attrs:
+            raise _err(node, f"missing attribute {a!r}")
+    ts = []
+    for i in node.inputs:
+        if i not in types:
+            raise _err(node, f"input {i!r} is not defined before use")
+        ts.append(types[i])
+    if graph.kind == "float":
+        for t in ts:
+            if t.dtype != "float32":
+                raise _err(node, f"float graph operand {t} is not float32")
+    return spec.infer(node, ts, graph.kind == "quantized")
+
+
+def infer_types(graph: Graph) -> Graph:
+    """Recompute every node output's type in place from the graph inputs and constants.
+
+    Returns the same graph. Raises :class:`CompileError` naming the node on any
+    shape or dtype inconsistency.
+    """
+    types = {n: graph.types[n] for n in graph.inputs}
+    for c, v in graph.constants.items():
+        types[c] = graph.types[c]
+    for node in graph.nodes:
+        for name, t in zip(node.outputs, _infer_node(graph, node, types)):
+            types[name] = t
+    graph.types = types
+    return graph
+
+
+def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
+    a = node.attrs
+    if "shift" in a and node.op != "qavg_pool":
+        s = a["shift"]
+        if not isinstance(s, int) or a["round"] != requant_round(s):
+            raise _err(node, f"round {a['round']} does not match shift {s}")
+        if not isinstance(a["mult"], int) or a["mult"] < 1:
+            raise _err(node, f"mult must be a positive int, got {a['mult']}")
+        if abs(s) > 31:
+            raise _err(node, f"shift {s} outside [-31, 31]")
+    if node.op == "qavg_pool":
+        d = a["divisor"]
+        p2 = d & (d - 1) == 0
+        if p2 and (a["shift"] != d.bit_length() - 1 or a["round"] != d // 2):
+            raise _err(node, f"divisor {d} needs shift {d.bit_length() - 1} and round {d // 2}")
+        if not p2 and a["shift"] is not None:
+            raise _err(node, f"divisor {d} is not a power of two: shift must be None")
+    if "clip_lo" in a and not -128 <= a["clip_lo"] <= a["clip_hi"] <= 127:
+        raise _err(node, f"clip [{a['clip_lo']}, {a['clip_hi']}] outside the int8 range")
+    if node.op == "qconv2d" or node.op == "qdense":
+        x, w, b = (types[i] for i in node.inputs)
+        if b.exp != x.exp + w.exp:
+            raise _err(node, f"bias exp {b.exp} != exp_in + exp_w = {x.exp + w.exp}")
+        if a["shift"] != a["exp_out"] - b.exp:
+            raise _err(node, f"shift {a['shift']} != exp_out - exp_acc = {a['exp_out'] - b.exp}")
+    if node.op == "qadd":
+        ea, eb = types[node.inputs[0]].exp, types[node.inputs[1]].exp
+        c = min(ea, eb)
+        if (a["lshift_a"], a["lshift_b"]) != (ea - c, eb - c) or a["shift"] != a["exp_out"] - c:
+            raise _err(node, "lshift_a/lshift_b/shift do not align the operand exps")
+    if node.op == "qrequant" and a["shift"] != a["exp_out"] - types[node.inputs[0]].exp:
+        raise _err(node, "shift != exp_out - exp_in")
+    if node.op == "qmul":
+        ex, ec = types[node.inputs[0]].exp, types[node.inputs[1]].exp
+        if a["shift"] != a["exp_out"] - (ex + ec):
+            raise _err(node, "shift != exp_out - (exp_x + exp_c)")
+
+
+def validate(graph: Graph) -> Graph:
+    """Check every structural and typing invariant; return the graph or raise CompileError.
+
+    Checks: unique node names, SSA (each tensor written once, never a graph
+    input or constant), topological order, known ops valid for ``graph.kind``,
+    required attributes, constants' arrays agree with their types, every stored
+    type equals the inferred type, graph outputs are defined, and for quantized
+    graphs the integer rules of the module docstring (round/shift, clip range,
+    exponent bookkeeping).
+    """
+    if graph.kind not in ("float", "quantized"):
+        raise CompileError(f"graph '{graph.name}': unknown kind {graph.kind!r}")
+    names: set[str] = set()
+    written = set(graph.inputs) | set(graph.constants)
+    if set(graph.inputs) & set(graph.constants):
+        raise CompileError(f"graph '{graph.name}': inputs {sorted(set(graph.inputs) & set(graph.constants))} are also constants")
+    for c, v in graph.constants.items():
+        t = graph.types.get(c)
+        if t is None or tuple(v.shape) != t.shape or np.dtype(v.dtype).name != t.dtype:
+            raise CompileError(f"graph '{graph.name}': constant {c!r} array {v.dtype}{list(v.shape)} does not match its type {t}")
+    for i in graph.inputs:
+        if i not in graph.types:
+            raise CompileError(f"graph '{graph.name}': input {i!r} has no type")
+    types = {n: graph.types[n] for n in written}
+    for node in graph.nodes:
+        if node.name in names:
+            raise _err(node, "duplicate node name")
+        names.add(node.name)
+        inferred = _infer_node(graph, node, types)
+        for o, t in zip(node.outputs, inferred):
+            if o in written:
+                raise _err(node, f"tensor {o!r} is written twice")
+            written.add(o)
+            stored = graph.types.get(o)
+            if stored != t:
+                raise _err(node, f"stored type {stored} of {o!r} differs from the inferred {t}")
+            types[o] = t
+        if graph.kind == "quantized":
+            _check_quant_node(node, types)
+    for o in graph.outputs:
+        if o not in written:
+            raise CompileError(f"graph '{graph.name}': output {o!r} is never produced")
+    return graph
+
+
+def _fmt_attr(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (tuple, list)):
+        return "(" + ",".join(_fmt_attr(x) for x in v) + ")"
+    return str(v)
+
+
+def dump(graph: Graph) -> str:
+    """Readable text form: header, inputs, constants (type only), one line per node, outputs."""
+    lines = [f"graph {graph.name} ({graph.kind})"]
+    for i in graph.inputs:
+        lines.append(f"  input  %{i}: {graph.types[i]}")
+    for c in graph.constants:
+        lines.append(f"  const  %{c}: {graph.types[c]}")
+    for n in graph.nodes:
+        outs = ", ".join(f"%{o}: {graph.types.get(o)}" for o in n.outputs)
+        attrs = " ".join(f"{k}={_fmt_attr(v)}" for k, v in n.attrs.items())
+        ins = ", ".join(f"%{i}" for i in n.inputs)
+        lines.append(f"  {outs} = {n.op}({ins}) {attrs}  # {n.name}".rstrip())
+    lines.append("  return " + ", ".join(f"%{o}" for o in graph.outputs))
+    return "\n".join(lines)

@@ -1,0 +1,286 @@
+"""Reference executors: the independent integer oracle and a float executor.
+
+:func:`run_quantized` executes a quantized graph (see :mod:`.ir`) with plain
+numpy integer arithmetic, NCHW, following the integer rules of the
+:mod:`.ir` docstring literally. It shares no code with the lowering / packing
+/ executor of the back half: it is the oracle the VTA results are compared
+against bit for bit.
+
+Exactness note: the convolution / dense sums are formed with a float64 BLAS
+matrix product of int8 values and then converted to int64. This is exact:
+each product is at most 128*128 = 2**14 in magnitude, and every partial sum
+of K products is an integer of magnitude <= K * 2**14 < 2**53 for any
+K < 2**39, so float64 represents every intermediate exactly (checked at run
+time). Everything after the sum (bias, rounding, shifts, clips, pooling,
+adds) is int64.
+
+:func:`run_float` executes a float graph (the frontend's IR, before or after
+the float passes) in float32/float64 numpy; it is used to check the frontend
+against onnxruntime and to calibrate the quantizer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .errors import CompileError, node_error
+from .ir import Graph, Node
+
+__all__ = ["run_float", "run_quantized", "conv2d_nchw", "requantize"]
+
+
+# ---------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------
+
+def _pad(x: np.ndarray, pads, value) -> np.ndarray:
+    pt, pl, pb, pr = pads
+    if not any(pads):
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=value)
+
+
+def _windows(x: np.ndarray, kernel, strides) -> np.ndarray:
+    """``[N,C,Ho,Wo,kh,kw]`` view of the (already padded) input."""
+    kh, kw = kernel
+    sh, sw = strides
+    return sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
+
+
+def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides, pads, groups: int) -> np.ndarray:
+    """Direct 2-D convolution (cross-correlation), NCHW x OIHW -> NCHW, float64.
+
+    ``x`` [N,C,H,W], ``w`` [O, C/groups, kh, kw]; zero padding
+    ``pads=(top,left,bottom,right)``. Computed as a float64 GEMM over im2col
+    windows (exact for integer inputs, see the module docstring).
+    """
+    n, c, _, _ = x.shape
+    o, cg, kh, kw = w.shape
+    xw = _windows(_pad(x.astype(np.float64), pads, 0.0), (kh, kw), strides)
+    ho, wo = xw.shape[2], xw.shape[3]
+    g = groups
+    og = o // g
+    # cols: [G, N*Ho*Wo, Cg*kh*kw]
+    cols = xw.reshape(n, g, cg, ho, wo, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6).reshape(
+        g, n * ho * wo, cg * kh * kw)
+    wm = w.astype(np.float64).reshape(g, og, cg * kh * kw).transpose(0, 2, 1)
+    out = np.matmul(cols, wm)  # [G, NHW, Og]
+    return out.reshape(g, n, ho, wo, og).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
+
+
+def _int_sum_check(k: int) -> None:
+    if k * (1 << 14) >= (1 << 53):
+        raise CompileError(f"reduction length {k} too long for an exact float64 integer sum")
+
+
+def requantize(acc: np.ndarray, attrs: dict) -> np.ndarray:
+    """The requantize rule of :mod:`.ir`, int64: ``*mult``, ``(+round) >> shift`` or ``<< -shift``, clip."""
+    acc = acc.astype(np.int64)
+    if attrs["mult"] != 1:
+        acc = acc * np.int64(attrs["mult"])
+    s = attrs["shift"]
+    if s > 0:
+        acc = (acc + np.int64(attrs["round"])) >> np.int64(s)
+    elif s < 0:
+        acc = acc << np.int64(-s)
+    return np.clip(acc, attrs["clip_lo"], attrs["clip_hi"]).astype(np.int8)
+
+
+def _act(y: np.ndarray, a: dict) -> np.ndarray:
+    act = a.get("act", "none")
+    if act == "relu":
+        return np.maximum(y, 0)
+    if act == "clip":
+        lo = -np.inf if a.get("act_min") is None else a["act_min"]
+        hi = np.inf if a.get("act_max") is None else a["act_max"]
+        return np.clip(y, lo, hi)
+    return y
+
+
+def _avg_pool_float(x, a):
+    kh, kw = a["kernel"]
+    s = _windows(_pad(x.astype(np.float64), a["pads"], 0.0), (kh, kw), a["strides"]).sum(axis=(-2, -1))
+    if a["count_include_pad"] or not any(a["pads"]):
+        return s / (kh * kw)
+    ones = np.ones((1, 1) + x.shape[2:])
+    cnt = _windows(_pad(ones, a["pads"], 0.0), (kh, kw), a["strides"]).sum(axis=(-2, -1))
+    return s / cnt
+
+
+def _layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    a = node.attrs
+    if node.op == "flatten":
+        ax = a["axis"] if a["axis"] >= 0 else a["axis"] + x[0].ndim
+        return x[0].reshape(int(np.prod(x[0].shape[:ax], dtype=np.int64)), -1)
+    if node.op == "reshape":
+        tgt = [x[0].shape[i] if d == 0 else d for i, d in enumerate(a["shape"])]
+        return x[0].reshape(tgt)
+    if node.op == "transpose":
+        return np.transpose(x[0], a["perm"])
+    if node.op == "concat":
+        return np.concatenate(x, axis=a["axis"])
+    raise AssertionError(node.op)
+
+
+def _softmax(x, axis):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------
+# Float executor
+# ---------------------------------------------------------------------------
+
+def _float_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    a = node.attrs
+    op = node.op
+    if op == "conv2d":
+        y = conv2d_nchw(x[0], x[1], a["strides"], a["pads"], a["groups"])
+        if len(x) > 2:
+            y = y + x[2].reshape(1, -1, 1, 1)
+        return _act(y, a)
+    if op == "dense":
+        y = x[0].astype(np.float64) @ x[1].astype(np.float64).T
+        if len(x) > 2:
+            y = y + x[2]
+        return _act(y, a)
+    if op == "relu":
+        return np.maximum(x[0], 0)
+    if op == "clip":
+        return _act(x[0], {"act": "clip", "act_min": a["min"], "act_max": a["max"]})
+    if op == "add":
+        return _act(x[0].astype(np.float64) + x[1], a)
+    if op == "mul":
+        return x[0].astype(np.float64) * x[1]
+    if op == "batch_norm":
+        xx, sc, b, m, v = x
+        shp = (1, -1) + (1,) * (xx.ndim - 2)
+        inv = sc.astype(np.float64) / np.sqrt(v.astype(np.float64) + a["epsilon"])
+        return (xx - m.reshape(shp)) * inv.reshape(shp) + b.reshape(shp)
+    if op == "max_pool":
+        xp = _pad(x[0], a["pads"], -np.inf)
+        return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1))
+    if op == "avg_pool":
+        return _avg_pool_float(x[0], a)
+    if op == "global_avg_pool":
+        return x[0].astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    if op == "fake_quant":
+        s = np.asarray(a["scale"], dtype=np.float64)
+        zp = np.asarray(a["zero_point"], dtype=np.float64)
+        if s.ndim == 1:
+            shp = [1] * x[0].ndim
+            shp[a.get("axis", 1)] = -1
+            s, zp = s.reshape(shp), zp.reshape(shp)
+        q = np.clip(np.rint(x[0] / s) + zp, a["qmin"], a["qmax"])
+        return (q - zp) * s
+    if op == "softmax":
+        return _softmax(x[0], a["axis"])
+    if op in ("flatten", "reshape", "transpose", "concat"):
+        return _layout(node, x, graph)
+    raise node_error(node.name, node.op, "the float executor cannot run this op")
+
+
+def run_float(graph: Graph, feeds: dict[str, np.ndarray], *, keep_all: bool = False
+              ) -> dict[str, np.ndarray]:
+    """Run a float graph on concrete inputs.
+
+    Args:
+        graph: a ``kind == "float"`` graph.
+        feeds: ``input name -> float32 array`` (shapes must match the input types,
+            symbolic dims take any size).
+        keep_all: return every tensor, not only the graph outputs.
+    Returns:
+        ``name -> float32 array``.
+    """
+    if graph.kind != "float":
+        raise CompileError(f"run_float needs a float graph, got a {graph.kind} graph")
+    env = _bind(graph, feeds)
+    for node in graph.nodes:
+        y = _float_node(node, [env[i] for i in node.inputs], graph)
+        env[node.outputs[0]] = np.asarray(y, dtype=np.float32)
+    names = env.keys() if keep_all else graph.outputs
+    return {k: env[k] for k in names}
+
+
+def _bind(graph: Graph, feeds) -> dict[str, np.ndarray]:
+    env = dict(graph.constants)
+    for i in graph.inputs:
+        if i not in feeds:
+            raise CompileError(f"graph '{graph.name}': missing input {i!r}")
+        v = np.asarray(feeds[i])
+        t = graph.types[i]
+        if v.ndim != t.rank or any(isinstance(d, int) and d != s for d, s in zip(t.shape, v.shape)):
+            raise CompileError(f"graph '{graph.name}': input {i!r} has shape {list(v.shape)}, "
+                               f"expected {list(t.shape)}")
+        env[i] = v.astype(np.float32) if t.dtype == "float32" else v
+    return env
+
+
+# ---------------------------------------------------------------------------
+# Integer executor (the oracle)
+# ---------------------------------------------------------------------------
+
+def _q_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    a = node.attrs
+    op = node.op
+    if op == "quantize":
+        q = np.floor(x[0].astype(np.float64) * 2.0 ** (-a["exp"]) + 0.5)
+        return np.clip(q, -128, 127).astype(np.int8)
+    if op == "dequantize":
+        return (x[0].astype(np.float64) * 2.0 ** graph.types[node.inputs[0]].exp).astype(np.float32)
+    if op == "qconv2d":
+        w = x[1]
+        _int_sum_check(w.shape[1] * w.shape[2] * w.shape[3])
+        acc = np.rint(conv2d_nchw(x[0], w, a["strides"], a["pads"], a["groups"])).astype(np.int64)
+        acc = acc + x[2].astype(np.int64).reshape(1, -1, 1, 1)
+        return requantize(acc, a)
+    if op == "qdense":
+        _int_sum_check(x[1].shape[1])
+        acc = np.rint(x[0].astype(np.float64) @ x[1].astype(np.float64).T).astype(np.int64)
+        return requantize(acc + x[2].astype(np.int64), a)
+    if op == "qadd":
+        acc = (x[0].astype(np.int64) << np.int64(a["lshift_a"])) + (
+            x[1].astype(np.int64) << np.int64(a["lshift_b"]))
+        return requantize(acc, a)
+    if op == "qmul":
+        return requantize(x[0].astype(np.int64) * x[1].astype(np.int64), a)
+    if op == "qrequant":
+        return requantize(x[0].astype(np.int64), a)
+    if op == "qmax_pool":
+        xp = _pad(x[0].astype(np.int64), a["pads"], -128)
+        return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(np.int8)
+    if op == "qavg_pool":
+        xp = _pad(x[0].astype(np.int64), a["pads"], 0)
+        acc = _windows(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1), dtype=np.int64)
+        d = np.int64(a["divisor"])
+        y = np.floor_divide(2 * acc + d, 2 * d)
+        return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(np.int8)
+    if op in ("flatten", "reshape", "transpose", "concat"):
+        return _layout(node, x, graph)
+    if op == "softmax":
+        return _softmax(x[0], a["axis"])
+    raise node_error(node.name, node.op, "the integer reference cannot run this op")
+
+
+def run_quantized(graph: Graph, feeds: dict[str, np.ndarray], *, keep_all: bool = False
+                  ) -> dict[str, np.ndarray]:
+    """Run a quantized graph with numpy integer arithmetic (the bit-exact oracle).
+
+    Args:
+        graph: a ``kind == "quantized"`` graph (:func:`vtaforge.compiler.quantize.quantize`).
+        feeds: ``input name -> float32 array`` (the graph's ``quantize`` nodes
+            convert them to int8).
+        keep_all: also return every intermediate tensor (int8 activations,
+            e.g. ``"logits_q"``), for bit-for-bit comparison with VTA.
+    Returns:
+        ``name -> array`` (int8 for quantized tensors, float32 for dequantized).
+    """
+    if graph.kind != "quantized":
+        raise CompileError(f"run_quantized needs a quantized graph, got a {graph.kind} graph")
+    env = _bind(graph, feeds)
+    for node in graph.nodes:
+        env[node.outputs[0]] = _q_node(node, [env[i] for i in node.inputs], graph)
+    names = env.keys() if keep_all else graph.outputs
+    return {k: env[k] for k in names}
