@@ -1,0 +1,314 @@
+"""AXI interfaces of the core: the AXI4 master DMA engine and the AXI4-Lite control slave.
+
+The DMA engine owns the single shared AXI4 master port (32-bit addresses, data width
+``cfg.BUS_WIDTH``, no IDs, INCR bursts only).  Clients ask for a run of *beats* starting at
+a beat-aligned byte address; the engine splits the run into bursts of at most 256 beats that
+never cross a 4 KiB boundary (AXI4 A3.4.1) and keeps one burst outstanding at a time.
+
+Read side: several clients (fetch, load, compute) arbitrate with fixed priority; a granted
+client keeps the read channel until every beat of its request has been delivered, so a client
+must accept every beat it asked for (all clients here write into scratchpads or registers and
+never block indefinitely).  Write side: one client (store); the engine issues AW, forwards the
+client's W beats with WLAST at each burst end, and waits for B before the next burst.  A
+request completes (``done`` pulse) after the last B response, so a store's data is in DRAM
+before the store unit pushes its dependency token.
+
+A beat counts only on VALID && READY (field fault BR-21); single-beat bursts (``len = 0``)
+are the common case for narrow elements.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import VTAConfig
+from .. import regs as regmap
+
+__all__ = ["ReadClientSignature", "WriteClientSignature", "DMAEngine", "AXILiteRegs",
+           "burst_beats"]
+
+#: Width of a request's beat count (a row may be up to 65535 elements of 16 KiB).
+BEATS_BITS = 32
+
+
+def ReadClientSignature(bus_width: int) -> wiring.Signature:
+    """A DMA read client, seen from the client (``Out`` = driven by the client).
+
+    ``req_addr`` is a beat-aligned byte address, ``req_beats`` ≥ 1 the number of bus beats;
+    the request is accepted when ``req_valid & req_ready``.  Beats then arrive on
+    ``data``/``data_valid`` and are consumed when ``data_ready`` is high.
+    """
+    return wiring.Signature({
+        "req_valid": Out(1), "req_addr": Out(32), "req_beats": Out(BEATS_BITS),
+        "req_ready": In(1),
+        "data": In(bus_width), "data_valid": In(1), "data_ready": Out(1),
+    })
+
+
+def WriteClientSignature(bus_width: int) -> wiring.Signature:
+    """The DMA write client, seen from the client.  After the request is accepted the client
+    supplies exactly ``req_beats`` beats on ``data``/``strb``/``data_valid`` (taken when
+    ``data_ready``); ``done`` pulses when the last write response has arrived."""
+    return wiring.Signature({
+        "req_valid": Out(1), "req_addr": Out(32), "req_beats": Out(BEATS_BITS),
+        "req_ready": In(1),
+        "data": Out(bus_width), "strb": Out(bus_width // 8), "data_valid": Out(1),
+        "data_ready": In(1), "done": In(1),
+    })
+
+
+def axi_master_members(bus_width: int) -> dict:
+    """The flat AXI4 master members (``m_axi_*``) of the top-level signature."""
+    bb = bus_width // 8
+    return {
+        "m_axi_araddr": Out(32), "m_axi_arlen": Out(8), "m_axi_arsize": Out(3),
+        "m_axi_arburst": Out(2), "m_axi_arvalid": Out(1), "m_axi_arready": In(1),
+        "m_axi_rdata": In(bus_width), "m_axi_rresp": In(2), "m_axi_rlast": In(1),
+        "m_axi_rvalid": In(1), "m_axi_rready": Out(1),
+        "m_axi_awaddr": Out(32), "m_axi_awlen": Out(8), "m_axi_awsize": Out(3),
+        "m_axi_awburst": Out(2), "m_axi_awvalid": Out(1), "m_axi_awready": In(1),
+        "m_axi_wdata": Out(bus_width), "m_axi_wstrb": Out(bb), "m_axi_wlast": Out(1),
+        "m_axi_wvalid": Out(1), "m_axi_wready": In(1),
+        "m_axi_bresp": In(2), "m_axi_bvalid": In(1), "m_axi_bready": Out(1),
+    }
+
+
+def axi_lite_members() -> dict:
+    """The flat AXI4-Lite slave members (``s_axi_*``): 8-bit address, 32-bit data."""
+    return {
+        "s_axi_awaddr": In(8), "s_axi_awvalid": In(1), "s_axi_awready": Out(1),
+        "s_axi_wdata": In(32), "s_axi_wstrb": In(4), "s_axi_wvalid": In(1),
+        "s_axi_wready": Out(1), "s_axi_bresp": Out(2), "s_axi_bvalid": Out(1),
+        "s_axi_bready": In(1),
+        "s_axi_araddr": In(8), "s_axi_arvalid": In(1), "s_axi_arready": Out(1),
+        "s_axi_rdata": Out(32), "s_axi_rresp": Out(2), "s_axi_rvalid": Out(1),
+        "s_axi_rready": In(1),
+    }
+
+
+def burst_beats(addr: int, beats_left: int, bus_bytes: int) -> int:
+    """Beats in the next burst (pure-Python model of the engine's split rule): at most 256,
+    at most ``beats_left``, and not crossing the next 4 KiB boundary from ``addr``."""
+    to_4k = (4096 - (addr % 4096)) // bus_bytes
+    return min(256, beats_left, to_4k)
+
+
+def _next_len(m: Module, addr, beats_left, bus_bytes: int):
+    """Combinational burst length in beats (1..256) for the hardware engine."""
+    lbb = bus_bytes.bit_length() - 1
+    to_4k = Signal(range(4096 // bus_bytes + 1))
+    m.d.comb += to_4k.eq((Const(4096, 13) - addr[:12]) >> lbb)
+    n = Signal(9)
+    lim = Signal(9)
+    m.d.comb += lim.eq(Mux(to_4k < 256, to_4k, 256))
+    m.d.comb += n.eq(Mux(beats_left < lim, beats_left, lim))
+    return n
+
+
+class DMAEngine(wiring.Component):
+    """AXI4 master engine shared by ``n_read`` read clients and one write client.
+
+    Ports: ``rd0 .. rd{n_read-1}`` (flipped :func:`ReadClientSignature`), ``wr`` (flipped
+    :func:`WriteClientSignature`), the flat ``m_axi_*`` members, and per-cycle event outputs
+    ``rd_beat``/``wr_beat`` (a beat was transferred) used by the byte counters.
+    """
+
+    def __init__(self, cfg: VTAConfig, n_read: int):
+        self.cfg = cfg
+        self.n_read = n_read
+        bw = cfg.BUS_WIDTH
+        members = {f"rd{i}": In(ReadClientSignature(bw)) for i in range(n_read)}
+        members["wr"] = In(WriteClientSignature(bw))
+        members.update(axi_master_members(bw))
+        members["rd_beat"] = Out(1)
+        members["wr_beat"] = Out(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        bb = cfg.BUS_WIDTH // 8
+        lbb = bb.bit_length() - 1
+        clients = [getattr(self, f"rd{i}") for i in range(self.n_read)]
+
+        # ---------------------------------------------------------------- read side
+        grant = Signal(range(max(2, self.n_read)))
+        r_addr = Signal(32)
+        r_left = Signal(BEATS_BITS)
+        r_burst = Signal(9)  # beats remaining in the current burst
+        r_len = _next_len(m, r_addr, r_left, bb)
+        m.d.comb += [self.m_axi_arsize.eq(lbb), self.m_axi_arburst.eq(1),
+                     self.m_axi_araddr.eq(r_addr), self.m_axi_arlen.eq(r_len - 1)]
+        rbeat = Signal()
+        m.d.comb += rbeat.eq(self.m_axi_rvalid & self.m_axi_rready)
+        m.d.comb += self.rd_beat.eq(rbeat)
+        for i, c in enumerate(clients):
+            m.d.comb += c.data.eq(self.m_axi_rdata)
+        with m.FSM(name="rd_fsm"):
+            with m.State("IDLE"):
+                # fixed priority: lowest index first
+                for i in reversed(range(self.n_read)):
+                    c = clients[i]
+                    with m.If(c.req_valid):
+                        m.d.sync += [grant.eq(i), r_addr.eq(c.req_addr & ~(bb - 1)),
+                                     r_left.eq(c.req_beats)]
+                # request acceptance: only the highest-priority requester sees ready
+                taken = Const(0, 1)
+                for i, c in enumerate(clients):
+                    m.d.comb += c.req_ready.eq(c.req_valid & ~taken)
+                    taken = taken | c.req_valid
+                with m.If(taken):
+                    m.next = "AR"
+            with m.State("AR"):
+                with m.If(r_left == 0):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += self.m_axi_arvalid.eq(1)
+                    with m.If(self.m_axi_arready):
+                        m.d.sync += r_burst.eq(r_len)
+                        m.next = "R"
+            with m.State("R"):
+                for i, c in enumerate(clients):
+                    with m.If(grant == i):
+                        m.d.comb += [c.data_valid.eq(self.m_axi_rvalid),
+                                     self.m_axi_rready.eq(c.data_ready)]
+                with m.If(rbeat):
+                    m.d.sync += [r_burst.eq(r_burst - 1), r_left.eq(r_left - 1),
+                                 r_addr.eq(r_addr + bb)]
+                    with m.If(r_burst == 1):
+                        m.next = "AR"
+
+        # ---------------------------------------------------------------- write side
+        w = self.wr
+        w_addr = Signal(32)
+        w_left = Signal(BEATS_BITS)
+        w_burst = Signal(9)
+        w_len = _next_len(m, w_addr, w_left, bb)
+        m.d.comb += [self.m_axi_awsize.eq(lbb), self.m_axi_awburst.eq(1),
+                     self.m_axi_awaddr.eq(w_addr), self.m_axi_awlen.eq(w_len - 1),
+                     self.m_axi_wdata.eq(w.data), self.m_axi_wstrb.eq(w.strb)]
+        wbeat = Signal()
+        m.d.comb += wbeat.eq(self.m_axi_wvalid & self.m_axi_wready)
+        m.d.comb += self.wr_beat.eq(wbeat)
+        with m.FSM(name="wr_fsm"):
+            with m.State("IDLE"):
+                m.d.comb += w.req_ready.eq(1)
+                with m.If(w.req_valid):
+                    m.d.sync += [w_addr.eq(w.req_addr & ~(bb - 1)), w_left.eq(w.req_beats)]
+                    m.next = "AW"
+            with m.State("AW"):
+                with m.If(w_left == 0):
+                    m.d.comb += w.done.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += self.m_axi_awvalid.eq(1)
+                    with m.If(self.m_axi_awready):
+                        m.d.sync += w_burst.eq(w_len)
+                        m.next = "W"
+            with m.State("W"):
+                m.d.comb += [self.m_axi_wvalid.eq(w.data_valid), w.data_ready.eq(self.m_axi_wready),
+                             self.m_axi_wlast.eq(w_burst == 1)]
+                with m.If(wbeat):
+                    m.d.sync += [w_burst.eq(w_burst - 1), w_left.eq(w_left - 1),
+                                 w_addr.eq(w_addr + bb)]
+                    with m.If(w_burst == 1):
+                        m.next = "B"
+            with m.State("B"):
+                m.d.comb += self.m_axi_bready.eq(1)
+                with m.If(self.m_axi_bvalid):
+                    m.next = "AW"
+        return m
+
+
+class AXILiteRegs(wiring.Component):
+    """AXI4-Lite control slave implementing :mod:`vtaforge.hw.regs`.
+
+    Writes complete when both AW and W are valid (one transaction at a time, ``BRESP = OKAY``);
+    reads return the register at ``araddr & ~3`` one cycle after acceptance (unmapped
+    addresses read 0).  Core-side ports: ``start`` (combinational one-cycle pulse in the cycle a CTRL write with START = 1 is
+    accepted), ``irq_en``,
+    ``insn_addr`` (64), ``insn_count`` (32), inputs ``busy``/``done`` and the counters
+    ``cnt_<NAME>`` (32 bits each, 64 for CYCLES), ``set_irq`` (pulse at completion).
+    """
+
+    COUNTERS = ("FETCH_BUSY", "LOAD_BUSY", "COMPUTE_BUSY", "STORE_BUSY", "LOAD_STALL",
+                "COMPUTE_STALL", "STORE_STALL", "GEMM_COUNT", "ALU_COUNT", "DMA_RD_BYTES",
+                "DMA_WR_BYTES")
+
+    def __init__(self, cfg: VTAConfig):
+        self.cfg = cfg
+        members = axi_lite_members()
+        members.update({
+            "start": Out(1), "irq_en": Out(1), "irq": Out(1), "insn_addr": Out(64),
+            "insn_count": Out(32), "busy": In(1), "done": In(1), "set_irq": In(1),
+            "cycles": In(64),
+        })
+        for n in self.COUNTERS:
+            members[f"cnt_{n.lower()}"] = In(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        irq_status = Signal()
+        insn_lo = Signal(32)
+        insn_hi = Signal(32)
+        m.d.comb += [self.insn_addr.eq(Cat(insn_lo, insn_hi)),
+                     self.irq.eq(irq_status & self.irq_en)]
+        with m.If(self.set_irq):
+            m.d.sync += irq_status.eq(1)
+
+        # write channel
+        bvalid = Signal()
+        m.d.comb += [self.s_axi_bvalid.eq(bvalid), self.s_axi_bresp.eq(0)]
+        wr_ok = Signal()
+        m.d.comb += wr_ok.eq(self.s_axi_awvalid & self.s_axi_wvalid & ~bvalid)
+        m.d.comb += [self.s_axi_awready.eq(wr_ok), self.s_axi_wready.eq(wr_ok)]
+        with m.If(bvalid & self.s_axi_bready):
+            m.d.sync += bvalid.eq(0)
+        waddr = self.s_axi_awaddr[2:]
+        wdata = self.s_axi_wdata
+        with m.If(wr_ok):
+            m.d.sync += bvalid.eq(1)
+            with m.Switch(waddr):
+                with m.Case(regmap.offset("CTRL") >> 2):
+                    m.d.comb += self.start.eq(wdata[0])
+                    m.d.sync += self.irq_en.eq(wdata[1])
+                with m.Case(regmap.offset("IRQ_STATUS") >> 2):
+                    with m.If(wdata[0] & ~self.set_irq):
+                        m.d.sync += irq_status.eq(0)
+                with m.Case(regmap.offset("INSN_ADDR_LO") >> 2):
+                    m.d.sync += insn_lo.eq(wdata)
+                with m.Case(regmap.offset("INSN_ADDR_HI") >> 2):
+                    m.d.sync += insn_hi.eq(wdata)
+                with m.Case(regmap.offset("INSN_COUNT") >> 2):
+                    m.d.sync += self.insn_count.eq(wdata)
+
+        # read channel
+        rvalid = Signal()
+        rdata = Signal(32)
+        m.d.comb += [self.s_axi_rvalid.eq(rvalid), self.s_axi_rdata.eq(rdata),
+                     self.s_axi_rresp.eq(0), self.s_axi_arready.eq(~rvalid)]
+        with m.If(rvalid & self.s_axi_rready):
+            m.d.sync += rvalid.eq(0)
+        values = {
+            "CTRL": Cat(Const(0, 1), self.irq_en),
+            "STATUS": Cat(self.busy, self.done),
+            "IRQ_STATUS": irq_status,
+            "INSN_ADDR_LO": insn_lo, "INSN_ADDR_HI": insn_hi, "INSN_COUNT": self.insn_count,
+            "CYCLES_LO": self.cycles[:32], "CYCLES_HI": self.cycles[32:],
+            "FINGERPRINT": Const(self.cfg.fingerprint, 32),
+            "VERSION": Const(regmap.REGMAP_VERSION, 32),
+        }
+        for n in self.COUNTERS:
+            values[n] = getattr(self, f"cnt_{n.lower()}")
+        with m.If(self.s_axi_arvalid & ~rvalid):
+            m.d.sync += rvalid.eq(1)
+            with m.Switch(self.s_axi_araddr[2:]):
+                for name, v in values.items():
+                    with m.Case(regmap.offset(name) >> 2):
+                        m.d.sync += rdata.eq(v)
+                with m.Default():
+                    m.d.sync += rdata.eq(0)
+        return m

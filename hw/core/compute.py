@@ -1,0 +1,439 @@
+"""The compute unit: micro-op and accumulator loads, the GEMM array, the tensor ALU and the
+accumulator scratchpad (with its truncated OUT view, which the store unit reads).
+
+GEMM and ALU run the two-level affine loop of DESIGN.md "Semantics" through a four-stage
+pipeline, one micro-op per cycle in steady state (ALU with a tensor operand: one per two
+cycles, since both operands come from the one accumulator read port):
+
+- A: loop sequencer; reads the micro-op at index ``k``.
+- B: forms ``dst``/``src``/``wgt`` = micro-op field + loop offset (wrapping at the buffer
+  depth); stalls while an older micro-op in C or D still has to write an entry this one
+  reads (read-after-write through the accumulator), so consecutive micro-ops updating the
+  same entry give the sum of both; issues the scratchpad reads.
+- C: multiplies (GEMM) or evaluates the ALU lanes; registers the result.
+- D: sums each dot product into the accumulator value; writes ACC and OUT.
+
+Element layouts (little-endian, row-major, as numpy arrays of the element): INP
+``[BATCH][BLOCK_IN]``, WGT ``[BLOCK_OUT][BLOCK_IN]``, ACC/OUT ``[BATCH][BLOCK_OUT]``.
+
+DSP packing (``cfg.DSP_PACKING == 2``, 8-bit operands): two weights that share an activation
+go into one multiplier as ``A = (w_hi << 17) + w_lo``; with ``P = A × a``, the low product is
+``sext17(P[0:17])`` and the high one ``(P >> 17) + P[16]`` (hardware-notes.md "Multipliers";
+:func:`packed_pair_model` is the pure-Python model, checked exhaustively in the tests).
+``cfg.LUT_MULTIPLIERS`` products are built from shift-and-add logic (no ``$mul`` cell), so
+Yosys maps them to LUTs.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import MemType, VTAConfig
+from ..isa import AluOp, Opcode
+from .axi import ReadClientSignature
+from .load import CommandPortSignature, TensorLoader, insn_field
+from .scratchpad import Scratchpad
+
+__all__ = ["ComputeUnit", "AluLane", "alu_lane", "PackedMulPair", "packed_pair_model",
+           "lut_multiply", "COMPUTE_STATES", "PACK_SHIFT"]
+
+#: Compute unit FSM encodings (for ``dbg_state``).
+COMPUTE_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "LOAD", 3: "GEMM_ALU", 4: "PUSH",
+                  5: "FINISH", 6: "DECODE"}
+
+#: Bit offset of the high weight in a packed DSP operand (hardware-notes.md).
+PACK_SHIFT = 17
+
+
+def packed_pair_model(a: int, w_lo: int, w_hi: int) -> tuple[int, int]:
+    """Pure-Python model of the packed multiplier: returns ``(a*w_lo, a*w_hi)`` computed the
+    way the hardware does, from the one product ``P = ((w_hi << 17) + w_lo) * a``."""
+    p = ((w_hi << PACK_SHIFT) + w_lo) * a
+    lo = p & ((1 << PACK_SHIFT) - 1)
+    if lo >> (PACK_SHIFT - 1):
+        lo -= 1 << PACK_SHIFT
+    hi = (p >> PACK_SHIFT) + ((p >> (PACK_SHIFT - 1)) & 1)
+    return lo, hi
+
+
+def lut_multiply(a, w):
+    """Signed ``a × w`` built from shifted partial products (no ``$mul`` cell, so synthesis
+    uses LUTs).  ``a`` and ``w`` are signed Amaranth values; result width ``len(a)+len(w)``."""
+    n = len(a) + len(w)
+    a_ext = a.as_signed()
+    terms = []
+    for k in range(len(w)):
+        t = Mux(w[k], a_ext << k, 0)
+        terms.append(t)
+    acc = Const(0, signed(n))
+    for k, t in enumerate(terms):
+        if k == len(w) - 1:
+            acc = acc - t
+        else:
+            acc = acc + t
+    return acc[:n].as_signed()
+
+
+class PackedMulPair(wiring.Component):
+    """One DSP-packed multiplier pair: ``a`` (signed 8) × ``w_lo``, ``w_hi`` (signed 8) →
+    ``p_lo``, ``p_hi`` (signed 16), combinational."""
+
+    def __init__(self):
+        super().__init__({"a": In(signed(8)), "w_lo": In(signed(8)), "w_hi": In(signed(8)),
+                          "p_lo": Out(signed(16)), "p_hi": Out(signed(16))})
+
+    def elaborate(self, platform):
+        m = Module()
+        lo, hi = _packed_mul(m, self.a, self.w_lo, self.w_hi)
+        m.d.comb += [self.p_lo.eq(lo), self.p_hi.eq(hi)]
+        return m
+
+
+def _packed_mul(m, a, w_lo, w_hi):
+    packed = Signal(signed(25))
+    m.d.comb += packed.eq((w_hi.as_signed() << PACK_SHIFT) + w_lo.as_signed())
+    p = Signal(signed(34))
+    m.d.comb += p.eq(packed * a.as_signed())
+    lo = p[:PACK_SHIFT].as_signed()
+    hi = (p[PACK_SHIFT:].as_signed() + p[PACK_SHIFT - 1])[:16].as_signed()
+    return lo, hi
+
+
+def alu_lane(cfg: VTAConfig, op, a, b):
+    """The ALU function on one lane (DESIGN.md "Semantics"): signed ``a``, ``b`` of
+    ACC_WIDTH bits, 3-bit ``op`` → ACC_WIDTH-bit result expression.  MIN/MAX signed; ADD
+    (and MUL when ``cfg.ALU_MUL``) wrap; SHR shifts by the low LOG_ACC_WIDTH+1 bits of ``b``
+    as a signed amount (negative: left shift)."""
+    w = cfg.ACC_WIDTH
+    a = a.as_signed()
+    b = b.as_signed()
+    sbits = cfg.LOG_ACC_WIDTH + 1
+    s = b[:sbits].as_signed()
+    right = (a >> s[:sbits - 1])[:w]
+    neg = (-s)[:sbits]
+    left = (a << neg)[:w]
+    shr = Mux(s[sbits - 1], left, right)
+    res = Mux(op == AluOp.MIN, Mux(a < b, a, b),
+          Mux(op == AluOp.MAX, Mux(a > b, a, b),
+          Mux(op == AluOp.ADD, (a + b)[:w],
+          shr if not cfg.ALU_MUL else Mux(op == AluOp.SHR, shr, (a * b)[:w]))))
+    return res[:w]
+
+
+class AluLane(wiring.Component):
+    """One ALU lane as a component (for unit tests): ``op`` (3), ``a``, ``b`` (signed
+    ACC_WIDTH) → ``res``."""
+
+    def __init__(self, cfg: VTAConfig):
+        self.cfg = cfg
+        super().__init__({"op": In(3), "a": In(signed(cfg.ACC_WIDTH)),
+                          "b": In(signed(cfg.ACC_WIDTH)), "res": Out(signed(cfg.ACC_WIDTH))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.res.eq(alu_lane(self.cfg, self.op, self.a, self.b))
+        return m
+
+
+class ComputeUnit(wiring.Component):
+    """Executes compute-module instructions: UOP/ACC/ACC8 LOADs, GEMM, ALU, FINISH.
+
+    Ports: ``cmd`` (command queue head); tokens ``l2g_nonempty``/``l2g_pop``,
+    ``s2g_nonempty``/``s2g_pop``, ``g2l_has_room``/``g2l_push``, ``g2s_has_room``/
+    ``g2s_push``; ``dma`` (read client); INP/WGT scratchpad read ports ``inp_r_*``,
+    ``wgt_r_*``; OUT view write port ``out_w_*``; ``finish`` (pulse when FINISH executes);
+    ``state`` (4, :data:`COMPUTE_STATES`), ``busy``, ``stall``, ``gemm_uop``/``alu_uop``
+    (pulse per executed micro-op).
+    """
+
+    def __init__(self, cfg: VTAConfig):
+        self.cfg = cfg
+        super().__init__({
+            "cmd": In(CommandPortSignature()),
+            "l2g_nonempty": In(1), "l2g_pop": Out(1), "s2g_nonempty": In(1), "s2g_pop": Out(1),
+            "g2l_has_room": In(1), "g2l_push": Out(1), "g2s_has_room": In(1), "g2s_push": Out(1),
+            "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)),
+            "inp_r_addr": Out(cfg.LOG_INP_DEPTH), "inp_r_data": In(cfg.elem_bits(MemType.INP)),
+            "wgt_r_addr": Out(cfg.LOG_WGT_DEPTH), "wgt_r_data": In(cfg.elem_bits(MemType.WGT)),
+            "out_w_addr": Out(cfg.LOG_ACC_DEPTH), "out_w_data": Out(cfg.elem_bits(MemType.OUT)),
+            "out_w_en": Out(1),
+            "finish": Out(1), "state": Out(4), "busy": Out(1), "stall": Out(1),
+            "gemm_uop": Out(1), "alu_uop": Out(1),
+        })
+
+    # ------------------------------------------------------------------ helpers
+    def _truncate(self, acc_elem):
+        cfg = self.cfg
+        lanes = cfg.BATCH * cfg.BLOCK_OUT
+        return Cat(*[acc_elem.word_select(i, cfg.ACC_WIDTH)[:cfg.OUT_WIDTH] for i in range(lanes)])
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+        AW, IW, WW = cfg.ACC_WIDTH, cfg.INP_WIDTH, cfg.WGT_WIDTH
+        lanes = B * BO
+        acc_bits = cfg.elem_bits(MemType.ACC)
+
+        # ---------------------------------------------------------- memories
+        m.submodules.uop_mem = uop_mem = Scratchpad(32, cfg.UOP_DEPTH)
+        m.submodules.acc_mem = acc_mem = Scratchpad(acc_bits, cfg.ACC_DEPTH)
+        elems = [32, acc_bits] + ([cfg.elem_bits(MemType.ACC8)] if cfg.ACC_8BIT else [])
+        m.submodules.loader = ld = TensorLoader(cfg, elems)
+        wiring.connect(m, wiring.flipped(self.dma), ld.dma)
+
+        insn = Signal(128)
+        head = self.cmd.data
+        opcode = insn[:3]
+
+        def mf(name):
+            return insn_field(cfg, insn, "mem", name)
+
+        mt = mf("memory_type")
+        for name in ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0",
+                     "y_pad_1", "x_pad_0", "x_pad_1"):
+            m.d.comb += getattr(ld, name).eq(mf(name))
+        m.d.comb += ld.sel.eq(Mux(mt == MemType.UOP, 0, Mux(mt == MemType.ACC, 1, 2)))
+
+        # loader writes
+        m.d.comb += [uop_mem.w_addr.eq(ld.w_addr), uop_mem.w_data.eq(ld.w_data0),
+                     uop_mem.w_en.eq(ld.w_en0)]
+        ld_acc_en = Signal()
+        ld_acc_data = Signal(acc_bits)
+        if cfg.ACC_8BIT:
+            acc8_ext = Signal(acc_bits)
+            for i in range(lanes):
+                m.d.comb += acc8_ext.word_select(i, AW).eq(ld.w_data2.word_select(i, 8).as_signed())
+            m.d.comb += [ld_acc_en.eq(ld.w_en1 | ld.w_en2),
+                         ld_acc_data.eq(Mux(ld.w_en2, acc8_ext, ld.w_data1))]
+        else:
+            m.d.comb += [ld_acc_en.eq(ld.w_en1), ld_acc_data.eq(ld.w_data1)]
+
+        # ---------------------------------------------------------- decode GEMM/ALU
+        is_alu = opcode == Opcode.ALU
+
+        def gf(name):
+            return insn_field(cfg, insn, "gemm", name)
+
+        def af(name):
+            return insn_field(cfg, insn, "alu", name)
+
+        reset = gf("reset")
+        uop_bgn = gf("uop_bgn")
+        uop_end = gf("uop_end")
+        iter_out = gf("iter_out")
+        iter_in = gf("iter_in")
+        dfo = gf("dst_factor_out")
+        dfi = gf("dst_factor_in")
+        sfo = Mux(is_alu, af("src_factor_out"), gf("src_factor_out"))
+        sfi = Mux(is_alu, af("src_factor_in"), gf("src_factor_in"))
+        wfo = gf("wgt_factor_out")
+        wfi = gf("wgt_factor_in")
+        alu_op = af("alu_opcode")
+        use_imm = af("use_imm")
+        imm = af("imm")
+        alu_tensor = is_alu & ~use_imm & ~reset
+
+        # ---------------------------------------------------------- stage A: sequencer
+        LA, LS, LWd = cfg.LOG_ACC_DEPTH, max(cfg.LOG_ACC_DEPTH, cfg.LOG_INP_DEPTH), cfg.LOG_WGT_DEPTH
+        k = Signal(cfg.LOG_UOP_DEPTH + 1)
+        i_cnt = Signal(14)
+        j_cnt = Signal(14)
+        d_o, d_c = Signal(LA), Signal(LA)
+        s_o, s_c = Signal(LS), Signal(LS)
+        w_o, w_c = Signal(LWd), Signal(LWd)
+        gen_active = Signal()
+        seq_start = Signal()
+        advance_a = Signal()
+
+        b_valid = Signal()
+        b_doff, b_soff, b_woff = Signal(LA), Signal(LS), Signal(LWd)
+        advance_b = Signal()
+        phase = Signal()
+
+        m.d.comb += [uop_mem.r_addr.eq(k), uop_mem.r_en.eq(advance_a)]
+        with m.If(seq_start):
+            m.d.sync += [k.eq(uop_bgn), i_cnt.eq(0), j_cnt.eq(0), d_o.eq(0), d_c.eq(0),
+                         s_o.eq(0), s_c.eq(0), w_o.eq(0), w_c.eq(0),
+                         gen_active.eq((iter_out != 0) & (iter_in != 0) & (uop_end > uop_bgn))]
+        m.d.comb += advance_a.eq(gen_active & (~b_valid | advance_b))
+        with m.If(advance_a):
+            m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c)]
+            with m.If(k != uop_end - 1):
+                m.d.sync += k.eq(k + 1)
+            with m.Else():
+                m.d.sync += k.eq(uop_bgn)
+                with m.If(j_cnt != iter_in - 1):
+                    m.d.sync += [j_cnt.eq(j_cnt + 1), d_c.eq(d_c + dfi), s_c.eq(s_c + sfi),
+                                 w_c.eq(w_c + wfi)]
+                with m.Else():
+                    m.d.sync += [j_cnt.eq(0), d_o.eq(d_o + dfo), d_c.eq(d_o + dfo),
+                                 s_o.eq(s_o + sfo), s_c.eq(s_o + sfo), w_o.eq(w_o + wfo),
+                                 w_c.eq(w_o + wfo)]
+                    with m.If(i_cnt != iter_out - 1):
+                        m.d.sync += i_cnt.eq(i_cnt + 1)
+                    with m.Else():
+                        m.d.sync += gen_active.eq(0)
+        with m.If(advance_a):
+            m.d.sync += b_valid.eq(1)
+        with m.Elif(advance_b):
+            m.d.sync += b_valid.eq(0)
+
+        # ---------------------------------------------------------- stage B: index + hazard
+        uop = uop_mem.r_data
+        dst = Signal(LA)
+        src = Signal(LS)
+        wgt = Signal(LWd)
+        m.d.comb += [dst.eq(insn_uop(cfg, uop, "dst") + b_doff),
+                     src.eq(insn_uop(cfg, uop, "src") + b_soff),
+                     wgt.eq(insn_uop(cfg, uop, "wgt") + b_woff)]
+        c_valid, c_dst = Signal(), Signal(LA)
+        d_valid, d_dst = Signal(), Signal(LA)
+        hazard = Signal()
+        m.d.comb += hazard.eq(
+            (c_valid & (c_dst == dst)) | (d_valid & (d_dst == dst)) |
+            (alu_tensor & ((c_valid & (c_dst == src[:LA])) | (d_valid & (d_dst == src[:LA])))))
+        m.d.comb += advance_b.eq(b_valid & (phase | (~hazard & ~alu_tensor)))
+        with m.If(b_valid & alu_tensor & ~phase & ~hazard):
+            m.d.sync += phase.eq(1)
+        with m.If(advance_b):
+            m.d.sync += phase.eq(0)
+        src_reg = Signal(acc_bits)
+        with m.If(phase):
+            m.d.sync += src_reg.eq(acc_mem.r_data)
+        m.d.comb += [acc_mem.r_addr.eq(Mux(phase | ~alu_tensor, dst, src[:LA])),
+                     acc_mem.r_en.eq(1),
+                     self.inp_r_addr.eq(src[:cfg.LOG_INP_DEPTH]), self.wgt_r_addr.eq(wgt)]
+        m.d.sync += [c_valid.eq(advance_b), c_dst.eq(dst)]
+
+        # ---------------------------------------------------------- stage C: multiply / ALU
+        acc_in = acc_mem.r_data
+        d_acc = Signal(acc_bits)
+        d_res = Signal(acc_bits)
+        m.d.sync += [d_valid.eq(c_valid), d_dst.eq(c_dst), d_acc.eq(acc_in)]
+        # ALU lanes
+        b_elem = Signal(acc_bits)
+        imm_ext = Signal(signed(AW))
+        m.d.comb += imm_ext.eq(imm)
+        m.d.comb += b_elem.eq(Mux(use_imm, Cat(*([imm_ext] * lanes)), src_reg))
+        for ln in range(lanes):
+            m.d.sync += d_res.word_select(ln, AW).eq(
+                alu_lane(cfg, alu_op, acc_in.word_select(ln, AW), b_elem.word_select(ln, AW)))
+        # GEMM products
+        inp_e = self.inp_r_data
+        wgt_e = self.wgt_r_data
+        prod = {}  # (b, o, i) -> registered signed product
+        pw = IW + WW
+        n_lut = cfg.LUT_MULTIPLIERS
+        packing = cfg.DSP_PACKING == 2 and IW == 8 and WW == 8
+        idx = 0
+        for b in range(B):
+            for i in range(BI):
+                a = inp_e.word_select(b * BI + i, IW).as_signed()
+                o = 0
+                while o < BO:
+                    pair = packing and o + 1 < BO and idx >= n_lut and idx + 1 >= n_lut
+                    if pair:
+                        wl = wgt_e.word_select(o * BI + i, WW).as_signed()
+                        wh = wgt_e.word_select((o + 1) * BI + i, WW).as_signed()
+                        lo, hi = _packed_mul(m, a, wl, wh)
+                        for oo, v in ((o, lo), (o + 1, hi)):
+                            r = Signal(signed(pw), name=f"p_{b}_{oo}_{i}")
+                            m.d.sync += r.eq(v)
+                            prod[(b, oo, i)] = r
+                        idx += 2
+                        o += 2
+                        continue
+                    w_ = wgt_e.word_select(o * BI + i, WW).as_signed()
+                    r = Signal(signed(pw), name=f"p_{b}_{o}_{i}")
+                    if idx < n_lut:
+                        m.d.sync += r.eq(lut_multiply(a, w_))
+                    else:
+                        m.d.sync += r.eq(a * w_)
+                    prod[(b, o, i)] = r
+                    idx += 1
+                    o += 1
+        d_reset = Signal()
+        d_alu = Signal()
+        m.d.sync += [d_reset.eq(reset), d_alu.eq(is_alu)]
+
+        # ---------------------------------------------------------- stage D: sum + write
+        gemm_res = Signal(acc_bits)
+        for b in range(B):
+            for o in range(BO):
+                terms = [prod[(b, o, i)] for i in range(BI)]
+                while len(terms) > 1:
+                    nxt = []
+                    for t in range(0, len(terms) - 1, 2):
+                        nxt.append(terms[t] + terms[t + 1])
+                    if len(terms) % 2:
+                        nxt.append(terms[-1])
+                    terms = nxt
+                lane = d_acc.word_select(b * BO + o, AW).as_signed()
+                m.d.comb += gemm_res.word_select(b * BO + o, AW).eq((lane + terms[0])[:AW])
+        result = Signal(acc_bits)
+        m.d.comb += result.eq(Mux(d_reset, 0, Mux(d_alu, d_res, gemm_res)))
+        m.d.comb += [
+            acc_mem.w_en.eq(Mux(ld_acc_en, 1, d_valid)),
+            acc_mem.w_addr.eq(Mux(ld_acc_en, ld.w_addr, d_dst)),
+            acc_mem.w_data.eq(Mux(ld_acc_en, ld_acc_data, result)),
+        ]
+        m.d.comb += [self.out_w_en.eq(acc_mem.w_en), self.out_w_addr.eq(acc_mem.w_addr),
+                     self.out_w_data.eq(self._truncate(acc_mem.w_data))]
+        m.d.comb += [self.gemm_uop.eq(d_valid & ~d_alu & ~d_reset),
+                     self.alu_uop.eq(d_valid & d_alu)]
+
+        # ---------------------------------------------------------- control FSM
+        pipe_empty = ~gen_active & ~b_valid & ~c_valid & ~d_valid
+        with m.FSM(name="compute_fsm"):
+            with m.State("IDLE"):
+                m.d.comb += self.state.eq(0)
+                with m.If(self.cmd.valid):
+                    ok = ((~head[3] | self.l2g_nonempty) & (~head[4] | self.s2g_nonempty) &
+                          (~head[5] | self.g2l_has_room) & (~head[6] | self.g2s_has_room))
+                    with m.If(ok):
+                        m.d.comb += [self.cmd.ready.eq(1), self.l2g_pop.eq(head[3]),
+                                     self.s2g_pop.eq(head[4])]
+                        m.d.sync += insn.eq(head)
+                        m.next = "DECODE"
+                    with m.Else():
+                        m.d.comb += self.stall.eq(1)
+            with m.State("DECODE"):
+                m.d.comb += [self.state.eq(6), self.busy.eq(1)]
+                load_ok = (mt == MemType.UOP) | (mt == MemType.ACC)
+                if cfg.ACC_8BIT:
+                    load_ok = load_ok | (mt == MemType.ACC8)
+                with m.If((opcode == Opcode.LOAD) & (mf("x_size") != 0) & load_ok):
+                    m.d.comb += ld.start.eq(1)
+                    m.next = "LOAD"
+                with m.Elif((opcode == Opcode.GEMM) | (opcode == Opcode.ALU)):
+                    m.d.comb += seq_start.eq(1)
+                    m.next = "EXEC"
+                with m.Elif(opcode == Opcode.FINISH):
+                    m.d.comb += self.finish.eq(1)
+                    m.next = "PUSH"
+                with m.Else():
+                    m.next = "PUSH"
+            with m.State("LOAD"):
+                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
+                with m.If(ld.done):
+                    m.next = "PUSH"
+            with m.State("EXEC"):
+                m.d.comb += [self.state.eq(3), self.busy.eq(1)]
+                with m.If(pipe_empty):
+                    m.next = "PUSH"
+            with m.State("PUSH"):
+                m.d.comb += [self.state.eq(4), self.busy.eq(1),
+                             self.g2l_push.eq(insn[5]), self.g2s_push.eq(insn[6])]
+                m.next = "IDLE"
+        return m
+
+
+def insn_uop(cfg: VTAConfig, uop, name: str):
+    """Slice micro-op field ``name`` (``dst``, ``src``, ``wgt``) out of a 32-bit value."""
+    from ..isa import isa_layout
+
+    f = isa_layout(cfg).uop_field(name)
+    return uop[f.lsb:f.lsb + f.width]

@@ -1,0 +1,89 @@
+"""The fetch unit: reads ``insn_count`` 16-byte instructions from DRAM and dispatches them in
+order to the load, compute and store command queues (module per
+:func:`vtaforge.hw.isa.insn_module`).  It stalls while the target queue is full.
+
+Fetch reads one instruction per DMA request and only when it can hold it, so it never keeps
+the shared read channel while waiting for queue space (which could deadlock against a unit
+whose own loads need that channel).  The instruction address must be 16-byte aligned.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import MemType, VTAConfig
+from ..isa import Opcode
+from .axi import ReadClientSignature
+from .load import TensorLoader, insn_field
+
+__all__ = ["FetchUnit", "FETCH_STATES"]
+
+#: Fetch FSM encodings (for ``dbg_state``).
+FETCH_STATES = {0: "IDLE", 1: "READ", 2: "DISPATCH", 3: "NEXT"}
+
+
+class FetchUnit(wiring.Component):
+    """Ports: ``start`` (pulse), ``insn_addr`` (32, byte address), ``insn_count`` (32);
+    ``dma`` (read client); per queue ``{ld,gm,st}_data`` (128), ``{ld,gm,st}_en``,
+    ``{ld,gm,st}_rdy``; ``idle``, ``busy``, ``state`` (4), ``index`` (32, instructions
+    dispatched so far)."""
+
+    def __init__(self, cfg: VTAConfig):
+        self.cfg = cfg
+        members = {"start": In(1), "insn_addr": In(32), "insn_count": In(32),
+                   "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)),
+                   "idle": Out(1), "busy": Out(1), "state": Out(4), "index": Out(32)}
+        for q in ("ld", "gm", "st"):
+            members[f"{q}_data"] = Out(128)
+            members[f"{q}_en"] = Out(1)
+            members[f"{q}_rdy"] = In(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.reader = rd = TensorLoader(cfg, [128])
+        wiring.connect(m, wiring.flipped(self.dma), rd.dma)
+        base = Signal(28)
+        count = Signal(32)
+        insn = Signal(128)
+        m.d.comb += [rd.sel.eq(0), rd.dram_base.eq(base + self.index), rd.x_size.eq(1),
+                     rd.y_size.eq(1), rd.x_stride.eq(1)]
+        with m.If(rd.w_en0):
+            m.d.sync += insn.eq(rd.w_data0)
+        for q in ("ld", "gm", "st"):
+            m.d.comb += getattr(self, f"{q}_data").eq(insn)
+        op = insn[:3]
+        mt = insn_field(cfg, insn, "mem", "memory_type")
+        to_st = op == Opcode.STORE
+        to_ld = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
+        to_gm = ~to_st & ~to_ld
+        with m.FSM(name="fetch_fsm"):
+            with m.State("IDLE"):
+                m.d.comb += [self.state.eq(0), self.idle.eq(1)]
+                with m.If(self.start):
+                    m.d.sync += [base.eq(self.insn_addr[4:]), count.eq(self.insn_count),
+                                 self.index.eq(0)]
+                    m.next = "NEXT"
+            with m.State("NEXT"):
+                m.d.comb += [self.state.eq(3), self.busy.eq(1)]
+                with m.If(self.index == count):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += rd.start.eq(1)
+                    m.next = "READ"
+            with m.State("READ"):
+                m.d.comb += [self.state.eq(1), self.busy.eq(1)]
+                with m.If(rd.done):
+                    m.next = "DISPATCH"
+            with m.State("DISPATCH"):
+                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
+                sent = (to_ld & self.ld_rdy) | (to_gm & self.gm_rdy) | (to_st & self.st_rdy)
+                m.d.comb += [self.ld_en.eq(to_ld & self.ld_rdy), self.gm_en.eq(to_gm & self.gm_rdy),
+                             self.st_en.eq(to_st & self.st_rdy)]
+                with m.If(sent):
+                    m.d.sync += self.index.eq(self.index + 1)
+                    m.next = "NEXT"
+        return m

@@ -1,0 +1,316 @@
+"""The load unit and the tensor loader it shares with compute.
+
+:class:`TensorLoader` executes the data movement of one LOAD instruction (DESIGN.md
+"Semantics", LOAD): ``y_pad_0`` rows of zeros, then ``y_size`` rows of ``x_pad_0`` zeros,
+``x_size`` elements from DRAM and ``x_pad_1`` zeros, then ``y_pad_1`` rows of zeros, written
+to consecutive scratchpad entries from ``sram_base``.  Row ``r`` comes from byte address
+``(dram_base + r × x_stride) × elem_bytes``.  One element is written per cycle.
+
+Elements narrower than a bus beat are picked out of each beat by lane; wider elements are
+assembled from ``elem_bits / BUS_WIDTH`` consecutive beats (first beat = lowest bytes).
+
+:class:`LoadUnit` runs INP and WGT loads from its command queue, with the dependency-token
+protocol (pop G2L before, push L2G after).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import MemType, VTAConfig
+from ..isa import Opcode, isa_layout
+from .axi import ReadClientSignature
+
+__all__ = ["TensorLoader", "LoadUnit", "insn_field", "LOAD_STATES"]
+
+#: Load unit FSM state encodings (for ``dbg_state``).
+LOAD_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "EXEC", 3: "PUSH"}
+
+
+def insn_field(cfg: VTAConfig, insn, fmt: str, name: str):
+    """Slice field ``name`` of format ``fmt`` (``mem``, ``gemm``, ``alu``) out of a 128-bit
+    instruction value, with the bit positions of :func:`vtaforge.hw.isa.isa_layout`."""
+    f = isa_layout(cfg).field(fmt, name)
+    v = insn[f.lsb:f.lsb + f.width]
+    return v.as_signed() if f.signed else v
+
+
+MEM_FIELDS = ("memory_type", "sram_base", "dram_base", "y_size", "x_size", "x_stride",
+              "y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
+
+
+class TensorLoader(wiring.Component):
+    """Padded 2-D DMA from DRAM into one of several scratchpads.
+
+    Args:
+        cfg: the core's config.
+        elems: element widths in bits of the memories this loader serves, in ``sel`` order.
+
+    Ports: ``start`` (pulse) with the LOAD fields (``sel`` chooses the memory, ``sram_base``,
+    ``dram_base``, ``y_size``, ``x_size``, ``x_stride``, ``y_pad_0``, ``y_pad_1``, ``x_pad_0``,
+    ``x_pad_1``); ``busy``; ``done`` (pulse); ``dma`` (a read client); ``w_addr`` (16) and per
+    memory ``w_en{i}``, ``w_data{i}`` (zero for padding).
+    """
+
+    def __init__(self, cfg: VTAConfig, elems: list[int]):
+        self.cfg = cfg
+        self.elems = list(elems)
+        members = {
+            "start": In(1), "sel": In(range(max(2, len(elems)))), "sram_base": In(16),
+            "dram_base": In(32), "y_size": In(16), "x_size": In(16), "x_stride": In(16),
+            "y_pad_0": In(4), "y_pad_1": In(4), "x_pad_0": In(4), "x_pad_1": In(4),
+            "busy": Out(1), "done": Out(1),
+            "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)), "w_addr": Out(16),
+        }
+        for i, eb in enumerate(elems):
+            members[f"w_en{i}"] = Out(1)
+            members[f"w_data{i}"] = Out(eb)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        bw = cfg.BUS_WIDTH
+        bb = bw // 8
+        lbb = bb.bit_length() - 1
+
+        sel = Signal.like(self.sel)
+        y_size = Signal(16)
+        x_size = Signal(16)
+        x_pad_0 = Signal(4)
+        x_pad_1 = Signal(4)
+        ytop = Signal(4)
+        ybot = Signal(4)
+        width = Signal(18)
+        row_addr = Signal(32)
+        row_step = Signal(32)
+        rows = Signal(16)
+        zc = Signal(18)
+        ecnt = Signal(16)
+        waddr = Signal(16)
+        m.d.comb += self.w_addr.eq(waddr)
+
+        def leb_of(i):
+            return (self.elems[i] // 8).bit_length() - 1
+
+        # per-memory address scaling (elements -> bytes)
+        base_bytes = Signal(32)
+        step_bytes = Signal(32)
+        for i in range(len(self.elems)):
+            with m.If(self.sel == i):
+                m.d.comb += [base_bytes.eq(self.dram_base << leb_of(i)),
+                             step_bytes.eq(self.x_stride << leb_of(i))]
+        nbytes = Signal(32)
+        for i in range(len(self.elems)):
+            with m.If(sel == i):
+                m.d.comb += nbytes.eq(x_size << leb_of(i))
+
+        zero_write = Signal()
+        elem_valid = Signal()
+        elem_last = Signal()
+        m.d.comb += elem_last.eq(ecnt == 1)
+        for i in range(len(self.elems)):
+            m.d.comb += getattr(self, f"w_en{i}").eq((zero_write | elem_valid) & (sel == i))
+        with m.If(zero_write | elem_valid):
+            m.d.sync += waddr.eq(waddr + 1)
+
+        # element extraction per memory
+        in_data = Signal()
+        lane_init = Signal()  # load lane/beat counters at request time
+        for i, eb in enumerate(self.elems):
+            wd = getattr(self, f"w_data{i}")
+            active = Signal(name=f"active{i}")
+            m.d.comb += active.eq(in_data & (sel == i))
+            if eb < bw:
+                epb = bw // eb
+                lane = Signal(range(epb), name=f"lane{i}")
+                with m.If(lane_init & (sel == i)):
+                    m.d.sync += lane.eq(row_addr[leb_of(i):lbb])
+                with m.If(active):
+                    m.d.comb += [self.dma.data_ready.eq((lane == epb - 1) | elem_last),
+                                 elem_valid.eq(self.dma.data_valid)]
+                    with m.If(self.dma.data_valid):
+                        m.d.sync += lane.eq(lane + 1)
+                with m.If(~zero_write):
+                    m.d.comb += wd.eq(self.dma.data.word_select(lane, eb))
+            else:
+                bpe = eb // bw
+                if bpe == 1:
+                    with m.If(active):
+                        m.d.comb += [self.dma.data_ready.eq(1), elem_valid.eq(self.dma.data_valid)]
+                    with m.If(~zero_write):
+                        m.d.comb += wd.eq(self.dma.data)
+                else:
+                    shreg = Signal((bpe - 1) * bw, name=f"shreg{i}")
+                    bc = Signal(range(bpe), name=f"bc{i}")
+                    with m.If(lane_init & (sel == i)):
+                        m.d.sync += bc.eq(0)
+                    with m.If(active):
+                        m.d.comb += self.dma.data_ready.eq(1)
+                        with m.If(self.dma.data_valid):
+                            if bpe > 2:
+                                m.d.sync += shreg.eq(Cat(shreg[bw:], self.dma.data))
+                            else:
+                                m.d.sync += shreg.eq(self.dma.data)
+                            m.d.sync += bc.eq(Mux(bc == bpe - 1, 0, bc + 1))
+                            m.d.comb += elem_valid.eq(bc == bpe - 1)
+                    with m.If(~zero_write):
+                        m.d.comb += wd.eq(Cat(shreg, self.dma.data))
+
+        m.d.comb += [self.dma.req_addr.eq(row_addr),
+                     self.dma.req_beats.eq((row_addr[:lbb] + nbytes + (bb - 1)) >> lbb)]
+
+        with m.FSM(name="ld_fsm"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [
+                        sel.eq(self.sel), y_size.eq(self.y_size), x_size.eq(self.x_size),
+                        x_pad_0.eq(self.x_pad_0), x_pad_1.eq(self.x_pad_1),
+                        ytop.eq(self.y_pad_0), ybot.eq(self.y_pad_1),
+                        width.eq(self.x_pad_0 + self.x_size + self.x_pad_1),
+                        row_addr.eq(base_bytes), row_step.eq(step_bytes),
+                        rows.eq(self.y_size), waddr.eq(self.sram_base),
+                    ]
+                    m.next = "TOP"
+            with m.State("TOP"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += zc.eq(width)
+                with m.If(ytop == 0):
+                    m.next = "ROW"
+                with m.Else():
+                    m.next = "TOPZ"
+            with m.State("TOPZ"):
+                m.d.comb += [self.busy.eq(1), zero_write.eq(1)]
+                m.d.sync += zc.eq(zc - 1)
+                with m.If(zc == 1):
+                    m.d.sync += ytop.eq(ytop - 1)
+                    m.next = "TOP"
+            with m.State("ROW"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += zc.eq(x_pad_0)
+                with m.If(rows == 0):
+                    m.next = "BOT"
+                with m.Else():
+                    m.next = "LZ"
+            with m.State("LZ"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(zc == 0):
+                    m.next = "REQ"
+                with m.Else():
+                    m.d.comb += zero_write.eq(1)
+                    m.d.sync += zc.eq(zc - 1)
+            with m.State("REQ"):
+                m.d.comb += [self.busy.eq(1), self.dma.req_valid.eq(1)]
+                with m.If(self.dma.req_ready):
+                    m.d.comb += lane_init.eq(1)
+                    m.d.sync += ecnt.eq(x_size)
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += [self.busy.eq(1), in_data.eq(1)]
+                with m.If(elem_valid):
+                    m.d.sync += ecnt.eq(ecnt - 1)
+                    with m.If(elem_last):
+                        m.d.sync += [zc.eq(x_pad_1), rows.eq(rows - 1),
+                                     row_addr.eq(row_addr + row_step)]
+                        m.next = "RZ"
+            with m.State("RZ"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(zc == 0):
+                    m.next = "ROW"
+                with m.Else():
+                    m.d.comb += zero_write.eq(1)
+                    m.d.sync += zc.eq(zc - 1)
+            with m.State("BOT"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += zc.eq(width)
+                with m.If(ybot == 0):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "BOTZ"
+            with m.State("BOTZ"):
+                m.d.comb += [self.busy.eq(1), zero_write.eq(1)]
+                m.d.sync += zc.eq(zc - 1)
+                with m.If(zc == 1):
+                    m.d.sync += ybot.eq(ybot - 1)
+                    m.next = "BOT"
+        return m
+
+
+def CommandPortSignature() -> wiring.Signature:
+    """A unit's side of its command queue (``Out`` = driven by the unit)."""
+    return wiring.Signature({"data": In(128), "valid": In(1), "ready": Out(1)})
+
+
+class LoadUnit(wiring.Component):
+    """Executes INP and WGT LOADs (and load-module NOPs) in order.
+
+    Ports: ``cmd`` (command queue head), token ports ``g2l_nonempty``/``g2l_pop`` and
+    ``l2g_has_room``/``l2g_push``, ``dma`` (read client), INP write port ``inp_w_*`` and WGT
+    write port ``wgt_w_*``, ``state`` (4 bits, :data:`LOAD_STATES`), ``busy``, ``stall``.
+    """
+
+    def __init__(self, cfg: VTAConfig):
+        self.cfg = cfg
+        super().__init__({
+            "cmd": In(CommandPortSignature()),
+            "g2l_nonempty": In(1), "g2l_pop": Out(1), "l2g_has_room": In(1), "l2g_push": Out(1),
+            "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)),
+            "inp_w_addr": Out(cfg.LOG_INP_DEPTH), "inp_w_data": Out(cfg.elem_bits(MemType.INP)),
+            "inp_w_en": Out(1),
+            "wgt_w_addr": Out(cfg.LOG_WGT_DEPTH), "wgt_w_data": Out(cfg.elem_bits(MemType.WGT)),
+            "wgt_w_en": Out(1),
+            "state": Out(4), "busy": Out(1), "stall": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.loader = ld = TensorLoader(
+            cfg, [cfg.elem_bits(MemType.INP), cfg.elem_bits(MemType.WGT)])
+        wiring.connect(m, wiring.flipped(self.dma), ld.dma)
+        m.d.comb += [self.inp_w_addr.eq(ld.w_addr), self.inp_w_data.eq(ld.w_data0),
+                     self.inp_w_en.eq(ld.w_en0),
+                     self.wgt_w_addr.eq(ld.w_addr), self.wgt_w_data.eq(ld.w_data1),
+                     self.wgt_w_en.eq(ld.w_en1)]
+        insn = Signal(128)
+        head = self.cmd.data
+
+        def f(v, name):
+            return insn_field(cfg, v, "mem", name)
+
+        m.d.comb += [ld.sel.eq(f(insn, "memory_type") == MemType.WGT)]
+        for name in MEM_FIELDS[1:]:
+            m.d.comb += getattr(ld, name).eq(f(insn, name))
+        push_next_l = insn[6]
+        with m.FSM(name="load_fsm") as fsm:
+            with m.State("IDLE"):
+                m.d.comb += self.state.eq(0)
+                with m.If(self.cmd.valid):
+                    ok = (~head[4] | self.g2l_nonempty) & (~head[6] | self.l2g_has_room)
+                    with m.If(ok):
+                        m.d.comb += [self.cmd.ready.eq(1), self.g2l_pop.eq(head[4])]
+                        m.d.sync += insn.eq(head)
+                        m.next = "START"
+                    with m.Else():
+                        m.d.comb += self.stall.eq(1)
+            with m.State("START"):
+                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
+                mt = f(insn, "memory_type")
+                is_load = ((insn[:3] == Opcode.LOAD) & (f(insn, "x_size") != 0)
+                           & ((mt == MemType.INP) | (mt == MemType.WGT)))
+                with m.If(is_load):
+                    m.d.comb += ld.start.eq(1)
+                    m.next = "EXEC"
+                with m.Else():
+                    m.next = "PUSH"
+            with m.State("EXEC"):
+                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
+                with m.If(ld.done):
+                    m.next = "PUSH"
+            with m.State("PUSH"):
+                m.d.comb += [self.state.eq(3), self.busy.eq(1), self.l2g_push.eq(push_next_l)]
+                m.next = "IDLE"
+        return m

@@ -1,0 +1,185 @@
+"""``VTACore``: the top-level component, generated from a :class:`VTAConfig` alone.
+
+Ports (flat, so Vivado infers the interfaces; hardware-notes.md "Amaranth → Vivado"): clock
+``clk``, synchronous active-high ``rst``; the AXI4-Lite slave ``s_axi_*`` (8-bit address,
+32-bit data; registers of :mod:`vtaforge.hw.regs`); the AXI4 master ``m_axi_*`` (32-bit
+address, ``cfg.BUS_WIDTH`` data); ``irq`` (IRQ_STATUS.DONE & CTRL.IRQ_EN); ``dbg_state``
+(32): [3:0] fetch, [7:4] load, [11:8] compute, [15:12] store FSM states, [23:16] low bits of
+fetch's instruction index (names in :data:`vtaforge.hw.core.DEBUG_STATE_NAMES`).
+
+Structure: fetch → three command queues → load / compute / store; four token counters; INP
+and WGT scratchpads (load writes, compute reads), the OUT view (compute writes, store
+reads); UOP and ACC scratchpads live inside compute; one DMA engine owns the AXI master.
+
+A run starts on CTRL.START (ignored while a run is busy): STATUS.DONE drops in the cycle the
+write is accepted, the token queues are cleared, and fetch starts.  The run completes when a
+FINISH has executed, fetch has dispatched every instruction, every command queue is empty and
+every unit is idle; then DONE and IRQ_STATUS.DONE rise and the cycle counter stops.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import MemType, VTAConfig
+from ..isa import Queue
+from .axi import AXILiteRegs, DMAEngine, axi_lite_members, axi_master_members
+from .compute import ComputeUnit
+from .fetch import FetchUnit
+from .load import LoadUnit
+from .queues import CommandQueue, TokenQueue
+from .scratchpad import Scratchpad
+from .store import StoreUnit
+
+__all__ = ["VTACore"]
+
+
+class VTACore(wiring.Component):
+    """The VTA core for ``cfg`` (see the module docstring for ports and behaviour).
+
+    Raises:
+        TypeError: ``cfg`` is not a :class:`VTAConfig`.
+    """
+
+    def __init__(self, cfg: VTAConfig):
+        if not isinstance(cfg, VTAConfig):
+            raise TypeError(f"VTACore needs a VTAConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        members = {}
+        members.update(axi_lite_members())
+        members.update(axi_master_members(cfg.BUS_WIDTH))
+        members["irq"] = Out(1)
+        members["dbg_state"] = Out(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        bb = cfg.BUS_WIDTH // 8
+
+        m.submodules.regs = regs = AXILiteRegs(cfg)
+        for name in axi_lite_members():
+            a, b = getattr(self, name), getattr(regs, name)
+            if name in ("s_axi_awready", "s_axi_wready", "s_axi_bresp", "s_axi_bvalid",
+                        "s_axi_arready", "s_axi_rdata", "s_axi_rresp", "s_axi_rvalid"):
+                m.d.comb += a.eq(b)
+            else:
+                m.d.comb += b.eq(a)
+        m.d.comb += self.irq.eq(regs.irq)
+
+        m.submodules.dma = dma = DMAEngine(cfg, n_read=3)
+        for name, member in axi_master_members(cfg.BUS_WIDTH).items():
+            a, b = getattr(self, name), getattr(dma, name)
+            if member.flow == Out:
+                m.d.comb += a.eq(b)
+            else:
+                m.d.comb += b.eq(a)
+
+        m.submodules.fetch = fetch = FetchUnit(cfg)
+        m.submodules.load = load = LoadUnit(cfg)
+        m.submodules.compute = comp = ComputeUnit(cfg)
+        m.submodules.store = store = StoreUnit(cfg)
+        wiring.connect(m, fetch.dma, dma.rd0)
+        wiring.connect(m, comp.dma, dma.rd1)
+        wiring.connect(m, load.dma, dma.rd2)
+        wiring.connect(m, store.dma, dma.wr)
+
+        # command queues
+        qs = {}
+        for q, unit in (("ld", load), ("gm", comp), ("st", store)):
+            cq = CommandQueue(128, cfg.INSN_QUEUE_DEPTH)
+            m.submodules[f"{q}_queue"] = cq
+            qs[q] = cq
+            m.d.comb += [cq.w_data.eq(getattr(fetch, f"{q}_data")),
+                         cq.w_en.eq(getattr(fetch, f"{q}_en")),
+                         getattr(fetch, f"{q}_rdy").eq(cq.w_rdy),
+                         unit.cmd.data.eq(cq.r_data), unit.cmd.valid.eq(cq.r_rdy),
+                         cq.r_en.eq(unit.cmd.ready)]
+
+        # token queues
+        start = Signal()
+        tq = {}
+        for q in Queue:
+            t = TokenQueue(cfg.TOKEN_QUEUE_DEPTH)
+            m.submodules[f"tok_{q.name.lower()}"] = t
+            tq[q] = t
+        clear = Signal()
+        m.d.comb += [
+            tq[Queue.L2G].push.eq(load.l2g_push), tq[Queue.L2G].pop.eq(comp.l2g_pop),
+            comp.l2g_nonempty.eq(tq[Queue.L2G].nonempty), load.l2g_has_room.eq(tq[Queue.L2G].has_room),
+            tq[Queue.G2L].push.eq(comp.g2l_push), tq[Queue.G2L].pop.eq(load.g2l_pop),
+            load.g2l_nonempty.eq(tq[Queue.G2L].nonempty), comp.g2l_has_room.eq(tq[Queue.G2L].has_room),
+            tq[Queue.G2S].push.eq(comp.g2s_push), tq[Queue.G2S].pop.eq(store.g2s_pop),
+            store.g2s_nonempty.eq(tq[Queue.G2S].nonempty), comp.g2s_has_room.eq(tq[Queue.G2S].has_room),
+            tq[Queue.S2G].push.eq(store.s2g_push), tq[Queue.S2G].pop.eq(comp.s2g_pop),
+            comp.s2g_nonempty.eq(tq[Queue.S2G].nonempty), store.s2g_has_room.eq(tq[Queue.S2G].has_room),
+        ]
+        for t in tq.values():
+            m.d.comb += t.clear.eq(clear)
+
+        # scratchpads shared between units
+        m.submodules.inp_mem = inp = Scratchpad(cfg.elem_bits(MemType.INP), cfg.INP_DEPTH)
+        m.submodules.wgt_mem = wgt = Scratchpad(cfg.elem_bits(MemType.WGT), cfg.WGT_DEPTH)
+        m.submodules.out_mem = out = Scratchpad(cfg.elem_bits(MemType.OUT), cfg.ACC_DEPTH)
+        m.d.comb += [
+            inp.w_addr.eq(load.inp_w_addr), inp.w_data.eq(load.inp_w_data), inp.w_en.eq(load.inp_w_en),
+            wgt.w_addr.eq(load.wgt_w_addr), wgt.w_data.eq(load.wgt_w_data), wgt.w_en.eq(load.wgt_w_en),
+            inp.r_addr.eq(comp.inp_r_addr), inp.r_en.eq(1), comp.inp_r_data.eq(inp.r_data),
+            wgt.r_addr.eq(comp.wgt_r_addr), wgt.r_en.eq(1), comp.wgt_r_data.eq(wgt.r_data),
+            out.w_addr.eq(comp.out_w_addr), out.w_data.eq(comp.out_w_data), out.w_en.eq(comp.out_w_en),
+            out.r_addr.eq(store.out_r_addr), out.r_en.eq(store.out_r_en),
+            store.out_r_data.eq(out.r_data),
+        ]
+
+        # run control
+        running = Signal()
+        done = Signal()
+        finished = Signal()
+        cycles = Signal(64)
+        m.d.comb += [start.eq(regs.start & ~running), clear.eq(start),
+                     fetch.start.eq(start), fetch.insn_addr.eq(regs.insn_addr[:32]),
+                     fetch.insn_count.eq(regs.insn_count),
+                     regs.busy.eq(running), regs.done.eq(done), regs.cycles.eq(cycles)]
+        with m.If(comp.finish):
+            m.d.sync += finished.eq(1)
+        drained = Signal()
+        m.d.comb += drained.eq(
+            fetch.idle & (qs["ld"].level == 0) & (qs["gm"].level == 0) & (qs["st"].level == 0)
+            & (load.state == 0) & (comp.state == 0) & (store.state == 0)
+            & ~load.busy & ~comp.busy & ~store.busy)
+        complete = Signal()
+        m.d.comb += complete.eq(running & finished & drained & ~start)
+        m.d.comb += regs.set_irq.eq(complete)
+        with m.If(start):
+            m.d.sync += [running.eq(1), done.eq(0), finished.eq(0), cycles.eq(0)]
+        with m.Elif(complete):
+            m.d.sync += [running.eq(0), done.eq(1)]
+        with m.Elif(running):
+            m.d.sync += cycles.eq(cycles + 1)
+
+        # counters
+        counters = {
+            "fetch_busy": fetch.busy, "load_busy": load.busy, "compute_busy": comp.busy,
+            "store_busy": store.busy, "load_stall": load.stall, "compute_stall": comp.stall,
+            "store_stall": store.stall, "gemm_count": comp.gemm_uop, "alu_count": comp.alu_uop,
+        }
+        for name, ev in counters.items():
+            c = Signal(32, name=f"cnt_{name}")
+            m.d.comb += getattr(regs, f"cnt_{name}").eq(c)
+            with m.If(start):
+                m.d.sync += c.eq(0)
+            with m.Elif(running & ev):
+                m.d.sync += c.eq(c + 1)
+        for name, ev in (("dma_rd_bytes", dma.rd_beat), ("dma_wr_bytes", dma.wr_beat)):
+            c = Signal(32, name=f"cnt_{name}")
+            m.d.comb += getattr(regs, f"cnt_{name}").eq(c)
+            with m.If(start):
+                m.d.sync += c.eq(0)
+            with m.Elif(running & ev):
+                m.d.sync += c.eq(c + bb)
+
+        m.d.comb += self.dbg_state.eq(Cat(fetch.state, load.state, comp.state, store.state,
+                                          fetch.index[:8], Const(0, 8)))
+        return m
