@@ -1,0 +1,250 @@
+"""Partitioning (BYOC style): place each node of a quantized graph on VTA or the CPU.
+
+:func:`capability_table` lists, for a :class:`~vtaforge.hw.config.VTAConfig`,
+what the VTA core can run; :func:`vta_support` decides one node with a
+reason; :func:`partition` places every node and groups the VTA nodes into
+maximal regions. Nothing is placed on the CPU silently: every CPU placement
+carries its reason, and :meth:`Partition.report` prints them node by node.
+
+Rules (all need int8 inputs/weights and int8 outputs: ``INP_WIDTH``,
+``WGT_WIDTH`` and ``OUT_WIDTH`` equal to 8, and the worst-case accumulator of
+conv/dense within ``ACC_WIDTH`` bits):
+
+* ``qconv2d`` (groups 1, grouped and depthwise; any kernel and stride; each pad
+  <= 15, the LOAD pad field width) and ``qdense``: GEMM, then ALU
+  ADD (bias + round, which the lowering may merge into the bias), SHR, MAX, MIN;
+* ``qadd``: needs ``ACC_8BIT`` (both int8 operands are loaded into the
+  accumulator) and ``round`` as a 16-bit ALU immediate (``shift <= 15``);
+* ``qmax_pool``: needs ``ACC_8BIT``; padded windows only when the input is
+  known non-negative (produced under a clip with ``clip_lo >= 0``), because a
+  LOAD pads with zeros while exact max-pool padding is -128;
+* ``qavg_pool``: power-of-two window only, ``ACC_8BIT``, ``shift <= 15``;
+* ``qrequant`` (standalone ReLU / Clip / rescale): ``ACC_8BIT``, ``shift <= 15``;
+* ``qmul`` and any requantize with ``mult != 1``: need ``ALU_MUL``;
+* ``quantize``, ``dequantize``, ``softmax``: CPU (float arithmetic);
+* ``flatten``, ``reshape``, ``transpose``, ``concat``: CPU (layout: the host
+  rearranges the data between device calls; no arithmetic).
+
+Regions: the node list (a topological order) is cut into maximal runs of
+consecutive VTA nodes; each run is one VTA region (convex by construction),
+each CPU node between them its own CPU region.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hw.config import VTAConfig, load_config
+from .errors import CompileError
+from .ir import Graph, Node
+
+__all__ = ["Placement", "Region", "Partition", "capability_table", "vta_support", "partition",
+           "VTA", "CPU"]
+
+VTA = "vta"
+CPU = "cpu"
+MAX_PAD = 15
+IMM_MAX = (1 << 15) - 1
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one node runs: ``target`` is ``"vta"`` or ``"cpu"``; ``reason`` says why."""
+
+    node: str
+    op: str
+    target: str
+    reason: str
+
+
+@dataclass
+class Region:
+    """A group of nodes with one target.
+
+    Attributes:
+        index: position in execution order.
+        target: ``"vta"`` or ``"cpu"``.
+        nodes: node names, in execution order.
+        inputs: non-constant tensors read from outside the region.
+        outputs: tensors produced inside and read outside (or graph outputs).
+        constants: constant tensors (weights, biases) read by the region.
+    """
+
+    index: int
+    target: str
+    nodes: list[str]
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    constants: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Partition:
+    """Result of :func:`partition`: ``graph``, ``config``, ``placements`` (per node name), ``regions``."""
+
+    graph: Graph
+    config: VTAConfig
+    placements: dict[str, Placement]
+    regions: list[Region]
+
+    def target(self, node: str) -> str:
+        """``"vta"`` or ``"cpu"`` for a node name."""
+        return self.placements[node].target
+
+    def vta_nodes(self) -> list[str]:
+        return [n for n, p in self.placements.items() if p.target == VTA]
+
+    def cpu_nodes(self) -> list[str]:
+        return [n for n, p in self.placements.items() if p.target == CPU]
+
+    def region_of(self, node: str) -> Region:
+        for r in self.regions:
+            if node in r.nodes:
+                return r
+        raise KeyError(node)
+
+    def report(self) -> str:
+        """Placement report: one line per node (target, op, reason), then the regions."""
+        lines = [f"placement of '{self.graph.name}' on {self.config.bitstream_name} "
+                 f"({len(self.vta_nodes())} VTA, {len(self.cpu_nodes())} CPU nodes)"]
+        w = max((len(n) for n in self.placements), default=4)
+        for n, p in self.placements.items():
+            lines.append(f"  {p.target.upper():3}  {n:<{w}}  {p.op:<10}  {p.reason}")
+        for r in self.regions:
+            lines.append(f"  region {r.index} [{r.target}]: {', '.join(r.nodes)}  "
+                         f"in=({', '.join(r.inputs)}) out=({', '.join(r.outputs)})")
+        return "\n".join(lines)
+
+
+def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
+    """``op -> "vta: <condition>"`` or ``"cpu: <reason>"`` for a config (human-readable)."""
+    cfg = load_config(config)
+    acc8 = "" if cfg.ACC_8BIT else " [unavailable: ACC_8BIT off]"
+    mul = "" if cfg.ALU_MUL else " [unavailable: ALU_MUL off]"
+    widths = (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) == (8, 8, 8)
+    base = "" if widths else " [unavailable: needs INP/WGT/OUT width 8]"
+    return {
+        "qconv2d": f"vta: GEMM + ALU requantize; groups/depthwise ok; pads <= {MAX_PAD}; mult 1 unless ALU_MUL{base}",
+        "qdense": f"vta: GEMM + ALU requantize{base}",
+        "qadd": f"vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{base}",
+        "qmax_pool": f"vta: ACC8 loads + ALU MAX; padding only on non-negative inputs{acc8}{base}",
+        "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; else cpu{acc8}{base}",
+        "qrequant": f"vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{base}",
+        "qmul": f"vta: ACC8 load + ALU MUL{mul}{acc8}{base}",
+        "quantize": "cpu: float input",
+        "dequantize": "cpu: float output",
+        "softmax": "cpu: float exponentials",
+        "flatten": "cpu: layout op (host rearranges data, no arithmetic)",
+        "reshape": "cpu: layout op (host rearranges data, no arithmetic)",
+        "transpose": "cpu: layout op (host rearranges data, no arithmetic)",
+        "concat": "cpu: layout op (host rearranges data, no arithmetic)",
+    }
+
+
+def _nonneg(g: Graph, tensor: str, prod: dict[str, Node]) -> bool:
+    n = prod.get(tensor)
+    while n is not None and n.op in ("qmax_pool", "flatten", "reshape", "transpose"):
+        n = prod.get(n.inputs[0])
+    return n is not None and n.attrs.get("clip_lo") is not None and n.attrs["clip_lo"] >= 0
+
+
+def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str, Node] | None = None
+                ) -> tuple[bool, str]:
+    """Can ``node`` run on VTA with ``config``? Returns ``(ok, reason)``."""
+    cfg = config
+    op = node.op
+    a = node.attrs
+    if op in ("quantize", "dequantize", "softmax"):
+        return False, "float arithmetic runs on the CPU"
+    if op in ("flatten", "reshape", "transpose", "concat"):
+        return False, "layout op: the host rearranges the data between device calls (no arithmetic)"
+    if (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) != (8, 8, 8):
+        return False, (f"the core's widths INP {cfg.INP_WIDTH} / WGT {cfg.WGT_WIDTH} / OUT "
+                       f"{cfg.OUT_WIDTH} are not the int8 of the quantized graph")
+    if a.get("mult", 1) != 1 and not cfg.ALU_MUL:
+        return False, f"requantize multiplier {a['mult']} needs ALU_MUL, which this config lacks"
+    if op in ("qconv2d", "qdense"):
+        w = graph.types[node.inputs[1]]
+        k = 1
+        for d in w.shape[1:]:
+            k *= d
+        bias = graph.constants.get(node.inputs[2])
+        bmax = int(abs(bias.astype("int64")).max()) if bias is not None and bias.size else 0
+        worst = k * 128 * 128 + bmax + a["round"]
+        if worst >= 1 << (cfg.ACC_WIDTH - 1):
+            return False, (f"worst-case accumulator {worst} does not fit ACC_WIDTH {cfg.ACC_WIDTH}")
+        if op == "qconv2d" and max(a["pads"]) > MAX_PAD:
+            return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
+        what = "depthwise conv" if op == "qconv2d" and a["groups"] == graph.types[node.inputs[0]].shape[1] \
+            and a["groups"] > 1 else ("group conv" if op == "qconv2d" and a["groups"] > 1 else op[1:])
+        return True, f"{what}: GEMM + ALU requantize (shift {a['shift']}, clip [{a['clip_lo']}, {a['clip_hi']}])"
+    if op in ("qadd", "qmax_pool", "qavg_pool", "qrequant", "qmul") and not cfg.ACC_8BIT:
+        return False, "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
+    if op == "qmul" and not cfg.ALU_MUL:
+        return False, "multiply by a non-power-of-two constant needs ALU_MUL, which this config lacks"
+    if op == "qmax_pool":
+        if max(a["pads"]) > MAX_PAD:
+            return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
+        if any(a["pads"]) and not _nonneg(graph, node.inputs[0], producers or graph.producers()):
+            return False, "padded max-pool of possibly negative values needs -128 padding; LOAD pads zeros"
+        return True, "max-pool: ACC8 loads + ALU MAX"
+    if op == "qavg_pool":
+        if a["shift"] is None:
+            return False, f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power of two (needs a divide)"
+        if max(a["pads"]) > MAX_PAD:
+            return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
+    if "shift" in a and a.get("round") is not None and a["round"] > IMM_MAX:
+        return False, f"rounding constant {a['round']} (shift {a['shift']}) does not fit a 16-bit ALU immediate"
+    if op == "qavg_pool":
+        return True, f"avg-pool: ACC8 loads + ALU ADD, SHR {a['shift']}"
+    if op == "qadd":
+        return True, f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, SHR {a['shift']}, MAX/MIN"
+    if op == "qrequant":
+        return True, f"requantize: ACC8 load + ALU SHR {a['shift']}, MAX/MIN"
+    if op == "qmul":
+        return True, "multiply: ACC8 load + ALU MUL + requantize"
+    return False, f"no VTA implementation for op {op!r}"
+
+
+def partition(graph: Graph, config: VTAConfig | str | None = None) -> Partition:
+    """Place every node of a quantized graph and form regions.
+
+    Args:
+        graph: a ``kind == "quantized"`` graph.
+        config: a :class:`VTAConfig`, a preset name or config path (default ``pynq``).
+    Returns:
+        :class:`Partition` (placements in node order; regions in execution order).
+    Raises:
+        CompileError: the graph is not quantized.
+    """
+    if graph.kind != "quantized":
+        raise CompileError(f"partition needs a quantized graph, got a {graph.kind} graph")
+    cfg = load_config(config)
+    prod = graph.producers()
+    placements: dict[str, Placement] = {}
+    for n in graph.nodes:
+        ok, why = vta_support(n, graph, cfg, prod)
+        placements[n.name] = Placement(n.name, n.op, VTA if ok else CPU, why)
+    regions: list[Region] = []
+    for n in graph.nodes:
+        t = placements[n.name].target
+        if t == VTA and regions and regions[-1].target == VTA:
+            regions[-1].nodes.append(n.name)
+        else:
+            regions.append(Region(len(regions), t, [n.name]))
+    cons = graph.consumers()
+    by_name = {n.name: n for n in graph.nodes}
+    for r in regions:
+        members = set(r.nodes)
+        produced = {o for nn in r.nodes for o in by_name[nn].outputs}
+        for nn in r.nodes:
+            for i in by_name[nn].inputs:
+                if i in graph.constants:
+                    if i not in r.constants:
+                        r.constants.append(i)
+                elif i not in produced and i not in r.inputs:
+                    r.inputs.append(i)
+            for o in by_name[nn].outputs:
+                if o in graph.outputs or any(c.name not in members for c in cons.get(o, [])):
+                    r.outputs.append(o)
+    return Partition(graph, cfg, placements, regions)

@@ -1,0 +1,542 @@
+"""Post-training int8 quantization with power-of-two scales.
+
+:func:`quantize` turns a float graph (after :func:`~.passes.optimize`) into a
+quantized graph (format: :mod:`.ir` docstring) using calibration data.
+
+Scheme (exact integer rules in :mod:`.ir` and ``docs/compiler.md``):
+
+* every scale is a power of two, ``real = int * 2**exp``, so requantization is
+  ``(acc + bias + round) >> shift`` then a clip (ALU ADD, SHR by an
+  immediate, MAX, MIN on VTA; no multiply);
+* activations: one ``exp`` per tensor, from calibration. For a range ``r``
+  (see :class:`QuantConfig.calibration`), ``exp = ceil(log2(r / 127))``: the
+  smallest power of two whose int8 grid covers ``r``. Default statistic:
+  ``"max"`` (the calibration maximum of ``|x|``), which measured best on the
+  digits model (see ``docs/compiler.md``);
+* weights: one ``exp`` per tensor, ``exp_w = ceil(log2(max|w| / 127))``,
+  ``w_q = clip(round_half_even(w / 2**exp_w), -127, 127)``;
+* bias: int32 at ``exp_in + exp_w``, ``b_q = round_half_even(b / 2**(exp_in+exp_w))``,
+  added in the accumulator;
+* a fused ReLU / Clip becomes the clip bounds of the requantize step;
+* residual add: both operands are shifted left to the smaller exp, added,
+  then requantized; max-pool is exact on int8; average pool is a window sum
+  then a rounding division by the window size (a shift when it is a power of
+  two); flatten / reshape / transpose are layout only; concat aligns its
+  inputs to the largest exp with ``qrequant``;
+* QDQ models: the scale of a QuantizeLinear/DequantizeLinear pair is
+  approximated by the nearest power of two in the log domain,
+  ``exp = round(log2(scale))``; the relative error ``|2**exp - scale| / scale``
+  is reported per tensor (:attr:`QuantReport.qdq`). Weight scales from a
+  DequantizeLinear of an integer constant are treated alike (per-tensor;
+  per-channel hints are reported and the max-based exp is used). The
+  ``mult`` attribute of every requantize step is the hook for an exact
+  non-power-of-two multiplier when the core has ``ALU_MUL``;
+  :attr:`QuantConfig.exact_multiply` is reserved for it and not implemented.
+
+The quantizer checks that no accumulator can overflow int32 (worst case
+``K * 127 * 128 + max|bias|``) and raises :class:`CompileError` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import CompileError, node_error
+from .ir import Graph, Node, TensorType, requant_round, validate
+from .reference import run_float, run_quantized
+
+__all__ = ["QuantConfig", "QuantReport", "QDQApprox", "Agreement", "quantize", "compare",
+           "calibrate", "exp_for_range"]
+
+INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """Quantizer options.
+
+    Attributes:
+        calibration: ``"max"`` (max |x| over the calibration set), ``"percentile"``
+            (the ``percentile``-th percentile of |x|) or ``"mse"`` (of the four
+            exps ``e_max-3 .. e_max``, the one with the least quantization MSE
+            on the calibration values).
+        percentile: used by ``"percentile"``.
+        batch_size: calibration batch size (images per float run).
+        max_samples: per-tensor cap on stored |x| samples for percentile/MSE.
+        exact_multiply: reserved hook for exact non-power-of-two rescaling with
+            ``ALU_MUL``; ``True`` raises CompileError (not implemented).
+    """
+
+    calibration: str = "max"
+    percentile: float = 99.99
+    batch_size: int = 256
+    max_samples: int = 200_000
+    exact_multiply: bool = False
+
+
+@dataclass(frozen=True)
+class QDQApprox:
+    """A QDQ scale replaced by a power of two: ``tensor``, ``scale``, ``exp``, ``rel_error``."""
+
+    tensor: str
+    scale: float
+    exp: int
+    rel_error: float
+
+
+@dataclass
+class QuantReport:
+    """What the quantizer chose.
+
+    Attributes:
+        exps: ``tensor name -> exp`` for every int8/int32 tensor of the quantized graph.
+        shifts: ``node name -> shift`` for every requantizing node.
+        qdq: QDQ scales approximated by powers of two.
+        notes: free-text remarks (e.g. per-channel hints ignored).
+    """
+
+    exps: dict[str, int] = field(default_factory=dict)
+    shifts: dict[str, int] = field(default_factory=dict)
+    qdq: list[QDQApprox] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = ["quantization report"]
+        for n, s in self.shifts.items():
+            lines.append(f"  {n}: shift {s}")
+        for q in self.qdq:
+            lines.append(f"  QDQ {q.tensor}: scale {q.scale:.6g} -> 2^{q.exp} "
+                         f"(relative error {q.rel_error:.2%})")
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+
+def exp_for_range(r: float) -> int:
+    """Smallest ``e`` with ``r / 2**e <= 127`` (``-7`` for ``r == 0``)."""
+    if not r > 0 or not math.isfinite(r):
+        return -7
+    e = math.ceil(math.log2(r / 127.0))
+    while r / 2.0 ** e > 127.0:
+        e += 1
+    while r / 2.0 ** (e - 1) <= 127.0:
+        e -= 1
+    return e
+
+
+def _feeds_batches(graph: Graph, data, batch: int):
+    if isinstance(data, np.ndarray):
+        if len(graph.inputs) != 1:
+            raise CompileError(f"graph has {len(graph.inputs)} inputs: pass calibration data as a dict")
+        data = {graph.inputs[0]: data}
+    n = len(next(iter(data.values())))
+    for s in range(0, n, batch):
+        yield {k: v[s:s + batch] for k, v in data.items()}
+
+
+def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[str, int]:
+    """Run the float graph on ``data`` and choose an exp for every float tensor.
+
+    Args:
+        graph: optimized float graph.
+        data: ``ndarray`` (single-input graphs) or ``{input name: ndarray}``, batch first.
+    Returns:
+        ``tensor name -> exp`` for graph inputs and node outputs.
+    """
+    maxabs: dict[str, float] = {}
+    samples: dict[str, list[np.ndarray]] = {}
+    rng = np.random.default_rng(0)
+    for feeds in _feeds_batches(graph, data, config.batch_size):
+        env = run_float(graph, feeds, keep_all=True)
+        for name, v in env.items():
+            if name in graph.constants:
+                continue
+            a = np.abs(v.astype(np.float64)).ravel()
+            maxabs[name] = max(maxabs.get(name, 0.0), float(a.max()) if a.size else 0.0)
+            if config.calibration != "max":
+                k = min(a.size, max(1, config.max_samples // 8))
+                samples.setdefault(name, []).append(a if a.size <= k else rng.choice(a, k, replace=False))
+    exps = {}
+    for name, m in maxabs.items():
+        e = exp_for_range(m)
+        if config.calibration == "percentile":
+            e = exp_for_range(float(np.percentile(np.concatenate(samples[name]), config.percentile)))
+        elif config.calibration == "mse":
+            a = np.concatenate(samples[name])
+            best = None
+            for cand in range(e - 3, e + 1):
+                q = np.clip(np.floor(a / 2.0 ** cand + 0.5), -128, 127) * 2.0 ** cand
+                err = float(np.mean((q - a) ** 2))
+                if best is None or err < best[0]:
+                    best = (err, cand)
+            e = best[1]
+        elif config.calibration != "max":
+            raise CompileError(f"unknown calibration statistic {config.calibration!r}")
+        exps[name] = e
+    return exps
+
+
+def _act_bounds(node: Node, exp_out: int) -> tuple[int, int]:
+    a = node.attrs
+    act = a.get("act", "none")
+    if act == "relu":
+        return 0, 127
+    if act == "clip":
+        lo, hi = -128, 127
+        if a.get("act_min") is not None:
+            lo = max(lo, math.ceil(a["act_min"] / 2.0 ** exp_out))
+        if a.get("act_max") is not None:
+            hi = min(hi, math.floor(a["act_max"] / 2.0 ** exp_out))
+        lo, hi = min(lo, 127), max(hi, -128)
+        if lo > hi:
+            raise node_error(node.name, node.op, f"clip [{a.get('act_min')}, {a.get('act_max')}] "
+                             f"is empty at scale 2^{exp_out}")
+        return lo, hi
+    return -128, 127
+
+
+class _Quantizer:
+    def __init__(self, fg: Graph, exps: dict[str, int], config: QuantConfig):
+        self.fg = fg
+        self.exps = dict(exps)
+        self.cfg = config
+        self.q = Graph(name=fg.name, kind="quantized", meta={})
+        self.rep = QuantReport()
+        self.qname: dict[str, str] = {}   # float tensor -> int8 tensor
+        self.fname: dict[str, str] = {}   # float tensor -> float tensor in q graph
+        self.hints = fg.meta.get("scale_hints", {})
+
+    # -- helpers ---------------------------------------------------------------
+    def add(self, name, op, inputs, out, attrs, t: TensorType):
+        name = self.q.fresh(name) if name in {n.name for n in self.q.nodes} else name
+        self.q.nodes.append(Node(name, op, inputs, [out], attrs))
+        self.q.types[out] = t
+        if t.exp is not None:
+            self.rep.exps[out] = t.exp
+        if "shift" in attrs and attrs["shift"] is not None:
+            self.rep.shifts[name] = attrs["shift"]
+        return out
+
+    def int_name(self, t: str) -> str:
+        return self.q.fresh(f"{t}_q") if t in self.fg.outputs or t in self.q.types else t
+
+    def qin(self, t: str) -> str:
+        if t in self.qname:
+            return self.qname[t]
+        if t in self.fname:  # a float tensor (graph input or softmax output): quantize it
+            e = self.exps[t]
+            out = self.q.fresh(f"{t}_q")
+            self.add(self.q.fresh(f"{t}_quantize"), "quantize", [self.fname[t]], out, {"exp": e},
+                     TensorType("int8", self.q.types[self.fname[t]].shape, e))
+            self.qname[t] = out
+            return out
+        raise CompileError(f"tensor '{t}' has no quantized value")
+
+    def fin(self, t: str) -> str:
+        if t in self.fname:
+            return self.fname[t]
+        qi = self.qname[t]
+        out = self.q.fresh(f"{t}_float")
+        self.add(self.q.fresh(f"{t}_dequantize"), "dequantize", [qi], out, {},
+                 TensorType("float32", self.q.types[qi].shape))
+        self.fname[t] = out
+        return out
+
+    def weight_exp(self, wname: str, w: np.ndarray) -> int:
+        e = exp_for_range(float(np.abs(w).max()))
+        hint = self.hints.get(wname)
+        if hint is not None:
+            if isinstance(hint, tuple):
+                self.rep.notes.append(f"per-channel QDQ scales of '{wname}' replaced by one "
+                                      f"power-of-two exp 2^{e} from max|w|")
+            else:
+                he = round(math.log2(hint))
+                self.rep.qdq.append(QDQApprox(wname, hint, he, abs(2.0 ** he - hint) / hint))
+                e = he
+        return e
+
+    def const_int8(self, base: str, v: np.ndarray, e: int, lo: int = -127) -> str:
+        q = np.clip(np.rint(v.astype(np.float64) / 2.0 ** e), lo, 127).astype(np.int8)
+        name = self.q.fresh(base)
+        self.q.add_constant(name, q, e)
+        return name
+
+    # -- main ----------------------------------------------------------------------
+    def run(self) -> Graph:
+        fg = self.fg
+        if self.cfg.exact_multiply:
+            raise CompileError("QuantConfig.exact_multiply (exact non-power-of-two rescaling with "
+                               "ALU_MUL) is a reserved hook and not implemented")
+        for i in fg.inputs:
+            self.q.inputs.append(i)
+            self.q.types[i] = fg.types[i]
+            self.fname[i] = i
+        # fake_quant fixes the exp of its input tensor when the producer computes it
+        prod = fg.producers()
+        cons = fg.consumers()
+        for n in fg.nodes:
+            if n.op == "fake_quant":
+                s = n.attrs["scale"]
+                if isinstance(s, tuple):
+                    raise node_error(n.name, "fake_quant", "per-channel activation QDQ is not supported")
+                if n.attrs["zero_point"] != 0:
+                    raise node_error(n.name, "fake_quant",
+                                     f"zero point {n.attrs['zero_point']} is not supported (symmetric only)")
+                e = round(math.log2(s))
+                self.rep.qdq.append(QDQApprox(n.outputs[0], s, e, abs(2.0 ** e - s) / s))
+                self.exps[n.outputs[0]] = e
+                x = n.inputs[0]
+                if x in prod and len(cons.get(x, [])) == 1 and x not in fg.outputs:
+                    self.exps[x] = e
+        for n in fg.nodes:
+            getattr(self, f"q_{n.op}", self.unsupported)(n)
+        for o in fg.outputs:
+            if o in self.qname:
+                qi = self.qname[o]
+                if qi == o:
+                    raise CompileError(f"internal: output '{o}' named like its int8 tensor")
+                self.add(self.q.fresh(f"{o}_dequantize"), "dequantize", [qi], o, {},
+                         TensorType("float32", self.q.types[qi].shape))
+            elif self.fname.get(o) != o:
+                raise CompileError(f"output '{o}' was not produced")
+            self.q.outputs.append(o)
+        self.q.meta["quant_report"] = self.rep
+        return validate(self.q)
+
+    def unsupported(self, n: Node):
+        raise node_error(n.name, n.op, "the quantizer does not support this op")
+
+    def _requant_attrs(self, node, shift, exp_out, lo=-128, hi=127, mult=1):
+        if abs(shift) > 31:
+            raise node_error(node.name, node.op, f"requantize shift {shift} outside [-31, 31]")
+        return {"shift": int(shift), "round": requant_round(int(shift)), "mult": mult,
+                "clip_lo": int(lo), "clip_hi": int(hi), "exp_out": int(exp_out)}
+
+    def _linear(self, n: Node, qop: str):
+        fg = self.fg
+        x = self.qin(n.inputs[0])
+        ex = self.q.types[x].exp
+        if n.inputs[1] not in fg.constants:
+            raise node_error(n.name, n.op, "weight must be a constant")
+        w = fg.constants[n.inputs[1]]
+        ew = self.weight_exp(n.inputs[1], w)
+        wq = self.const_int8(f"{n.inputs[1]}_q", w, ew)
+        b = fg.constants[n.inputs[2]] if len(n.inputs) > 2 else np.zeros(w.shape[0], np.float32)
+        bq = np.rint(b.astype(np.float64) / 2.0 ** (ex + ew))
+        k = int(np.prod(w.shape[1:]))
+        worst = k * 127 * 128 + float(np.abs(bq).max(initial=0))
+        if worst > INT32_MAX:
+            raise node_error(n.name, n.op, f"accumulator may overflow int32 (worst case {worst:.3g})")
+        bname = self.q.fresh(f"{n.name}_bias_q")
+        self.q.add_constant(bname, bq.astype(np.int32), ex + ew)
+        out = n.outputs[0]
+        eo = self.exps[out]
+        lo, hi = _act_bounds(n, eo)
+        attrs = {}
+        if qop == "qconv2d":
+            attrs = {k2: n.attrs[k2] for k2 in ("kernel", "strides", "pads", "groups")}
+        attrs.update(self._requant_attrs(n, eo - (ex + ew), eo, lo, hi))
+        qo = self.int_name(out)
+        self.add(n.name, qop, [x, wq, bname], qo, attrs, None or TensorType(
+            "int8", fg.types[out].shape, eo))
+        self.qname[out] = qo
+
+    def q_conv2d(self, n):
+        self._linear(n, "qconv2d")
+
+    def q_dense(self, n):
+        self._linear(n, "qdense")
+
+    def q_add(self, n: Node):
+        fg = self.fg
+        if any(i in fg.constants for i in n.inputs):
+            raise node_error(n.name, n.op, "adding a constant that could not be folded into a "
+                             "preceding conv/dense bias is not supported by the quantizer")
+        a, b = self.qin(n.inputs[0]), self.qin(n.inputs[1])
+        ea, eb = self.q.types[a].exp, self.q.types[b].exp
+        if self.q.types[a].shape != self.q.types[b].shape:
+            raise node_error(n.name, n.op, "quantized add needs operands of equal shape (no broadcast)")
+        c = min(ea, eb)
+        out = n.outputs[0]
+        eo = self.exps[out]
+        lo, hi = _act_bounds(n, eo)
+        attrs = {"lshift_a": ea - c, "lshift_b": eb - c}
+        attrs.update(self._requant_attrs(n, eo - c, eo, lo, hi))
+        qo = self.int_name(out)
+        self.add(n.name, "qadd", [a, b], qo, attrs, TensorType("int8", fg.types[out].shape, eo))
+        self.qname[out] = qo
+
+    def q_mul(self, n: Node):
+        fg = self.fg
+        x = self.qin(n.inputs[0])
+        ex = self.q.types[x].exp
+        c = fg.constants[n.inputs[1]].astype(np.float64)
+        out = n.outputs[0]
+        qo = self.int_name(out)
+        if c.size == 1 and c.reshape(()) > 0 and math.log2(float(c.reshape(()))).is_integer():
+            eo = ex + int(math.log2(float(c.reshape(()))))
+            self.add(n.name, "qrequant", [x], qo, self._requant_attrs(n, 0, eo),
+                     TensorType("int8", fg.types[out].shape, eo))
+        else:
+            ec = exp_for_range(float(np.abs(c).max()))
+            cq = self.const_int8(f"{n.inputs[1]}_q", c, ec)
+            eo = self.exps[out]
+            self.add(n.name, "qmul", [x, cq], qo, self._requant_attrs(n, eo - (ex + ec), eo),
+                     TensorType("int8", fg.types[out].shape, eo))
+        self.qname[out] = qo
+
+    def _standalone_clip(self, n: Node, lo_f, hi_f):
+        x = self.qin(n.inputs[0])
+        ex = self.q.types[x].exp
+        lo = -128 if lo_f is None else max(-128, math.ceil(lo_f / 2.0 ** ex))
+        hi = 127 if hi_f is None else min(127, math.floor(hi_f / 2.0 ** ex))
+        out = n.outputs[0]
+        qo = self.int_name(out)
+        self.add(n.name, "qrequant", [x], qo, self._requant_attrs(n, 0, ex, min(lo, 127), max(hi, -128)),
+                 TensorType("int8", self.q.types[x].shape, ex))
+        self.qname[out] = qo
+
+    def q_relu(self, n):
+        self._standalone_clip(n, 0.0, None)
+
+    def q_clip(self, n):
+        self._standalone_clip(n, n.attrs["min"], n.attrs["max"])
+
+    def _same_exp(self, n: Node, op: str, attrs: dict, shape):
+        x = self.qin(n.inputs[0])
+        out = n.outputs[0]
+        qo = self.int_name(out)
+        self.add(n.name, op, [x], qo, attrs, TensorType("int8", shape, self.q.types[x].exp))
+        self.qname[out] = qo
+
+    def q_max_pool(self, n):
+        self._same_exp(n, "qmax_pool", dict(n.attrs), self.fg.types[n.outputs[0]].shape)
+
+    def _avg(self, n, kernel, strides, pads):
+        d = kernel[0] * kernel[1]
+        p2 = d & (d - 1) == 0
+        attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pads": tuple(pads), "divisor": d,
+                 "shift": d.bit_length() - 1 if p2 else None, "round": d // 2 if p2 else None,
+                 "clip_lo": -128, "clip_hi": 127}
+        self._same_exp(n, "qavg_pool", attrs, self.fg.types[n.outputs[0]].shape)
+
+    def q_avg_pool(self, n):
+        if any(n.attrs["pads"]) and not n.attrs["count_include_pad"]:
+            raise node_error(n.name, n.op, "padded average pool with count_include_pad=0 is not "
+                             "supported by the quantizer")
+        self._avg(n, n.attrs["kernel"], n.attrs["strides"], n.attrs["pads"])
+
+    def q_global_avg_pool(self, n):
+        t = self.fg.types[n.inputs[0]]
+        self._avg(n, (t.shape[2], t.shape[3]), (1, 1), (0, 0, 0, 0))
+
+    def _layout(self, n):
+        self._same_exp(n, n.op, dict(n.attrs), self.fg.types[n.outputs[0]].shape)
+
+    q_flatten = q_reshape = q_transpose = _layout
+
+    def q_concat(self, n: Node):
+        ins = [self.qin(i) for i in n.inputs]
+        eo = max(self.q.types[i].exp for i in ins)
+        aligned = []
+        for i in ins:
+            ei = self.q.types[i].exp
+            if ei != eo:
+                r = self.q.fresh(f"{i}_align")
+                self.add(self.q.fresh(f"{n.name}_align"), "qrequant", [i], r,
+                         self._requant_attrs(n, eo - ei, eo), TensorType("int8", self.q.types[i].shape, eo))
+                i = r
+            aligned.append(i)
+        out = n.outputs[0]
+        qo = self.int_name(out)
+        self.add(n.name, "concat", aligned, qo, dict(n.attrs), TensorType("int8", self.fg.types[out].shape, eo))
+        self.qname[out] = qo
+
+    def q_softmax(self, n: Node):
+        x = self.fin(n.inputs[0])
+        out = n.outputs[0]
+        self.add(n.name, "softmax", [x], out, dict(n.attrs), TensorType("float32", self.fg.types[out].shape))
+        self.fname[out] = out
+
+    def q_fake_quant(self, n: Node):
+        x = self.qin(n.inputs[0])
+        ex = self.q.types[x].exp
+        eo = self.exps[n.outputs[0]]
+        if eo == ex:
+            self.qname[n.outputs[0]] = x
+            return
+        lo, hi = max(-128, n.attrs["qmin"]), min(127, n.attrs["qmax"])
+        qo = self.int_name(n.outputs[0])
+        self.add(n.name, "qrequant", [x], qo, self._requant_attrs(n, eo - ex, eo, lo, hi),
+                 TensorType("int8", self.q.types[x].shape, eo))
+        self.qname[n.outputs[0]] = qo
+
+    def q_batch_norm(self, n):
+        raise node_error(n.name, n.op, "batch_norm must be folded before quantization (run optimize())")
+
+
+def quantize(graph: Graph, calib_data, config: QuantConfig = QuantConfig(), *,
+             optimize: bool = True) -> Graph:
+    """Quantize a float graph to the int8 power-of-two format.
+
+    Args:
+        graph: float graph from :func:`~.onnx_frontend.import_onnx`.
+        calib_data: calibration inputs, ``ndarray`` for single-input graphs or
+            ``{input name: ndarray}``, batch first, float32.
+        config: :class:`QuantConfig`.
+        optimize: run :func:`~.passes.optimize` first (BN folding, activation
+            fusion, constant folding). Leave ``True`` unless already done.
+    Returns:
+        A validated ``kind == "quantized"`` graph; ``graph.meta["quant_report"]``
+        holds the :class:`QuantReport`.
+    Raises:
+        CompileError: an op the quantizer cannot express, overflow risk, etc.
+    """
+    from .passes import optimize as _opt
+
+    fg = _opt(graph) if optimize else validate(graph)
+    exps = calibrate(fg, calib_data, config)
+    return _Quantizer(fg, exps, config).run()
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """int8-vs-float agreement on one data set.
+
+    Attributes:
+        top1_agreement: fraction of samples whose argmax (last axis) agrees.
+        cosine: mean cosine similarity of the output vectors.
+        max_abs_error: max |int8 output - float output|.
+        float_accuracy / int8_accuracy: accuracies against labels, or None.
+    """
+
+    top1_agreement: float
+    cosine: float
+    max_abs_error: float
+    float_accuracy: float | None
+    int8_accuracy: float | None
+
+    def __str__(self) -> str:
+        s = (f"top-1 agreement {self.top1_agreement:.2%}, mean cosine {self.cosine:.4f}, "
+             f"max |error| {self.max_abs_error:.4g}")
+        if self.float_accuracy is not None:
+            s += f", accuracy float {self.float_accuracy:.2%} / int8 {self.int8_accuracy:.2%}"
+        return s
+
+
+def compare(float_graph: Graph, qgraph: Graph, data, labels: np.ndarray | None = None,
+            output: str | None = None) -> Agreement:
+    """Run both graphs on ``data`` and report their agreement (see :class:`Agreement`)."""
+    out = output or float_graph.outputs[0]
+    feeds = data if isinstance(data, dict) else {float_graph.inputs[0]: data}
+    f = run_float(float_graph, feeds)[out].reshape(len(next(iter(feeds.values()))), -1).astype(np.float64)
+    q = run_quantized(qgraph, feeds)[out].reshape(f.shape).astype(np.float64)
+    cos = np.sum(f * q, 1) / np.maximum(np.linalg.norm(f, axis=1) * np.linalg.norm(q, axis=1), 1e-30)
+    fa = qa = None
+    if labels is not None:
+        fa = float(np.mean(f.argmax(1) == labels))
+        qa = float(np.mean(q.argmax(1) == labels))
+    return Agreement(float(np.mean(f.argmax(1) == q.argmax(1))), float(cos.mean()),
+                     float(np.abs(f - q).max()), fa, qa)
