@@ -1,0 +1,154 @@
+"""Exec bundles (raw DRAM image + program location) and the target registry.
+
+Bundle format (``.npz``, read with ``allow_pickle=False``):
+
+- ``dram``: ``uint8`` 1-D array, the initial DRAM image (byte address = index);
+- ``insn_addr``: integer scalar, byte address of the first instruction;
+- ``insn_count``: integer scalar, number of 16-byte instructions.
+
+Result format (``.npz``): ``dram`` (``uint8`` 1-D, final image, same length), ``cycles``
+(``int64`` scalar; 0 for fsim) and ``stats`` (a JSON string of the statistics dict).
+
+Targets: ``fsim`` (:func:`.fsim.simulate`) and ``rtl`` (``vtaforge.runtime.rtl.run_raw``,
+imported lazily so that fsim users need no Verilator).
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..hw.config import VTAConfig
+from .device import Device, DeviceError, RunResult
+
+__all__ = ["BundleError", "TARGETS", "load_bundle", "save_bundle", "save_result",
+           "load_result", "make_device", "run_raw"]
+
+#: Targets known to :func:`make_device` and :func:`run_raw`.
+TARGETS = ("fsim", "rtl")
+
+
+class BundleError(DeviceError):
+    """A bundle file that cannot be used (missing, not an npz, missing keys, wrong dtypes)."""
+
+
+def _scalar(z, key: str, path: str) -> int:
+    v = z[key]
+    if v.ndim != 0 and v.shape != (1,):
+        raise BundleError(f"bundle {path!r}: {key!r} must be an integer scalar, got shape "
+                          f"{v.shape}")
+    if v.dtype.kind not in "iu":
+        raise BundleError(f"bundle {path!r}: {key!r} must be an integer scalar, got dtype "
+                          f"{v.dtype}")
+    return int(v.reshape(()))
+
+
+def load_bundle(path: str | Path) -> tuple[np.ndarray, int, int]:
+    """Read an exec bundle.
+
+    Returns:
+        ``(dram, insn_addr, insn_count)``: a writeable ``uint8`` 1-D copy of the image and
+        two ints.
+
+    Raises:
+        BundleError: unreadable file, not an npz archive, a missing key, or a wrong dtype or
+            shape (the message names the file and the key).
+    """
+    p = str(path)
+    try:
+        z = np.load(p, allow_pickle=False)
+    except FileNotFoundError:
+        raise BundleError(f"cannot read bundle {p!r}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise BundleError(f"cannot read bundle {p!r}: not a numpy .npz archive ({e})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise BundleError(f"bundle {p!r} is a single .npy array, not an .npz archive with "
+                          f"dram, insn_addr and insn_count")
+    with z:
+        missing = [k for k in ("dram", "insn_addr", "insn_count") if k not in z.files]
+        if missing:
+            raise BundleError(f"bundle {p!r} lacks key {missing[0]!r} (needs dram, insn_addr, "
+                              f"insn_count; has {', '.join(z.files) or 'none'})")
+        try:
+            dram = z["dram"]
+        except ValueError as e:
+            raise BundleError(f"bundle {p!r}: 'dram' cannot be read ({e})") from None
+        if dram.dtype != np.uint8 or dram.ndim != 1:
+            raise BundleError(f"bundle {p!r}: 'dram' must be a 1-D uint8 array, got "
+                              f"{dram.dtype} with shape {dram.shape}")
+        try:
+            insn_addr = _scalar(z, "insn_addr", p)
+            insn_count = _scalar(z, "insn_count", p)
+        except ValueError as e:
+            raise BundleError(f"bundle {p!r}: cannot read a scalar ({e})") from None
+    return np.array(dram, dtype=np.uint8, copy=True), insn_addr, insn_count
+
+
+def save_bundle(path: str | Path, dram: np.ndarray, insn_addr: int, insn_count: int) -> None:
+    """Write an exec bundle (see the module docstring)."""
+    np.savez(path, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
+             insn_addr=np.int64(insn_addr), insn_count=np.int64(insn_count))
+
+
+def save_result(path: str | Path, dram: np.ndarray, result: RunResult) -> None:
+    """Write a result file: final ``dram``, ``cycles`` (int64) and ``stats`` (JSON string)."""
+    np.savez(path, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
+             cycles=np.int64(result.cycles),
+             stats=np.array(json.dumps(result.stats, sort_keys=True)))
+
+
+def load_result(path: str | Path) -> tuple[np.ndarray, int, dict[str, Any]]:
+    """Read a result file → ``(dram, cycles, stats)``."""
+    with np.load(path, allow_pickle=False) as z:
+        return np.array(z["dram"]), int(z["cycles"]), json.loads(str(z["stats"]))
+
+
+def _unknown(target: str) -> DeviceError:
+    return DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
+
+
+def make_device(target: str, cfg: VTAConfig, **kw: Any) -> Device:
+    """A :class:`Device` for ``target`` ("fsim" → :class:`.fsim.FsimDevice`, "rtl" →
+    ``vtaforge.runtime.rtl.RtlDevice``); ``kw`` go to the constructor.
+
+    Raises:
+        DeviceError: unknown target (or the backend's own construction errors).
+    """
+    if target == "fsim":
+        from .fsim import FsimDevice
+
+        return FsimDevice(cfg, **kw)
+    if target == "rtl":
+        try:
+            from .rtl import RtlDevice
+        except ImportError as e:
+            raise DeviceError(f"target 'rtl' is not available: {e}") from None
+        return RtlDevice(cfg, **kw)
+    raise _unknown(target)
+
+
+def run_raw(target: str, cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int,
+            **kw: Any) -> RunResult:
+    """Run a program on a raw DRAM image on ``target``, modifying ``dram`` in place, with
+    the whole image as the memory the program may touch.
+
+    ``kw`` go to the backend (fsim: ``max_steps``).
+
+    Raises:
+        DeviceError / ProgramError / DeadlockError: as the backend reports them.
+    """
+    if target == "fsim":
+        from .fsim import simulate
+
+        return simulate(cfg, dram, insn_addr, insn_count, **kw)
+    if target == "rtl":
+        try:
+            from .rtl import run_raw as rtl_run_raw
+        except ImportError as e:
+            raise DeviceError(f"target 'rtl' is not available: {e}") from None
+        return rtl_run_raw(cfg, dram, insn_addr, insn_count, **kw)
+    raise _unknown(target)

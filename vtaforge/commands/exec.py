@@ -1,0 +1,40 @@
+"""``vtaforge exec BUNDLE.npz``: run a raw program (DRAM image + instruction location) on a
+backend and report its statistics (see docs/cli.md for the bundle contract)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command("exec")
+@click.argument("bundle", type=click.Path(dir_okay=False))
+@click.option("--config", "config_spec", default="pynq", show_default=True,
+              help="preset name or vta_config.json file")
+@click.option("--target", default="fsim", show_default=True, help="backend: fsim or rtl")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="write the final image, cycles and stats to this .npz")
+@click.option("--max-steps", type=int, default=None,
+              help="fsim watchdog: steps (one per instruction and per micro-op)")
+def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
+             max_steps: int | None) -> None:
+    """Run the program in BUNDLE (.npz with dram, insn_addr, insn_count) and print its
+    statistics as JSON; with -o also save the final DRAM image."""
+    from ..hw.config import load_config
+    from ..runtime.bundle import TARGETS, load_bundle, run_raw, save_result
+    from ..runtime.device import DeviceError
+
+    cfg = load_config(config_spec)
+    if target not in TARGETS:
+        raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
+    dram, insn_addr, insn_count = load_bundle(bundle)
+    kw = {"max_steps": max_steps} if max_steps is not None else {}
+    result = run_raw(target, cfg, dram, insn_addr, insn_count, **kw)
+    if output:
+        save_result(output, dram, result)
+    click.echo(json.dumps({"target": target, "cycles": int(result.cycles),
+                           "stats": result.stats}, sort_keys=True))
+
+
+COMMANDS = [exec_cmd]
