@@ -312,10 +312,16 @@ class _Importer:
     def op_Clip(self, name, onode, ins, outs, attrs, err):
         lo, hi = attrs.get("min"), attrs.get("max")
         if self.opset >= 11:
-            lo = float(self.need_const(ins[1], "min", err)) if len(ins) > 1 and ins[1] else None
-            hi = float(self.need_const(ins[2], "max", err)) if len(ins) > 2 and ins[2] else None
+            lo = self._scalar(self.need_const(ins[1], "min", err), "min", err) if len(ins) > 1 and ins[1] else None
+            hi = self._scalar(self.need_const(ins[2], "max", err), "max", err) if len(ins) > 2 and ins[2] else None
         self.emit(onode, name, "clip", ins[:1], {"min": None if lo is None else float(lo),
                                                   "max": None if hi is None else float(hi)}, outs[0])
+
+    @staticmethod
+    def _scalar(v: np.ndarray, what: str, err) -> float:
+        if v.size != 1:
+            raise err(f"{what} must be a scalar, got shape {list(v.shape)}")
+        return float(v.reshape(()))
 
     def op_Add(self, name, onode, ins, outs, attrs, err):
         a, b = ins

@@ -48,24 +48,29 @@ def _windows(x: np.ndarray, kernel, strides) -> np.ndarray:
     return sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
 
 
-def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides, pads, groups: int) -> np.ndarray:
+def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides, pads, groups: int, dtype=np.float64) -> np.ndarray:
     """Direct 2-D convolution (cross-correlation), NCHW x OIHW -> NCHW, float64.
 
     ``x`` [N,C,H,W], ``w`` [O, C/groups, kh, kw]; zero padding
     ``pads=(top,left,bottom,right)``. Computed as a float64 GEMM over im2col
-    windows (exact for integer inputs, see the module docstring).
+    windows in ``dtype`` (float64: exact for int8 inputs, see the module
+    docstring; the float executor uses float32 like onnxruntime).
     """
     n, c, _, _ = x.shape
     o, cg, kh, kw = w.shape
-    xw = _windows(_pad(x.astype(np.float64), pads, 0.0), (kh, kw), strides)
+    xw = _windows(_pad(x.astype(dtype), pads, 0.0), (kh, kw), strides)
     ho, wo = xw.shape[2], xw.shape[3]
     g = groups
     og = o // g
-    # cols: [G, N*Ho*Wo, Cg*kh*kw]
-    cols = xw.reshape(n, g, cg, ho, wo, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6).reshape(
-        g, n * ho * wo, cg * kh * kw)
-    wm = w.astype(np.float64).reshape(g, og, cg * kh * kw).transpose(0, 2, 1)
-    out = np.matmul(cols, wm)  # [G, NHW, Og]
+    if g == 1:
+        cols = xw.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, c * kh * kw)
+        out = (cols @ w.reshape(o, -1).astype(dtype).T)[None]  # [1, NHW, O]
+    else:
+        # cols: [G, N*Ho*Wo, Cg*kh*kw]
+        cols = xw.reshape(n, g, cg, ho, wo, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6).reshape(
+            g, n * ho * wo, cg * kh * kw)
+        wm = w.astype(dtype).reshape(g, og, cg * kh * kw)
+        out = np.einsum("gpk,gok->gpo", cols, wm, optimize=og > 1)  # [G, NHW, Og]
     return out.reshape(g, n, ho, wo, og).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
 
 
@@ -137,12 +142,12 @@ def _float_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     a = node.attrs
     op = node.op
     if op == "conv2d":
-        y = conv2d_nchw(x[0], x[1], a["strides"], a["pads"], a["groups"])
+        y = conv2d_nchw(x[0], x[1], a["strides"], a["pads"], a["groups"], np.float32)
         if len(x) > 2:
             y = y + x[2].reshape(1, -1, 1, 1)
         return _act(y, a)
     if op == "dense":
-        y = x[0].astype(np.float64) @ x[1].astype(np.float64).T
+        y = x[0].astype(np.float32) @ x[1].astype(np.float32).T
         if len(x) > 2:
             y = y + x[2]
         return _act(y, a)
