@@ -1,0 +1,38 @@
+"""Small helpers for building one-op ONNX models in the compiler tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=17):
+    """inputs/outputs: [(name, shape)] float32 (an output shape None is filled in by running
+    onnxruntime once on zeros); inits: {name: ndarray}."""
+    if any(s is None for _, s in outputs):
+        tmp = _make(nodes, inputs, outputs, inits, opset)
+        res = run_ort(tmp, {n: np.zeros(s, np.float32) for n, s in inputs})
+        outputs = [(n, list(r.shape) if s is None else s) for (n, s), r in zip(outputs, res)]
+    return _make(nodes, inputs, outputs, inits, opset)
+
+
+def _make(nodes, inputs, outputs, inits, opset):
+    g = helper.make_graph(
+        nodes, "t",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def run_ort(model, feeds):
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+def rand(*shape, seed=0, scale=1.0):
+    return (np.random.default_rng(seed).normal(0, scale, shape)).astype(np.float32)

@@ -1,0 +1,171 @@
+"""ONNX frontend: each supported op against onnxruntime (float), errors, symbolic batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from vtaforge.compiler import CompileError, import_onnx, optimize, run_float
+from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
+
+from _onnx_util import make_model, rand, run_ort
+
+X = ("x", [2, 4, 9, 9])
+
+
+def _conv(attrs, wshape, bias=True):
+    ins = ["x", "w"] + (["b"] if bias else [])
+    inits = {"w": rand(*wshape, seed=1, scale=0.3)}
+    if bias:
+        inits["b"] = rand(wshape[0], seed=2)
+    return [helper.make_node("Conv", ins, ["y"], **attrs)], inits
+
+
+def _case(name):
+    """(nodes, inputs, out_shape_or_None, inits)."""
+    if name == "conv_stride_asympad":
+        n, i = _conv({"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 2, 1]}, (6, 4, 3, 2))
+        return n, [X], i
+    if name == "conv_same_upper":
+        n, i = _conv({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, (6, 4, 3, 3))
+        return n, [X], i
+    if name == "conv_group":
+        n, i = _conv({"group": 2, "pads": [1, 1, 1, 1]}, (6, 2, 3, 3))
+        return n, [X], i
+    if name == "conv_depthwise":
+        n, i = _conv({"group": 4, "pads": [1, 1, 1, 1], "strides": [2, 2]}, (4, 1, 3, 3), bias=False)
+        return n, [X], i
+    if name == "gemm_alpha_beta_transB0":
+        return ([helper.make_node("Gemm", ["x", "w", "c"], ["y"], alpha=0.5, beta=2.0)],
+                [("x", [3, 5])], {"w": rand(5, 7, seed=1), "c": rand(1, 7, seed=2)})
+    if name == "matmul":
+        return [helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", [3, 5])], {"w": rand(5, 7, seed=1)}
+    if name == "relu":
+        return [helper.make_node("Relu", ["x"], ["y"])], [X], {}
+    if name == "clip":
+        return ([helper.make_node("Clip", ["x", "lo", "hi"], ["y"])], [X],
+                {"lo": np.array(-0.5, np.float32), "hi": np.array(0.7, np.float32)})
+    if name == "add_tensors":
+        return [helper.make_node("Add", ["x", "x2"], ["y"])], [X, ("x2", [2, 4, 9, 9])], {}
+    if name == "add_const":
+        return [helper.make_node("Add", ["c", "x"], ["y"])], [X], {"c": rand(4, 1, 1, seed=3)}
+    if name == "mul_const":
+        return [helper.make_node("Mul", ["x", "c"], ["y"])], [X], {"c": rand(4, 1, 1, seed=3)}
+    if name == "conv_bn":
+        n, i = _conv({"pads": [1, 1, 1, 1]}, (6, 4, 3, 3))
+        n[0].output[0] = "t"
+        n.append(helper.make_node("BatchNormalization", ["t", "g", "be", "m", "v"], ["y"], epsilon=1e-3))
+        i.update(g=rand(6, seed=4), be=rand(6, seed=5), m=rand(6, seed=6),
+                 v=np.abs(rand(6, seed=7)) + 0.5)
+        return n, [X], i
+    if name == "bn_alone":
+        return ([helper.make_node("BatchNormalization", ["x", "g", "be", "m", "v"], ["y"])], [X],
+                {"g": rand(4, seed=4), "be": rand(4, seed=5), "m": rand(4, seed=6),
+                 "v": np.abs(rand(4, seed=7)) + 0.5})
+    if name == "maxpool_pad":
+        return ([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                  pads=[1, 1, 1, 1])], [X], {})
+    if name == "avgpool_exclude_pad":
+        return ([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2],
+                                  pads=[1, 1, 1, 1])], [X], {})
+    if name == "avgpool_include_pad":
+        return ([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2],
+                                  pads=[1, 1, 0, 0], count_include_pad=1)], [X], {})
+    if name == "global_avgpool":
+        return [helper.make_node("GlobalAveragePool", ["x"], ["y"])], [X], {}
+    if name == "flatten":
+        return [helper.make_node("Flatten", ["x"], ["y"], axis=1)], [X], {}
+    if name == "reshape":
+        return ([helper.make_node("Reshape", ["x", "s"], ["y"])], [X],
+                {"s": np.array([0, -1, 9], np.int64)})
+    if name == "transpose":
+        return [helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 3, 1])], [X], {}
+    if name == "concat":
+        return [helper.make_node("Concat", ["x", "x2"], ["y"], axis=1)], [X, ("x2", [2, 3, 9, 9])], {}
+    if name == "softmax":
+        return [helper.make_node("Softmax", ["x"], ["y"], axis=1)], [("x", [3, 10])], {}
+    if name == "qdq_pair":
+        return ([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+                 helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], [X],
+                {"s": np.array(0.05, np.float32), "z": np.array(0, np.int8)})
+    raise KeyError(name)
+
+
+CASES = ["conv_stride_asympad", "conv_same_upper", "conv_group", "conv_depthwise",
+         "gemm_alpha_beta_transB0", "matmul", "relu", "clip", "add_tensors", "add_const", "mul_const",
+         "conv_bn", "bn_alone", "maxpool_pad", "avgpool_exclude_pad", "avgpool_include_pad",
+         "global_avgpool", "flatten", "reshape", "transpose", "concat", "softmax", "qdq_pair"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_op_matches_onnxruntime(case):
+    nodes, inputs, inits = _case(case)
+    m = make_model(nodes, inputs, [("y", None)], inits)
+    feeds = {n: rand(*s, seed=10 + k) for k, (n, s) in enumerate(inputs)}
+    (want,) = run_ort(m, feeds)
+    g = import_onnx(m)
+    for graph in (g, optimize(g)):
+        got = run_float(graph, feeds)["y"]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    if case == "conv_bn":
+        assert [n.op for n in optimize(g).nodes] == ["conv2d"]
+
+
+def test_digits_float_matches_onnxruntime_and_keeps_symbolic_batch():
+    g = import_onnx(DIGITS_ONNX)
+    assert g.types["input"].shape == ("N", 1, 8, 8)
+    assert g.types["logits"].shape == ("N", 10)
+    _, _, xte, _ = load_digits_split()
+    (want,) = run_ort(__import__("onnx").load(str(DIGITS_ONNX)), {"input": xte[:64]})
+    np.testing.assert_allclose(run_float(optimize(g), {"input": xte[:64]})["logits"], want,
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_malformed_bytes():
+    with pytest.raises(CompileError, match="malformed ONNX model") as e:
+        import_onnx(b"\x08\x07this is not a protobuf\xff\xff")
+    assert "\n" not in str(e.value)
+
+
+def test_unsupported_op_names_node_op_reason():
+    m = make_model([helper.make_node("Sin", ["x"], ["y"], name="my_sin")], [X], [("y", None)])
+    with pytest.raises(CompileError) as e:
+        import_onnx(m)
+    assert str(e.value).startswith("node 'my_sin' (Sin): unsupported operator")
+    assert "\n" not in str(e.value)
+
+
+def test_shape_mismatch_names_node_op_reason():
+    m = make_model([helper.make_node("Flatten", ["x"], ["f"], name="flat"),
+                    helper.make_node("Gemm", ["f", "w"], ["y"], name="fc", transB=1)],
+                   [X], [("y", [2, 10])], {"w": rand(10, 100)})
+    with pytest.raises(CompileError, match=r"^node 'fc' \(Gemm\): inner dims differ"):
+        import_onnx(m)
+
+
+def test_declared_output_shape_must_check_out():
+    m = make_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [X], [("y", [2, 4, 9, 8])])
+    with pytest.raises(CompileError, match=r"node 'r' \(relu\): output 'y' is declared"):
+        import_onnx(m)
+
+
+@pytest.mark.parametrize("attrs,match", [({"dilations": [2, 2]}, "dilation"),
+                                         ({"auto_pad": "FOO"}, "auto_pad")])
+def test_unsupported_conv_attributes(attrs, match):
+    n, i = _conv(attrs, (6, 4, 3, 3))
+    n[0].name = "cv"
+    with pytest.raises(CompileError, match=rf"node 'cv' \(Conv\): .*{match}"):
+        import_onnx(make_model(n, [X], [("y", [2, 6, 5, 5])], i))
+
+
+def test_dequantize_of_int8_weight_keeps_scale_hint():
+    w = np.arange(-8, 10, dtype=np.int8).reshape(2, 9)
+    m = make_model([helper.make_node("DequantizeLinear", ["wq", "s"], ["w"]),
+                    helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], [("x", [3, 9])], [("y", None)],
+                   {"wq": w, "s": np.array(0.25, np.float32)})
+    g = import_onnx(m)
+    x = rand(3, 9)
+    np.testing.assert_allclose(run_float(g, {"x": x})["y"], run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert 0.25 in g.meta["scale_hints"].values()
