@@ -125,11 +125,11 @@ class VTAConfig:
     LOG_INP_BUFF_SIZE: int = 15
     LOG_WGT_BUFF_SIZE: int = 18
     LOG_ACC_BUFF_SIZE: int = 17
-    LOG_BUS_WIDTH: int = 6
+    LOG_BUS_WIDTH: int = None  # type: ignore[assignment]  # None: the TARGET's value
     INSN_QUEUE_DEPTH: int = 512
     TOKEN_QUEUE_DEPTH: int = 255
-    CLOCK_MHZ: float = 100.0
-    PART: str = "xc7z020clg484-1"
+    CLOCK_MHZ: float = None  # type: ignore[assignment]  # None: the TARGET's value
+    PART: str = None  # type: ignore[assignment]  # None: the TARGET's value
     ACC_8BIT: bool = True
     ALU_MUL: bool = False
     DSP_PACKING: int = 2
@@ -140,6 +140,10 @@ class VTAConfig:
         if not isinstance(self.TARGET, str) or self.TARGET not in TARGETS:
             raise ConfigError(
                 f"TARGET = {self.TARGET!r} is not supported; allowed: {', '.join(sorted(TARGETS))}")
+        # Target-dependent knobs left unset take the target's upstream values.
+        for key, value in TARGETS[self.TARGET].items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, value)
         if not isinstance(self.HW_VER, str):
             raise ConfigError(f"HW_VER = {self.HW_VER!r} must be a string such as '0.0.2'")
         for key, (lo, hi) in RANGES.items():

@@ -423,7 +423,10 @@ def test_fingerprint_ignores_target_and_hw_ver_when_hardware_equal():
     fps = {VTAConfig.from_dict(_sample(t)).fingerprint for t in ("sim", "tsim", "pynq", "intelfocl")}
     assert fps == {PYNQ_FINGERPRINT}
     assert VTAConfig(HW_VER="0.0.1").fingerprint == PYNQ_FINGERPRINT
-    assert VTAConfig(TARGET="zcu104").fingerprint == PYNQ_FINGERPRINT  # same knobs as pynq here
+    # a target's part, clock and bus width apply to direct construction too
+    assert VTAConfig(TARGET="zcu104") == preset("zcu104")
+    assert VTAConfig(TARGET="zcu104", LOG_BUS_WIDTH=6, CLOCK_MHZ=100.0,
+                     PART="xc7z020clg484-1").fingerprint == PYNQ_FINGERPRINT
     assert preset("zcu104").fingerprint != PYNQ_FINGERPRINT  # different bus, clock, part
 
 
