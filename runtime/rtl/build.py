@@ -302,6 +302,28 @@ def _parse_classes_mk(mk: Path) -> dict[str, list[str]]:
     return out
 
 
+def verilator_flags(trace: bool = False,
+                    params: Mapping[str, int | str] | None = None) -> list[str]:
+    """The Verilator command-line options of a build (without file names)."""
+    gflags = [f"-G{k}={v}" for k, v in sorted((params or {}).items())]
+    return list(VERILATOR_FLAGS) + (["--trace-fst"] if trace else []) + gflags
+
+
+def build_key(cfg: VTAConfig, verilog: str, *, trace: bool = False,
+              params: Mapping[str, int | str] | None = None,
+              cxx_version: str | None = None) -> str:
+    """The cache key (hex SHA-256) of a build: config fingerprint, Verilog text, harness
+    source, Verilator version, C++ compiler version, and every flag."""
+    if cxx_version is None:
+        cxx_version = _cxx_version(_cxx())
+    return hashlib.sha256(json.dumps({
+        "recipe": BUILD_RECIPE, "fingerprint": cfg.fingerprint, "verilog": verilog,
+        "harness": HARNESS_SOURCE.read_text(), "verilator": verilator_version(),
+        "cxx": cxx_version, "vflags": verilator_flags(trace, params), "fast": CXX_FAST,
+        "slow": CXX_SLOW, "common": CXX_COMMON, "trace": trace,
+        "bus_bytes": cfg.BUS_WIDTH // 8}, sort_keys=True).encode()).hexdigest()
+
+
 def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = None,
                 params: Mapping[str, int | str] | None = None, cache_dir: str | Path | None = None,
                 jobs: int | None = None, progress: bool = True) -> RtlModel:
@@ -337,14 +359,9 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
     cxx = _cxx()
     cxx_ver = _cxx_version(cxx)
     bus_bytes = cfg.BUS_WIDTH // 8
-    gflags = [f"-G{k}={v}" for k, v in sorted((params or {}).items())]
-    vflags = list(VERILATOR_FLAGS) + (["--trace-fst"] if trace else []) + gflags
+    vflags = verilator_flags(trace, params)
     harness = HARNESS_SOURCE.read_text()
-    key = hashlib.sha256(json.dumps({
-        "recipe": BUILD_RECIPE, "fingerprint": cfg.fingerprint, "verilog": verilog,
-        "harness": harness, "verilator": verilator_version(), "cxx": cxx_ver,
-        "vflags": vflags, "fast": CXX_FAST, "slow": CXX_SLOW, "common": CXX_COMMON,
-        "trace": trace, "bus_bytes": bus_bytes}, sort_keys=True).encode()).hexdigest()
+    key = build_key(cfg, verilog, trace=trace, params=params, cxx_version=cxx_ver)
     cache = Path(cache_dir) if cache_dir is not None else cache_root()
     cache.mkdir(parents=True, exist_ok=True)
     name = f"vta_core-{cfg.fingerprint:08x}-{key[:16]}" + ("-fst" if trace else "")

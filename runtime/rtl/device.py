@@ -224,15 +224,21 @@ class RtlDevice(Device):
 
     # ------------------------------------------------------------------ runs
     def launch(self, insn_addr: int, insn_count: int) -> None:
-        """Write the launch registers and CTRL.START (no waiting, no verification).
+        """Write the launch registers and CTRL.START, keeping CTRL.IRQ_EN (no waiting, no
+        verification).
 
         Raises:
             ProgramError: the bus failed while the registers were written (the core may
                 already be running a previous launch's DMA).
         """
+        ctrl = ctypes.c_uint32()
+        rc = self._lib.vh_reg_read(self._h, regs.offset("CTRL"), ctypes.byref(ctrl))
+        if rc != 0:
+            self._raise_run_error(rc, 0)
+        start = 1 | (ctrl.value & 2)  # keep IRQ_EN as the host set it
         for name, value in (("INSN_ADDR_LO", insn_addr & 0xFFFFFFFF),
                             ("INSN_ADDR_HI", insn_addr >> 32), ("INSN_COUNT", insn_count),
-                            ("CTRL", 1)):
+                            ("CTRL", start)):
             rc = self._lib.vh_reg_write(self._h, regs.offset(name), value & 0xFFFFFFFF)
             if rc != 0:
                 self._raise_run_error(rc, 0)
