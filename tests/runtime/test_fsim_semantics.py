@@ -587,3 +587,41 @@ def test_nop_counts_and_fsim_device():
     np.testing.assert_array_equal(got, (x + 1).astype(np.int8))
     assert res.cycles == 0 and res.stats["nop_insns"] == 2
     assert res.stats["insn_count"] == len(insns)
+
+
+def test_large_nests_across_chunks():
+    """Nests longer than one evaluation chunk (32 Ki micro-ops) keep sequential semantics:
+    40000 immediate ADDs on one entry, doubling by tensor ADD with src == dst, and a GEMM
+    that accumulates 40000 products into one entry."""
+    cfg = preset("tiny")
+    n = 3
+    x = np.array([1, -2, 7])[:, None, None] * np.ones(acc_shape(cfg, n)[1:], np.int64)
+    N = 40000
+
+    def body(im):
+        u = im.uops([0, 1], [0, 1])
+        return [ld(UOP, 0, im.base(u, UOP), 1, 2),
+                alu(AluOp.ADD, 0, 1, 200, 200, imm=1),           # acc[0] += 40000
+                alu(AluOp.ADD, 1, 2, 1, 5),                      # acc[1] *= 32 via x + x
+                alu(AluOp.SHR, 0, 1, 1, n, dfi=1, imm=4, push_next=1)]
+    got, res, *_ = run_acc_program(cfg, x, body, n)
+    exp = x.copy()
+    exp[0] += N
+    exp[1] *= 32
+    np.testing.assert_array_equal(got, trunc(cfg, exp >> 4))
+    # GEMM: 40000 micro-ops into acc[0], inputs of ones
+    im = Image(cfg)
+    ones = np.ones((1, cfg.BATCH, cfg.BLOCK_IN), np.int64)
+    ax = im.put(ones.astype("<i1"))
+    aw = im.put(np.ones((1, cfg.BLOCK_OUT, cfg.BLOCK_IN), np.int64).astype("<i1"))
+    ao = im.zeros(cfg.elem_bytes(OUT))
+    u = im.uops([0], [0], [0])
+    insns = [ld(INP, 0, im.base(ax, INP), 1, 1), ld(WGT, 0, im.base(aw, WGT), 1, 1, push_next=1),
+             ld(UOP, 0, im.base(u, UOP), 1, 1), gemm(0, 1, 1, 1, reset=1),
+             gemm(0, 1, 200, 200, pop_prev=1),
+             alu(AluOp.SHR, 0, 1, imm=8, push_next=1),
+             st(0, im.base(ao, OUT), 1, 1, pop_prev=1, push_prev=1), finish(pop_next=1)]
+    dram, ia, cnt = im.build(insns)
+    res = simulate(cfg, dram, ia, cnt)
+    assert (read_out(cfg, dram, ao, 1) == trunc(cfg, (N * cfg.BLOCK_IN) >> 8)).all()
+    assert res.stats["gemm_counter"] == N

@@ -16,7 +16,7 @@ import click
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="write the final image, cycles and stats to this .npz")
 @click.option("--max-steps", type=int, default=None,
-              help="fsim watchdog: steps (one per instruction and per micro-op)")
+              help="watchdog: fsim steps (one per instruction and per micro-op); rtl cycles")
 def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
              max_steps: int | None) -> None:
     """Run the program in BUNDLE (.npz with dram, insn_addr, insn_count) and print its
@@ -29,7 +29,9 @@ def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
     if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
     dram, insn_addr, insn_count = load_bundle(bundle)
-    kw = {"max_steps": max_steps} if max_steps is not None else {}
+    kw = {}
+    if max_steps is not None:
+        kw = {"timeout_cycles" if target == "rtl" else "max_steps": max_steps}
     result = run_raw(target, cfg, dram, insn_addr, insn_count, **kw)
     if output:
         save_result(output, dram, result)
