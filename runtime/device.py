@@ -179,8 +179,9 @@ class Device(abc.ABC):
         Args:
             regions: the device memory the program may touch (DMA bounds, instruction
                 fetch included); default: every live buffer.
-            timeout_cycles: a watchdog (cycles for cycle-accurate backends, executed
-                instructions × 1000 for fsim); default: backend-chosen.
+            timeout_cycles: a watchdog: clock cycles for cycle-accurate backends; for fsim,
+                scheduler steps (one per instruction plus one per micro-op, about one
+                hardware cycle each); default: backend-chosen.
 
         Raises:
             ProgramError: the program breaks the ISA rules (see module docstring).
