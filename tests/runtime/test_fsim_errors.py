@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, nop, st
+from progtools import AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, nop, st
 from vtaforge.hw.config import preset
 from vtaforge.runtime.device import DeadlockError, DeviceError, ProgramError
 from vtaforge.runtime.fsim import simulate

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import (AluOp, Image, MemType, acc_bytes, alu, finish, gemm, int_dtype, ld, nop,
+from progtools import (AluOp, Image, MemType, acc_bytes, alu, finish, gemm, int_dtype, ld, nop,
                       read_out, st, wrap)
 from vtaforge.hw.config import preset
 from vtaforge.hw.isa import encode_program, encode_uops
