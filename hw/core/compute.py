@@ -17,8 +17,8 @@ Element layouts (little-endian, row-major, as numpy arrays of the element): INP
 ``[BATCH][BLOCK_IN]``, WGT ``[BLOCK_OUT][BLOCK_IN]``, ACC/OUT ``[BATCH][BLOCK_OUT]``.
 
 DSP packing (``cfg.DSP_PACKING == 2``, 8-bit operands): two weights that share an activation
-go into one multiplier as ``A = (w_hi << 17) + w_lo``; with ``P = A × a``, the low product is
-``sext17(P[0:17])`` and the high one ``(P >> 17) + P[16]`` (hardware-notes.md "Multipliers";
+go into one multiplier as ``A = (w_hi << 16) + w_lo``; with ``P = A × a``, the low product is
+``sext16(P[0:16])`` and the high one ``(P >> 16) + P[15]``; k = 17 would overflow the 25-bit A port for ``w_hi = -128, w_lo < 0`` (hardware-notes.md "Multipliers";
 :func:`packed_pair_model` is the pure-Python model, checked exhaustively in the tests).
 ``cfg.LUT_MULTIPLIERS`` products are built from shift-and-add logic (no ``$mul`` cell), so
 Yosys maps them to LUTs.
@@ -44,12 +44,12 @@ COMPUTE_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "LOAD", 3: "GEMM_ALU", 4: "PUSH
                   5: "FINISH", 6: "DECODE"}
 
 #: Bit offset of the high weight in a packed DSP operand (hardware-notes.md).
-PACK_SHIFT = 17
+PACK_SHIFT = 16
 
 
 def packed_pair_model(a: int, w_lo: int, w_hi: int) -> tuple[int, int]:
     """Pure-Python model of the packed multiplier: returns ``(a*w_lo, a*w_hi)`` computed the
-    way the hardware does, from the one product ``P = ((w_hi << 17) + w_lo) * a``."""
+    way the hardware does, from the one product ``P = ((w_hi << 16) + w_lo) * a``."""
     p = ((w_hi << PACK_SHIFT) + w_lo) * a
     lo = p & ((1 << PACK_SHIFT) - 1)
     if lo >> (PACK_SHIFT - 1):

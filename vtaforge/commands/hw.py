@@ -1,0 +1,72 @@
+"""``vtaforge hw``: generate the core's RTL and estimate its resources.
+
+- ``vtaforge hw verilog --config PRESET|FILE -o DIR``: writes ``DIR/vta_core.v``,
+  ``DIR/regmap.json`` and ``DIR/vta_regs.h``.
+- ``vtaforge hw resources --config PRESET|FILE [--part xc7z020] [--json]``: Yosys
+  ``synth_xilinx`` estimate of LUT, FF, DSP48 and BRAM next to the part's capacity.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.group("hw")
+def hw_group() -> None:
+    """Generate and measure the VTA core's hardware."""
+
+
+@hw_group.command("verilog")
+@click.option("--config", "spec", default="pynq", show_default=True,
+              help="preset name or vta_config.json file")
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="output directory (created if missing)")
+@click.option("--name", default="vta_core", show_default=True, help="top module name")
+def verilog_cmd(spec: str, out_dir: str, name: str) -> None:
+    """Write the core's Verilog, register map JSON and C header into OUT."""
+    from ..hw.config import load_config
+    from ..hw.core import emit_verilog
+    from ..hw.regs import c_header, regmap_json
+
+    cfg = load_config(spec)
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    text = emit_verilog(cfg, name=name)
+    (d / f"{name}.v").write_text(text)
+    (d / "regmap.json").write_text(regmap_json(cfg))
+    (d / "vta_regs.h").write_text(c_header(cfg))
+    click.echo(f"wrote {d / (name + '.v')} ({len(text)} bytes), {d / 'regmap.json'}, "
+               f"{d / 'vta_regs.h'} (fingerprint 0x{cfg.fingerprint:08x})")
+
+
+@hw_group.command("resources")
+@click.option("--config", "spec", default="pynq", show_default=True,
+              help="preset name or vta_config.json file")
+@click.option("--part", default="xc7z020", show_default=True,
+              help="part whose capacity to compare with (xc7z020, xczu3eg, xczu7ev)")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+def resources_cmd(spec: str, part: str, as_json: bool) -> None:
+    """Estimate LUT/FF/DSP/BRAM with Yosys synth_xilinx (minutes for the pynq core)."""
+    from ..hw.config import load_config
+    from ..hw.estimate import EstimateError, estimate_resources, format_report, part_info
+
+    cfg = load_config(spec)
+    try:
+        cap = part_info(part)
+        res = estimate_resources(cfg, part)
+    except EstimateError as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        d = res.as_dict()
+        d.update({"config": spec, "part": part, "capacity": {k: cap[k] for k in
+                                                            ("lut", "ff", "dsp", "bram36")},
+                  "fits": res.fits(part)})
+        click.echo(json.dumps(d, indent=2, sort_keys=True))
+    else:
+        click.echo(format_report(spec, res, part))
+
+
+COMMANDS = [hw_group]
