@@ -1,0 +1,138 @@
+"""The compiler driver: ONNX -> front half -> partition -> pack/tile/lower -> CompiledModel.
+
+:func:`compile_model` imports and quantizes the model (:func:`~vtaforge.compiler.compile_front`),
+places each node (:mod:`.partition`), lowers every VTA node to a relocatable program
+(:mod:`.lower_conv`, :mod:`.lower_eltwise`) and returns a
+:class:`~vtaforge.runtime.artifact.CompiledModel` that the runtime executor runs and
+``save_artifact`` writes as a ``.vtapkg``.  :func:`lower_graph` does the back half alone on
+an already quantized and partitioned graph.
+
+A VTA node whose lowering fails is not dropped silently: the error propagates
+(:class:`CompileError`), unless ``fallback=True``, in which case the node runs on the CPU
+and its placement reason says why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hw.config import VTAConfig, load_config
+from ..runtime.artifact import CompiledModel, Step
+from .errors import CompileError
+from .ir import Graph
+from .partition import Partition, partition
+from .quantize import QuantConfig, quantize
+from .onnx_frontend import import_onnx
+from .lower_conv import lower_conv, lower_dense
+from .lower_eltwise import lower_eltwise, lower_pool
+
+__all__ = ["compile_model", "lower_graph", "lower_node"]
+
+
+def _chw(graph: Graph, tensor: str) -> tuple:
+    shape = graph.types[tensor].shape
+    if len(shape) == 4:
+        return tuple(shape[1:])
+    if len(shape) == 2:
+        return (shape[1], 1, 1)
+    raise CompileError(f"tensor {tensor!r}: VTA operands are NCHW or NC, got {shape}")
+
+
+def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
+    """Lower one VTA-placed node; returns ``(LoweredOp, {slot: tensor})``."""
+    a = node.attrs
+    if node.op == "qconv2d":
+        x, w, b = node.inputs
+        lo = lower_conv(cfg, uid, _chw(graph, x), graph.constants[w], graph.constants[b], a)
+        return lo, {"x": x}
+    if node.op == "qdense":
+        x, w, b = node.inputs
+        lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w],
+                         graph.constants[b], a)
+        return lo, {"x": x}
+    if node.op in ("qmax_pool", "qavg_pool"):
+        lo = lower_pool(cfg, uid, _chw(graph, node.inputs[0]), a,
+                        "max" if node.op == "qmax_pool" else "avg")
+        return lo, {"x": node.inputs[0]}
+    if node.op == "qadd":
+        lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qadd", a)
+        return lo, {"a": node.inputs[0], "b": node.inputs[1]}
+    if node.op == "qrequant":
+        lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qrequant", a)
+        return lo, {"a": node.inputs[0]}
+    raise CompileError(f"node '{node.name}' ({node.op}): no VTA lowering")
+
+
+def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
+                name: str | None = None) -> CompiledModel:
+    """Back half: lower a quantized, partitioned graph to a :class:`CompiledModel`."""
+    cfg = part.config
+    steps, consts = [], {}
+    for node in graph.nodes:
+        pl = part.placements[node.name]
+        target, reason = pl.target, pl.reason
+        if target == "vta":
+            try:
+                lo, act = lower_node(cfg, graph, node, f"{graph.name}/{node.name}")
+            except CompileError as e:
+                if not fallback:
+                    raise
+                target, reason = "cpu", f"VTA lowering failed: {e}"
+        if target == "vta":
+            slots = dict(act)
+            for slot, arr in lo.consts.items():
+                cname = f"{node.name}/{slot}"
+                consts[cname] = arr
+                slots[slot] = cname
+            slots["y"] = node.outputs[0]
+            steps.append(Step(node.name, node.op, "vta", list(node.inputs), list(node.outputs),
+                              dict(node.attrs), [], slots, lo.layouts, lo.trace, reason))
+        else:
+            cs = [i for i in node.inputs if i in graph.constants]
+            for c in cs:
+                consts[c] = graph.constants[c]
+            steps.append(Step(node.name, node.op, "cpu", list(node.inputs), list(node.outputs),
+                              dict(node.attrs), cs, {}, {}, None, reason))
+    types = {k: (t.dtype, tuple(t.shape), t.exp) for k, t in graph.types.items()
+             if k not in graph.constants}
+    m = CompiledModel(cfg, name or graph.name, list(graph.inputs), list(graph.outputs), types,
+                      steps, consts, {"placement_report": part.report()})
+    return m
+
+
+def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig | None = None,
+                  fallback: bool = False) -> CompiledModel:
+    """Compile an ONNX model (path, bytes or ModelProto) for a VTA config.
+
+    Args:
+        calib_data: calibration inputs (``ndarray`` or ``{input: ndarray}``, batch first).
+        config: VTAConfig, preset name or JSON path (default ``pynq``).
+    Returns:
+        The :class:`CompiledModel`; its attributes ``qgraph`` (quantized graph) and
+        ``partition`` are set for in-process use (not saved in artifacts).
+    Raises:
+        CompileError: unsupported model, bad calibration data, a lowering failure.
+    """
+    cfg = load_config(config)
+    calib = calib_data
+    fg = import_onnx(model)
+    if isinstance(calib, np.ndarray):
+        if len(fg.inputs) != 1:
+            raise CompileError(f"model has {len(fg.inputs)} inputs: calibration must be a dict")
+        t = fg.types[fg.inputs[0]]
+        _check_calib(fg.inputs[0], t.shape, calib)
+    q = quantize(fg, calib, quant_config or QuantConfig())
+    part = partition(q, cfg)
+    cm = lower_graph(q, part, fallback=fallback)
+    cm.qgraph = q
+    cm.partition = part
+    return cm
+
+
+def _check_calib(name, shape, x: np.ndarray) -> None:
+    if x.dtype.kind != "f":
+        raise CompileError(f"calibration data for {name!r} has dtype {x.dtype}, expected float")
+    if x.ndim != len(shape) or any(isinstance(d, int) and d != s
+                                   for d, s in zip(shape[1:], x.shape[1:])):
+        raise CompileError(f"calibration data for {name!r} has shape {list(x.shape)}, expected "
+                           f"{list(shape)} (any number of samples first)")

@@ -1,0 +1,266 @@
+"""Lowering of ``qconv2d`` and ``qdense`` to a relocatable VTA program (:class:`Trace`).
+
+One batch block (``BATCH`` images) per trace; the executor replays it per block.
+
+Slots: ``x`` input activation (INP elements, NCHW{B}n{BLOCK_IN}c), ``w`` weights
+(block-compressed, :mod:`.pack`), ``b`` bias + rounding constant (ACC elements), ``y``
+output (OUT elements, NCHW{B}n{BLOCK_OUT}c).
+
+Schedule (tiles from :func:`.tiling.conv_tiling`):
+
+1. ACC LOAD of the whole bias to accumulator entries ``[0, OB)``; the weights, when they
+   all fit the WGT scratchpad, are loaded once (resident).
+2. For each output tile (output block chunk x row chunk x column chunk) and each reduction
+   step (input block chunk): LOAD the input window of each input block (2-D load, zero
+   padding at the borders, pads <= 15), LOAD the tile's weights unless resident, GEMM
+   (reset on the tile's first step; one micro-op per (ob, ib, kh, kw) stored block under a
+   (rows x cols) loop nest).  INP/WGT regions alternate between two virtual threads per step
+   and ACC regions per tile, with the token pattern of docs/runtime.md.
+3. Requantize on the ALU: ADD bias (+round), SHR by ``shift`` (negative = left), MAX
+   ``clip_lo``, MIN ``clip_hi``; STORE (the int8 truncation is lossless after the clip).
+
+Dense layers are 1x1 convs on a 1x1 image.  Grouped and depthwise convs use the
+block-compressed weights: only blocks the group structure can make non-zero are stored
+and multiplied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import AluOp, Module
+from ..runtime.artifact import SlotLayout, Trace, TraceBuilder
+from .errors import CompileError
+from .pack import ceil_div, pack_bias, pack_weights
+from .tiling import conv_tiling
+
+__all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel"]
+
+L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
+
+
+class LoweredOp:
+    """Result of a lowering: ``trace``, ``consts`` (slot -> packed array),
+    ``layouts`` (activation slot -> :class:`SlotLayout`)."""
+
+    def __init__(self, trace: Trace, consts: dict, layouts: dict):
+        self.trace, self.consts, self.layouts = trace, consts, layouts
+
+
+def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset=False,
+                op=0, imm=None):
+    """Emit a kernel whose cache key is derived from its content (never aliases)."""
+    dst = np.asarray(dst, np.int64)
+    src = np.asarray(src, np.int64)
+    wgt = np.zeros_like(dst) if wgt is None else np.asarray(wgt, np.int64)
+    h = hashlib.blake2b(digest_size=12)
+    for a in (dst, src, wgt):
+        h.update(a.tobytes())
+        h.update(b"|")
+    key = (mode, tuple(tuple(lp) for lp in loops), h.hexdigest())
+
+    def rec(k):
+        for lp in loops:
+            k.loop_begin(*lp)
+        k.uops(dst, src, wgt)
+        for _ in loops:
+            k.loop_end()
+    if mode == "gemm":
+        return tb.gemm(key, rec, reset=reset)
+    return tb.alu(key, rec, op, use_imm=imm is not None, imm=0 if imm is None else int(imm),
+                  reset=reset)
+
+
+def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: int,
+                extra_round: int = 0) -> None:
+    """ALU requantize of ACC entries ``[base, base+n)``: ADD round (if given), SHR shift,
+    MAX lo, MIN hi (skipping no-ops)."""
+    for e0 in range(0, n, 16383):
+        m = min(16383, n - e0)
+        loops = [(m, 1, 1, 0)]
+        d, s = [base + e0], [base + e0]
+        if extra_round:
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=extra_round)
+        if shift:
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.SHR, imm=shift)
+        if lo > -(1 << 31):
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX, imm=lo)
+        if hi < (1 << 31) - 1:
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MIN, imm=hi)
+
+
+def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
+               attrs: dict, *, pre_pad: bool | None = None) -> LoweredOp:
+    """Lower one ``qconv2d`` (one batch block) to a :class:`LoweredOp`.
+
+    Args:
+        in_chw: input ``(C, H, W)``; w: int8 ``[O, C/groups, KH, KW]``; bias: int32 ``[O]``;
+        attrs: the node's ``kernel``, ``strides``, ``pads`` (top, left, bottom, right),
+            ``groups``, ``shift``, ``round``, ``mult`` (must be 1), ``clip_lo``, ``clip_hi``.
+        pre_pad: bake the spatial padding into the packed input on the host instead of
+            using LOAD padding (default: only when a tile window could lie entirely in the
+            padding, i.e. a pad >= the kernel size).
+    Raises:
+        CompileError: ``mult != 1``, pads > 15, no tile fits.
+    """
+    if int(attrs.get("mult", 1)) != 1:
+        raise CompileError(f"{uid}: requantize multiplier {attrs['mult']} is not supported on VTA")
+    B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+    c, h, wd = in_chw
+    o, cg, kh, kw = w.shape
+    groups = int(attrs.get("groups", 1))
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    if max(pt, pl, pb, pr) > 15:
+        raise CompileError(f"{uid}: pads {attrs['pads']} exceed the LOAD pad maximum 15")
+    if pre_pad is None:
+        pre_pad = pt >= kh or pb >= kh or pl >= kw or pr >= kw
+    ho = (h + pt + pb - kh) // sh + 1
+    wo = (wd + pl + pr - kw) // sw + 1
+    xl = SlotLayout((c, h, wd), B, BI, (pt, pb, pl, pr) if pre_pad else (0, 0, 0, 0))
+    yl = SlotLayout((o, ho, wo), B, BO)
+    hp, wp = xl.hw
+    if pre_pad:
+        pt = pl = pb = pr = 0
+    wpk = pack_weights(w, groups, BO, BI)
+    nob, nib = wpk.n_ob, wpk.n_ib
+    kk = kh * kw
+    per_ob = max(b - a for a, b in wpk.ob_ranges)
+    span = nib if groups == 1 else max(int(wpk.ibs(ob).max() - wpk.ibs(ob).min() + 1)
+                                       for ob in range(nob) if wpk.ob_ranges[ob][1] > 0)
+    tl = conv_tiling(cfg, nob, span, ho, wo, kh, kw, sh, sw, len(wpk.blocks), per_ob)
+    nvt = tl.nvt
+    inp_half = cfg.INP_DEPTH // nvt
+    wgt_half = cfg.WGT_DEPTH // nvt
+    acc_half = (cfg.ACC_DEPTH - nob) // nvt
+    tb = TraceBuilder(uid, {"x": xl.block_bytes, "y": yl.block_bytes})
+    tb.load_2d("b", 0, MemType.ACC, 0, 1, nob, nob)
+    n_wel = len(wpk.blocks) * kk
+    if tl.resident:
+        for e0 in range(0, n_wel, 65535):
+            m = min(65535, n_wel - e0)
+            tb.load_2d("w", e0, MemType.WGT, e0, 1, m, m)
+    blk_index = {(int(a), int(b)): i for i, (a, b) in enumerate(wpk.blocks)}
+    tiles = []
+    for ob0 in range(0, nob, tl.obn):
+        ob1 = min(nob, ob0 + tl.obn)
+        ibs = np.unique(np.concatenate([wpk.ibs(ob) for ob in range(ob0, ob1)]))
+        if ibs.size == 0:
+            ibs = np.array([0])
+        lo, hi = int(ibs.min()), int(ibs.max()) + 1
+        reds = [(i0, min(hi, i0 + tl.ibn)) for i0 in range(lo, hi, tl.ibn)]
+        for y0 in range(0, ho, tl.th):
+            for x0 in range(0, wo, tl.tw):
+                tiles.append((ob0, ob1, y0, min(ho, y0 + tl.th), x0, min(wo, x0 + tl.tw), reds))
+    s = 0
+    gemm_uops_ideal = 0
+    for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
+        avt = t % nvt
+        obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
+        acc_base = nob + avt * acc_half
+        rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
+        iy0, ix0 = y0 * sh - pt, x0 * sw - pl
+        ry0, ry1 = max(0, iy0), min(hp, iy0 + rows)
+        rx0, rx1 = max(0, ix0), min(wp, ix0 + cols)
+        if ry1 <= ry0 or rx1 <= rx0:
+            if not pre_pad:
+                return lower_conv(cfg, uid, in_chw, w, bias, attrs, pre_pad=True)
+            raise CompileError(f"{uid}: empty input window")  # pragma: no cover
+        padv = (ry0 - iy0, iy0 + rows - ry1, rx0 - ix0, ix0 + cols - rx1)
+        for r, (i0, i1) in enumerate(reds):
+            ivt = s % nvt
+            ibn = i1 - i0
+            inp_base = ivt * inp_half
+            if s >= nvt:
+                tb.dep_pop(C, L)
+            full = padv == (0, 0, 0, 0) and rows == hp and cols == wp
+            if full:
+                tb.load_2d("x", i0 * hp * wp, MemType.INP, inp_base, ibn, hp * wp, hp * wp)
+            else:
+                for ib in range(i0, i1):
+                    tb.load_2d("x", (ib * hp + ry0) * wp + rx0, MemType.INP,
+                               inp_base + (ib - i0) * rows * cols, ry1 - ry0, rx1 - rx0, wp,
+                               pad=padv)
+            # stored weight blocks of this step
+            sel = [(ob, ib, blk_index[(ob, ib)]) for ob in range(ob0, ob1)
+                   for ib in wpk.ibs(ob) if i0 <= ib < i1]
+            if tl.resident:
+                widx = {bi: bi * kk for _, _, bi in sel}
+            else:
+                wbase = ivt * wgt_half
+                widx = {}
+                pos = 0
+                # contiguous runs of stored blocks
+                runs = []
+                for _, _, bi in sel:
+                    if runs and runs[-1][1] == bi:
+                        runs[-1][1] = bi + 1
+                    else:
+                        runs.append([bi, bi + 1])
+                for a, b in runs:
+                    tb.load_2d("w", a * kk, MemType.WGT, wbase + pos * kk, 1, (b - a) * kk,
+                               (b - a) * kk)
+                    for bi in range(a, b):
+                        widx[bi] = wbase + (pos + bi - a) * kk
+                    pos += b - a
+            tb.dep_push(L, C)
+            tb.dep_pop(L, C)
+            if r == 0:
+                if t >= nvt:
+                    tb.dep_pop(S, C)
+                emit_kernel(tb, "gemm", [(th, tw, 0, 0), (tw, 1, 0, 0)],
+                            acc_base + np.arange(obn) * th * tw, np.zeros(obn), reset=True)
+            if sel:
+                d, sr, wg = [], [], []
+                ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+                ki, kj = ki.reshape(-1), kj.reshape(-1)
+                for ob, ib, bi in sel:
+                    d.append(np.full(kk, acc_base + (ob - ob0) * th * tw))
+                    sr.append(inp_base + (ib - i0) * rows * cols + ki * cols + kj)
+                    wg.append(widx[bi] + ki * kw + kj)
+                emit_kernel(tb, "gemm", [(th, tw, sh * cols, 0), (tw, 1, sw, 0)],
+                            np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
+                gemm_uops_ideal += len(sel) * kk * th * tw
+            tb.dep_push(C, L)
+            s += 1
+        # requantize
+        n = obn * th * tw
+        emit_kernel(tb, "alu", [(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)], [acc_base],
+                    [ob0], op=AluOp.ADD)
+        requant_alu(tb, acc_base, n, int(attrs["shift"]), int(attrs["clip_lo"]),
+                    int(attrs["clip_hi"]))
+        tb.dep_push(C, S)
+        tb.dep_pop(C, S)
+        if tw == wo:
+            for ob in range(ob0, ob1):
+                tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * ho + y0) * wo, 1,
+                            th * wo, th * wo)
+        else:
+            for ob in range(ob0, ob1):
+                tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * ho + y0) * wo + x0,
+                            th, tw, wo)
+        tb.dep_push(S, C)
+    for _ in range(min(s, nvt)):
+        tb.dep_pop(C, L)
+    for _ in range(min(len(tiles), nvt)):
+        tb.dep_pop(S, C)
+    tr = tb.trace
+    macs = o * (c // groups) * kh * kw * ho * wo
+    tr.stats = {"tiling": [tl.obn, tl.ibn, tl.th, tl.tw, tl.nvt, int(tl.resident)],
+                "tiles": len(tiles), "steps": s, "pre_pad": bool(pre_pad),
+                "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
+                "gemm_uops_planned": gemm_uops_ideal,
+                "min_dram_bytes": int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)}
+    consts = {"w": wpk.data, "b": pack_bias(bias, int(attrs["round"]), B, BO)}
+    return LoweredOp(tr, consts, {"x": xl, "y": yl})
+
+
+def lower_dense(cfg: VTAConfig, uid: str, k: int, w: np.ndarray, bias: np.ndarray,
+                attrs: dict) -> LoweredOp:
+    """Lower ``qdense`` (x ``[N, k]``, w ``[M, k]``) as a 1x1 conv on a 1x1 image."""
+    a = dict(attrs)
+    a.update(kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), groups=1)
+    return lower_conv(cfg, uid, (k, 1, 1), w.reshape(w.shape[0], k, 1, 1), bias, a)

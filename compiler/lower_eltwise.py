@@ -1,0 +1,199 @@
+"""Lowering of ``qmax_pool``, ``qavg_pool`` (power-of-two window), ``qadd`` and
+``qrequant`` to relocatable VTA programs.  All operands are int8 loaded into the
+accumulator with ACC8 loads (sign-extended), processed on the ALU and stored.
+
+Pooling: tiles of (channel blocks x output rows), full width; per channel block one ACC8
+LOAD of the input rows with zero padding (exact for max-pool only on non-negative inputs,
+which the partitioner checks; exact for average pooling, whose padding counts as zero).
+Max: ALU reset of the output, ADD of the first window element (a copy), MAX of the others.
+Average: reset, ADD of every window element, ADD round, SHR shift, MAX/MIN clip.
+
+Element-wise (flat over one batch block, chunks of at most 16383 elements): ``qadd``
+loads ``a`` and ``b``, shifts each left by its ``lshift`` (SHR by a negative immediate),
+ADD, then requantize (ADD round, SHR shift, MAX, MIN); ``qrequant`` is the requantize
+alone.  ACC regions alternate between two virtual threads; store->compute tokens guard
+their reuse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import AluOp, Module
+from ..runtime.artifact import SlotLayout, TraceBuilder
+from .errors import CompileError
+from .lower_conv import LoweredOp, emit_kernel, requant_alu
+from .tiling import MAX_EXTENT, candidates
+
+__all__ = ["lower_pool", "lower_eltwise"]
+
+C, S = Module.COMPUTE, Module.STORE
+
+
+def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) -> LoweredOp:
+    """Lower ``qmax_pool`` (``kind="max"``) or ``qavg_pool`` (``kind="avg"``) for one batch
+    block; slots ``x`` (ACC8, NCHW{B}n{BLOCK_OUT}c) and ``y`` (OUT).
+
+    Raises:
+        CompileError: ACC_8BIT off, non-power-of-two average window, pads > 15, a window
+            that does not fit the accumulator.
+    """
+    if not cfg.ACC_8BIT:
+        raise CompileError(f"{uid}: pooling on VTA needs ACC_8BIT")
+    B, BO = cfg.BATCH, cfg.BLOCK_OUT
+    c, h, w = in_chw
+    kh, kw = attrs["kernel"]
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    if max(pt, pl, pb, pr) > 15:
+        raise CompileError(f"{uid}: pads {attrs['pads']} exceed the LOAD pad maximum 15")
+    if kind == "avg" and attrs.get("shift") is None:
+        raise CompileError(f"{uid}: average window {kh}x{kw} is not a power of two")
+    pre = pt >= kh or pb >= kh or pl >= kw or pr >= kw
+    ho = (h + pt + pb - kh) // sh + 1
+    wo = (w + pl + pr - kw) // sw + 1
+    xl = SlotLayout((c, h, w), B, BO, (pt, pb, pl, pr) if pre else (0, 0, 0, 0))
+    yl = SlotLayout((c, ho, wo), B, BO)
+    hp, wp = xl.hw
+    if pre:
+        pt = pl = pb = pr = 0
+    cols = wp + pl + pr
+    ncb = xl.cb
+    best = None
+    for nvt in (2, 1):
+        half = cfg.ACC_DEPTH // nvt
+        for cbn in candidates(ncb):
+            per_row_out = cbn * wo
+            th = 0
+            for cand in range(ho, 0, -1):
+                rows = (cand - 1) * sh + kh
+                if cbn * rows * cols + cbn * cand * wo <= half and cand * wo <= MAX_EXTENT:
+                    th = cand
+                    break
+            if th:
+                steps = -(-ncb // cbn) * -(-ho // th)
+                if best is None or steps < best[0]:
+                    best = (steps, cbn, th, nvt)
+        if best:
+            break
+    if best is None:
+        raise CompileError(f"{uid}: a pooling window row does not fit the accumulator of "
+                           f"{cfg.bitstream_name}")
+    _, cbn, TH, nvt = best
+    half = cfg.ACC_DEPTH // nvt
+    tb = TraceBuilder(uid, {"x": xl.block_bytes, "y": yl.block_bytes})
+    t = 0
+    for cb0 in range(0, ncb, cbn):
+        cb1 = min(ncb, cb0 + cbn)
+        n_cb = cb1 - cb0
+        for y0 in range(0, ho, TH):
+            y1 = min(ho, y0 + TH)
+            th = y1 - y0
+            rows = (th - 1) * sh + kh
+            vt = t % nvt
+            in_base = vt * half
+            out_base = in_base + n_cb * rows * cols
+            if t >= nvt:
+                tb.dep_pop(S, C)
+            iy0 = y0 * sh - pt
+            ry0, ry1 = max(0, iy0), min(hp, iy0 + rows)
+            if ry1 <= ry0:
+                raise CompileError(f"{uid}: empty pooling window")  # pragma: no cover
+            padv = (ry0 - iy0, iy0 + rows - ry1, pl, pr)
+            for cb in range(cb0, cb1):
+                tb.load_2d("x", (cb * hp + ry0) * wp, MemType.ACC8,
+                           in_base + (cb - cb0) * rows * cols, ry1 - ry0, wp, wp, pad=padv)
+            loops = [(th, wo, sh * cols, 0), (wo, 1, sw, 0)]
+            dst = out_base + np.arange(n_cb) * th * wo
+            src0 = in_base + np.arange(n_cb) * rows * cols
+            emit_kernel(tb, "alu", loops, dst, np.zeros(n_cb), op=AluOp.ADD, reset=True)
+            ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+            offs = (ki * cols + kj).reshape(-1)
+            if kind == "max":
+                emit_kernel(tb, "alu", loops, dst, src0, op=AluOp.ADD)
+                if offs.size > 1:
+                    d = np.repeat(dst, offs.size - 1)
+                    s = (src0[:, None] + offs[None, 1:]).reshape(-1)
+                    emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX)
+            else:
+                d = np.repeat(dst, offs.size)
+                s = (src0[:, None] + offs[None, :]).reshape(-1)
+                emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD)
+                requant_alu(tb, out_base, n_cb * th * wo, int(attrs["shift"]),
+                            int(attrs["clip_lo"]), int(attrs["clip_hi"]),
+                            extra_round=int(attrs["round"]))
+            tb.dep_push(C, S)
+            tb.dep_pop(C, S)
+            for cb in range(cb0, cb1):
+                tb.store_2d(out_base + (cb - cb0) * th * wo, "y", (cb * ho + y0) * wo, 1,
+                            th * wo, th * wo)
+            tb.dep_push(S, C)
+            t += 1
+    for _ in range(min(t, nvt)):
+        tb.dep_pop(S, C)
+    tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": t, "gemm_uops_ideal": 0,
+                      "min_dram_bytes": int(B * c * (h * w + ho * wo))}
+    return LoweredOp(tb.trace, {}, {"x": xl, "y": yl})
+
+
+def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) -> LoweredOp:
+    """Lower ``qadd`` (slots ``a``, ``b``, ``y``) or ``qrequant`` (slots ``a``, ``y``) for
+    one batch block of logical shape ``chw``.
+
+    Raises:
+        CompileError: ACC_8BIT off, ``mult != 1``, a rounding constant beyond the 16-bit
+            immediate.
+    """
+    if not cfg.ACC_8BIT:
+        raise CompileError(f"{uid}: {op} on VTA needs ACC_8BIT")
+    if int(attrs.get("mult", 1)) != 1:
+        raise CompileError(f"{uid}: requantize multiplier {attrs['mult']} is not supported")
+    if int(attrs["round"]) > (1 << 15) - 1:
+        raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
+    B, BO = cfg.BATCH, cfg.BLOCK_OUT
+    lay = SlotLayout(tuple(chw), B, BO)
+    h, w = lay.hw
+    n_el = lay.cb * h * w
+    nops = 2 if op == "qadd" else 1
+    nvt = 2 if cfg.ACC_DEPTH // (2 * nops) >= 1 else 1
+    chunk = max(1, min(MAX_EXTENT, 65535, cfg.ACC_DEPTH // (nvt * nops)))
+    half = cfg.ACC_DEPTH // nvt
+    slots = {"a": lay.block_bytes, "y": lay.block_bytes}
+    if nops == 2:
+        slots["b"] = lay.block_bytes
+    tb = TraceBuilder(uid, slots)
+    t = 0
+    for e0 in range(0, n_el, chunk):
+        m = min(chunk, n_el - e0)
+        vt = t % nvt
+        a_base = vt * half
+        b_base = a_base + m
+        if t >= nvt:
+            tb.dep_pop(S, C)
+        tb.load_2d("a", e0, MemType.ACC8, a_base, 1, m, m)
+        loops = [(m, 1, 1, 0)]
+        if nops == 2:
+            tb.load_2d("b", e0, MemType.ACC8, b_base, 1, m, m)
+            if attrs["lshift_a"]:
+                emit_kernel(tb, "alu", loops, [a_base], [a_base], op=AluOp.SHR,
+                            imm=-int(attrs["lshift_a"]))
+            if attrs["lshift_b"]:
+                emit_kernel(tb, "alu", loops, [b_base], [b_base], op=AluOp.SHR,
+                            imm=-int(attrs["lshift_b"]))
+            emit_kernel(tb, "alu", loops, [a_base], [b_base], op=AluOp.ADD)
+        requant_alu(tb, a_base, m, int(attrs["shift"]), int(attrs["clip_lo"]),
+                    int(attrs["clip_hi"]), extra_round=int(attrs["round"]))
+        tb.dep_push(C, S)
+        tb.dep_pop(C, S)
+        tb.store_2d(a_base, "y", e0, 1, m, m)
+        tb.dep_push(S, C)
+        t += 1
+    for _ in range(min(t, nvt)):
+        tb.dep_pop(S, C)
+    tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
+                      "min_dram_bytes": int(B * (nops + 1) * int(np.prod(chw)))}
+    layouts = {"a": lay, "y": lay}
+    if nops == 2:
+        layouts["b"] = lay
+    return LoweredOp(tb.trace, {}, layouts)

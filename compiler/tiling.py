@@ -1,0 +1,115 @@
+"""Tile choice: split an operator so every tile fits the INP/WGT/ACC/UOP scratchpads.
+
+:func:`conv_tiling` picks, for a conv (dense is a 1x1 conv on a 1x1 image), the output
+channel blocks per tile ``obn``, the reduction chunk ``ibn`` (input channel blocks per
+GEMM step; the reduction is split when the input window of all channels does not fit),
+the output rows ``th`` and columns ``tw`` per tile, and the number of virtual threads
+(2 = double buffering: load of step s+1 overlaps compute of step s; 1 when two copies do
+not fit).  No layer is rejected for being large: the minimum tile is one output pixel,
+one output block, one input block.  A layer is rejected only when even that minimum does
+not fit (a kernel window larger than the INP scratchpad).
+
+Constraints per virtual thread (elements): INP ``ibn * rows * cols`` with
+``rows = (th-1)*sh + KH``, ``cols = (tw-1)*sw + KW``; ACC ``obn * th * tw`` (+ the bias
+region, shared); WGT ``obn * ibn * KH * KW`` unless all weights fit at once (then they are
+loaded once and stay resident); UOP: ``obn * ibn * KH * KW`` GEMM micro-ops (longer
+kernels are split by the builder, exactly).  Cost model (smaller is better): DRAM bytes
+moved + 256 bytes-equivalent per instruction-heavy step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hw.config import MemType, VTAConfig
+from .errors import CompileError
+
+__all__ = ["ConvTiling", "conv_tiling", "candidates", "MAX_EXTENT"]
+
+MAX_EXTENT = 16383          # loop extent field limit
+STEP_COST = 4096            # bytes-equivalent of one GEMM step (instructions, launches)
+
+
+@dataclass(frozen=True)
+class ConvTiling:
+    """Tile sizes of a conv: ``obn``, ``ibn``, ``th``, ``tw``, ``nvt`` (virtual threads),
+    ``resident`` (all weights loaded once), ``cost`` (model units)."""
+
+    obn: int
+    ibn: int
+    th: int
+    tw: int
+    nvt: int
+    resident: bool
+    cost: float
+
+
+def candidates(n: int, limit: int = 24) -> list[int]:
+    """Sizes ``ceil(n/k)`` for k = 1.. (distinct, descending), at most ``limit`` of them
+    plus 1."""
+    out = []
+    k = 1
+    while len(out) < limit:
+        v = -(-n // k)
+        if not out or v < out[-1]:
+            out.append(v)
+        if v == 1:
+            break
+        k += 1
+    if out[-1] != 1:
+        out.append(1)
+    return out
+
+
+def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: int, kw: int,
+                sh: int, sw: int, n_wgt_blocks: int, blocks_per_ob: int) -> ConvTiling:
+    """Choose the tiling of a conv (see the module docstring).
+
+    Args:
+        nob: output channel blocks; nib_span: input channel blocks one output block chunk
+            reads (all of them for groups 1); ho, wo: output size; kh, kw, sh, sw: kernel
+            and strides; n_wgt_blocks: stored weight blocks; blocks_per_ob: stored blocks
+            per output block (max).
+    Raises:
+        CompileError: not even a one-pixel tile fits this config.
+    """
+    inp_d, wgt_d, acc_d = cfg.INP_DEPTH, cfg.WGT_DEPTH, cfg.ACC_DEPTH
+    uop_d = cfg.UOP_DEPTH
+    eb_inp = cfg.elem_bytes(MemType.INP)
+    eb_wgt = cfg.elem_bytes(MemType.WGT)
+    acc_free = acc_d - nob
+    resident = n_wgt_blocks * kh * kw <= wgt_d
+    best = None
+    for nvt in (2, 1):
+        for obn in candidates(nob):
+            for ibn in candidates(nib_span):
+                wg = min(ibn, blocks_per_ob) * obn * kh * kw
+                if not resident and wg > wgt_d // nvt:
+                    continue
+                for tw in candidates(wo, 12):
+                    cols = (tw - 1) * sw + kw
+                    # largest th fitting INP and ACC
+                    th_inp = ((inp_d // nvt) // (ibn * cols) - kh) // sh + 1 if ibn * cols else 0
+                    th_acc = (acc_free // nvt) // (obn * tw)
+                    th = min(ho, th_inp, th_acc, MAX_EXTENT // tw if tw else 0)
+                    if th < 1:
+                        continue
+                    rows = (th - 1) * sh + kh
+                    n_sp = -(-ho // th) * -(-wo // tw)
+                    n_ob = -(-nob // obn)
+                    n_red = -(-nib_span // ibn)
+                    inp_bytes = n_ob * n_sp * n_red * ibn * rows * cols * eb_inp
+                    wbytes = n_wgt_blocks * kh * kw * eb_wgt
+                    wgt_bytes = wbytes if resident else n_sp * wbytes
+                    steps = n_ob * n_sp * n_red
+                    uops = obn * min(ibn, blocks_per_ob) * kh * kw
+                    cost = inp_bytes + wgt_bytes + STEP_COST * steps * (1 + ibn / 8 + obn / 16)
+                    cost += 2 * max(0, uops - uop_d // 2) * steps   # split kernels reload
+                    cand = ConvTiling(obn, ibn, th, tw, nvt, resident, float(cost))
+                    if best is None or cand.cost < best.cost:
+                        best = cand
+        if best is not None:
+            return best
+    raise CompileError(f"conv {kh}x{kw} stride {sh}x{sw}: even a one-pixel tile does not fit "
+                       f"the scratchpads of {cfg.bitstream_name} (INP {inp_d}, WGT {wgt_d}, "
+                       f"ACC {acc_d} entries)")

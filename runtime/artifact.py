@@ -1,0 +1,488 @@
+"""The compiled-model format: relocatable program traces and the ``.vtapkg`` artifact.
+
+Program traces
+==============
+A :class:`Trace` is a VTA program for **one batch block** (``BATCH`` images) of one
+operator, recorded against *slots* (named placeholder buffers) instead of device
+buffers.  :class:`TraceBuilder` has the :class:`~.builder.ProgramBuilder` recording API
+(``load_2d``, ``store_2d``, ``gemm``, ``alu``, ``dep_push``, ``dep_pop``) with a slot
+name where the builder takes a :class:`~.device.Buffer`.  :func:`replay` emits a trace
+onto a real ``ProgramBuilder`` once per batch block ``nb``, with every DMA of an
+*activation* slot relocated by ``nb × block_bytes / elem_bytes(mem)`` elements
+(``block_bytes``: bytes of one batch block of that tensor in its packed layout; 0 for
+constant slots such as weights and biases).  A trace is token-balanced (every push has
+its pop inside the trace), so repeating it in one program is sound.  Micro-op kernels are
+stored as plain arrays (loops, dst/src/wgt indices) and re-recorded into the builder's
+kernel cache under the key ``(trace.uid, kernel index)``.
+
+Artifact (``.vtapkg``)
+======================
+A ``numpy.savez`` zip archive (no pickle):
+
+- ``manifest``: a JSON string: ``format`` (``"vtapkg"``), ``version`` (1), ``config``
+  (the ``VTAConfig.to_dict()``), ``fingerprint`` (``config.fingerprint``), and the
+  ``model`` dict of :class:`CompiledModel` (steps, tensor types, slot layouts, traces
+  without their arrays);
+- one array per constant (``c/<name>``) and per trace kernel
+  (``k/<trace uid>/<index>/<dst|src|wgt>``).
+
+:func:`load_artifact` refuses an archive built for another config (different
+fingerprint) with a :class:`ArtifactError` naming both fingerprints.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import AluOp, Module
+from .device import DeviceError
+
+__all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
+           "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
+
+FORMAT_VERSION = 1
+
+
+class ArtifactError(DeviceError):
+    """A ``.vtapkg`` that cannot be used (unreadable, malformed, built for another config)."""
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Packed DRAM layout of an activation tensor for one VTA operator input/output.
+
+    The logical tensor is int8 ``[N, C, H, W]`` (2-D ``[N, C]`` is ``H = W = 1``).  It is
+    stored as ``[ceil(N/batch), ceil(C/cblk), H + pt + pb, W + pl + pr, batch, cblk]``
+    int8 (NCHW{batch}n{cblk}c), channels and batch zero-padded, with an optional host-side
+    spatial zero padding ``pre_pad = (pt, pb, pl, pr)`` baked in.
+
+    Attributes:
+        shape: logical ``(C, H, W)`` (batch excluded).
+        batch: BATCH of the config.
+        cblk: channel block (BLOCK_IN for GEMM inputs, BLOCK_OUT for outputs and ACC8).
+        pre_pad: host-side spatial padding.
+    """
+
+    shape: tuple[int, int, int]
+    batch: int
+    cblk: int
+    pre_pad: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    @property
+    def cb(self) -> int:
+        return -(-self.shape[0] // self.cblk)
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        pt, pb, pl, pr = self.pre_pad
+        return self.shape[1] + pt + pb, self.shape[2] + pl + pr
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one batch block."""
+        h, w = self.hw
+        return self.cb * h * w * self.batch * self.cblk
+
+    def nbytes(self, n: int) -> int:
+        return -(-n // self.batch) * self.block_bytes
+
+    def to_json(self) -> list:
+        return [list(self.shape), self.batch, self.cblk, list(self.pre_pad)]
+
+    @classmethod
+    def from_json(cls, v) -> "SlotLayout":
+        return cls(tuple(v[0]), int(v[1]), int(v[2]), tuple(v[3]))
+
+
+@dataclass
+class TraceKernel:
+    """A micro-op kernel: ``mode`` (``"gemm"``/``"alu"``), ``reset``, ALU fields, ``loops``
+    (up to two ``(extent, dst_factor, src_factor, wgt_factor)``, outer first) and int64
+    index arrays ``dst``/``src``/``wgt`` (scratchpad elements)."""
+
+    mode: str
+    reset: bool
+    alu_op: int
+    use_imm: bool
+    imm: int
+    loops: list
+    dst: np.ndarray
+    src: np.ndarray
+    wgt: np.ndarray
+
+    @property
+    def n_uops(self) -> int:
+        return int(self.dst.size)
+
+    @property
+    def iterations(self) -> int:
+        n = 1
+        for lp in self.loops:
+            n *= lp[0]
+        return n
+
+
+class _Rec:
+    """Minimal kernel recorder with the ``KernelRecorder`` API (loop / loop_begin /
+    loop_end / uop / uops); the real builder validates when the trace is replayed."""
+
+    def __init__(self) -> None:
+        self.loops: list = []
+        self.parts: list = []
+
+    def loop_begin(self, extent, dst_factor, src_factor, wgt_factor=0):
+        self.loops.append((int(extent), int(dst_factor), int(src_factor), int(wgt_factor)))
+
+    def loop_end(self):
+        pass
+
+    def loop(self, extent, dst_factor, src_factor, wgt_factor=0):
+        import contextlib
+
+        @contextlib.contextmanager
+        def cm():
+            self.loop_begin(extent, dst_factor, src_factor, wgt_factor)
+            yield self
+        return cm()
+
+    def uop(self, dst, src, wgt=0):
+        self.uops([dst], [src], [wgt])
+
+    def uops(self, dst, src, wgt=None):
+        d = np.asarray(dst, np.int64).reshape(-1)
+        s = np.asarray(src, np.int64).reshape(-1)
+        w = np.zeros_like(d) if wgt is None else np.asarray(wgt, np.int64).reshape(-1)
+        self.parts.append((d, s, w))
+
+
+@dataclass
+class Trace:
+    """A relocatable single-batch-block program (see the module docstring).
+
+    Attributes:
+        uid: unique name (kernel cache keys).
+        ops: list of tuples: ``("L", slot, elem_offset, mem, sram_base, y, x, stride,
+            (y0, y1, x0, x1))``, ``("S", sram_base, slot, elem_offset, y, x, stride)``,
+            ``("K", kernel index)``, ``("P", from, to)`` push, ``("W", from, to)`` pop.
+        kernels: the :class:`TraceKernel` s.
+        block_bytes: ``slot -> bytes per batch block`` (0: constant slot, no relocation).
+        stats: free-form figures of the lowering (ideal GEMM micro-ops, minimum DRAM
+            bytes, tile shape ...).
+    """
+
+    uid: str
+    ops: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    block_bytes: dict = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        ks = [{"mode": k.mode, "reset": k.reset, "alu_op": k.alu_op, "use_imm": k.use_imm,
+               "imm": k.imm, "loops": [list(lp) for lp in k.loops]} for k in self.kernels]
+        ops = [[o[0], *[list(v) if isinstance(v, tuple) else v for v in o[1:]]]
+               for o in self.ops]
+        return {"uid": self.uid, "ops": ops, "kernels": ks, "block_bytes": self.block_bytes,
+                "stats": self.stats}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for i, k in enumerate(self.kernels):
+            for nm in ("dst", "src", "wgt"):
+                out[f"k/{self.uid}/{i}/{nm}"] = getattr(k, nm)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict, arrays) -> "Trace":
+        uid = d["uid"]
+        ks = []
+        for i, k in enumerate(d["kernels"]):
+            ks.append(TraceKernel(k["mode"], bool(k["reset"]), int(k["alu_op"]),
+                                  bool(k["use_imm"]), int(k["imm"]),
+                                  [tuple(lp) for lp in k["loops"]],
+                                  *(np.asarray(arrays[f"k/{uid}/{i}/{nm}"], np.int64)
+                                    for nm in ("dst", "src", "wgt"))))
+        ops = []
+        for o in d["ops"]:
+            if o[0] == "L":
+                o = list(o)
+                o[8] = tuple(o[8])
+            ops.append(tuple(o))
+        return cls(uid, ops, ks, dict(d["block_bytes"]), dict(d.get("stats", {})))
+
+
+class TraceBuilder:
+    """Records a :class:`Trace` with the ``ProgramBuilder`` API (slots instead of buffers).
+
+    Args:
+        uid: the trace's unique name.
+        block_bytes: ``slot -> bytes per batch block`` for activation slots; any other slot
+            used is a constant (not relocated).
+    """
+
+    def __init__(self, uid: str, block_bytes: dict[str, int] | None = None):
+        self.trace = Trace(uid, block_bytes=dict(block_bytes or {}))
+        self._kid: dict = {}
+
+    def load_2d(self, slot: str, elem_offset: int, mem, sram_base: int, y_size: int,
+                x_size: int, x_stride: int, pad=(0, 0, 0, 0)) -> None:
+        self.trace.ops.append(("L", slot, int(elem_offset), int(mem), int(sram_base),
+                               int(y_size), int(x_size), int(x_stride),
+                               tuple(int(p) for p in pad)))
+
+    def store_2d(self, sram_base: int, slot: str, elem_offset: int, y_size: int, x_size: int,
+                 x_stride: int) -> None:
+        self.trace.ops.append(("S", int(sram_base), slot, int(elem_offset), int(y_size),
+                               int(x_size), int(x_stride)))
+
+    def _kernel(self, key, record_fn, mode, reset, alu_op, use_imm, imm):
+        full = (key, mode, bool(reset), int(alu_op), bool(use_imm), int(imm))
+        kid = self._kid.get(full)
+        if kid is None:
+            r = _Rec()
+            record_fn(r)
+            d = np.concatenate([p[0] for p in r.parts])
+            s = np.concatenate([p[1] for p in r.parts])
+            w = np.concatenate([p[2] for p in r.parts])
+            kid = len(self.trace.kernels)
+            self.trace.kernels.append(TraceKernel(mode, bool(reset), int(alu_op),
+                                                  bool(use_imm), int(imm), list(r.loops),
+                                                  d, s, w))
+            self._kid[full] = kid
+        self.trace.ops.append(("K", kid))
+        return self.trace.kernels[kid]
+
+    def gemm(self, key, record_fn=None, reset: bool = False) -> TraceKernel:
+        return self._kernel(key, record_fn, "gemm", reset, 0, False, 0)
+
+    def alu(self, key, record_fn, op, use_imm: bool = False, imm: int = 0,
+            reset: bool = False) -> TraceKernel:
+        return self._kernel(key, record_fn, "alu", reset, int(op), use_imm,
+                            imm if use_imm else 0)
+
+    def dep_push(self, frm, to) -> None:
+        self.trace.ops.append(("P", int(frm), int(to)))
+
+    def dep_pop(self, frm, to) -> None:
+        self.trace.ops.append(("W", int(frm), int(to)))
+
+
+def _replay_kernel(k: TraceKernel) -> Callable:
+    def rec(r):
+        loops = list(k.loops)
+        for lp in loops:
+            r.loop_begin(*lp)
+        r.uops(k.dst, k.src, k.wgt)
+        for _ in loops:
+            r.loop_end()
+    return rec
+
+
+def replay(builder, trace: Trace, buffers: dict, n_blocks: int) -> None:
+    """Emit ``trace`` onto ``builder`` (a ``ProgramBuilder``) for batch blocks
+    ``0 .. n_blocks-1``.
+
+    Args:
+        buffers: ``slot -> Buffer``; activation buffers hold ``n_blocks`` batch blocks.
+    Raises:
+        ArtifactError: a slot without a buffer, a relocation that is not a whole number of
+            elements.
+    """
+    cfg = builder.cfg
+    ops = trace.ops
+    for s in {o[1] for o in ops if o[0] == "L"} | {o[2] for o in ops if o[0] == "S"}:
+        if s not in buffers:
+            raise ArtifactError(f"trace {trace.uid!r}: no buffer for slot {s!r}")
+    eb = {m: cfg.elem_bytes(m) for m in MemType}
+    for nb in range(n_blocks):
+        for o in ops:
+            t = o[0]
+            if t == "L":
+                _, slot, off, mem, sb, y, x, st, pad = o
+                bb = trace.block_bytes.get(slot, 0)
+                if bb:
+                    q, rem = divmod(nb * bb, eb[MemType(mem)])
+                    if rem:
+                        raise ArtifactError(f"trace {trace.uid!r}: slot {slot!r} block of "
+                                            f"{bb} bytes is not whole {MemType(mem).name} "
+                                            f"elements")
+                    off += q
+                builder.load_2d(buffers[slot], off, MemType(mem), sb, y, x, st, pad=pad)
+            elif t == "S":
+                _, sb, slot, off, y, x, st = o
+                bb = trace.block_bytes.get(slot, 0)
+                if bb:
+                    q, rem = divmod(nb * bb, eb[MemType.OUT])
+                    if rem:
+                        raise ArtifactError(f"trace {trace.uid!r}: slot {slot!r} block is "
+                                            f"not whole OUT elements")
+                    off += q
+                builder.store_2d(sb, buffers[slot], off, y, x, st)
+            elif t == "K":
+                k = trace.kernels[o[1]]
+                kern = builder.kernel((trace.uid, o[1]), _replay_kernel(k), k.mode,
+                                      reset=k.reset, alu_op=AluOp(k.alu_op) if k.mode == "alu"
+                                      else 0, use_imm=k.use_imm, imm=k.imm)
+                builder.run_kernel(kern)
+            elif t == "P":
+                builder.dep_push(Module(o[1]), Module(o[2]))
+            elif t == "W":
+                builder.dep_pop(Module(o[1]), Module(o[2]))
+            else:
+                raise ArtifactError(f"trace {trace.uid!r}: unknown op {t!r}")
+
+
+@dataclass
+class Step:
+    """One operator of a compiled model, in execution order.
+
+    Attributes:
+        name: node name; op: IR op (``qconv2d``, ``flatten`` ...); target: ``"vta"`` or
+        ``"cpu"``; inputs/outputs: tensor names; attrs: JSON-able attributes;
+        consts: constant tensor names the step reads (CPU steps: in logical layout);
+        slots: VTA steps: ``slot -> tensor name`` for activation slots and
+        ``slot -> constant name`` for packed constants; layouts: ``slot ->``
+        :class:`SlotLayout` of activation slots; trace: the VTA :class:`Trace`.
+    """
+
+    name: str
+    op: str
+    target: str
+    inputs: list
+    outputs: list
+    attrs: dict = field(default_factory=dict)
+    consts: list = field(default_factory=list)
+    slots: dict = field(default_factory=dict)
+    layouts: dict = field(default_factory=dict)
+    trace: Trace | None = None
+    reason: str = ""
+
+
+@dataclass
+class CompiledModel:
+    """A model compiled for one VTA config (what the executor runs and the artifact holds).
+
+    Attributes:
+        config: the :class:`VTAConfig`.
+        name: model name.
+        inputs / outputs: graph input / output names.
+        types: ``tensor -> (dtype, shape, exp)`` (shape entries int or symbolic str).
+        steps: :class:`Step` s in execution order.
+        constants: ``name -> ndarray`` (logical constants of CPU steps and packed
+            constants of VTA steps).
+        meta: free-form (placement report text, quantization report text...).
+    """
+
+    config: VTAConfig
+    name: str
+    inputs: list
+    outputs: list
+    types: dict
+    steps: list
+    constants: dict
+    meta: dict = field(default_factory=dict)
+
+    def placement(self) -> list[tuple[str, str, str, str]]:
+        """``(node, op, target, reason)`` per step."""
+        return [(s.name, s.op, s.target, s.reason) for s in self.steps]
+
+    def to_json(self) -> dict:
+        steps = []
+        for s in self.steps:
+            steps.append({"name": s.name, "op": s.op, "target": s.target, "inputs": s.inputs,
+                          "outputs": s.outputs, "attrs": _jsonable(s.attrs),
+                          "consts": s.consts, "slots": s.slots,
+                          "layouts": {k: v.to_json() for k, v in s.layouts.items()},
+                          "trace": s.trace.to_json() if s.trace else None,
+                          "reason": s.reason})
+        return {"name": self.name, "inputs": self.inputs, "outputs": self.outputs,
+                "types": {k: [t[0], list(t[1]), t[2]] for k, t in self.types.items()},
+                "steps": steps, "meta": _jsonable(self.meta)}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    return str(v)
+
+
+_TUPLE_ATTRS = ("kernel", "strides", "pads", "perm", "shape")
+
+
+def save_artifact(model: CompiledModel, path: str | Path) -> None:
+    """Write ``model`` as a ``.vtapkg`` (see the module docstring)."""
+    manifest = {"format": "vtapkg", "version": FORMAT_VERSION,
+                "config": model.config.to_dict(), "fingerprint": model.config.fingerprint,
+                "model": model.to_json()}
+    arrays = {f"c/{k}": np.ascontiguousarray(v) for k, v in model.constants.items()}
+    for s in model.steps:
+        if s.trace is not None:
+            arrays.update(s.trace.arrays())
+    with open(path, "wb") as f:
+        np.savez(f, manifest=np.array(json.dumps(manifest)), **arrays)
+
+
+def load_artifact(path: str | Path, config: VTAConfig | None = None) -> CompiledModel:
+    """Read a ``.vtapkg``.
+
+    Args:
+        config: the config of the device it will run on; when given, an artifact built for
+            another config (different fingerprint) is refused.
+    Raises:
+        ArtifactError: unreadable or malformed file, or a config mismatch.
+    """
+    p = str(path)
+    try:
+        z = np.load(p, allow_pickle=False)
+    except FileNotFoundError:
+        raise ArtifactError(f"cannot read artifact {p!r}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
+        raise ArtifactError(f"cannot read artifact {p!r}: not a .vtapkg archive ({e})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile) or "manifest" not in z.files:
+        raise ArtifactError(f"artifact {p!r} is not a .vtapkg (no manifest)")
+    with z:
+        try:
+            man = json.loads(str(z["manifest"]))
+        except (ValueError, TypeError) as e:
+            raise ArtifactError(f"artifact {p!r}: malformed manifest ({e})") from None
+        if man.get("format") != "vtapkg" or man.get("version") != FORMAT_VERSION:
+            raise ArtifactError(f"artifact {p!r}: unknown format {man.get('format')!r} "
+                                f"version {man.get('version')!r} (expected vtapkg "
+                                f"{FORMAT_VERSION})")
+        cfg = VTAConfig.from_dict(dict(man["config"]))
+        if cfg.fingerprint != man["fingerprint"]:
+            raise ArtifactError(f"artifact {p!r}: config does not match its fingerprint")
+        if config is not None and config.fingerprint != cfg.fingerprint:
+            raise ArtifactError(
+                f"artifact {p!r} was compiled for config {cfg.bitstream_name} (fingerprint "
+                f"0x{cfg.fingerprint:08x}) but the device is {config.bitstream_name} "
+                f"(fingerprint 0x{config.fingerprint:08x}); recompile it for this config")
+        arrays = {k: z[k] for k in z.files if k != "manifest"}
+    m = man["model"]
+    consts = {k[2:]: v for k, v in arrays.items() if k.startswith("c/")}
+    steps = []
+    for s in m["steps"]:
+        attrs = {k: (tuple(v) if k in _TUPLE_ATTRS and isinstance(v, list) else v)
+                 for k, v in s["attrs"].items()}
+        steps.append(Step(s["name"], s["op"], s["target"], s["inputs"], s["outputs"], attrs,
+                          s["consts"], s["slots"],
+                          {k: SlotLayout.from_json(v) for k, v in s["layouts"].items()},
+                          Trace.from_json(s["trace"], arrays) if s["trace"] else None,
+                          s.get("reason", "")))
+    types = {k: (t[0], tuple(t[1]), t[2]) for k, t in m["types"].items()}
+    return CompiledModel(cfg, m["name"], m["inputs"], m["outputs"], types, steps, consts,
+                         m.get("meta", {}))

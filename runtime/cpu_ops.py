@@ -1,0 +1,138 @@
+"""CPU operator kernels of the executor (numpy) and the activation packing helpers.
+
+The executor runs every step placed on the CPU with these kernels: float ``quantize`` /
+``dequantize`` / ``softmax``, layout ops (``flatten``, ``reshape``, ``transpose``,
+``concat``), and integer fallbacks for quantized ops the partitioner kept off VTA
+(``qconv2d``, ``qdense``, ``qadd``, ``qmul``, ``qrequant``, ``qmax_pool``, ``qavg_pool``).
+The integer rules are those of the quantized-graph format (docs/compiler.md): int64
+sums, ``requantize = clip((acc*mult + round) >> shift)``.  This module is independent of
+the compiler (the runtime never imports it) and of the compiler's reference executor.
+
+Activation packing (:func:`pack_act` / :func:`unpack_act`): NCHW int8 to the VTA layout
+``[ceil(N/B), ceil(C/cblk), H', W', B, cblk]`` (see
+:class:`~vtaforge.runtime.artifact.SlotLayout`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+__all__ = ["pack_act", "unpack_act", "run_cpu_op", "CPU_OPS"]
+
+
+def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0)) -> np.ndarray:
+    """int8 ``[N, C, H, W]`` (or ``[N, C]``) -> packed int8
+    ``[ceil(N/batch), ceil(C/cblk), H+pt+pb, W+pl+pr, batch, cblk]``, zero padded."""
+    if x.ndim == 2:
+        x = x[:, :, None, None]
+    n, c, h, w = x.shape
+    pt, pb, pl, pr = pre_pad
+    nb, cb = -(-n // batch), -(-c // cblk)
+    buf = np.zeros((nb * batch, cb * cblk, h + pt + pb, w + pl + pr), np.int8)
+    buf[:n, :c, pt:pt + h, pl:pl + w] = x
+    buf = buf.reshape(nb, batch, cb, cblk, h + pt + pb, w + pl + pr)
+    return np.ascontiguousarray(buf.transpose(0, 2, 4, 5, 1, 3))
+
+
+def unpack_act(p: np.ndarray, n: int, c: int, h: int, w: int, batch: int, cblk: int
+               ) -> np.ndarray:
+    """Inverse of :func:`pack_act` (no pre-padding): packed bytes -> int8 ``[n, c, h, w]``."""
+    nb, cb = -(-n // batch), -(-c // cblk)
+    a = np.asarray(p).view(np.int8).reshape(-1)[:nb * cb * h * w * batch * cblk]
+    a = a.reshape(nb, cb, h, w, batch, cblk).transpose(0, 4, 1, 5, 2, 3)
+    return np.ascontiguousarray(a.reshape(nb * batch, cb * cblk, h, w)[:n, :c])
+
+
+# ------------------------------------------------------------------ integer helpers
+def _requant(acc: np.ndarray, a: dict) -> np.ndarray:
+    acc = acc.astype(np.int64) * int(a.get("mult", 1))
+    s = int(a["shift"])
+    if s > 0:
+        acc = (acc + int(a["round"])) >> s
+    elif s < 0:
+        acc = acc << (-s)
+    return np.clip(acc, a["clip_lo"], a["clip_hi"]).astype(np.int8)
+
+
+def _pad(x, pads, value):
+    pt, pl, pb, pr = pads
+    return np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=value)
+
+
+def _win(x, kernel, strides):
+    return sliding_window_view(x, tuple(kernel), axis=(2, 3))[:, :, ::strides[0], ::strides[1]]
+
+
+def _conv_int(x, w, strides, pads, groups):
+    n, c = x.shape[:2]
+    o, cg, kh, kw = w.shape
+    xw = _win(_pad(x.astype(np.int64), pads, 0), (kh, kw), strides)   # n c ho wo kh kw
+    ho, wo = xw.shape[2:4]
+    og = o // groups
+    out = np.zeros((n, o, ho, wo), np.int64)
+    for g in range(groups):
+        xs = xw[:, g * cg:(g + 1) * cg]
+        ws = w[g * og:(g + 1) * og].astype(np.int64)
+        out[:, g * og:(g + 1) * og] = np.einsum("nchwij,ocij->nohw", xs, ws)
+    return out
+
+
+def run_cpu_op(op: str, attrs: dict, ins: list, exps: dict | None = None) -> np.ndarray:
+    """Run one CPU step.
+
+    Args:
+        op: IR op name; attrs: its attributes; ins: input arrays (activations then
+            constants, in the node's input order).
+        exps: ``{"in": exp of input 0, "out": ...}`` for quantize/dequantize.
+    Raises:
+        ValueError: an op this module cannot run.
+    """
+    a = attrs
+    if op == "quantize":
+        q = np.floor(ins[0].astype(np.float64) * 2.0 ** (-a["exp"]) + 0.5)
+        return np.clip(q, -128, 127).astype(np.int8)
+    if op == "dequantize":
+        return (ins[0].astype(np.float64) * 2.0 ** exps["in"]).astype(np.float32)
+    if op == "flatten":
+        ax = a["axis"] if a["axis"] >= 0 else a["axis"] + ins[0].ndim
+        return ins[0].reshape(int(np.prod(ins[0].shape[:ax], dtype=np.int64)), -1)
+    if op == "reshape":
+        tgt = [ins[0].shape[i] if d == 0 else d for i, d in enumerate(a["shape"])]
+        return ins[0].reshape(tgt)
+    if op == "transpose":
+        return np.ascontiguousarray(np.transpose(ins[0], a["perm"]))
+    if op == "concat":
+        return np.concatenate(ins, axis=a["axis"])
+    if op == "softmax":
+        x = ins[0].astype(np.float64)
+        e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
+        return (e / e.sum(axis=a["axis"], keepdims=True)).astype(np.float32)
+    if op == "qconv2d":
+        acc = _conv_int(ins[0], ins[1], a["strides"], a["pads"], a["groups"])
+        return _requant(acc + ins[2].astype(np.int64).reshape(1, -1, 1, 1), a)
+    if op == "qdense":
+        acc = ins[0].astype(np.int64) @ ins[1].astype(np.int64).T
+        return _requant(acc + ins[2].astype(np.int64), a)
+    if op == "qadd":
+        acc = (ins[0].astype(np.int64) << int(a["lshift_a"])) + (
+            ins[1].astype(np.int64) << int(a["lshift_b"]))
+        return _requant(acc, a)
+    if op == "qmul":
+        return _requant(ins[0].astype(np.int64) * ins[1].astype(np.int64), a)
+    if op == "qrequant":
+        return _requant(ins[0].astype(np.int64), a)
+    if op == "qmax_pool":
+        xp = _pad(ins[0].astype(np.int64), a["pads"], -128)
+        return _win(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(np.int8)
+    if op == "qavg_pool":
+        xp = _pad(ins[0].astype(np.int64), a["pads"], 0)
+        acc = _win(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1))
+        d = int(a["divisor"])
+        y = np.floor_divide(2 * acc + d, 2 * d)
+        return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(np.int8)
+    raise ValueError(f"the CPU executor cannot run op {op!r}")
+
+
+CPU_OPS = ("quantize", "dequantize", "flatten", "reshape", "transpose", "concat", "softmax",
+           "qconv2d", "qdense", "qadd", "qmul", "qrequant", "qmax_pool", "qavg_pool")
