@@ -1,0 +1,173 @@
+"""``vtaforge run``: compile and run a model on a VTA backend.
+
+Without arguments it runs the main job on the bundled digits CNN (see docs/cli.md):
+quantize with the training images, lower to VTA, run the 500 held-out images on fsim at the
+``pynq`` preset, and report placement, int8-on-VTA vs float accuracy, bit-exactness against
+the independent integer reference, and per-image statistics.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+CHUNK = 50   # images per executor run in the main job
+
+
+def _load_npy(path: str, what: str) -> np.ndarray:
+    from ..runtime.device import DeviceError
+
+    try:
+        x = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise DeviceError(f"cannot read {what} {path!r}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise DeviceError(f"cannot read {what} {path!r}: not a .npy array ({e})") from None
+    if not isinstance(x, np.ndarray):
+        raise DeviceError(f"{what} {path!r} is not a single .npy array")
+    return x
+
+
+def _main_job(config_spec: str, target: str) -> None:
+    import onnxruntime as ort
+    from tqdm import tqdm
+
+    from ..compiler.compile import compile_model
+    from ..compiler.models import DIGITS_ONNX, load_digits_split
+    from ..compiler.reference import run_quantized
+    from ..hw.config import load_config
+    from ..runtime.bundle import make_device
+    from ..runtime.executor import Executor
+
+    cfg = load_config(config_spec)
+    xtr, _ytr, xte, yte = load_digits_split()
+    t0 = time.perf_counter()
+    cm = compile_model(str(DIGITS_ONNX), xtr, cfg)
+    t_compile = time.perf_counter() - t0
+    click.echo(f"digits CNN: compiled for {cfg.bitstream_name} in {t_compile:.2f} s "
+               f"(calibrated on {len(xtr)} training images)")
+    click.echo("placement:")
+    for s in cm.steps:
+        extra = ""
+        if s.trace is not None and "tiling" in s.trace.stats:
+            extra = f"  [tiles {s.trace.stats['tiles']}]"
+        click.echo(f"  {s.target.upper():3}  {s.name:<18} {s.op:<10} {s.reason}{extra}")
+    dev = make_device(target, cfg)
+    ex = Executor(cm, dev)
+    outs = []
+    t0 = time.perf_counter()
+    with tqdm(total=len(xte), desc=f"VTA ({target}, {cfg.bitstream_name})", unit="img") as bar:
+        for i in range(0, len(xte), CHUNK):
+            r = ex.run(xte[i:i + CHUNK], keep=True)
+            outs.append(r)
+            bar.update(len(xte[i:i + CHUNK]))
+    t_run = time.perf_counter() - t0
+    out_name = cm.outputs[0]
+    q_name = [s for s in cm.steps if s.outputs[0] == out_name][0].inputs[0]
+    vta_logits = np.concatenate([o[out_name] for o in outs])
+    vta_q = np.concatenate([o[q_name] for o in outs])
+    ref = run_quantized(cm.qgraph, {cm.inputs[0]: xte}, keep_all=True)
+    sess = ort.InferenceSession(str(DIGITS_ONNX), providers=["CPUExecutionProvider"])
+    fl = sess.run(None, {sess.get_inputs()[0].name: xte})[0]
+    acc_f = float(np.mean(fl.argmax(1) == yte))
+    acc_v = float(np.mean(vta_logits.argmax(1) == yte))
+    exact = {}
+    for s in cm.steps:
+        if s.target == "vta":
+            got = np.concatenate([o[s.outputs[0]] for o in outs])
+            exact[s.name] = bool(np.array_equal(got, ref[s.outputs[0]]))
+    all_exact = all(exact.values()) and np.array_equal(vta_q, ref[q_name])
+    n = len(xte)
+    click.echo(f"accuracy on {n} held-out images: int8 on VTA {acc_v:.2%}   "
+               f"float (onnxruntime) {acc_f:.2%}   difference {100 * (acc_v - acc_f):+.1f} points")
+    click.echo(f"VTA outputs equal the numpy integer reference bit for bit: "
+               f"{'yes' if all_exact else 'NO'} "
+               f"({', '.join(f'{k}={v}' for k, v in exact.items())})")
+    click.echo(f"run: {t_run:.2f} s wall for {n} images ({1000 * t_run / n:.2f} ms/image)")
+    click.echo("per-image statistics (VTA steps):")
+    click.echo(f"  {'step':<10} {'insns':>8} {'GEMM uops':>10} {'ideal':>8} {'ALU uops':>9} "
+               f"{'DRAM bytes':>11}")
+    tot = [0, 0, 0, 0]
+    for s in cm.steps:
+        if s.target != "vta":
+            continue
+        st = ex.stats[s.name]
+        ideal = s.trace.stats.get("gemm_uops_ideal", 0) / cfg.BATCH
+        row = [st.insns / n, st.gemm_uops / n, st.alu_uops / n, st.dram_bytes / n]
+        tot = [a + b for a, b in zip(tot, row)]
+        click.echo(f"  {s.name:<10} {row[0]:>8.1f} {row[1]:>10.1f} {ideal:>8.0f} {row[2]:>9.1f} "
+                   f"{row[3]:>11.1f}")
+    click.echo(f"  {'total':<10} {tot[0]:>8.1f} {tot[1]:>10.1f} {'':>8} {tot[2]:>9.1f} "
+               f"{tot[3]:>11.1f}")
+    if not all_exact:
+        raise SystemExit(1)
+
+
+@click.command("run")
+@click.option("--model", "model_path", default=None,
+              help="FILE.onnx or MODEL.vtapkg (default: the main job on the bundled digits CNN)")
+@click.option("--input", "input_path", default=None, help="input .npy (float, batch first)")
+@click.option("--calibrate", "calib_path", default=None,
+              help="calibration .npy (any number of samples, batch first; default: the input)")
+@click.option("--output", "output_path", default=None,
+              help="write the first output (dequantized float32) to this .npy")
+@click.option("--config", "config_spec", default="pynq", show_default=True,
+              help="preset name or vta_config.json file")
+@click.option("--target", default="fsim", show_default=True, help="backend: fsim or rtl")
+def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target) -> None:
+    """Compile (if ONNX) and run a model on VTA; without --model, run the digits main job."""
+    from ..hw.config import load_config
+    from ..runtime.bundle import TARGETS, make_device
+    from ..runtime.device import DeviceError
+
+    if target not in TARGETS:
+        raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
+    if model_path is None:
+        if input_path or calib_path or output_path:
+            raise DeviceError("--input/--calibrate/--output need --model")
+        _main_job(config_spec, target)
+        return
+    if input_path is None:
+        raise DeviceError("--model needs --input X.npy")
+    cfg = load_config(config_spec)
+    x = _load_npy(input_path, "input")
+    cm = _get_model(model_path, cfg, calib_path, x)
+    from ..runtime.executor import Executor
+
+    ex = Executor(cm, make_device(target, cfg))
+    t0 = time.perf_counter()
+    out = ex.run(x)
+    dt = time.perf_counter() - t0
+    y = np.asarray(out[cm.outputs[0]], np.float32)
+    if output_path:
+        np.save(output_path, y)
+    nv = sum(1 for s in cm.steps if s.target == "vta")
+    click.echo(f"{cm.name}: {len(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
+               f"{nv}/{len(cm.steps)} steps on VTA; output {cm.outputs[0]} {list(y.shape)}"
+               + (f" -> {output_path}" if output_path else ""))
+
+
+def _get_model(model_path: str, cfg, calib_path, x):
+    from ..runtime.artifact import load_artifact
+    from ..runtime.device import DeviceError
+
+    p = Path(model_path)
+    if p.suffix == ".vtapkg":
+        return load_artifact(p, cfg)
+    if not p.exists():
+        raise DeviceError(f"cannot read model {model_path!r}: no such file")
+    from ..compiler.compile import compile_model
+
+    calib = _load_npy(calib_path, "calibration data") if calib_path else x
+    return compile_model(str(p), _calib_batches(calib), cfg)
+
+
+def _calib_batches(c: np.ndarray) -> np.ndarray:
+    """Calibration samples, batch first (the quantizer feeds them in batches itself)."""
+    return c
+
+
+COMMANDS = [run_cmd]
