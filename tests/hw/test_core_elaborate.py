@@ -63,3 +63,27 @@ def test_debug_state_names():
     for unit, names in DEBUG_STATE_NAMES.items():
         assert names[0] == "IDLE"
         assert all(0 <= k < 16 for k in names), unit
+
+
+def test_cli_hw_verilog_writes_three_files(tmp_path, tiny_verilog):
+    import json
+
+    from click.testing import CliRunner
+
+    from vtaforge.cli import main
+
+    res = CliRunner().invoke(main, ["hw", "verilog", "--config", "tiny", "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "vta_core.v").read_text() == tiny_verilog
+    rm = json.loads((tmp_path / "regmap.json").read_text())
+    assert rm["fingerprint"] == preset("tiny").fingerprint
+    assert "#define VTA_REG_CTRL 0x00u" in (tmp_path / "vta_regs.h").read_text()
+
+
+def test_cli_hw_resources_unknown_part():
+    from click.testing import CliRunner
+
+    from vtaforge.cli import main
+
+    res = CliRunner().invoke(main, ["hw", "resources", "--config", "tiny", "--part", "xc9"])
+    assert res.exit_code != 0 and "unknown part" in res.output
