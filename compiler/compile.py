@@ -14,6 +14,8 @@ and its placement reason says why.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..hw.config import VTAConfig, load_config
@@ -101,7 +103,8 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
 
 
 def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig | None = None,
-                  fallback: bool = False) -> CompiledModel:
+                  fallback: bool = False, calib_label: str = "calibration data"
+                  ) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for a VTA config.
 
     Args:
@@ -120,8 +123,18 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         if len(fg.inputs) != 1:
             raise CompileError(f"model has {len(fg.inputs)} inputs: calibration must be a dict")
         t = fg.types[fg.inputs[0]]
-        _check_calib(fg.inputs[0], t.shape, calib)
-    q = quantize(fg, calib, quant_config or QuantConfig())
+        _check_calib(fg.inputs[0], t.shape, calib, calib_label)
+    qc = quant_config or QuantConfig()
+    b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
+    if isinstance(b0, int) and isinstance(calib, np.ndarray):
+        # a fixed-batch model: feed the calibration samples in model-sized batches
+        n = (len(calib) // b0) * b0
+        if n == 0:
+            raise CompileError(f"{calib_label} has {len(calib)} sample(s); the model's batch "
+                               f"is {b0}")
+        calib = calib[:n]
+        qc = replace(qc, batch_size=b0)
+    q = quantize(fg, calib, qc)
     part = partition(q, cfg)
     cm = lower_graph(q, part, fallback=fallback)
     cm.qgraph = q
@@ -129,10 +142,10 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     return cm
 
 
-def _check_calib(name, shape, x: np.ndarray) -> None:
+def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data") -> None:
     if x.dtype.kind != "f":
-        raise CompileError(f"calibration data for {name!r} has dtype {x.dtype}, expected float")
+        raise CompileError(f"{label} for {name!r} has dtype {x.dtype}, expected float")
     if x.ndim != len(shape) or any(isinstance(d, int) and d != s
                                    for d, s in zip(shape[1:], x.shape[1:])):
-        raise CompileError(f"calibration data for {name!r} has shape {list(x.shape)}, expected "
+        raise CompileError(f"{label} for {name!r} has shape {list(x.shape)}, expected "
                            f"{list(shape)} (any number of samples first)")

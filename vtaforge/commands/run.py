@@ -162,7 +162,8 @@ def _get_model(model_path: str, cfg, calib_path, x):
     from ..compiler.compile import compile_model
 
     calib = _load_npy(calib_path, "calibration data") if calib_path else x
-    return compile_model(str(p), _calib_batches(calib), cfg)
+    return compile_model(str(p), _calib_batches(calib), cfg,
+                         calib_label="calibration data" if calib_path else "input")
 
 
 def _calib_batches(c: np.ndarray) -> np.ndarray:
