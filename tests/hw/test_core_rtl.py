@@ -104,7 +104,29 @@ def test_random_programs_match_fsim(name):
         ref = dram.copy()
         simulate(cfg, ref, ia, n)
         got = dram.copy()
-        res = rtl.run_raw(cfg, got, ia, n, timeout_cycles=500_000)
+        kw = {} if trial % 2 == 0 else {"latency": (0, 6), "backpressure": 0.4, "seed": trial}
+        res = rtl.run_raw(cfg, got, ia, n, timeout_cycles=500_000, **kw)
         diff = np.flatnonzero(got != ref)
         assert diff.size == 0, (trial, diff[:8], got[diff[:8]], ref[diff[:8]])
         assert res.cycles > 0
+
+
+def test_back_to_back_runs_on_one_device():
+    """Two launches on one device: the second's result is final when DONE rises (BR-17)."""
+    from vtaforge.runtime.device import Buffer
+
+    cfg = preset("tiny")
+    rng = np.random.default_rng(5)
+    dev = rtl.RtlDevice(cfg, 1 << 20, progress=False)
+    try:
+        for _ in range(2):
+            dram, ia, n = random_program(cfg, rng)
+            ref = dram.copy()
+            simulate(cfg, ref, ia, n)
+            dev.resize(dram.size)
+            dev.mem[:] = dram
+            res = dev.run(ia, n, regions=[Buffer(0, dram.size)])
+            assert np.array_equal(dev.mem[:dram.size], ref)
+            assert res.cycles > 0
+    finally:
+        dev.close()
