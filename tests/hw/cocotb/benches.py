@@ -1004,8 +1004,8 @@ async def test_handshake(dut):
     await tb.wr("IRQ_STATUS", 1)
     irqs = await tb.rd("IRQ_STATUS")
     assert not irqs & 1, f"IRQ_STATUS.DONE not cleared by writing 1 (0x{irqs:x})"
-    st = await tb.rd("STATUS")
-    assert st & STATUS_DONE and not st & STATUS_BUSY, f"STATUS 0x{st:x} after run 1"
+    sv = await tb.rd("STATUS")
+    assert sv & STATUS_DONE and not sv & STATUS_BUSY, f"STATUS 0x{sv:x} after run 1"
 
     # run 2: long padded loads first, irq enabled; DONE sampled via back-to-back reads
     d2, ia2, n2, o2, inp2 = program(True)
@@ -1021,9 +1021,9 @@ async def test_handshake(dut):
     await tb.wr("CTRL", CTRL_START | CTRL_IRQ_EN)
     polls = []
     while True:
-        st = await tb.rd("STATUS")
-        polls.append((tb.cycle, st))
-        if st & STATUS_DONE:
+        sv = await tb.rd("STATUS")
+        polls.append((tb.cycle, sv))
+        if sv & STATUS_DONE:
             break
         if tb.cycle - c2 > RUN_WATCHDOG:
             raise AssertionError(f"watchdog: run 2 did not complete within {RUN_WATCHDOG} "
@@ -1048,8 +1048,8 @@ async def test_handshake(dut):
     await ClockCycles(dut.clk, 2)
     assert int(dut.irq.value) == 0, "irq still high after IRQ_STATUS write-1-to-clear"
     # writing 0 to IRQ_STATUS must not clear / set anything; STATUS stays DONE
-    st = await tb.rd("STATUS")
-    assert st & STATUS_DONE, f"STATUS.DONE not held after completion (0x{st:x})"
+    sv = await tb.rd("STATUS")
+    assert sv & STATUS_DONE, f"STATUS.DONE not held after completion (0x{sv:x})"
     tb.assert_bus_clean()
     dut._log.info("run 1 %d cycles, run 2 %d cycles (START accepted by cycle %d)",
                   done1 - c1, done_seen - c2, c2_acc)
