@@ -2,14 +2,16 @@
 order to the load, compute and store command queues (module per
 :func:`vtaforge.hw.isa.insn_module`).  It stalls while the target queue is full.
 
-Fetch reads one instruction per DMA request and only when it can hold it, so it never keeps
-the shared read channel while waiting for queue space (which could deadlock against a unit
-whose own loads need that channel).  The instruction address must be 16-byte aligned.
+Fetch reads up to :data:`FETCH_BATCH` instructions per DMA request into a small local buffer,
+and only when the buffer has room for the whole batch, so it never keeps the shared read
+channel while waiting for command-queue space (which could deadlock against a unit whose own
+loads need that channel).  Dispatch from the buffer overlaps the next read.  The instruction address must be 16-byte aligned.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,7 +23,10 @@ from .load import TensorLoader, insn_field
 __all__ = ["FetchUnit", "FETCH_STATES"]
 
 #: Fetch FSM encodings (for ``dbg_state``).
-FETCH_STATES = {0: "IDLE", 1: "READ", 2: "DISPATCH", 3: "NEXT"}
+FETCH_STATES = {0: "IDLE", 1: "READ", 2: "DRAIN", 3: "NEXT"}
+
+#: Instructions per fetch DMA request (the local buffer holds two batches).
+FETCH_BATCH = 4
 
 
 class FetchUnit(wiring.Component):
@@ -44,15 +49,22 @@ class FetchUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
+        K = FETCH_BATCH
         m.submodules.reader = rd = TensorLoader(cfg, [128])
+        m.submodules.buf = buf = SyncFIFOBuffered(width=128, depth=2 * K)
         wiring.connect(m, wiring.flipped(self.dma), rd.dma)
         base = Signal(28)
         count = Signal(32)
-        insn = Signal(128)
-        m.d.comb += [rd.sel.eq(0), rd.dram_base.eq(base + self.index), rd.x_size.eq(1),
-                     rd.y_size.eq(1), rd.x_stride.eq(1)]
-        with m.If(rd.w_en0):
-            m.d.sync += insn.eq(rd.w_data0)
+        req_index = Signal(32)
+        batch = Signal(range(K + 1))
+        left = Signal(32)
+        m.d.comb += left.eq(count - req_index)
+        m.d.comb += [rd.sel.eq(0), rd.dram_base.eq(base + req_index), rd.x_size.eq(batch),
+                     rd.y_size.eq(1), rd.x_stride.eq(K)]
+        m.d.comb += [buf.w_data.eq(rd.w_data0), buf.w_en.eq(rd.w_en0)]
+
+        # dispatch: buffer head -> command queue (runs while the next batch is read)
+        insn = buf.r_data
         for q in ("ld", "gm", "st"):
             m.d.comb += getattr(self, f"{q}_data").eq(insn)
         op = insn[:3]
@@ -60,30 +72,39 @@ class FetchUnit(wiring.Component):
         to_st = op == Opcode.STORE
         to_ld = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
         to_gm = ~to_st & ~to_ld
+        sent = Signal()
+        m.d.comb += sent.eq(buf.r_rdy & ((to_ld & self.ld_rdy) | (to_gm & self.gm_rdy)
+                                         | (to_st & self.st_rdy)))
+        m.d.comb += [self.ld_en.eq(buf.r_rdy & to_ld & self.ld_rdy),
+                     self.gm_en.eq(buf.r_rdy & to_gm & self.gm_rdy),
+                     self.st_en.eq(buf.r_rdy & to_st & self.st_rdy),
+                     buf.r_en.eq(sent)]
+        with m.If(sent):
+            m.d.sync += self.index.eq(self.index + 1)
+
         with m.FSM(name="fetch_fsm"):
             with m.State("IDLE"):
                 m.d.comb += [self.state.eq(0), self.idle.eq(1)]
                 with m.If(self.start):
                     m.d.sync += [base.eq(self.insn_addr[4:]), count.eq(self.insn_count),
-                                 self.index.eq(0)]
+                                 self.index.eq(0), req_index.eq(0)]
                     m.next = "NEXT"
             with m.State("NEXT"):
                 m.d.comb += [self.state.eq(3), self.busy.eq(1)]
-                with m.If(self.index == count):
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += rd.start.eq(1)
-                    m.next = "READ"
+                with m.If(left == 0):
+                    with m.If(self.index == count):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.d.comb += self.state.eq(2)
+                with m.Elif(buf.level <= K):
+                    m.d.sync += batch.eq(Mux(left < K, left, K))
+                    m.next = "START"
+            with m.State("START"):
+                m.d.comb += [self.state.eq(1), self.busy.eq(1), rd.start.eq(1)]
+                m.next = "READ"
             with m.State("READ"):
                 m.d.comb += [self.state.eq(1), self.busy.eq(1)]
                 with m.If(rd.done):
-                    m.next = "DISPATCH"
-            with m.State("DISPATCH"):
-                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
-                sent = (to_ld & self.ld_rdy) | (to_gm & self.gm_rdy) | (to_st & self.st_rdy)
-                m.d.comb += [self.ld_en.eq(to_ld & self.ld_rdy), self.gm_en.eq(to_gm & self.gm_rdy),
-                             self.st_en.eq(to_st & self.st_rdy)]
-                with m.If(sent):
-                    m.d.sync += self.index.eq(self.index + 1)
+                    m.d.sync += req_index.eq(req_index + batch)
                     m.next = "NEXT"
         return m
