@@ -364,11 +364,6 @@ def alu(op, bgn, end, iter_out=1, iter_in=1, d=(0, 0), s=(0, 0), imm=None, reset
                 imm=0 if imm is None else imm, reset=reset, **fl)
 
 
-def nop_load(**fl) -> Insn:
-    """A load-module token carrier (INP load with x_size 0)."""
-    return Insn(L, memory_type=int(MemType.INP), **fl)
-
-
 def finish(**fl) -> Insn:
     return Insn(F, **fl)
 
@@ -387,7 +382,7 @@ def identity_wgt(cfg) -> np.ndarray:
     return w
 
 
-def acc_dump(cfg, img: Image, n: int, shift_uop: int, first_pop_next: bool = False):
+def acc_dump(cfg, img: Image, n: int, shift_uop: int):
     """Instructions dumping all bytes of ACC entries ``[0, n)``: stores of the OUT view
     (low OUT_WIDTH bits) interleaved with ``SHR OUT_WIDTH`` over the same entries, so that
     the k-th store shows bits ``[8k, 8k+8)`` of each entry.
@@ -1053,3 +1048,31 @@ async def test_handshake(dut):
     tb.assert_bus_clean()
     dut._log.info("run 1 %d cycles, run 2 %d cycles (START accepted by cycle %d)",
                   done1 - c1, done_seen - c2, c2_acc)
+
+
+@cocotb.test(timeout_time=20, timeout_unit="ms")
+async def test_watchdog_on_deadlock(dut):
+    """A program whose compute module pops a token nobody pushes never completes: DONE
+    stays low, the bench's cycle watchdog turns it into a named error (naming each unit's
+    state), and a reset brings the core back (register ping and a short run succeed)."""
+    tb = Tb(dut)
+    cfg = tb.cfg
+    rng = _np_rng()
+    await tb.reset()
+    img = Image(cfg, 1 << 15, rng)
+    dram, ia, cnt = img.program([finish(pop_prev=1)])  # L2G is never pushed
+    tb.write_dram(dram)
+    await tb.launch(ia, cnt)
+    try:
+        await tb.wait_done(watchdog=2000, what="deadlocked program")
+    except AssertionError as e:
+        assert "watchdog" in str(e) and "compute=" in str(e), str(e)
+        dut._log.info("expected: %s", e)
+    else:
+        raise AssertionError("a program that pops a never-pushed token reported DONE")
+    await tb.reset()
+    v = await tb.rd("FINGERPRINT")
+    assert v == cfg.fingerprint, f"FINGERPRINT 0x{v:08x} after reset"
+    img = Image(cfg, 1 << 15, rng)
+    dram, ia, cnt = img.program([finish()])
+    await tb.run(dram, ia, cnt, watchdog=5000, what="FINISH-only program after reset")

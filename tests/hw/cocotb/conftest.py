@@ -167,7 +167,23 @@ def build_core(name: str, cfg) -> Build:
             {"config": name, "fingerprint": cfg.fingerprint, "seconds": round(secs, 1),
              **_versions()}, indent=2) + "\n")
         (bdir / "ok").write_text("ok\n")
+    _prune(root, f"{name}-{cfg.fingerprint:08x}-", keep=bdir.name)
     return Build(name, cfg, bdir, secs, False)
+
+
+def _prune(root: Path, prefix: str, keep: str) -> None:
+    """Remove older builds of the same config (another Verilog text) that no process holds."""
+    for d in root.glob(prefix + "*"):
+        if d.name == keep or not d.is_dir():
+            continue
+        lock = root / f"{d.name}.lock"
+        try:
+            with open(lock, "w") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(d, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+        except OSError:
+            pass  # in use by another session
 
 
 # ----------------------------------------------------------------------------- running
@@ -232,6 +248,9 @@ def run_benches(build: Build, testcases: list[str], *, seed: int, backpressure: 
     """
     runner_mod = _import_runner()
     runner = _runner_with_wall_limit(runner_mod, SIM_WALL_LIMIT_S)
+    for old in build.build_dir.glob("run-*"):  # keep the cache small: last hour's runs
+        if time.time() - old.stat().st_mtime > 3600:
+            shutil.rmtree(old, ignore_errors=True)
     run_dir = build.build_dir / f"run-{tag}-{os.getpid()}"
     run_dir.mkdir(exist_ok=True)
     results = run_dir / "results.xml"

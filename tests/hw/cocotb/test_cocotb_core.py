@@ -28,6 +28,7 @@ BENCHES = (
     "test_alu_ops",
     "test_store",
     "test_handshake",
+    "test_watchdog_on_deadlock",
 )
 
 #: pynq benches (slow: the pynq core takes minutes to verilate and compile).
