@@ -294,3 +294,35 @@ def test_shrink_keeps_the_failure_and_legality():
     # the rest of the image is unchanged
     np.testing.assert_array_equal(np.delete(d, np.s_[ia:ia + 16 * p.insn_count]),
                                   np.delete(p.dram, np.s_[ia:ia + 16 * p.insn_count]))
+
+
+ODD_CONFIGS = {
+    # one token per queue per program: the generator must stay within the push budget
+    "token_depth_1": preset("tiny").replace(TOKEN_QUEUE_DEPTH=1),
+    "token_depth_2_insn_queue_1": preset("tiny").replace(TOKEN_QUEUE_DEPTH=2,
+                                                         INSN_QUEUE_DEPTH=1),
+    "acc16": preset("tiny").replace(LOG_ACC_WIDTH=4, LOG_ACC_BUFF_SIZE=8),
+    "inp16_wgt16": preset("tiny").replace(LOG_INP_WIDTH=4, LOG_WGT_WIDTH=4,
+                                          LOG_INP_BUFF_SIZE=9, LOG_WGT_BUFF_SIZE=9),
+    "block2_min_buffers": preset("tiny").replace(LOG_BLOCK_IN=1, LOG_BLOCK_OUT=1,
+                                                 LOG_UOP_BUFF_SIZE=8, LOG_INP_BUFF_SIZE=8,
+                                                 LOG_WGT_BUFF_SIZE=8, LOG_ACC_BUFF_SIZE=8),
+    "batch4_bus128": preset("batch2").replace(LOG_BUS_WIDTH=7, LOG_BATCH=2),
+}
+
+
+@pytest.mark.parametrize("name", list(ODD_CONFIGS))
+def test_unusual_configs(name):
+    """Narrow/wide data, 16-bit accumulators, minimum buffers, one-token queues: still
+    legal, race-free and schedule-independent."""
+    cfg = ODD_CONFIGS[name]
+    serial = cfg.replace(INSN_QUEUE_DEPTH=1)
+    for seed in range(25):
+        p = generate(cfg, seed)
+        rep = verify_program(cfg, p.dram, p.insn_addr, p.insn_count)
+        assert max(rep.pushes) <= cfg.TOKEN_QUEUE_DEPTH
+        race_check(cfg, p.dram, p.insn_addr, p.insn_count)
+        a, b = p.dram.copy(), p.dram.copy()
+        simulate(cfg, a, p.insn_addr, p.insn_count)
+        simulate(serial, b, p.insn_addr, p.insn_count)
+        np.testing.assert_array_equal(a, b, err_msg=p.description())
