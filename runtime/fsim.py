@@ -31,18 +31,24 @@ Data (element layouts, little-endian two's complement in DRAM):
   32-bit micro-op.
 - Scratchpads start zeroed here, but their contents are undefined by the semantics.
 - Accumulator entries are kept as int64 holding the signed ACC_WIDTH-bit value; every write
-  wraps explicitly.  GEMM sums are computed exactly in floating point (every partial sum is
-  an integer below 2**53, or 2**24 when float32 is used) and added as integers.
+  wraps explicitly.  GEMM sums are computed exactly in floating point (contractions are
+  split so that every partial sum is an integer of magnitude <= 2**24 with float32, 2**53
+  with float64) and added as int64 integers.
 
-Speed: each GEMM/ALU loop nest is evaluated with numpy in chunks of micro-ops; a chunk with
-no hazard (no repeated destination, no read of an entry written earlier in the chunk) is one
-vectorised step; repeated GEMM destinations use ``np.add.at`` (addition commutes); ALU
-chunks with hazards run as "waves" of hazard-free contiguous micro-ops, so results are
-always those of one-after-another execution.
+Speed: a GEMM loop nest only accumulates (it never writes INP or WGT), so its micro-ops
+commute and it is evaluated as dense matrix products: loop levels with weight factor 0 are
+matrix rows, micro-ops are grouped by destination and each group is one im2col-style
+contraction (one BLAS matmul per group for all rows; BLAS limited to one thread while a
+program runs, see :func:`_blas_one_thread`); destinations repeated across rows are reduced
+with a sort and ``np.add.reduceat``.  ALU loop nests run in chunks of micro-ops: a chunk
+with no hazard (no repeated destination, no read of an entry written earlier in the chunk)
+is one vectorised step; ALU chunks with hazards run as "waves" of hazard-free contiguous
+micro-ops, so results are always those of one-after-another execution.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
@@ -71,6 +77,9 @@ DEFAULT_MAX_STEPS = 1 << 32
 
 #: Micro-ops evaluated per numpy chunk (bounds temporary memory).
 CHUNK = 1 << 15
+
+#: Largest GEMM nest expanded into virtual micro-ops at once (loops with weight factors).
+_VIRT_MAX = 1 << 16
 
 _QNAMES = ("l2g", "g2l", "g2s", "s2g")
 _MODS = (Module.LOAD, Module.COMPUTE, Module.STORE)
@@ -252,6 +261,10 @@ class _Machine:
         if not dry:
             exact32 = cfg.INP_WIDTH + cfg.WGT_WIDTH - 2 + cfg.LOG_BLOCK_IN <= 24
             self.fdt = np.float32 if exact32 else np.float64
+            # micro-ops per float contraction: every partial sum of kc * BLOCK_IN products
+            # stays an integer of magnitude <= 2**24 (float32) or 2**53 (float64)
+            pmax = 1 << (cfg.INP_WIDTH + cfg.WGT_WIDTH - 2)
+            self.kc = max(1, (1 << (24 if exact32 else 53)) // (pmax * BI))
             self.inp = np.zeros((cfg.INP_DEPTH, B, BI), dtype=self.fdt)
             # weights stored transposed, (depth, BLOCK_IN, BLOCK_OUT), ready for matmul
             self.wgt_t = np.zeros((cfg.WGT_DEPTH, BI, BO), dtype=self.fdt)
@@ -624,21 +637,8 @@ class _Machine:
         src_b = self.uop_src[bgn:end]
         sfo, sfi = c["src_factor_out"][i], c["src_factor_in"][i]
         if gemm:
-            wgt_b = self.uop_wgt[bgn:end]
-            wfo, wfi = c["wgt_factor_out"][i], c["wgt_factor_in"][i]
-            for box in _nest_boxes(I, J, U):
-                dst = _box_index(dst_b, box, dfo, dfi)
-                src = _box_index(src_b, box, sfo, sfi)
-                wgt = _box_index(wgt_b, box, wfo, wfi)
-                sums = np.matmul(self.inp[src], self.wgt_t[wgt])
-                sums = np.rint(sums).astype(np.int64) if self.fdt == np.float64 else \
-                    sums.astype(np.int64)
-                if self._unique(dst):
-                    acc[dst] = _wrap(acc[dst] + sums, self.acc_bits)
-                else:
-                    np.add.at(acc, dst, sums)
-                    u = np.unique(dst)
-                    acc[u] = _wrap(acc[u], self.acc_bits)
+            self._gemm(I, J, dst_b, src_b, self.uop_wgt[bgn:end], dfo, dfi, sfo, sfi,
+                       c["wgt_factor_out"][i], c["wgt_factor_in"][i])
             return
         aop = c["alu_opcode"][i]
         imm = c["imm"][i]
@@ -646,6 +646,113 @@ class _Machine:
             dst = _box_index(dst_b, box, dfo, dfi)
             src = None if use_imm else _box_index(src_b, box, sfo, sfi)
             self._alu_chunk(aop, dst, src, imm)
+
+    def _gemm(self, I: int, J: int, dst_b: np.ndarray, src_b: np.ndarray, wgt_b: np.ndarray,
+              dfo: int, dfi: int, sfo: int, sfi: int, wfo: int, wfi: int) -> None:
+        """One GEMM loop nest (no reset): ``acc[dst] += inp[src] @ wgt[wgt]^T`` for every
+        iteration ``(i, j)`` and micro-op ``k``, exactly, wrapped at ACC_WIDTH.
+
+        A GEMM only adds into the accumulator and never writes what it reads (INP, WGT), so
+        the micro-ops commute and the nest is evaluated as dense matrix products:
+
+        - loop levels whose weight factor is 0 become matrix *rows* (same weight for every
+          iteration); the others are expanded into "virtual" micro-ops;
+        - virtual micro-ops are grouped by destination (stable sort), and each group of K
+          becomes one contraction of length ``K * BLOCK_IN`` (im2col form: one BLAS matmul
+          per group for all rows), split into sub-groups of at most ``self.kc`` micro-ops so
+          that every partial sum is an integer the float dtype holds exactly;
+        - sub-group results are summed in int64 and added to the accumulator; destinations
+          repeated across rows are reduced with a sort and ``np.add.reduceat``.
+        """
+        U = dst_b.size
+        if (I > 1 and wfo and I * U * (J if wfi else 1) > _VIRT_MAX) or \
+                (J > 1 and wfi and J * U > _VIRT_MAX):
+            if I > 1 and wfo:   # expand the outer loop in Python (huge virtual nest)
+                for ii in range(I):
+                    self._gemm(1, J, dst_b + ii * dfo, src_b + ii * sfo, wgt_b + ii * wfo,
+                               0, dfi, 0, sfi, 0, wfi)
+            else:
+                for jj in range(J):
+                    self._gemm(I, 1, dst_b + jj * dfi, src_b + jj * sfi, wgt_b + jj * wfi,
+                               dfo, 0, sfo, 0, wfo, 0)
+            return
+        vd, vs, vw = dst_b, src_b, wgt_b
+        rd = np.zeros(1, dtype=np.int64)
+        rs = np.zeros(1, dtype=np.int64)
+        for n, fd, fs, fw in ((I, dfo, sfo, wfo), (J, dfi, sfi, wfi)):
+            if n == 1:
+                continue
+            ar = np.arange(n, dtype=np.int64)
+            if fw:
+                vd = (ar[:, None] * fd + vd[None, :]).reshape(-1)
+                vs = (ar[:, None] * fs + vs[None, :]).reshape(-1)
+                vw = (ar[:, None] * fw + vw[None, :]).reshape(-1)
+            else:
+                rd = (rd[:, None] + ar[None, :] * fd).reshape(-1)
+                rs = (rs[:, None] + ar[None, :] * fs).reshape(-1)
+        V, R = vd.size, rd.size
+        # group the virtual micro-ops by destination
+        order = np.argsort(vd, kind="stable")
+        sd = vd[order]
+        newg = np.empty(V, dtype=bool)
+        newg[0] = True
+        np.not_equal(sd[1:], sd[:-1], out=newg[1:])
+        starts = np.flatnonzero(newg)
+        G = starts.size
+        kmax = int(np.diff(starts, append=V).max())
+        S = -(-kmax // self.kc)
+        Ks = -(-kmax // S)
+        Kp = S * Ks
+        distinct = True           # one group per destination
+        if G * Kp > 2 * V + 64:   # ragged groups: one group per micro-op
+            order = np.arange(V)
+            gd, G, S, Ks, Kp = vd, V, 1, 1, 1
+            slot = order
+            distinct = False
+        else:
+            gd = sd[starts]
+            gid = np.cumsum(newg) - 1
+            slot = gid * Kp + (np.arange(V) - starts[gid])
+        B, BI, BO = self.cfg.BATCH, self.cfg.BLOCK_IN, self.cfg.BLOCK_OUT
+        wsel = vw[order]
+        if G * Kp == V:
+            ps = vs[order]
+            W = np.take(self.wgt_t, wsel, axis=0)
+        else:   # padding: any valid source row times a zero weight
+            ps = np.full(G * Kp, vs[order[0]], dtype=np.int64)
+            ps[slot] = vs[order]
+            W = np.zeros((G * Kp, BI, BO), dtype=self.fdt)
+            W[slot] = np.take(self.wgt_t, wsel, axis=0)
+        ps = ps.reshape(G, S, 1, Ks)
+        W = W.reshape(G, S, Ks * BI, BO)
+        acc, bits = self.acc, self.acc_bits
+        gc = max(1, CHUNK // Kp)
+        for g0 in range(0, G, gc):
+            g1 = min(G, g0 + gc)
+            ng = g1 - g0
+            rc = max(1, CHUNK // (ng * Kp))
+            Wg = W[g0:g1].reshape(ng * S, Ks * BI, BO)
+            for r0 in range(0, R, rc):
+                r1 = min(R, r0 + rc)
+                nr = r1 - r0
+                x = np.take(self.inp, ps[g0:g1] + rs[None, None, r0:r1, None], axis=0)
+                # x: (ng, S, nr, Ks, B, BI)
+                if B > 1:
+                    x = x.transpose(0, 1, 2, 4, 3, 5)
+                x = x.reshape(ng * S, nr * B, Ks * BI)
+                p = np.matmul(x, Wg).astype(np.int64)                    # (ng*S, nr*B, BO)
+                p = p.reshape(ng, S, nr * B * BO)
+                p = p.sum(axis=1) if S > 1 else p[:, 0]
+                dst = (gd[g0:g1, None] + rd[None, r0:r1]).reshape(-1)
+                p = p.reshape(ng * nr, B, BO)
+                if (R == 1 and distinct) or self._unique(dst):
+                    acc[dst] = _wrap(acc[dst] + p, bits)
+                else:
+                    o = np.argsort(dst, kind="stable")
+                    sdst = dst[o]
+                    first = np.flatnonzero(np.concatenate(([True], sdst[1:] != sdst[:-1])))
+                    u = sdst[first]
+                    acc[u] = _wrap(acc[u] + np.add.reduceat(p[o], first, axis=0), bits)
 
     def _unique(self, dst: np.ndarray) -> bool:
         if dst.size <= 1:
@@ -714,10 +821,34 @@ class _Machine:
 
 
 # ---------------------------------------------------------------------------- public API
+_BLAS = []
+
+
+def _blas_one_thread():
+    """Context limiting BLAS to one thread (``threadpoolctl`` when installed, else a no-op).
+
+    fsim's matrix products are small (at most ``CHUNK`` micro-ops each); OpenBLAS's worker
+    threads spin between them and, on a shared machine, cost 5-20x the single-thread time."""
+    if not _BLAS:
+        try:
+            from threadpoolctl import ThreadpoolController  # noqa: PLC0415 - optional
+            _BLAS.append(ThreadpoolController())
+        except Exception:  # noqa: BLE001 - missing or broken: run with the default threads
+            _BLAS.append(None)
+    ctl = _BLAS[0]
+    if ctl is None:
+        return contextlib.nullcontext()
+    return ctl.limit(limits=1, user_api="blas")
+
+
 def _run_machine(cfg, dram, insn_addr, insn_count, regions, *, dry, max_steps) -> _Machine:
     m = _Machine(cfg, dram, regions, dry=dry, max_steps=max_steps)
     m.load_program(insn_addr, insn_count)
-    m.run()
+    if dry:
+        m.run()
+    else:
+        with _blas_one_thread():
+            m.run()
     return m
 
 
