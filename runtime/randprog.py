@@ -5,7 +5,7 @@ for differential testing of the backends (fsim as reference, rtl under test).
 a raw DRAM image (``uint8``) holding random tensor data, micro-op kernels, a guard-filled
 output region and the instruction stream.  Programs mix INP/WGT/ACC (and ACC8 when
 ``cfg.ACC_8BIT``) loads with random padding, strides (including overlapping rows, stride 0,
-``y_size == 0``), UOP loads at random scratchpad offsets, GEMM and ALU instructions with
+``y_size == 0``), UOP loads at random scratchpad offsets (some hundreds of micro-ops long), GEMM and ALU instructions with
 random two-level loop nests (empty micro-op ranges, ``iter == 0``, long loops, ``reset``,
 repeated destinations), every ALU opcode (MUL only with ``cfg.ALU_MUL``) with edge
 immediates and tensor operands, STOREs (including overlapping rows), token-only NOPs with
@@ -456,6 +456,20 @@ class _Gen:
     def _random_uop_load(self) -> bool:
         """A UOP load of already-pooled micro-ops to a random offset (no kernel uses it yet)."""
         r = self.rng
+        cfg = self.cfg
+        if r.random() < 0.2:
+            # a long UOP load anywhere in the buffer (more than one burst, odd bases,
+            # 4 KiB crossings in DRAM); its micro-ops hold random in-range indices
+            d = cfg.UOP_DEPTH
+            n = int(min(d, r.integers(64, 700)))
+            slot = int(r.integers(0, d - n + 1))
+            srcd = min(cfg.INP_DEPTH, cfg.ACC_DEPTH)
+            uops = list(zip(r.integers(0, cfg.ACC_DEPTH, n).tolist(),
+                            r.integers(0, srcd, n).tolist(),
+                            r.integers(0, cfg.WGT_DEPTH, n).tolist()))
+            self.feat["uop_big"] += 1
+            self._uop_load(slot, uops)
+            return True
         if not self.pool:
             return False
         lo, hi = self._window("uop")
@@ -712,7 +726,7 @@ class _Gen:
         r = self.rng
         acts = [("inp", 3.0), ("wgt", 3.0), ("acc", 2.0), ("acc8", 1.0 if self.cfg.ACC_8BIT
                                                               else 0.0),
-                ("uop", 0.5), ("gemm", 4.0), ("alu", 4.0), ("store", 3.0), ("nop", 0.8)]
+                ("uop", 0.7), ("gemm", 4.0), ("alu", 4.0), ("store", 3.0), ("nop", 0.8)]
         names = [a for a, _ in acts]
         w = np.array([x for _, x in acts])
         w = w / w.sum()

@@ -78,7 +78,7 @@ def test_random_programs_legal_schedule_independent_and_covering(name):
     want = [f"alu_{o}_{k}" for o in ops for k in ("imm", "tensor")]
     want += ["pad", "load_y0", "load_stride_le_x", "gemm", "gemm_reset", "alu_reset",
              "empty_iter", "empty_uop_range", "long_loop", "repeated_dst", "uop_reuse",
-             "store", "store_overlap", "store_y0", "nop", "nop_junk", "extra_push",
+             "uop_big", "store", "store_overlap", "store_y0", "nop", "nop_junk", "extra_push",
              "extra_pop", "roundtrip", "sync_via_compute", "vthread", "finish_sync",
              "finish_trailing", "load_INP", "load_WGT", "load_ACC", "load_UOP"]
     want += ["load_ACC8"] if cfg.ACC_8BIT else []
