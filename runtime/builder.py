@@ -40,11 +40,12 @@ from typing import Any, Callable, Hashable, Iterator, Sequence
 import numpy as np
 
 from ..hw.config import LOOP_ITER_BITS, MemType, VTAConfig
-from ..hw.isa import (FLAG_QUEUES, AluOp, Insn, Module, Opcode, Queue, encode_program,
-                      encode_uops, isa_layout)
+from ..hw.isa import (FLAG_QUEUES, INSN_BYTES, AluOp, Insn, Module, Opcode, Queue,
+                      encode_program, encode_uops, isa_layout)
 from .device import Buffer, Device, ProgramError, RunResult
 
-__all__ = ["ProgramBuilder", "KernelRecorder", "UopKernel", "BuilderError", "GEMM", "ALU"]
+__all__ = ["ProgramBuilder", "KernelRecorder", "UopKernel", "BuilderError", "GEMM", "ALU",
+           "RecordedProgram"]
 
 #: Kernel modes.
 GEMM = "gemm"
@@ -289,6 +290,62 @@ class BuilderStats:
     oversized_launches: int = 0
 
 
+def _add_result(total: RunResult, res: RunResult) -> None:
+    """Add one launch's result into ``total`` (cycles summed, numeric stats summed)."""
+    total.cycles += int(res.cycles or 0)
+    for key, v in (res.stats or {}).items():
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            total.stats[key] = total.stats.get(key, 0) + v
+        else:
+            total.stats[key] = v
+
+
+class RecordedProgram:
+    """A lowered, encoded program kept in device memory for relaunching
+    (from :meth:`ProgramBuilder.record_program`).
+
+    Attributes:
+        launches: ``(insn_addr, insn_count, regions)`` per launch, run in order.
+        counters: the builder counters of the recording (``launches``, ``insns``,
+            ``uop_loads`` ...), reported by every :meth:`run` (``kernel_records`` and
+            ``kernel_hits`` as 0: nothing is recorded again).
+    """
+
+    def __init__(self, device: Device, launches: list, buffers: list[Buffer],
+                 counters: dict, timeout_cycles: int | None):
+        self.device = device
+        self.launches = launches
+        self.buffers = buffers
+        self.counters = dict(counters, kernel_records=0, kernel_hits=0)
+        self.timeout_cycles = timeout_cycles
+
+    @property
+    def insn_count(self) -> int:
+        return sum(n for _, n, _ in self.launches)
+
+    def run(self) -> RunResult:
+        """Run every launch in order; returns what :meth:`ProgramBuilder.synchronize` would
+        (cycles and stats summed over launches plus the builder counters).
+
+        Raises:
+            ProgramError: from the device; BuilderError: the program was freed.
+        """
+        if self.buffers is None:
+            raise BuilderError("this recorded program was freed")
+        total = RunResult(cycles=0, stats={})
+        for addr, n, regions in self.launches:
+            res = self.device.run(addr, n, regions=regions, timeout_cycles=self.timeout_cycles)
+            _add_result(total, res)
+        total.stats.update(self.counters)
+        return total
+
+    def free(self) -> None:
+        """Free the program's instruction and micro-op buffers (idempotent)."""
+        for b in self.buffers or ():
+            self.device.free(b)
+        self.buffers = None
+
+
 class ProgramBuilder:
     """Builds VTA programs on a device and runs them (vta-anchor.md §5.3–5.4).
 
@@ -301,7 +358,8 @@ class ProgramBuilder:
         debug: keep each launch's encoded program (:attr:`last_program`,
             :attr:`last_programs`) and micro-ops (:attr:`last_uops`).
         verify: run the static verifier (``runtime.verify.verify_program``) before each
-            launch when that module exists.
+            launch when that module exists, unless the device runs the same checks
+            itself and stops at the first fault (``device.checks_in_run``, e.g. fsim).
         check_keys: re-record a kernel on every cache hit and raise if its code differs
             from the cached one (catches a caller's key that misses an attribute; costs a
             re-record per call).
@@ -839,24 +897,8 @@ class ProgramBuilder:
         self.last_uops = []
         total = RunResult(cycles=0, stats={})
         try:
-            if not self._recs:
-                return self._result(total)
-            prefix = self._prefix()
-            neg = np.flatnonzero(prefix[-1] < 0)
-            if neg.size:
-                q = Queue(int(neg[0]))
-                raise BuilderError(
-                    f"token queue {q.name.lower()} has {int(-prefix[-1][q])} more pop(s) than "
-                    f"pushes: the program would deadlock")
-            segs = self._segments(prefix)
-            for s, e in segs:
-                insns, uop_loads, stage = self._lower(s, e, prefix[s], prefix[e])
-                regions: dict[int, Buffer] = {}
-                for r in self._recs[s:e]:
-                    if r.buf is not None:
-                        regions[r.buf.addr] = r.buf
-                if stage:
-                    words = np.frombuffer(b"".join(stage), dtype=np.uint32)
+            for insns, uop_loads, words, regions in self._launches():
+                if words is not None:
                     ubuf = self._ensure("_uop_buf", words.nbytes)
                     self.device.write(ubuf, words)
                     ubase = ubuf.addr // self.cfg.elem_bytes(MemType.UOP)
@@ -875,19 +917,100 @@ class ProgramBuilder:
                     self.last_program = prog
                 region_list = sorted(regions.values(), key=lambda b: b.addr)
                 self._verify(ibuf.addr, prog, region_list,
-                             (self._uop_buf.addr, words) if stage else None)
+                             (self._uop_buf.addr, words) if words is not None else None)
                 res = self.device.run(ibuf.addr, len(insns), regions=region_list,
                                       timeout_cycles=self.timeout_cycles)
                 stats.launches += 1
                 stats.insns += len(insns)
-                total.cycles += int(res.cycles or 0)
-                for key, v in (res.stats or {}).items():
-                    if isinstance(v, (int, float, np.integer, np.floating)) and \
-                            not isinstance(v, bool):
-                        total.stats[key] = total.stats.get(key, 0) + v
-                    else:
-                        total.stats[key] = v
+                _add_result(total, res)
             return self._result(total)
+        finally:
+            self._reset_program()
+
+    def _launches(self) -> list[tuple[list[Insn], list[int], np.ndarray | None,
+                                      dict[int, Buffer]]]:
+        """Lower everything recorded into launches: ``(instructions, indices of micro-op
+        LOADs (dram_base = staging offset in micro-ops), staging words (uint32) or None,
+        {addr: data Buffer} the launch loads from or stores to)``."""
+        if not self._recs:
+            return []
+        prefix = self._prefix()
+        neg = np.flatnonzero(prefix[-1] < 0)
+        if neg.size:
+            q = Queue(int(neg[0]))
+            raise BuilderError(
+                f"token queue {q.name.lower()} has {int(-prefix[-1][q])} more pop(s) than "
+                f"pushes: the program would deadlock")
+        out = []
+        for s, e in self._segments(prefix):
+            insns, uop_loads, stage = self._lower(s, e, prefix[s], prefix[e])
+            regions: dict[int, Buffer] = {}
+            for r in self._recs[s:e]:
+                if r.buf is not None:
+                    regions[r.buf.addr] = r.buf
+            words = np.frombuffer(b"".join(stage), dtype=np.uint32) if stage else None
+            out.append((insns, uop_loads, words, regions))
+        return out
+
+    def record_program(self) -> "RecordedProgram":
+        """Lower everything recorded since the last synchronize into a reusable program
+        instead of running it: instructions and micro-ops are encoded once into device
+        buffers owned by the returned :class:`RecordedProgram` (one pair for all its
+        launches), the static verifier runs once here (when enabled and the device does
+        not check programs itself), and :meth:`RecordedProgram.run` relaunches it any
+        number of times.  The data buffers it loads from and stores to are baked in: the
+        caller must keep them allocated (same addresses) while the program is used.
+
+        Returns:
+            A :class:`RecordedProgram` (free it with :meth:`RecordedProgram.free`).
+        Raises:
+            BuilderError / ProgramError: as :meth:`synchronize` (static faults only).
+        """
+        self.stats = stats = dataclasses.replace(self.stats)
+        try:
+            lowered = self._launches()
+            align = self.cfg.dram_alignment
+            ueb = self.cfg.elem_bytes(MemType.UOP)
+            uoffs, ioffs = [], []
+            utop = itop = 0
+            for insns, uop_loads, words, _ in lowered:
+                uoffs.append(utop)
+                if words is not None:
+                    utop += -(-words.nbytes // align) * align
+                ioffs.append(itop)
+                itop += -(-(len(insns) * INSN_BYTES) // align) * align
+            ubuf = self.device.alloc(max(utop, 64)) if utop else None
+            ibuf = self.device.alloc(max(itop, 64)) if lowered else None
+            launches = []
+            try:
+                for (insns, uop_loads, words, regions), uo, io in zip(lowered, uoffs, ioffs):
+                    if words is not None:
+                        uaddr = ubuf.addr + uo
+                        self.device.write(ubuf, words, offset=uo)
+                        ubase = uaddr // ueb
+                        for j in uop_loads:
+                            insns[j] = dataclasses.replace(
+                                insns[j], dram_base=insns[j].dram_base + ubase)
+                        regions[uaddr] = Buffer(uaddr, words.nbytes)
+                    prog = encode_program(self.cfg, insns)
+                    iaddr = ibuf.addr + io
+                    self.device.write(ibuf, prog, offset=io)
+                    regions[iaddr] = Buffer(iaddr, prog.nbytes)
+                    region_list = sorted(regions.values(), key=lambda b: b.addr)
+                    self._verify(iaddr, prog, region_list,
+                                 (uaddr, words) if words is not None else None)
+                    launches.append((iaddr, len(insns), region_list))
+                    stats.launches += 1
+                    stats.insns += len(insns)
+            except BaseException:
+                for bf in (ubuf, ibuf):
+                    if bf is not None:
+                        self.device.free(bf)
+                raise
+            counters = dataclasses.asdict(stats)
+            self.stats = BuilderStats()
+            return RecordedProgram(self.device, launches, [bf for bf in (ubuf, ibuf) if bf],
+                                   counters, self.timeout_cycles)
         finally:
             self._reset_program()
 
@@ -903,7 +1026,7 @@ class ProgramBuilder:
                 uops: tuple[int, np.ndarray] | None) -> None:
         """Static verifier (``runtime.verify``, when present) on a sparse DRAM image holding
         only this launch's instructions and micro-ops (all it reads)."""
-        if not self.verify:
+        if not self.verify or getattr(self.device, "checks_in_run", False):
             return
         try:
             from .verify import verify_program  # noqa: PLC0415 - optional module

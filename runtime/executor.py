@@ -2,10 +2,13 @@
 
 - CPU steps run in numpy (:mod:`.cpu_ops`).
 - VTA steps replay their relocatable :class:`~.artifact.Trace` once per batch block
-  (``ceil(N / BATCH)`` blocks) on one :class:`~.builder.ProgramBuilder` and run it with one
-  ``synchronize``.  The trace is independent of N, so a model with a symbolic batch is
-  compiled once and runs any batch size (1, 2, 7 ...).  Micro-op kernels are recorded into
-  the builder's cache once and reused by every later run.
+  (``ceil(N / BATCH)`` blocks) on one :class:`~.builder.ProgramBuilder`; the lowered,
+  encoded program (instructions and micro-op staging, in device memory) is kept as a
+  :class:`~.builder.RecordedProgram` per (step, batch blocks, addresses of the buffers it
+  touches) and relaunched as is by every later run of the same shape (instantiated once
+  per shape; statically verified once, when the device needs it).  The trace is
+  independent of N, so a model with a symbolic batch is compiled once and runs any batch
+  size (1, 2, 7 ...); one program per step is kept (a new shape replaces it).
 - Device memory: packed constants (weights, biases) are copied once per executor;
   activation buffers are allocated per (step, slot, batch blocks) on first use and reused
   by every later run of the same shape.  A VTA output stays on the device and feeds the
@@ -77,6 +80,9 @@ class Executor:
         self.builder = ProgramBuilder(device, max_insns_per_launch=max_insns_per_launch)
         self._consts: dict[str, object] = {}
         self._acts: dict[tuple, object] = {}
+        # encoded programs per (step, batch blocks, buffer addresses): see module docstring
+        self._progs: dict[tuple, object] = {}
+        self._prog_keys: dict[tuple, tuple] = {}
         self.stats: dict[str, StepStats] = {s.name: StepStats() for s in model.steps}
 
     # ----------------------------------------------------------------- memory
@@ -186,8 +192,18 @@ class Executor:
             ylay = step.layouts["y"]
             yb = self._act_buf((step.name, "y", nblk), ylay.nbytes(n))
             bufs["y"] = yb
-            replay(self.builder, step.trace, bufs, nblk)
-            res = self.builder.synchronize()
+            key = (step.name, nblk, tuple(sorted((k, b.addr, b.nbytes)
+                                                 for k, b in bufs.items())))
+            prog = self._progs.get(key)
+            if prog is None:
+                replay(self.builder, step.trace, bufs, nblk)
+                prog = self.builder.record_program()
+                old = self._progs.pop(self._prog_keys.get((step.name, nblk)), None)
+                if old is not None:
+                    old.free()
+                self._progs[key] = prog
+                self._prog_keys[(step.name, nblk)] = key
+            res = prog.run()
             s = res.stats
             st.runs += 1
             st.images += n
@@ -205,7 +221,11 @@ class Executor:
         return out
 
     def close(self) -> None:
-        """Free the device buffers this executor allocated."""
+        """Free the device buffers this executor allocated (cached programs included)."""
+        for p in self._progs.values():
+            p.free()
+        self._progs.clear()
+        self._prog_keys.clear()
         for b in list(self._consts.values()) + list(self._acts.values()):
             try:
                 self.device.free(b)

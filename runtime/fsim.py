@@ -892,9 +892,17 @@ class FsimDevice(Device):
     Device memory is a numpy ``uint8`` array that grows on demand (up to the allocator's
     ``mem_bytes``); :meth:`run` calls :func:`simulate` with the live buffers as the regions
     the program may touch.  ``timeout_cycles`` maps to the watchdog ``max_steps``.
+
+    ``checks_in_run = True``: :func:`simulate` runs every check of the static verifier
+    itself (the same machine) and stops at the first fault, so the program builder does
+    not verify separately before a launch.  Static faults (opcodes, flags, FINISH, DMA and
+    scratchpad ranges) are still found before anything executes; computed-index errors,
+    deadlocks and unbalanced tokens are found when reached (DRAM may then be partly
+    written by the program's own STOREs, inside its regions).
     """
 
     target = "fsim"
+    checks_in_run = True
 
     def __init__(self, config: VTAConfig, mem_bytes: int = 256 << 20):
         super().__init__(config, mem_bytes)
