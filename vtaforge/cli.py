@@ -62,7 +62,7 @@ def main() -> None:
 def _register() -> None:
     import importlib
 
-    for name in ("config", "disasm", "exec", "run", "compile", "hw", "dse"):
+    for name in ("config", "disasm", "exec", "run", "compile", "hw", "board", "dse"):
         try:
             mod = importlib.import_module(f".commands.{name}", __package__)
         except ModuleNotFoundError as e:
