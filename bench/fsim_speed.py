@@ -5,7 +5,7 @@ Two programs, each many GEMM instructions over 2048-micro-op loop nests:
 - ``hazard-free``: every micro-op of a nest writes a distinct accumulator entry (one
   vectorised numpy step per nest);
 - ``accumulate``: 16 micro-ops in a row add into the same entry (a reduction over input
-  blocks, as in a convolution), which takes the ``np.add.at`` path.
+  blocks, as in a convolution): one grouped (im2col) matmul per destination group.
 
 Usage: ``python bench/fsim_speed.py [--insns N] [--config pynq]``.  Prints one line per
 program: micro-op GEMMs, seconds, micro-op GEMMs per second, and MAC/s.  Anchor: upstream's
@@ -76,6 +76,7 @@ def main() -> None:
     macs = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT
     print(f"fsim speed, config {args.config} ({cfg.bitstream_name}), "
           f"{args.insns} GEMM instructions x 2048 micro-ops")
+    simulate(cfg, *build(cfg, 1, False, rng))  # warm-up (BLAS thread control, caches)
     for acc in (False, True):
         dram, ia, n = build(cfg, args.insns, acc, rng)
         t0 = time.perf_counter()
