@@ -127,6 +127,10 @@ class Device(abc.ABC):
     """
 
     target: str = "abstract"
+    #: True when :meth:`run` itself checks everything the static verifier checks before
+    #: it changes device memory (fsim); the builder then skips its separate dry run.
+    #: Backends that cannot stop mid-run (rtl, pynq) keep it False.
+    checks_in_run: bool = False
 
     def __init__(self, config: VTAConfig, mem_bytes: int = 256 << 20):
         self.config = config
