@@ -1,0 +1,650 @@
+"""Bitstream flow for PYNQ-class Zynq boards: a Vivado project generated from a VTAConfig.
+
+Nothing here needs Vivado to *generate*; only :func:`run_vivado` runs it.  The generated
+files (written by :func:`write_project`):
+
+- ``vta_core.v``: the Amaranth core (:func:`vtaforge.hw.core.emit_verilog`);
+- ``vta_wrapper.v``: a thin Verilog wrapper, module ``vta_wrapper``, carrying the
+  ``X_INTERFACE_INFO``/``X_INTERFACE_PARAMETER`` attributes (hardware-notes.md: attributes
+  on Amaranth signals can be copied by Yosys onto unrelated wires, so they live here).  It
+  declares ``clk`` (clock, bus interfaces ``s_axi:m_axi``), ``rst`` (reset,
+  ``POLARITY ACTIVE_HIGH``: Vivado only infers polarity from names ending in ``n``),
+  ``irq`` (interrupt, level high), the AXI4-Lite slave ``s_axi`` (12-bit address: the 4 KiB
+  window; the core decodes the low 8 bits, so its 256-byte register map repeats 16 times)
+  and the AXI4 master ``m_axi``, whose ``AxCACHE`` it drives to ``4'b1111`` (coherent,
+  cacheable: needed by the ACP / HPC0 ports) and ``AxPROT`` to the board's value
+  (``000`` on Zynq-7000, ``010`` on Zynq UltraScale+; vta-anchor.md §1.3);
+- ``build.tcl``: creates the project for ``cfg.PART``, the block design (PS, reset,
+  two SmartConnects, the core), the address map, synthesis, implementation, the timing
+  summary and utilization reports, the bitstream and the ``.hwh`` hand-off, copied to
+  ``out/vta.bit`` / ``out/vta.hwh`` (PYNQ's ``Overlay`` wants them side by side, same stem);
+- ``regmap.json``, ``vta_regs.h`` (:mod:`vtaforge.hw.regs`), ``build.sh``
+  (``vivado -mode batch -source build.tcl``) and ``board.json`` (board family, register
+  base, fingerprint: what the board runtime reads).
+
+Block design, Zynq-7000 (``pynq``; parts ``xc7z*``): ``processing_system7`` with
+``S_AXI_ACP`` (coherent DMA), ``M_AXI_GP0`` → SmartConnect → ``s_axi`` at 0x43C00000
+(4 KiB), ``FCLK_CLK0`` at ``cfg.CLOCK_MHZ``, ``irq`` → ``IRQ_F2P``.  Zynq UltraScale+
+(``ultra96``, ``zcu104``; parts ``xczu*``): ``zynq_ultra_ps_e`` with ``S_AXI_HPC0_FPD``,
+``M_AXI_HPM0_FPD`` → ``s_axi`` at 0xA0000000 (4 KiB), ``pl_clk0``, ``pl_ps_irq0``.  In both,
+``m_axi`` reaches the PS through a SmartConnect, which converts the data width
+(``cfg.BUS_WIDTH`` vs the port's 64/128 bits) and AXI4 bursts to the PS's AXI3.
+
+Not covered: board presets (DDR/MIO) are applied only when ``board_part`` is given
+(PYNQ's Linux image configures the PS at boot; an overlay only sets PL clocks), and the
+HPC0 coherency setup on ZynqMP boards (field-faults BR-22 d) is a board-image matter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .config import VTAConfig
+from .regs import REGMAP_SIZE, REGMAP_VERSION, c_header, regmap_json
+
+__all__ = ["FlowError", "BoardSpec", "board_spec", "wrapper_verilog", "build_tcl",
+           "build_sh", "board_json", "write_project", "TimingResult",
+           "parse_timing_summary", "run_vivado", "REG_WINDOW_BYTES", "WRAPPER_NAME",
+           "CORE_NAME", "BD_NAME"]
+
+#: Size of the register window the block design assigns (bytes): the smallest Zynq segment.
+REG_WINDOW_BYTES = 4096
+#: Module names in the generated project.
+WRAPPER_NAME = "vta_wrapper"
+CORE_NAME = "vta_core"
+BD_NAME = "vta_bd"
+#: Address width of the wrapper's AXI4-Lite slave (the 4 KiB window).
+S_AXI_ADDR_BITS = 12
+#: Address width the core decodes (hw/core/axi.py ``axi_lite_members``).
+CORE_S_AXI_ADDR_BITS = 8
+assert (1 << CORE_S_AXI_ADDR_BITS) >= REGMAP_SIZE
+
+
+class FlowError(RuntimeError):
+    """The flow cannot proceed: unsupported part, Vivado missing or failing, bad report."""
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    """What the block design needs to know about a Zynq family.
+
+    Attributes:
+        family: ``"zynq7"`` (Zynq-7000) or ``"zynqmp"`` (Zynq UltraScale+).
+        ps_ip: the PS IP name (``processing_system7`` / ``zynq_ultra_ps_e``).
+        mem_port: the PS slave port the core's ``m_axi`` drives (coherent).
+        mem_port_width: its data width in bits.
+        ctrl_port: the PS master port that reaches ``s_axi``.
+        reg_base: physical byte address of the register window.
+        axprot: ``AxPROT`` the wrapper drives (3 bits; vta-anchor.md §1.3 ``axi_prot``).
+        clk_pin, resetn_pin, irq_pin: PS pins for the PL clock, its reset, the interrupt.
+        aclk_pins: the PS port clocks to tie to the PL clock.
+    """
+
+    family: str
+    ps_ip: str
+    mem_port: str
+    mem_port_width: int
+    ctrl_port: str
+    reg_base: int
+    axprot: int
+    clk_pin: str
+    resetn_pin: str
+    irq_pin: str
+    aclk_pins: tuple[str, ...]
+
+
+ZYNQ7 = BoardSpec(
+    family="zynq7", ps_ip="processing_system7", mem_port="S_AXI_ACP", mem_port_width=64,
+    ctrl_port="M_AXI_GP0", reg_base=0x43C00000, axprot=0b000, clk_pin="FCLK_CLK0",
+    resetn_pin="FCLK_RESET0_N", irq_pin="IRQ_F2P",
+    aclk_pins=("M_AXI_GP0_ACLK", "S_AXI_ACP_ACLK"))
+ZYNQMP = BoardSpec(
+    family="zynqmp", ps_ip="zynq_ultra_ps_e", mem_port="S_AXI_HPC0_FPD", mem_port_width=128,
+    ctrl_port="M_AXI_HPM0_FPD", reg_base=0xA0000000, axprot=0b010, clk_pin="pl_clk0",
+    resetn_pin="pl_resetn0", irq_pin="pl_ps_irq0",
+    aclk_pins=("maxihpm0_fpd_aclk", "saxihpc0_fpd_aclk"))
+
+
+def board_spec(cfg: VTAConfig) -> BoardSpec:
+    """The Zynq family of ``cfg.PART`` (``xc7z*`` → Zynq-7000, ``xczu*`` → UltraScale+).
+
+    Raises:
+        FlowError: a part of another family (e.g. the de10nano's Cyclone V).
+    """
+    part = cfg.PART.lower()
+    if part.startswith("xc7z"):
+        return ZYNQ7
+    if part.startswith("xczu"):
+        return ZYNQMP
+    raise FlowError(f"part {cfg.PART!r} (TARGET {cfg.TARGET!r}) is not a Zynq-7000 (xc7z*) or "
+                    f"Zynq UltraScale+ (xczu*) part; the Vivado board flow supports only those")
+
+
+# ---------------------------------------------------------------------------- wrapper
+def _m_axi_ports(bw: int) -> list[tuple[str, str, int]]:
+    """(direction, name, width) of the core's AXI4 master, hw/core/axi.py order."""
+    return [
+        ("output", "m_axi_araddr", 32), ("output", "m_axi_arlen", 8),
+        ("output", "m_axi_arsize", 3), ("output", "m_axi_arburst", 2),
+        ("output", "m_axi_arvalid", 1), ("input", "m_axi_arready", 1),
+        ("input", "m_axi_rdata", bw), ("input", "m_axi_rresp", 2),
+        ("input", "m_axi_rlast", 1), ("input", "m_axi_rvalid", 1),
+        ("output", "m_axi_rready", 1),
+        ("output", "m_axi_awaddr", 32), ("output", "m_axi_awlen", 8),
+        ("output", "m_axi_awsize", 3), ("output", "m_axi_awburst", 2),
+        ("output", "m_axi_awvalid", 1), ("input", "m_axi_awready", 1),
+        ("output", "m_axi_wdata", bw), ("output", "m_axi_wstrb", bw // 8),
+        ("output", "m_axi_wlast", 1), ("output", "m_axi_wvalid", 1),
+        ("input", "m_axi_wready", 1),
+        ("input", "m_axi_bresp", 2), ("input", "m_axi_bvalid", 1),
+        ("output", "m_axi_bready", 1),
+    ]
+
+
+def _s_axi_ports() -> list[tuple[str, str, int]]:
+    a = S_AXI_ADDR_BITS
+    return [
+        ("input", "s_axi_awaddr", a), ("input", "s_axi_awprot", 3),
+        ("input", "s_axi_awvalid", 1), ("output", "s_axi_awready", 1),
+        ("input", "s_axi_wdata", 32), ("input", "s_axi_wstrb", 4),
+        ("input", "s_axi_wvalid", 1), ("output", "s_axi_wready", 1),
+        ("output", "s_axi_bresp", 2), ("output", "s_axi_bvalid", 1),
+        ("input", "s_axi_bready", 1),
+        ("input", "s_axi_araddr", a), ("input", "s_axi_arprot", 3),
+        ("input", "s_axi_arvalid", 1), ("output", "s_axi_arready", 1),
+        ("output", "s_axi_rdata", 32), ("output", "s_axi_rresp", 2),
+        ("output", "s_axi_rvalid", 1), ("input", "s_axi_rready", 1),
+    ]
+
+
+def _decl(direction: str, name: str, width: int) -> str:
+    rng = f" [{width - 1}:0]" if width > 1 else ""
+    return f"{direction} wire{rng} {name}"
+
+
+def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME) -> str:
+    """Verilog text of ``vta_wrapper``: the core plus Vivado interface attributes.
+
+    Ports: ``clk``, ``rst`` (active high), ``irq``, ``s_axi_*`` (AXI4-Lite, 12-bit address,
+    32-bit data, with ``AxPROT`` inputs that are ignored), ``m_axi_*`` (AXI4, 32-bit address,
+    ``cfg.BUS_WIDTH``-bit data, plus ``m_axi_arcache``/``m_axi_awcache`` driven to
+    ``4'b1111`` and ``m_axi_arprot``/``m_axi_awprot`` driven to the board's ``axprot``).
+    The core's ``dbg_state`` output is left unconnected.
+
+    Raises:
+        FlowError: ``cfg.PART`` is not a Zynq part.
+    """
+    spec = board_spec(cfg)
+    bw = cfg.BUS_WIDTH
+    lines = [
+        f"// Generated by vtaforge (hw/flow.py) for config fingerprint 0x{cfg.fingerprint:08x}"
+        f" ({cfg.bitstream_name}, {cfg.PART}); do not edit.",
+        "// Thin wrapper: Vivado interface attributes, AxCACHE/AxPROT for coherent DMA.",
+        "`default_nettype none",
+        f"module {WRAPPER_NAME} (",
+    ]
+    ports: list[str] = []
+
+    def port(attrs: list[str], decl: str) -> None:
+        ports.append("".join(f"  {a}\n" for a in attrs) + f"  {decl}")
+
+    port(['(* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 clk CLK" *)',
+          '(* X_INTERFACE_PARAMETER = "ASSOCIATED_BUSIF s_axi:m_axi, ASSOCIATED_RESET rst" *)'],
+         "input wire clk")
+    port(['(* X_INTERFACE_INFO = "xilinx.com:signal:reset:1.0 rst RST" *)',
+          '(* X_INTERFACE_PARAMETER = "POLARITY ACTIVE_HIGH" *)'],
+         "input wire rst")
+    port(['(* X_INTERFACE_INFO = "xilinx.com:signal:interrupt:1.0 irq INTERRUPT" *)',
+          '(* X_INTERFACE_PARAMETER = "SENSITIVITY LEVEL_HIGH" *)'],
+         "output wire irq")
+    s_param = (f"PROTOCOL AXI4LITE, DATA_WIDTH 32, ADDR_WIDTH {S_AXI_ADDR_BITS}, "
+               f"HAS_PROT 1, HAS_WSTRB 1, HAS_BRESP 1, HAS_RRESP 1, "
+               f"NUM_READ_OUTSTANDING 1, NUM_WRITE_OUTSTANDING 1")
+    for i, (d, n, w) in enumerate(_s_axi_ports()):
+        attrs = [f'(* X_INTERFACE_INFO = "xilinx.com:interface:aximm:1.0 s_axi '
+                 f'{n[len("s_axi_"):].upper()}" *)']
+        if i == 0:
+            attrs.append(f'(* X_INTERFACE_PARAMETER = "{s_param}" *)')
+        port(attrs, _decl(d, n, w))
+    m_param = (f"PROTOCOL AXI4, DATA_WIDTH {bw}, ADDR_WIDTH 32, ID_WIDTH 0, "
+               f"MAX_BURST_LENGTH 256, HAS_BURST 1, HAS_CACHE 1, HAS_PROT 1, HAS_LOCK 0, "
+               f"HAS_QOS 0, HAS_REGION 0, HAS_WSTRB 1, HAS_BRESP 1, HAS_RRESP 1, "
+               f"SUPPORTS_NARROW_BURST 0, NUM_READ_OUTSTANDING 1, NUM_WRITE_OUTSTANDING 1")
+    m_ports = _m_axi_ports(bw) + [("output", "m_axi_arcache", 4), ("output", "m_axi_arprot", 3),
+                                  ("output", "m_axi_awcache", 4), ("output", "m_axi_awprot", 3)]
+    for i, (d, n, w) in enumerate(m_ports):
+        attrs = [f'(* X_INTERFACE_INFO = "xilinx.com:interface:aximm:1.0 m_axi '
+                 f'{n[len("m_axi_"):].upper()}" *)']
+        if i == 0:
+            attrs.append(f'(* X_INTERFACE_PARAMETER = "{m_param}" *)')
+        port(attrs, _decl(d, n, w))
+    lines.append(",\n".join(ports))
+    lines.append(");")
+    lines += [
+        "",
+        "  // Coherent, cacheable DMA (write-back, read/write allocate): ACP / HPC0 snoop the",
+        "  // CPU caches only when AxCACHE = 4'b1111.",
+        "  assign m_axi_arcache = 4'b1111;",
+        "  assign m_axi_awcache = 4'b1111;",
+        f"  assign m_axi_arprot = 3'b{spec.axprot:03b};",
+        f"  assign m_axi_awprot = 3'b{spec.axprot:03b};",
+        "",
+        "  wire [31:0] dbg_state_unused;",
+        "",
+        f"  {core_name} core (",
+    ]
+    conns = ["    .clk(clk)", "    .rst(rst)", "    .irq(irq)", "    .dbg_state(dbg_state_unused)"]
+    lo = CORE_S_AXI_ADDR_BITS
+    for d, n, w in _s_axi_ports():
+        if n.endswith("prot"):
+            continue  # the core has no AxPROT inputs
+        if n in ("s_axi_awaddr", "s_axi_araddr"):
+            conns.append(f"    .{n}({n}[{lo - 1}:0])")
+        else:
+            conns.append(f"    .{n}({n})")
+    for d, n, w in _m_axi_ports(bw):
+        conns.append(f"    .{n}({n})")
+    lines.append(",\n".join(conns))
+    lines += ["  );", "", "endmodule", "`default_nettype wire", ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- TCL
+def _fmt_mhz(mhz: float) -> str:
+    return f"{float(mhz):g}"
+
+
+def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
+              core_file: str = f"{CORE_NAME}.v", wrapper_file: str = f"{WRAPPER_NAME}.v"
+              ) -> str:
+    """The Vivado batch script (``vivado -mode batch -source build.tcl``, run in the
+    project directory).
+
+    Steps: ``create_project`` for ``cfg.PART`` (and ``board_part`` when given, with the
+    board preset applied to the PS); add the core and the wrapper; a block design with the
+    PS (coherent memory port, control port, PL clock at ``cfg.CLOCK_MHZ``, interrupt), a
+    ``proc_sys_reset`` (its active-high ``peripheral_reset`` drives ``rst``), a SmartConnect
+    from the PS to ``s_axi`` and one from ``m_axi`` to the PS; the register window at the
+    board's base (4 KiB) and the memory port's segments; ``validate_bd_design``; synthesis;
+    implementation to ``write_bitstream``; ``report_timing_summary``,
+    ``report_utilization`` and ``report_clocks`` in ``reports/``; the bitstream and the
+    ``.hwh`` copied to ``out/vta.bit`` and ``out/vta.hwh``.  The script exits non-zero when
+    a run fails or the PL clock is not the requested one; a timing failure is reported
+    (``reports/timing_summary.rpt``) and judged by :func:`parse_timing_summary`.
+
+    Raises:
+        FlowError: ``cfg.PART`` is not a Zynq part; ``jobs`` < 1.
+    """
+    spec = board_spec(cfg)
+    if int(jobs) < 1:
+        raise FlowError(f"jobs must be >= 1, got {jobs}")
+    mhz = _fmt_mhz(cfg.CLOCK_MHZ)
+    period = 1000.0 / float(cfg.CLOCK_MHZ)
+    proj = f"vta_{cfg.bitstream_name}"
+    L: list[str] = []
+    a = L.append
+    a(f"# Generated by vtaforge (hw/flow.py); do not edit.")
+    a(f"# Config {cfg.bitstream_name}, fingerprint 0x{cfg.fingerprint:08x}, "
+      f"register map version 0x{REGMAP_VERSION:08x}.")
+    a(f"# Run in this directory: vivado -mode batch -source build.tcl")
+    a("")
+    a(f"set proj_name {proj}")
+    a(f"set part {cfg.PART}")
+    a(f"set clock_mhz {mhz}")
+    a(f"set jobs {int(jobs)}")
+    a("set here [file normalize [file dirname [info script]]]")
+    a("set proj_dir [file join $here vivado]")
+    a("file mkdir [file join $here reports] [file join $here out]")
+    a("")
+    a("# The newest installed version of an IP (VLNV without a version pinned).")
+    a("proc vlnv {name} {")
+    a("  set defs [lsort -dictionary [get_ipdefs -all xilinx.com:ip:${name}:*]]")
+    a("  if {[llength $defs] == 0} { error \"IP xilinx.com:ip:${name} is not installed\" }")
+    a("  return [lindex $defs end]")
+    a("}")
+    a("")
+    a("create_project -force $proj_name $proj_dir -part $part")
+    if board_part:
+        a(f"set_property board_part {board_part} [current_project]")
+    a(f"add_files -norecurse [list [file join $here {core_file}] [file join $here {wrapper_file}]]")
+    a("update_compile_order -fileset sources_1")
+    a("")
+    a(f"create_bd_design {BD_NAME}")
+    a(f"create_bd_cell -type module -reference {WRAPPER_NAME} vta_0")
+    a(f"create_bd_cell -type ip -vlnv [vlnv {spec.ps_ip}] ps")
+    if spec.family == "zynq7":
+        props = [
+            ("PCW_USE_S_AXI_ACP", "1"), ("PCW_USE_DEFAULT_ACP_USER_VAL", "1"),
+            ("PCW_USE_M_AXI_GP0", "1"), ("PCW_EN_CLK0_PORT", "1"),
+            ("PCW_FPGA0_PERIPHERAL_FREQMHZ", mhz), ("PCW_USE_FABRIC_INTERRUPT", "1"),
+            ("PCW_IRQ_F2P_INTR", "1"),
+        ]
+        rule = "xilinx.com:bd_rule:processing_system7"
+        auto = ('{make_external "FIXED_IO, DDR" apply_board_preset "1" '
+                'Master "Disable" Slave "Disable"}' if board_part else
+                '{make_external "FIXED_IO, DDR" apply_board_preset "0" '
+                'Master "Disable" Slave "Disable"}')
+    else:
+        props = [
+            ("PSU__USE__S_AXI_GP0", "1"),  # S_AXI_HPC0_FPD
+            ("PSU__USE__M_AXI_GP0", "1"),  # M_AXI_HPM0_FPD
+            ("PSU__USE__M_AXI_GP1", "0"), ("PSU__USE__M_AXI_GP2", "0"),
+            ("PSU__FPGA_PL0_ENABLE", "1"), ("PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ", mhz),
+            ("PSU__USE__IRQ0", "1"),
+        ]
+        rule = "xilinx.com:bd_rule:zynq_ultra_ps_e"
+        auto = '{apply_board_preset "1"}' if board_part else None
+    if board_part or spec.family == "zynq7":
+        a(f"apply_bd_automation -rule {rule} -config {auto} [get_bd_cells ps]")
+    a("set_property -dict [list \\")
+    for k, v in props:
+        a(f"  CONFIG.{k} {{{v}}} \\")
+    a("] [get_bd_cells ps]")
+    a("create_bd_cell -type ip -vlnv [vlnv proc_sys_reset] rst_ps")
+    a("create_bd_cell -type ip -vlnv [vlnv smartconnect] ctrl_smc")
+    a("set_property -dict [list CONFIG.NUM_SI {1} CONFIG.NUM_MI {1}] [get_bd_cells ctrl_smc]")
+    a("create_bd_cell -type ip -vlnv [vlnv smartconnect] mem_smc")
+    a("set_property -dict [list CONFIG.NUM_SI {1} CONFIG.NUM_MI {1}] [get_bd_cells mem_smc]")
+    a("")
+    a("# Control: PS master -> SmartConnect -> core's AXI4-Lite slave.")
+    a(f"connect_bd_intf_net [get_bd_intf_pins ps/{spec.ctrl_port}] "
+      f"[get_bd_intf_pins ctrl_smc/S00_AXI]")
+    a("connect_bd_intf_net [get_bd_intf_pins ctrl_smc/M00_AXI] [get_bd_intf_pins vta_0/s_axi]")
+    a(f"# DMA: core's AXI4 master ({cfg.BUS_WIDTH} bit) -> SmartConnect -> coherent "
+      f"{spec.mem_port} ({spec.mem_port_width} bit).")
+    a("connect_bd_intf_net [get_bd_intf_pins vta_0/m_axi] [get_bd_intf_pins mem_smc/S00_AXI]")
+    a(f"connect_bd_intf_net [get_bd_intf_pins mem_smc/M00_AXI] "
+      f"[get_bd_intf_pins ps/{spec.mem_port}]")
+    a("")
+    a(f"# One clock: the PS's PL clock at {mhz} MHz.")
+    clk_pins = [f"ps/{spec.clk_pin}", "vta_0/clk"] + [f"ps/{p}" for p in spec.aclk_pins] + [
+        "ctrl_smc/aclk", "mem_smc/aclk", "rst_ps/slowest_sync_clk"]
+    a("connect_bd_net " + " ".join(f"[get_bd_pins {p}]" for p in clk_pins))
+    a(f"connect_bd_net [get_bd_pins ps/{spec.resetn_pin}] [get_bd_pins rst_ps/ext_reset_in]")
+    a("# The core's reset is synchronous and active high (POLARITY ACTIVE_HIGH in the wrapper).")
+    a("connect_bd_net [get_bd_pins rst_ps/peripheral_reset] [get_bd_pins vta_0/rst]")
+    a("connect_bd_net [get_bd_pins rst_ps/interconnect_aresetn] "
+      "[get_bd_pins ctrl_smc/aresetn] [get_bd_pins mem_smc/aresetn]")
+    a(f"connect_bd_net [get_bd_pins vta_0/irq] [get_bd_pins ps/{spec.irq_pin}]")
+    a("")
+    a(f"# Address map: register window at 0x{spec.reg_base:08X}, 4 KiB; DMA sees the PS's "
+      f"memory through {spec.mem_port}.")
+    a(f"assign_bd_address -offset 0x{spec.reg_base:08X} -range 4K "
+      f"-target_address_space [get_bd_addr_spaces ps/Data] "
+      f"[get_bd_addr_segs vta_0/s_axi/reg0] -force")
+    a("assign_bd_address")
+    a("set seg [get_bd_addr_segs -of_objects [get_bd_addr_spaces ps/Data] "
+      "-filter {NAME =~ *vta_0*}]")
+    a(f"if {{[get_property OFFSET $seg] != 0x{spec.reg_base:08X}}} "
+      f"{{ error \"register window not at 0x{spec.reg_base:08X}\" }}")
+    a("validate_bd_design")
+    a("save_bd_design")
+    a("")
+    a(f"set bd_file [get_files {BD_NAME}.bd]")
+    a("set_property synth_checkpoint_mode None $bd_file")
+    a("generate_target all $bd_file")
+    a("add_files -norecurse [make_wrapper -files $bd_file -top]")
+    a(f"set_property top {BD_NAME}_wrapper [current_fileset]")
+    a("update_compile_order -fileset sources_1")
+    a("")
+    a("launch_runs synth_1 -jobs $jobs")
+    a("wait_on_run synth_1")
+    a('if {[get_property PROGRESS [get_runs synth_1]] != "100%"} { error "synthesis failed" }')
+    a("launch_runs impl_1 -to_step write_bitstream -jobs $jobs")
+    a("wait_on_run impl_1")
+    a('if {[get_property PROGRESS [get_runs impl_1]] != "100%"} { error "implementation failed" }')
+    a("open_run impl_1")
+    a("report_timing_summary -max_paths 10 -file [file join $here reports timing_summary.rpt]")
+    a("report_utilization -file [file join $here reports utilization.rpt]")
+    a("report_clocks -file [file join $here reports clocks.rpt]")
+    a(f"# The PL clock must be the one asked for (BR-31: timing at another clock means nothing).")
+    a(f"set pl_clk [get_clocks -of_objects [get_pins -hier -filter {{NAME =~ */vta_0/clk}}]]")
+    a("if {[llength $pl_clk] == 0} { error \"the core's clock is unconstrained\" }")
+    a("set period [get_property PERIOD [lindex $pl_clk 0]]")
+    a(f"if {{abs($period - {period:.3f}) > 0.05}} "
+      f"{{ error \"PL clock period $period ns, expected {period:.3f} ns ({mhz} MHz)\" }}")
+    a("set bit [lindex [glob -nocomplain [file join $proj_dir ${proj_name}.runs impl_1 *.bit]] 0]")
+    a(f"set hwh [lindex [glob -nocomplain [file join $proj_dir ${{proj_name}}.*"
+      f" sources_1 bd {BD_NAME} hw_handoff {BD_NAME}.hwh]] 0]")
+    a('if {$bit eq "" || $hwh eq ""} { error "bitstream or .hwh not found" }')
+    a("file copy -force $bit [file join $here out vta.bit]")
+    a("file copy -force $hwh [file join $here out vta.hwh]")
+    a('puts "vtaforge: wrote [file join $here out vta.bit] and vta.hwh"')
+    a("")
+    return "\n".join(L)
+
+
+def build_sh() -> str:
+    """A shell script that runs the Vivado batch flow in its own directory."""
+    return ("#!/bin/sh\n# Generated by vtaforge (hw/flow.py): build the bitstream with Vivado.\n"
+            "set -e\ncd \"$(dirname \"$0\")\"\n"
+            "command -v vivado >/dev/null 2>&1 || { echo 'error: vivado is not on PATH "
+            "(source <Vivado>/settings64.sh first)' >&2; exit 2; }\n"
+            "exec vivado -mode batch -notrace -source build.tcl -log reports/vivado.log "
+            "-journal reports/vivado.jou\n")
+
+
+def board_json(cfg: VTAConfig) -> str:
+    """JSON text describing the board build: family, PS ports, register base and window,
+    fingerprint, bitstream file names (read by ``vtaforge.runtime.pynq``)."""
+    spec = board_spec(cfg)
+    d = {"family": spec.family, "ps_ip": spec.ps_ip, "mem_port": spec.mem_port,
+         "ctrl_port": spec.ctrl_port, "reg_base": spec.reg_base,
+         "reg_window": REG_WINDOW_BYTES, "axcache": 0b1111, "axprot": spec.axprot,
+         "clock_mhz": float(cfg.CLOCK_MHZ), "part": cfg.PART,
+         "fingerprint": cfg.fingerprint, "bitstream_name": cfg.bitstream_name,
+         "bitstream": "out/vta.bit", "hwh": "out/vta.hwh",
+         "config": cfg.to_dict()}
+    return json.dumps(d, indent=2) + "\n"
+
+
+def write_project(cfg: VTAConfig, out_dir: str | Path, *, board_part: str | None = None,
+                  jobs: int = 2, verilog: str | None = None) -> dict[str, Path]:
+    """Write every file of the Vivado project into ``out_dir`` (created if missing).
+
+    Args:
+        verilog: the core's Verilog text (default: :func:`vtaforge.hw.core.emit_verilog`
+            with module name ``vta_core``; tests pass a cached text).
+
+    Returns:
+        ``{role: path}`` for ``core``, ``wrapper``, ``tcl``, ``sh``, ``regmap``, ``header``,
+        ``board``.
+
+    Raises:
+        FlowError: ``cfg.PART`` is not a Zynq part.
+        OSError: the directory cannot be written.
+    """
+    board_spec(cfg)  # fail before writing anything
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    if verilog is None:
+        from .core import emit_verilog
+
+        verilog = emit_verilog(cfg, CORE_NAME)
+    files = {
+        "core": (f"{CORE_NAME}.v", verilog),
+        "wrapper": (f"{WRAPPER_NAME}.v", wrapper_verilog(cfg)),
+        "tcl": ("build.tcl", build_tcl(cfg, board_part=board_part, jobs=jobs)),
+        "sh": ("build.sh", build_sh()),
+        "regmap": ("regmap.json", regmap_json(cfg)),
+        "header": ("vta_regs.h", c_header(cfg)),
+        "board": ("board.json", board_json(cfg)),
+    }
+    out: dict[str, Path] = {}
+    for role, (name, text) in files.items():
+        p = d / name
+        p.write_text(text)
+        out[role] = p
+    out["sh"].chmod(0o755)
+    return out
+
+
+# ---------------------------------------------------------------------------- timing
+@dataclass(frozen=True)
+class TimingResult:
+    """What a Vivado ``report_timing_summary`` says.
+
+    Attributes:
+        wns_ns: worst negative (setup) slack in ns; ``None`` when the design has no
+            constrained path ("inf" in the report).
+        whs_ns: worst hold slack in ns, or ``None``.
+        met: every user timing constraint is met *and* the design is constrained
+            (an unconstrained clock never counts as met: field-faults BR-31).
+        fmax_mhz: ``1000 / (period - wns)`` for the worst clock of the intra-clock table
+            (the frequency the placed design would close at), ``None`` if unconstrained.
+        clock: that clock's name; period_ns: its constrained period.
+        reason: one line explaining ``met``.
+    """
+
+    wns_ns: float | None
+    met: bool
+    fmax_mhz: float | None
+    whs_ns: float | None = None
+    clock: str | None = None
+    period_ns: float | None = None
+    reason: str = ""
+
+
+_NUM = r"(-?\d+(?:\.\d+)?|inf|-inf|NA)"
+
+
+def _num(s: str) -> float | None:
+    return None if s in ("inf", "-inf", "NA") else float(s)
+
+
+def _section(text: str, title: str) -> str | None:
+    """The body of the ``| title`` section, up to the next section's ``| Title`` line."""
+    m = re.search(r"^\|\s*" + re.escape(title) + r"\s*$", text, re.M)
+    if not m:
+        return None
+    rest = text[m.end():]
+    n = re.search(r"^\|\s*[A-Za-z]", rest, re.M)
+    return rest[:n.start()] if n else rest
+
+
+def parse_timing_summary(text: str) -> TimingResult:
+    """Parse the text of Vivado's ``report_timing_summary``.
+
+    Reads the "Design Timing Summary" row (WNS, TNS, WHS, ...), the "Clock Summary" table
+    (periods) and the "Intra Clock Table" (per-clock WNS), and the verdict line ("All user
+    specified timing constraints are met." / "Timing constraints are not met." / "There
+    are no user specified timing constraints.").
+
+    Returns:
+        a :class:`TimingResult`.
+
+    Raises:
+        FlowError: the text is not a timing summary (no "Design Timing Summary" table).
+    """
+    if not isinstance(text, str):
+        raise FlowError("timing summary must be text")
+    body = _section(text, "Design Timing Summary")
+    if body is None:
+        raise FlowError("not a Vivado timing summary: no 'Design Timing Summary' section "
+                        "(make it with report_timing_summary)")
+    header = re.search(r"^\s*WNS\(ns\)\s+TNS\(ns\).*$", body, re.M)
+    if not header:
+        raise FlowError("timing summary has no WNS/TNS header row")
+    wns = whs = None
+    for line in body[header.end():].splitlines():
+        s = line.strip()
+        if not s or set(s) <= set("- "):
+            continue
+        vals = s.split()
+        # values: WNS, TNS, TNS failing, TNS total, WHS, THS, ... (header words differ)
+        if not re.fullmatch(_NUM, vals[0]):
+            break
+        wns = _num(vals[0])
+        whs = _num(vals[4]) if len(vals) > 4 and re.fullmatch(_NUM, vals[4]) else None
+        break
+    no_constraints = "There are no user specified timing constraints" in text
+    not_met = "Timing constraints are not met" in text
+    all_met = "All user specified timing constraints are met" in text
+
+    periods: dict[str, float] = {}
+    clk_body = _section(text, "Clock Summary")
+    if clk_body:
+        for m in re.finditer(r"^\s*(\S+)\s+\{[^}]*\}\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)",
+                             clk_body, re.M):
+            periods[m.group(1)] = float(m.group(2))
+    worst_clock, worst = None, None
+    intra = _section(text, "Intra Clock Table")
+    if intra:
+        for m in re.finditer(r"^\s*(\S+)\s+" + _NUM + r"\s+" + _NUM, intra, re.M):
+            name, w = m.group(1), _num(m.group(2))
+            if name in ("Clock", "-----") or w is None:
+                continue
+            if worst is None or w < worst:
+                worst_clock, worst = name, w
+    if worst_clock is None and periods:
+        worst_clock = min(periods, key=periods.get)
+    period = periods.get(worst_clock) if worst_clock else None
+
+    if no_constraints or wns is None or not periods:
+        return TimingResult(wns_ns=None, met=False, fmax_mhz=None, whs_ns=whs,
+                            clock=worst_clock, period_ns=period,
+                            reason="the design has no clock constraint (unconstrained "
+                                   "clock): timing was not checked, so it is not met")
+    w = worst if worst is not None else wns
+    fmax = 1000.0 / (period - w) if period is not None and period - w > 0 else None
+    bad_hold = whs is not None and whs < 0
+    met = (wns >= 0) and not bad_hold and not not_met
+    if met:
+        reason = (f"met: WNS {wns:+.3f} ns" + (f" at {1000.0 / period:g} MHz ({worst_clock})"
+                                                if period else ""))
+    elif wns < 0:
+        reason = f"failed: setup WNS {wns:+.3f} ns" + (f" on {worst_clock}" if worst_clock else "")
+    elif bad_hold:
+        reason = f"failed: hold WHS {whs:+.3f} ns"
+    else:
+        reason = "failed: Vivado reports the timing constraints are not met"
+    if met and not all_met:
+        reason += " (no 'constraints are met' line in the report)"
+    return TimingResult(wns_ns=wns, met=met, fmax_mhz=fmax, whs_ns=whs, clock=worst_clock,
+                        period_ns=period, reason=reason)
+
+
+# ---------------------------------------------------------------------------- running
+def run_vivado(project_dir: str | Path, *, vivado: str = "vivado", timeout_s: float | None = None,
+               extra_args: Sequence[str] = ()) -> TimingResult:
+    """Run ``vivado -mode batch -source build.tcl`` in ``project_dir`` (written by
+    :func:`write_project`), then parse ``reports/timing_summary.rpt``.
+
+    Returns:
+        the :class:`TimingResult` of the routed design.
+
+    Raises:
+        FlowError: ``vivado`` is not on PATH (the message says how to get it), the project
+            has no ``build.tcl``, Vivado exits non-zero (last lines of its log), it times
+            out, or the timing report is missing.
+    """
+    d = Path(project_dir)
+    if not (d / "build.tcl").is_file():
+        raise FlowError(f"{d} has no build.tcl; write the project first "
+                        f"(vtaforge board project --config PRESET -o {d})")
+    exe = shutil.which(vivado)
+    if exe is None:
+        raise FlowError(f"{vivado!r} is not on PATH: install Vivado (with Zynq device support) "
+                        f"and source its settings64.sh, or copy {d} to a machine that has it "
+                        f"and run build.sh there")
+    (d / "reports").mkdir(exist_ok=True)
+    cmd = [exe, "-mode", "batch", "-notrace", "-source", "build.tcl",
+           "-log", str(Path("reports") / "vivado.log"),
+           "-journal", str(Path("reports") / "vivado.jou"), *extra_args]
+    try:
+        p = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise FlowError(f"vivado did not finish within {timeout_s} s") from None
+    if p.returncode != 0:
+        tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
+        raise FlowError(f"vivado failed (exit {p.returncode}); last lines:\n{tail}")
+    rpt = d / "reports" / "timing_summary.rpt"
+    if not rpt.is_file():
+        raise FlowError(f"vivado finished but wrote no {rpt}")
+    return parse_timing_summary(rpt.read_text())
