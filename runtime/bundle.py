@@ -9,8 +9,10 @@ Bundle format (``.npz``, read with ``allow_pickle=False``):
 Result format (``.npz``): ``dram`` (``uint8`` 1-D, final image, same length), ``cycles``
 (``int64`` scalar; 0 for fsim) and ``stats`` (a JSON string of the statistics dict).
 
-Targets: ``fsim`` (:func:`.fsim.simulate`) and ``rtl`` (``vtaforge.runtime.rtl.run_raw``,
-imported lazily so that fsim users need no Verilator).
+Targets: ``fsim`` (:func:`.fsim.simulate`), ``rtl`` (``vtaforge.runtime.rtl.run_raw``,
+imported lazily so that fsim users need no Verilator) and ``pynq``
+(``vtaforge.runtime.pynq.run_raw``: a board with the ``pynq`` package, the image relocated
+into a contiguous buffer).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ __all__ = ["BundleError", "TARGETS", "load_bundle", "save_bundle", "save_result"
            "load_result", "make_device", "run_raw"]
 
 #: Targets known to :func:`make_device` and :func:`run_raw`.
-TARGETS = ("fsim", "rtl")
+TARGETS = ("fsim", "rtl", "pynq")
 
 
 class BundleError(DeviceError):
@@ -113,7 +115,8 @@ def _unknown(target: str) -> DeviceError:
 
 def make_device(target: str, cfg: VTAConfig, **kw: Any) -> Device:
     """A :class:`Device` for ``target`` ("fsim" → :class:`.fsim.FsimDevice`, "rtl" →
-    ``vtaforge.runtime.rtl.RtlDevice``); ``kw`` go to the constructor.
+    ``vtaforge.runtime.rtl.RtlDevice``, "pynq" → ``vtaforge.runtime.pynq.PynqDevice``);
+    ``kw`` go to the constructor.
 
     Raises:
         DeviceError: unknown target (or the backend's own construction errors).
@@ -128,6 +131,10 @@ def make_device(target: str, cfg: VTAConfig, **kw: Any) -> Device:
         except ImportError as e:
             raise DeviceError(f"target 'rtl' is not available: {e}") from None
         return RtlDevice(cfg, **kw)
+    if target == "pynq":
+        from .pynq import PynqDevice
+
+        return PynqDevice(cfg, **kw)
     raise _unknown(target)
 
 
@@ -151,4 +158,8 @@ def run_raw(target: str, cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_
         except ImportError as e:
             raise DeviceError(f"target 'rtl' is not available: {e}") from None
         return rtl_run_raw(cfg, dram, insn_addr, insn_count, **kw)
+    if target == "pynq":
+        from .pynq import run_raw as pynq_run_raw
+
+        return pynq_run_raw(cfg, dram, insn_addr, insn_count, **kw)
     raise _unknown(target)
