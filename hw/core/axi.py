@@ -112,7 +112,8 @@ class DMAEngine(wiring.Component):
 
     Ports: ``rd0 .. rd{n_read-1}`` (flipped :func:`ReadClientSignature`), ``wr`` (flipped
     :func:`WriteClientSignature`), the flat ``m_axi_*`` members, and per-cycle event outputs
-    ``rd_beat``/``wr_beat`` (a beat was transferred) used by the byte counters.
+    ``rd_beat``/``wr_beat`` (a beat was transferred) and ``wr_bytes`` (bytes with their
+    strobe set in the write beat transferred this cycle, else 0) used by the byte counters.
     """
 
     def __init__(self, cfg: VTAConfig, n_read: int):
@@ -124,6 +125,7 @@ class DMAEngine(wiring.Component):
         members.update(axi_master_members(bw))
         members["rd_beat"] = Out(1)
         members["wr_beat"] = Out(1)
+        members["wr_bytes"] = Out(range(bw // 8 + 1))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -192,6 +194,8 @@ class DMAEngine(wiring.Component):
         wbeat = Signal()
         m.d.comb += wbeat.eq(self.m_axi_wvalid & self.m_axi_wready)
         m.d.comb += self.wr_beat.eq(wbeat)
+        strb_count = sum(w.strb[i] for i in range(bb))
+        m.d.comb += self.wr_bytes.eq(Mux(wbeat, strb_count, 0))
         with m.FSM(name="wr_fsm"):
             with m.State("IDLE"):
                 m.d.comb += w.req_ready.eq(1)

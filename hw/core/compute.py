@@ -39,7 +39,8 @@ from .scratchpad import Scratchpad
 __all__ = ["ComputeUnit", "AluLane", "alu_lane", "PackedMulPair", "packed_pair_model",
            "lut_multiply", "COMPUTE_STATES", "PACK_SHIFT"]
 
-#: Compute unit FSM encodings (for ``dbg_state``).
+#: Compute unit FSM encodings (for ``dbg_state``).  WAIT_TOKEN: the next instruction waits for
+#: a token to pop or for room in a token queue it will push to.
 COMPUTE_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "LOAD", 3: "GEMM_ALU", 4: "PUSH",
                   5: "FINISH", 6: "DECODE"}
 
@@ -145,7 +146,9 @@ class ComputeUnit(wiring.Component):
     ``g2s_push``; ``dma`` (read client); INP/WGT scratchpad read ports ``inp_r_*``,
     ``wgt_r_*``; OUT view write port ``out_w_*``; ``finish`` (pulse when FINISH executes);
     ``state`` (4, :data:`COMPUTE_STATES`), ``busy``, ``stall``, ``gemm_uop``/``alu_uop``
-    (pulse per executed micro-op).
+    (pulse per executed non-reset micro-op: reset micro-ops count in neither, as in fsim's
+    ``gemm_counter``/``alu_counter``), ``rd_bytes`` (bytes of DRAM elements its loads
+    received this cycle).
     """
 
     def __init__(self, cfg: VTAConfig):
@@ -160,7 +163,7 @@ class ComputeUnit(wiring.Component):
             "out_w_addr": Out(cfg.LOG_ACC_DEPTH), "out_w_data": Out(cfg.elem_bits(MemType.OUT)),
             "out_w_en": Out(1),
             "finish": Out(1), "state": Out(4), "busy": Out(1), "stall": Out(1),
-            "gemm_uop": Out(1), "alu_uop": Out(1),
+            "gemm_uop": Out(1), "alu_uop": Out(1), "rd_bytes": Out(32),
         })
 
     # ------------------------------------------------------------------ helpers
@@ -183,6 +186,7 @@ class ComputeUnit(wiring.Component):
         elems = [32, acc_bits] + ([cfg.elem_bits(MemType.ACC8)] if cfg.ACC_8BIT else [])
         m.submodules.loader = ld = TensorLoader(cfg, elems)
         wiring.connect(m, wiring.flipped(self.dma), ld.dma)
+        m.d.comb += self.rd_bytes.eq(ld.rd_bytes)
 
         insn = Signal(128)
         head = self.cmd.data
@@ -383,7 +387,7 @@ class ComputeUnit(wiring.Component):
         m.d.comb += [self.out_w_en.eq(acc_mem.w_en), self.out_w_addr.eq(acc_mem.w_addr),
                      self.out_w_data.eq(self._truncate(acc_mem.w_data))]
         m.d.comb += [self.gemm_uop.eq(d_valid & ~d_alu & ~d_reset),
-                     self.alu_uop.eq(d_valid & d_alu)]
+                     self.alu_uop.eq(d_valid & d_alu & ~d_reset)]
 
         # ---------------------------------------------------------- control FSM
         pipe_empty = ~gen_active & ~b_valid & ~c_valid & ~d_valid
@@ -399,7 +403,7 @@ class ComputeUnit(wiring.Component):
                         m.d.sync += insn.eq(head)
                         m.next = "DECODE"
                     with m.Else():
-                        m.d.comb += self.stall.eq(1)
+                        m.d.comb += [self.stall.eq(1), self.state.eq(1)]  # WAIT_TOKEN
             with m.State("DECODE"):
                 m.d.comb += [self.state.eq(6), self.busy.eq(1)]
                 load_ok = (mt == MemType.UOP) | (mt == MemType.ACC)

@@ -22,8 +22,10 @@ from .load import TensorLoader, insn_field
 
 __all__ = ["FetchUnit", "FETCH_STATES"]
 
-#: Fetch FSM encodings (for ``dbg_state``).
-FETCH_STATES = {0: "IDLE", 1: "READ", 2: "DRAIN", 3: "NEXT"}
+#: Fetch FSM encodings (for ``dbg_state``).  WAIT_QUEUE: no read in flight and the oldest
+#: fetched instruction waits for room in its command queue (its unit is not taking
+#: instructions, e.g. because it waits for a dependency token).
+FETCH_STATES = {0: "IDLE", 1: "READ", 2: "DRAIN", 3: "NEXT", 4: "WAIT_QUEUE"}
 
 #: Instructions per fetch DMA request (the local buffer holds two batches).
 FETCH_BATCH = 4
@@ -33,13 +35,14 @@ class FetchUnit(wiring.Component):
     """Ports: ``start`` (pulse), ``insn_addr`` (32, byte address), ``insn_count`` (32);
     ``dma`` (read client); per queue ``{ld,gm,st}_data`` (128), ``{ld,gm,st}_en``,
     ``{ld,gm,st}_rdy``; ``idle``, ``busy``, ``state`` (4), ``index`` (32, instructions
-    dispatched so far)."""
+    dispatched so far), ``rd_bytes`` (32, 16 in a cycle an instruction arrives from DRAM)."""
 
     def __init__(self, cfg: VTAConfig):
         self.cfg = cfg
         members = {"start": In(1), "insn_addr": In(32), "insn_count": In(32),
                    "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)),
-                   "idle": Out(1), "busy": Out(1), "state": Out(4), "index": Out(32)}
+                   "idle": Out(1), "busy": Out(1), "state": Out(4), "index": Out(32),
+                   "rd_bytes": Out(32)}
         for q in ("ld", "gm", "st"):
             members[f"{q}_data"] = Out(128)
             members[f"{q}_en"] = Out(1)
@@ -61,7 +64,8 @@ class FetchUnit(wiring.Component):
         m.d.comb += left.eq(count - req_index)
         m.d.comb += [rd.sel.eq(0), rd.dram_base.eq(base + req_index), rd.x_size.eq(batch),
                      rd.y_size.eq(1), rd.x_stride.eq(K)]
-        m.d.comb += [buf.w_data.eq(rd.w_data0), buf.w_en.eq(rd.w_en0)]
+        m.d.comb += [buf.w_data.eq(rd.w_data0), buf.w_en.eq(rd.w_en0),
+                     self.rd_bytes.eq(rd.rd_bytes)]
 
         # dispatch: buffer head -> command queue (runs while the next batch is read)
         insn = buf.r_data
@@ -94,11 +98,15 @@ class FetchUnit(wiring.Component):
                 with m.If(left == 0):
                     with m.If(self.index == count):
                         m.next = "IDLE"
+                    with m.Elif(buf.r_rdy & ~sent):
+                        m.d.comb += self.state.eq(4)  # WAIT_QUEUE
                     with m.Else():
                         m.d.comb += self.state.eq(2)
                 with m.Elif(buf.level <= K):
                     m.d.sync += batch.eq(Mux(left < K, left, K))
                     m.next = "START"
+                with m.Elif(buf.r_rdy & ~sent):
+                    m.d.comb += self.state.eq(4)  # WAIT_QUEUE
             with m.State("START"):
                 m.d.comb += [self.state.eq(1), self.busy.eq(1), rd.start.eq(1)]
                 m.next = "READ"

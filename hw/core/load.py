@@ -25,7 +25,8 @@ from .axi import ReadClientSignature
 
 __all__ = ["TensorLoader", "LoadUnit", "insn_field", "LOAD_STATES"]
 
-#: Load unit FSM state encodings (for ``dbg_state``).
+#: Load unit FSM state encodings (for ``dbg_state``).  WAIT_TOKEN: the next instruction is at
+#: the head of the command queue but waits for a token to pop or for room to push one.
 LOAD_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "EXEC", 3: "PUSH"}
 
 
@@ -51,7 +52,10 @@ class TensorLoader(wiring.Component):
     Ports: ``start`` (pulse) with the LOAD fields (``sel`` chooses the memory, ``sram_base``,
     ``dram_base``, ``y_size``, ``x_size``, ``x_stride``, ``y_pad_0``, ``y_pad_1``, ``x_pad_0``,
     ``x_pad_1``); ``busy``; ``done`` (pulse); ``dma`` (a read client); ``w_addr`` (16) and per
-    memory ``w_en{i}``, ``w_data{i}`` (zero for padding).
+    memory ``w_en{i}``, ``w_data{i}`` (zero for padding); ``rd_bytes`` (32): bytes of the
+    element received from DRAM this cycle (0 for padding and idle cycles), for the
+    DMA_RD_BYTES counter, which counts the bytes a program asked for, as fsim's
+    ``dram_read_nbytes`` does, not whole bus beats.
     """
 
     def __init__(self, cfg: VTAConfig, elems: list[int]):
@@ -63,6 +67,7 @@ class TensorLoader(wiring.Component):
             "y_pad_0": In(4), "y_pad_1": In(4), "x_pad_0": In(4), "x_pad_1": In(4),
             "busy": Out(1), "done": Out(1),
             "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)), "w_addr": Out(16),
+            "rd_bytes": Out(32),
         }
         for i, eb in enumerate(elems):
             members[f"w_en{i}"] = Out(1)
@@ -115,6 +120,9 @@ class TensorLoader(wiring.Component):
             m.d.comb += getattr(self, f"w_en{i}").eq((zero_write | elem_valid) & (sel == i))
         with m.If(zero_write | elem_valid):
             m.d.sync += waddr.eq(waddr + 1)
+        for i, eb in enumerate(self.elems):
+            with m.If(elem_valid & (sel == i)):
+                m.d.comb += self.rd_bytes.eq(eb // 8)
 
         # element extraction per memory
         in_data = Signal()
@@ -249,7 +257,8 @@ class LoadUnit(wiring.Component):
 
     Ports: ``cmd`` (command queue head), token ports ``g2l_nonempty``/``g2l_pop`` and
     ``l2g_has_room``/``l2g_push``, ``dma`` (read client), INP write port ``inp_w_*`` and WGT
-    write port ``wgt_w_*``, ``state`` (4 bits, :data:`LOAD_STATES`), ``busy``, ``stall``.
+    write port ``wgt_w_*``, ``state`` (4 bits, :data:`LOAD_STATES`), ``busy``, ``stall``,
+    ``rd_bytes`` (32, bytes of DRAM elements received this cycle).
     """
 
     def __init__(self, cfg: VTAConfig):
@@ -262,7 +271,7 @@ class LoadUnit(wiring.Component):
             "inp_w_en": Out(1),
             "wgt_w_addr": Out(cfg.LOG_WGT_DEPTH), "wgt_w_data": Out(cfg.elem_bits(MemType.WGT)),
             "wgt_w_en": Out(1),
-            "state": Out(4), "busy": Out(1), "stall": Out(1),
+            "state": Out(4), "busy": Out(1), "stall": Out(1), "rd_bytes": Out(32),
         })
 
     def elaborate(self, platform):
@@ -274,7 +283,7 @@ class LoadUnit(wiring.Component):
         m.d.comb += [self.inp_w_addr.eq(ld.w_addr), self.inp_w_data.eq(ld.w_data0),
                      self.inp_w_en.eq(ld.w_en0),
                      self.wgt_w_addr.eq(ld.w_addr), self.wgt_w_data.eq(ld.w_data1),
-                     self.wgt_w_en.eq(ld.w_en1)]
+                     self.wgt_w_en.eq(ld.w_en1), self.rd_bytes.eq(ld.rd_bytes)]
         insn = Signal(128)
         head = self.cmd.data
 
@@ -295,7 +304,7 @@ class LoadUnit(wiring.Component):
                         m.d.sync += insn.eq(head)
                         m.next = "START"
                     with m.Else():
-                        m.d.comb += self.stall.eq(1)
+                        m.d.comb += [self.stall.eq(1), self.state.eq(1)]  # WAIT_TOKEN
             with m.State("START"):
                 m.d.comb += [self.state.eq(2), self.busy.eq(1)]
                 mt = f(insn, "memory_type")

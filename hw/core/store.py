@@ -24,7 +24,8 @@ from .load import CommandPortSignature, insn_field
 
 __all__ = ["StoreUnit", "STORE_STATES"]
 
-#: Store unit FSM encodings (for ``dbg_state``).
+#: Store unit FSM encodings (for ``dbg_state``).  WAIT_TOKEN: the next instruction waits for a
+#: token to pop or for room in a token queue it will push to.
 STORE_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "START", 3: "ROW", 4: "READ", 5: "PLACE",
                 6: "SEND", 7: "WAIT_B", 8: "PUSH"}
 
@@ -94,7 +95,7 @@ class StoreUnit(wiring.Component):
                         m.d.sync += insn.eq(head)
                         m.next = "START"
                     with m.Else():
-                        m.d.comb += self.stall.eq(1)
+                        m.d.comb += [self.stall.eq(1), self.state.eq(1)]  # WAIT_TOKEN
             with m.State("START"):
                 m.d.comb += [self.state.eq(2), self.busy.eq(1)]
                 m.d.sync += [row_addr.eq(f("dram_base") << leb),

@@ -172,13 +172,18 @@ class VTACore(wiring.Component):
                 m.d.sync += c.eq(0)
             with m.Elif(running & ev):
                 m.d.sync += c.eq(c + 1)
-        for name, ev in (("dma_rd_bytes", dma.rd_beat), ("dma_wr_bytes", dma.wr_beat)):
+        # byte counters: the bytes a program moves (instructions and elements read, bytes
+        # written with their strobe set), as fsim's dram_read_nbytes/dram_write_nbytes count
+        # them; not whole bus beats
+        rd_inc = Signal(32)
+        m.d.comb += rd_inc.eq(fetch.rd_bytes + load.rd_bytes + comp.rd_bytes)
+        for name, inc in (("dma_rd_bytes", rd_inc), ("dma_wr_bytes", dma.wr_bytes)):
             c = Signal(32, name=f"cnt_{name}")
             m.d.comb += getattr(regs, f"cnt_{name}").eq(c)
             with m.If(start):
                 m.d.sync += c.eq(0)
-            with m.Elif(running & ev):
-                m.d.sync += c.eq(c + bb)
+            with m.Elif(running):
+                m.d.sync += c.eq(c + inc)
 
         m.d.comb += self.dbg_state.eq(Cat(fetch.state, load.state, comp.state, store.state,
                                           fetch.index[:8], Const(0, 8)))
