@@ -7,6 +7,13 @@ places each node (:mod:`.partition`), lowers every VTA node to a relocatable pro
 ``save_artifact`` writes as a ``.vtapkg``.  :func:`lower_graph` does the back half alone on
 an already quantized and partitioned graph.
 
+Non-power-of-two scales (QDQ models quantized with ``exact_multiply``): the
+compiled model's tensor types carry ``TensorType.scale_exp`` (the float
+``log2(scale)``) in the exponent slot and a CPU ``quantize`` step's ``exp``
+attribute is that same float, because the runtime's CPU kernels compute
+``x * 2.0**-exp`` / ``q * 2.0**exp`` -- the exact expression of the integer
+reference, so the two agree bit for bit.
+
 A VTA node whose lowering fails is not dropped silently: the error propagates
 (:class:`CompileError`), unless ``fallback=True``, in which case the node runs on the CPU
 and its placement reason says why.
@@ -93,9 +100,12 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
             cs = [i for i in node.inputs if i in graph.constants]
             for c in cs:
                 consts[c] = graph.constants[c]
+            attrs = dict(node.attrs)
+            if node.op == "quantize":
+                attrs["exp"] = graph.types[node.outputs[0]].scale_exp
             steps.append(Step(node.name, node.op, "cpu", list(node.inputs), list(node.outputs),
-                              dict(node.attrs), cs, {}, {}, None, reason))
-    types = {k: (t.dtype, tuple(t.shape), t.exp) for k, t in graph.types.items()
+                              attrs, cs, {}, {}, None, reason))
+    types = {k: (t.dtype, tuple(t.shape), t.scale_exp) for k, t in graph.types.items()
              if k not in graph.constants}
     m = CompiledModel(cfg, name or graph.name, list(graph.inputs), list(graph.outputs), types,
                       steps, consts, {"placement_report": part.report()})
@@ -110,6 +120,9 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     Args:
         calib_data: calibration inputs (``ndarray`` or ``{input: ndarray}``, batch first).
         config: VTAConfig, preset name or JSON path (default ``pynq``).
+        quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL)``
+            (exact non-power-of-two QDQ scales where the core has ALU MUL, nearest powers of
+            two otherwise).
     Returns:
         The :class:`CompiledModel`; its attributes ``qgraph`` (quantized graph) and
         ``partition`` are set for in-process use (not saved in artifacts).
@@ -124,7 +137,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
             raise CompileError(f"model has {len(fg.inputs)} inputs: calibration must be a dict")
         t = fg.types[fg.inputs[0]]
         _check_calib(fg.inputs[0], t.shape, calib, calib_label)
-    qc = quant_config or QuantConfig()
+    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL))
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
     if isinstance(b0, int) and isinstance(calib, np.ndarray):
         # a fixed-batch model: feed the calibration samples in model-sized batches

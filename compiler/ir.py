@@ -139,7 +139,8 @@ from .errors import CompileError, node_error
 
 __all__ = [
     "Dim", "TensorType", "Node", "Graph", "OPS", "FLOAT_OPS", "QUANT_OPS", "LAYOUT_OPS",
-    "infer_types", "validate", "dump", "requant_round",
+    "infer_types", "validate", "dump", "requant_round", "MultPlan", "mult_plan",
+    "avg_reciprocal", "MULT_MAX",
 ]
 
 Dim = Union[int, str]
@@ -157,11 +158,34 @@ class TensorType:
     dtype: str
     shape: tuple[Dim, ...]
     exp: int | None = None
+    scale: float | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise CompileError(f"unknown dtype {self.dtype!r}")
         object.__setattr__(self, "shape", tuple(self.shape))
+        if self.scale is not None:
+            if self.exp is None or not (isinstance(self.scale, float) and self.scale > 0
+                                        and math.isfinite(self.scale)):
+                raise CompileError(f"scale {self.scale!r} needs a positive float and an exp")
+            object.__setattr__(self, "scale", float(self.scale))
+
+    @property
+    def real_scale(self) -> float | None:
+        """The real scale: ``scale`` when set, else ``2**exp`` (``None`` for float tensors)."""
+        if self.scale is not None:
+            return self.scale
+        return None if self.exp is None else 2.0 ** self.exp
+
+    @property
+    def scale_exp(self) -> float | int | None:
+        """``exp`` or, for a non-power-of-two ``scale``, the float ``log2(scale)``.
+
+        Every executor computes the float conversions of ``quantize`` / ``dequantize`` as
+        ``x * 2.0 ** -scale_exp`` / ``q * 2.0 ** scale_exp`` with this same number, so they
+        agree bit for bit.
+        """
+        return self.exp if self.scale is None else math.log2(self.scale)
 
     @property
     def rank(self) -> int:
@@ -173,6 +197,8 @@ class TensorType:
     def __str__(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
         e = f"@2^{self.exp}" if self.exp is not None else ""
+        if self.scale is not None:
+            e = f"@{self.scale:.6g}"
         return f"{self.dtype}[{dims}]{e}"
 
 
@@ -236,7 +262,8 @@ class Graph:
             i += 1
         return f"{base}_{i}"
 
-    def add_constant(self, name: str, value: np.ndarray, exp: int | None = None) -> str:
+    def add_constant(self, name: str, value: np.ndarray, exp: int | None = None,
+                     scale: float | None = None) -> str:
         value = np.asarray(value)
         dt = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",
               np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}.get(value.dtype)
@@ -244,7 +271,7 @@ class Graph:
             value = value.astype(np.float32)
             dt = "float32"
         self.constants[name] = value
-        self.types[name] = TensorType(dt, value.shape, exp)
+        self.types[name] = TensorType(dt, value.shape, exp, scale)
         return name
 
     def __str__(self) -> str:
@@ -258,6 +285,95 @@ class Graph:
 def requant_round(shift: int) -> int:
     """The rounding constant that goes with ``shift``: ``1 << (shift-1)`` if ``shift > 0`` else 0."""
     return (1 << (shift - 1)) if shift > 0 else 0
+
+
+MULT_MAX = (1 << 15) - 1   # the largest ALU immediate (signed 16 bits)
+IMM_MIN = -(1 << 15)
+
+
+@dataclass(frozen=True)
+class MultPlan:
+    """How VTA's ALU computes ``clip((acc*mult + round) >> shift, lo, hi)`` without overflow.
+
+    Sequence: ``ADD pre_add`` (or merged into the bias), optional pre-clip
+    ``MAX clip[0]``, ``MIN clip[1]`` (on ``acc + pre_add``), ``MUL mult``, ``ADD post_add``,
+    ``SHR shift``, ``MAX lo``, ``MIN hi``.  ``pre_add * mult + post_add == round``, so
+    ``(acc + pre_add) * mult + post_add == acc * mult + round``.  The pre-clip is exact: it
+    only replaces accumulators whose output saturates at ``lo`` / ``hi`` anyway by the
+    nearest accumulator that saturates too.  ``bound``: the largest ``|value|`` the
+    sequence can produce, ``< 2**(acc_width-1)`` (proved from the accumulator bound).
+    """
+
+    pre_add: int
+    clip: tuple[int, int] | None
+    mult: int
+    post_add: int
+    shift: int
+    bound: int
+
+
+def mult_plan(mult: int, shift: int, rnd: int, lo: int, hi: int, acc_bound: int,
+              acc_width: int = 32) -> MultPlan | None:
+    """Plan the ALU sequence for ``clip((acc*mult + rnd) >> shift, lo, hi)``.
+
+    Args:
+        mult: 1..32767; shift: 0..31 (``rnd`` 0 when ``shift == 0``); lo, hi: the int8 clip;
+        acc_bound: a proven bound on ``|acc|`` (worst case over all int8 inputs).
+        acc_width: the accumulator width (products wrap there on VTA).
+    Returns:
+        a :class:`MultPlan`, or ``None`` when no overflow-free sequence exists (the
+        pre-clip bounds would not fit a 16-bit immediate, or even clipped values overflow).
+    """
+    top = 1 << (acc_width - 1)
+    pre, post = divmod(int(rnd), int(mult))
+    if acc_bound + pre < top and acc_bound * mult + rnd < top:
+        return MultPlan(pre, None, mult, post, shift, acc_bound * mult + rnd)
+    # pre-clip: smallest acc whose output is >= hi, largest whose output is <= lo
+    c_hi = -((-(hi * (1 << shift) - rnd)) // mult)
+    c_lo = ((lo + 1) * (1 << shift) - 1 - rnd) // mult
+    c_lo, c_hi = c_lo + pre, c_hi + pre
+    if not (IMM_MIN <= c_lo <= c_hi <= MULT_MAX):
+        return None
+    bound = max(abs(c_lo), abs(c_hi)) * mult + post
+    if bound >= top or acc_bound + pre >= top:
+        return None
+    return MultPlan(pre, (c_lo, c_hi), mult, post, shift, bound)
+
+
+def _avg_exact(d: int):
+    acc = np.arange(-128 * d, 127 * d + 1, dtype=np.int64)
+    return acc, np.floor_divide(2 * acc + d, 2 * d)
+
+
+def avg_reciprocal(d: int) -> tuple[int, int, int] | None:
+    """An exact fixed-point reciprocal for average pooling by ``d`` (not a power of two).
+
+    Returns ``(mult, shift, round)`` with ``1 <= mult <= 32767``, ``shift <= 31`` such that
+    ``(acc*mult + round) >> shift == floor((2*acc + d) / (2*d))`` (rounding division, ties
+    up) for every window sum of int8 values, ``-128*d <= acc <= 127*d`` (checked
+    exhaustively), and ``128*d*mult + round < 2**31``; the smallest such ``shift``.  ``None``
+    when none exists (``d`` too large for a 16-bit multiplier).
+
+    Candidates per shift ``k``: ``mult = ceil(2**k / d)`` (a slight over-estimate of
+    ``1/d``) with ``round = 2**(k-1)``, or ``round = 2**(k-1) + 128*(d*mult - 2**k)`` which
+    cancels the over-estimate on the negative side so that ties (even ``d``) round up.  For
+    odd ``d < 128`` an exact choice always exists: with ``2**14 <= mult < 2**15`` the
+    relative error of ``mult/2**k`` is below ``1/(32768 d)`` so ``|acc|`` times it stays
+    below ``1/(2d)``, the distance from ``acc/d`` to the nearest rounding threshold.
+    """
+    if d < 1 or d & (d - 1) == 0:
+        return None
+    acc, want = _avg_exact(d)
+    for k in range(1, 32):
+        m = -(-(1 << k) // d)
+        if m > MULT_MAX:
+            break
+        for r in ((1 << (k - 1)), (1 << (k - 1)) + 128 * (d * m - (1 << k))):
+            if 128 * d * m + r >= 1 << 31 or r >= 1 << k:
+                continue
+            if np.array_equal((acc * m + r) >> k, want):
+                return m, k, r
+    return None
 
 
 def _err(node: Node, reason: str) -> CompileError:
@@ -329,8 +445,12 @@ def _infer_conv(node, ts, quant):
     shape = (x.shape[0], o, ho, wo)
     if quant:
         _check_q(node, ts, ("int8", "int8", "int32"))
-        return [TensorType("int8", shape, node.attrs.get("exp_out"))]
+        return [_qout(node, shape)]
     return [TensorType("float32", shape)]
+
+
+def _qout(node, shape) -> TensorType:
+    return TensorType("int8", shape, node.attrs.get("exp_out"), node.attrs.get("scale_out"))
 
 
 def _infer_dense(node, ts, quant):
@@ -344,7 +464,7 @@ def _infer_dense(node, ts, quant):
     shape = (x.shape[0], w.shape[0])
     if quant:
         _check_q(node, ts, ("int8", "int8", "int32"))
-        return [TensorType("int8", shape, node.attrs.get("exp_out"))]
+        return [_qout(node, shape)]
     return [TensorType("float32", shape)]
 
 
@@ -362,13 +482,13 @@ def _infer_pool(node, ts, quant):
     ho, wo = _window_out(node, h, w, node.attrs["kernel"], node.attrs["strides"], node.attrs["pads"])
     if quant:
         _check_q(node, ts, ("int8",))
-    return [TensorType(x.dtype, (x.shape[0], x.shape[1], ho, wo), x.exp)]
+    return [TensorType(x.dtype, (x.shape[0], x.shape[1], ho, wo), x.exp, x.scale)]
 
 
 def _infer_gap(node, ts, quant):
     x = ts[0]
     _spatial(node, x)
-    return [TensorType(x.dtype, (x.shape[0], x.shape[1], 1, 1), x.exp)]
+    return [TensorType(x.dtype, (x.shape[0], x.shape[1], 1, 1), x.exp, x.scale)]
 
 
 def _infer_same(node, ts, quant):
@@ -381,7 +501,7 @@ def _infer_add(node, ts, quant):
         _check_q(node, ts, ("int8", "int8"))
         if a.shape != b.shape:
             raise _err(node, f"quantized add needs equal shapes, got {a} and {b}")
-        return [TensorType("int8", a.shape, node.attrs.get("exp_out"))]
+        return [_qout(node, a.shape)]
     return [TensorType("float32", _broadcast(node, a.shape, b.shape))]
 
 
@@ -392,7 +512,7 @@ def _infer_mul(node, ts, quant):
         raise _err(node, f"the constant {list(b.shape)} may not enlarge the tensor {list(a.shape)}")
     if quant:
         _check_q(node, ts, ("int8", "int8"))
-        return [TensorType("int8", a.shape, node.attrs.get("exp_out"))]
+        return [_qout(node, a.shape)]
     return [TensorType("float32", a.shape)]
 
 
@@ -418,7 +538,7 @@ def _infer_flatten(node, ts, quant):
             any(isinstance(d, str) for d in lead) and len(lead) > 1):
         raise _err(node, f"cannot flatten symbolic dims of {x} at axis {axis}")
     d0 = lead[0] if len(lead) == 1 else _prod(lead)
-    return [TensorType(x.dtype, (d0, _prod(tail)), x.exp)]
+    return [TensorType(x.dtype, (d0, _prod(tail)), x.exp, x.scale)]
 
 
 def _infer_reshape(node, ts, quant):
@@ -454,7 +574,7 @@ def _infer_reshape(node, ts, quant):
             raise _err(node, f"cannot reshape {x} ({known_in} known elements) to {target}")
     if any(isinstance(d, int) and d < 1 for d in out):
         raise _err(node, f"bad target shape {target}")
-    return [TensorType(x.dtype, tuple(out), x.exp)]
+    return [TensorType(x.dtype, tuple(out), x.exp, x.scale)]
 
 
 def _infer_transpose(node, ts, quant):
@@ -462,7 +582,7 @@ def _infer_transpose(node, ts, quant):
     perm = tuple(node.attrs["perm"])
     if sorted(perm) != list(range(x.rank)):
         raise _err(node, f"perm {list(perm)} is not a permutation of {x.rank} axes")
-    return [TensorType(x.dtype, tuple(x.shape[p] for p in perm), x.exp)]
+    return [TensorType(x.dtype, tuple(x.shape[p] for p in perm), x.exp, x.scale)]
 
 
 def _infer_concat(node, ts, quant):
@@ -479,11 +599,11 @@ def _infer_concat(node, ts, quant):
         if not isinstance(t.shape[axis], int):
             raise _err(node, f"cannot concatenate along symbolic dim of {t}")
         total += t.shape[axis]
-        if t.dtype != ts[0].dtype or t.exp != ts[0].exp:
+        if t.dtype != ts[0].dtype or t.exp != ts[0].exp or t.scale != ts[0].scale:
             raise _err(node, f"inputs differ in dtype/scale: {[str(t) for t in ts]}")
     shape = list(ts[0].shape)
     shape[axis] = total
-    return [TensorType(ts[0].dtype, tuple(shape), ts[0].exp)]
+    return [TensorType(ts[0].dtype, tuple(shape), ts[0].exp, ts[0].scale)]
 
 
 def _infer_softmax(node, ts, quant):
@@ -495,7 +615,7 @@ def _infer_softmax(node, ts, quant):
 def _infer_quantize(node, ts, quant):
     if ts[0].dtype != "float32":
         raise _err(node, f"quantize expects float32, got {ts[0]}")
-    return [TensorType("int8", ts[0].shape, node.attrs["exp"])]
+    return [TensorType("int8", ts[0].shape, node.attrs["exp"], node.attrs.get("scale"))]
 
 
 def _infer_dequantize(node, ts, quant):
@@ -506,7 +626,7 @@ def _infer_dequantize(node, ts, quant):
 
 def _infer_requant(node, ts, quant):
     _check_q(node, ts, ("int8",))
-    return [TensorType("int8", ts[0].shape, node.attrs["exp_out"])]
+    return [_qout(node, ts[0].shape)]
 
 
 @dataclass(frozen=True)
@@ -604,8 +724,11 @@ def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
         s = a["shift"]
         if not isinstance(s, int) or a["round"] != requant_round(s):
             raise _err(node, f"round {a['round']} does not match shift {s}")
-        if not isinstance(a["mult"], int) or a["mult"] < 1:
-            raise _err(node, f"mult must be a positive int, got {a['mult']}")
+        if not isinstance(a["mult"], int) or not 1 <= a["mult"] <= MULT_MAX:
+            raise _err(node, f"mult must be an int in [1, {MULT_MAX}] (16-bit ALU immediate), "
+                       f"got {a['mult']}")
+        if a["mult"] != 1 and s < 0:
+            raise _err(node, f"mult {a['mult']} with a left shift {s}: use a larger mult")
         if abs(s) > 31:
             raise _err(node, f"shift {s} outside [-31, 31]")
     if node.op == "qavg_pool":
@@ -613,27 +736,62 @@ def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
         p2 = d & (d - 1) == 0
         if p2 and (a["shift"] != d.bit_length() - 1 or a["round"] != d // 2):
             raise _err(node, f"divisor {d} needs shift {d.bit_length() - 1} and round {d // 2}")
-        if not p2 and a["shift"] is not None:
-            raise _err(node, f"divisor {d} is not a power of two: shift must be None")
+        m = a.get("mult")
+        if p2 and m not in (None, 1):
+            raise _err(node, f"divisor {d} is a power of two: mult must be 1 or absent")
+        if not p2 and m is None and a["shift"] is not None:
+            raise _err(node, f"divisor {d} is not a power of two: shift must be None without mult")
+        if not p2 and m is not None:
+            if not (isinstance(m, int) and 1 <= m <= MULT_MAX and isinstance(a["shift"], int)
+                    and 0 < a["shift"] <= 31 and isinstance(a["round"], int)
+                    and 0 <= a["round"] < (1 << a["shift"])):
+                raise _err(node, f"reciprocal mult {m} / shift {a['shift']} / round "
+                           f"{a['round']} out of range")
+            acc, want = _avg_exact(d)
+            if 128 * d * m + a["round"] >= 1 << 31 or not np.array_equal(
+                    (acc * m + a["round"]) >> a["shift"], want):
+                raise _err(node, f"reciprocal (acc*{m} + {a['round']}) >> {a['shift']} is not "
+                           f"the rounding division by {d} for every int8 window sum")
     if "clip_lo" in a and not -128 <= a["clip_lo"] <= a["clip_hi"] <= 127:
         raise _err(node, f"clip [{a['clip_lo']}, {a['clip_hi']}] outside the int8 range")
     if node.op == "qconv2d" or node.op == "qdense":
         x, w, b = (types[i] for i in node.inputs)
         if b.exp != x.exp + w.exp:
             raise _err(node, f"bias exp {b.exp} != exp_in + exp_w = {x.exp + w.exp}")
-        if a["shift"] != a["exp_out"] - b.exp:
-            raise _err(node, f"shift {a['shift']} != exp_out - exp_acc = {a['exp_out'] - b.exp}")
+        exact = x.scale is None and w.scale is None and b.scale is None
+        if not exact and abs(b.real_scale / (x.real_scale * w.real_scale) - 1) > 1e-9:
+            raise _err(node, f"bias scale {b.real_scale:.6g} != scale_in * scale_w")
+        _check_ratio(node, b, types[node.outputs[0]])
     if node.op == "qadd":
         ea, eb = types[node.inputs[0]].exp, types[node.inputs[1]].exp
         c = min(ea, eb)
-        if (a["lshift_a"], a["lshift_b"]) != (ea - c, eb - c) or a["shift"] != a["exp_out"] - c:
-            raise _err(node, "lshift_a/lshift_b/shift do not align the operand exps")
-    if node.op == "qrequant" and a["shift"] != a["exp_out"] - types[node.inputs[0]].exp:
-        raise _err(node, "shift != exp_out - exp_in")
+        if types[node.inputs[0]].scale is not None or types[node.inputs[1]].scale is not None:
+            raise _err(node, "qadd operands need power-of-two scales (align them with qrequant)")
+        if (a["lshift_a"], a["lshift_b"]) != (ea - c, eb - c):
+            raise _err(node, "lshift_a/lshift_b do not align the operand exps")
+        _check_ratio(node, TensorType("int32", (), c), types[node.outputs[0]])
+    if node.op == "qrequant":
+        _check_ratio(node, types[node.inputs[0]], types[node.outputs[0]])
     if node.op == "qmul":
-        ex, ec = types[node.inputs[0]].exp, types[node.inputs[1]].exp
-        if a["shift"] != a["exp_out"] - (ex + ec):
-            raise _err(node, "shift != exp_out - (exp_x + exp_c)")
+        x, cc = types[node.inputs[0]], types[node.inputs[1]]
+        acc = TensorType("int32", (), x.exp + cc.exp, None if x.scale is None and cc.scale is None
+                         else x.real_scale * cc.real_scale)
+        _check_ratio(node, acc, types[node.outputs[0]])
+
+
+def _check_ratio(node: Node, acc: TensorType, out: TensorType) -> None:
+    """``mult * 2**-shift`` must be the real ratio ``scale_acc / scale_out``: exactly
+    (``mult == 1``, ``shift == exp_out - exp_acc``) for power-of-two scales, else to within
+    half a unit of ``mult`` (``|mult - ratio * 2**shift| <= 0.5``)."""
+    a = node.attrs
+    if acc.scale is None and out.scale is None and a["mult"] == 1:
+        if a["shift"] != out.exp - acc.exp:
+            raise _err(node, f"shift {a['shift']} != exp_out - exp_acc = {out.exp - acc.exp}")
+        return
+    r = acc.real_scale / out.real_scale
+    if abs(a["mult"] - r * 2.0 ** a["shift"]) > 0.5 + 1e-9 * a["mult"]:
+        raise _err(node, f"mult {a['mult']} * 2^-{a['shift']} does not approximate the scale "
+                   f"ratio {r:.6g} to half a unit of mult")
 
 
 def validate(graph: Graph) -> Graph:

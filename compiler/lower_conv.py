@@ -18,6 +18,11 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
    and ACC regions per tile, with the token pattern of docs/runtime.md.
 3. Requantize on the ALU: ADD bias (+round), SHR by ``shift`` (negative = left), MAX
    ``clip_lo``, MIN ``clip_hi``; STORE (the int8 truncation is lossless after the clip).
+   With a multiplier (``mult != 1``, needs ``ALU_MUL``) the sequence is that of
+   :class:`~.ir.MultPlan`: ADD bias (+``pre_add``, merged into the packed bias), the exact
+   pre-clip MAX/MIN when the overflow proof needs it, MUL ``mult``, ADD ``post_add``, SHR
+   ``shift``, MAX, MIN -- ``(acc*mult + round) >> shift`` with no intermediate beyond
+   ``ACC_WIDTH``.
 
 Dense layers are 1x1 convs on a 1x1 image.  Grouped and depthwise convs use the
 block-compressed weights: only blocks the group structure can make non-zero are stored
@@ -34,10 +39,11 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import AluOp, Module
 from ..runtime.artifact import SlotLayout, Trace, TraceBuilder
 from .errors import CompileError
+from .ir import MultPlan, mult_plan
 from .pack import ceil_div, pack_bias, pack_weights
 from .tiling import conv_tiling
 
-__all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel"]
+__all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel", "requant_alu", "plan_for"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
@@ -74,15 +80,51 @@ def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset
                   reset=reset)
 
 
+def plan_for(cfg: VTAConfig, uid: str, attrs: dict, acc_bound: int) -> MultPlan | None:
+    """The :class:`~.ir.MultPlan` of a requantize with ``mult != 1`` (None for ``mult == 1``).
+
+    Raises:
+        CompileError: ``ALU_MUL`` missing, or no overflow-free sequence at ``ACC_WIDTH``.
+    """
+    m = attrs.get("mult")
+    if m in (None, 1):
+        return None
+    if not cfg.ALU_MUL:
+        raise CompileError(f"{uid}: requantize multiplier {m} needs ALU_MUL")
+    plan = mult_plan(int(m), int(attrs["shift"]), int(attrs["round"]), int(attrs["clip_lo"]),
+                     int(attrs["clip_hi"]), int(acc_bound), cfg.ACC_WIDTH)
+    if plan is None:
+        raise CompileError(f"{uid}: multiplier {m} (shift {attrs['shift']}) may overflow "
+                           f"ACC_WIDTH {cfg.ACC_WIDTH} for |acc| <= {acc_bound}")
+    return plan
+
+
+def _add_imm(tb, loops, d, s, value: int) -> None:
+    while value:
+        step = max(-(1 << 15), min((1 << 15) - 1, value))
+        emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=step)
+        value -= step
+
+
 def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: int,
-                extra_round: int = 0) -> None:
+                extra_round: int = 0, plan: MultPlan | None = None) -> None:
     """ALU requantize of ACC entries ``[base, base+n)``: ADD round (if given), SHR shift,
-    MAX lo, MIN hi (skipping no-ops)."""
+    MAX lo, MIN hi (skipping no-ops).  With a ``plan`` (multiplier): ``extra_round`` is
+    the plan's ``pre_add`` when not already merged into the bias (ADD in 16-bit immediate
+    steps), then pre-clip MAX/MIN, MUL, ADD ``post_add``, SHR, MAX, MIN."""
     for e0 in range(0, n, 16383):
         m = min(16383, n - e0)
         loops = [(m, 1, 1, 0)]
         d, s = [base + e0], [base + e0]
-        if extra_round:
+        if plan is not None:
+            _add_imm(tb, loops, d, s, extra_round)
+            if plan.clip is not None:
+                emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX, imm=plan.clip[0])
+                emit_kernel(tb, "alu", loops, d, s, op=AluOp.MIN, imm=plan.clip[1])
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MUL, imm=plan.mult)
+            if plan.post_add:
+                emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=plan.post_add)
+        elif extra_round:
             emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=extra_round)
         if shift:
             emit_kernel(tb, "alu", loops, d, s, op=AluOp.SHR, imm=shift)
@@ -99,15 +141,18 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     Args:
         in_chw: input ``(C, H, W)``; w: int8 ``[O, C/groups, KH, KW]``; bias: int32 ``[O]``;
         attrs: the node's ``kernel``, ``strides``, ``pads`` (top, left, bottom, right),
-            ``groups``, ``shift``, ``round``, ``mult`` (must be 1), ``clip_lo``, ``clip_hi``.
+            ``groups``, ``shift``, ``round``, ``mult`` (1, or a multiplier on a config
+            with ``ALU_MUL``), ``clip_lo``, ``clip_hi``.
         pre_pad: bake the spatial padding into the packed input on the host instead of
             using LOAD padding (default: only when a tile window could lie entirely in the
             padding, i.e. a pad >= the kernel size).
     Raises:
-        CompileError: ``mult != 1``, pads > 15, no tile fits.
+        CompileError: ``mult != 1`` without ``ALU_MUL`` or without an overflow-free
+            sequence, pads > 15, no tile fits.
     """
-    if int(attrs.get("mult", 1)) != 1:
-        raise CompileError(f"{uid}: requantize multiplier {attrs['mult']} is not supported on VTA")
+    k_red = int(np.prod(w.shape[1:]))
+    plan = plan_for(cfg, uid, attrs, k_red * 128 * 128 + int(np.abs(
+        np.asarray(bias, np.int64)).max(initial=0)))
     B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
     c, h, wd = in_chw
     o, cg, kh, kw = w.shape
@@ -231,7 +276,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         emit_kernel(tb, "alu", [(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)], [acc_base],
                     [ob0], op=AluOp.ADD)
         requant_alu(tb, acc_base, n, int(attrs["shift"]), int(attrs["clip_lo"]),
-                    int(attrs["clip_hi"]))
+                    int(attrs["clip_hi"]), plan=plan)
         tb.dep_push(C, S)
         tb.dep_pop(C, S)
         if tw == wo:
@@ -254,7 +299,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
                 "gemm_uops_planned": gemm_uops_ideal,
                 "min_dram_bytes": int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)}
-    consts = {"w": wpk.data, "b": pack_bias(bias, int(attrs["round"]), B, BO)}
+    # the bias carries the rounding constant (the plan's pre_add with a multiplier)
+    rnd = int(attrs["round"]) if plan is None else plan.pre_add
+    consts = {"w": wpk.data, "b": pack_bias(bias, rnd, B, BO)}
     return LoweredOp(tr, consts, {"x": xl, "y": yl})
 
 

@@ -6,7 +6,10 @@ Pooling: tiles of (channel blocks x output rows), full width; per channel block 
 LOAD of the input rows with zero padding (exact for max-pool only on non-negative inputs,
 which the partitioner checks; exact for average pooling, whose padding counts as zero).
 Max: ALU reset of the output, ADD of the first window element (a copy), MAX of the others.
-Average: reset, ADD of every window element, ADD round, SHR shift, MAX/MIN clip.
+Average: reset, ADD of every window element, ADD round, SHR shift, MAX/MIN clip; a window
+that is not a power of two (``mult`` set, ``ALU_MUL``): reset, ADD of the window, then the
+fixed-point reciprocal ``(sum*mult + round) >> shift`` as ADD ``round // mult``, MUL
+``mult``, ADD ``round % mult``, SHR ``shift``, MAX/MIN (exact: :func:`~.ir.avg_reciprocal`).
 
 Element-wise (flat over one batch block, chunks of at most 16383 elements): ``qadd``
 loads ``a`` and ``b``, shifts each left by its ``lshift`` (SHR by a negative immediate),
@@ -23,7 +26,7 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
-from .lower_conv import LoweredOp, emit_kernel, requant_alu
+from .lower_conv import LoweredOp, emit_kernel, plan_for, requant_alu
 from .tiling import MAX_EXTENT, candidates
 
 __all__ = ["lower_pool", "lower_eltwise"]
@@ -36,11 +39,15 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     block; slots ``x`` (ACC8, NCHW{B}n{BLOCK_OUT}c) and ``y`` (OUT).
 
     Raises:
-        CompileError: ACC_8BIT off, non-power-of-two average window, pads > 15, a window
-            that does not fit the accumulator.
+        CompileError: ACC_8BIT off, non-power-of-two average window without a reciprocal
+            ``mult`` or without ALU_MUL, pads > 15, a window that does not fit the
+            accumulator.
     """
     if not cfg.ACC_8BIT:
         raise CompileError(f"{uid}: pooling on VTA needs ACC_8BIT")
+    plan = None
+    if kind == "avg":
+        plan = plan_for(cfg, uid, attrs, 128 * int(attrs["divisor"]))
     B, BO = cfg.BATCH, cfg.BLOCK_OUT
     c, h, w = in_chw
     kh, kw = attrs["kernel"]
@@ -122,7 +129,8 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
                 emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD)
                 requant_alu(tb, out_base, n_cb * th * wo, int(attrs["shift"]),
                             int(attrs["clip_lo"]), int(attrs["clip_hi"]),
-                            extra_round=int(attrs["round"]))
+                            extra_round=int(attrs["round"]) if plan is None else plan.pre_add,
+                            plan=plan)
             tb.dep_push(C, S)
             tb.dep_pop(C, S)
             for cb in range(cb0, cb1):
@@ -142,14 +150,16 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     one batch block of logical shape ``chw``.
 
     Raises:
-        CompileError: ACC_8BIT off, ``mult != 1``, a rounding constant beyond the 16-bit
-            immediate.
+        CompileError: ACC_8BIT off, ``mult != 1`` without ALU_MUL or without an
+            overflow-free sequence, a rounding constant beyond the 16-bit immediate
+            (``mult == 1``).
     """
     if not cfg.ACC_8BIT:
         raise CompileError(f"{uid}: {op} on VTA needs ACC_8BIT")
-    if int(attrs.get("mult", 1)) != 1:
-        raise CompileError(f"{uid}: requantize multiplier {attrs['mult']} is not supported")
-    if int(attrs["round"]) > (1 << 15) - 1:
+    bound = 128 * ((1 << int(attrs["lshift_a"])) + (1 << int(attrs["lshift_b"]))) \
+        if op == "qadd" else 128
+    plan = plan_for(cfg, uid, attrs, bound)
+    if plan is None and int(attrs["round"]) > (1 << 15) - 1:
         raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
     B, BO = cfg.BATCH, cfg.BLOCK_OUT
     lay = SlotLayout(tuple(chw), B, BO)
@@ -183,7 +193,8 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
                             imm=-int(attrs["lshift_b"]))
             emit_kernel(tb, "alu", loops, [a_base], [b_base], op=AluOp.ADD)
         requant_alu(tb, a_base, m, int(attrs["shift"]), int(attrs["clip_lo"]),
-                    int(attrs["clip_hi"]), extra_round=int(attrs["round"]))
+                    int(attrs["clip_hi"]),
+                    extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan)
         tb.dep_push(C, S)
         tb.dep_pop(C, S)
         tb.store_2d(a_base, "y", e0, 1, m, m)

@@ -18,9 +18,13 @@ conv/dense within ``ACC_WIDTH`` bits):
 * ``qmax_pool``: needs ``ACC_8BIT``; padded windows only when the input is
   known non-negative (produced under a clip with ``clip_lo >= 0``), because a
   LOAD pads with zeros while exact max-pool padding is -128;
-* ``qavg_pool``: power-of-two window only, ``ACC_8BIT``, ``shift <= 15``;
+* ``qavg_pool``: ``ACC_8BIT``; a power-of-two window (``shift <= 15``), or any
+  window with an exact fixed-point reciprocal (``mult``, see
+  :func:`~.ir.avg_reciprocal`) on a core with ``ALU_MUL``;
 * ``qrequant`` (standalone ReLU / Clip / rescale): ``ACC_8BIT``, ``shift <= 15``;
-* ``qmul`` and any requantize with ``mult != 1``: need ``ALU_MUL``;
+* ``qmul`` and any requantize with ``mult != 1``: need ``ALU_MUL``, and an
+  overflow-free ALU sequence at the config's ``ACC_WIDTH``
+  (:func:`~.ir.mult_plan` from the worst-case accumulator bound);
 * ``quantize``, ``dequantize``, ``softmax``: CPU (float arithmetic);
 * ``flatten``, ``reshape``, ``transpose``, ``concat``: CPU (layout: the host
   rearranges the data between device calls; no arithmetic).
@@ -36,10 +40,10 @@ from dataclasses import dataclass, field
 
 from ..hw.config import VTAConfig, load_config
 from .errors import CompileError
-from .ir import Graph, Node
+from .ir import Graph, Node, mult_plan
 
 __all__ = ["Placement", "Region", "Partition", "capability_table", "vta_support", "partition",
-           "VTA", "CPU"]
+           "VTA", "CPU", "acc_bound", "node_mult_plan"]
 
 VTA = "vta"
 CPU = "cpu"
@@ -128,7 +132,8 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
         "qdense": f"vta: GEMM + ALU requantize{base}",
         "qadd": f"vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{base}",
         "qmax_pool": f"vta: ACC8 loads + ALU MAX; padding only on non-negative inputs{acc8}{base}",
-        "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; else cpu{acc8}{base}",
+        "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; other windows: "
+                     f"ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{base}",
         "qrequant": f"vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{base}",
         "qmul": f"vta: ACC8 load + ALU MUL{mul}{acc8}{base}",
         "quantize": "cpu: float input",
@@ -139,6 +144,38 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
         "transpose": "cpu: layout op (host rearranges data, no arithmetic)",
         "concat": "cpu: layout op (host rearranges data, no arithmetic)",
     }
+
+
+def acc_bound(node: Node, graph: Graph) -> int:
+    """Worst-case ``|acc|`` entering the requantize of ``node`` (over all int8 inputs).
+
+    conv/dense: ``K*128*128 + max|bias|``; qadd: ``128*(2**lshift_a + 2**lshift_b)``;
+    qmul: ``128*max|c|``; qrequant: 128; qavg_pool: ``128*divisor``.
+    """
+    a = node.attrs
+    if node.op in ("qconv2d", "qdense"):
+        k = 1
+        for d in graph.types[node.inputs[1]].shape[1:]:
+            k *= d
+        b = graph.constants.get(node.inputs[2])
+        return k * 128 * 128 + (int(abs(b.astype("int64")).max()) if b is not None and b.size else 0)
+    if node.op == "qadd":
+        return 128 * ((1 << a["lshift_a"]) + (1 << a["lshift_b"]))
+    if node.op == "qmul":
+        c = graph.constants.get(node.inputs[1])
+        return 128 * (int(abs(c.astype("int64")).max()) if c is not None and c.size else 128)
+    if node.op == "qavg_pool":
+        return 128 * a["divisor"]
+    return 128
+
+
+def node_mult_plan(node: Node, graph: Graph, acc_width: int):
+    """The :class:`~.ir.MultPlan` of a node whose requantize has ``mult != 1`` (else None)."""
+    a = node.attrs
+    if a.get("mult") in (None, 1):
+        return None
+    return mult_plan(a["mult"], a["shift"], a["round"], a["clip_lo"], a["clip_hi"],
+                     acc_bound(node, graph), acc_width)
 
 
 def _nonneg(g: Graph, tensor: str, prod: dict[str, Node]) -> bool:
@@ -161,8 +198,15 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
     if (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) != (8, 8, 8):
         return False, (f"the core's widths INP {cfg.INP_WIDTH} / WGT {cfg.WGT_WIDTH} / OUT "
                        f"{cfg.OUT_WIDTH} are not the int8 of the quantized graph")
-    if a.get("mult", 1) != 1 and not cfg.ALU_MUL:
-        return False, f"requantize multiplier {a['mult']} needs ALU_MUL, which this config lacks"
+    if op == "qavg_pool" and a.get("mult") not in (None, 1) and not cfg.ALU_MUL:
+        return False, (f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power "
+                       f"of two: its reciprocal multiply needs ALU_MUL, which this config lacks")
+    if a.get("mult") not in (None, 1):
+        if not cfg.ALU_MUL:
+            return False, f"requantize multiplier {a['mult']} needs ALU_MUL, which this config lacks"
+        if node_mult_plan(node, graph, cfg.ACC_WIDTH) is None:
+            return False, (f"requantize multiplier {a['mult']} (shift {a['shift']}) may overflow "
+                           f"ACC_WIDTH {cfg.ACC_WIDTH} (worst case |acc| {acc_bound(node, graph)})")
     if op in ("qconv2d", "qdense"):
         w = graph.types[node.inputs[1]]
         k = 1
@@ -177,7 +221,9 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
             return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
         what = "depthwise conv" if op == "qconv2d" and a["groups"] == graph.types[node.inputs[0]].shape[1] \
             and a["groups"] > 1 else ("group conv" if op == "qconv2d" and a["groups"] > 1 else op[1:])
-        return True, f"{what}: GEMM + ALU requantize (shift {a['shift']}, clip [{a['clip_lo']}, {a['clip_hi']}])"
+        mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
+        return True, (f"{what}: GEMM + ALU requantize ({mul}shift {a['shift']}, clip "
+                      f"[{a['clip_lo']}, {a['clip_hi']}])")
     if op in ("qadd", "qmax_pool", "qavg_pool", "qrequant", "qmul") and not cfg.ACC_8BIT:
         return False, "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
     if op == "qmul" and not cfg.ALU_MUL:
@@ -190,17 +236,23 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
         return True, "max-pool: ACC8 loads + ALU MAX"
     if op == "qavg_pool":
         if a["shift"] is None:
-            return False, f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power of two (needs a divide)"
+            return False, (f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power "
+                           f"of two and has no exact 16-bit reciprocal (needs a divide)")
         if max(a["pads"]) > MAX_PAD:
             return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
-    if "shift" in a and a.get("round") is not None and a["round"] > IMM_MAX:
+    if "shift" in a and a.get("round") is not None and a["round"] > IMM_MAX \
+            and a.get("mult") in (None, 1):
         return False, f"rounding constant {a['round']} (shift {a['shift']}) does not fit a 16-bit ALU immediate"
+    mul = f"MUL {a['mult']}, " if a.get("mult") not in (None, 1) else ""
     if op == "qavg_pool":
+        if mul:
+            return True, (f"avg-pool: ACC8 loads + ALU ADD, {mul}SHR {a['shift']} (exact "
+                          f"reciprocal of {a['divisor']})")
         return True, f"avg-pool: ACC8 loads + ALU ADD, SHR {a['shift']}"
     if op == "qadd":
-        return True, f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, SHR {a['shift']}, MAX/MIN"
+        return True, f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, {mul}SHR {a['shift']}, MAX/MIN"
     if op == "qrequant":
-        return True, f"requantize: ACC8 load + ALU SHR {a['shift']}, MAX/MIN"
+        return True, f"requantize: ACC8 load + ALU {mul}SHR {a['shift']}, MAX/MIN"
     if op == "qmul":
         return True, "multiply: ACC8 load + ALU MUL + requantize"
     return False, f"no VTA implementation for op {op!r}"

@@ -23,15 +23,26 @@ Scheme (exact integer rules in :mod:`.ir` and ``docs/compiler.md``):
   then a rounding division by the window size (a shift when it is a power of
   two); flatten / reshape / transpose are layout only; concat aligns its
   inputs to the largest exp with ``qrequant``;
-* QDQ models: the scale of a QuantizeLinear/DequantizeLinear pair is
-  approximated by the nearest power of two in the log domain,
-  ``exp = round(log2(scale))``; the relative error ``|2**exp - scale| / scale``
-  is reported per tensor (:attr:`QuantReport.qdq`). Weight scales from a
-  DequantizeLinear of an integer constant are treated alike (per-tensor;
-  per-channel hints are reported and the max-based exp is used). The
-  ``mult`` attribute of every requantize step is the hook for an exact
-  non-power-of-two multiplier when the core has ``ALU_MUL``;
-  :attr:`QuantConfig.exact_multiply` is reserved for it and not implemented.
+* QDQ models, default (``exact_multiply=False``, cores without ``ALU_MUL``):
+  the scale of a QuantizeLinear/DequantizeLinear pair is approximated by the
+  nearest power of two in the log domain, ``exp = round(log2(scale))``; the
+  relative error ``|2**exp - scale| / scale`` is reported per tensor
+  (:attr:`QuantReport.qdq`). Weight scales from a DequantizeLinear of an
+  integer constant are treated alike (per-tensor; per-channel hints are
+  reported and the max-based exp is used).
+* QDQ models with ``exact_multiply=True`` (what ``compile_model`` uses for a
+  core with ``ALU_MUL``): QDQ scales are kept exactly (``TensorType.scale``),
+  and a requantize whose real ratio ``r = scale_acc / scale_out`` is not a
+  power of two gets an integer multiplier: ``r ~ mult * 2**-shift`` with
+  ``1 <= mult <= 32767`` (a 16-bit ALU immediate) and the largest ``shift``
+  whose products provably fit int32 (:func:`choose_multiplier`, using
+  :func:`~.ir.mult_plan`: from the worst-case accumulator bound, or, when that
+  is too large, from an exact pre-clip of the accumulator to the range that
+  does not saturate).  Every choice and its relative error is reported
+  (:attr:`QuantReport.multipliers`).  Non-QDQ tensors keep power-of-two scales.
+* average pools whose window ``d`` is not a power of two get an exact
+  fixed-point reciprocal (:func:`~.ir.avg_reciprocal`): ``(sum*mult + round)
+  >> shift`` equals the rounding division for every int8 window sum.
 
 The quantizer checks that no accumulator can overflow int32 (worst case
 ``K * 127 * 128 + max|bias|``) and raises :class:`CompileError` otherwise.
@@ -45,11 +56,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import Graph, Node, TensorType, requant_round, validate
+from .ir import (MULT_MAX, Graph, Node, TensorType, avg_reciprocal, mult_plan, requant_round,
+                 validate)
 from .reference import run_float, run_quantized
 
-__all__ = ["QuantConfig", "QuantReport", "QDQApprox", "Agreement", "quantize", "compare",
-           "calibrate", "exp_for_range"]
+__all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
+           "compare", "calibrate", "exp_for_range", "choose_multiplier"]
 
 INT32_MAX = (1 << 31) - 1
 
@@ -66,8 +78,10 @@ class QuantConfig:
         percentile: used by ``"percentile"``.
         batch_size: calibration batch size (images per float run).
         max_samples: per-tensor cap on stored |x| samples for percentile/MSE.
-        exact_multiply: reserved hook for exact non-power-of-two rescaling with
-            ``ALU_MUL``; ``True`` raises CompileError (not implemented).
+        exact_multiply: keep non-power-of-two QDQ scales exactly and requantize with an
+            integer multiplier (``mult``, ALU MUL on VTA); ``False`` approximates every QDQ
+            scale by the nearest power of two.  ``compile_model`` sets it from the
+            config's ``ALU_MUL`` unless a QuantConfig is given.
     """
 
     calibration: str = "max"
@@ -87,6 +101,22 @@ class QDQApprox:
     rel_error: float
 
 
+@dataclass(frozen=True)
+class MultChoice:
+    """A requantize by a non-power-of-two ratio: ``node``, the real ``ratio``
+    (``scale_acc / scale_out``), ``mult``, ``shift`` (``ratio ~ mult * 2**-shift``),
+    ``rel_error`` ``|mult*2**-shift - ratio| / ratio``, ``acc_bound`` (worst-case
+    ``|acc|``) and ``pre_clip`` (the exact pre-clip bounds the overflow proof needs, or None)."""
+
+    node: str
+    ratio: float
+    mult: int
+    shift: int
+    rel_error: float
+    acc_bound: int
+    pre_clip: tuple[int, int] | None
+
+
 @dataclass
 class QuantReport:
     """What the quantizer chose.
@@ -95,12 +125,14 @@ class QuantReport:
         exps: ``tensor name -> exp`` for every int8/int32 tensor of the quantized graph.
         shifts: ``node name -> shift`` for every requantizing node.
         qdq: QDQ scales approximated by powers of two.
+        multipliers: requantizes by a non-power-of-two ratio (``exact_multiply``).
         notes: free-text remarks (e.g. per-channel hints ignored).
     """
 
     exps: dict[str, int] = field(default_factory=dict)
     shifts: dict[str, int] = field(default_factory=dict)
     qdq: list[QDQApprox] = field(default_factory=list)
+    multipliers: list[MultChoice] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
@@ -110,6 +142,10 @@ class QuantReport:
         for q in self.qdq:
             lines.append(f"  QDQ {q.tensor}: scale {q.scale:.6g} -> 2^{q.exp} "
                          f"(relative error {q.rel_error:.2%})")
+        for m in self.multipliers:
+            clip = f", pre-clip {list(m.pre_clip)}" if m.pre_clip else ""
+            lines.append(f"  {m.node}: ratio {m.ratio:.6g} -> {m.mult} * 2^-{m.shift} "
+                         f"(relative error {m.rel_error:.2e}, |acc| <= {m.acc_bound}{clip})")
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -124,6 +160,36 @@ def exp_for_range(r: float) -> int:
     while r / 2.0 ** (e - 1) <= 127.0:
         e -= 1
     return e
+
+
+def _p2(s: float) -> bool:
+    return s > 0 and math.log2(s).is_integer()
+
+
+def choose_multiplier(ratio: float, acc_bound: int, lo: int = -128, hi: int = 127
+                      ) -> tuple[int, int, float, tuple[int, int] | None]:
+    """Integer multiplier for a requantize by ``ratio`` (> 0, not a power of two).
+
+    Picks the largest ``shift`` (<= 31) with ``mult = round(ratio * 2**shift)`` in
+    ``[1, 32767]`` for which :func:`~.ir.mult_plan` proves that
+    ``acc * mult + 2**(shift-1)`` fits int32 for ``|acc| <= acc_bound`` (directly, or after
+    an exact pre-clip).  Returns ``(mult, shift, rel_error, pre_clip)``.
+
+    Raises:
+        CompileError: no such pair (ratio below ``2**-31``, or 32767 times it overflows).
+    """
+    for k in range(31, -1, -1):
+        m = int(round(ratio * 2.0 ** k))
+        if m > MULT_MAX:
+            continue
+        if m < 1:
+            break
+        plan = mult_plan(m, k, requant_round(k), lo, hi, acc_bound, 32)
+        if plan is None:
+            continue
+        return m, k, abs(m * 2.0 ** -k - ratio) / ratio, plan.clip
+    raise CompileError(f"no 16-bit multiplier for the requantize ratio {ratio:.6g} with "
+                       f"|acc| <= {acc_bound}")
 
 
 def _feeds_batches(graph: Graph, data, batch: int):
@@ -178,17 +244,18 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
     return exps
 
 
-def _act_bounds(node: Node, exp_out: int) -> tuple[int, int]:
+def _act_bounds(node: Node, exp_out: int, scale: float | None = None) -> tuple[int, int]:
     a = node.attrs
+    sc = 2.0 ** exp_out if scale is None else scale
     act = a.get("act", "none")
     if act == "relu":
         return 0, 127
     if act == "clip":
         lo, hi = -128, 127
         if a.get("act_min") is not None:
-            lo = max(lo, math.ceil(a["act_min"] / 2.0 ** exp_out))
+            lo = max(lo, math.ceil(a["act_min"] / sc))
         if a.get("act_max") is not None:
-            hi = min(hi, math.floor(a["act_max"] / 2.0 ** exp_out))
+            hi = min(hi, math.floor(a["act_max"] / sc))
         lo, hi = min(lo, 127), max(hi, -128)
         if lo > hi:
             raise node_error(node.name, node.op, f"clip [{a.get('act_min')}, {a.get('act_max')}] "
@@ -207,6 +274,45 @@ class _Quantizer:
         self.qname: dict[str, str] = {}   # float tensor -> int8 tensor
         self.fname: dict[str, str] = {}   # float tensor -> float tensor in q graph
         self.hints = fg.meta.get("scale_hints", {})
+        self.scales: dict[str, float] = {}   # float tensor -> exact non-power-of-two scale
+
+    def otype(self, out: str, shape) -> TensorType:
+        """int8 type of the quantized value of float tensor ``out``."""
+        return TensorType("int8", shape, self.exps[out], self.scales.get(out))
+
+    def rscale(self, qt: str) -> float:
+        return self.q.types[qt].real_scale
+
+    def requant_for(self, node: Node, ratio: float, acc_bound: int, out: str, lo=-128, hi=127
+                    ) -> dict:
+        """Requantize attributes for ``ratio = scale_acc / scale_out`` (float tensor ``out``)."""
+        eo, so = self.exps[out], self.scales.get(out)
+        e = math.log2(ratio)
+        if e.is_integer():
+            attrs = self._requant_attrs(node, -int(e), eo, lo, hi)
+        else:
+            m, k, rel, clip = choose_multiplier(ratio, acc_bound, lo, hi)
+            self.rep.multipliers.append(MultChoice(node.name, ratio, m, k, rel, acc_bound, clip))
+            attrs = self._requant_attrs(node, k, eo, lo, hi, mult=m)
+        if so is not None:
+            attrs["scale_out"] = so
+        return attrs
+
+    def to_p2(self, node: Node, qt: str) -> str:
+        """A power-of-two-scaled version of int8 tensor ``qt`` (itself if it already is)."""
+        t = self.q.types[qt]
+        if t.scale is None:
+            return qt
+        e = math.ceil(math.log2(t.scale))
+        m, k, rel, clip = choose_multiplier(t.scale / 2.0 ** e, 128)
+        self.rep.multipliers.append(MultChoice(f"{node.name}_p2", t.scale / 2.0 ** e, m, k, rel,
+                                               128, clip))
+        self.rep.notes.append(f"'{qt}' (scale {t.scale:.6g}) rescaled to 2^{e} for "
+                              f"'{node.name}' ({node.op} needs power-of-two operand scales)")
+        out = self.q.fresh(f"{qt}_p2")
+        self.add(self.q.fresh(f"{node.name}_p2"), "qrequant", [qt], out,
+                 self._requant_attrs(node, k, e, mult=m), TensorType("int8", t.shape, e))
+        return out
 
     # -- helpers ---------------------------------------------------------------
     def add(self, name, op, inputs, out, attrs, t: TensorType):
@@ -228,8 +334,11 @@ class _Quantizer:
         if t in self.fname:  # a float tensor (graph input or softmax output): quantize it
             e = self.exps[t]
             out = self.q.fresh(f"{t}_q")
-            self.add(self.q.fresh(f"{t}_quantize"), "quantize", [self.fname[t]], out, {"exp": e},
-                     TensorType("int8", self.q.types[self.fname[t]].shape, e))
+            attrs = {"exp": e}
+            if t in self.scales:
+                attrs["scale"] = self.scales[t]
+            self.add(self.q.fresh(f"{t}_quantize"), "quantize", [self.fname[t]], out, attrs,
+                     self.otype(t, self.q.types[self.fname[t]].shape))
             self.qname[t] = out
             return out
         raise CompileError(f"tensor '{t}' has no quantized value")
@@ -244,31 +353,34 @@ class _Quantizer:
         self.fname[t] = out
         return out
 
-    def weight_exp(self, wname: str, w: np.ndarray) -> int:
+    def weight_exp(self, wname: str, w: np.ndarray) -> tuple[int, float | None]:
+        """``(exp, scale)`` of a weight: ``scale`` is the exact QDQ scale (exact mode) or None."""
         e = exp_for_range(float(np.abs(w).max()))
         hint = self.hints.get(wname)
         if hint is not None:
             if isinstance(hint, tuple):
                 self.rep.notes.append(f"per-channel QDQ scales of '{wname}' replaced by one "
                                       f"power-of-two exp 2^{e} from max|w|")
+            elif self.cfg.exact_multiply and not _p2(hint):
+                return round(math.log2(hint)), float(hint)
             else:
                 he = round(math.log2(hint))
-                self.rep.qdq.append(QDQApprox(wname, hint, he, abs(2.0 ** he - hint) / hint))
+                if not _p2(hint):
+                    self.rep.qdq.append(QDQApprox(wname, hint, he, abs(2.0 ** he - hint) / hint))
                 e = he
-        return e
+        return e, None
 
-    def const_int8(self, base: str, v: np.ndarray, e: int, lo: int = -127) -> str:
-        q = np.clip(np.rint(v.astype(np.float64) / 2.0 ** e), lo, 127).astype(np.int8)
+    def const_int8(self, base: str, v: np.ndarray, e: int, lo: int = -127,
+                   scale: float | None = None) -> str:
+        sc = 2.0 ** e if scale is None else scale
+        q = np.clip(np.rint(v.astype(np.float64) / sc), lo, 127).astype(np.int8)
         name = self.q.fresh(base)
-        self.q.add_constant(name, q, e)
+        self.q.add_constant(name, q, e, scale)
         return name
 
     # -- main ----------------------------------------------------------------------
     def run(self) -> Graph:
         fg = self.fg
-        if self.cfg.exact_multiply:
-            raise CompileError("QuantConfig.exact_multiply (exact non-power-of-two rescaling with "
-                               "ALU_MUL) is a reserved hook and not implemented")
         for i in fg.inputs:
             self.q.inputs.append(i)
             self.q.types[i] = fg.types[i]
@@ -285,11 +397,18 @@ class _Quantizer:
                     raise node_error(n.name, "fake_quant",
                                      f"zero point {n.attrs['zero_point']} is not supported (symmetric only)")
                 e = round(math.log2(s))
-                self.rep.qdq.append(QDQApprox(n.outputs[0], s, e, abs(2.0 ** e - s) / s))
+                exact = self.cfg.exact_multiply and not _p2(s)
+                if exact:
+                    self.scales[n.outputs[0]] = float(s)
+                elif not _p2(s):
+                    self.rep.qdq.append(QDQApprox(n.outputs[0], s, e, abs(2.0 ** e - s) / s))
                 self.exps[n.outputs[0]] = e
                 x = n.inputs[0]
-                if x in prod and len(cons.get(x, [])) == 1 and x not in fg.outputs:
+                src = x in prod or (exact and x in fg.inputs)
+                if src and len(cons.get(x, [])) == 1 and x not in fg.outputs:
                     self.exps[x] = e
+                    if exact:
+                        self.scales[x] = float(s)
         for n in fg.nodes:
             getattr(self, f"q_{n.op}", self.unsupported)(n)
         for o in fg.outputs:
@@ -309,6 +428,8 @@ class _Quantizer:
         raise node_error(n.name, n.op, "the quantizer does not support this op")
 
     def _requant_attrs(self, node, shift, exp_out, lo=-128, hi=127, mult=1):
+        if not 1 <= mult <= MULT_MAX:
+            raise node_error(node.name, node.op, f"multiplier {mult} outside [1, {MULT_MAX}]")
         if abs(shift) > 31:
             raise node_error(node.name, node.op, f"requantize shift {shift} outside [-31, 31]")
         return {"shift": int(shift), "round": requant_round(int(shift)), "mult": mult,
@@ -321,26 +442,29 @@ class _Quantizer:
         if n.inputs[1] not in fg.constants:
             raise node_error(n.name, n.op, "weight must be a constant")
         w = fg.constants[n.inputs[1]]
-        ew = self.weight_exp(n.inputs[1], w)
-        wq = self.const_int8(f"{n.inputs[1]}_q", w, ew)
+        ew, sw = self.weight_exp(n.inputs[1], w)
+        wq = self.const_int8(f"{n.inputs[1]}_q", w, ew, lo=-127 if sw is None else -128, scale=sw)
         b = fg.constants[n.inputs[2]] if len(n.inputs) > 2 else np.zeros(w.shape[0], np.float32)
-        bq = np.rint(b.astype(np.float64) / 2.0 ** (ex + ew))
+        sx = self.q.types[x].scale
+        s_acc = None if sx is None and sw is None else self.rscale(x) * self.q.types[wq].real_scale
+        bq = np.rint(b.astype(np.float64) / (2.0 ** (ex + ew) if s_acc is None else s_acc))
         k = int(np.prod(w.shape[1:]))
-        worst = k * 127 * 128 + float(np.abs(bq).max(initial=0))
+        worst = k * 128 * 128 + float(np.abs(bq).max(initial=0))
         if worst > INT32_MAX:
             raise node_error(n.name, n.op, f"accumulator may overflow int32 (worst case {worst:.3g})")
         bname = self.q.fresh(f"{n.name}_bias_q")
-        self.q.add_constant(bname, bq.astype(np.int32), ex + ew)
+        self.q.add_constant(bname, bq.astype(np.int32), ex + ew, s_acc)
         out = n.outputs[0]
         eo = self.exps[out]
-        lo, hi = _act_bounds(n, eo)
+        lo, hi = _act_bounds(n, eo, self.scales.get(out))
         attrs = {}
         if qop == "qconv2d":
             attrs = {k2: n.attrs[k2] for k2 in ("kernel", "strides", "pads", "groups")}
-        attrs.update(self._requant_attrs(n, eo - (ex + ew), eo, lo, hi))
+        ratio = self.q.types[bname].real_scale / (2.0 ** eo if out not in self.scales
+                                                  else self.scales[out])
+        attrs.update(self.requant_for(n, ratio, int(worst), out, lo, hi))
         qo = self.int_name(out)
-        self.add(n.name, qop, [x, wq, bname], qo, attrs, None or TensorType(
-            "int8", fg.types[out].shape, eo))
+        self.add(n.name, qop, [x, wq, bname], qo, attrs, self.otype(out, fg.types[out].shape))
         self.qname[out] = qo
 
     def q_conv2d(self, n):
@@ -354,23 +478,25 @@ class _Quantizer:
         if any(i in fg.constants for i in n.inputs):
             raise node_error(n.name, n.op, "adding a constant that could not be folded into a "
                              "preceding conv/dense bias is not supported by the quantizer")
-        a, b = self.qin(n.inputs[0]), self.qin(n.inputs[1])
+        a, b = self.to_p2(n, self.qin(n.inputs[0])), self.to_p2(n, self.qin(n.inputs[1]))
         ea, eb = self.q.types[a].exp, self.q.types[b].exp
         if self.q.types[a].shape != self.q.types[b].shape:
             raise node_error(n.name, n.op, "quantized add needs operands of equal shape (no broadcast)")
         c = min(ea, eb)
         out = n.outputs[0]
         eo = self.exps[out]
-        lo, hi = _act_bounds(n, eo)
+        lo, hi = _act_bounds(n, eo, self.scales.get(out))
         attrs = {"lshift_a": ea - c, "lshift_b": eb - c}
-        attrs.update(self._requant_attrs(n, eo - c, eo, lo, hi))
+        so = 2.0 ** eo if out not in self.scales else self.scales[out]
+        attrs.update(self.requant_for(n, 2.0 ** c / so, 128 * ((1 << (ea - c)) + (1 << (eb - c))),
+                                      out, lo, hi))
         qo = self.int_name(out)
-        self.add(n.name, "qadd", [a, b], qo, attrs, TensorType("int8", fg.types[out].shape, eo))
+        self.add(n.name, "qadd", [a, b], qo, attrs, self.otype(out, fg.types[out].shape))
         self.qname[out] = qo
 
     def q_mul(self, n: Node):
         fg = self.fg
-        x = self.qin(n.inputs[0])
+        x = self.to_p2(n, self.qin(n.inputs[0]))
         ex = self.q.types[x].exp
         c = fg.constants[n.inputs[1]].astype(np.float64)
         out = n.outputs[0]
@@ -382,20 +508,25 @@ class _Quantizer:
         else:
             ec = exp_for_range(float(np.abs(c).max()))
             cq = self.const_int8(f"{n.inputs[1]}_q", c, ec)
-            eo = self.exps[out]
-            self.add(n.name, "qmul", [x, cq], qo, self._requant_attrs(n, eo - (ex + ec), eo),
-                     TensorType("int8", fg.types[out].shape, eo))
+            so = 2.0 ** self.exps[out] if out not in self.scales else self.scales[out]
+            cmax = int(np.abs(self.q.constants[cq].astype(np.int64)).max(initial=1))
+            self.add(n.name, "qmul", [x, cq], qo,
+                     self.requant_for(n, 2.0 ** (ex + ec) / so, 128 * cmax, out),
+                     self.otype(out, fg.types[out].shape))
         self.qname[out] = qo
 
     def _standalone_clip(self, n: Node, lo_f, hi_f):
         x = self.qin(n.inputs[0])
-        ex = self.q.types[x].exp
-        lo = -128 if lo_f is None else max(-128, math.ceil(lo_f / 2.0 ** ex))
-        hi = 127 if hi_f is None else min(127, math.floor(hi_f / 2.0 ** ex))
+        t = self.q.types[x]
+        ex, sx = t.exp, t.real_scale
+        lo = -128 if lo_f is None else max(-128, math.ceil(lo_f / sx))
+        hi = 127 if hi_f is None else min(127, math.floor(hi_f / sx))
         out = n.outputs[0]
         qo = self.int_name(out)
-        self.add(n.name, "qrequant", [x], qo, self._requant_attrs(n, 0, ex, min(lo, 127), max(hi, -128)),
-                 TensorType("int8", self.q.types[x].shape, ex))
+        attrs = self._requant_attrs(n, 0, ex, min(lo, 127), max(hi, -128))
+        if t.scale is not None:
+            attrs["scale_out"] = t.scale
+        self.add(n.name, "qrequant", [x], qo, attrs, TensorType("int8", t.shape, ex, t.scale))
         self.qname[out] = qo
 
     def q_relu(self, n):
@@ -408,7 +539,8 @@ class _Quantizer:
         x = self.qin(n.inputs[0])
         out = n.outputs[0]
         qo = self.int_name(out)
-        self.add(n.name, op, [x], qo, attrs, TensorType("int8", shape, self.q.types[x].exp))
+        t = self.q.types[x]
+        self.add(n.name, op, [x], qo, attrs, TensorType("int8", shape, t.exp, t.scale))
         self.qname[out] = qo
 
     def q_max_pool(self, n):
@@ -417,9 +549,15 @@ class _Quantizer:
     def _avg(self, n, kernel, strides, pads):
         d = kernel[0] * kernel[1]
         p2 = d & (d - 1) == 0
+        if p2:
+            mult, shift, rnd = 1, d.bit_length() - 1, d // 2
+        else:
+            mult, shift, rnd = avg_reciprocal(d) or (None, None, None)
+            if mult is None:
+                self.rep.notes.append(f"'{n.name}': no exact 16-bit reciprocal of the window "
+                                      f"size {d}; it divides on the CPU")
         attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pads": tuple(pads), "divisor": d,
-                 "shift": d.bit_length() - 1 if p2 else None, "round": d // 2 if p2 else None,
-                 "clip_lo": -128, "clip_hi": 127}
+                 "shift": shift, "round": rnd, "mult": mult, "clip_lo": -128, "clip_hi": 127}
         self._same_exp(n, "qavg_pool", attrs, self.fg.types[n.outputs[0]].shape)
 
     def q_avg_pool(self, n):
@@ -438,7 +576,7 @@ class _Quantizer:
     q_flatten = q_reshape = q_transpose = _layout
 
     def q_concat(self, n: Node):
-        ins = [self.qin(i) for i in n.inputs]
+        ins = [self.to_p2(n, self.qin(i)) for i in n.inputs]
         eo = max(self.q.types[i].exp for i in ins)
         aligned = []
         for i in ins:
@@ -462,15 +600,17 @@ class _Quantizer:
 
     def q_fake_quant(self, n: Node):
         x = self.qin(n.inputs[0])
-        ex = self.q.types[x].exp
-        eo = self.exps[n.outputs[0]]
-        if eo == ex:
-            self.qname[n.outputs[0]] = x
+        t = self.q.types[x]
+        out = n.outputs[0]
+        eo, so = self.exps[out], self.scales.get(out)
+        if eo == t.exp and so == t.scale:
+            self.qname[out] = x
             return
         lo, hi = max(-128, n.attrs["qmin"]), min(127, n.attrs["qmax"])
-        qo = self.int_name(n.outputs[0])
-        self.add(n.name, "qrequant", [x], qo, self._requant_attrs(n, eo - ex, eo, lo, hi),
-                 TensorType("int8", self.q.types[x].shape, eo))
+        qo = self.int_name(out)
+        ratio = t.real_scale / (2.0 ** eo if so is None else so)
+        self.add(n.name, "qrequant", [x], qo, self.requant_for(n, ratio, 128, out, lo, hi),
+                 self.otype(out, t.shape))
         self.qname[n.outputs[0]] = qo
 
     def q_batch_norm(self, n):

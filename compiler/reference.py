@@ -11,8 +11,15 @@ matrix product of int8 values and then converted to int64. This is exact:
 each product is at most 128*128 = 2**14 in magnitude, and every partial sum
 of K products is an integer of magnitude <= K * 2**14 < 2**53 for any
 K < 2**39, so float64 represents every intermediate exactly (checked at run
-time). Everything after the sum (bias, rounding, shifts, clips, pooling,
-adds) is int64.
+time). Everything after the sum (bias, multiplier, rounding, shifts, clips,
+pooling, adds) is int64; the quantizer proves every product ``acc * mult``
+fits int32, so int64 and VTA's wrapping 32-bit ALU agree.
+
+Non-power-of-two scales (``TensorType.scale``, QDQ models with
+``exact_multiply``): ``quantize`` computes ``floor(x * 2.0**-e + 0.5)`` and
+``dequantize`` ``q * 2.0**e`` with ``e = TensorType.scale_exp`` (float
+``log2(scale)``), the same float64 expression the runtime's CPU kernels
+evaluate, so both agree bit for bit.
 
 :func:`run_float` executes a float graph (the frontend's IR, before or after
 the float passes) in float32/float64 numpy; it is used to check the frontend
@@ -231,10 +238,12 @@ def _q_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     a = node.attrs
     op = node.op
     if op == "quantize":
-        q = np.floor(x[0].astype(np.float64) * 2.0 ** (-a["exp"]) + 0.5)
+        e = graph.types[node.outputs[0]].scale_exp
+        q = np.floor(x[0].astype(np.float64) * 2.0 ** (-e) + 0.5)
         return np.clip(q, -128, 127).astype(np.int8)
     if op == "dequantize":
-        return (x[0].astype(np.float64) * 2.0 ** graph.types[node.inputs[0]].exp).astype(np.float32)
+        e = graph.types[node.inputs[0]].scale_exp
+        return (x[0].astype(np.float64) * 2.0 ** e).astype(np.float32)
     if op == "qconv2d":
         w = x[1]
         _int_sum_check(w.shape[1] * w.shape[2] * w.shape[3])
@@ -260,7 +269,11 @@ def _q_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
         xp = _pad(x[0].astype(np.int64), a["pads"], 0)
         acc = _windows(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1), dtype=np.int64)
         d = np.int64(a["divisor"])
-        y = np.floor_divide(2 * acc + d, 2 * d)
+        if a.get("mult") is not None and a["divisor"] & (a["divisor"] - 1):
+            # the fixed-point reciprocal rule (exact for every int8 window sum: ir.validate)
+            y = (acc * np.int64(a["mult"]) + np.int64(a["round"])) >> np.int64(a["shift"])
+        else:
+            y = np.floor_divide(2 * acc + d, 2 * d)
         return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(np.int8)
     if op in ("flatten", "reshape", "transpose", "concat"):
         return _layout(node, x, graph)
