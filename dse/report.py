@@ -1,0 +1,182 @@
+"""DSE reports: a JSON document with stable names, and a text table.
+
+JSON (``schema = "vtaforge.dse.report/1"``)::
+
+    {"schema", "part", "capacity": {lut, ff, dsp, bram36},
+     "evaluator": {"resources", "performance", "cycle_model", "key"},
+     "workloads": [{name, kind, height, width, ..., macs, full_macs}],
+     "labels": {"resources": ..., "cycles": ..., "throughput": ...},
+     "points": [{"params", "valid", "error", "config", "fingerprint", "bitstream",
+                 "resources": {lut, ff, dsp, bram36, source}, "utilization": {..., max},
+                 "fits", "acc": {...}, "timing": {"status", ...},
+                 "workloads": {name: {cycles, cycles_lower, cycles_upper, [cycles_measured],
+                                      macs, gemm_uops, ...}},
+                 "cycles_total", "latency_us", "gops", "throughput_label",
+                 "feasible", "reasons", "pareto", "cached", "notes", "errors"}],
+     "pareto": [fingerprint, ...],
+     "best": {"latency": fingerprint|null, "utilization": ..., "gops_per_utilization": ...},
+     "summary": {"points", "valid", "fits", "feasible", "pareto", "cached"}}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from .evaluate import DesignEvaluator, DseWorkload, UNVERIFIED_LABEL
+from .search import PointResult
+
+__all__ = ["SCHEMA", "build_report", "best_designs", "format_table", "load_report",
+           "write_report"]
+
+SCHEMA = "vtaforge.dse.report/1"
+
+
+def _point_dict(pr: PointResult) -> dict:
+    p, r, v = pr.point, pr.result, pr.verdict
+    d: dict[str, Any] = {"params": p.params, "valid": p.valid, "error": p.error}
+    if p.cfg is not None:
+        res = dict(r.resources) if r and r.resources else None
+        if res:
+            res.pop("breakdown", None)
+        d.update({
+            "config": p.cfg.to_dict(), "fingerprint": f"0x{p.cfg.fingerprint:08x}",
+            "bitstream": p.cfg.bitstream_name, "clock_mhz": float(p.cfg.CLOCK_MHZ),
+            "bus_bits": p.cfg.BUS_WIDTH, "dsp_packing": p.cfg.DSP_PACKING,
+            "peak_gops": p.cfg.peak_gops, "resources": res,
+            "utilization": v.get("utilization"), "fits": v.get("fits"),
+            "acc": r.acc if r else None, "timing": v.get("timing"),
+            "workloads": r.workloads if r else {}, "cycles_total": v.get("cycles_total"),
+            "latency_us": v.get("latency_us"), "gops": v.get("gops"),
+            "throughput_label": v.get("throughput_label"),
+            "performance_source": r.performance_source if r else None,
+            "notes": r.notes if r else [], "errors": r.errors if r else [],
+        })
+    d.update({"feasible": bool(v.get("feasible")), "reasons": v.get("reasons", []),
+              "pareto": pr.pareto, "cached": pr.cached})
+    return d
+
+
+def best_designs(points: Sequence[dict]) -> dict:
+    """Fingerprints of the best feasible point per objective: ``latency`` (lowest
+    latency_us), ``utilization`` (lowest binding-resource utilization), and
+    ``gops_per_utilization`` (highest GOPS / utilization).  Ties: first in point order."""
+    feas = [p for p in points if p.get("feasible") and p.get("latency_us")]
+
+    def pick(key, sign=1):
+        if not feas:
+            return None
+        return min(feas, key=lambda p: sign * key(p))["fingerprint"]
+
+    return {"latency": pick(lambda p: p["latency_us"]),
+            "utilization": pick(lambda p: p["utilization"]["max"]),
+            "gops_per_utilization": pick(lambda p: p["gops"] / p["utilization"]["max"], -1)}
+
+
+def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload],
+                 evaluator: DesignEvaluator) -> dict:
+    """The JSON report (see module docstring)."""
+    pts = [_point_dict(pr) for pr in results]
+    ev = evaluator
+    perf = ev.perf_eval.name if ev.perf_eval is not None else "none"
+    return {
+        "schema": SCHEMA, "part": ev.part, "capacity": ev.capacity,
+        "evaluator": {"resources": ev.res_eval.name, "performance": perf,
+                      "cycle_model": ev.cycle_model.as_dict(), "key": ev.key(workloads)},
+        "workloads": [w.describe() for w in workloads],
+        "labels": {
+            "resources": ("analytic: BRAM/DSP from geometry (matches the measured Yosys "
+                          "figures of pynq and tiny); LUT/FF a linear estimate calibrated on "
+                          "those two points" if ev.res_eval.name == "analytic" else
+                          "Yosys synth_xilinx counts where run, analytic otherwise (see "
+                          "resources.source)"),
+            "cycles": ("estimated by the cycle model from fsim-executed programs "
+                       "(cycles_lower/cycles_upper bound it)" if perf == "model" else
+                       "cycles_measured: Verilator, zero-latency DRAM" if perf == "rtl" else
+                       "not evaluated"),
+            "throughput": UNVERIFIED_LABEL + " unless timing.status is 'met'",
+        },
+        "points": pts,
+        "pareto": [p["fingerprint"] for p in pts if p["pareto"]],
+        "best": best_designs(pts),
+        "summary": {"points": len(pts), "valid": sum(p["valid"] for p in pts),
+                    "fits": sum(bool(p.get("fits")) for p in pts),
+                    "feasible": sum(p["feasible"] for p in pts),
+                    "pareto": sum(p["pareto"] for p in pts),
+                    "cached": sum(p["cached"] for p in pts)},
+    }
+
+
+def write_report(report: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(report, indent=1, sort_keys=False) + "\n")
+
+
+def load_report(path: str | Path) -> dict:
+    """Read a report written by :func:`write_report`.
+
+    Raises:
+        ValueError: not JSON or not a DSE report (the message names the file).
+        OSError: unreadable.
+    """
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: not a JSON file ({e.msg}, line {e.lineno})") from None
+    if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+        raise ValueError(f"{p}: not a vtaforge DSE report (schema {SCHEMA!r} expected)")
+    return d
+
+
+def _fmt(v, spec=".1f", none="-"):
+    return none if v is None else format(v, spec)
+
+
+def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = False) -> str:
+    """Text table: one line per point (feasible first, by latency), then best designs."""
+    pts = report["points"]
+    rows = [p for p in pts if p["valid"] and (p["feasible"] or not only_feasible)]
+    rows.sort(key=lambda p: (not p["feasible"], p.get("latency_us") or float("inf")))
+    cap = report["capacity"]
+    lines = [f"part {report['part']}: {cap['lut']} LUT, {cap['ff']} FF, {cap['dsp']} DSP, "
+             f"{cap['bram36']} BRAM36; resources: {report['evaluator']['resources']}; "
+             f"cycles: {report['evaluator']['performance']}",
+             f"{'fingerprint':<11} {'bitstream':<28} {'bus':>4} {'pk':>2} {'LUT%':>5} "
+             f"{'DSP%':>5} {'BRAM%':>6} {'fits':>4} {'cycles':>11} {'lat_us':>9} "
+             f"{'GOPS':>6} {'P':>1}  status"]
+    shown = rows if limit is None else rows[:limit]
+    for p in shown:
+        u = p.get("utilization") or {}
+        pct = lambda k: _fmt(u.get(k) * 100 if u.get(k) is not None else None)  # noqa: E731
+        status = "ok" if p["feasible"] else "; ".join(p["reasons"])[:70]
+        lines.append(
+            f"{p['fingerprint']:<11} {p['bitstream']:<28} {p['bus_bits']:>4} "
+            f"{p['dsp_packing']:>2} {pct('lut'):>5} {pct('dsp'):>5} {pct('bram36'):>6} "
+            f"{'yes' if p.get('fits') else 'NO':>4} {_fmt(p.get('cycles_total'), '.0f'):>11} "
+            f"{_fmt(p.get('latency_us')):>9} {_fmt(p.get('gops')):>6} "
+            f"{'*' if p['pareto'] else ' ':>1}  {status}")
+    if len(rows) > len(shown):
+        lines.append(f"... {len(rows) - len(shown)} more (see the JSON report)")
+    inval = [p for p in pts if not p["valid"]]
+    for p in inval[:5]:
+        lines.append(f"invalid {' '.join(f'{k}={v}' for k, v in p['params'].items())}: "
+                     f"{p['error']}")
+    if len(inval) > 5:
+        lines.append(f"... {len(inval) - 5} more invalid points")
+    s = report["summary"]
+    lines.append(f"{s['points']} points: {s['valid']} valid, {s['fits']} fit, "
+                 f"{s['feasible']} feasible, {s['pareto']} on the Pareto front "
+                 f"(latency vs binding-resource use), {s['cached']} from cache")
+    byfp = {p.get("fingerprint"): p for p in pts if p["valid"]}
+    for obj, fp in report["best"].items():
+        if fp is None:
+            lines.append(f"best {obj}: none feasible")
+            continue
+        p = byfp[fp]
+        lines.append(f"best {obj}: {fp} {p['bitstream']} "
+                     f"({' '.join(f'{k}={v}' for k, v in p['params'].items())}): "
+                     f"{_fmt(p['latency_us'])} us, {_fmt(p['gops'])} GOPS "
+                     f"{p['throughput_label']}, binding resource "
+                     f"{_fmt(p['utilization']['max'] * 100)} %")
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""``vtaforge dse``: design-space exploration of VTA configurations.
+
+- ``vtaforge dse run [--space default|FILE.json] [--base pynq] [--workloads resnet18-c2,c5]
+  [--size 14] [--part xc7z020] [--samples N] [--seed S] [--resources analytic|yosys]
+  [--perf model|rtl|none] [--timing FILE.json] [--cache FILE] [-o report.json]``:
+  evaluate the space, print the table and best designs, write the JSON report.
+- ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
+
+See docs/dse.md.  Bad input (space, workload list, part, timing file) is one ``error:``
+line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+def _fail(msg: str) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(2)
+
+
+@click.group("dse")
+def dse_group() -> None:
+    """Explore VTA hardware parameters against workloads."""
+
+
+@dse_group.command("run")
+@click.option("--space", "space_spec", default="default", show_default=True,
+              help="'default' (around --base) or a space JSON file")
+@click.option("--base", default="pynq", show_default=True,
+              help="base config of the default space (preset or JSON file)")
+@click.option("--workloads", "wl_spec", default="resnet18-c2,c5", show_default=True,
+              help="e.g. resnet18-c2,c5 | resnet18 | resnet18-c2..c11 | mobilenet-d1 | digits")
+@click.option("--size", default="14", show_default=True,
+              help="cap on layer height/width (reduced spatial size), or 'full'")
+@click.option("--part", default="xc7z020", show_default=True,
+              help="part to fit (xc7z020, xczu3eg, xczu7ev)")
+@click.option("--samples", type=int, default=None, help="random sample of N grid points")
+@click.option("--seed", type=int, default=0, show_default=True, help="sampling seed")
+@click.option("--resources", "res_mode", type=click.Choice(["analytic", "yosys"]),
+              default="analytic", show_default=True)
+@click.option("--perf", "perf_mode", type=click.Choice(["model", "rtl", "none"]),
+              default="model", show_default=True)
+@click.option("--dram-latency", type=float, default=0.0, show_default=True,
+              help="cycle model: cycles of DRAM latency per row burst")
+@click.option("--timing", "timing_file", default=None,
+              help="JSON: fingerprint or bitstream -> {slack_ns | fmax_mhz}")
+@click.option("--cache", "cache_file", default=None,
+              help="result cache JSON (default: next to -o as <report>.cache.json)")
+@click.option("-o", "--out", "out_file", default=None, help="write the JSON report here")
+@click.option("--limit", type=int, default=30, show_default=True, help="table rows shown")
+@click.option("--no-progress", is_flag=True, help="no progress bar")
+def run_cmd(space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
+            dram_latency, timing_file, cache_file, out_file, limit, no_progress) -> None:
+    """Evaluate a space of configs against workloads and report the best designs."""
+    from ..dse.evaluate import CycleModel, DesignEvaluator, DSEError, load_timing, \
+        parse_workloads
+    from ..dse.report import build_report, format_table, write_report
+    from ..dse.search import run_search
+    from ..dse.space import Space, SpaceError, default_space
+    from ..hw.config import ConfigError
+
+    try:
+        if size == "full":
+            sz = None
+        else:
+            try:
+                sz = int(size)
+            except ValueError:
+                raise DSEError(f"--size {size!r} must be a positive integer or 'full'") from None
+            if sz < 1:
+                raise DSEError(f"--size {size!r} must be a positive integer or 'full'")
+        if samples is not None and samples < 1:
+            raise DSEError(f"--samples {samples} must be a positive integer")
+        space = default_space(base) if space_spec == "default" else Space.from_json(space_spec)
+        wls = parse_workloads(wl_spec, sz)
+        ev = DesignEvaluator(part, res_mode, perf_mode, CycleModel(dram_latency=dram_latency))
+        timing = load_timing(timing_file) if timing_file else None
+    except (DSEError, SpaceError, ConfigError) as e:
+        _fail(str(e))
+        return
+    if cache_file is None and out_file:
+        cache_file = str(out_file) + ".cache.json"
+    n = space.size if samples is None else min(samples, space.size)
+    click.echo(f"dse: {n} of {space.size} points x {len(wls)} workloads "
+               f"({', '.join(w.name for w in wls)}), part {part}", err=True)
+    try:
+        results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
+                             seed=seed, progress=not no_progress)
+    except ValueError as e:  # corrupt cache
+        _fail(str(e))
+        return
+    rep = build_report(results, wls, ev)
+    click.echo(format_table(rep, limit=limit))
+    if out_file:
+        write_report(rep, out_file)
+        click.echo(f"wrote {out_file}", err=True)
+
+
+@dse_group.command("show")
+@click.argument("report_file")
+@click.option("--all", "show_all", is_flag=True, help="every point, not only the first 30")
+@click.option("--feasible", is_flag=True, help="only feasible points")
+def show_cmd(report_file, show_all, feasible) -> None:
+    """Print a saved DSE report as a table with the best designs."""
+    from ..dse.report import format_table, load_report
+
+    try:
+        rep = load_report(report_file)
+    except ValueError as e:
+        _fail(str(e))
+        return
+    click.echo(format_table(rep, limit=None if show_all else 30, only_feasible=feasible))
+
+
+COMMANDS = [dse_group]
