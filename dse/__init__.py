@@ -1,1 +1,28 @@
-"""vtaforge.dse"""
+"""vtaforge.dse: design-space exploration of VTA configurations (docs/dse.md).
+
+- :mod:`.space`: :class:`Space` (named axes over VTAConfig fields; grid and seeded
+  sampling; invalid points recorded with their reason), :func:`default_space`.
+- :mod:`.evaluate`: evaluators with ``evaluate(cfg, workloads) -> Result`` — the analytic
+  resource model (:class:`AnalyticResources`), Yosys (:class:`YosysResources`), fsim plus
+  the cycle model (:class:`ModelPerformance`, :class:`CycleModel`), Verilator
+  (:class:`RtlPerformance`), accumulator safety (:class:`AccSafety`, BR-29), combined in
+  :class:`DesignEvaluator`; :func:`judge` applies capacity and timing (BR-31).
+- :mod:`.search`: :func:`run_search` (progress bar, JSON result cache, Pareto front).
+- :mod:`.report`: :func:`build_report`, :func:`format_table`, :func:`load_report`.
+"""
+
+from .evaluate import (AccSafety, AnalyticResources, CycleModel, DesignEvaluator, DSEError,
+                       DseWorkload, ModelPerformance, Result, RtlPerformance, YosysResources,
+                       bram36_for_memory, judge, memory_map, parse_workloads)
+from .report import build_report, format_table, load_report, write_report
+from .search import PointResult, ResultCache, mark_pareto, pareto_front, run_search
+from .space import Point, Space, SpaceError, default_space
+
+__all__ = [
+    "Space", "Point", "SpaceError", "default_space",
+    "DseWorkload", "parse_workloads", "Result", "DSEError", "CycleModel", "bram36_for_memory",
+    "memory_map", "AnalyticResources", "YosysResources", "ModelPerformance", "RtlPerformance",
+    "AccSafety", "DesignEvaluator", "judge",
+    "run_search", "PointResult", "ResultCache", "pareto_front", "mark_pareto",
+    "build_report", "format_table", "load_report", "write_report",
+]

@@ -151,8 +151,8 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
         pct = lambda k: _fmt(u.get(k) * 100 if u.get(k) is not None else None)  # noqa: E731
         status = "ok" if p["feasible"] else "; ".join(p["reasons"])[:70]
         lines.append(
-            f"{p['fingerprint']:<11} {p['bitstream']:<28} {p['bus_bits']:>4} "
-            f"{p['dsp_packing']:>2} {pct('lut'):>5} {pct('dsp'):>5} {pct('bram36'):>6} "
+            f"{p['fingerprint']:<11} {p['bitstream']:<28} {p.get('bus_bits', '-'):>4} "
+            f"{p.get('dsp_packing', '-'):>2} {pct('lut'):>5} {pct('dsp'):>5} {pct('bram36'):>6} "
             f"{'yes' if p.get('fits') else 'NO':>4} {_fmt(p.get('cycles_total'), '.0f'):>11} "
             f"{_fmt(p.get('latency_us')):>9} {_fmt(p.get('gops')):>6} "
             f"{'*' if p['pareto'] else ' ':>1}  {status}")

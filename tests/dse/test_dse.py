@@ -1,0 +1,283 @@
+"""Tests of vtaforge.dse: resource model vs measured Yosys figures, BR-08/29/31, cache,
+Pareto front against a brute-force oracle, the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from vtaforge.cli import main
+from vtaforge.dse import (AccSafety, AnalyticResources, CycleModel, DesignEvaluator, DSEError,
+                          Result, Space, bram36_for_memory, judge, pareto_front,
+                          parse_workloads, run_search)
+from vtaforge.dse.search import PointResult, mark_pareto
+from vtaforge.dse.space import Point
+from vtaforge.hw.config import preset
+from vtaforge.hw.isa import INSN_FIELDS, Opcode
+
+# Measured with Yosys synth_xilinx -family xc7 (docs/hardware.md "Measured").
+MEASURED = {"pynq": {"lut": 19947, "ff": 10451, "dsp": 128, "bram36": 114.5},
+            "tiny": {"lut": 4482, "ff": 2678, "dsp": 16, "bram36": 12.5}}
+
+
+# ------------------------------------------------------------------ resource model
+@pytest.mark.parametrize("name", ["pynq", "tiny"])
+def test_resource_model_matches_measured(name):
+    r = AnalyticResources("xc7z020").resources(preset(name))
+    m = MEASURED[name]
+    # BRAM and DSP: exact (stated tolerance 0); LUT/FF: calibration points, within 1 %
+    assert r["bram36"] == m["bram36"]
+    assert r["dsp"] == m["dsp"]
+    assert abs(r["lut"] - m["lut"]) <= 0.01 * m["lut"]
+    assert abs(r["ff"] - m["ff"]) <= 0.01 * m["ff"]
+
+
+@pytest.mark.parametrize("depth,width,expect", [
+    # hardware-notes.md "Scratchpads" table (Yosys mapping of the pynq core)
+    (1024, 2048, 57.0), (2048, 512, 28.5), (2048, 128, 7.5), (8192, 32, 8.0),
+    (511, 128, 2.0), (16, 128, 0.0)])
+def test_bram_mapping_rule(depth, width, expect):
+    assert bram36_for_memory(depth, width) == expect
+
+
+def test_dsp_terms():
+    ar = AnalyticResources()
+    c = preset("pynq")
+    assert ar.resources(c.replace(DSP_PACKING=1))["dsp"] == 256
+    assert ar.resources(c.replace(LUT_MULTIPLIERS=56))["dsp"] == math.ceil(200 / 2)
+    # 16-bit operands cannot be packed: packing falls back to 1
+    assert ar.resources(preset("tiny").replace(LOG_WGT_WIDTH=4, DSP_PACKING=2))["dsp"] == 16
+
+
+# ------------------------------------------------------------------ space
+def test_invalid_points_recorded_with_reason():
+    sp = Space(preset("tiny"), {"LOG_BATCH": [0, 7], "LOG_BLOCK": [2]})
+    pts = list(sp.grid())
+    assert len(pts) == 2
+    bad = [p for p in pts if not p.valid]
+    assert len(bad) == 1 and "LOG_BATCH = 7 is out of range" in bad[0].error
+    res = run_search(pts, parse_workloads("resnet18-c2", 4),
+                     DesignEvaluator(performance="none"), progress=False)
+    assert not res[1].feasible and "invalid config" in res[1].verdict["reasons"][0]
+
+
+def test_sampling_is_seeded_and_distinct():
+    sp = Space(preset("pynq"), {"LOG_BLOCK": [3, 4, 5], "LOG_BATCH": [0, 1, 2],
+                                "LOG_BUS_WIDTH": [6, 7]})
+    a = [p.params for p in sp.sample(7, seed=3)]
+    b = [p.params for p in sp.sample(7, seed=3)]
+    assert a == b and len({json.dumps(x, sort_keys=True) for x in a}) == 7
+    assert len(sp.sample(100)) == sp.size == 18
+
+
+def test_space_errors():
+    from vtaforge.dse import SpaceError
+
+    with pytest.raises(SpaceError, match="unknown axis 'LOG_FOO'"):
+        Space(preset("pynq"), {"LOG_FOO": [1]})
+    with pytest.raises(SpaceError, match="no values"):
+        Space(preset("pynq"), {"LOG_BATCH": []})
+
+
+def test_workload_parsing():
+    names = [w.name for w in parse_workloads("resnet18-c2,c5,mobilenet-d1,digits", 14)]
+    assert names == ["resnet18-c2", "resnet18-c5", "mobilenet-d1", "digits"]
+    assert len(parse_workloads("resnet18")) == 10
+    assert [w.name for w in parse_workloads("resnet18-c9..c11")][-1] == "resnet18-c11"
+    w = parse_workloads("resnet18-c2", 8)[0]
+    assert (w.layer.height, w.layer.width, w.layer.in_channels) == (8, 8, 64)
+    with pytest.raises(DSEError, match="unknown layer 'c12'"):
+        parse_workloads("resnet18-c12")
+
+
+# ------------------------------------------------------------------ BR-08
+@pytest.mark.parametrize("log_block", [3, 4, 5, 6])
+def test_block_sizes_compile_and_evaluate(log_block):
+    """BLOCK 8/16/32/64 (BR-08: BLOCK 32 must not crash): compile and run a mini-network."""
+    b = log_block  # buffers sized to 1024 elements each (any BLOCK keeps the ISA in 128 bits)
+    cfg = preset("pynq").replace(LOG_BLOCK_IN=b, LOG_BLOCK_OUT=b, LOG_UOP_BUFF_SIZE=12,
+                                 LOG_INP_BUFF_SIZE=b + 10, LOG_WGT_BUFF_SIZE=2 * b + 10,
+                                 LOG_ACC_BUFF_SIZE=b + 2 + 10)
+    wls = parse_workloads("resnet18-c2", 4)
+    r = DesignEvaluator(perf_when_unfit=True).evaluate(cfg, wls)
+    w = r.workloads["resnet18-c2"]
+    assert "error" not in w, w
+    # independent oracle for the work done: 64x64x3x3 conv on 4x4 pixels = GEMM micro-ops
+    # of BLOCK_IN x BLOCK_OUT each
+    macs = 64 * 64 * 9 * 16
+    assert w["macs"] == macs
+    assert w["gemm_uops"] == macs // (cfg.BLOCK_IN * cfg.BLOCK_OUT)
+    assert w["cycles_lower"] <= w["cycles"] <= w["cycles_upper"]
+    assert w["cycles"] >= w["gemm_uops"]  # one GEMM micro-op per cycle at best
+
+
+# ------------------------------------------------------------------ cycle model
+def _prog(rows):
+    cols = {k: np.zeros(len(rows), np.int64) for k in INSN_FIELDS}
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            cols[k][i] = v
+    return cols
+
+
+def test_cycle_model_hand_program():
+    cfg = preset("pynq")   # 64-bit bus: 8 bytes per beat; INP element 16 B, WGT 256 B
+    cm = CycleModel(insn_overhead=7)
+    G, L, F = int(Opcode.GEMM), int(Opcode.LOAD), int(Opcode.FINISH)
+    cols = _prog([
+        dict(opcode=L, memory_type=2, x_size=4, y_size=1, x_stride=4, push_next=1),  # INP
+        dict(opcode=G, iter_out=2, iter_in=3, uop_bgn=0, uop_end=5, pop_prev=1),
+        dict(opcode=F)])
+    out = cm.program_cycles(cfg, cols)
+    load = 7 + max(4 * 16 // 8, 4)         # 8 beats
+    gemm = 7 + 2 * 3 * 5
+    assert out["busy"] == {"load": load, "compute": gemm + 7, "store": 0}
+    assert out["cycles"] == load + gemm + 7  # gemm waits for the load's token
+    assert out["upper"] == load + gemm + 7 + math.ceil(3 * 16 / 8)
+
+
+# ------------------------------------------------------------------ BR-29
+def test_acc16_flagged_for_long_reduction():
+    wls = parse_workloads("resnet18-c5,digits", 4)
+    c16 = preset("tiny").replace(LOG_ACC_WIDTH=4)
+    v = AccSafety().evaluate(c16, wls)
+    assert not v["safe"] and "resnet18-c5" in v["unsafe_workloads"]
+    # oracle: K = 128*9 = 1152; worst |sum| = 1152 * 128 * 128
+    assert v["workloads"]["resnet18-c5"]["max_reduction"] == 1152
+    assert v["workloads"]["resnet18-c5"]["bits_needed"] == math.ceil(math.log2(1152 * 16384 + 1)) + 1
+    v32 = AccSafety().evaluate(preset("tiny"), wls)
+    assert v32["safe"]
+    r = DesignEvaluator(performance="none").evaluate(c16, wls)
+    verdict = judge(r, 100.0, {"lut": 1e9, "ff": 1e9, "dsp": 1e9, "bram36": 1e9})
+    assert not verdict["feasible"] and any("accumulator" in s for s in verdict["reasons"])
+
+
+# ------------------------------------------------------------------ BR-31
+def _fake_result(cycles=1000.0, fp="0x00000001"):
+    return Result(fp, {}, resources={"lut": 1, "ff": 1, "dsp": 1, "bram36": 1.0},
+                  workloads={"w": {"cycles": cycles, "macs": 1000}},
+                  acc={"safe": True, "acc_width": 32, "unsafe_workloads": []})
+
+
+def test_timing_failure_marks_infeasible():
+    cap = {"lut": 10, "ff": 10, "dsp": 10, "bram36": 10}
+    v = judge(_fake_result(), 100.0, cap)
+    assert v["feasible"] and v["gops"] == pytest.approx(2 * 1000 / (10.0 * 1e3))
+    assert "timing not verified" in v["throughput_label"]
+    v = judge(_fake_result(), 100.0, cap, {"0x00000001": {"slack_ns": -0.3}})
+    assert not v["feasible"] and v["gops"] is None and v["latency_us"] is None
+    assert v["timing"]["status"] == "failed"
+    v = judge(_fake_result(), 100.0, cap, {"0x00000001": {"fmax_mhz": 90.0}})
+    assert not v["feasible"]
+    v = judge(_fake_result(), 100.0, cap, {"0x00000001": {"slack_ns": 0.1}})
+    assert v["feasible"] and v["throughput_label"] == "at 100 MHz, timing met"
+
+
+def test_cli_timing_file_marks_point_infeasible(tmp_path):
+    fp = f"0x{preset('tiny').fingerprint:08x}"
+    (tmp_path / "t.json").write_text(json.dumps({fp: {"slack_ns": -1.2}}))
+    (tmp_path / "s.json").write_text(json.dumps({"base": "tiny", "axes": {"LOG_BLOCK": [2]}}))
+    r = CliRunner().invoke(main, ["dse", "run", "--space", str(tmp_path / "s.json"),
+                                  "--workloads", "resnet18-c2", "--size", "4", "--no-progress",
+                                  "--timing", str(tmp_path / "t.json"),
+                                  "-o", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    rep = json.loads((tmp_path / "r.json").read_text())
+    p = rep["points"][0]
+    assert not p["feasible"] and p["gops"] is None and p["timing"]["status"] == "failed"
+    assert rep["best"]["latency"] is None
+
+
+# ------------------------------------------------------------------ cache
+def test_cache_reuse(tmp_path, monkeypatch):
+    sp = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [12, 13]})
+    wls = parse_workloads("resnet18-c2", 4)
+    cache = tmp_path / "c.json"
+    ev = DesignEvaluator()
+    first = run_search(sp, wls, ev, cache=cache, progress=False)
+    assert not any(r.cached for r in first)
+    calls = []
+    orig = ev.evaluate
+    monkeypatch.setattr(ev, "evaluate", lambda *a: calls.append(a) or orig(*a))
+    sp2 = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [12, 13, 11]})
+    second = run_search(sp2, wls, ev, cache=cache, progress=False)
+    assert [r.cached for r in second] == [True, True, False] and len(calls) == 1
+    assert second[0].verdict == first[0].verdict
+    # another workload set is another cache key
+    third = run_search(sp, parse_workloads("resnet18-c4", 4), ev, cache=cache, progress=False)
+    assert not any(r.cached for r in third)
+
+
+# ------------------------------------------------------------------ Pareto
+def _brute_front(vals):
+    out = []
+    for i, v in enumerate(vals):
+        dom = any(all(w[k] <= v[k] for k in range(len(v))) and
+                  any(w[k] < v[k] for k in range(len(v))) for w in vals)
+        if not dom:
+            out.append(i)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pareto_front_against_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    vals = rng.integers(0, 8, size=(60, 2)).tolist()  # many ties on purpose
+    assert pareto_front(vals) == _brute_front(vals)
+
+
+def test_pareto_only_feasible():
+    prs = []
+    for i, (lat, util, feas) in enumerate([(1, .9, True), (2, .5, True), (3, .6, True),
+                                           (0.5, .1, False)]):
+        pr = PointResult(Point({"i": i}, None))
+        pr.verdict = {"feasible": feas, "latency_us": lat, "utilization": {"max": util}}
+        prs.append(pr)
+    assert mark_pareto(prs) == [0, 1]
+    assert [p.pareto for p in prs] == [True, True, False, False]
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_run_and_show(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps(
+        {"base": "tiny", "axes": {"LOG_BLOCK": [2, 3], "LOG_BATCH": [0, 9]}}))
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(main, ["dse", "run", "--space", str(tmp_path / "s.json"),
+                                  "--workloads", "resnet18-c2", "--size", "4",
+                                  "--no-progress", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(out.read_text())
+    assert rep["schema"] == "vtaforge.dse.report/1"
+    assert rep["summary"]["points"] == 4 and rep["summary"]["valid"] == 2
+    assert rep["best"]["latency"] in rep["pareto"]
+    for p in rep["points"]:
+        if p["valid"]:
+            assert set(p) >= {"config", "fingerprint", "resources", "utilization", "fits",
+                              "workloads", "latency_us", "gops", "pareto", "acc", "timing"}
+    assert "best latency:" in r.stdout
+    r2 = CliRunner().invoke(main, ["dse", "show", str(out)])
+    assert r2.exit_code == 0 and "best latency:" in r2.stdout
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--workloads", "resnet18-c99"], "error: unknown layer 'c99'"),
+    (["--workloads", "nonsense"], "error: unknown workload 'nonsense'"),
+    (["--part", "xc9z999"], "error: unknown part 'xc9z999'"),
+    (["--space", "/nonexistent/s.json"], "error: cannot read space file"),
+    (["--size", "zero"], "error: --size 'zero' must be"),
+])
+def test_cli_errors(args, msg):
+    r = CliRunner().invoke(main, ["dse", "run", "--no-progress", *args])
+    assert r.exit_code == 2
+    assert r.stderr.strip().splitlines()[-1].startswith(msg), r.stderr
+
+
+def test_cli_show_not_a_report(tmp_path):
+    (tmp_path / "x.json").write_text("{}")
+    r = CliRunner().invoke(main, ["dse", "show", str(tmp_path / "x.json")])
+    assert r.exit_code == 2 and "not a vtaforge DSE report" in r.stderr
