@@ -621,8 +621,9 @@ def run_vivado(project_dir: str | Path, *, vivado: str = "vivado", timeout_s: fl
 
     Raises:
         FlowError: ``vivado`` is not on PATH (the message says how to get it), the project
-            has no ``build.tcl``, Vivado exits non-zero (last lines of its log), it times
-            out, or the timing report is missing.
+            has no ``build.tcl``, Vivado exits non-zero (first line: its first ``ERROR``;
+            then the last lines of its output), it times out, or the timing report is
+            missing.
     """
     d = Path(project_dir)
     if not (d / "build.tcl").is_file():
@@ -642,8 +643,12 @@ def run_vivado(project_dir: str | Path, *, vivado: str = "vivado", timeout_s: fl
     except subprocess.TimeoutExpired:
         raise FlowError(f"vivado did not finish within {timeout_s} s") from None
     if p.returncode != 0:
-        tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-15:])
-        raise FlowError(f"vivado failed (exit {p.returncode}); last lines:\n{tail}")
+        out = (p.stdout + "\n" + p.stderr).strip().splitlines()
+        errs = [l.strip() for l in out if l.lstrip().startswith("ERROR")]
+        first = errs[0] if errs else (out[-1].strip() if out else "no output")
+        tail = "\n".join(out[-15:])
+        raise FlowError(f"vivado failed (exit {p.returncode}): {first} (log: "
+                        f"{d / 'reports' / 'vivado.log'})\n{tail}")
     rpt = d / "reports" / "timing_summary.rpt"
     if not rpt.is_file():
         raise FlowError(f"vivado finished but wrote no {rpt}")
