@@ -273,3 +273,27 @@ def test_wrapper_lints_with_core(tmp_path):
     assert all("UNUSEDSIGNAL" in l for l in wrapper_warnings), wrapper_warnings
     for w in ("PINMISSING", "PINCONNECTEMPTY", "WIDTH"):
         assert not any(w in l for l in wrapper_warnings)
+
+
+# ------------------------------------------------------------------ CLI (vtaforge board ...)
+def test_cli_board(tmp_path):
+    from click.testing import CliRunner
+
+    from vtaforge.commands.board import board_group
+
+    r = CliRunner()
+    res = r.invoke(board_group, ["timing", str(DATA / "timing_met.rpt")])
+    assert res.exit_code == 0 and "timing: MET" in res.output
+    assert "WNS: +0.412 ns" in res.output and "fmax: 104.3 MHz" in res.output
+    res = r.invoke(board_group, ["timing", str(DATA / "timing_failed.rpt")])
+    assert res.exit_code == 1 and "NOT MET" in res.output and "WNS: -0.300 ns" in res.output
+    res = r.invoke(board_group, ["timing", "--json", str(DATA / "timing_unconstrained.rpt")])
+    assert res.exit_code == 1
+    assert json.loads(res.output)["met"] is False
+    res = r.invoke(board_group, ["timing", str(tmp_path / "missing.rpt")])
+    assert res.exit_code == 2 and "cannot read" in res.output
+    out = tmp_path / "p"
+    res = r.invoke(board_group, ["project", "--config", "tiny", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert (out / "build.tcl").is_file() and (out / "vta_core.v").stat().st_size > 1000
+    assert "0x43C00000" in res.output
