@@ -72,6 +72,20 @@ arithmetic shift right, i.e. floor division by a power of two;
     if shift < 0:  acc = acc << -shift             # round == 0
     out = clip(acc, clip_lo, clip_hi)              # int8 range; [0, 127] after ReLU
 
+``mult`` (1..32767, a 16-bit ALU immediate) is 1 for power-of-two scales.  A
+requantize by a real ratio ``r = scale_acc / scale_out`` that is not a power
+of two (QDQ models, ``QuantConfig.exact_multiply``) has ``mult * 2**-shift ~ r``
+(``|mult - r * 2**shift| <= 0.5``; ``shift >= 0``); the quantizer proves
+``|acc| * mult + round < 2**31`` for the worst-case ``|acc|`` or, failing that,
+that the exact pre-clip of :class:`MultPlan` bounds it, so VTA's 32-bit
+wrapping ALU MUL and this int64 rule agree.  Such a node needs ``ALU_MUL`` on
+VTA (else CPU).  Tensors with a non-power-of-two scale carry
+``TensorType.scale`` (``real = int * scale``; ``exp`` is then its nearest
+power-of-two exponent, kept for bookkeeping); nodes producing them carry
+``scale_out``.  ``quantize`` with a ``scale`` attribute computes
+``floor(x * 2.0**-log2(scale) + 0.5)``; ``dequantize`` ``q * 2.0**log2(scale)``
+(``TensorType.scale_exp``).  ``qadd`` operands must have power-of-two scales.
+
 ``round`` is stored (the validator checks ``round == 1 << (shift-1)`` for
 ``shift > 0``, else 0): adding it before the floor shift rounds to nearest,
 ties toward +infinity. ``clip_lo``/``clip_hi`` are within [-128, 127] and carry
@@ -116,8 +130,13 @@ Node kinds (inputs; attributes; semantics):
         out = clip(floor((2*acc + divisor) / (2*divisor)), clip_lo, clip_hi)
 
     which equals ``requantize(acc)`` with ``shift = log2(divisor)``,
-    ``round = divisor/2`` when divisor is a power of two (VTA), and is done
-    on the CPU otherwise. Global average pooling is ``qavg_pool`` with
+    ``round = divisor/2`` when divisor is a power of two (VTA, ``mult`` 1 or
+    absent).  Otherwise ``mult``, ``shift``, ``round`` hold a fixed-point
+    reciprocal (:func:`avg_reciprocal`) and the rule is
+    ``clip((acc*mult + round) >> shift, clip_lo, clip_hi)``, which the validator
+    checks equals the rounding division for every int8 window sum (zero
+    deviation; VTA with ``ALU_MUL``), or are ``None`` (no exact reciprocal:
+    CPU). Global average pooling is ``qavg_pool`` with
     ``kernel = (H, W)``. ``exp_out == exp_in``.
 ``flatten``, ``reshape``, ``transpose``, ``concat``: layout only, int8 in and
     out, same ``exp`` (concat inputs are aligned to one exp by ``qrequant``).
@@ -356,10 +375,13 @@ def avg_reciprocal(d: int) -> tuple[int, int, int] | None:
 
     Candidates per shift ``k``: ``mult = ceil(2**k / d)`` (a slight over-estimate of
     ``1/d``) with ``round = 2**(k-1)``, or ``round = 2**(k-1) + 128*(d*mult - 2**k)`` which
-    cancels the over-estimate on the negative side so that ties (even ``d``) round up.  For
-    odd ``d < 128`` an exact choice always exists: with ``2**14 <= mult < 2**15`` the
-    relative error of ``mult/2**k`` is below ``1/(32768 d)`` so ``|acc|`` times it stays
-    below ``1/(2d)``, the distance from ``acc/d`` to the nearest rounding threshold.
+    cancels the over-estimate on the negative side so that ties (even ``d``) round up.
+    Why it can be exact: ``0 <= mult/2**k - 1/d < 2**-k``, so ``acc*mult/2**k`` is within
+    ``128*d/2**k`` of ``acc/d``; for odd ``d`` every ``acc/d`` is at least ``1/(2d)`` from a
+    rounding threshold, so any ``k`` with ``2**k > 256*d**2`` and ``mult <= 32767`` (i.e.
+    ``2**k <= 32767*d``) is exact -- such a ``k`` exists for every ``d <= 63``.  Measured:
+    every non-power-of-two ``d < 93`` (9, 25, 49, 36, 81, 100, 121 ... included) has one;
+    ``93, 97, 108, 110, ...`` do not (those pools divide on the CPU).
     """
     if d < 1 or d & (d - 1) == 0:
         return None
