@@ -280,8 +280,9 @@ class PynqDevice(Device):
             except FlowError as e:
                 raise DeviceError(str(e)) from None
         self.reg_base = int(reg_base)
-        self.mmio = mmio if mmio is not None else DevMemMMIO(self.reg_base, regs.REGMAP_SIZE)
+        # the allocator first: without the pynq package nothing touches /dev/mem
         self.host_allocator = allocator if allocator is not None else PynqAllocator()
+        self.mmio = mmio if mmio is not None else DevMemMMIO(self.reg_base, regs.REGMAP_SIZE)
         self._check_core()
 
     # ------------------------------------------------------------------ registers
