@@ -116,7 +116,7 @@ def _main_job(config_spec: str, target: str) -> None:
               help="write the first output (dequantized float32) to this .npy")
 @click.option("--config", "config_spec", default="pynq", show_default=True,
               help="preset name or vta_config.json file")
-@click.option("--target", default="fsim", show_default=True, help="backend: fsim or rtl")
+@click.option("--target", default="fsim", show_default=True, help="backend: fsim, rtl or pynq (on the board)")
 def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target) -> None:
     """Compile (if ONNX) and run a model on VTA; without --model, run the digits main job."""
     from ..hw.config import load_config
