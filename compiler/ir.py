@@ -109,7 +109,7 @@ Node kinds (inputs; attributes; semantics):
 ``qdense`` (x int8 [N,K], w int8 [M,K], bias int32 [M]) -> int8 [N,M]; same
     requantize attributes: ``out = requantize(x @ w.T + bias)``.
 ``qadd`` (a int8, b int8; same shape) -> int8; ``lshift_a``, ``lshift_b``
-    (>= 0), ``shift``, ``round``, ``mult`` (always 1), ``clip_lo``, ``clip_hi``::
+    (>= 0), ``shift``, ``round``, ``mult``, ``clip_lo``, ``clip_hi`` (operands: power-of-two scales)::
 
         acc = (a << lshift_a) + (b << lshift_b)    # aligned to exp_c = min(exp_a, exp_b)
         out = requantize(acc)                      # shift = exp_out - exp_c
