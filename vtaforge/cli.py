@@ -19,6 +19,24 @@ from . import __version__
 class _Group(click.Group):
     """A click group that turns known exceptions into ``error: ...`` lines."""
 
+    def main(self, *args, **kwargs):
+        """Run the CLI; usage errors (bad option, unknown command) also print one
+        ``error: ...`` line (exit 2) instead of click's usage block."""
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        except click.ClickException as e:
+            click.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code if e.exit_code not in (0, 1) else 2)
+        if isinstance(rv, int) and rv:
+            sys.exit(rv)
+        return rv
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -27,6 +45,9 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("error: interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:  # output piped into e.g. `head`: stop quietly
+            sys.stderr = open(os.devnull, "w")
+            sys.exit(0)
         except Exception as e:  # noqa: BLE001 - the CLI boundary
             if os.environ.get("VTAFORGE_DEBUG"):
                 raise

@@ -188,11 +188,6 @@ def test_qdq_model_import_and_power_of_two_approximation():
     assert cos > 0.98, cos
 
 
-def test_exact_multiply_hook_is_reported_not_silent():
-    with pytest.raises(CompileError, match="exact_multiply"):
-        quantize(import_onnx(_qdq_model()), rand(2, 4, 6, 6), QuantConfig(exact_multiply=True))
-
-
 @pytest.mark.parametrize("cal", ["max", "percentile", "mse"])
 def test_calibration_statistics_all_keep_digits_accuracy(digits, cal):
     _, xtr, xte, yte = digits
