@@ -143,7 +143,8 @@ def run_raw(target: str, cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_
     """Run a program on a raw DRAM image on ``target``, modifying ``dram`` in place, with
     the whole image as the memory the program may touch.
 
-    ``kw`` go to the backend (fsim: ``max_steps``).
+    ``kw`` go to the backend (fsim: ``max_steps``; rtl: ``timeout_cycles``, ``trace`` (a
+    ``.vcd`` or ``.fst`` waveform path) and the other ``RtlDevice`` options).
 
     Raises:
         DeviceError / ProgramError / DeadlockError: as the backend reports them.

@@ -321,6 +321,17 @@ def test_trace_option_errors(tiny, stub, cache_dir, tmp_path):
         make_dev(tiny, model, trace=str(tmp_path / "no" / "such" / "dir" / "x.vcd"))
 
 
+def test_cli_trace_only_for_rtl(tmp_path):
+    from click.testing import CliRunner
+    from vtaforge.cli import main as cli_main
+    from vtaforge.runtime.bundle import save_bundle
+    b = tmp_path / "p.npz"
+    save_bundle(b, np.zeros(8192, dtype=np.uint8), 0x1000, 1)
+    r = CliRunner().invoke(cli_main, ["exec", str(b), "--config", "tiny", "--target", "fsim",
+                                      "--trace", str(tmp_path / "w.vcd")])
+    assert r.exit_code == 2 and "--trace writes a waveform of the rtl target only" in r.output
+
+
 @pytest.mark.slow
 def test_vcd_trace_tiny_core_if_cached(tmp_path):
     """The generated tiny core writes a VCD too; runs only when its VCD model is already in

@@ -17,8 +17,11 @@ import click
               help="write the final image, cycles and stats to this .npz")
 @click.option("--max-steps", type=int, default=None,
               help="watchdog: fsim steps (one per instruction and per micro-op); rtl cycles")
+@click.option("--trace", "trace", type=click.Path(dir_okay=False), default=None,
+              help="rtl only: write a waveform of the run to this file (.vcd, or .fst with "
+                   "liblz4-dev installed)")
 def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
-             max_steps: int | None) -> None:
+             max_steps: int | None, trace: str | None) -> None:
     """Run the program in BUNDLE (.npz with dram, insn_addr, insn_count) and print its
     statistics as JSON; with -o also save the final DRAM image."""
     from ..hw.config import load_config
@@ -28,10 +31,14 @@ def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
     cfg = load_config(config_spec)
     if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
+    if trace is not None and target != "rtl":
+        raise DeviceError(f"--trace writes a waveform of the rtl target only, not {target!r}")
     dram, insn_addr, insn_count = load_bundle(bundle)
     kw = {}
     if max_steps is not None:
         kw = {"timeout_cycles" if target == "rtl" else "max_steps": max_steps}
+    if trace is not None:
+        kw["trace"] = trace
     result = run_raw(target, cfg, dram, insn_addr, insn_count, **kw)
     if output:
         save_result(output, dram, result)
