@@ -211,15 +211,19 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 # ----------------------------------------------------------------------------- build
 class _Progress:
-    def __init__(self, enabled: bool, label: str):
+    """Build progress: one line per step on stderr, ``vtaforge rtl build <label> [  t.t s]
+    <step>``, times from the start of :func:`build_model`.  Only a build that runs prints;
+    a cache hit is silent."""
+
+    def __init__(self, enabled: bool, label: str, t0: float | None = None):
         self.enabled = enabled
         self.label = label
-        self.t0 = time.monotonic()
+        self.t0 = time.monotonic() if t0 is None else t0
 
     def __call__(self, msg: str) -> None:
         if self.enabled:
-            print(f"vtaforge rtl [{self.label}] {time.monotonic() - self.t0:6.1f}s  {msg}",
-                  file=sys.stderr, flush=True)
+            print(f"vtaforge rtl build {self.label} [{time.monotonic() - self.t0:6.1f} s] "
+                  f"{msg}", file=sys.stderr, flush=True)
 
 
 def _run(cmd: list[str], cwd: Path, env: dict | None, what: str, log: Path) -> None:
@@ -258,12 +262,9 @@ def _compile_all(jobs_list: list[tuple[list[str], Path]], jobs: int, log: Path,
                  progress: _Progress, cwd: Path) -> None:
     """Run compiler commands (largest source first) on ``jobs`` workers."""
     jobs_list = sorted(jobs_list, key=lambda j: -j[1].stat().st_size)
-    done = 0
-    lock = threading.Lock()
     errors: list[RtlBuildError] = []
 
     def one(cmd_src):
-        nonlocal done
         cmd, src = cmd_src
         if errors:
             return
@@ -271,10 +272,6 @@ def _compile_all(jobs_list: list[tuple[list[str], Path]], jobs: int, log: Path,
             _run(cmd, cwd, None, f"compiling {src.name}", log)
         except RtlBuildError as e:
             errors.append(e)
-            return
-        with lock:
-            done += 1
-            progress(f"compiled {done}/{len(jobs_list)}: {src.name}")
 
     with ThreadPoolExecutor(max_workers=jobs) as ex:
         list(ex.map(one, jobs_list))
@@ -292,7 +289,8 @@ def _runtime_objects(root: Path, cache: Path, cxx: str, cxx_ver: str, fmt: str,
     ).hexdigest()[:16]
     final = cache / f"runtime-{key}"
     if not (final / "ok").is_file():
-        progress(f"building Verilator runtime ({', '.join(files)})")
+        progress(f"compiling Verilator's runtime library ({', '.join(files)}; "
+                 "once per Verilator and compiler version)")
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-runtime-", dir=cache))
         log = tmp / "build.log"
         inc = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}"]
@@ -399,6 +397,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
             raise RtlBuildError("the Amaranth core is not available "
                                 f"(vtaforge.hw.core.emit_verilog: {e})") from None
         verilog = emit_verilog(cfg, name="vta_core")
+        emitted_s = time.monotonic() - t0
     cxx = _cxx()
     cxx_ver = _cxx_version(cxx)
     bus_bytes = cfg.BUS_WIDTH // 8
@@ -414,7 +413,10 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
             _index_store(cache, stamp, name)
         return RtlModel(lib_path, key, cfg, trace, bus_bytes, True, time.monotonic() - t0)
 
-    say = _Progress(progress, f"{cfg.fingerprint:08x}{' ' + trace if trace else ''}")
+    say = _Progress(progress, f"{cfg.fingerprint:08x}{'-' + trace if trace else ''}", t0)
+    if stamp is not None:
+        say(f"emitted {len(verilog) / 1e6:.2f} MB of Verilog (Amaranth + Yosys) in "
+            f"{emitted_s:.1f} s; no cached model, building one")
     if trace == "fst":
         missing = [h for h in ("lz4.h", "zlib.h") if not _has_header(cxx, h)]
         if missing:
@@ -425,8 +427,6 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
     if shutil.which("perl") is None:
         raise RtlBuildError("Verilator's wrapper needs perl, which is not installed")
     n_jobs = jobs or default_jobs()
-    say(f"first build of this core: verilating {len(verilog) / 1024:.0f} KiB of Verilog "
-        f"(Verilator {verilator_version()}, {n_jobs} compile jobs)")
     runtime_objs = _runtime_objects(root, cache, cxx, cxx_ver, trace, n_jobs, say)
 
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=cache))
@@ -437,11 +437,12 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         vfile.write_text(verilog)
         obj = tmp / "obj"
         env = dict(os.environ, VERILATOR_ROOT=str(root))
+        say(f"verilating {len(verilog) / 1e6:.2f} MB of Verilog (Verilator "
+            f"{verilator_version()})")
         tv = time.monotonic()
         _run([str(root / "bin" / "verilator"), *vflags, "--Mdir", str(obj), str(vfile)],
              tmp, env, "verilating vta_core", log)
         verilate_s = time.monotonic() - tv
-        say(f"verilated in {verilate_s:.1f}s")
         classes = _parse_classes_mk(obj / "Vvta_core_classes.mk")
         fast = classes.get("VM_CLASSES_FAST", []) + classes.get("VM_SUPPORT_FAST", [])
         slow = classes.get("VM_CLASSES_SLOW", []) + classes.get("VM_SUPPORT_SLOW", [])
@@ -457,7 +458,12 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         harness_copy.write_text(harness)
         cmds.append(([cxx, *CXX_COMMON, *CXX_FAST, *defs, *inc, "-c", str(harness_copy),
                       "-o", str(tmp / "harness.o")], harness_copy))
+        say(f"compiling {len(cmds)} C++ files ({sum(c[1].stat().st_size for c in cmds) / 1e6:.1f}"
+            f" MB, {n_jobs} jobs)")
+        tc = time.monotonic()
         _compile_all(cmds, n_jobs, log, say, tmp)
+        compile_s = time.monotonic() - tc
+        say("linking libvta_core.so")
         objs = [str(obj / f"{c}.o") for c in fast + slow] + [str(tmp / "harness.o")]
         libs = ["-lpthread"] + (["-lz", "-llz4"] if trace == "fst" else [])
         _run([cxx, "-shared", "-o", str(tmp / "libvta_core.so"), *objs,
@@ -467,7 +473,8 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         (tmp / "build.json").write_text(json.dumps({
             "fingerprint": cfg.fingerprint, "key": key, "trace": trace,
             "verilator": verilator_version(), "cxx": cxx_ver, "verilator_flags": vflags,
-            "verilate_seconds": round(verilate_s, 2), "build_seconds": round(total, 2),
+            "verilate_seconds": round(verilate_s, 2), "compile_seconds": round(compile_s, 2),
+            "build_seconds": round(total, 2),
             "jobs": n_jobs}, indent=2) + "\n")
         (tmp / "ok").write_text("ok\n")
         shutil.move(str(log), str(tmp / "build.log"))
@@ -477,7 +484,8 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         raise
     if stamp is not None:
         _index_store(cache, stamp, name)
-    say(f"built {lib_path} in {total:.1f}s")
+    say(f"built {lib_path} in {total:.1f} s (verilate {verilate_s:.1f} s, compile "
+        f"{compile_s:.1f} s)")
     return RtlModel(lib_path, key, cfg, trace, bus_bytes, False, total, verilate_s)
 
 
