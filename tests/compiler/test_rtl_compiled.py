@@ -1,0 +1,101 @@
+"""Compiled models on the Verilator simulation of the core (``rtl``) against the functional
+simulator (``fsim``), through the executor: every step's output equal bit for bit.
+
+- ``tiny``: a small ONNX model with a 3x3 conv (padding 1, stride 2), a residual add, a
+  max-pool and a dense layer, compiled with ``compile_model``; the layers that run on the
+  core are checked to be on VTA.
+- ``pynq``: the bundled digits CNN on a handful of held-out images (``slow``: the first pynq
+  Verilator build takes minutes; later runs reuse the cached build, the same flags as
+  ``runtime/rtl`` uses by default).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vtaforge.compiler.compile import compile_model
+from vtaforge.runtime.executor import Executor
+from vtaforge.runtime.fsim import FsimDevice
+
+pytestmark = pytest.mark.rtl
+
+rtl = pytest.importorskip("vtaforge.runtime.rtl")
+
+
+def _layers_model(seed: int = 0):
+    """input [N,8,9,9] -> Conv 3x3/2 pad 1 (16) -> Relu -> a; Conv 3x3/1 pad 1 (16) on a ->
+    Add(a, .) -> Relu -> MaxPool 2x2/2 -> Flatten -> Gemm (10)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+
+    def init(name, shape, scale):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
+                                       name)
+
+    inits = [init("w1", (16, 8, 3, 3), 0.2), init("b1", (16,), 0.1),
+             init("w2", (16, 16, 3, 3), 0.1), init("b2", (16,), 0.1),
+             init("w3", (10, 64), 0.2), init("b3", (10,), 0.1)]
+    nodes = [
+        helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["a"]),
+        helper.make_node("Conv", ["a", "w2", "b2"], ["c2"], kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1], strides=[1, 1]),
+        helper.make_node("Add", ["a", "c2"], ["s"]),
+        helper.make_node("Relu", ["s"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Flatten", ["p"], ["f"], axis=1),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
+    ]
+    g = helper.make_graph(
+        nodes, "rtl_layers",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 8, 9, 9])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _run_both(cm, x, *, mem_bytes=16 << 20):
+    """Executor outputs (every intermediate kept) on fsim and on rtl, plus the rtl executor."""
+    f = Executor(cm, FsimDevice(cm.config, mem_bytes=mem_bytes)).run(x, keep=True)
+    dev = rtl.RtlDevice(cm.config, mem_bytes, progress=False)
+    try:
+        ex = Executor(cm, dev)
+        r = ex.run(x, keep=True)
+    finally:
+        dev.close()
+    return f, r, ex
+
+
+def _assert_equal_outputs(f, r):
+    assert set(f) == set(r)
+    for k in f:
+        np.testing.assert_array_equal(np.asarray(r[k]), np.asarray(f[k]), err_msg=k)
+
+
+def test_layers_tiny_rtl_equals_fsim():
+    rng = np.random.default_rng(1)
+    calib = rng.standard_normal((16, 8, 9, 9)).astype(np.float32)
+    cm = compile_model(_layers_model(), calib, "tiny")
+    on_vta = {s.op for s in cm.steps if s.target == "vta"}
+    for op in ("qconv2d", "qadd", "qmax_pool", "qdense"):
+        assert op in on_vta, (op, [(s.name, s.op, s.target, s.reason) for s in cm.steps])
+    x = rng.standard_normal((3, 8, 9, 9)).astype(np.float32)   # batch 3: a partial block
+    f, r, ex = _run_both(cm, x)
+    _assert_equal_outputs(f, r)
+    assert any(st.gemm_uops > 0 for st in ex.stats.values())
+
+
+@pytest.mark.slow
+def test_digits_pynq_rtl_equals_fsim():
+    from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
+
+    xtr, _, xte, _ = load_digits_split()
+    cm = compile_model(str(DIGITS_ONNX), xtr, "pynq")
+    x = xte[:8]
+    f, r, ex = _run_both(cm, x, mem_bytes=32 << 20)
+    _assert_equal_outputs(f, r)
+    assert sum(st.gemm_uops for st in ex.stats.values()) > 0
