@@ -7,12 +7,16 @@ places each node (:mod:`.partition`), lowers every VTA node to a relocatable pro
 ``save_artifact`` writes as a ``.vtapkg``.  :func:`lower_graph` does the back half alone on
 an already quantized and partitioned graph.
 
-Non-power-of-two scales (QDQ models quantized with ``exact_multiply``): the
-compiled model's tensor types carry ``TensorType.scale_exp`` (the float
-``log2(scale)``) in the exponent slot and a CPU ``quantize`` step's ``exp``
-attribute is that same float, because the runtime's CPU kernels compute
-``x * 2.0**-exp`` / ``q * 2.0**exp`` -- the exact expression of the integer
-reference, so the two agree bit for bit.
+Scales: the compiled model's tensor types are ``(dtype, shape, exp, scale)`` with the
+integer ``exp`` and the float real ``scale`` (``TensorType.real_scale``: ``2**exp``, or the
+exact non-power-of-two scale a QDQ model quantized with ``exact_multiply`` keeps); a CPU
+``quantize`` step gets both as attributes.  The runtime's CPU kernels derive their float
+factor from ``scale`` (:func:`~vtaforge.runtime.cpu_ops.scale_factor`), bit-exact with the
+integer reference.
+
+Host layout steps: a conv lowered over an im2col'd input (few input channels, see
+:func:`~.lower_conv.lower_conv`) has its patch tensor built by the executor on the host;
+its placement reason and the placement report say "im2col on host".
 
 A VTA node whose lowering fails is not dropped silently: the error propagates
 (:class:`CompileError`), unless ``fallback=True``, in which case the node runs on the CPU
@@ -77,6 +81,7 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
     """Back half: lower a quantized, partitioned graph to a :class:`CompiledModel`."""
     cfg = part.config
     steps, consts = [], {}
+    host_notes: list[str] = []
     for node in graph.nodes:
         pl = part.placements[node.name]
         target, reason = pl.target, pl.reason
@@ -94,6 +99,14 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
                 consts[cname] = arr
                 slots[slot] = cname
             slots["y"] = node.outputs[0]
+            ic = lo.layouts["x"].im2col if "x" in lo.layouts else None
+            if ic is not None:
+                c = lo.layouts["x"].shape[0]
+                note = (f"im2col on host ({c}x{ic[0]}x{ic[1]} patch -> "
+                        f"{c * ic[0] * ic[1]} channels, {lo.layouts['x'].cb} GEMM block(s) "
+                        f"per pixel instead of {-(-c // cfg.BLOCK_IN) * ic[0] * ic[1]})")
+                reason = f"{reason}; {note}"
+                host_notes.append(f"  host layout step before VTA '{node.name}': {note}")
             steps.append(Step(node.name, node.op, "vta", list(node.inputs), list(node.outputs),
                               dict(node.attrs), [], slots, lo.layouts, lo.trace, reason))
         else:
@@ -102,13 +115,15 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
                 consts[c] = graph.constants[c]
             attrs = dict(node.attrs)
             if node.op == "quantize":
-                attrs["exp"] = graph.types[node.outputs[0]].scale_exp
+                t = graph.types[node.outputs[0]]
+                attrs["exp"], attrs["scale"] = t.exp, t.real_scale
             steps.append(Step(node.name, node.op, "cpu", list(node.inputs), list(node.outputs),
                               attrs, cs, {}, {}, None, reason))
-    types = {k: (t.dtype, tuple(t.shape), t.scale_exp) for k, t in graph.types.items()
-             if k not in graph.constants}
+    types = {k: (t.dtype, tuple(t.shape), t.exp, t.real_scale)
+             for k, t in graph.types.items() if k not in graph.constants}
+    report = "\n".join([part.report()] + host_notes)
     m = CompiledModel(cfg, name or graph.name, list(graph.inputs), list(graph.outputs), types,
-                      steps, consts, {"placement_report": part.report()})
+                      steps, consts, {"placement_report": report})
     return m
 
 

@@ -24,6 +24,12 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
    ``shift``, MAX, MIN -- ``(acc*mult + round) >> shift`` with no intermediate beyond
    ``ACC_WIDTH``.
 
+Few input channels (:func:`use_im2col`, e.g. 1 or 3 channels with a 3x3 / 7x7 kernel): the
+conv is lowered as a 1x1 conv over the im2col'd input ``[C*kh*kw, Ho, Wo]`` (patch channels
+padded to a multiple of ``BLOCK_IN`` instead of every tap's channels), weights reshaped to
+``[O, C*kh*kw, 1, 1]``; the ``x`` slot's layout carries ``im2col`` and the executor builds
+the patch tensor on the host (data movement only).
+
 Dense layers are 1x1 convs on a 1x1 image.  Grouped and depthwise convs use the
 block-compressed weights: only blocks the group structure can make non-zero are stored
 and multiplied.
@@ -43,7 +49,8 @@ from .ir import MultPlan, mult_plan
 from .pack import ceil_div, pack_bias, pack_weights
 from .tiling import conv_tiling
 
-__all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel", "requant_alu", "plan_for"]
+__all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel", "requant_alu", "plan_for",
+           "use_im2col"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
@@ -134,8 +141,26 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
             emit_kernel(tb, "alu", loops, d, s, op=AluOp.MIN, imm=hi)
 
 
+def use_im2col(cfg: VTAConfig, c: int, groups: int, kh: int, kw: int) -> bool:
+    """Whether a conv should run as a 1x1 conv over its im2col'd input.
+
+    The direct lowering spends ``ceil(C/BLOCK_IN) * kh * kw`` GEMM blocks per output pixel
+    and output block (each tap's channels zero-padded to ``BLOCK_IN``); the im2col form
+    spends ``ceil(C*kh*kw / BLOCK_IN)``.  im2col is chosen (``groups == 1``, ``kh*kw > 1``)
+    when it at least halves that count (digits conv1: 1 vs 9; ResNet-18 C1, 3 channels
+    7x7: 10 vs 49; 64 channels 3x3: 36 vs 36, never).  Its price: the host builds the
+    patch tensor (``kh*kw/(sh*sw)`` times the input bytes) before the VTA call.
+    """
+    kk = kh * kw
+    if groups != 1 or kk == 1:
+        return False
+    bi = cfg.BLOCK_IN
+    return 2 * ceil_div(c * kk, bi) <= ceil_div(c, bi) * kk
+
+
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
-               attrs: dict, *, pre_pad: bool | None = None) -> LoweredOp:
+               attrs: dict, *, pre_pad: bool | None = None,
+               im2col: bool | None = None) -> LoweredOp:
     """Lower one ``qconv2d`` (one batch block) to a :class:`LoweredOp`.
 
     Args:
@@ -146,6 +171,11 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         pre_pad: bake the spatial padding into the packed input on the host instead of
             using LOAD padding (default: only when a tile window could lie entirely in the
             padding, i.e. a pad >= the kernel size).
+        im2col: lower as a 1x1 conv over the input's patch tensor (``[C*kh*kw, Ho, Wo]``,
+            built on the host: the ``x`` slot's :class:`SlotLayout` carries ``im2col``)
+            with the weights reshaped to ``[O, C*kh*kw, 1, 1]`` (default:
+            :func:`use_im2col`).  Exact: the same products, summed in another order
+            (integer sums).  Pads then have no 15 limit.
     Raises:
         CompileError: ``mult != 1`` without ``ALU_MUL`` or without an overflow-free
             sequence, pads > 15, no tile fits.
@@ -159,6 +189,25 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     groups = int(attrs.get("groups", 1))
     sh, sw = attrs["strides"]
     pt, pl, pb, pr = attrs["pads"]
+    if im2col is None:
+        im2col = use_im2col(cfg, c, groups, kh, kw)
+    if im2col:
+        if groups != 1:
+            raise CompileError(f"{uid}: im2col lowering needs groups == 1, got {groups}")
+        k = c * kh * kw
+        ho = (h + pt + pb - kh) // sh + 1
+        wo = (wd + pl + pr - kw) // sw + 1
+        a1 = dict(attrs, kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), groups=1)
+        lo = lower_conv(cfg, uid, (k, ho, wo), np.ascontiguousarray(w.reshape(o, k, 1, 1)),
+                        bias, a1, pre_pad=False, im2col=False)
+        xl = SlotLayout((c, h, wd), B, BI, im2col=(kh, kw, sh, sw, pt, pl, pb, pr))
+        assert xl.block_bytes == lo.layouts["x"].block_bytes
+        lo.layouts["x"] = xl
+        st = lo.trace.stats
+        st["im2col"] = [c, kh, kw]
+        st["min_dram_bytes"] = int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)
+        st["host_im2col_bytes"] = int(xl.block_bytes)
+        return lo
     if max(pt, pl, pb, pr) > 15:
         raise CompileError(f"{uid}: pads {attrs['pads']} exceed the LOAD pad maximum 15")
     if pre_pad is None:
@@ -212,7 +261,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         rx0, rx1 = max(0, ix0), min(wp, ix0 + cols)
         if ry1 <= ry0 or rx1 <= rx0:
             if not pre_pad:
-                return lower_conv(cfg, uid, in_chw, w, bias, attrs, pre_pad=True)
+                return lower_conv(cfg, uid, in_chw, w, bias, attrs, pre_pad=True, im2col=False)
             raise CompileError(f"{uid}: empty input window")  # pragma: no cover
         padv = (ry0 - iy0, iy0 + rows - ry1, rx0 - ix0, ix0 + cols - rx1)
         for r, (i0, i1) in enumerate(reds):

@@ -19,7 +19,8 @@ Artifact (``.vtapkg``)
 ======================
 A ``numpy.savez`` zip archive (no pickle):
 
-- ``manifest``: a JSON string: ``format`` (``"vtapkg"``), ``version`` (1), ``config``
+- ``manifest``: a JSON string: ``format`` (``"vtapkg"``), ``version`` (2,
+  :data:`FORMAT_VERSION`; any other version is refused), ``config``
   (the ``VTAConfig.to_dict()``), ``fingerprint`` (``config.fingerprint``), and the
   ``model`` dict of :class:`CompiledModel` (steps, tensor types, slot layouts, traces
   without their arrays);
@@ -47,7 +48,11 @@ from .device import DeviceError
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
            "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version history: 1 -- tensor types ``(dtype, shape, exp)`` with a float ``log2(scale)``
+in the exponent slot for non-power-of-two scales; 2 -- tensor types ``(dtype, shape, exp,
+scale)`` with an explicit float real scale, slot layouts may carry ``im2col``.  Older
+versions are refused (recompile the model)."""
 
 
 class ArtifactError(DeviceError):
@@ -63,26 +68,55 @@ class SlotLayout:
     int8 (NCHW{batch}n{cblk}c), channels and batch zero-padded, with an optional host-side
     spatial zero padding ``pre_pad = (pt, pb, pl, pr)`` baked in.
 
+    With ``im2col = (kh, kw, sh, sw, pt, pl, pb, pr)`` the packed tensor is instead the
+    patch tensor of a convolution's input (:func:`~.cpu_ops.im2col`): ``[N, C*kh*kw, Ho,
+    Wo]``, channel ``(c*kh + i)*kw + j`` at ``(oy, ox)`` holding the zero-padded input
+    ``x[c, oy*sh + i - pt, ox*sw + j - pl]``; a conv with few input channels then runs as a
+    1x1 conv over it (one GEMM block per ``BLOCK_IN`` patch entries instead of one per
+    kernel tap).  The host builds it (pure data movement) before the VTA call.
+
     Attributes:
         shape: logical ``(C, H, W)`` (batch excluded).
         batch: BATCH of the config.
         cblk: channel block (BLOCK_IN for GEMM inputs, BLOCK_OUT for outputs and ACC8).
         pre_pad: host-side spatial padding.
+        im2col: ``None`` or the conv window ``(kh, kw, sh, sw, pt, pl, pb, pr)``.
+    Raises:
+        ArtifactError: a malformed ``im2col`` or ``im2col`` with ``pre_pad``.
     """
 
     shape: tuple[int, int, int]
     batch: int
     cblk: int
     pre_pad: tuple[int, int, int, int] = (0, 0, 0, 0)
+    im2col: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.im2col is not None:
+            if len(self.im2col) != 8 or self.pre_pad != (0, 0, 0, 0):
+                raise ArtifactError(f"slot layout: im2col {self.im2col!r} needs 8 values "
+                                    f"(kh, kw, sh, sw, pt, pl, pb, pr) and no pre_pad")
+            object.__setattr__(self, "im2col", tuple(int(v) for v in self.im2col))
+
+    @property
+    def packed_chw(self) -> tuple[int, int, int]:
+        """``(C, H, W)`` of the tensor that is packed: the logical shape, or for an im2col
+        slot the patch tensor ``(C*kh*kw, Ho, Wo)``."""
+        if self.im2col is None:
+            return tuple(self.shape)
+        c, h, w = self.shape
+        kh, kw, sh, sw, pt, pl, pb, pr = self.im2col
+        return c * kh * kw, (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
 
     @property
     def cb(self) -> int:
-        return -(-self.shape[0] // self.cblk)
+        return -(-self.packed_chw[0] // self.cblk)
 
     @property
     def hw(self) -> tuple[int, int]:
         pt, pb, pl, pr = self.pre_pad
-        return self.shape[1] + pt + pb, self.shape[2] + pl + pr
+        _, h, w = self.packed_chw
+        return h + pt + pb, w + pl + pr
 
     @property
     def block_bytes(self) -> int:
@@ -93,12 +127,25 @@ class SlotLayout:
     def nbytes(self, n: int) -> int:
         return -(-n // self.batch) * self.block_bytes
 
+    def pack(self, x: np.ndarray) -> np.ndarray:
+        """Logical int8 ``[N, C, H, W]`` (or ``[N, C]``) -> this packed layout (host-side
+        data movement only: im2col when set, then :func:`~.cpu_ops.pack_act`)."""
+        from .cpu_ops import im2col, pack_act
+
+        if self.im2col is not None:
+            kh, kw, sh, sw, pt, pl, pb, pr = self.im2col
+            x = im2col(x, (kh, kw), (sh, sw), (pt, pl, pb, pr))
+        return pack_act(x, self.batch, self.cblk, self.pre_pad)
+
     def to_json(self) -> list:
-        return [list(self.shape), self.batch, self.cblk, list(self.pre_pad)]
+        return [list(self.shape), self.batch, self.cblk, list(self.pre_pad),
+                None if self.im2col is None else list(self.im2col)]
 
     @classmethod
     def from_json(cls, v) -> "SlotLayout":
-        return cls(tuple(v[0]), int(v[1]), int(v[2]), tuple(v[3]))
+        ic = v[4] if len(v) > 4 else None
+        return cls(tuple(v[0]), int(v[1]), int(v[2]), tuple(v[3]),
+                   None if ic is None else tuple(ic))
 
 
 @dataclass
@@ -372,7 +419,10 @@ class CompiledModel:
         config: the :class:`VTAConfig`.
         name: model name.
         inputs / outputs: graph input / output names.
-        types: ``tensor -> (dtype, shape, exp)`` (shape entries int or symbolic str).
+        types: ``tensor -> (dtype, shape, exp, scale)`` (shape entries int or symbolic
+            str; ``exp`` the integer power-of-two exponent of quantized tensors, ``scale``
+            their float real scale, ``2**exp`` unless the quantizer kept an exact
+            non-power-of-two scale; both ``None`` for float tensors).
         steps: :class:`Step` s in execution order.
         constants: ``name -> ndarray`` (logical constants of CPU steps and packed
             constants of VTA steps).
@@ -402,7 +452,7 @@ class CompiledModel:
                           "trace": s.trace.to_json() if s.trace else None,
                           "reason": s.reason})
         return {"name": self.name, "inputs": self.inputs, "outputs": self.outputs,
-                "types": {k: [t[0], list(t[1]), t[2]] for k, t in self.types.items()},
+                "types": {k: [t[0], list(t[1]), t[2], t[3]] for k, t in self.types.items()},
                 "steps": steps, "meta": _jsonable(self.meta)}
 
 
@@ -459,10 +509,16 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
             man = json.loads(str(z["manifest"]))
         except (ValueError, TypeError) as e:
             raise ArtifactError(f"artifact {p!r}: malformed manifest ({e})") from None
-        if man.get("format") != "vtapkg" or man.get("version") != FORMAT_VERSION:
+        if man.get("format") != "vtapkg":
             raise ArtifactError(f"artifact {p!r}: unknown format {man.get('format')!r} "
-                                f"version {man.get('version')!r} (expected vtapkg "
-                                f"{FORMAT_VERSION})")
+                                f"(expected vtapkg)")
+        ver = man.get("version")
+        if ver != FORMAT_VERSION:
+            why = ("an older vtaforge wrote it; " if isinstance(ver, int) and ver < FORMAT_VERSION
+                   else "")
+            raise ArtifactError(f"artifact {p!r} has vtapkg format version {ver!r}, this "
+                                f"runtime reads version {FORMAT_VERSION} only ({why}recompile "
+                                f"the model)")
         cfg = VTAConfig.from_dict(dict(man["config"]))
         if cfg.fingerprint != man["fingerprint"]:
             raise ArtifactError(f"artifact {p!r}: config does not match its fingerprint")
@@ -483,6 +539,10 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
                           {k: SlotLayout.from_json(v) for k, v in s["layouts"].items()},
                           Trace.from_json(s["trace"], arrays) if s["trace"] else None,
                           s.get("reason", "")))
-    types = {k: (t[0], tuple(t[1]), t[2]) for k, t in m["types"].items()}
+    try:
+        types = {k: (t[0], tuple(t[1]), t[2], None if t[3] is None else float(t[3]))
+                 for k, t in m["types"].items()}
+    except (IndexError, TypeError, ValueError) as e:
+        raise ArtifactError(f"artifact {p!r}: malformed tensor types ({e})") from None
     return CompiledModel(cfg, m["name"], m["inputs"], m["outputs"], types, steps, consts,
                          m.get("meta", {}))

@@ -15,10 +15,12 @@ Activation packing (:func:`pack_act` / :func:`unpack_act`): NCHW int8 to the VTA
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["pack_act", "unpack_act", "run_cpu_op", "CPU_OPS"]
+__all__ = ["pack_act", "unpack_act", "im2col", "run_cpu_op", "CPU_OPS", "scale_factor"]
 
 
 def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0)) -> np.ndarray:
@@ -33,6 +35,25 @@ def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0)) -> np.n
     buf[:n, :c, pt:pt + h, pl:pl + w] = x
     buf = buf.reshape(nb, batch, cb, cblk, h + pt + pb, w + pl + pr)
     return np.ascontiguousarray(buf.transpose(0, 2, 4, 5, 1, 3))
+
+
+def im2col(x: np.ndarray, kernel, strides, pads) -> np.ndarray:
+    """Patch tensor of a convolution input (host-side data movement, no arithmetic).
+
+    Args:
+        x: int8 ``[N, C, H, W]``; kernel ``(kh, kw)``; strides ``(sh, sw)``; pads
+            ``(top, left, bottom, right)`` (zero padding).
+    Returns:
+        int8 ``[N, C*kh*kw, Ho, Wo]`` with channel ``(c*kh + i)*kw + j`` at ``(oy, ox)``
+        equal to the zero-padded ``x[:, c, oy*sh + i - top, ox*sw + j - left]``, so that a
+        conv with weights ``w[O, C, kh, kw]`` equals the 1x1 conv of this tensor with
+        ``w.reshape(O, C*kh*kw, 1, 1)``.
+    """
+    n, c = x.shape[:2]
+    kh, kw = kernel
+    xw = _win(_pad(x, pads, 0), (kh, kw), strides)          # n c ho wo kh kw
+    ho, wo = xw.shape[2:4]
+    return np.ascontiguousarray(xw.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c * kh * kw, ho, wo)
 
 
 def unpack_act(p: np.ndarray, n: int, c: int, h: int, w: int, batch: int, cblk: int
@@ -78,22 +99,49 @@ def _conv_int(x, w, strides, pads, groups):
     return out
 
 
-def run_cpu_op(op: str, attrs: dict, ins: list, exps: dict | None = None) -> np.ndarray:
+def scale_factor(scale: float, inverse: bool = False) -> float:
+    """The float64 factor of a quantize (``inverse=True``: ``1/scale``) or dequantize
+    (``scale``) with real scale ``scale`` (real = int * scale).
+
+    Computed as ``2.0 ** (-/+ log2(scale))``: exactly ``2**-exp`` / ``2**exp`` for a
+    power-of-two scale, and for any other scale the same float64 expression as the
+    compiler's integer reference (``compiler/reference.py``), so the two agree bit for bit.
+
+    Raises:
+        ValueError: ``scale`` not a positive finite number.
+    """
+    s = float(scale)
+    if not (s > 0 and math.isfinite(s)):
+        raise ValueError(f"quantization scale {scale!r} must be a positive finite number")
+    e = math.log2(s)
+    return 2.0 ** (-e if inverse else e)
+
+
+def _attr_scale(a: dict) -> float:
+    s = a.get("scale")
+    return 2.0 ** a["exp"] if s is None else s
+
+
+def run_cpu_op(op: str, attrs: dict, ins: list, scales: dict | None = None) -> np.ndarray:
     """Run one CPU step.
 
     Args:
-        op: IR op name; attrs: its attributes; ins: input arrays (activations then
+        op: IR op name; attrs: its attributes (``quantize``: ``scale``, the real scale of
+            the output, default ``2**exp``); ins: input arrays (activations then
             constants, in the node's input order).
-        exps: ``{"in": exp of input 0, "out": ...}`` for quantize/dequantize.
+        scales: ``{"in": real scale of input 0}`` for ``dequantize``.
     Raises:
-        ValueError: an op this module cannot run.
+        ValueError: an op this module cannot run, a missing or bad scale.
     """
     a = attrs
     if op == "quantize":
-        q = np.floor(ins[0].astype(np.float64) * 2.0 ** (-a["exp"]) + 0.5)
+        f = scale_factor(_attr_scale(a), inverse=True)
+        q = np.floor(ins[0].astype(np.float64) * f + 0.5)
         return np.clip(q, -128, 127).astype(np.int8)
     if op == "dequantize":
-        return (ins[0].astype(np.float64) * 2.0 ** exps["in"]).astype(np.float32)
+        if not scales or scales.get("in") is None:
+            raise ValueError("dequantize needs the real scale of its input")
+        return (ins[0].astype(np.float64) * scale_factor(scales["in"])).astype(np.float32)
     if op == "flatten":
         ax = a["axis"] if a["axis"] >= 0 else a["axis"] + ins[0].ndim
         return ins[0].reshape(int(np.prod(ins[0].shape[:ax], dtype=np.int64)), -1)

@@ -27,7 +27,7 @@ import numpy as np
 
 from .artifact import CompiledModel, SlotLayout, replay
 from .builder import ProgramBuilder
-from .cpu_ops import pack_act, run_cpu_op, unpack_act
+from .cpu_ops import run_cpu_op, unpack_act
 from .device import Device, DeviceError
 
 __all__ = ["Executor", "StepStats"]
@@ -105,7 +105,7 @@ class Executor:
         return b
 
     def _shape(self, tensor: str, n: int) -> tuple:
-        _, shape, _ = self.model.types[tensor]
+        shape = self.model.types[tensor][1]
         return tuple(n if not isinstance(d, int) else d for d in shape)
 
     def _host(self, env: dict, tensor: str, n: int) -> np.ndarray:
@@ -133,7 +133,7 @@ class Executor:
             if name not in feeds:
                 raise DeviceError(f"missing input {name!r}")
             x = np.asarray(feeds[name])
-            _, shape, _ = m.types[name]
+            shape = m.types[name][1]
             if x.dtype.kind != "f":
                 raise DeviceError(f"input {name!r} has dtype {x.dtype}, expected float32")
             if x.ndim != len(shape) or any(isinstance(d, int) and d != s
@@ -169,8 +169,8 @@ class Executor:
             if step.target == "cpu":
                 ins = [m.constants[i] if i in m.constants else self._host(env, i, n)
                        for i in step.inputs]
-                exps = {"in": m.types[step.inputs[0]][2]}
-                env[step.outputs[0]] = run_cpu_op(step.op, step.attrs, ins, exps)
+                scales = {"in": m.types[step.inputs[0]][3]}
+                env[step.outputs[0]] = run_cpu_op(step.op, step.attrs, ins, scales)
                 st.runs += 1
                 continue
             bufs = {}
@@ -182,8 +182,8 @@ class Executor:
                         bufs[slot] = v.buf
                         continue
                     x = self._host(env, src, n)
-                    p = pack_act(x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x,
-                                 lay.batch, lay.cblk, lay.pre_pad)
+                    # host layout step: (im2col and) packing, pure data movement
+                    p = lay.pack(x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x)
                     b = self._act_buf((step.name, slot, nblk), p.nbytes)
                     self.device.write(b, p)
                     bufs[slot] = b
