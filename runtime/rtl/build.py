@@ -46,7 +46,7 @@ from ...hw.config import VTAConfig
 from ..device import DeviceError
 
 #: Bumped whenever the build recipe changes in a way the key would not see.
-BUILD_RECIPE = 2
+BUILD_RECIPE = 3
 #: Waveform formats a model can be built for: format -> Verilator option.
 TRACE_FORMATS = {"vcd": "--trace", "fst": "--trace-fst"}
 #: Verilator options (part of the build key).
@@ -325,6 +325,37 @@ def _parse_classes_mk(mk: Path) -> dict[str, list[str]]:
     return out
 
 
+_EVAL_SIGNATURE = "void Vvta_core___024root___eval(Vvta_core___024root* vlSelf) {"
+_ICO_FIRST = "vlSelfRef.__VicoFirstIteration = 1U;"
+
+
+def _patch_skip_ico(obj: Path) -> bool:
+    """Let the harness skip the input-combinational ("ico") pass of an eval.
+
+    Verilator 5's generated ``Vvta_core___024root___eval`` runs the ico region once at the
+    start of every eval (``__VicoFirstIteration = 1``), even when no input changed.  This
+    turns that assignment into ``= !vh_skip_ico`` (a thread-local flag defined in
+    ``harness.cpp``, set only for evals whose inputs other than ``clk`` equal the previous
+    eval's: exact, see harness.cpp).  Returns False, leaving the code as generated (correct,
+    slower), when the pattern is not found, e.g. after a Verilator upgrade.
+    """
+    for f in sorted(obj.glob("Vvta_core___024root__*.cpp")):
+        text = f.read_text()
+        i = text.find(_EVAL_SIGNATURE)
+        if i < 0:
+            continue
+        j = text.find(_ICO_FIRST, i)
+        end = text.find("\n}\n", i)
+        if j < 0 or (end >= 0 and j > end):
+            return False
+        text = (text[:i] + "extern thread_local bool vh_skip_ico;\n" + text[i:j]
+                + "vlSelfRef.__VicoFirstIteration = !vh_skip_ico;"
+                + text[j + len(_ICO_FIRST):])
+        f.write_text(text)
+        return True
+    return False
+
+
 def verilator_flags(trace: str | bool | None = None,
                     params: Mapping[str, int | str] | None = None) -> list[str]:
     """The Verilator command-line options of a build (without file names)."""
@@ -443,6 +474,10 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         _run([str(root / "bin" / "verilator"), *vflags, "--Mdir", str(obj), str(vfile)],
              tmp, env, "verilating vta_core", log)
         verilate_s = time.monotonic() - tv
+        ico_patched = _patch_skip_ico(obj)
+        if not ico_patched:
+            say("note: Verilator's eval() has an unexpected shape; the input-combinational "
+                "pass is not skipped (correct, slower)")
         classes = _parse_classes_mk(obj / "Vvta_core_classes.mk")
         fast = classes.get("VM_CLASSES_FAST", []) + classes.get("VM_SUPPORT_FAST", [])
         slow = classes.get("VM_CLASSES_SLOW", []) + classes.get("VM_SUPPORT_SLOW", [])
@@ -474,7 +509,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
             "fingerprint": cfg.fingerprint, "key": key, "trace": trace,
             "verilator": verilator_version(), "cxx": cxx_ver, "verilator_flags": vflags,
             "verilate_seconds": round(verilate_s, 2), "compile_seconds": round(compile_s, 2),
-            "build_seconds": round(total, 2),
+            "build_seconds": round(total, 2), "ico_patched": ico_patched,
             "jobs": n_jobs}, indent=2) + "\n")
         (tmp / "ok").write_text("ok\n")
         shutil.move(str(log), str(tmp / "build.log"))
