@@ -1,7 +1,9 @@
 """ResNet-18 (224x224, batch 1) compiled for pynq and run end to end on fsim.
 
 Prints compile wall seconds (aim < 5 s), fsim run wall seconds (anchor: upstream's C++
-fsim ~1 s for ResNet-18), totals of instructions / GEMM micro-ops / DRAM bytes, whether
+fsim ~1 s for ResNet-18), totals of instructions / GEMM micro-ops / DRAM bytes, the
+device-memory footprint (resident weights, liveness-planned activations vs one buffer per
+step and slot, cached programs), whether
 every VTA step equals the integer reference bit for bit, and the cosine similarity of the
 logits to onnxruntime's float output.  Figures, not a pass/fail test.
 
@@ -61,6 +63,16 @@ def main() -> None:
           f"CPU: {[s.name for s in cm.steps if s.target == 'cpu']}")
     print(f"  instructions / GEMM uops / DRAM bytes     : {sum(s.insns for s in st) // 2} / "
           f"{sum(s.gemm_uops for s in st) // 2} / {sum(s.dram_bytes for s in st) // 2}")
+    mr = ex.memory_report()
+    mib = 1 << 20
+    print(f"  device memory: weights/biases (resident)  : {mr['constants'] / mib:.2f} MiB")
+    print(f"  device memory: activations, liveness plan : {mr['activations'] / mib:.2f} MiB   "
+          f"(one buffer per step and slot: {mr['activations_unshared'] / mib:.2f} MiB; "
+          f"most live at one step: {mr['activations_peak_live'] / mib:.2f} MiB)")
+    print(f"  device memory: cached programs            : {mr['programs'] / mib:.2f} MiB")
+    print(f"  device memory: total                      : {mr['total'] / mib:.2f} MiB   "
+          f"(unshared activations: "
+          f"{(mr['total'] - mr['activations'] + mr['activations_unshared']) / mib:.2f} MiB)")
     print(f"  bit-exact vs integer reference            : {exact}")
     print(f"  cosine(logits, onnxruntime float)         : {cos:.4f}")
 

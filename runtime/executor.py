@@ -9,11 +9,17 @@
   per shape; statically verified once, when the device needs it).  The trace is
   independent of N, so a model with a symbolic batch is compiled once and runs any batch
   size (1, 2, 7 ...); one program per step is kept (a new shape replaces it).
-- Device memory: packed constants (weights, biases) are copied once per executor;
-  activation buffers are allocated per (step, slot, batch blocks) on first use and reused
-  by every later run of the same shape.  A VTA output stays on the device and feeds the
-  next VTA step directly when the packed layouts agree (same channel block, no host
-  padding); otherwise the host unpacks and repacks it.
+- Device memory: packed constants (weights, biases) are copied once per executor and stay
+  resident.  Activations are planned by liveness (:class:`MemoryPlan`, one per batch-block
+  count): every device tensor (a VTA step's output, or an input the host packs for a step)
+  lives from the step that writes it to the last step that reads it (on the device, or on
+  the host when a CPU step or a repacking consumer reads it back; graph outputs to the
+  end), and tensors whose lifetimes do not overlap share one device buffer (greedy
+  interval assignment in step order, best fit).  The buffers are allocated once per shape
+  and reused by every later run, so the cached programs stay valid.  A VTA output stays on
+  the device and feeds the next VTA step directly when the packed layouts agree (same
+  channel block, no host padding, no im2col); otherwise the host unpacks and repacks it.
+  :meth:`Executor.memory_report` gives the footprint.
 
 Errors: wrong input name, shape or dtype raise :class:`~.device.DeviceError` with one
 line; device faults propagate as :class:`~.device.ProgramError`.
@@ -30,7 +36,7 @@ from .builder import ProgramBuilder
 from .cpu_ops import run_cpu_op, unpack_act
 from .device import Device, DeviceError
 
-__all__ = ["Executor", "StepStats"]
+__all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory"]
 
 
 @dataclass
@@ -49,11 +55,112 @@ class StepStats:
     extra: dict = field(default_factory=dict)
 
 
+_HOST = ("host copies",)       # env key of the per-run host cache (never a tensor name)
+
+
 @dataclass
 class _Dev:
     buf: object
     layout: SlotLayout
     n: int
+
+
+@dataclass
+class MemoryPlan:
+    """Device activation memory of one batch-block count (see the module docstring).
+
+    Attributes:
+        nblk: batch blocks (``ceil(N / BATCH)``).
+        assign: ``(step index, slot) -> buffer index`` for every device activation (slot
+            ``"y"``: the step's output; other slots: inputs the host packs).
+        sizes: bytes of each shared buffer.
+        lifetimes: ``(step index, slot) -> (first step, last step)`` (``len(steps)``: read
+            after the last step).
+        unshared_bytes: bytes one buffer per ``(step, slot)`` would take (no sharing).
+        peak_live_bytes: the largest sum of tensors live at one step (a lower bound of any
+            plan).
+    """
+
+    nblk: int
+    assign: dict
+    sizes: list
+    lifetimes: dict
+    unshared_bytes: int
+    peak_live_bytes: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.sizes)
+
+
+def plan_memory(model: CompiledModel, nblk: int) -> MemoryPlan:
+    """Liveness plan of the activation buffers of ``model`` for ``nblk`` batch blocks.
+
+    A VTA step's input slot reads its producer's output buffer on the device when the
+    producer is a VTA step with the same packed layout; otherwise the host packs the input
+    into a buffer that lives for that step only.  Two tensors share a buffer only when
+    their lifetimes ``[first, last]`` (inclusive step indices) are disjoint.
+    """
+    steps = model.steps
+    end = len(steps)
+    producer = {}
+    for i, st in enumerate(steps):
+        for t in st.outputs:
+            producer[t] = i
+    life: dict = {}
+    size: dict = {}
+    for i, st in enumerate(steps):
+        if st.target != "vta":
+            continue
+        ylay = st.layouts["y"]
+        life[(i, "y")] = [i, i]
+        size[(i, "y")] = nblk * ylay.block_bytes
+    for i, st in enumerate(steps):
+        for slot_or_in in (st.inputs if st.target != "vta" else
+                           [s for s in st.slots if s in st.layouts and s != "y"]):
+            if st.target != "vta":
+                src = slot_or_in
+                j = producer.get(src)
+                if j is not None and steps[j].target == "vta":
+                    life[(j, "y")][1] = max(life[(j, "y")][1], i)      # read back to host
+                continue
+            slot = slot_or_in
+            src, lay = st.slots[slot], st.layouts[slot]
+            j = producer.get(src)
+            if j is not None and steps[j].target == "vta":
+                life[(j, "y")][1] = max(life[(j, "y")][1], i)          # on device or read back
+                if steps[j].layouts["y"] == lay:
+                    continue
+            life[(i, slot)] = [i, i]
+            size[(i, slot)] = nblk * lay.block_bytes
+    for t in model.outputs:
+        j = producer.get(t)
+        if j is not None and steps[j].target == "vta":
+            life[(j, "y")][1] = end
+    order = sorted(life, key=lambda k: (life[k][0], k[1] != "y", k))
+    sizes: list[int] = []
+    busy: list[int] = []            # last step each buffer's current tensor is live
+    assign = {}
+    for k in order:
+        first, last = life[k]
+        need = size[k]
+        free = [b for b in range(len(sizes)) if busy[b] < first]
+        fit = [b for b in free if sizes[b] >= need]
+        if fit:
+            b = min(fit, key=lambda b: sizes[b])
+        elif free:
+            b = max(free, key=lambda b: sizes[b])
+            sizes[b] = need
+        else:
+            b = len(sizes)
+            sizes.append(need)
+            busy.append(-1)
+        busy[b] = last
+        assign[k] = b
+    peak = max((sum(size[k] for k in life if life[k][0] <= i <= life[k][1])
+                for i in range(end + 1)), default=0)
+    return MemoryPlan(nblk, assign, sizes, {k: tuple(v) for k, v in life.items()},
+                      sum(size.values()), peak)
 
 
 class Executor:
@@ -79,7 +186,7 @@ class Executor:
         self.cfg = device.config
         self.builder = ProgramBuilder(device, max_insns_per_launch=max_insns_per_launch)
         self._consts: dict[str, object] = {}
-        self._acts: dict[tuple, object] = {}
+        self._plans: dict[int, tuple[MemoryPlan, list]] = {}     # nblk -> (plan, buffers)
         # encoded programs per (step, batch blocks, buffer addresses): see module docstring
         self._progs: dict[tuple, object] = {}
         self._prog_keys: dict[tuple, tuple] = {}
@@ -95,28 +202,55 @@ class Executor:
             self._consts[name] = b
         return b
 
-    def _act_buf(self, key: tuple, nbytes: int):
-        b = self._acts.get(key)
-        if b is None or b.nbytes < nbytes:
-            if b is not None:
-                self.device.free(b)
-            b = self.device.alloc(nbytes)
-            self._acts[key] = b
-        return b
+    def _plan(self, nblk: int) -> tuple[MemoryPlan, list]:
+        pb = self._plans.get(nblk)
+        if pb is None:
+            plan = plan_memory(self.model, nblk)
+            bufs = []
+            try:
+                for n in plan.sizes:
+                    bufs.append(self.device.alloc(max(n, 1)))
+            except BaseException:
+                for b in bufs:
+                    self.device.free(b)
+                raise
+            pb = self._plans[nblk] = (plan, bufs)
+        return pb
+
+    def memory_report(self) -> dict[str, int]:
+        """Device-memory footprint in bytes: ``constants`` (packed weights/biases, resident),
+        ``activations`` (the liveness-planned buffers of every shape run so far),
+        ``activations_unshared`` (what one buffer per (step, slot, shape) would take),
+        ``activations_peak_live`` (the most bytes live at one step: a lower bound),
+        ``programs`` (cached instruction and micro-op buffers), ``total``
+        (constants + activations + programs)."""
+        c = sum(b.nbytes for b in self._consts.values())
+        a = sum(p.nbytes for p, _ in self._plans.values())
+        u = sum(p.unshared_bytes for p, _ in self._plans.values())
+        pk = sum(p.peak_live_bytes for p, _ in self._plans.values())
+        pr = sum(b.nbytes for p in self._progs.values() for b in (p.buffers or ()))
+        return {"constants": c, "activations": a, "activations_unshared": u,
+                "activations_peak_live": pk, "programs": pr,
+                "total": c + a + pr}
 
     def _shape(self, tensor: str, n: int) -> tuple:
         shape = self.model.types[tensor][1]
         return tuple(n if not isinstance(d, int) else d for d in shape)
 
     def _host(self, env: dict, tensor: str, n: int) -> np.ndarray:
+        """The host (logical int8) value of ``tensor``; a device tensor is read back once per
+        run (the host copy is cached in ``env[_HOST]``; the device copy stays valid
+        for its planned lifetime)."""
         v = env[tensor]
         if isinstance(v, _Dev):
-            lay = v.layout
-            c, h, w = lay.shape
-            raw = self.device.read(v.buf, lay.nbytes(v.n))
-            x = unpack_act(raw, v.n, c, h, w, lay.batch, lay.cblk)
-            x = x.reshape(self._shape(tensor, n))
-            env[tensor] = x
+            hc = env[_HOST]
+            x = hc.get(tensor)
+            if x is None:
+                lay = v.layout
+                c, h, w = lay.shape
+                raw = self.device.read(v.buf, lay.nbytes(v.n))
+                x = unpack_act(raw, v.n, c, h, w, lay.batch, lay.cblk)
+                x = hc[tensor] = x.reshape(self._shape(tensor, n))
             return x
         return v
 
@@ -162,9 +296,11 @@ class Executor:
         """
         feeds, n = self._check_feeds(feeds)
         env: dict = dict(feeds)
+        env[_HOST] = {}
         m = self.model
         nblk = -(-n // self.cfg.BATCH)
-        for step in m.steps:
+        plan, pool = self._plan(nblk)
+        for i, step in enumerate(m.steps):
             st = self.stats[step.name]
             if step.target == "cpu":
                 ins = [m.constants[i] if i in m.constants else self._host(env, i, n)
@@ -184,13 +320,13 @@ class Executor:
                     x = self._host(env, src, n)
                     # host layout step: (im2col and) packing, pure data movement
                     p = lay.pack(x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x)
-                    b = self._act_buf((step.name, slot, nblk), p.nbytes)
+                    b = pool[plan.assign[(i, slot)]]
                     self.device.write(b, p)
                     bufs[slot] = b
                 elif slot != "y":
                     bufs[slot] = self._const_buf(src)
             ylay = step.layouts["y"]
-            yb = self._act_buf((step.name, "y", nblk), ylay.nbytes(n))
+            yb = pool[plan.assign[(i, "y")]]
             bufs["y"] = yb
             key = (step.name, nblk, tuple(sorted((k, b.addr, b.nbytes)
                                                  for k, b in bufs.items())))
@@ -213,6 +349,8 @@ class Executor:
             st.alu_uops += int(s.get("alu_counter", 0))
             st.dram_bytes += int(s.get("dram_read_nbytes", 0)) + int(s.get("dram_write_nbytes", 0))
             env[step.outputs[0]] = _Dev(yb, ylay, n)
+            if keep:        # read back before a later step may reuse the buffer
+                self._host(env, step.outputs[0], n)
         names = list(env) if keep else m.outputs
         out = {}
         for k in names:
@@ -226,11 +364,12 @@ class Executor:
             p.free()
         self._progs.clear()
         self._prog_keys.clear()
-        for b in list(self._consts.values()) + list(self._acts.values()):
+        acts = [b for _, bufs in self._plans.values() for b in bufs]
+        for b in list(self._consts.values()) + acts:
             try:
                 self.device.free(b)
             except DeviceError:
                 pass
         self._consts.clear()
-        self._acts.clear()
+        self._plans.clear()
         self.builder.close()
