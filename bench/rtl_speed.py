@@ -5,6 +5,14 @@ Prints cycles per second beside the anchors: upstream VTA's Chisel+Verilator sim
 MAC array under Verilator with a C++ harness ran 0.83-0.98 M cycles/s here at -O2
 (shared/reference/hardware-notes.md).  A figure, not a pass/fail test.
 
+Measured at pynq (24 GEMMs x 256 x 256 micro-ops, 1.58 M cycles; 2-core machine under a
+load average of about 4.5, so the cycles-per-CPU-second figure is the comparable one):
+before the input-combinational skip (see runtime/rtl/harness.cpp) 0.45-0.50 M cycles per
+CPU second (0.29-0.50 M cycles/s wall); after it 0.68-0.80 M cycles per CPU second
+(0.45-0.53 M cycles/s wall under that load), the same cycles and final memory.  C++ -O3,
+Verilator -O3 and -fvisibility=hidden/-fno-plt were within noise of -O2 (and -O3 doubled
+the compile time), so the build keeps -O2.
+
     python bench/rtl_speed.py [--preset pynq] [--gemms 24] [--iters 256]
 """
 
