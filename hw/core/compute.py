@@ -7,11 +7,13 @@ cycles, since both operands come from the one accumulator read port):
 
 - A: loop sequencer; reads the micro-op at index ``k``.
 - B: forms ``dst``/``src``/``wgt`` = micro-op field + loop offset (wrapping at the buffer
-  depth); stalls while an older micro-op in C or D still has to write an entry this one
-  reads (read-after-write through the accumulator), so consecutive micro-ops updating the
-  same entry give the sum of both; issues the scratchpad reads.
+  depth); issues the scratchpad reads.  An ALU micro-op stalls while an older micro-op in C
+  or D still has to write an entry it reads (read-after-write through the accumulator);
+  a GEMM micro-op never stalls.
 - C: multiplies (GEMM) or evaluates the ALU lanes; registers the result.
-- D: sums each dot product into the accumulator value; writes ACC and OUT.
+- D: sums each dot product into the accumulator value, which is forwarded from the two
+  newest accumulator writes when they hit the same entry (so consecutive GEMM micro-ops
+  updating one entry give the sum of both at one micro-op per cycle); writes ACC and OUT.
 
 Element layouts (little-endian, row-major, as numpy arrays of the element): INP
 ``[BATCH][BLOCK_IN]``, WGT ``[BLOCK_OUT][BLOCK_IN]``, ACC/OUT ``[BATCH][BLOCK_OUT]``.
@@ -296,9 +298,12 @@ class ComputeUnit(wiring.Component):
         c_valid, c_dst = Signal(), Signal(LA)
         d_valid, d_dst = Signal(), Signal(LA)
         hazard = Signal()
-        m.d.comb += hazard.eq(
+        # GEMM never stalls: stage D forwards the accumulator writes its read missed (see
+        # below).  ALU evaluates its lanes in C from the read value, so it still waits until
+        # an older micro-op writing its destination (or tensor source) has left D.
+        m.d.comb += hazard.eq(is_alu & (
             (c_valid & (c_dst == dst)) | (d_valid & (d_dst == dst)) |
-            (alu_tensor & ((c_valid & (c_dst == src[:LA])) | (d_valid & (d_dst == src[:LA])))))
+            (alu_tensor & ((c_valid & (c_dst == src[:LA])) | (d_valid & (d_dst == src[:LA]))))))
         m.d.comb += advance_b.eq(b_valid & (phase | (~hazard & ~alu_tensor)))
         with m.If(b_valid & alu_tensor & ~phase & ~hazard):
             m.d.sync += phase.eq(1)
@@ -364,6 +369,18 @@ class ComputeUnit(wiring.Component):
         m.d.sync += [d_reset.eq(reset), d_alu.eq(is_alu)]
 
         # ---------------------------------------------------------- stage D: sum + write
+        # Forwarding: the accumulator value a micro-op in D adds to was read when it left B,
+        # two cycles ago; the writes of those two cycles (w2: two cycles ago, w1: last
+        # cycle) are not in it.  Every accumulator write is remembered for two cycles and
+        # the newest one to the same entry replaces the read value, so back-to-back GEMM
+        # micro-ops updating one entry sum correctly at one micro-op per cycle.
+        w1_v, w1_a, w1_d = Signal(), Signal(LA), Signal(acc_bits)
+        w2_v, w2_a, w2_d = Signal(), Signal(LA), Signal(acc_bits)
+        m.d.sync += [w1_v.eq(acc_mem.w_en), w1_a.eq(acc_mem.w_addr), w1_d.eq(acc_mem.w_data),
+                     w2_v.eq(w1_v), w2_a.eq(w1_a), w2_d.eq(w1_d)]
+        d_base = Signal(acc_bits)
+        m.d.comb += d_base.eq(Mux(w1_v & (w1_a == d_dst), w1_d,
+                                  Mux(w2_v & (w2_a == d_dst), w2_d, d_acc)))
         gemm_res = Signal(acc_bits)
         for b in range(B):
             for o in range(BO):
@@ -375,7 +392,7 @@ class ComputeUnit(wiring.Component):
                     if len(terms) % 2:
                         nxt.append(terms[-1])
                     terms = nxt
-                lane = d_acc.word_select(b * BO + o, AW).as_signed()
+                lane = d_base.word_select(b * BO + o, AW).as_signed()
                 m.d.comb += gemm_res.word_select(b * BO + o, AW).eq((lane + terms[0])[:AW])
         result = Signal(acc_bits)
         m.d.comb += result.eq(Mux(d_reset, 0, Mux(d_alu, d_res, gemm_res)))
