@@ -5,12 +5,12 @@ Prints cycles per second beside the anchors: upstream VTA's Chisel+Verilator sim
 MAC array under Verilator with a C++ harness ran 0.83-0.98 M cycles/s here at -O2
 (shared/reference/hardware-notes.md).  A figure, not a pass/fail test.
 
-Measured at pynq (24 GEMMs x 256 x 256 micro-ops, 1.58 M cycles; 2-core machine under a
-load average of about 4.5, so the cycles-per-CPU-second figure is the comparable one):
-before the input-combinational skip (see runtime/rtl/harness.cpp) 0.45-0.50 M cycles per
-CPU second (0.29-0.50 M cycles/s wall); after it 0.68-0.80 M cycles per CPU second
-(0.45-0.53 M cycles/s wall under that load), the same cycles and final memory.  C++ -O3,
-Verilator -O3 and -fvisibility=hidden/-fno-plt were within noise of -O2 (and -O3 doubled
+Measured at pynq (24 GEMMs x 256 x 256 micro-ops, 1.58 M cycles, 2-core machine, same
+cycles and final memory before and after): with the input-combinational skip (see
+runtime/rtl/harness.cpp) 0.75-0.81 M cycles/s (= cycles per CPU second at a load average
+near 3), against 0.47-0.50 M before it, measured back to back; under a load average of 4.5
+0.68-0.80 against 0.45-0.50 M cycles per CPU second.  C++ -O3, Verilator -O3,
+-fvisibility=hidden/-fno-plt and no --output-split-cfuncs were within noise of -O2 (-O3 about doubled
 the compile time), so the build keeps -O2.
 
     python bench/rtl_speed.py [--preset pynq] [--gemms 24] [--iters 256]

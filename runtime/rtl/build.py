@@ -19,6 +19,10 @@ Waveform variants are separate cache entries, built only when asked: ``trace="vc
 always available) and ``trace="fst"`` (``--trace-fst``; compressed, needs the zlib and lz4
 development headers and libraries).
 
+After verilating, the generated ``_eval`` is patched (:func:`_patch_skip_ico`) so that the
+harness can skip Verilator's input-combinational pass on evals whose inputs did not change
+(exact; about 1.6x faster on a compute-bound pynq run).
+
 Parallelism: ``jobs`` compiler processes (default ``min(2, cpu_count)``, or
 ``$VTAFORGE_BUILD_JOBS``), sized for the 2-core machines this project runs on.
 """
