@@ -10,8 +10,8 @@ cycles and final memory before and after): with the input-combinational skip (se
 runtime/rtl/harness.cpp) 0.75-0.81 M cycles/s (= cycles per CPU second at a load average
 near 3), against 0.47-0.50 M before it, measured back to back; under a load average of 4.5
 0.68-0.80 against 0.45-0.50 M cycles per CPU second.  C++ -O3, Verilator -O3,
--fvisibility=hidden/-fno-plt and no --output-split-cfuncs were within noise of -O2 (-O3 about doubled
-the compile time), so the build keeps -O2.
+-fvisibility=hidden/-fno-plt and dropping --output-split-cfuncs were all within noise of
+the -O2 build (C++ -O3 about doubled the compile time), so the build flags are unchanged.
 
     python bench/rtl_speed.py [--preset pynq] [--gemms 24] [--iters 256]
 """
