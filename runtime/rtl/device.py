@@ -118,8 +118,9 @@ class RtlDevice(Device):
 
     Raises:
         DeviceError: a ``trace`` name with another suffix, or a ``model`` built for
-            another waveform format; the core's FINGERPRINT register differs from ``config.fingerprint``
-            (a model built for another config), or the model cannot be built or loaded.
+            another waveform format; the core's FINGERPRINT register differs from
+            ``config.fingerprint`` (a model built for another config), or the model
+            cannot be built or loaded.
     """
 
     target = "rtl"
