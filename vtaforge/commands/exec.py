@@ -12,7 +12,7 @@ import click
 @click.argument("bundle", type=click.Path(dir_okay=False))
 @click.option("--config", "config_spec", default="pynq", show_default=True,
               help="preset name or vta_config.json file")
-@click.option("--target", default="fsim", show_default=True, help="backend: fsim or rtl")
+@click.option("--target", default="fsim", show_default=True, help="backend: fsim, rtl or pynq (on the board)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="write the final image, cycles and stats to this .npz")
 @click.option("--max-steps", type=int, default=None,
