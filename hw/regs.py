@@ -74,9 +74,9 @@ REGISTERS: tuple[Register, ...] = (
     Register("COMPUTE_STALL", 0x3C, "ro", "Cycles the compute unit waited for a token."),
     Register("STORE_STALL", 0x40, "ro", "Cycles the store unit waited for a token."),
     Register("GEMM_COUNT", 0x44, "ro", "Non-reset GEMM micro-ops executed in the last run."),
-    Register("ALU_COUNT", 0x48, "ro", "ALU micro-ops executed in the last run."),
-    Register("DMA_RD_BYTES", 0x4C, "ro", "Bytes read over the AXI master in the last run."),
-    Register("DMA_WR_BYTES", 0x50, "ro", "Bytes written over the AXI master in the last run."),
+    Register("ALU_COUNT", 0x48, "ro", "Non-reset ALU micro-ops executed in the last run."),
+    Register("DMA_RD_BYTES", 0x4C, "ro", "Bytes of instructions and elements read in the last run (padding excluded)."),
+    Register("DMA_WR_BYTES", 0x50, "ro", "Bytes written (strobed) in the last run."),
 )
 
 #: Size of the register window in bytes.
