@@ -287,7 +287,8 @@ class _Machine:
         if insn_addr < 0:
             raise ProgramError(f"insn_addr = {insn_addr} is negative")
         end = insn_addr + INSN_BYTES * insn_count
-        if not bool(self.regions.contains(insn_addr, end)):
+        # Python ints beyond int64 (a corrupt bundle) are outside any region
+        if end >= 1 << 63 or not bool(self.regions.contains(insn_addr, end)):
             raise ProgramError(
                 f"instruction fetch of bytes [0x{insn_addr:x}, 0x{end:x}) ({insn_count} "
                 f"instructions) is outside the memory the program may touch "
