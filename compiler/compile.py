@@ -177,3 +177,9 @@ def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data") ->
                                    for d, s in zip(shape[1:], x.shape[1:])):
         raise CompileError(f"{label} for {name!r} has shape {list(x.shape)}, expected "
                            f"{list(shape)} (any number of samples first)")
+    if x.shape[0] == 0:
+        raise CompileError(f"{label} for {name!r} has no samples (shape {list(x.shape)})")
+    if not np.isfinite(x).all():
+        raise CompileError(f"{label} for {name!r} contains NaN or infinity "
+                           f"({int(np.count_nonzero(~np.isfinite(x)))} value(s)); the "
+                           f"quantization ranges would be meaningless")

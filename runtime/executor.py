@@ -276,6 +276,10 @@ class Executor:
                                   f"{list(shape)}")
             if x.shape[0] < 1:
                 raise DeviceError(f"input {name!r} has an empty batch")
+            if not np.isfinite(x).all():
+                raise DeviceError(f"input {name!r} contains NaN or infinity "
+                                  f"({int(np.count_nonzero(~np.isfinite(x)))} value(s)); "
+                                  f"int8 quantization has no value for them")
             if n is not None and x.shape[0] != n:
                 raise DeviceError("inputs disagree on the batch size")
             n = x.shape[0]
