@@ -91,16 +91,20 @@ def load_bundle(path: str | Path) -> tuple[np.ndarray, int, int]:
 
 
 def save_bundle(path: str | Path, dram: np.ndarray, insn_addr: int, insn_count: int) -> None:
-    """Write an exec bundle (see the module docstring)."""
-    np.savez(path, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
-             insn_addr=np.int64(insn_addr), insn_count=np.int64(insn_count))
+    """Write an exec bundle (see the module docstring) to exactly ``path`` (no ``.npz``
+    is appended)."""
+    with open(path, "wb") as f:
+        np.savez(f, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
+                 insn_addr=np.int64(insn_addr), insn_count=np.int64(insn_count))
 
 
 def save_result(path: str | Path, dram: np.ndarray, result: RunResult) -> None:
-    """Write a result file: final ``dram``, ``cycles`` (int64) and ``stats`` (JSON string)."""
-    np.savez(path, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
-             cycles=np.int64(result.cycles),
-             stats=np.array(json.dumps(result.stats, sort_keys=True)))
+    """Write a result file to exactly ``path`` (no ``.npz`` is appended): final ``dram``,
+    ``cycles`` (int64) and ``stats`` (JSON string)."""
+    with open(path, "wb") as f:
+        np.savez(f, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
+                 cycles=np.int64(result.cycles),
+                 stats=np.array(json.dumps(result.stats, sort_keys=True)))
 
 
 def load_result(path: str | Path) -> tuple[np.ndarray, int, dict[str, Any]]:

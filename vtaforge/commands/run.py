@@ -143,7 +143,8 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
     dt = time.perf_counter() - t0
     y = np.asarray(out[cm.outputs[0]], np.float32)
     if output_path:
-        np.save(output_path, y)
+        with open(output_path, "wb") as f:  # exactly this path (np.save(path) adds .npy)
+            np.save(f, y)
     nv = sum(1 for s in cm.steps if s.target == "vta")
     click.echo(f"{cm.name}: {len(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
                f"{nv}/{len(cm.steps)} steps on VTA; output {cm.outputs[0]} {list(y.shape)}"
@@ -156,19 +157,17 @@ def _get_model(model_path: str, cfg, calib_path, x):
 
     p = Path(model_path)
     if p.suffix == ".vtapkg":
+        if calib_path:
+            raise DeviceError("--calibrate applies to ONNX models; a .vtapkg is already "
+                              "quantized (recompile it with vtaforge compile --calibrate)")
         return load_artifact(p, cfg)
     if not p.exists():
         raise DeviceError(f"cannot read model {model_path!r}: no such file")
     from ..compiler.compile import compile_model
 
     calib = _load_npy(calib_path, "calibration data") if calib_path else x
-    return compile_model(str(p), _calib_batches(calib), cfg,
+    return compile_model(str(p), calib, cfg,
                          calib_label="calibration data" if calib_path else "input")
-
-
-def _calib_batches(c: np.ndarray) -> np.ndarray:
-    """Calibration samples, batch first (the quantizer feeds them in batches itself)."""
-    return c
 
 
 COMMANDS = [run_cmd]
