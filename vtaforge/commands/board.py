@@ -91,6 +91,9 @@ def timing_cmd(report: str, as_json: bool) -> None:
         text = Path(report).read_text()
     except OSError as e:
         raise _FlowFailure(f"cannot read {report!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise _FlowFailure(f"{report!r} is not a text file (not a Vivado timing "
+                           f"summary)") from None
     try:
         res = parse_timing_summary(text)
     except FlowError as e:

@@ -27,11 +27,17 @@ def hw_group() -> None:
 @click.option("--name", default="vta_core", show_default=True, help="top module name")
 def verilog_cmd(spec: str, out_dir: str, name: str) -> None:
     """Write the core's Verilog, register map JSON and C header into OUT."""
+    import re
+
     from ..hw.config import load_config
+
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):  # before creating OUT
+        raise click.BadParameter(f"{name!r} is not a Verilog identifier",
+                                 param_hint="'--name'")
+    cfg = load_config(spec)
     from ..hw.core import emit_verilog
     from ..hw.regs import c_header, regmap_json
 
-    cfg = load_config(spec)
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     text = emit_verilog(cfg, name=name)
