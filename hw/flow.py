@@ -260,6 +260,36 @@ def _fmt_mhz(mhz: float) -> str:
     return f"{float(mhz):g}"
 
 
+# Every user-supplied string that goes into build.tcl (part, board part, file names) must
+# be one plain TCL word: no whitespace, quotes, braces, brackets, ``$``, ``;`` or ``\\``
+# (a ``[...]`` in a board part would otherwise run as a TCL command inside Vivado).
+_TCL_WORD = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+def _tcl_word(value: str, what: str) -> str:
+    """``value`` if it is a plain TCL word (letters, digits, ``_ . : -``).
+
+    Raises:
+        FlowError: anything else, naming ``what`` (e.g. ``--board-part``).
+    """
+    if not isinstance(value, str) or not _TCL_WORD.fullmatch(value):
+        raise FlowError(f"{what} {value!r} is not a valid name: only letters, digits and "
+                        f"_ . : - are allowed")
+    return value
+
+
+def _tcl_brace(value: str) -> str:
+    """``value`` quoted as a literal TCL word (``{...}``; no substitution inside).
+
+    Raises:
+        FlowError: ``value`` holds a brace or backslash (cannot be brace-quoted safely).
+    """
+    if any(c in value for c in "{}\\\n"):
+        raise FlowError(f"path {value!r} cannot be quoted for TCL (braces, backslashes "
+                        f"and newlines are not allowed)")
+    return "{" + value + "}"
+
+
 def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
               core_file: str = f"{CORE_NAME}.v", wrapper_file: str = f"{WRAPPER_NAME}.v"
               ) -> str:
@@ -279,11 +309,18 @@ def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
     (``reports/timing_summary.rpt``) and judged by :func:`parse_timing_summary`.
 
     Raises:
-        FlowError: ``cfg.PART`` is not a Zynq part; ``jobs`` < 1.
+        FlowError: ``cfg.PART`` is not a Zynq part; ``jobs`` < 1; ``board_part``,
+            ``cfg.PART`` or a file name is not a plain TCL word (letters, digits,
+            ``_ . : -``), so nothing user-supplied can inject TCL.
     """
     spec = board_spec(cfg)
-    if int(jobs) < 1:
-        raise FlowError(f"jobs must be >= 1, got {jobs}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise FlowError(f"--jobs must be an integer >= 1, got {jobs!r}")
+    _tcl_word(cfg.PART, "part (PART)")
+    if board_part is not None:
+        _tcl_word(board_part, "--board-part")
+    core_q = _tcl_brace(_tcl_word(core_file, "core file name"))
+    wrapper_q = _tcl_brace(_tcl_word(wrapper_file, "wrapper file name"))
     mhz = _fmt_mhz(cfg.CLOCK_MHZ)
     period = 1000.0 / float(cfg.CLOCK_MHZ)
     proj = f"vta_{cfg.bitstream_name}"
@@ -312,7 +349,7 @@ def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
     a("create_project -force $proj_name $proj_dir -part $part")
     if board_part:
         a(f"set_property board_part {board_part} [current_project]")
-    a(f"add_files -norecurse [list [file join $here {core_file}] [file join $here {wrapper_file}]]")
+    a(f"add_files -norecurse [list [file join $here {core_q}] [file join $here {wrapper_q}]]")
     a("update_compile_order -fileset sources_1")
     a("")
     a(f"create_bd_design {BD_NAME}")
@@ -457,10 +494,12 @@ def write_project(cfg: VTAConfig, out_dir: str | Path, *, board_part: str | None
         ``board``.
 
     Raises:
-        FlowError: ``cfg.PART`` is not a Zynq part.
+        FlowError: ``cfg.PART`` is not a Zynq part; ``board_part`` or ``cfg.PART`` is
+            not a plain TCL word; ``jobs`` < 1.
         OSError: the directory cannot be written.
     """
     board_spec(cfg)  # fail before writing anything
+    build_tcl(cfg, board_part=board_part, jobs=jobs)  # validates before anything is written
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     if verilog is None:

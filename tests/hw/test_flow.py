@@ -99,8 +99,8 @@ def test_tcl_project_and_ps(cfg):
     t = flow.build_tcl(cfg)
     assert f"set part {cfg.PART}\n" in t
     assert "create_project -force $proj_name $proj_dir -part $part" in t
-    assert "add_files -norecurse [list [file join $here vta_core.v] " \
-           "[file join $here vta_wrapper.v]]" in t
+    assert "add_files -norecurse [list [file join $here {vta_core.v}] " \
+           "[file join $here {vta_wrapper.v}]]" in t
     assert "create_bd_cell -type module -reference vta_wrapper vta_0" in t
     mhz = f"{cfg.CLOCK_MHZ:g}"
     if _zynq7(cfg):
@@ -297,3 +297,41 @@ def test_cli_board(tmp_path):
     assert res.exit_code == 0, res.output
     assert (out / "build.tcl").is_file() and (out / "vta_core.v").stat().st_size > 1000
     assert "0x43C00000" in res.output
+
+
+# ------------------------------------------------------------------ TCL injection (review)
+@pytest.mark.parametrize("bad", ["xilinx.com:zcu104:part0:1.1 [exec rm -rf ~]",
+                                 "a;b", "a b", "$env(HOME)", "{x}", "part\\n", "", '"q"'])
+def test_board_part_injection_refused(bad):
+    with pytest.raises(flow.FlowError, match="--board-part"):
+        flow.build_tcl(preset("pynq"), board_part=bad)
+
+
+def test_part_and_file_names_are_plain_tcl_words():
+    import dataclasses
+
+    cfg = preset("pynq")
+    evil = dataclasses.replace(cfg, PART="xc7z020clg484-1 [exec id]")
+    with pytest.raises(flow.FlowError, match="PART"):
+        flow.build_tcl(evil)
+    with pytest.raises(flow.FlowError, match="core file name"):
+        flow.build_tcl(cfg, core_file="x}.v; exec id")
+    t = flow.build_tcl(cfg)
+    # file names are brace-quoted (no substitution inside)
+    assert "[file join $here {vta_core.v}]" in t
+
+
+def test_cli_board_project_bad_inputs_write_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from vtaforge.commands.board import board_group
+
+    r = CliRunner()
+    out = tmp_path / "p"
+    res = r.invoke(board_group, ["project", "--config", "tiny", "-o", str(out),
+                                 "--board-part", "x [exec touch pwned]"])
+    assert res.exit_code == 2 and "--board-part" in res.output, res.output
+    assert not out.exists()
+    res = r.invoke(board_group, ["project", "--config", "tiny", "-o", str(out), "--jobs", "0"])
+    assert res.exit_code == 2 and "--jobs" in res.output, res.output
+    assert not out.exists()

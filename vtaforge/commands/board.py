@@ -43,7 +43,8 @@ def _flow_error(e: Exception) -> click.ClickException:
               help="project directory (created if missing)")
 @click.option("--board-part", default=None,
               help="Vivado board part (e.g. xilinx.com:zcu104:part0:1.1) to apply its PS preset")
-@click.option("--jobs", default=2, show_default=True, type=int, help="Vivado run jobs")
+@click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Vivado run jobs (>= 1)")
 def project_cmd(spec: str, out_dir: str, board_part: str | None, jobs: int) -> None:
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
     from ..hw.config import load_config
