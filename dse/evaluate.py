@@ -437,6 +437,17 @@ class CycleModel:
     insn_overhead: float = 7.0
     dram_latency: float = 0.0
 
+    def __post_init__(self) -> None:
+        """Raises :class:`DSEError` when a parameter is not a finite number >= 0 (a
+        negative or NaN latency would silently rank designs wrongly)."""
+        for name in ("gemm_uop_cycles", "alu_imm_uop_cycles", "alu_tensor_uop_cycles",
+                     "insn_overhead", "dram_latency"):
+            v = getattr(self, name)
+            opt = "--dram-latency" if name == "dram_latency" else name
+            if isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not math.isfinite(float(v)) or float(v) < 0:
+                raise DSEError(f"{opt} = {v!r} must be a finite number of cycles >= 0")
+
     def program_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray]) -> dict:
         """Cycles of a decoded program (``decode_program`` columns).
 

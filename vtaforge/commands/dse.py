@@ -38,20 +38,23 @@ def dse_group() -> None:
               help="cap on layer height/width (reduced spatial size), or 'full'")
 @click.option("--part", default="xc7z020", show_default=True,
               help="part to fit (xc7z020, xczu3eg, xczu7ev)")
-@click.option("--samples", type=int, default=None, help="random sample of N grid points")
-@click.option("--seed", type=int, default=0, show_default=True, help="sampling seed")
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="random sample of N grid points (N >= 1)")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="sampling seed (>= 0)")
 @click.option("--resources", "res_mode", type=click.Choice(["analytic", "yosys"]),
               default="analytic", show_default=True)
 @click.option("--perf", "perf_mode", type=click.Choice(["model", "rtl", "none"]),
               default="model", show_default=True)
 @click.option("--dram-latency", type=float, default=0.0, show_default=True,
-              help="cycle model: cycles of DRAM latency per row burst")
+              help="cycle model: cycles of DRAM latency per row burst (finite, >= 0)")
 @click.option("--timing", "timing_file", default=None,
               help="JSON: fingerprint or bitstream -> {slack_ns | fmax_mhz}")
 @click.option("--cache", "cache_file", default=None,
               help="result cache JSON (default: next to -o as <report>.cache.json)")
 @click.option("-o", "--out", "out_file", default=None, help="write the JSON report here")
-@click.option("--limit", type=int, default=30, show_default=True, help="table rows shown")
+@click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True,
+              help="table rows shown (>= 1)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 def run_cmd(space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
             dram_latency, timing_file, cache_file, out_file, limit, no_progress) -> None:

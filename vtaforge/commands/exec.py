@@ -15,8 +15,8 @@ import click
 @click.option("--target", default="fsim", show_default=True, help="backend: fsim, rtl or pynq (on the board)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="write the final image, cycles and stats to this .npz")
-@click.option("--max-steps", type=int, default=None,
-              help="watchdog: fsim steps (one per instruction and per micro-op); rtl cycles")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None,
+              help="watchdog (>= 1): fsim steps (one per instruction and per micro-op); rtl cycles")
 @click.option("--trace", "trace", type=click.Path(dir_okay=False), default=None,
               help="rtl only: write a waveform of the run to this file (.vcd, or .fst with "
                    "liblz4-dev installed)")
