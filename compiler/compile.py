@@ -152,15 +152,22 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
             raise CompileError(f"model has {len(fg.inputs)} inputs: calibration must be a dict")
         t = fg.types[fg.inputs[0]]
         _check_calib(fg.inputs[0], t.shape, calib, calib_label)
+        n_samples = len(calib)
+    elif isinstance(calib, dict):
+        n_samples = _check_calib_dict(fg, calib, calib_label)
+    else:
+        raise CompileError(f"{calib_label} must be an ndarray or a dict {{input name: "
+                           f"ndarray}}, not {type(calib).__name__}")
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL))
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
-    if isinstance(b0, int) and isinstance(calib, np.ndarray):
+    if isinstance(b0, int):
         # a fixed-batch model: feed the calibration samples in model-sized batches
-        n = (len(calib) // b0) * b0
+        n = (n_samples // b0) * b0
         if n == 0:
-            raise CompileError(f"{calib_label} has {len(calib)} sample(s); the model's batch "
+            raise CompileError(f"{calib_label} has {n_samples} sample(s); the model's batch "
                                f"is {b0}")
-        calib = calib[:n]
+        calib = (calib[:n] if isinstance(calib, np.ndarray)
+                 else {k: v[:n] for k, v in calib.items()})
         qc = replace(qc, batch_size=b0)
     q = quantize(fg, calib, qc)
     part = partition(q, cfg)
@@ -168,6 +175,28 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     cm.qgraph = q
     cm.partition = part
     return cm
+
+
+def _check_calib_dict(fg, calib: dict, label: str) -> int:
+    """Check ``{input name: ndarray}`` calibration data: exactly the graph's inputs, each
+    one passing :func:`_check_calib` (float dtype, shape, non-empty, finite), all with the
+    same number of samples.  Returns that number.  Raises CompileError naming the input."""
+    missing = [k for k in fg.inputs if k not in calib]
+    if missing:
+        raise CompileError(f"{label} lacks model input(s) {missing}; inputs: {list(fg.inputs)}")
+    extra = [k for k in calib if k not in fg.inputs]
+    if extra:
+        raise CompileError(f"{label} has unknown input(s) {extra}; inputs: {list(fg.inputs)}")
+    counts = {}
+    for k in fg.inputs:
+        x = calib[k]
+        if not isinstance(x, np.ndarray):
+            raise CompileError(f"{label} for {k!r} must be an ndarray, not {type(x).__name__}")
+        _check_calib(k, fg.types[k].shape, x, label)
+        counts[k] = int(x.shape[0])
+    if len(set(counts.values())) > 1:
+        raise CompileError(f"{label} inputs have different sample counts: {counts}")
+    return next(iter(counts.values()))
 
 
 def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data") -> None:

@@ -1,0 +1,47 @@
+"""compile_model checks calibration data given as ``{input name: ndarray}`` exactly like a
+single ndarray (review): dtype, shape, empty, NaN/inf, missing or unknown inputs, and
+mismatched sample counts are one CompileError naming the input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from _onnx_util import make_model, rand
+from vtaforge.compiler.compile import compile_model
+from vtaforge.compiler.errors import CompileError
+
+
+def _relu_model():
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", ["N", 16, 4, 4])],
+                      [("y", ["N", 16, 4, 4])])
+
+
+def _bad(x):
+    return {"x": x}
+
+
+@pytest.mark.parametrize("data,msg", [
+    (_bad(np.full((2, 16, 4, 4), np.nan, np.float32)), r"'x' contains NaN or infinity"),
+    (_bad(np.full((2, 16, 4, 4), np.inf, np.float32)), r"'x' contains NaN or infinity"),
+    (_bad(np.zeros((0, 16, 4, 4), np.float32)), r"'x' has no samples"),
+    (_bad(np.zeros((2, 8, 4, 4), np.float32)), r"'x' has shape \[2, 8, 4, 4\]"),
+    (_bad(np.zeros((2, 16, 4, 4), np.int32)), r"'x' has dtype int32"),
+    (_bad([[1.0]]), r"'x' must be an ndarray"),
+    ({}, r"lacks model input\(s\) \['x'\]"),
+    ({"x": rand(2, 16, 4, 4), "z": rand(2, 16, 4, 4)}, r"unknown input\(s\) \['z'\]"),
+])
+def test_dict_calibration_checked(data, msg):
+    with pytest.raises(CompileError, match=msg):
+        compile_model(_relu_model(), data, "pynq")
+
+
+def test_dict_sample_counts_must_agree():
+    m = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
+                   [("a", ["N", 16, 4, 4]), ("b", ["N", 16, 4, 4])], [("y", ["N", 16, 4, 4])])
+    with pytest.raises(CompileError, match="different sample counts"):
+        compile_model(m, {"a": rand(2, 16, 4, 4), "b": rand(3, 16, 4, 4)}, "pynq")
+    # the same inputs with equal counts compile
+    cm = compile_model(m, {"a": rand(2, 16, 4, 4), "b": rand(2, 16, 4, 4, seed=1)}, "pynq")
+    assert cm.inputs == ["a", "b"]
