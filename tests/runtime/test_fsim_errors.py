@@ -248,6 +248,28 @@ def test_mul_allowed_with_alu_mul():
     simulate(cfg, dram, ia, n)
 
 
+@pytest.mark.parametrize("shift", [4, 8, 1])
+def test_misaligned_insn_addr_refused(shift):
+    """The core fetches 16-byte instructions from aligned addresses; a program placed at a
+    misaligned address must be refused (by fsim and the verifier alike), not decoded."""
+    dram, ia, n, *_ = simple()
+    prog = dram[ia:ia + 16 * n].copy()
+    moved = np.zeros(dram.size + 32, np.uint8)
+    moved[:dram.size] = dram
+    moved[ia + shift:ia + shift + prog.size] = prog
+    assert simulate(TINY, dram, ia, n).stats["insn_count"] == n  # the aligned original runs
+    both(TINY, moved, ia + shift, n, ProgramError,
+         rf"^insn_addr = 0x{ia + shift:x} is not a multiple of 16 bytes")
+
+
+def test_generated_programs_are_aligned():
+    from vtaforge.runtime.randprog import generate
+
+    for cfg in (TINY, preset("pynq")):
+        for seed in range(5):
+            assert generate(cfg, seed, max_insns=8).insn_addr % 16 == 0
+
+
 def test_nop_ignores_other_fields():
     """x_size == 0: memory type, sizes and addresses are ignored (only tokens move)."""
     weird = ld(OUT, 60000, 1 << 30, 9, 0)
