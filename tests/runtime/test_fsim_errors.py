@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from progtools import AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, nop, st
+from progtools import (AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, nop,
+                       read_out, st, wrap)
 from vtaforge.hw.config import preset
 from vtaforge.runtime.device import DeadlockError, DeviceError, ProgramError
 from vtaforge.runtime.fsim import simulate
@@ -242,10 +243,50 @@ def test_invalid_instruction_forms(case, pattern):
     both(cfg, dram, ia, n, ProgramError, rf"^instruction 2 .*{pattern}")
 
 
+def _mul_program(cfg, a, b, imm, shift):
+    """acc[j] = a[j]; acc[n + j] = b[j]; acc[j] *= acc[n + j] (tensor MUL); acc[j] *= imm;
+    acc[j] >>= shift; store OUT j (the low OUT_WIDTH bits)."""
+    n = a.shape[0]
+    im = Image(cfg)
+    u = im.uops([0], [n])
+    x = im.put(acc_bytes(cfg, np.concatenate([a, b])))
+    o = im.zeros(n * cfg.elem_bytes(OUT))
+    insns = [ld(UOP, 0, im.base(u, UOP), 1, 1), ld(ACC, 0, im.base(x, ACC), 1, 2 * n),
+             alu(AluOp.MUL, 0, 1, 1, n, dfi=1, sfi=1),
+             alu(AluOp.MUL, 0, 1, 1, n, dfi=1, imm=imm),
+             alu(AluOp.SHR, 0, 1, 1, n, dfi=1, imm=shift, push_next=1),
+             st(0, im.base(o, OUT), 1, n, pop_prev=1, push_prev=1), finish(pop_next=1)]
+    dram, ia, cnt = im.build(insns)
+    return dram, ia, cnt, o
+
+
 def test_mul_allowed_with_alu_mul():
+    """MUL (tensor and immediate) against a numpy oracle wrapping at ACC_WIDTH: the full
+    32-bit products are read back 8 bits at a time (SHR 0/8/16/24), and SHR 31 gives the
+    sign of the *wrapped* product (an unwrapped product would give +1, not -1)."""
     cfg = TINY.replace(ALU_MUL=True)
-    dram, ia, n, *_ = simple(cfg=cfg, mid=[alu(AluOp.MUL, 0, 1, imm=2)])
-    simulate(cfg, dram, ia, n)
+    assert cfg.ACC_WIDTH == 32 and cfg.OUT_WIDTH == 8
+    rng = np.random.default_rng(7)
+    n = 8
+    shape = (n, cfg.BATCH, cfg.BLOCK_OUT)
+    a = rng.integers(-(1 << 20), 1 << 20, shape)
+    b = rng.integers(-(1 << 20), 1 << 20, shape)
+    a[0, 0, 0], b[0, 0, 0] = 70000, 40000   # 2.8e9 * imm: wraps
+    a[1, 0, 0], b[1, 0, 0] = -3, 5          # small, no wrap
+    imm = -12345
+    # oracle: each product wrapped to ACC_WIDTH as the ALU computes it
+    want = wrap(wrap(a * b, 32) * imm, 32)
+    got = np.zeros(shape, np.int64)
+    for shift in (0, 8, 16, 24):
+        dram, ia, cnt, o = _mul_program(cfg, a, b, imm, shift)
+        res = simulate(cfg, dram, ia, cnt)
+        assert res.stats["alu_counter"] == 3 * n
+        got |= (read_out(cfg, dram, o, n) & 0xFF) << shift
+    got = wrap(got, 32)
+    np.testing.assert_array_equal(got, want)
+    dram, ia, cnt, o = _mul_program(cfg, a, b, imm, 31)
+    simulate(cfg, dram, ia, cnt)
+    np.testing.assert_array_equal(read_out(cfg, dram, o, n), np.where(want < 0, -1, 0))
 
 
 @pytest.mark.parametrize("shift", [4, 8, 1])
