@@ -191,3 +191,49 @@ def test_disasm_errors(tmp_path):
     g = tmp_path / "ok.bin"
     g.write_bytes(b"\0" * 32)
     one_error_line(*run(["disasm", str(g), "--insn-count", "3"])[::2])
+
+
+def test_disasm_npy(tmp_path):
+    """A .npy is never disassembled as raw bytes (its header is not a program): a 1-D uint8
+    array is the program bytes, any other array is refused."""
+    dram, ia, n, *_ = tiny_program()
+    prog = dram[ia:ia + 16 * n]
+    binf = tmp_path / "p.bin"
+    prog.tofile(binf)
+    code, want, err = run(["disasm", str(binf), "--config", "tiny"])
+    assert code == 0, err
+    good = tmp_path / "prog.npy"
+    np.save(good, prog)
+    code, out, err = run(["disasm", str(good), "--config", "tiny"])
+    assert code == 0 and out == want, err
+    bad = tmp_path / "x.npy"
+    np.save(bad, np.arange(64, dtype=np.int32))
+    line = one_error_line(*run(["disasm", str(bad), "--config", "tiny"])[::2])
+    assert "x.npy" in line and ".npy array of dtype int32" in line
+    # a bundle renamed to .bin is still read as a bundle (content, not name)
+    b = tmp_path / "bundle.bin"
+    save_bundle(b, dram, ia, n)
+    code, out, err = run(["disasm", str(b), "--config", "tiny"])
+    assert code == 0 and out == want, err
+
+
+def test_disasm_count_zero_negative_and_misaligned(tmp_path):
+    dram, ia, n, *_ = tiny_program()
+    b0 = tmp_path / "zero.npz"
+    save_bundle(b0, dram, ia, 0)
+    assert "insn_count = 0" in one_error_line(*run(["exec", str(b0), "--config", "tiny"])[::2])
+    line = one_error_line(*run(["disasm", str(b0), "--config", "tiny"])[::2])
+    assert "insn_count = 0" in line
+    bneg = tmp_path / "neg.npz"
+    save_bundle(bneg, dram, ia, -3)
+    line = one_error_line(*run(["disasm", str(bneg), "--config", "tiny"])[::2])
+    assert "insn_count = -3 is negative" in line
+    b = tmp_path / "ok.npz"
+    save_bundle(b, dram, ia, n)
+    line = one_error_line(*run(["disasm", str(b), "--config", "tiny", "--insn-count", "-1"])[::2])
+    assert "insn_count = -1 is negative" in line
+    line = one_error_line(*run(["disasm", str(b), "--config", "tiny", "--insn-addr", "8"])[::2])
+    assert "insn_addr = 0x8 is not a multiple of 16" in line
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    assert "insn_count = 0" in one_error_line(*run(["disasm", str(empty)])[::2])
