@@ -116,12 +116,14 @@ def load_report(path: str | Path) -> dict:
     """Read a report written by :func:`write_report`.
 
     Raises:
-        ValueError: not JSON or not a DSE report (the message names the file).
+        ValueError: not text, not JSON or not a DSE report (the message names the file).
         OSError: unreadable.
     """
     p = Path(path)
     try:
         d = json.loads(p.read_text())
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: not a text file (a DSE report is JSON)") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{p}: not a JSON file ({e.msg}, line {e.lineno})") from None
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:

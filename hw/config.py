@@ -148,14 +148,17 @@ class VTAConfig:
             raise ConfigError(f"HW_VER = {self.HW_VER!r} must be a string such as '0.0.2'")
         for key, (lo, hi) in RANGES.items():
             v = getattr(self, key)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"{key} = {v!r} must be an integer in {lo}..{hi}")
+            if not lo <= v <= hi:
                 raise ConfigError(f"{key} = {v!r} is out of range; allowed: integers {lo}..{hi}")
         for key in ("ACC_8BIT", "ALU_MUL"):
             v = getattr(self, key)
             if not isinstance(v, bool):
                 raise ConfigError(f"{key} = {v!r} must be a boolean (true or false)")
-        if isinstance(self.CLOCK_MHZ, bool) or not isinstance(self.CLOCK_MHZ, (int, float)) \
-                or not 1.0 <= float(self.CLOCK_MHZ) <= 1000.0:
+        if isinstance(self.CLOCK_MHZ, bool) or not isinstance(self.CLOCK_MHZ, (int, float)):
+            raise ConfigError(f"CLOCK_MHZ = {self.CLOCK_MHZ!r} must be a number in 1..1000 (MHz)")
+        if not 1.0 <= float(self.CLOCK_MHZ) <= 1000.0:
             raise ConfigError(f"CLOCK_MHZ = {self.CLOCK_MHZ!r} is out of range; allowed: 1..1000")
         if not isinstance(self.PART, str) or not self.PART:
             raise ConfigError(f"PART = {self.PART!r} must be a non-empty part name")
@@ -165,8 +168,10 @@ class VTAConfig:
                     f"{key} = {getattr(self, key)} is out of range; allowed: at most "
                     f"LOG_ACC_WIDTH = {self.LOG_ACC_WIDTH}")
         n_mul = self.BATCH * self.BLOCK_IN * self.BLOCK_OUT
-        if isinstance(self.LUT_MULTIPLIERS, bool) or not isinstance(self.LUT_MULTIPLIERS, int) \
-                or not 0 <= self.LUT_MULTIPLIERS <= n_mul:
+        if isinstance(self.LUT_MULTIPLIERS, bool) or not isinstance(self.LUT_MULTIPLIERS, int):
+            raise ConfigError(f"LUT_MULTIPLIERS = {self.LUT_MULTIPLIERS!r} must be an integer "
+                              f"in 0..{n_mul} (BATCH*BLOCK_IN*BLOCK_OUT)")
+        if not 0 <= self.LUT_MULTIPLIERS <= n_mul:
             raise ConfigError(
                 f"LUT_MULTIPLIERS = {self.LUT_MULTIPLIERS!r} is out of range; allowed: "
                 f"integers 0..{n_mul} (BATCH*BLOCK_IN*BLOCK_OUT)")

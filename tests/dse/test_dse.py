@@ -281,3 +281,13 @@ def test_cli_show_not_a_report(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     r = CliRunner().invoke(main, ["dse", "show", str(tmp_path / "x.json")])
     assert r.exit_code == 2 and "not a vtaforge DSE report" in r.stderr
+
+
+def test_cli_show_binary_file_names_it(tmp_path):
+    f = tmp_path / "blob.bin"
+    f.write_bytes(bytes(range(256)) * 4)
+    r = CliRunner().invoke(main, ["dse", "show", str(f)])
+    assert r.exit_code == 2
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "blob.bin" in line and "not a text file" in line
+    assert "codec" not in line

@@ -274,10 +274,13 @@ def test_each_key_out_of_range(key, value):
 
 @pytest.mark.parametrize("key", sorted(RANGES))
 def test_each_key_rejects_non_integers(key):
-    lo, _ = RANGES[key]
+    lo, hi = RANGES[key]
     for bad in (True, float(lo), str(lo)):
         msg = _err({key: bad})
-        assert re.search(rf"\b{key} = {re.escape(repr(bad))} is out of range", msg), msg
+        # a wrong type is named as such, not reported as out of range
+        assert re.search(rf"\b{key} = {re.escape(repr(bad))} must be an integer in "
+                         rf"{lo}\.\.{hi}\b", msg), msg
+        assert "out of range" not in msg
 
 
 def test_log_block_out_of_range_names_log_block():
@@ -328,6 +331,9 @@ def test_other_scalar_checks():
     assert re.search(r"CLOCK_MHZ = 0 is out of range; allowed: 1\.\.1000", _err({"CLOCK_MHZ": 0}))
     assert re.search(r"CLOCK_MHZ = 5000\.0 is out of range", _err({"CLOCK_MHZ": 5000.0}))
     assert re.search(r"PART = '' must be a non-empty", _err({"PART": ""}))
+    assert re.search(r"CLOCK_MHZ = '100' must be a number in 1\.\.1000", _err({"CLOCK_MHZ": "100"}))
+    assert re.search(r"LUT_MULTIPLIERS = 1\.0 must be an integer in 0\.\.",
+                     _err({"LUT_MULTIPLIERS": 1.0}))
     assert re.search(r"HW_VER = 2 must be a string", _err({"HW_VER": 2}))
 
 
