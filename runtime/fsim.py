@@ -286,11 +286,6 @@ class _Machine:
                                f"instruction (and a FINISH)")
         if insn_addr < 0:
             raise ProgramError(f"insn_addr = {insn_addr} is negative")
-        if insn_addr % INSN_BYTES:
-            # The core fetches whole 16-byte instructions from beat-aligned addresses; a
-            # misaligned start would decode differently on each backend (docs/semantics.md).
-            raise ProgramError(f"insn_addr = 0x{insn_addr:x} is not a multiple of "
-                               f"{INSN_BYTES} bytes (instructions are fetched 16-byte aligned)")
         end = insn_addr + INSN_BYTES * insn_count
         # Python ints beyond int64 (a corrupt bundle) are outside any region
         if end >= 1 << 63 or not bool(self.regions.contains(insn_addr, end)):
@@ -298,6 +293,11 @@ class _Machine:
                 f"instruction fetch of bytes [0x{insn_addr:x}, 0x{end:x}) ({insn_count} "
                 f"instructions) is outside the memory the program may touch "
                 f"({self.regions.describe()})")
+        if insn_addr % INSN_BYTES:
+            # The core fetches whole 16-byte instructions from beat-aligned addresses; a
+            # misaligned start would decode differently on each backend (docs/semantics.md).
+            raise ProgramError(f"insn_addr = 0x{insn_addr:x} is not a multiple of "
+                               f"{INSN_BYTES} bytes (instructions are fetched 16-byte aligned)")
         raw = self.dram[insn_addr:end]
         arr = decode_program(self.cfg, raw)
         self.n = insn_count
