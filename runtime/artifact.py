@@ -34,7 +34,6 @@ fingerprint) with a :class:`ArtifactError` naming both fingerprints.
 from __future__ import annotations
 
 import json
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -44,6 +43,7 @@ import numpy as np
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import AluOp, Module
 from .device import DeviceError
+from .npz import open_npz
 
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
            "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
@@ -496,13 +496,9 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
         ArtifactError: unreadable or malformed file, or a config mismatch.
     """
     p = str(path)
-    try:
-        z = np.load(p, allow_pickle=False)
-    except FileNotFoundError:
-        raise ArtifactError(f"cannot read artifact {p!r}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise ArtifactError(f"cannot read artifact {p!r}: not a .vtapkg archive ({e})") from None
-    if not isinstance(z, np.lib.npyio.NpzFile) or "manifest" not in z.files:
+    z = open_npz(p, "artifact", ArtifactError)
+    if "manifest" not in z.files:
+        z.close()
         raise ArtifactError(f"artifact {p!r} is not a .vtapkg (no manifest)")
     with z:
         try:

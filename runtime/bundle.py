@@ -18,7 +18,6 @@ into a contiguous buffer).
 from __future__ import annotations
 
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ import numpy as np
 
 from ..hw.config import VTAConfig
 from .device import Device, DeviceError, RunResult
+from .npz import open_npz
 
 __all__ = ["BundleError", "TARGETS", "load_bundle", "save_bundle", "save_result",
            "load_result", "make_device", "run_raw"]
@@ -61,15 +61,7 @@ def load_bundle(path: str | Path) -> tuple[np.ndarray, int, int]:
             shape (the message names the file and the key).
     """
     p = str(path)
-    try:
-        z = np.load(p, allow_pickle=False)
-    except FileNotFoundError:
-        raise BundleError(f"cannot read bundle {p!r}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise BundleError(f"cannot read bundle {p!r}: not a numpy .npz archive ({e})") from None
-    if not isinstance(z, np.lib.npyio.NpzFile):
-        raise BundleError(f"bundle {p!r} is a single .npy array, not an .npz archive with "
-                          f"dram, insn_addr and insn_count")
+    z = open_npz(p, "bundle", BundleError)
     with z:
         missing = [k for k in ("dram", "insn_addr", "insn_count") if k not in z.files]
         if missing:
@@ -108,9 +100,28 @@ def save_result(path: str | Path, dram: np.ndarray, result: RunResult) -> None:
 
 
 def load_result(path: str | Path) -> tuple[np.ndarray, int, dict[str, Any]]:
-    """Read a result file → ``(dram, cycles, stats)``."""
-    with np.load(path, allow_pickle=False) as z:
-        return np.array(z["dram"]), int(z["cycles"]), json.loads(str(z["stats"]))
+    """Read a result file written by :func:`save_result`.
+
+    Returns:
+        ``(dram, cycles, stats)``: the final image (``uint8`` 1-D copy), the cycle count
+        (int; 0 for fsim) and the statistics dict.
+
+    Raises:
+        BundleError: missing or unreadable file, not an ``.npz`` archive, a missing key
+            (``dram``, ``cycles``, ``stats``) or a ``stats`` entry that is not JSON (the
+            message names the file).
+    """
+    p = str(path)
+    with open_npz(p, "result file", BundleError) as z:
+        missing = [k for k in ("dram", "cycles", "stats") if k not in z.files]
+        if missing:
+            raise BundleError(f"result file {p!r} lacks key {missing[0]!r} (needs dram, "
+                              f"cycles, stats)")
+        try:
+            return (np.array(z["dram"], dtype=np.uint8), int(z["cycles"]),
+                    json.loads(str(z["stats"])))
+        except (ValueError, TypeError) as e:
+            raise BundleError(f"result file {p!r} is malformed ({e})") from None
 
 
 def _unknown(target: str) -> DeviceError:
