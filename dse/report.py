@@ -109,7 +109,10 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
 
 
 def write_report(report: dict, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(report, indent=1, sort_keys=False) + "\n")
+    from ..runtime.npz import atomic_open
+
+    with atomic_open(path) as f:  # a failed write never truncates an existing report
+        f.write((json.dumps(report, indent=1, sort_keys=False) + "\n").encode())
 
 
 def load_report(path: str | Path) -> dict:

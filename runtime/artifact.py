@@ -43,7 +43,7 @@ import numpy as np
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import AluOp, Module
 from .device import DeviceError
-from .npz import open_npz
+from .npz import atomic_open, open_npz
 
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
            "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
@@ -482,7 +482,7 @@ def save_artifact(model: CompiledModel, path: str | Path) -> None:
     for s in model.steps:
         if s.trace is not None:
             arrays.update(s.trace.arrays())
-    with open(path, "wb") as f:
+    with atomic_open(path) as f:
         np.savez(f, manifest=np.array(json.dumps(manifest)), **arrays)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..hw.config import VTAConfig
 from .device import Device, DeviceError, RunResult
-from .npz import open_npz
+from .npz import atomic_open, open_npz
 
 __all__ = ["BundleError", "TARGETS", "load_bundle", "save_bundle", "save_result",
            "load_result", "make_device", "run_raw"]
@@ -85,7 +85,7 @@ def load_bundle(path: str | Path) -> tuple[np.ndarray, int, int]:
 def save_bundle(path: str | Path, dram: np.ndarray, insn_addr: int, insn_count: int) -> None:
     """Write an exec bundle (see the module docstring) to exactly ``path`` (no ``.npz``
     is appended)."""
-    with open(path, "wb") as f:
+    with atomic_open(path) as f:
         np.savez(f, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
                  insn_addr=np.int64(insn_addr), insn_count=np.int64(insn_count))
 
@@ -93,7 +93,7 @@ def save_bundle(path: str | Path, dram: np.ndarray, insn_addr: int, insn_count: 
 def save_result(path: str | Path, dram: np.ndarray, result: RunResult) -> None:
     """Write a result file to exactly ``path`` (no ``.npz`` is appended): final ``dram``,
     ``cycles`` (int64) and ``stats`` (JSON string)."""
-    with open(path, "wb") as f:
+    with atomic_open(path) as f:
         np.savez(f, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
                  cycles=np.int64(result.cycles),
                  stats=np.array(json.dumps(result.stats, sort_keys=True)))

@@ -4,14 +4,18 @@ zip nor a ``.npy`` as "contains pickled data")."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import zipfile
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
 from .device import DeviceError
 
-__all__ = ["open_npz"]
+__all__ = ["open_npz", "atomic_open"]
 
 
 def open_npz(path: str | Path, what: str,
@@ -43,3 +47,26 @@ def open_npz(path: str | Path, what: str,
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise error(f"{what} {p!r} is a single .npy array, not an .npz archive")
     return z
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
+    """Open ``path`` for binary writing through a temporary file in the same directory that
+    replaces ``path`` only when the ``with`` block succeeds: a failed or interrupted write
+    never leaves a truncated file nor overwrites an existing one.  The file is written to
+    exactly ``path`` (no suffix appended).
+
+    Raises:
+        OSError: the directory cannot be written (the temporary file is removed).
+    """
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=str(p.parent) if str(p.parent) else ".",
+                               prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

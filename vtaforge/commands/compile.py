@@ -26,7 +26,10 @@ def compile_cmd(model: str, output_path: str, config_spec: str, calib_path) -> N
     from ..runtime.artifact import save_artifact
     from .run import _load_npy
 
+    from ._output import check_output_path
+
     cfg = load_config(config_spec)
+    check_output_path(output_path, "-o/--output")
     if not Path(model).exists():
         raise CompileError(f"cannot read model {model!r}: no such file")
     if calib_path:

@@ -66,6 +66,12 @@ def run_cmd(space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf
     from ..dse.space import Space, SpaceError, default_space
     from ..hw.config import ConfigError
 
+    from ._output import check_output_path
+
+    if out_file:
+        check_output_path(out_file, "-o/--out")
+    if cache_file:
+        check_output_path(cache_file, "--cache")
     try:
         if size == "full":
             sz = None

@@ -33,6 +33,10 @@ def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
     if trace is not None and target != "rtl":
         raise DeviceError(f"--trace writes a waveform of the rtl target only, not {target!r}")
+    if output:
+        from ._output import check_output_path
+
+        check_output_path(output, "-o/--output")
     dram, insn_addr, insn_count = load_bundle(bundle)
     kw = {}
     if max_steps is not None:

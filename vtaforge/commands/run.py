@@ -132,6 +132,10 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
         return
     if input_path is None:
         raise DeviceError("--model needs --input X.npy")
+    if output_path:
+        from ._output import check_output_path
+
+        check_output_path(output_path, "--output")
     cfg = load_config(config_spec)
     x = _load_npy(input_path, "input")
     cm = _get_model(model_path, cfg, calib_path, x)
@@ -143,7 +147,9 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
     dt = time.perf_counter() - t0
     y = np.asarray(out[cm.outputs[0]], np.float32)
     if output_path:
-        with open(output_path, "wb") as f:  # exactly this path (np.save(path) adds .npy)
+        from ..runtime.npz import atomic_open
+
+        with atomic_open(output_path) as f:  # exactly this path (np.save(path) adds .npy)
             np.save(f, y)
     nv = sum(1 for s in cm.steps if s.target == "vta")
     click.echo(f"{cm.name}: {len(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
