@@ -335,3 +335,18 @@ def test_cli_board_project_bad_inputs_write_nothing(tmp_path):
     res = r.invoke(board_group, ["project", "--config", "tiny", "-o", str(out), "--jobs", "0"])
     assert res.exit_code == 2 and "--jobs" in res.output, res.output
     assert not out.exists()
+
+
+def test_board_build_and_timing_share_the_verdict_tail(tmp_path, monkeypatch):
+    """`board build` reports exactly like `board timing` (same lines, exit 1 if not met)."""
+    from click.testing import CliRunner
+
+    from vtaforge.commands import board
+
+    res = flow.parse_timing_summary((DATA / "timing_failed.rpt").read_text())
+    monkeypatch.setattr(flow, "run_vivado", lambda d: res)
+    r = CliRunner()
+    a = r.invoke(board.board_group, ["timing", str(DATA / "timing_failed.rpt")])
+    b = r.invoke(board.board_group, ["build", str(tmp_path)])
+    assert a.exit_code == b.exit_code == 1 and a.output == b.output
+    assert hasattr(board, "_report_verdict")

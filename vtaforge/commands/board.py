@@ -80,6 +80,14 @@ def _print_timing(res, as_json: bool) -> None:
     click.echo(res.reason)
 
 
+def _report_verdict(res, as_json: bool) -> None:
+    """Print a timing verdict (:func:`_print_timing`) and exit with status 1 when timing is
+    not met (shared tail of ``board timing`` and ``board build``)."""
+    _print_timing(res, as_json)
+    if not res.met:
+        sys.exit(1)
+
+
 @board_group.command("timing")
 @click.argument("report", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
@@ -99,9 +107,7 @@ def timing_cmd(report: str, as_json: bool) -> None:
         res = parse_timing_summary(text)
     except FlowError as e:
         raise _flow_error(e) from None
-    _print_timing(res, as_json)
-    if not res.met:
-        sys.exit(1)
+    _report_verdict(res, as_json)
 
 
 @board_group.command("build")
@@ -115,9 +121,7 @@ def build_cmd(project_dir: str, as_json: bool) -> None:
         res = run_vivado(project_dir)
     except FlowError as e:
         raise _flow_error(e) from None
-    _print_timing(res, as_json)
-    if not res.met:
-        sys.exit(1)
+    _report_verdict(res, as_json)
 
 
 COMMANDS = [board_group]
