@@ -38,6 +38,7 @@ and multiplied.
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -158,6 +159,57 @@ def use_im2col(cfg: VTAConfig, c: int, groups: int, kh: int, kw: int) -> bool:
     return 2 * ceil_div(c * kk, bi) <= ceil_div(c, bi) * kk
 
 
+
+class WindowGeometry(NamedTuple):
+    """Layouts and sizes of a sliding-window layer (convolution, pooling).
+
+    Attributes:
+        xl, yl: the input and output :class:`SlotLayout` (the input pre-padded in DRAM when
+            ``pre_pad``).
+        ho, wo: output height and width (elements): ``(h + pt + pb - kh) // sh + 1`` and
+            ``(w + pl + pr - kw) // sw + 1`` (ONNX Conv/MaxPool output size, floor mode).
+        pads: ``(pt, pl, pb, pr)`` still to apply with LOAD padding (all 0 when pre-padded).
+        pre_pad: whether the input slot carries the padding.
+    """
+
+    xl: SlotLayout
+    yl: SlotLayout
+    ho: int
+    wo: int
+    pads: tuple[int, int, int, int]
+    pre_pad: bool
+
+
+def window_geometry(uid: str, in_chw: tuple[int, int, int], out_c: int,
+                    kernel: tuple[int, int], strides: tuple[int, int],
+                    pads: tuple[int, int, int, int], batch: int, in_block: int,
+                    out_block: int, pre_pad: bool | None = None) -> WindowGeometry:
+    """The pad-limit check, output size and slot layouts shared by the conv and pooling
+    lowerings.
+
+    Args:
+        in_chw: input ``(channels, height, width)`` in elements; out_c: output channels.
+        kernel: ``(kh, kw)``; strides: ``(sh, sw)``; pads: ONNX order ``(pt, pl, pb, pr)``.
+        batch, in_block, out_block: BATCH and the channel block of the input / output slot.
+        pre_pad: pad the input slot in DRAM instead of with LOAD padding; ``None`` chooses it
+            when a pad reaches the kernel size (a LOAD-padded tile would start in padding).
+    Raises:
+        CompileError: a pad above 15, the LOAD instruction's 4-bit pad field maximum.
+    """
+    (c, h, w), (kh, kw), (sh, sw) = in_chw, kernel, strides
+    pt, pl, pb, pr = pads
+    if max(pt, pl, pb, pr) > 15:
+        raise CompileError(f"{uid}: pads {tuple(pads)} exceed the LOAD pad maximum 15")
+    if pre_pad is None:
+        pre_pad = pt >= kh or pb >= kh or pl >= kw or pr >= kw
+    ho = (h + pt + pb - kh) // sh + 1
+    wo = (w + pl + pr - kw) // sw + 1
+    xl = SlotLayout((c, h, w), batch, in_block, (pt, pb, pl, pr) if pre_pad else (0, 0, 0, 0))
+    yl = SlotLayout((out_c, ho, wo), batch, out_block)
+    left = (0, 0, 0, 0) if pre_pad else (pt, pl, pb, pr)
+    return WindowGeometry(xl, yl, ho, wo, left, bool(pre_pad))
+
+
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
                attrs: dict, *, pre_pad: bool | None = None,
                im2col: bool | None = None) -> LoweredOp:
@@ -208,17 +260,11 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         st["min_dram_bytes"] = int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)
         st["host_im2col_bytes"] = int(xl.block_bytes)
         return lo
-    if max(pt, pl, pb, pr) > 15:
-        raise CompileError(f"{uid}: pads {attrs['pads']} exceed the LOAD pad maximum 15")
-    if pre_pad is None:
-        pre_pad = pt >= kh or pb >= kh or pl >= kw or pr >= kw
-    ho = (h + pt + pb - kh) // sh + 1
-    wo = (wd + pl + pr - kw) // sw + 1
-    xl = SlotLayout((c, h, wd), B, BI, (pt, pb, pl, pr) if pre_pad else (0, 0, 0, 0))
-    yl = SlotLayout((o, ho, wo), B, BO)
+    geo = window_geometry(uid, (c, h, wd), o, (kh, kw), (sh, sw), (pt, pl, pb, pr), B, BI, BO,
+                          pre_pad)
+    xl, yl, ho, wo, pre_pad = geo.xl, geo.yl, geo.ho, geo.wo, geo.pre_pad
+    pt, pl, pb, pr = geo.pads
     hp, wp = xl.hw
-    if pre_pad:
-        pt = pl = pb = pr = 0
     wpk = pack_weights(w, groups, BO, BI)
     nob, nib = wpk.n_ob, wpk.n_ib
     kk = kh * kw

@@ -26,7 +26,7 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
-from .lower_conv import LoweredOp, emit_kernel, plan_for, requant_alu
+from .lower_conv import LoweredOp, emit_kernel, plan_for, requant_alu, window_geometry
 from .tiling import MAX_EXTENT, candidates
 
 __all__ = ["lower_pool", "lower_eltwise"]
@@ -53,18 +53,12 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     kh, kw = attrs["kernel"]
     sh, sw = attrs["strides"]
     pt, pl, pb, pr = attrs["pads"]
-    if max(pt, pl, pb, pr) > 15:
-        raise CompileError(f"{uid}: pads {attrs['pads']} exceed the LOAD pad maximum 15")
+    geo = window_geometry(uid, (c, h, w), c, (kh, kw), (sh, sw), (pt, pl, pb, pr), B, BO, BO)
     if kind == "avg" and attrs.get("shift") is None:
         raise CompileError(f"{uid}: average window {kh}x{kw} is not a power of two")
-    pre = pt >= kh or pb >= kh or pl >= kw or pr >= kw
-    ho = (h + pt + pb - kh) // sh + 1
-    wo = (w + pl + pr - kw) // sw + 1
-    xl = SlotLayout((c, h, w), B, BO, (pt, pb, pl, pr) if pre else (0, 0, 0, 0))
-    yl = SlotLayout((c, ho, wo), B, BO)
+    xl, yl, ho, wo = geo.xl, geo.yl, geo.ho, geo.wo
+    pt, pl, pb, pr = geo.pads
     hp, wp = xl.hw
-    if pre:
-        pt = pl = pb = pr = 0
     cols = wp + pl + pr
     ncb = xl.cb
     best = None

@@ -45,3 +45,19 @@ def test_dict_sample_counts_must_agree():
     # the same inputs with equal counts compile
     cm = compile_model(m, {"a": rand(2, 16, 4, 4), "b": rand(2, 16, 4, 4, seed=1)}, "pynq")
     assert cm.inputs == ["a", "b"]
+
+
+def test_window_geometry_shared_by_conv_and_pool():
+    """One helper computes the pad check, output size (ONNX floor formula, checked here by
+    hand) and slot layouts for both the conv and the pooling lowering."""
+    from vtaforge.compiler import lower_conv, lower_eltwise
+
+    assert lower_eltwise.window_geometry is lower_conv.window_geometry
+    g = lower_conv.window_geometry("t", (16, 7, 9), 32, (3, 3), (2, 2), (1, 1, 1, 1), 1, 16, 16)
+    assert (g.ho, g.wo) == ((7 + 2 - 3) // 2 + 1, (9 + 2 - 3) // 2 + 1) == (4, 5)
+    assert not g.pre_pad and g.pads == (1, 1, 1, 1) and g.xl.hw == (7, 9)
+    g = lower_conv.window_geometry("t", (16, 7, 9), 32, (1, 1), (1, 1), (1, 0, 2, 0), 1, 16, 16)
+    assert g.pre_pad and g.pads == (0, 0, 0, 0) and g.xl.hw == (7 + 1 + 2, 9)
+    assert (g.ho, g.wo) == (10, 9)
+    with pytest.raises(CompileError, match=r"t: pads \(16, 0, 0, 0\) exceed the LOAD pad"):
+        lower_conv.window_geometry("t", (16, 7, 9), 32, (3, 3), (1, 1), (16, 0, 0, 0), 1, 16, 16)
