@@ -49,6 +49,10 @@ def _remove_and_rename(g: Graph, producer: Node, fused: Node) -> None:
 
 
 class FoldConstants:
+    """Evaluate nodes whose inputs are all constants (float reference semantics) and
+    replace their outputs with constants.  ``apply(graph) -> (new graph, changed)``; the
+    input graph is not modified."""
+
     name = "fold-constants"
 
     def apply(self, graph: Graph) -> tuple[Graph, bool]:
@@ -97,6 +101,15 @@ def _set_wb(g: Graph, conv: Node, w: np.ndarray, b: np.ndarray) -> None:
 
 
 class FoldBatchNorm:
+    """Fold a ``batch_norm`` into the preceding ``conv2d`` (its sole consumer, no fused
+    activation): ``w' = w * s``, ``b' = b * s + beta - mean * s`` with
+    ``s = scale / sqrt(var + epsilon)``; otherwise rewrite it as ``mul`` + ``add`` by
+    per-channel constants.  One rewrite per ``apply`` (returns ``(graph, changed)``).
+
+    Raises:
+        CompileError: batch-norm parameters that are not constants.
+    """
+
     name = "fold-batchnorm"
 
     def apply(self, graph: Graph) -> tuple[Graph, bool]:
@@ -138,6 +151,10 @@ class FoldBatchNorm:
 
 
 class FoldAffineIntoConv:
+    """Fold a per-channel constant ``mul`` or ``add`` (no activation) that is the sole
+    consumer of a ``conv2d``/``dense`` output into its weights and bias.  One rewrite per
+    ``apply`` (returns ``(graph, changed)``)."""
+
     name = "fold-affine"
 
     def apply(self, graph: Graph) -> tuple[Graph, bool]:
@@ -167,6 +184,10 @@ class FoldAffineIntoConv:
 
 
 class FuseActivation:
+    """Fuse a ``relu``/``clip`` into its producer (``conv2d``, ``dense`` or ``add``, sole
+    consumer) as the producer's ``act``/``act_min``/``act_max`` attributes (intersecting
+    ranges when one is already fused).  ``apply(graph) -> (graph, changed)``."""
+
     name = "fuse-activation"
 
     def apply(self, graph: Graph) -> tuple[Graph, bool]:
@@ -194,6 +215,9 @@ class FuseActivation:
 
 
 class DeadCode:
+    """Remove nodes and constants that no graph output depends on.
+    ``apply(graph) -> (graph, changed)``."""
+
     name = "dead-code"
 
     def apply(self, graph: Graph) -> tuple[Graph, bool]:

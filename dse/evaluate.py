@@ -94,6 +94,7 @@ class DseWorkload:
         return workload_model(wl, seed=seed), x, x[:1]
 
     def describe(self) -> dict:
+        """JSON description for the report: name, kind and (for a layer) its shape."""
         d: dict[str, Any] = {"name": self.name, "kind": self.kind}
         if self.layer is not None:
             wl = self.layer
@@ -239,10 +240,12 @@ class Result:
     errors: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """JSON-ready dict of every field (the cache and report form)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Result":
+        """Inverse of :meth:`to_dict` (unknown keys ignored, missing ones defaulted)."""
         return cls(**{k: d[k] for k in ("fingerprint", "config", "resources", "workloads",
                                         "acc", "performance_source", "notes", "errors")
                       if k in d})
@@ -343,9 +346,13 @@ class AnalyticResources:
 
     @property
     def key(self) -> dict:
+        """The cache key part of this evaluator (model and part)."""
         return {"resources": "analytic", "part": self.part}
 
     def resources(self, cfg: VTAConfig) -> dict:
+        """Estimated ``{"lut", "ff", "dsp", "bram36", "source", "breakdown"}`` of ``cfg``
+        (counts; ``bram36`` in 36 Kb blocks, halves for 18 Kb) from the memory map and the
+        calibrated LUT/FF lines (module docstring)."""
         mems = memory_map(cfg)
         packing = 2 if (cfg.DSP_PACKING == 2 and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH == 8) else 1
         n_dsp_mul = cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS
@@ -364,6 +371,7 @@ class AnalyticResources:
         }
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload] = ()) -> Result:
+        """A :class:`Result` with only ``resources`` set (workloads are ignored)."""
         return Result(_fp(cfg), cfg.to_dict(), resources=self.resources(cfg))
 
 
@@ -380,9 +388,13 @@ class YosysResources(AnalyticResources):
 
     @property
     def key(self) -> dict:
+        """The cache key part of this evaluator (part, MAC limit)."""
         return {"resources": "yosys", "part": self.part, "max_macs": self.max_macs}
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload] = ()) -> Result:
+        """A :class:`Result` with Yosys resources; a config above ``max_macs`` or a failed
+        Yosys run falls back to the analytic model (recorded in ``notes`` / ``errors``,
+        never raised)."""
         from ..hw.estimate import estimate_resources
 
         r = Result(_fp(cfg), cfg.to_dict())
@@ -551,6 +563,7 @@ class CycleModel:
                 return float(cost.sum())
 
     def as_dict(self) -> dict:
+        """The parameters as a dict (cache key, report)."""
         return asdict(self)
 
 
@@ -597,6 +610,7 @@ class ModelPerformance:
 
     @property
     def key(self) -> dict:
+        """The cache key part of this evaluator (backend, cycle-model parameters, seed)."""
         return {"performance": self.name, "cycle_model": self.cycle_model.as_dict(),
                 "seed": self.seed}
 
@@ -606,6 +620,14 @@ class ModelPerformance:
         return _recording_device(FsimDevice, self.cycle_model)(cfg)
 
     def run_workload(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
+        """Compile ``wl`` for ``cfg``, run it on the backend and sum over launches:
+        ``cycles``/``cycles_lower``/``cycles_upper`` (cycle model, cycles), ``macs``,
+        micro-op and instruction counts, DRAM bytes per memory type, the GEMM layers left
+        on the CPU, and (rtl) ``cycles_measured``.
+
+        Raises:
+            whatever compilation or the run raises (:meth:`evaluate` records it).
+        """
         from ..compiler.compile import compile_model
         from ..runtime.executor import Executor
 
@@ -641,6 +663,8 @@ class ModelPerformance:
         return out
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> Result:
+        """A :class:`Result` with ``workloads[name]`` = :meth:`run_workload`'s dict, or
+        ``{"error": "<Type>: <first line>"}`` for a workload that failed (never raised)."""
         r = Result(_fp(cfg), cfg.to_dict(), performance_source=self.name)
         for wl in workloads:
             try:
@@ -667,6 +691,7 @@ class RtlPerformance(ModelPerformance):
 
     @property
     def key(self) -> dict:
+        """The cache key part of this evaluator (adds the MAC limit)."""
         return {**super().key, "max_macs": self.max_macs}
 
     def _device(self, cfg: VTAConfig):
@@ -675,6 +700,8 @@ class RtlPerformance(ModelPerformance):
         return _recording_device(RtlDevice, self.cycle_model)(cfg, progress=False)
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> Result:
+        """As :meth:`ModelPerformance.evaluate` on Verilator; above ``max_macs`` the cycle
+        model is used instead (with a note)."""
         if cfg.macs_per_cycle > self.max_macs:
             r = ModelPerformance(self.cycle_model, self.seed).evaluate(cfg, workloads)
             r.notes.append(f"rtl skipped ({cfg.macs_per_cycle} MACs > {self.max_macs}): "
@@ -698,10 +725,13 @@ class AccSafety:
 
     @staticmethod
     def bits_needed(k: int, inp_width: int, wgt_width: int) -> int:
+        """Signed bits to hold a reduction of ``k`` worst-case products (formula above)."""
         worst = k * (1 << (inp_width - 1)) * (1 << (wgt_width - 1))
         return math.ceil(math.log2(worst + 1)) + 1
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> dict:
+        """``{"acc_width", "safe", "unsafe_workloads", "workloads": {name: {"max_reduction",
+        "bits_needed", "safe"}}}`` for ``cfg``."""
         per = {}
         for wl in workloads:
             layers = workload_layers(wl)
@@ -763,6 +793,8 @@ class DesignEvaluator:
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> Result:
+        """One point: resources, performance if it fits (or ``perf_when_unfit``), and
+        accumulator safety, as one :class:`Result` (failures are recorded, not raised)."""
         r = self.res_eval.evaluate(cfg, workloads)
         fits = resources_fit(r.resources, self.capacity)
         if self.perf_eval is not None and (fits or self.perf_when_unfit):
@@ -874,4 +906,5 @@ def load_timing(path: str | Path) -> dict:
 
 
 def known_parts() -> list[str]:
+    """Part names accepted by ``--part`` (keys of ``PARTS``)."""
     return list(PARTS)

@@ -72,6 +72,8 @@ class ResultCache:
                                  f"to start over") from None
 
     def get(self, key: str) -> Result | None:
+        """The cached :class:`Result` for ``key`` (a design/workload/model key), or ``None``
+        (counted in ``hits`` / ``misses``)."""
         d = self.entries.get(key)
         if d is None:
             self.misses += 1
@@ -80,6 +82,7 @@ class ResultCache:
         return Result.from_dict(d)
 
     def put(self, key: str, r: Result) -> None:
+        """Store ``r`` under ``key`` in memory; :meth:`save` writes the file."""
         self.entries[key] = r.to_dict()
 
     def save(self) -> None:

@@ -110,10 +110,12 @@ class SlotLayout:
 
     @property
     def cb(self) -> int:
+        """Channel blocks: ``ceil(C / cblk)`` of the packed tensor."""
         return -(-self.packed_chw[0] // self.cblk)
 
     @property
     def hw(self) -> tuple[int, int]:
+        """``(height, width)`` in elements of the stored tensor, pre-padding included."""
         pt, pb, pl, pr = self.pre_pad
         _, h, w = self.packed_chw
         return h + pt + pb, w + pl + pr
@@ -125,6 +127,8 @@ class SlotLayout:
         return self.cb * h * w * self.batch * self.cblk
 
     def nbytes(self, n: int) -> int:
+        """Bytes of the slot for ``n`` samples: ``ceil(n / batch)`` batch blocks of
+        :attr:`block_bytes` each."""
         return -(-n // self.batch) * self.block_bytes
 
     def pack(self, x: np.ndarray) -> np.ndarray:
@@ -138,11 +142,17 @@ class SlotLayout:
         return pack_act(x, self.batch, self.cblk, self.pre_pad)
 
     def to_json(self) -> list:
+        """``[shape, batch, cblk, pre_pad, im2col or None]`` (the artifact manifest form)."""
         return [list(self.shape), self.batch, self.cblk, list(self.pre_pad),
                 None if self.im2col is None else list(self.im2col)]
 
     @classmethod
     def from_json(cls, v) -> "SlotLayout":
+        """Inverse of :meth:`to_json` (a 4-element list from older writers has no im2col).
+
+        Raises:
+            ArtifactError: invalid values (from the constructor's checks).
+        """
         ic = v[4] if len(v) > 4 else None
         return cls(tuple(v[0]), int(v[1]), int(v[2]), tuple(v[3]),
                    None if ic is None else tuple(ic))
@@ -279,12 +289,26 @@ class TraceBuilder:
 
     def load_2d(self, slot: str, elem_offset: int, mem, sram_base: int, y_size: int,
                 x_size: int, x_stride: int, pad=(0, 0, 0, 0)) -> None:
+        """Record a 2-D LOAD of ``y_size`` rows × ``x_size`` elements from ``slot``.
+
+        Args:
+            slot: the DRAM slot (activation or constant), relocated at replay.
+            elem_offset: first element in the slot, in elements of ``mem`` (from the slot's
+                base; for activations, within one batch block).
+            mem: the ``MemType`` loaded (element size ``cfg.elem_bytes(mem)`` bytes).
+            sram_base: destination scratchpad index (elements).
+            y_size, x_size: rows and elements per row; x_stride: DRAM row pitch (elements).
+            pad: ``(y_pad_0, y_pad_1, x_pad_0, x_pad_1)`` zero padding in elements (0..15).
+        """
         self.trace.ops.append(("L", slot, int(elem_offset), int(mem), int(sram_base),
                                int(y_size), int(x_size), int(x_stride),
                                tuple(int(p) for p in pad)))
 
     def store_2d(self, sram_base: int, slot: str, elem_offset: int, y_size: int, x_size: int,
                  x_stride: int) -> None:
+        """Record a 2-D STORE of ``y_size`` rows × ``x_size`` OUT elements from scratchpad
+        index ``sram_base`` to ``slot`` at ``elem_offset`` (elements of OUT,
+        ``cfg.elem_bytes(OUT)`` bytes each), DRAM row pitch ``x_stride`` elements."""
         self.trace.ops.append(("S", int(sram_base), slot, int(elem_offset), int(y_size),
                                int(x_size), int(x_stride)))
 

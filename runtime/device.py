@@ -83,6 +83,14 @@ class Allocator:
         self.live: dict[int, int] = {}
 
     def alloc(self, nbytes: int) -> int:
+        """Reserve ``nbytes`` bytes (rounded up to ``align``), first fit.
+
+        Returns:
+            The byte address of the block (a multiple of ``align`` when ``base`` is).
+        Raises:
+            DeviceError: ``nbytes <= 0``; no free block is large enough (the message gives
+                the capacity and the bytes in use).
+        """
         if nbytes <= 0:
             raise DeviceError(f"allocation size must be positive, got {nbytes}")
         n = -(-nbytes // self.align) * self.align
@@ -97,6 +105,12 @@ class Allocator:
                           f"(capacity {self.size} bytes, {sum(self.live.values())} in use)")
 
     def free(self, addr: int) -> None:
+        """Release the block at byte address ``addr`` (as returned by :meth:`alloc`) and
+        merge it with free neighbours.
+
+        Raises:
+            DeviceError: ``addr`` is not the start of a live block (double free, bad address).
+        """
         n = self.live.pop(addr, None)
         if n is None:
             raise DeviceError(f"free of address 0x{addr:x} that is not allocated")
