@@ -149,7 +149,7 @@ produced by ``dequantize`` from an int8 tensor named ``<output>_q``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 import numpy as np

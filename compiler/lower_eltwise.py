@@ -65,7 +65,6 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     for nvt in (2, 1):
         half = cfg.ACC_DEPTH // nvt
         for cbn in candidates(ncb):
-            per_row_out = cbn * wo
             th = 0
             for cand in range(ho, 0, -1):
                 rows = (cand - 1) * sh + kh

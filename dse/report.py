@@ -153,7 +153,7 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
     shown = rows if limit is None else rows[:limit]
     for p in shown:
         u = p.get("utilization") or {}
-        pct = lambda k: _fmt(u.get(k) * 100 if u.get(k) is not None else None)  # noqa: E731
+        pct = lambda k: _fmt(u.get(k) * 100 if u.get(k) is not None else None)  # noqa: E731, B023 (used at once)
         status = "ok" if p["feasible"] else "; ".join(p["reasons"])[:70]
         lines.append(
             f"{p['fingerprint']:<11} {p['bitstream']:<28} {p.get('bus_bits', '-'):>4} "

@@ -50,14 +50,13 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import (
-    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, AluOp, Insn, Module, Opcode, Queue, decode_program,
+    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, AluOp, Insn, Module, Opcode, decode_program,
     decode_uops, format_insn,
 )
 from .device import Buffer, DeadlockError, Device, DeviceError, ProgramError, RunResult

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from vtaforge.compiler import CompileError, import_onnx, optimize, run_float
 from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split

@@ -44,7 +44,7 @@ GRID = list(itertools.product((1, 3, 5, 7), (1, 2), (0, 1, 2, 3), (3, 16, 17, 64
 
 
 def _valid(case):
-    k, s, p, cin, cout_h, h, n, g = case[0], case[1], case[2], case[3], None, case[4], case[5], case[6]
+    k, p, cin, h, g = case[0], case[2], case[3], case[4], case[6]
     if g == 2 and cin % 2:
         return False
     return h + 2 * p >= k

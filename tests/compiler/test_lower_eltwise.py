@@ -63,7 +63,6 @@ def test_residual_add(cfg, shape, la, lb, shift, lo):
     # two graph inputs are not needed: feed a and b through two quantize nodes of one input
     qg = QG(("N", 2) + shape)
     g = qg.g
-    from vtaforge.compiler.ir import Node
     ea, eb = -la, -lb   # exps so that lshift_a = ea - min, lshift_b = eb - min
     c = min(ea, eb)
     # split the input along axis 1 on the host: use reshape-free slicing via two inputs

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from vtaforge.compiler import CompileError, QuantConfig, import_onnx, quantize, run_quantized
+from vtaforge.compiler import QuantConfig, import_onnx, quantize, run_quantized
 from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
 from vtaforge.compiler.zoo import resnet18
 

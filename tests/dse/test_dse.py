@@ -3,7 +3,6 @@ Pareto front against a brute-force oracle, the CLI."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from vtaforge.hw.config import MemType, preset
-from vtaforge.hw.isa import AluOp, Insn, Opcode
+from vtaforge.hw.isa import AluOp
 from vtaforge.runtime.device import ProgramError
 from vtaforge.runtime.randprog import generate
 

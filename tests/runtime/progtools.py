@@ -8,7 +8,7 @@ Tensor data is laid out here independently of the simulator: an INP element is
 from __future__ import annotations
 
 import numpy as np
-from vtaforge.hw.config import MemType, preset
+from vtaforge.hw.config import MemType
 from vtaforge.hw.isa import AluOp, Insn, Opcode, encode_program, encode_uops
 
 L, S, G, F, A = Opcode.LOAD, Opcode.STORE, Opcode.GEMM, Opcode.FINISH, Opcode.ALU

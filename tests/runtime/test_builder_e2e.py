@@ -173,7 +173,7 @@ def emit_two_thread_gemm(b, ib, wb, ob, o, n, m):
         b.dep_pop(L, C)
         if t >= 2:
             b.dep_pop(S, C)
-        b.gemm(("vreset", o, sa), lambda k: k.uops(sa + np.arange(o), np.zeros(o, int)),
+        b.gemm(("vreset", o, sa), lambda k: k.uops(sa + np.arange(o), np.zeros(o, int)),  # noqa: B023
                reset=True)
 
         def mac(k, si=si, sw=sw, sa=sa):

@@ -16,7 +16,7 @@ import pytest
 
 from vtaforge.hw import regs
 from vtaforge.hw.config import MemType, preset
-from vtaforge.hw.isa import AluOp, Insn, Module, Opcode, encode_program
+from vtaforge.hw.isa import Insn, Module, Opcode, encode_program
 from vtaforge.runtime.builder import ProgramBuilder
 from vtaforge.runtime.bundle import make_device, run_raw as bundle_run_raw
 from vtaforge.runtime.device import Buffer, DeviceError, ProgramError
