@@ -199,3 +199,24 @@ def test_tiny_places_and_routes_on_the_85k(tmp_path):
     assert est.mults == 16
     assert 0 < est.brams <= 208 and 0 < est.luts <= 83640
     assert "Critical path" in est.log_tail
+
+
+def test_cli_reports_a_config_that_does_not_fit(monkeypatch):
+    from click.testing import CliRunner
+
+    import vtaforge.hw.timing as T
+    from vtaforge.cli import main
+
+    def refuse(cfg, **kw):
+        raise DoesNotFitError("the core X does not fit the ECP5-85F: MULT18X18D 256 > 156")
+
+    monkeypatch.setattr(T, "estimate_fmax", refuse)
+    r = CliRunner().invoke(main, ["hw", "timing", "--config", "tiny"])
+    assert r.exit_code != 0
+    assert "does not fit the ECP5-85F: MULT18X18D 256 > 156" in r.output
+    monkeypatch.setattr(T, "estimate_fmax", lambda cfg, **kw: _fake(48.26))
+    r = CliRunner().invoke(main, ["hw", "timing", "--config", "tiny", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["fmax_mhz"] == 48.26 and "proxy" in d["label"]
+    assert d["fingerprint"] == f"0x{preset('tiny').fingerprint:08x}"

@@ -75,4 +75,35 @@ def resources_cmd(spec: str, part: str, as_json: bool) -> None:
         click.echo(format_report(spec, res, part))
 
 
+@hw_group.command("timing")
+@click.option("--config", "spec", default="tiny", show_default=True,
+              help="preset name or vta_config.json file")
+@click.option("--device", default="85k", show_default=True,
+              type=click.Choice(["25k", "45k", "85k"]), help="ECP5 device for nextpnr")
+@click.option("--seed", default=1, show_default=True, type=int, help="placer seed")
+@click.option("--timeout", "timeout_s", default=3600.0, show_default=True,
+              type=click.FloatRange(min=1.0), help="wall-time budget in seconds")
+@click.option("--workdir", default=None, type=click.Path(file_okay=False),
+              help="keep the netlist, logs and report here")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+def timing_cmd(spec: str, device: str, seed: int, timeout_s: float, workdir: str | None,
+               as_json: bool) -> None:
+    """Open-source fmax proxy: Yosys synth_ecp5 + nextpnr-ecp5 (minutes; not a Zynq result)."""
+    from ..hw.config import load_config
+    from ..hw.timing import TimingError, estimate_fmax, format_estimate
+
+    cfg = load_config(spec)
+    try:
+        est = estimate_fmax(cfg, device=device, workdir=workdir, seed=seed,
+                            timeout_s=timeout_s)
+    except TimingError as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        d = est.as_dict()
+        d.update({"config": spec, "fingerprint": f"0x{cfg.fingerprint:08x}"})
+        click.echo(json.dumps(d, indent=2, sort_keys=True))
+    else:
+        click.echo(format_estimate(spec, est))
+
+
 COMMANDS = [hw_group]
