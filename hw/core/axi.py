@@ -8,10 +8,11 @@ never cross a 4 KiB boundary (AXI4 A3.4.1) and keeps one burst outstanding at a 
 Read side: several clients (fetch, load, compute) arbitrate with fixed priority; a granted
 client keeps the read channel until every beat of its request has been delivered, so a client
 must accept every beat it asked for (all clients here write into scratchpads or registers and
-never block indefinitely).  Write side: one client (store); the engine issues AW, forwards the
-client's W beats with WLAST at each burst end, and waits for B before the next burst.  A
-request completes (``done`` pulse) after the last B response, so a store's data is in DRAM
-before the store unit pushes its dependency token.
+never block indefinitely).  Write side: one client (store); the engine issues the AWs of a
+request's bursts (up to :data:`W_BURST_QUEUE` ahead of their W beats), forwards the client's
+W beats back to back with WLAST at each burst end, and does not wait for B between bursts or
+requests (up to :data:`B_OUTSTANDING` B responses pending).  ``idle`` reports that every B
+has arrived, so the store unit pushes its dependency token only after its data is in DRAM.
 
 A beat counts only on VALID && READY (field fault BR-21); single-beat bursts (``len = 0``)
 are the common case for narrow elements.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import VTAConfig
@@ -28,6 +30,12 @@ from .. import regs as regmap
 
 __all__ = ["ReadClientSignature", "WriteClientSignature", "DMAEngine", "AXILiteRegs",
            "burst_beats"]
+
+#: Bursts whose AW has been issued and whose W beats are not yet all sent (AW may run
+#: this far ahead of W).
+W_BURST_QUEUE = 4
+#: Bursts whose B response may be outstanding at once.
+B_OUTSTANDING = 15
 
 #: Width of a request's beat count (a row may be up to 65535 elements of 16 KiB).
 BEATS_BITS = 32
@@ -50,12 +58,15 @@ def ReadClientSignature(bus_width: int) -> wiring.Signature:
 def WriteClientSignature(bus_width: int) -> wiring.Signature:
     """The DMA write client, seen from the client.  After the request is accepted the client
     supplies exactly ``req_beats`` beats on ``data``/``strb``/``data_valid`` (taken when
-    ``data_ready``); ``done`` pulses when the last write response has arrived."""
+    ``data_ready``; ``data_valid`` must stay high until taken).  Requests may follow each
+    other before the earlier ones' data is sent: the beats are consumed in request order.
+    ``idle`` is high when every accepted request has been issued, its beats sent and all
+    its write responses received (the data is in memory)."""
     return wiring.Signature({
         "req_valid": Out(1), "req_addr": Out(32), "req_beats": Out(BEATS_BITS),
         "req_ready": In(1),
         "data": Out(bus_width), "strb": Out(bus_width // 8), "data_valid": Out(1),
-        "data_ready": In(1), "done": In(1),
+        "data_ready": In(1), "idle": In(1),
     })
 
 
@@ -183,11 +194,20 @@ class DMAEngine(wiring.Component):
                         m.next = "AR"
 
         # ---------------------------------------------------------------- write side
+        # Three decoupled parts: the AW generator splits the accepted request into bursts
+        # and queues each burst's length for the W side (so W beats follow their AW, with
+        # WLAST at each burst end); the W side forwards the client's beats back to back; a
+        # counter tracks the bursts whose B response is outstanding.  The next request is
+        # accepted as soon as the AW generator has issued every burst of the previous one,
+        # so AW of the next row overlaps W of this one and no B is waited for in between.
         w = self.wr
+        aw_busy = Signal()
         w_addr = Signal(32)
         w_left = Signal(BEATS_BITS)
-        w_burst = Signal(9)
         w_len = _next_len(m, w_addr, w_left, bb)
+        m.submodules.w_lens = lens = SyncFIFO(width=9, depth=W_BURST_QUEUE)
+        b_out = Signal(range(B_OUTSTANDING + 1))  # AW issued, B not yet received
+        w_idx = Signal(9)  # beats sent of the burst at the head of ``lens``
         m.d.comb += [self.m_axi_awsize.eq(lbb), self.m_axi_awburst.eq(1),
                      self.m_axi_awaddr.eq(w_addr), self.m_axi_awlen.eq(w_len - 1),
                      self.m_axi_wdata.eq(w.data), self.m_axi_wstrb.eq(w.strb)]
@@ -196,33 +216,37 @@ class DMAEngine(wiring.Component):
         m.d.comb += self.wr_beat.eq(wbeat)
         strb_count = sum(w.strb[i] for i in range(bb))
         m.d.comb += self.wr_bytes.eq(Mux(wbeat, strb_count, 0))
-        with m.FSM(name="wr_fsm"):
-            with m.State("IDLE"):
-                m.d.comb += w.req_ready.eq(1)
-                with m.If(w.req_valid):
-                    m.d.sync += [w_addr.eq(w.req_addr & ~(bb - 1)), w_left.eq(w.req_beats)]
-                    m.next = "AW"
-            with m.State("AW"):
-                with m.If(w_left == 0):
-                    m.d.comb += w.done.eq(1)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += self.m_axi_awvalid.eq(1)
-                    with m.If(self.m_axi_awready):
-                        m.d.sync += w_burst.eq(w_len)
-                        m.next = "W"
-            with m.State("W"):
-                m.d.comb += [self.m_axi_wvalid.eq(w.data_valid), w.data_ready.eq(self.m_axi_wready),
-                             self.m_axi_wlast.eq(w_burst == 1)]
-                with m.If(wbeat):
-                    m.d.sync += [w_burst.eq(w_burst - 1), w_left.eq(w_left - 1),
-                                 w_addr.eq(w_addr + bb)]
-                    with m.If(w_burst == 1):
-                        m.next = "B"
-            with m.State("B"):
-                m.d.comb += self.m_axi_bready.eq(1)
-                with m.If(self.m_axi_bvalid):
-                    m.next = "AW"
+        # request acceptance
+        m.d.comb += w.req_ready.eq(~aw_busy | (w_left == 0))
+        with m.If(aw_busy & (w_left == 0)):
+            m.d.sync += aw_busy.eq(0)
+        with m.If(w.req_valid & w.req_ready):
+            m.d.sync += [aw_busy.eq(1), w_addr.eq(w.req_addr & ~(bb - 1)),
+                         w_left.eq(w.req_beats)]
+        # AW: AWVALID never drops before AWREADY (the FIFO and the B count only free up)
+        aw_fire = Signal()
+        m.d.comb += [self.m_axi_awvalid.eq(aw_busy & (w_left != 0) & lens.w_rdy
+                                           & (b_out != B_OUTSTANDING)),
+                     aw_fire.eq(self.m_axi_awvalid & self.m_axi_awready),
+                     lens.w_data.eq(w_len), lens.w_en.eq(aw_fire)]
+        with m.If(aw_fire):
+            m.d.sync += [w_left.eq(w_left - w_len), w_addr.eq(w_addr + (w_len << lbb))]
+        # W: only beats of a burst whose AW has been issued
+        w_last = Signal()
+        m.d.comb += [w_last.eq(w_idx == lens.r_data - 1),
+                     self.m_axi_wvalid.eq(lens.r_rdy & w.data_valid),
+                     w.data_ready.eq(lens.r_rdy & self.m_axi_wready),
+                     self.m_axi_wlast.eq(w_last), lens.r_en.eq(wbeat & w_last)]
+        with m.If(wbeat):
+            m.d.sync += w_idx.eq(Mux(w_last, 0, w_idx + 1))
+        # B: always ready; count outstanding bursts
+        b_fire = Signal()
+        m.d.comb += [self.m_axi_bready.eq(1), b_fire.eq(self.m_axi_bvalid)]
+        with m.If(aw_fire & ~b_fire):
+            m.d.sync += b_out.eq(b_out + 1)
+        with m.Elif(b_fire & ~aw_fire & (b_out != 0)):
+            m.d.sync += b_out.eq(b_out - 1)
+        m.d.comb += w.idle.eq(~aw_busy & ~lens.r_rdy & (b_out == 0))
         return m
 
 

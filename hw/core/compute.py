@@ -226,6 +226,9 @@ class ComputeUnit(wiring.Component):
         def af(name):
             return insn_field(cfg, insn, "alu", name)
 
+        def hgf(name):
+            return insn_field(cfg, head, "gemm", name)
+
         reset = gf("reset")
         uop_bgn = gf("uop_bgn")
         uop_end = gf("uop_end")
@@ -260,13 +263,23 @@ class ComputeUnit(wiring.Component):
         phase = Signal()
 
         m.d.comb += [uop_mem.r_addr.eq(k), uop_mem.r_en.eq(advance_a)]
+        # seq_start comes with the acceptance of the instruction at the queue head (``insn``
+        # is loaded at the same edge), so the first micro-op is read in the next cycle.
         with m.If(seq_start):
-            m.d.sync += [k.eq(uop_bgn), i_cnt.eq(0), j_cnt.eq(0), d_o.eq(0), d_c.eq(0),
+            m.d.sync += [k.eq(hgf("uop_bgn")), i_cnt.eq(0), j_cnt.eq(0), d_o.eq(0), d_c.eq(0),
                          s_o.eq(0), s_c.eq(0), w_o.eq(0), w_c.eq(0),
-                         gen_active.eq((iter_out != 0) & (iter_in != 0) & (uop_end > uop_bgn))]
+                         gen_active.eq((hgf("iter_out") != 0) & (hgf("iter_in") != 0)
+                                       & (hgf("uop_end") > hgf("uop_bgn")))]
         m.d.comb += advance_a.eq(gen_active & (~b_valid | advance_b))
+        # per-instruction controls travel with the micro-op, so the next GEMM/ALU can enter
+        # stage A while the previous one's micro-ops are still in B..D
+        b_alu, b_tensor, b_reset, b_imm_sel = Signal(), Signal(), Signal(), Signal()
+        b_op = Signal(3)
+        b_imm = Signal(signed(16))
         with m.If(advance_a):
-            m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c)]
+            m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c),
+                         b_alu.eq(is_alu), b_tensor.eq(alu_tensor), b_reset.eq(reset),
+                         b_imm_sel.eq(use_imm), b_op.eq(alu_op), b_imm.eq(imm)]
             with m.If(k != uop_end - 1):
                 m.d.sync += k.eq(k + 1)
             with m.Else():
@@ -301,21 +314,36 @@ class ComputeUnit(wiring.Component):
         # GEMM never stalls: stage D forwards the accumulator writes its read missed (see
         # below).  ALU evaluates its lanes in C from the read value, so it still waits until
         # an older micro-op writing its destination (or tensor source) has left D.
-        m.d.comb += hazard.eq(is_alu & (
+        m.d.comb += hazard.eq(b_alu & (
             (c_valid & (c_dst == dst)) | (d_valid & (d_dst == dst)) |
-            (alu_tensor & ((c_valid & (c_dst == src[:LA])) | (d_valid & (d_dst == src[:LA]))))))
-        m.d.comb += advance_b.eq(b_valid & (phase | (~hazard & ~alu_tensor)))
-        with m.If(b_valid & alu_tensor & ~phase & ~hazard):
+            (b_tensor & ((c_valid & (c_dst == src[:LA])) | (d_valid & (d_dst == src[:LA]))))))
+        # Tensor-operand cache: ``src_reg`` keeps the last tensor operand read (entry
+        # ``src_tag``) until any accumulator write to that entry.  A tensor ALU micro-op whose
+        # source hits it skips the extra read cycle (the bias add reads one source entry
+        # for a whole row of destinations).  Writes still in C/D are covered by the hazard
+        # check above, so a hit is always the current contents.
+        src_reg = Signal(acc_bits)
+        src_tag = Signal(LA)
+        src_tag_v = Signal()
+        need_src = Signal()
+        m.d.comb += need_src.eq(b_tensor & ~(src_tag_v & (src_tag == src[:LA])))
+        m.d.comb += advance_b.eq(b_valid & (phase | (~hazard & ~need_src)))
+        with m.If(b_valid & need_src & ~phase & ~hazard):
             m.d.sync += phase.eq(1)
         with m.If(advance_b):
             m.d.sync += phase.eq(0)
-        src_reg = Signal(acc_bits)
+        with m.If(acc_mem.w_en & (acc_mem.w_addr == src_tag)):
+            m.d.sync += src_tag_v.eq(0)
         with m.If(phase):
-            m.d.sync += src_reg.eq(acc_mem.r_data)
-        m.d.comb += [acc_mem.r_addr.eq(Mux(phase | ~alu_tensor, dst, src[:LA])),
+            m.d.sync += [src_reg.eq(acc_mem.r_data), src_tag.eq(src[:LA]), src_tag_v.eq(1)]
+        m.d.comb += [acc_mem.r_addr.eq(Mux(phase | ~need_src, dst, src[:LA])),
                      acc_mem.r_en.eq(1),
                      self.inp_r_addr.eq(src[:cfg.LOG_INP_DEPTH]), self.wgt_r_addr.eq(wgt)]
-        m.d.sync += [c_valid.eq(advance_b), c_dst.eq(dst)]
+        c_alu, c_reset, c_imm_sel = Signal(), Signal(), Signal()
+        c_op = Signal(3)
+        c_imm = Signal(signed(16))
+        m.d.sync += [c_valid.eq(advance_b), c_dst.eq(dst), c_alu.eq(b_alu), c_reset.eq(b_reset),
+                     c_imm_sel.eq(b_imm_sel), c_op.eq(b_op), c_imm.eq(b_imm)]
 
         # ---------------------------------------------------------- stage C: multiply / ALU
         acc_in = acc_mem.r_data
@@ -325,11 +353,11 @@ class ComputeUnit(wiring.Component):
         # ALU lanes
         b_elem = Signal(acc_bits)
         imm_ext = Signal(signed(AW))
-        m.d.comb += imm_ext.eq(imm)
-        m.d.comb += b_elem.eq(Mux(use_imm, Cat(*([imm_ext] * lanes)), src_reg))
+        m.d.comb += imm_ext.eq(c_imm)
+        m.d.comb += b_elem.eq(Mux(c_imm_sel, Cat(*([imm_ext] * lanes)), src_reg))
         for ln in range(lanes):
             m.d.sync += d_res.word_select(ln, AW).eq(
-                alu_lane(cfg, alu_op, acc_in.word_select(ln, AW), b_elem.word_select(ln, AW)))
+                alu_lane(cfg, c_op, acc_in.word_select(ln, AW), b_elem.word_select(ln, AW)))
         # GEMM products
         inp_e = self.inp_r_data
         wgt_e = self.wgt_r_data
@@ -366,7 +394,7 @@ class ComputeUnit(wiring.Component):
                     o += 1
         d_reset = Signal()
         d_alu = Signal()
-        m.d.sync += [d_reset.eq(reset), d_alu.eq(is_alu)]
+        m.d.sync += [d_reset.eq(c_reset), d_alu.eq(c_alu)]
 
         # ---------------------------------------------------------- stage D: sum + write
         # Forwarding: the accumulator value a micro-op in D adds to was read when it left B,
@@ -408,17 +436,22 @@ class ComputeUnit(wiring.Component):
 
         # ---------------------------------------------------------- control FSM
         pipe_empty = ~gen_active & ~b_valid & ~c_valid & ~d_valid
+        head_exec = (head[:3] == Opcode.GEMM) | (head[:3] == Opcode.ALU)
+        head_ok = ((~head[3] | self.l2g_nonempty) & (~head[4] | self.s2g_nonempty) &
+                   (~head[5] | self.g2l_has_room) & (~head[6] | self.g2s_has_room))
         with m.FSM(name="compute_fsm"):
             with m.State("IDLE"):
                 m.d.comb += self.state.eq(0)
                 with m.If(self.cmd.valid):
-                    ok = ((~head[3] | self.l2g_nonempty) & (~head[4] | self.s2g_nonempty) &
-                          (~head[5] | self.g2l_has_room) & (~head[6] | self.g2s_has_room))
-                    with m.If(ok):
+                    with m.If(head_ok):
                         m.d.comb += [self.cmd.ready.eq(1), self.l2g_pop.eq(head[3]),
                                      self.s2g_pop.eq(head[4])]
                         m.d.sync += insn.eq(head)
-                        m.next = "DECODE"
+                        with m.If(head_exec):
+                            m.d.comb += seq_start.eq(1)
+                            m.next = "EXEC"
+                        with m.Else():
+                            m.next = "DECODE"
                     with m.Else():
                         m.d.comb += [self.stall.eq(1), self.state.eq(1)]  # WAIT_TOKEN
             with m.State("DECODE"):
@@ -429,9 +462,6 @@ class ComputeUnit(wiring.Component):
                 with m.If((opcode == Opcode.LOAD) & (mf("x_size") != 0) & load_ok):
                     m.d.comb += ld.start.eq(1)
                     m.next = "LOAD"
-                with m.Elif((opcode == Opcode.GEMM) | (opcode == Opcode.ALU)):
-                    m.d.comb += seq_start.eq(1)
-                    m.next = "EXEC"
                 with m.Elif(opcode == Opcode.FINISH):
                     m.d.comb += self.finish.eq(1)
                     m.next = "PUSH"
@@ -442,9 +472,19 @@ class ComputeUnit(wiring.Component):
                 with m.If(ld.done):
                     m.next = "PUSH"
             with m.State("EXEC"):
+                # Once the sequencer has issued the last micro-op, a following GEMM/ALU is
+                # accepted and started behind it, unless this instruction pushes a token
+                # (it must first drain: its writes have to land before the push).  The
+                # hazard check and the accumulator forwarding work across instructions.
                 m.d.comb += [self.state.eq(3), self.busy.eq(1)]
-                with m.If(pipe_empty):
-                    m.next = "PUSH"
+                with m.If(~gen_active):
+                    with m.If(~insn[5] & ~insn[6] & self.cmd.valid & head_exec & head_ok):
+                        m.d.comb += [self.cmd.ready.eq(1), self.l2g_pop.eq(head[3]),
+                                     self.s2g_pop.eq(head[4]), seq_start.eq(1)]
+                        m.d.sync += insn.eq(head)
+                    with m.Elif(pipe_empty):
+                        m.d.comb += [self.g2l_push.eq(insn[5]), self.g2s_push.eq(insn[6])]
+                        m.next = "IDLE"
             with m.State("PUSH"):
                 m.d.comb += [self.state.eq(4), self.busy.eq(1),
                              self.g2l_push.eq(insn[5]), self.g2s_push.eq(insn[6])]

@@ -7,8 +7,10 @@ holds the low OUT_WIDTH bits of every accumulator lane (written by compute along
 
 Elements narrower than a beat are merged into beats with byte strobes (bytes outside the row
 keep their DRAM contents); wider elements are sent as ``elem_bits / BUS_WIDTH`` full beats.
-A row is finished when its last write response has arrived, so the S2G token is pushed only
-after the data is in memory.
+Rows are streamed back to back (one DMA request per row; the engine overlaps the next row's
+AW with this row's W beats and does not wait for B in between).  The instruction finishes
+when every write response has arrived, so the S2G token is pushed only after the data is in
+memory.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ from .load import CommandPortSignature, insn_field
 __all__ = ["StoreUnit", "STORE_STATES"]
 
 #: Store unit FSM encodings (for ``dbg_state``).  WAIT_TOKEN: the next instruction waits for a
-#: token to pop or for room in a token queue it will push to.
-STORE_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "START", 3: "ROW", 4: "READ", 5: "PLACE",
-                6: "SEND", 7: "WAIT_B", 8: "PUSH"}
+#: token to pop or for room in a token queue it will push to.  STREAM: rows are being
+#: requested or their elements read and sent; WAIT_B: every beat is sent, write responses
+#: are outstanding.
+STORE_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "STREAM", 3: "WAIT_B"}
 
 
 class StoreUnit(wiring.Component):
@@ -36,6 +39,14 @@ class StoreUnit(wiring.Component):
     Ports: ``cmd``; tokens ``g2s_nonempty``/``g2s_pop``, ``s2g_has_room``/``s2g_push``;
     OUT view read port ``out_r_addr``/``out_r_en``/``out_r_data``; ``dma`` (write client);
     ``state`` (4, :data:`STORE_STATES`), ``busy``, ``stall``.
+
+    A STORE streams: a row issuer hands one DMA request per row to the engine (the next row's
+    request is taken while this row's beats are still being sent), and a two-stage reader
+    (R: OUT view read, one element per cycle; P: merge into the beat or send the element's
+    beats) keeps the W channel busy.  With ``elem_bits >= BUS_WIDTH`` the bus is the limit
+    (``elem_bits / BUS_WIDTH`` cycles per element); narrower elements take one cycle each.
+    The instruction completes, and pushes its S2G token in the same cycle, when the engine
+    reports every write response received.
     """
 
     def __init__(self, cfg: VTAConfig):
@@ -59,32 +70,85 @@ class StoreUnit(wiring.Component):
         ebytes = eb // 8
         leb = ebytes.bit_length() - 1
 
-        insn = Signal(128)
         head = self.cmd.data
 
-        def f(name):
-            return insn_field(cfg, insn, "mem", name)
+        def hf(name):
+            return insn_field(cfg, head, "mem", name)
 
-        row_addr = Signal(32)
-        row_step = Signal(32)
-        rows = Signal(16)
-        ecnt = Signal(16)
-        raddr = Signal(16)
-        m.d.comb += [self.out_r_addr.eq(raddr), self.dma.req_addr.eq(row_addr),
+        push = Signal()       # the running instruction pushes S2G at its end
+        x_size = Signal(16)
+        row_step = Signal(32)  # bytes between row starts
+        # row issuer
+        i_rows = Signal(16)
+        i_addr = Signal(32)
+        m.d.comb += [self.dma.req_addr.eq(i_addr),
                      self.dma.req_beats.eq(
-                         (row_addr[:lbb] + (f("x_size") << leb) + (bb - 1)) >> lbb)]
+                         (i_addr[:lbb] + (x_size << leb) + (bb - 1)) >> lbb),
+                     self.dma.req_valid.eq(i_rows != 0)]
+        with m.If(self.dma.req_valid & self.dma.req_ready):
+            m.d.sync += [i_rows.eq(i_rows - 1), i_addr.eq(i_addr + row_step)]
 
-        wbuf = Signal(bw)
-        wstrb = Signal(bb)
-        m.d.comb += [self.dma.data.eq(wbuf), self.dma.strb.eq(wstrb)]
+        # reader, stage R (address) and stage P (data)
+        p_rows = Signal(16)    # rows whose elements are not all read
+        p_ecnt = Signal(16)    # elements of the current row not yet read
+        raddr = Signal(cfg.LOG_ACC_DEPTH)
+        p_valid = Signal()
+        p_adv = Signal()       # stage P is free or frees up this cycle
+        rd_go = Signal()
+        m.d.comb += [rd_go.eq((p_rows != 0) & p_adv),
+                     self.out_r_addr.eq(raddr), self.out_r_en.eq(rd_go)]
+        with m.If(rd_go):
+            m.d.sync += [raddr.eq(raddr + 1), p_valid.eq(1)]
+            with m.If(p_ecnt == 1):
+                m.d.sync += [p_rows.eq(p_rows - 1), p_ecnt.eq(x_size)]
+            with m.Else():
+                m.d.sync += p_ecnt.eq(p_ecnt - 1)
+        with m.Elif(p_adv):
+            m.d.sync += p_valid.eq(0)
+
         if eb < bw:
             epb = bw // eb
-            lane = Signal(range(epb))
+            lane = Signal(range(epb))     # lane of the element read next
+            p_lane = Signal(range(epb))
+            p_bend = Signal()             # the element in P ends its beat
+            row_lane = Signal(lbb)        # byte offset in the beat of the next row's start
+            row_lane_step = Signal(lbb)
+            wbuf = Signal(bw)
+            wstrb = Signal(bb)
+            mbuf = Signal(bw)
+            mstrb = Signal(bb)
+            m.d.comb += [mbuf.eq(wbuf), mstrb.eq(wstrb)]
+            for ln in range(epb):
+                with m.If(p_lane == ln):
+                    m.d.comb += [mbuf.word_select(ln, eb).eq(self.out_r_data),
+                                 mstrb.word_select(ln, ebytes).eq((1 << ebytes) - 1)]
+            m.d.comb += [self.dma.data.eq(mbuf), self.dma.strb.eq(mstrb),
+                         self.dma.data_valid.eq(p_valid & p_bend),
+                         p_adv.eq(~p_valid | ~p_bend | self.dma.data_ready)]
+            with m.If(p_valid & p_adv):
+                m.d.sync += [wbuf.eq(Mux(p_bend, 0, mbuf)), wstrb.eq(Mux(p_bend, 0, mstrb))]
+            with m.If(rd_go):
+                m.d.sync += [p_lane.eq(lane), p_bend.eq((lane == epb - 1) | (p_ecnt == 1))]
+                with m.If(p_ecnt == 1):
+                    nxt = Signal(lbb)
+                    m.d.comb += nxt.eq(row_lane + row_lane_step)
+                    m.d.sync += [row_lane.eq(nxt), lane.eq(nxt[leb:lbb])]
+                with m.Else():
+                    m.d.sync += lane.eq(lane + 1)
         else:
             bpe = eb // bw
-            ereg = Signal(eb)
             bc = Signal(range(max(2, bpe)))
+            last_beat = (bc == bpe - 1) if bpe > 1 else Const(1, 1)
+            m.d.comb += [self.dma.data.eq(self.out_r_data.word_select(bc, bw)
+                                          if bpe > 1 else self.out_r_data),
+                         self.dma.strb.eq((1 << bb) - 1),
+                         self.dma.data_valid.eq(p_valid),
+                         p_adv.eq(~p_valid | (self.dma.data_ready & last_beat))]
+            if bpe > 1:
+                with m.If(p_valid & self.dma.data_ready):
+                    m.d.sync += bc.eq(Mux(last_beat, 0, bc + 1))
 
+        streaming = (i_rows != 0) | (p_rows != 0) | p_valid
         with m.FSM(name="store_fsm"):
             with m.State("IDLE"):
                 m.d.comb += self.state.eq(0)
@@ -92,79 +156,30 @@ class StoreUnit(wiring.Component):
                     ok = (~head[3] | self.g2s_nonempty) & (~head[5] | self.s2g_has_room)
                     with m.If(ok):
                         m.d.comb += [self.cmd.ready.eq(1), self.g2s_pop.eq(head[3])]
-                        m.d.sync += insn.eq(head)
-                        m.next = "START"
+                        run = (head[:3] == Opcode.STORE) & (hf("x_size") != 0)
+                        base = Signal(32)
+                        m.d.comb += base.eq(hf("dram_base") << leb)
+                        m.d.sync += [push.eq(head[5]), x_size.eq(hf("x_size")),
+                                     row_step.eq(hf("x_stride") << leb),
+                                     i_addr.eq(base), raddr.eq(hf("sram_base")),
+                                     p_ecnt.eq(hf("x_size")),
+                                     i_rows.eq(Mux(run, hf("y_size"), 0)),
+                                     p_rows.eq(Mux(run, hf("y_size"), 0))]
+                        if eb < bw:
+                            step_lo = Signal(32)
+                            m.d.comb += step_lo.eq(hf("x_stride") << leb)
+                            m.d.sync += [row_lane.eq(base[:lbb]), lane.eq(base[leb:lbb]),
+                                         row_lane_step.eq(step_lo[:lbb]),
+                                         wbuf.eq(0), wstrb.eq(0)]
+                        else:
+                            if bpe > 1:
+                                m.d.sync += bc.eq(0)
+                        m.next = "RUN"
                     with m.Else():
                         m.d.comb += [self.stall.eq(1), self.state.eq(1)]  # WAIT_TOKEN
-            with m.State("START"):
-                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
-                m.d.sync += [row_addr.eq(f("dram_base") << leb),
-                             row_step.eq(f("x_stride") << leb),
-                             rows.eq(f("y_size")), raddr.eq(f("sram_base"))]
-                with m.If((insn[:3] == Opcode.STORE) & (f("x_size") != 0)):
-                    m.next = "ROW"
-                with m.Else():
-                    m.next = "PUSH"
-            with m.State("ROW"):
-                m.d.comb += [self.state.eq(3), self.busy.eq(1)]
-                with m.If(rows == 0):
-                    m.next = "PUSH"
-                with m.Else():
-                    m.d.comb += self.dma.req_valid.eq(1)
-                    with m.If(self.dma.req_ready):
-                        m.d.sync += [ecnt.eq(f("x_size")), wstrb.eq(0), wbuf.eq(0)]
-                        if eb < bw:
-                            m.d.sync += lane.eq(row_addr[leb:lbb])
-                        else:
-                            m.d.sync += bc.eq(0)
-                        m.next = "READ"
-            with m.State("READ"):
-                m.d.comb += [self.state.eq(4), self.busy.eq(1), self.out_r_en.eq(1)]
-                m.d.sync += raddr.eq(raddr + 1)
-                m.next = "PLACE"
-            with m.State("PLACE"):
-                m.d.comb += [self.state.eq(5), self.busy.eq(1)]
-                if eb < bw:
-                    for ln in range(epb):
-                        with m.If(lane == ln):
-                            m.d.sync += [wbuf.word_select(ln, eb).eq(self.out_r_data),
-                                         wstrb.word_select(ln, ebytes).eq((1 << ebytes) - 1)]
-                    with m.If((lane == epb - 1) | (ecnt == 1)):
-                        m.next = "SEND"
-                    with m.Else():
-                        m.d.sync += [lane.eq(lane + 1), ecnt.eq(ecnt - 1)]
-                        m.next = "READ"
-                else:
-                    m.d.sync += [ereg.eq(self.out_r_data), bc.eq(0)]
-                    m.next = "SEND"
-            with m.State("SEND"):
-                m.d.comb += [self.state.eq(6), self.busy.eq(1)]
-                if eb < bw:
-                    m.d.comb += self.dma.data_valid.eq(1)
-                    with m.If(self.dma.data_ready):
-                        m.d.sync += [wstrb.eq(0), wbuf.eq(0), lane.eq(0), ecnt.eq(ecnt - 1)]
-                        with m.If(ecnt == 1):
-                            m.next = "WAIT_B"
-                        with m.Else():
-                            m.next = "READ"
-                else:
-                    m.d.comb += [self.dma.data.eq(ereg.word_select(bc, bw)),
-                                 self.dma.strb.eq((1 << bb) - 1), self.dma.data_valid.eq(1)]
-                    with m.If(self.dma.data_ready):
-                        m.d.sync += bc.eq(bc + 1)
-                        with m.If(bc == bpe - 1):
-                            m.d.sync += ecnt.eq(ecnt - 1)
-                            with m.If(ecnt == 1):
-                                m.next = "WAIT_B"
-                            with m.Else():
-                                m.next = "READ"
-            with m.State("WAIT_B"):
-                m.d.comb += [self.state.eq(7), self.busy.eq(1)]
-                with m.If(self.dma.done):
-                    m.d.sync += [rows.eq(rows - 1), row_addr.eq(row_addr + row_step),
-                                 raddr.eq(raddr)]
-                    m.next = "ROW"
-            with m.State("PUSH"):
-                m.d.comb += [self.state.eq(8), self.busy.eq(1), self.s2g_push.eq(insn[5])]
-                m.next = "IDLE"
+            with m.State("RUN"):
+                m.d.comb += [self.state.eq(Mux(streaming, 2, 3)), self.busy.eq(1)]
+                with m.If(~streaming & self.dma.idle):
+                    m.d.comb += self.s2g_push.eq(push)
+                    m.next = "IDLE"
         return m
