@@ -15,6 +15,11 @@ cycles, since both operands come from the one accumulator read port):
   newest accumulator writes when they hit the same entry (so consecutive GEMM micro-ops
   updating one entry give the sum of both at one micro-op per cycle); writes ACC and OUT.
 
+A tensor-operand ALU micro-op whose source entry equals the last one read (and not written
+since) reuses the kept value and runs at one micro-op per cycle.  The sequencer starts in
+the cycle an instruction is taken from the queue; after the last micro-op of a GEMM/ALU that
+pushes no token, the next GEMM/ALU enters behind it (its controls travel with each micro-op).
+
 Element layouts (little-endian, row-major, as numpy arrays of the element): INP
 ``[BATCH][BLOCK_IN]``, WGT ``[BLOCK_OUT][BLOCK_IN]``, ACC/OUT ``[BATCH][BLOCK_OUT]``.
 
