@@ -24,7 +24,7 @@ STAT = """
 === vta_core ===
 
         +----------Local Count, excluding submodules.
-        | 
+        |
     12731 wires
     25843 wire bits
        46 ports
