@@ -16,8 +16,8 @@ another and to find the critical path; a Zynq timing verdict needs Vivado
 nextpnr's own utilisation report): LFE5U-85F 83,640 LUT4, 208 DP16KD block RAMs, 156
 MULT18X18D multipliers (hardware-notes.md, "Open-source timing estimate").
 
-Run time on the shared two-core machine: ``tiny`` about 30 s of synthesis plus 2.5 min of
-place and route.
+Run time on the shared two-core machine: ``tiny`` 30 s of synthesis plus 2.5 min of place
+and route (6 min in all under load); a 1x16x16 core about 8 min of synthesis alone.
 
 :func:`write_timing_json` runs the estimate for several configs and writes the timing file
 that ``vtaforge dse run --timing FILE`` (``dse.evaluate.load_timing``) reads.

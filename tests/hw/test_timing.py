@@ -1,6 +1,6 @@
 """Open-source timing proxy (hw/timing.py): parsers on canned yosys/nextpnr output, fit
 refusal, the DSE timing file, and one real synth + place-and-route of ``tiny`` (slow:
-about 3 min on the shared two-core machine, 30 s of it synthesis)."""
+3 min on an idle two-core machine, 6 min on the shared one under load)."""
 
 from __future__ import annotations
 
