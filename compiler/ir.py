@@ -831,11 +831,13 @@ def validate(graph: Graph) -> Graph:
     names: set[str] = set()
     written = set(graph.inputs) | set(graph.constants)
     if set(graph.inputs) & set(graph.constants):
-        raise CompileError(f"graph '{graph.name}': inputs {sorted(set(graph.inputs) & set(graph.constants))} are also constants")
+        both = sorted(set(graph.inputs) & set(graph.constants))
+        raise CompileError(f"graph '{graph.name}': inputs {both} are also constants")
     for c, v in graph.constants.items():
         t = graph.types.get(c)
         if t is None or tuple(v.shape) != t.shape or np.dtype(v.dtype).name != t.dtype:
-            raise CompileError(f"graph '{graph.name}': constant {c!r} array {v.dtype}{list(v.shape)} does not match its type {t}")
+            raise CompileError(f"graph '{graph.name}': constant {c!r} array {v.dtype}{list(v.shape)} "
+                               f"does not match its type {t}")
     for i in graph.inputs:
         if i not in graph.types:
             raise CompileError(f"graph '{graph.name}': input {i!r} has no type")

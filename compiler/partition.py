@@ -250,7 +250,8 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
                           f"reciprocal of {a['divisor']})")
         return True, f"avg-pool: ACC8 loads + ALU ADD, SHR {a['shift']}"
     if op == "qadd":
-        return True, f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, {mul}SHR {a['shift']}, MAX/MIN"
+        return True, (f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, "
+                      f"{mul}SHR {a['shift']}, MAX/MIN")
     if op == "qrequant":
         return True, f"requantize: ACC8 load + ALU {mul}SHR {a['shift']}, MAX/MIN"
     if op == "qmul":

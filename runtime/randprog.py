@@ -5,7 +5,8 @@ for differential testing of the backends (fsim as reference, rtl under test).
 a raw DRAM image (``uint8``) holding random tensor data, micro-op kernels, a guard-filled
 output region and the instruction stream.  Programs mix INP/WGT/ACC (and ACC8 when
 ``cfg.ACC_8BIT``) loads with random padding, strides (including overlapping rows, stride 0,
-``y_size == 0``), UOP loads at random scratchpad offsets (some hundreds of micro-ops long), GEMM and ALU instructions with
+``y_size == 0``), UOP loads at random scratchpad offsets (some hundreds of micro-ops long),
+GEMM and ALU instructions with
 random two-level loop nests (empty micro-op ranges, ``iter == 0``, long loops, ``reset``,
 repeated destinations), every ALU opcode (MUL only with ``cfg.ALU_MUL``) with edge
 immediates and tensor operands, STOREs (including overlapping rows), token-only NOPs with

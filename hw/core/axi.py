@@ -255,8 +255,8 @@ class AXILiteRegs(wiring.Component):
 
     Writes complete when both AW and W are valid (one transaction at a time, ``BRESP = OKAY``);
     reads return the register at ``araddr & ~3`` one cycle after acceptance (unmapped
-    addresses read 0).  Core-side ports: ``start`` (combinational one-cycle pulse in the cycle a CTRL write with START = 1 is
-    accepted), ``irq_en``,
+    addresses read 0).  Core-side ports: ``start`` (combinational one-cycle pulse in the cycle
+    a CTRL write with START = 1 is accepted), ``irq_en``,
     ``insn_addr`` (64), ``insn_count`` (32), inputs ``busy``/``done`` and the counters
     ``cnt_<NAME>`` (32 bits each, 64 for CYCLES), ``set_irq`` (pulse at completion).
     """

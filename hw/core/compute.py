@@ -25,7 +25,8 @@ Element layouts (little-endian, row-major, as numpy arrays of the element): INP
 
 DSP packing (``cfg.DSP_PACKING == 2``, 8-bit operands): two weights that share an activation
 go into one multiplier as ``A = (w_hi << 16) + w_lo``; with ``P = A × a``, the low product is
-``sext16(P[0:16])`` and the high one ``(P >> 16) + P[15]``; k = 17 would overflow the 25-bit A port for ``w_hi = -128, w_lo < 0`` (hardware-notes.md "Multipliers";
+``sext16(P[0:16])`` and the high one ``(P >> 16) + P[15]``; k = 17 would overflow the 25-bit
+A port for ``w_hi = -128, w_lo < 0`` (hardware-notes.md "Multipliers";
 :func:`packed_pair_model` is the pure-Python model, checked exhaustively in the tests).
 ``cfg.LUT_MULTIPLIERS`` products are built from shift-and-add logic (no ``$mul`` cell), so
 Yosys maps them to LUTs.

@@ -5,7 +5,8 @@ order to the load, compute and store command queues (module per
 Fetch reads up to :data:`FETCH_BATCH` instructions per DMA request into a small local buffer,
 and only when the buffer has room for the whole batch, so it never keeps the shared read
 channel while waiting for command-queue space (which could deadlock against a unit whose own
-loads need that channel).  Dispatch from the buffer overlaps the next read.  The instruction address must be 16-byte aligned.
+loads need that channel).  Dispatch from the buffer overlaps the next read.  The instruction
+address must be 16-byte aligned.
 """
 
 from __future__ import annotations

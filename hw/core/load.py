@@ -15,7 +15,7 @@ protocol (pop G2L before, push L2G after).
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -294,7 +294,7 @@ class LoadUnit(wiring.Component):
         for name in MEM_FIELDS[1:]:
             m.d.comb += getattr(ld, name).eq(f(insn, name))
         push_next_l = insn[6]
-        with m.FSM(name="load_fsm") as fsm:
+        with m.FSM(name="load_fsm"):
             with m.State("IDLE"):
                 m.d.comb += self.state.eq(0)
                 with m.If(self.cmd.valid):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import Out
 
 from ..config import MemType, VTAConfig
 from ..isa import Queue
@@ -57,7 +57,6 @@ class VTACore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        bb = cfg.BUS_WIDTH // 8
 
         m.submodules.regs = regs = AXILiteRegs(cfg)
         for name in axi_lite_members():
