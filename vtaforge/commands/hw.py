@@ -1,9 +1,11 @@
-"""``vtaforge hw``: generate the core's RTL and estimate its resources.
+"""``vtaforge hw``: generate the core's RTL and estimate its resources and timing.
 
 - ``vtaforge hw verilog --config PRESET|FILE -o DIR``: writes ``DIR/vta_core.v``,
   ``DIR/regmap.json`` and ``DIR/vta_regs.h``.
 - ``vtaforge hw resources --config PRESET|FILE [--part xc7z020] [--json]``: Yosys
   ``synth_xilinx`` estimate of LUT, FF, DSP48 and BRAM next to the part's capacity.
+- ``vtaforge hw timing --config PRESET|FILE [--device 85k] [--json]``: fmax proxy from
+  yosys ``synth_ecp5`` + nextpnr-ecp5 place and route (an ECP5 figure, not a Zynq result).
 """
 
 from __future__ import annotations
