@@ -307,16 +307,16 @@ def memory_map(cfg: VTAConfig) -> list[dict]:
 
 
 #: LUT/FF linear model ``c0 + c1 × MACs``, fitted exactly through the two Yosys points of
-#: docs/hardware.md (same Yosys flow, xc7 family): tiny (16 MACs, packing 1) 4,482 LUT /
-#: 2,678 FF and pynq (256 MACs, packing 2) 19,947 LUT / 10,451 FF.
+#: docs/hardware.md (same Yosys flow, xc7 family): tiny (16 MACs, packing 1) 4,947 LUT /
+#: 3,008 FF and pynq (256 MACs, packing 2) 21,614 LUT / 11,428 FF.
 LUT_FF_CALIBRATION = {
-    "points": {"tiny": {"macs": 16, "lut": 4482, "ff": 2678},
-               "pynq": {"macs": 256, "lut": 19947, "ff": 10451}},
+    "points": {"tiny": {"macs": 16, "lut": 4947, "ff": 3008},
+               "pynq": {"macs": 256, "lut": 21614, "ff": 11428}},
 }
-_C1_LUT = (19947 - 4482) / (256 - 16)
-_C0_LUT = 4482 - 16 * _C1_LUT
-_C1_FF = (10451 - 2678) / (256 - 16)
-_C0_FF = 2678 - 16 * _C1_FF
+_C1_LUT = (21614 - 4947) / (256 - 16)
+_C0_LUT = 4947 - 16 * _C1_LUT
+_C1_FF = (11428 - 3008) / (256 - 16)
+_C0_FF = 3008 - 16 * _C1_FF
 LUT_FF_CALIBRATION.update(lut=(_C0_LUT, _C1_LUT), ff=(_C0_FF, _C1_FF))
 
 #: LUTs of one int8×int8 multiplier built from LUTs: hardware-notes.md, 16×16 GEMM with

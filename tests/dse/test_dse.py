@@ -20,8 +20,8 @@ from vtaforge.hw.config import preset
 from vtaforge.hw.isa import INSN_FIELDS, Opcode
 
 # Measured with Yosys synth_xilinx -family xc7 (docs/hardware.md "Measured").
-MEASURED = {"pynq": {"lut": 19947, "ff": 10451, "dsp": 128, "bram36": 114.5},
-            "tiny": {"lut": 4482, "ff": 2678, "dsp": 16, "bram36": 12.5}}
+MEASURED = {"pynq": {"lut": 21614, "ff": 11428, "dsp": 128, "bram36": 114.5},
+            "tiny": {"lut": 4947, "ff": 3008, "dsp": 16, "bram36": 12.5}}
 
 
 # ------------------------------------------------------------------ resource model
