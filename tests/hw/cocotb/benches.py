@@ -529,6 +529,31 @@ async def test_dispatch(dut):
     dut._log.info("dispatch: %d cycles, STATUS before 0x%x", cyc, st0)
 
 
+#: (y_pad_0, y_pad_1, x_pad_0, x_pad_1) of the five upstream padded-load patterns.
+PAD_PATTERNS = {"Y0": (2, 0, 0, 0), "Y1": (0, 2, 0, 0), "X0": (0, 0, 2, 0),
+                "X1": (0, 0, 0, 2), "all": (2, 1, 1, 2)}
+
+
+def _padded_windows(img, mem, a_src, src):
+    """LOADs of a rows × 5 window (starting at column 1: an odd element offset, a sub-beat
+    start) of ``src`` (rows, cols, BATCH, lanes) at byte ``a_src``, once per pad pattern,
+    packed one after another from scratchpad index 0.
+
+    Returns ``(loads, expect, n_entries)``: the instructions, ``(sram_base, tile)`` pairs
+    with the numpy-built padded tiles (zeros around the window), and the entries used."""
+    rows, cols = src.shape[:2]
+    lanes = src.shape[2:]
+    loads, expect, sram = [], [], 0
+    for y0, y1, x0, x1 in PAD_PATTERNS.values():
+        loads.append(ld(mem, sram, img.elem(a_src, mem) + 1, rows, 5, stride=cols,
+                        pads=(y0, y1, x0, x1)))
+        tile = np.zeros((y0 + rows + y1, x0 + 5 + x1, *lanes), np.int64)
+        tile[y0:y0 + rows, x0:x0 + 5] = src[:, 1:6]
+        expect.append((sram, tile.reshape(-1, *lanes)))
+        sram += tile.shape[0] * tile.shape[1]
+    return loads, expect, sram
+
+
 async def _padding_inp(tb: Tb, rng) -> None:
     cfg = tb.cfg
     assert cfg.BLOCK_IN == cfg.BLOCK_OUT, "the INP check uses an identity weight"
@@ -538,19 +563,7 @@ async def _padding_inp(tb: Tb, rng) -> None:
     src_rows, src_cols = 3, 8
     src = rng.integers(-128, 128, (src_rows, src_cols, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
     a_src = img.put(src)
-    patterns = {"Y0": (2, 0, 0, 0), "Y1": (0, 2, 0, 0), "X0": (0, 0, 2, 0),
-                "X1": (0, 0, 0, 2), "all": (2, 1, 1, 2)}
-    loads, expect = [], []
-    sram = 0
-    for name, (y0, y1, x0, x1) in patterns.items():
-        # odd element offset in DRAM: window starts at column 1 (sub-beat start)
-        base = img.elem(a_src, MemType.INP) + 1
-        loads.append(ld(MemType.INP, sram, base, src_rows, 5, stride=src_cols,
-                        pads=(y0, y1, x0, x1)))
-        tile = np.zeros((y0 + src_rows + y1, x0 + 5 + x1, cfg.BATCH, cfg.BLOCK_IN), np.int64)
-        tile[y0:y0 + src_rows, x0:x0 + 5] = src[:, 1:6]
-        expect.append((sram, tile.reshape(-1, cfg.BATCH, cfg.BLOCK_IN)))
-        sram += tile.shape[0] * tile.shape[1]
+    loads, expect, sram = _padded_windows(img, MemType.INP, a_src, src)
     n_pad = sram
     # a row longer than one burst that crosses a 4 KiB boundary: 600 elements
     long_x = min(600, cfg.INP_DEPTH - n_pad)
@@ -622,18 +635,7 @@ async def _padding_acc(tb: Tb, rng) -> None:
     src = rng.integers(-(1 << 31), 1 << 31, (src_rows, src_cols, cfg.BATCH, cfg.BLOCK_OUT),
                        dtype=np.int64).astype(np.int32)
     a_src = img.put(src)
-    patterns = {"Y0": (2, 0, 0, 0), "Y1": (0, 2, 0, 0), "X0": (0, 0, 2, 0),
-                "X1": (0, 0, 0, 2), "all": (2, 1, 1, 2)}
-    loads, expect = [], []
-    sram = 0
-    for name, (y0, y1, x0, x1) in patterns.items():
-        base = img.elem(a_src, MemType.ACC) + 1
-        loads.append(ld(MemType.ACC, sram, base, src_rows, 5, stride=src_cols,
-                        pads=(y0, y1, x0, x1)))
-        tile = np.zeros((y0 + src_rows + y1, x0 + 5 + x1, cfg.BATCH, cfg.BLOCK_OUT), np.int64)
-        tile[y0:y0 + src_rows, x0:x0 + 5] = src[:, 1:6]
-        expect.append((sram, tile.reshape(-1, cfg.BATCH, cfg.BLOCK_OUT)))
-        sram += tile.shape[0] * tile.shape[1]
+    loads, expect, sram = _padded_windows(img, MemType.ACC, a_src, src)
     # long row (> one 256-beat burst on a 64-bit bus: 2 KiB) crossing a 4 KiB boundary
     long_x = min(200, cfg.ACC_DEPTH - sram - 2)
     a_long = 0x5000 - (long_x * ae) // 3 // ae * ae
