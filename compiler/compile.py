@@ -114,6 +114,8 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
             for c in cs:
                 consts[c] = graph.constants[c]
             attrs = dict(node.attrs)
+            if node.op == "onnx":
+                attrs["backend"] = pl.backend
             if node.op == "quantize":
                 t = graph.types[node.outputs[0]]
                 attrs["exp"], attrs["scale"] = t.exp, t.real_scale
@@ -123,7 +125,7 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
              for k, t in graph.types.items() if k not in graph.constants}
     report = "\n".join([part.report()] + host_notes)
     m = CompiledModel(cfg, name or graph.name, list(graph.inputs), list(graph.outputs), types,
-                      steps, consts, {"placement_report": report})
+                      steps, consts, {"placement_report": report, "summary": part.summary()})
     return m
 
 
@@ -146,7 +148,19 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     """
     cfg = load_config(config)
     calib = calib_data
+    if isinstance(model, (bytes, bytearray)) or not hasattr(model, "SerializeToString"):
+        from .onnx_frontend import _load
+
+        model = _load(model)
     fg = import_onnx(model)
+    sym = {i: t.shape for i, t in fg.types.items() if i in fg.inputs
+           and any(isinstance(d, str) for d in t.shape[1:])}
+    if sym:     # symbolic non-batch dims (an OCR model's [N,3,?,?]): take them from the data
+        arrs = calib if isinstance(calib, dict) else {fg.inputs[0]: calib}
+        shapes = {i: (None,) + tuple(np.asarray(arrs[i]).shape[1:]) for i in sym if i in arrs
+                  and np.asarray(arrs[i]).ndim == len(sym[i])}
+        if shapes:
+            fg = import_onnx(model, input_shapes=shapes)
     if isinstance(calib, np.ndarray):
         if len(fg.inputs) != 1:
             raise CompileError(f"model has {len(fg.inputs)} inputs: calibration must be a dict")

@@ -158,12 +158,16 @@ from .errors import CompileError, node_error
 
 __all__ = [
     "Dim", "TensorType", "Node", "Graph", "OPS", "FLOAT_OPS", "QUANT_OPS", "LAYOUT_OPS",
-    "infer_types", "validate", "dump", "requant_round", "MultPlan", "mult_plan",
+    "REAL_OPS", "infer_types", "validate", "dump", "requant_round", "MultPlan", "mult_plan",
     "avg_reciprocal", "MULT_MAX",
 ]
 
 Dim = Union[int, str]
-DTYPES = ("float32", "int8", "int32", "int64")
+DTYPES = ("float32", "int8", "int32", "int64", "uint8", "int16", "uint16", "uint32", "uint64", "bool",
+          "float16", "float64")
+#: dtypes the quantized VTA path and the integer rules use; the others only flow through
+#: CPU ``onnx`` nodes (shape computations, indices, masks, a QOperator model's uint8 tensors).
+CORE_DTYPES = ("float32", "int8", "int32", "int64")
 
 
 @dataclass(frozen=True)
@@ -284,8 +288,7 @@ class Graph:
     def add_constant(self, name: str, value: np.ndarray, exp: int | None = None,
                      scale: float | None = None) -> str:
         value = np.asarray(value)
-        dt = {np.dtype(np.float32): "float32", np.dtype(np.int8): "int8",
-              np.dtype(np.int32): "int32", np.dtype(np.int64): "int64"}.get(value.dtype)
+        dt = value.dtype.name if value.dtype.name in DTYPES else None
         if dt is None:
             value = value.astype(np.float32)
             dt = "float32"
@@ -651,6 +654,29 @@ def _infer_requant(node, ts, quant):
     return [_qout(node, ts[0].shape)]
 
 
+def _infer_onnx(node, ts, quant):
+    """An ONNX node kept as is (CPU: numpy kernel or onnxruntime).  The frontend inferred
+    its output types with ONNX shape inference and stored them with the input types it saw
+    (``in_types`` / ``out_types``: ``(dtype, shape)`` pairs); the inputs must still have
+    those types (the graph around it may not change them)."""
+    a = node.attrs
+    want = a["in_types"]
+    if len(want) != len(ts):
+        raise _err(node, f"{a['op_type']}: {len(ts)} inputs, the frontend typed {len(want)}")
+    for k, (t, (dt, shp)) in enumerate(zip(ts, want)):
+        if t.dtype != dt or tuple(t.shape) != tuple(shp):
+            raise _err(node, f"{a['op_type']}: input {k} is {t}, the frontend typed "
+                       f"{dt}[{','.join(str(d) for d in shp)}]")
+        if dt != "float32" or t.exp is not None:
+            if quant and t.exp is not None:
+                raise _err(node, f"{a['op_type']}: input {k} is quantized ({t}); ONNX nodes "
+                           f"take real values (dequantize first)")
+    outs = a["out_types"]
+    if len(outs) != len(node.outputs):
+        raise _err(node, f"{a['op_type']}: {len(node.outputs)} outputs, typed {len(outs)}")
+    return [TensorType(dt, tuple(shp)) for dt, shp in outs]
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """Operator description: input count range, required attrs, type inference, graph kind."""
@@ -693,7 +719,16 @@ OPS: dict[str, OpSpec] = {
     "qmax_pool": OpSpec((1, 1), _POOL, _infer_pool, Q),
     "qavg_pool": OpSpec((1, 1), _POOL + ("divisor", "shift", "round", "clip_lo", "clip_hi"),
                         _infer_pool, Q),
+    "onnx": OpSpec((0, 1024), ("op_type", "domain", "opset", "onnx_attrs", "in_types", "out_types",
+                               "in_slots", "model"), _infer_onnx, FQ),
 }
+#: float IR ops that may also appear in a quantized graph: a node the quantizer cannot
+#: express in int8 stays float there and runs on the CPU between a dequantize and a quantize.
+REAL_OPS = frozenset({"conv2d", "dense", "relu", "clip", "add", "mul", "batch_norm", "max_pool",
+                      "avg_pool", "global_avg_pool", "fake_quant"})
+for _k in REAL_OPS:
+    OPS[_k] = OpSpec(OPS[_k].n_in, OPS[_k].attrs, OPS[_k].infer, FQ)
+del _k
 FLOAT_OPS = frozenset(k for k, v in OPS.items() if "float" in v.kinds)
 QUANT_OPS = frozenset(k for k, v in OPS.items() if "quantized" in v.kinds)
 LAYOUT_OPS = frozenset({"flatten", "reshape", "transpose", "concat"})
@@ -706,7 +741,8 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, TensorType]) -> list[
     if graph.kind not in spec.kinds:
         raise _err(node, f"op {node.op!r} may not appear in a {graph.kind} graph")
     lo, hi = spec.n_in
-    if not lo <= len(node.inputs) <= hi or len(node.outputs) != 1:
+    if not lo <= len(node.inputs) <= hi or (len(node.outputs) != 1 and node.op != "onnx") \
+            or not node.outputs:
         raise _err(node, f"takes {lo}..{hi} inputs and 1 output, got {len(node.inputs)} and "
                    f"{len(node.outputs)}")
     for a in spec.attrs:
@@ -717,11 +753,11 @@ def _infer_node(graph: Graph, node: Node, types: dict[str, TensorType]) -> list[
         if i not in types:
             raise _err(node, f"input {i!r} is not defined before use")
         ts.append(types[i])
-    if graph.kind == "float":
+    if node.op != "onnx" and (graph.kind == "float" or node.op in REAL_OPS):
         for t in ts:
             if t.dtype != "float32":
-                raise _err(node, f"float graph operand {t} is not float32")
-    return spec.infer(node, ts, graph.kind == "quantized")
+                raise _err(node, f"float operand {t} is not float32")
+    return spec.infer(node, ts, graph.kind == "quantized" and node.op not in REAL_OPS)
 
 
 def infer_types(graph: Graph) -> Graph:

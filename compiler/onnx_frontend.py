@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import Graph, Node, TensorType, _infer_node
+from .ir import DTYPES, Graph, Node, TensorType, _infer_node
 
 __all__ = ["import_onnx", "SUPPORTED_ONNX_OPS"]
 
@@ -74,6 +74,25 @@ def _load(src) -> "Any":
     return model
 
 
+def _dtype_name(elem_type: int) -> str | None:
+    """The IR dtype name of an ONNX element type, or None when the IR has no such dtype."""
+    from onnx import helper
+
+    from .ir import DTYPES
+
+    try:
+        name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        return None
+    return name if name in DTYPES else None
+
+
+def _onnx_dtype(name: str) -> int:
+    from onnx import helper
+
+    return helper.np_dtype_to_tensor_dtype(np.dtype(name))
+
+
 def _np(tensor) -> np.ndarray:
     from onnx import numpy_helper
 
@@ -81,9 +100,10 @@ def _np(tensor) -> np.ndarray:
 
 
 class _Importer:
-    def __init__(self, model, name: str | None):
+    def __init__(self, model, name: str | None, input_shapes: dict | None = None):
         import onnx
 
+        self.input_shapes = input_shapes
         self.onnx = onnx
         self.model = model
         try:
@@ -91,9 +111,15 @@ class _Importer:
         except Exception as e:  # noqa: BLE001
             raise CompileError(f"malformed ONNX model: {str(e).splitlines()[0] if str(e) else e}") from None
         self.opset = 13
+        self.opsets: dict[str, int] = {}
         for imp in model.opset_import:
+            self.opsets["" if imp.domain == "ai.onnx" else imp.domain] = int(imp.version)
             if imp.domain in ("", "ai.onnx"):
                 self.opset = imp.version
+        self.opsets.setdefault("", self.opset)
+        self.sym: dict[str, np.ndarray] = {}      # shape values with symbolic dims (object arrays)
+        self.sym_src: dict[str, Any] = {}         # ... and the ONNX node computing each
+        self.qnodes: dict[str, Any] = {}          # QuantizeLinear output -> its node
         self.g = Graph(name=name or model.graph.name or "model", kind="float")
         self.g.meta["scale_hints"] = {}
         self.alias: dict[str, str] = {}
@@ -140,21 +166,24 @@ class _Importer:
 
     def value_type(self, vi, what: str) -> TensorType:
         tt = vi.type.tensor_type
-        if tt.elem_type != self.onnx.TensorProto.FLOAT:
+        dt = _dtype_name(tt.elem_type)
+        if dt is None:
             raise CompileError(f"{what} '{vi.name}': element type "
-                               f"{self.onnx.TensorProto.DataType.Name(tt.elem_type)} is not supported "
-                               f"(float32 only)")
+                               f"{self.onnx.TensorProto.DataType.Name(tt.elem_type)} is not supported")
         if not tt.HasField("shape"):
             raise CompileError(f"{what} '{vi.name}': no shape")
         dims: list = []
+        fix = (self.input_shapes or {}).get(vi.name)
         for k, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(int(d.dim_value))
-            elif d.HasField("dim_param") and d.dim_param:
+            elif fix is not None and k > 0 and k < len(fix) and fix[k] is not None:
+                dims.append(int(fix[k]))      # a symbolic non-batch dim fixed by the caller
+            elif d.HasField("dim_param") and d.dim_param and d.dim_param != "?":
                 dims.append(d.dim_param)
-            else:
-                dims.append(f"{vi.name}_d{k}")
-        return TensorType("float32", tuple(dims))
+            else:                             # unnamed, '?' or a negative placeholder
+                dims.append("N" if k == 0 else f"{vi.name}_d{k}")
+        return TensorType(dt, tuple(dims))
 
     def bind_output(self, vo) -> None:
         src = self.name(vo.name)
@@ -173,12 +202,14 @@ class _Importer:
         t = self.g.types[vo.name]
         tt = vo.type.tensor_type
         if tt.HasField("shape"):
-            declared = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            declared = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None
+                        for d in tt.shape.dim]
             ok = len(declared) == t.rank and all(
                 d is None or (isinstance(s, int) and s == d) for d, s in zip(declared, t.shape))
             if not ok:
                 prod = next(n for n in self.g.nodes if vo.name in n.outputs)
-                raise node_error(prod.name, prod.op, f"output '{vo.name}' is declared "
+                raise node_error(prod.name, prod.attrs["op_type"] if prod.op == "onnx" else prod.op,
+                                 f"output '{vo.name}' is declared "
                                  f"{[d if d is not None else '?' for d in declared]} but computes "
                                  f"{list(t.shape)}")
         self.g.outputs.append(vo.name)
@@ -194,27 +225,317 @@ class _Importer:
 
     # -- per-op conversion ----------------------------------------------------------
     def convert(self, onode, name: str) -> None:
+        """Convert one ONNX node: fold it when its inputs are constants, map it to IR ops
+        when a converter takes it, else keep it as an ``onnx`` node (CPU fallback)."""
         op = onode.op_type
-        if onode.domain not in ("", "ai.onnx"):
-            raise node_error(name, op, f"operator domain '{onode.domain}' is not supported")
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in onode.attribute}
         ins = list(onode.input)
         outs = list(onode.output)
-        fn = getattr(self, f"op_{op}", None)
-        if fn is None:
-            raise node_error(name, op, "unsupported operator (supported: "
-                             + ", ".join(SUPPORTED_ONNX_OPS) + ")")
         for i in ins:
-            if i and self.name(i) in self.qlinear and op != "DequantizeLinear":
-                raise node_error(name, op, f"input '{i}' is a QuantizeLinear output; only "
-                                 "QuantizeLinear -> DequantizeLinear pairs are supported")
             if i and self.name(i) not in self.g.types and self.name(i) not in self.int_consts \
-                    and self.name(i) not in self.qlinear:
+                    and self.name(i) not in self.qlinear and self.name(i) not in self.sym:
                 raise node_error(name, op, f"input '{i}' is not defined")
         err = lambda reason: node_error(name, op, reason)  # noqa: E731
-        if op != "MaxPool" and len([o for o in outs if o]) > 1:
-            raise err("only one output is supported")
-        fn(name, onode, ins, outs, attrs, err)  # all-constant nodes are folded by passes
+        default = onode.domain in ("", "ai.onnx")
+        if default and op == "Constant":
+            self.op_Constant(name, onode, ins, outs, attrs, err)
+            return
+        if default and self._sym_op(onode, ins, outs, attrs):
+            return
+        for i in ins:       # a QuantizeLinear / shape value read by anything else: materialize
+            if i and self.name(i) in self.qlinear and op != "DequantizeLinear":
+                self._materialize_q(self.name(i))
+            if i and self.name(i) in self.sym and not (op == "Reshape" and i == ins[1]):
+                self._materialize_sym(self.name(i))
+        if default and op == "CastLike" and self.const(ins[0]) is not None \
+                and self.name(ins[1]) in self.g.types:
+            self.add_const(outs[0], self.const(ins[0]).astype(self.g.types[self.name(ins[1])].dtype))
+            return
+        if self._foldable(onode, ins):
+            self._fold(onode, name, ins, outs)
+            return
+        fn = getattr(self, f"op_{op}", None) if default else None
+        why = (f"no IR conversion for ONNX op {op}" if default else
+               f"operator domain '{onode.domain}'")
+        if fn is not None:
+            if op != "MaxPool" and len([o for o in outs if o]) > 1:
+                why = "more than one output"
+            else:
+                try:
+                    fn(name, onode, ins, outs, attrs, err)
+                    return
+                except CompileError as e:
+                    why = getattr(e, "reason", str(e))
+                    first = e
+        try:
+            self.generic(onode, name, why)
+        except CompileError:
+            if fn is not None and "first" in locals():
+                raise first from None
+            raise
+
+    # -- constant folding and shape values -------------------------------------------
+    _NONDET = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                         "Multinomial", "Bernoulli"})
+
+    def _foldable(self, onode, ins) -> bool:
+        if onode.op_type in self._NONDET or onode.domain not in ("", "ai.onnx"):
+            return False
+        if onode.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            return False     # converted: they carry the scales the quantizer uses
+        given = [i for i in ins if i]
+        return all(self.const(i) is not None for i in given) and (bool(given) or onode.op_type in (
+            "ConstantOfShape", "Range", "EyeLike"))
+
+    def _fold(self, onode, name, ins, outs) -> None:
+        """Evaluate a node whose inputs are all constants (ONNX's reference evaluator)."""
+        from onnx.reference import ReferenceEvaluator
+
+        feeds = {f"i{k}": self.const(i) for k, i in enumerate(ins) if i}
+        node = self.onnx.NodeProto()
+        node.CopyFrom(onode)
+        del node.input[:]
+        node.input.extend([f"i{k}" if i else "" for k, i in enumerate(ins)])
+        del node.output[:]
+        node.output.extend([f"o{k}" if o else "" for k, o in enumerate(outs)])
+        try:
+            ev = ReferenceEvaluator(node, opsets=self.opsets)
+            vals = ev.run(None, feeds)
+        except Exception as e:  # noqa: BLE001 - the evaluator raises many types
+            raise node_error(name, onode.op_type, f"cannot fold constant node "
+                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        for o, v in zip([o for o in outs if o], vals):
+            self.add_const(o, np.asarray(v))
+
+    def op_Constant(self, name, onode, ins, outs, attrs, err):
+        from onnx import numpy_helper
+
+        (key, v), = attrs.items() if len(attrs) == 1 else (None, None)
+        if key is None:
+            raise err(f"Constant needs exactly one value attribute, got {sorted(attrs)}")
+        if key == "value":
+            arr = numpy_helper.to_array(v)
+        elif key in ("value_float", "value_int"):
+            arr = np.asarray(v, np.float32 if key == "value_float" else np.int64)
+        elif key in ("value_floats", "value_ints"):
+            arr = np.asarray(list(v), np.float32 if key == "value_floats" else np.int64)
+        else:
+            raise err(f"Constant attribute '{key}' is not supported")
+        self.add_const(outs[0], arr)
+
+    _SYM_OPS = frozenset({"Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast",
+                          "Identity"})
+
+    def _sym_op(self, onode, ins, outs, attrs) -> bool:
+        """Shape computations on symbolic dims (``Shape -> Gather -> Concat -> Reshape`` of a
+        tensor with a symbolic batch): evaluated on 1-D object arrays of dims, never run.
+        Returns True when the node was handled this way."""
+        op = onode.op_type
+        if op not in self._SYM_OPS:
+            return False
+        if op == "Shape":
+            t = self.g.types.get(self.name(ins[0]))
+            if t is None:
+                return False
+            r = t.rank
+            lo, hi = attrs.get("start", 0), attrs.get("end", r)
+            dims = list(t.shape)[slice(lo + r if lo < 0 else lo, hi + r if hi < 0 else hi)]
+            if all(isinstance(d, int) for d in dims):
+                self.add_const(outs[0], np.asarray(dims, np.int64))
+            else:
+                self.sym[outs[0]] = np.asarray(dims, dtype=object)
+                self.sym_src[outs[0]] = onode
+            return True
+        given = [i for i in ins if i]
+        if not any(self.name(i) in self.sym for i in given):
+            return False
+        vals = []
+        for i in given:
+            v = self.sym.get(self.name(i))
+            if v is None:
+                v = self.const(i)
+                if v is None:
+                    return False
+            vals.append(v)
+        try:
+            if op in ("Cast", "Identity"):
+                r = vals[0]
+            elif op == "Gather":
+                r = np.take(vals[0], np.asarray(vals[1], np.int64), axis=int(attrs.get("axis", 0)))
+            elif op == "Concat":
+                r = np.concatenate([np.asarray(v, dtype=object).reshape(-1) for v in vals])
+            elif op == "Unsqueeze":
+                axes = attrs.get("axes", None if len(vals) < 2 else list(np.asarray(vals[1]).reshape(-1)))
+                r = np.asarray(vals[0], dtype=object)
+                for a in sorted(int(a) + (r.ndim + len(axes) if a < 0 else 0) for a in axes):
+                    r = np.expand_dims(r, a)
+            elif op == "Squeeze":
+                r = np.asarray(vals[0], dtype=object).reshape(-1) if vals[0].ndim <= 1 else None
+                if r is None:
+                    return False
+                if r.size == 1:
+                    r = r.reshape(())
+            elif op == "Slice" and vals[0].ndim == 1 and len(vals) >= 3:
+                st = int(np.asarray(vals[1]).reshape(-1)[0])
+                en = int(np.asarray(vals[2]).reshape(-1)[0])
+                step = int(np.asarray(vals[4]).reshape(-1)[0]) if len(vals) > 4 else 1
+                r = vals[0][slice(st, max(min(en, 1 << 62), -(1 << 62)), step)]
+            else:
+                return False
+        except (ValueError, IndexError, TypeError):
+            return False
+        r = np.asarray(r, dtype=object)
+        if all(isinstance(d, (int, np.integer)) for d in r.reshape(-1)):
+            self.add_const(outs[0], r.astype(np.int64))
+        else:
+            self.sym[outs[0]] = r
+            self.sym_src[outs[0]] = onode
+        return True
+
+    def _materialize_sym(self, v: str) -> None:
+        """Emit the (so far only symbolically evaluated) shape nodes that compute ``v``."""
+        if v not in self.sym:
+            return
+        onode = self.sym_src[v]
+        for i in onode.input:
+            if i and self.name(i) in self.sym:
+                self._materialize_sym(self.name(i))
+        del self.sym[v]
+        self.generic(onode, onode.name or f"{onode.op_type}_{v}", "shape computation on a "
+                     "symbolic dim (runs on the host)")
+
+    def _materialize_q(self, v: str) -> None:
+        """Emit a QuantizeLinear whose output feeds something other than a DequantizeLinear
+        (QOperator models) as an ``onnx`` node."""
+        onode = self.qnodes[v]
+        del self.qlinear[v]
+        self.generic(onode, onode.name or f"QuantizeLinear_{v}", "QuantizeLinear feeding an "
+                     "integer ONNX op (QOperator format)")
+
+    # -- the CPU fallback: an ONNX node kept as is ---------------------------------------
+    def generic(self, onode, name: str, why: str) -> None:
+        """Keep ``onode`` as an ``onnx`` IR node: typed by ONNX shape inference, run on the
+        host by a numpy kernel or onnxruntime (``runtime/cpu_float.py``).
+
+        Raises:
+            CompileError: ONNX cannot type its outputs (an invalid node).
+        """
+        import base64
+
+        from onnx import helper, shape_inference
+
+        from .onnx_attrs import attrs_to_json
+
+        op = onode.op_type
+        in_slots, names = [], []
+        for k, i in enumerate(onode.input):
+            if not i:
+                continue
+            v = self.name(i)
+            if v in self.int_consts and v not in self.g.types:
+                self.g.add_constant(v, self.int_consts[v])
+            if v not in self.g.types:
+                raise node_error(name, op, f"input '{i}' is not defined")
+            in_slots.append(k)
+            names.append(v)
+        in_types = [self.g.types[v] for v in names]
+        vis = [helper.make_tensor_value_info(f"i{k}", _onnx_dtype(t.dtype), list(t.shape))
+               for k, t in zip(in_slots, in_types)]
+        node = self.onnx.NodeProto()
+        node.CopyFrom(onode)
+        del node.input[:]
+        node.input.extend([f"i{k}" if i else "" for k, i in enumerate(onode.input)])
+        out_slots = [k for k, o in enumerate(onode.output) if o]
+        del node.output[:]
+        node.output.extend([f"o{k}" if o else "" for k, o in enumerate(onode.output)])
+        opsets = [helper.make_opsetid(d, v) for d, v in self.opsets.items()]
+        # typing: shape inference with the constant inputs' values (data propagation)
+        inits = [self.onnx.numpy_helper.from_array(np.asarray(self.const(v)), f"i{k}")
+                 for k, v in zip(in_slots, names) if self.const(v) is not None]
+        probe = helper.make_model(helper.make_graph([node], "probe", vis, [], inits),
+                                  opset_imports=opsets)
+        probe.ir_version = self.model.ir_version
+        try:
+            inferred = shape_inference.infer_shapes(probe, strict_mode=True, data_prop=True)
+        except Exception as e:  # noqa: BLE001
+            raise node_error(name, op, f"{why}; ONNX shape inference fails on it "
+                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        vinfo = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+        out_types, probed = [], None
+        for k in out_slots:
+            vi = vinfo.get(f"o{k}")
+            tt = vi.type.tensor_type if vi is not None else None
+            dt = _dtype_name(tt.elem_type) if tt is not None and tt.elem_type else None
+            out = onode.output[k]
+            if dt is None or not tt.HasField("shape"):
+                # no ONNX schema (a com.microsoft op) or no static shape: ask onnxruntime
+                if probed is None:
+                    probed = self._probe(node, vis, in_slots, names, opsets, name, why)
+                dt, dims = probed[out_slots.index(k)]
+            else:
+                dims = [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or f"{out}_d{j}")
+                        for j, d in enumerate(tt.shape.dim)]
+            out_types.append(TensorType(dt, tuple(dims)))
+        ovis = [helper.make_tensor_value_info(f"o{k}", _onnx_dtype(t.dtype), list(t.shape))
+                for k, t in zip(out_slots, out_types)]
+        run_model = helper.make_model(helper.make_graph([node], op, vis, ovis), opset_imports=opsets)
+        run_model.ir_version = self.model.ir_version
+        dom = onode.domain or ""
+        attrs = {"op_type": op, "domain": dom, "opset": int(self.opsets.get(dom if dom != "ai.onnx" else "", 1)),
+                 "onnx_attrs": attrs_to_json(onode),
+                 "in_types": tuple((t.dtype, tuple(t.shape)) for t in in_types),
+                 "out_types": tuple((t.dtype, tuple(t.shape)) for t in out_types),
+                 "in_slots": tuple(in_slots), "out_slots": tuple(out_slots),
+                 "model": base64.b64encode(run_model.SerializeToString()).decode("ascii"),
+                 "why": why}
+        outs = [onode.output[k] for k in out_slots]
+        node_ir = Node(name if name not in {n.name for n in self.g.nodes} else self.g.fresh(name),
+                       "onnx", names, outs, attrs)
+        self.g.nodes.append(node_ir)
+        for o, t in zip(outs, out_types):
+            self.g.types[o] = t
+
+    def _probe(self, node, vis, in_slots, names, opsets, name, why) -> list:
+        """Output ``(dtype, dims)`` of a node ONNX shape inference cannot type, from one
+        onnxruntime run on its constant inputs and zeros elsewhere (a symbolic batch is run
+        at 1 and kept symbolic in dim 0)."""
+        from onnx import TypeProto, helper
+
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise node_error(name, node.op_type, f"{why}; typing it needs onnxruntime") from None
+        outs = [helper.make_value_info(f"o{k}", TypeProto()) for k, o in enumerate(node.output) if o]
+        m = helper.make_model(helper.make_graph([node], "probe", vis, outs), opset_imports=opsets)
+        m.ir_version = self.model.ir_version
+        feeds, batch = {}, None
+        for k, v in zip(in_slots, names):
+            t = self.g.types[v]
+            c = self.const(v)
+            if c is None:
+                if t.rank and isinstance(t.shape[0], str):
+                    batch = t.shape[0]
+                if any(isinstance(d, str) for d in t.shape[1:]):
+                    raise node_error(name, node.op_type, f"{why}; cannot type it with symbolic "
+                                     f"dims in {t}")
+                c = np.zeros([1 if isinstance(d, str) else d for d in t.shape], t.dtype)
+            feeds[f"i{k}"] = np.asarray(c)
+        try:
+            sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+            vals = sess.run(None, feeds)
+        except Exception as e:  # noqa: BLE001
+            raise node_error(name, node.op_type, f"{why}; onnxruntime cannot run it "
+                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        res = []
+        for v in vals:
+            v = np.asarray(v)
+            if v.dtype.name not in DTYPES:
+                raise node_error(name, node.op_type, f"{why}; output dtype {v.dtype} is not supported")
+            dims = list(v.shape)
+            if batch is not None and dims:
+                dims[0] = batch
+            res.append((v.dtype.name, dims))
+        return res
 
     def need_const(self, v: str, what: str, err) -> np.ndarray:
         c = self.const(v)
@@ -266,7 +587,9 @@ class _Importer:
 
     def op_Gemm(self, name, onode, ins, outs, attrs, err):
         if attrs.get("transA", 0):
-            raise err("transA=1 is not supported")
+            xt = self.g.fresh(f"{name}_xT")
+            self.emit(onode, self.g.fresh(f"{name}_transA"), "transpose", [ins[0]], {"perm": (1, 0)}, xt)
+            ins = [xt] + list(ins[1:])
         b = self.need_const(ins[1], "B", err).astype(np.float32)
         if b.ndim != 2:
             raise err(f"B must be 2-D, got {list(b.shape)}")
@@ -337,6 +660,83 @@ class _Importer:
             raise err("Mul of two non-constant tensors is not supported (Mul by a constant only)")
         self.emit(onode, name, "mul", [a, b], {}, outs[0])
 
+    def op_Sub(self, name, onode, ins, outs, attrs, err):
+        c = self.const(ins[1])
+        if c is None or self.const(ins[0]) is not None or c.dtype.kind != "f":
+            raise err("Sub of a computed tensor is kept as an ONNX node (only x - constant maps to add)")
+        cn = self.g.fresh(f"{name}_neg")
+        self.add_const(cn, -c.astype(np.float32))
+        self.emit(onode, name, "add", [ins[0], cn], {"act": "none", "act_min": None, "act_max": None},
+                  outs[0])
+
+    def op_Div(self, name, onode, ins, outs, attrs, err):
+        c = self.const(ins[1])
+        if c is None or self.const(ins[0]) is not None or c.dtype.kind != "f" or not np.all(c != 0):
+            raise err("Div by a computed tensor is kept as an ONNX node (only x / constant maps to mul)")
+        cn = self.g.fresh(f"{name}_recip")
+        self.add_const(cn, (1.0 / c.astype(np.float64)).astype(np.float32))
+        self.emit(onode, name, "mul", [ins[0], cn], {}, outs[0])
+
+    def op_Dropout(self, name, onode, ins, outs, attrs, err):
+        if len([o for o in outs if o]) > 1:
+            raise err("the mask output of Dropout is computed on the host")
+        self.alias[outs[0]] = self.name(ins[0])     # inference: identity
+
+    def _reshape_to(self, onode, name, x: str, dims: list, out: str, err) -> None:
+        """Emit ``reshape`` of ``x`` to ``dims`` (ints or the input's symbolic dims)."""
+        t = self.g.types[self.name(x)]
+        tgt = []
+        for k, d in enumerate(dims):
+            if isinstance(d, str):
+                if k < t.rank and t.shape[k] == d:
+                    tgt.append(0)
+                elif sum(isinstance(e, str) for e in dims) == 1:
+                    tgt.append(-1)
+                else:
+                    raise err(f"cannot express the target {dims} as a reshape")
+            else:
+                tgt.append(int(d))
+        self.emit(onode, name, "reshape", [x], {"shape": tuple(tgt)}, out)
+
+    def _axes(self, ins, attrs, err, rank: int, pos: int = 1) -> list[int] | None:
+        if "axes" in attrs:
+            ax = list(attrs["axes"])
+        elif len(ins) > pos and ins[pos]:
+            ax = [int(a) for a in self.need_const(ins[pos], "axes", err).reshape(-1)]
+        else:
+            return None
+        return sorted(a + rank if a < 0 else a for a in ax)
+
+    def op_Squeeze(self, name, onode, ins, outs, attrs, err):
+        t = self.g.types[self.name(ins[0])]
+        ax = self._axes(ins, attrs, err, t.rank)
+        if ax is None:
+            ax = [k for k, d in enumerate(t.shape) if d == 1]
+        if any(t.shape[a] != 1 for a in ax):
+            raise err(f"squeezed axes {ax} of {t} are not all 1")
+        self._reshape_to(onode, name, ins[0], [d for k, d in enumerate(t.shape) if k not in ax], outs[0], err)
+
+    def op_Unsqueeze(self, name, onode, ins, outs, attrs, err):
+        t = self.g.types[self.name(ins[0])]
+        ax = self._axes(ins, attrs, err, t.rank + len(attrs.get("axes", ())) if "axes" in attrs else
+                        t.rank + int(np.asarray(self.need_const(ins[1], "axes", err)).size))
+        dims = list(t.shape)
+        for a in ax:
+            dims.insert(a, 1)
+        self._reshape_to(onode, name, ins[0], dims, outs[0], err)
+
+    def op_ReduceMean(self, name, onode, ins, outs, attrs, err):
+        t = self.g.types[self.name(ins[0])]
+        ax = self._axes(ins, attrs, err, t.rank)
+        if t.rank != 4 or ax != [2, 3]:
+            raise err(f"ReduceMean over axes {ax} of {t} (only H,W of NCHW maps to a global pool)")
+        if attrs.get("keepdims", 1):
+            self.emit(onode, name, "global_avg_pool", ins[:1], {}, outs[0])
+            return
+        mid = self.g.fresh(f"{name}_pool")
+        self.emit(onode, name, "global_avg_pool", ins[:1], {}, mid)
+        self.emit(onode, self.g.fresh(f"{name}_flat"), "reshape", [mid], {"shape": (0, 0)}, outs[0])
+
     def op_BatchNormalization(self, name, onode, ins, outs, attrs, err):
         if attrs.get("training_mode", 0):
             raise err("training_mode=1 is not supported")
@@ -380,9 +780,13 @@ class _Importer:
         self.emit(onode, name, "flatten", ins[:1], {"axis": int(attrs.get("axis", 1))}, outs[0])
 
     def op_Reshape(self, name, onode, ins, outs, attrs, err):
-        if attrs.get("allowzero", 0):
-            raise err("allowzero=1 is not supported")
+        shape = self.sym.get(self.name(ins[1]))
+        if shape is not None:       # a shape value with symbolic dims: 0 / -1 entries
+            self._reshape_to(onode, name, ins[0], list(shape), outs[0], err)
+            return
         shape = self.need_const(ins[1], "shape", err)
+        if attrs.get("allowzero", 0) and 0 in shape:
+            raise err("allowzero=1 with a 0 in the target shape")
         c = self.const(ins[0])
         if c is not None:
             tgt = [c.shape[i] if d == 0 else int(d) for i, d in enumerate(shape)]
@@ -425,19 +829,30 @@ class _Importer:
         self.alias[outs[0]] = self.name(ins[0])
 
     def _qparams(self, ins, err):
+        """``(scale, zero_point)`` of a Q/DQ node; one-element tensors (what onnxruntime's
+        quantizer writes for per-tensor parameters) are scalars."""
         s = self.need_const(ins[1], "scale", err).astype(np.float64)
-        zp = self.const(ins[2]) if len(ins) > 2 and ins[2] else np.zeros((), np.int8)
+        zp = self.const(ins[2]) if len(ins) > 2 and ins[2] else np.zeros((), np.uint8)
         if zp is None:
             raise err("zero point must be a constant")
-        if np.any(s <= 0):
-            raise err("scale must be positive")
+        if not (np.all(s > 0) and np.all(np.isfinite(s))):
+            raise err("scale must be positive and finite")
+        if s.size == 1:
+            s = s.reshape(())
+        if zp.size == 1:
+            zp = zp.reshape(())
+        if s.ndim > 1 or zp.ndim > 1:
+            raise err("scale / zero point must be scalars or 1-D (per axis)")
         return s, zp
 
     def op_QuantizeLinear(self, name, onode, ins, outs, attrs, err):
         s, zp = self._qparams(ins, err)
         if zp.dtype not in (np.int8, np.uint8):
             raise err(f"zero point dtype {zp.dtype} is not supported (int8/uint8 only)")
+        if s.ndim == 1 and self.const(ins[0]) is None:
+            raise err("per-axis activation quantization")
         self.qlinear[outs[0]] = (self.name(ins[0]), s, zp, int(attrs.get("axis", 1)))
+        self.qnodes[outs[0]] = onode
 
     def op_DequantizeLinear(self, name, onode, ins, outs, attrs, err):
         s, zp = self._qparams(ins, err)
@@ -446,6 +861,7 @@ class _Importer:
         if src in self.qlinear:
             x, qs, qzp, qaxis = self.qlinear[src]
             if not (np.array_equal(qs, s) and np.array_equal(qzp, zp)):
+                self._materialize_q(src)
                 raise err("scale / zero point differ from the matching QuantizeLinear")
             info = np.iinfo(qzp.dtype)
             a = {"scale": float(s) if s.ndim == 0 else tuple(float(v) for v in s),
@@ -466,12 +882,15 @@ class _Importer:
         self.g.meta["scale_hints"][outs[0]] = float(s) if s.ndim == 0 else tuple(float(v) for v in s)
 
 
-def import_onnx(src, *, name: str | None = None) -> Graph:
+def import_onnx(src, *, name: str | None = None, input_shapes: dict | None = None) -> Graph:
     """Import an ONNX model into a validated float :class:`~.ir.Graph`.
 
     Args:
         src: path (``str``/``Path``), serialized bytes, or an ``onnx.ModelProto``.
         name: graph name (default: the ONNX graph name).
+        input_shapes: ``{input name: shape}`` fixing symbolic non-batch dims (e.g. a
+            detector's ``[N,3,?,?]`` from the calibration images); dim 0 stays symbolic,
+            entries ``None`` stay symbolic.
     Returns:
         A ``kind == "float"`` graph; symbolic input dims (``dim_param``) are kept
         as strings; constant sub-expressions are not yet folded (see
@@ -483,7 +902,7 @@ def import_onnx(src, *, name: str | None = None) -> Graph:
     """
     from .ir import validate
 
-    g = _Importer(_load(src), name).run()
+    g = _Importer(_load(src), name, input_shapes).run()
     used = {i for n in g.nodes for i in n.inputs}
     for c in [c for c in g.constants if c not in used]:
         del g.constants[c], g.types[c]

@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 
 from ..hw.config import VTAConfig, load_config
 from .errors import CompileError
-from .ir import Graph, Node, mult_plan
+from ..runtime.cpu_float import onnx_backend
+from .ir import REAL_OPS, Graph, Node, mult_plan
 
 __all__ = ["Placement", "Region", "Partition", "capability_table", "vta_support", "partition",
-           "VTA", "CPU", "acc_bound", "node_mult_plan"]
+           "VTA", "CPU", "acc_bound", "node_mult_plan", "node_macs"]
 
 VTA = "vta"
 CPU = "cpu"
@@ -53,12 +54,20 @@ IMM_MAX = (1 << 15) - 1
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one node runs: ``target`` is ``"vta"`` or ``"cpu"``; ``reason`` says why."""
+    """Where one node runs: ``target`` is ``"vta"`` or ``"cpu"``; ``reason`` says why;
+    ``backend`` is ``"vta"``, ``"numpy"`` (the runtime's numpy kernels: integer ops,
+    layout, float ops) or ``"onnxruntime"`` (an ONNX node without a numpy kernel)."""
 
     node: str
     op: str
     target: str
     reason: str
+    backend: str = ""
+
+    @property
+    def where(self) -> str:
+        """``VTA``, ``CPU (numpy)`` or ``CPU (onnxruntime)``."""
+        return "VTA" if self.target == VTA else f"CPU ({self.backend or 'numpy'})"
 
 
 @dataclass
@@ -108,16 +117,62 @@ class Partition:
         raise KeyError(node)
 
     def report(self) -> str:
-        """Placement report: one line per node (target, op, reason), then the regions."""
+        """Placement report: one line per node (where, node, op, reason), a summary line
+        (``N/M nodes on VTA, K% of MACs on VTA``), then the regions."""
         lines = [f"placement of '{self.graph.name}' on {self.config.bitstream_name} "
                  f"({len(self.vta_nodes())} VTA, {len(self.cpu_nodes())} CPU nodes)"]
         w = max((len(n) for n in self.placements), default=4)
+        by = {n.name: n for n in self.graph.nodes}
         for n, p in self.placements.items():
-            lines.append(f"  {p.target.upper():3}  {n:<{w}}  {p.op:<10}  {p.reason}")
+            op = p.op if p.op != "onnx" else f"onnx:{by[n].attrs['op_type']}"
+            lines.append(f"  {p.where:<17}  {n:<{w}}  {op:<14}  {p.reason}")
+        lines.append("  " + self.summary())
         for r in self.regions:
             lines.append(f"  region {r.index} [{r.target}]: {', '.join(r.nodes)}  "
                          f"in=({', '.join(r.inputs)}) out=({', '.join(r.outputs)})")
         return "\n".join(lines)
+
+    def summary(self) -> str:
+        """``N/M nodes on VTA, K% of MACs on VTA`` (MACs: :func:`node_macs`)."""
+        tot = vta = 0
+        for n in self.graph.nodes:
+            m = node_macs(n, self.graph)
+            tot += m
+            if self.placements[n.name].target == VTA:
+                vta += m
+        pct = f"{100.0 * vta / tot:.1f}%" if tot else "n/a"
+        return (f"{len(self.vta_nodes())}/{len(self.placements)} nodes on VTA, {pct} of MACs on VTA "
+                f"({vta:,} of {tot:,} MACs per sample)")
+
+
+def node_macs(node: Node, graph: Graph) -> int:
+    """Multiply-accumulates of one node per sample (batch dim excluded): conv/dense (float
+    or quantized) and ONNX Conv / ConvTranspose / Gemm / MatMul kept as is; 0 otherwise."""
+    def prod(dims):
+        p = 1
+        for d in dims:
+            p *= d if isinstance(d, int) else 1
+        return p
+
+    op = node.op
+    out = graph.types.get(node.outputs[0])
+    if out is None:
+        return 0
+    if op in ("qconv2d", "conv2d", "qdense", "dense"):
+        w = graph.types[node.inputs[1]].shape
+        return prod(out.shape[1:]) * prod(w[1:])
+    if op == "onnx":
+        a = node.attrs
+        ins = [graph.types[i].shape for i in node.inputs]
+        wpos = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}.get(a["op_type"])
+        if wpos is not None and len(ins) > wpos:
+            return prod(out.shape[1:]) * prod(ins[wpos][1:])
+        if a["op_type"] == "ConvTranspose" and len(ins) > 1:
+            return prod(ins[0][1:]) * prod(ins[1][1:])
+        if a["op_type"] in ("Gemm", "MatMul", "MatMulInteger", "QLinearMatMul", "QGemm") and len(ins) > 1:
+            k = ins[0][-1] if not a["onnx_attrs"].get("transA") else ins[0][-2]
+            return prod(out.shape[1:]) * (k if isinstance(k, int) else 1)
+    return 0
 
 
 def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
@@ -191,6 +246,12 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
     cfg = config
     op = node.op
     a = node.attrs
+    if op == "onnx":
+        return False, node.attrs.get("why") or f"ONNX op {node.attrs['op_type']} kept as is"
+    if op in REAL_OPS:
+        why = (graph.meta.get("quant_report").fallbacks.get(node.name)
+               if graph.meta.get("quant_report") is not None else None)
+        return False, f"float {op} (the quantizer kept it float: {why or 'real-valued'})"
     if op in ("quantize", "dequantize", "softmax"):
         return False, "float arithmetic runs on the CPU"
     if op in ("flatten", "reshape", "transpose", "concat"):
@@ -224,6 +285,11 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
         mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
         return True, (f"{what}: GEMM + ALU requantize ({mul}shift {a['shift']}, clip "
                       f"[{a['clip_lo']}, {a['clip_hi']}])")
+    if op in ("qadd", "qrequant", "qmul") and graph.types[node.inputs[0]].rank not in (2, 4):
+        return False, (f"element-wise op on a rank-{graph.types[node.inputs[0]].rank} tensor: the "
+                       f"VTA lowering takes NC or NCHW")
+    if op == "qmul":
+        return False, "no VTA lowering of a multiply by a constant tensor yet (CPU integer kernel)"
     if op in ("qadd", "qmax_pool", "qavg_pool", "qrequant", "qmul") and not cfg.ACC_8BIT:
         return False, "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
     if op == "qmul" and not cfg.ALU_MUL:
@@ -277,7 +343,12 @@ def partition(graph: Graph, config: VTAConfig | str | None = None) -> Partition:
     placements: dict[str, Placement] = {}
     for n in graph.nodes:
         ok, why = vta_support(n, graph, cfg, prod)
-        placements[n.name] = Placement(n.name, n.op, VTA if ok else CPU, why)
+        backend = VTA if ok else "numpy"
+        if n.op == "onnx":
+            backend, bwhy = onnx_backend(n.attrs)
+            if bwhy:
+                why = f"{why}; onnxruntime: {bwhy}"
+        placements[n.name] = Placement(n.name, n.op, VTA if ok else CPU, why, backend)
     regions: list[Region] = []
     for n in graph.nodes:
         t = placements[n.name].target

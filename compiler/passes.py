@@ -62,13 +62,13 @@ class FoldConstants:
         changed = False
         for node in list(g.nodes):
             if node.inputs and all(i in g.constants for i in node.inputs):
-                val = _float_node(node, [g.constants[i] for i in node.inputs], g)
+                vals = _float_node(node, [g.constants[i] for i in node.inputs], g)
                 g.nodes.remove(node)
-                out = node.outputs[0]
-                g.types.pop(out, None)
-                if out in g.outputs:
-                    raise CompileError(f"graph output '{out}' is a constant")
-                g.add_constant(out, np.asarray(val, dtype=np.float32))
+                for out, val in zip(node.outputs, vals):
+                    g.types.pop(out, None)
+                    if out in g.outputs:
+                        raise CompileError(f"graph output '{out}' is a constant")
+                    g.add_constant(out, np.asarray(val))
                 changed = True
         return g, changed
 

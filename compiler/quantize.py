@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import (MULT_MAX, Graph, Node, TensorType, avg_reciprocal, mult_plan, requant_round,
-                 validate)
+from .ir import (MULT_MAX, REAL_OPS, Graph, Node, TensorType, avg_reciprocal, mult_plan,
+                 requant_round, validate)
 from .reference import run_float, run_quantized
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
@@ -127,6 +127,9 @@ class QuantReport:
         qdq: QDQ scales approximated by powers of two.
         multipliers: requantizes by a non-power-of-two ratio (``exact_multiply``).
         notes: free-text remarks (e.g. per-channel hints ignored).
+        fallbacks: ``node name -> reason`` for float nodes kept float (CPU), because the
+            quantizer cannot express them in int8; their inputs are dequantized and their
+            outputs quantized again with calibrated scales.
     """
 
     exps: dict[str, int] = field(default_factory=dict)
@@ -134,6 +137,7 @@ class QuantReport:
     qdq: list[QDQApprox] = field(default_factory=list)
     multipliers: list[MultChoice] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    fallbacks: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = ["quantization report"]
@@ -147,6 +151,7 @@ class QuantReport:
             lines.append(f"  {m.node}: ratio {m.ratio:.6g} -> {m.mult} * 2^-{m.shift} "
                          f"(relative error {m.rel_error:.2e}, |acc| <= {m.acc_bound}{clip})")
         lines.extend(f"  note: {n}" for n in self.notes)
+        lines.extend(f"  float on CPU: {k}: {v}" for k, v in self.fallbacks.items())
         return "\n".join(lines)
 
 
@@ -389,13 +394,8 @@ class _Quantizer:
         prod = fg.producers()
         cons = fg.consumers()
         for n in fg.nodes:
-            if n.op == "fake_quant":
-                s = n.attrs["scale"]
-                if isinstance(s, tuple):
-                    raise node_error(n.name, "fake_quant", "per-channel activation QDQ is not supported")
-                if n.attrs["zero_point"] != 0:
-                    raise node_error(n.name, "fake_quant",
-                                     f"zero point {n.attrs['zero_point']} is not supported (symmetric only)")
+            if n.op == "fake_quant" and not isinstance(n.attrs["scale"], tuple):
+                s, lo_r, hi_r = self._fq_range(n)
                 e = round(math.log2(s))
                 exact = self.cfg.exact_multiply and not _p2(s)
                 if exact:
@@ -410,7 +410,19 @@ class _Quantizer:
                     if exact:
                         self.scales[x] = float(s)
         for n in fg.nodes:
-            getattr(self, f"q_{n.op}", self.unsupported)(n)
+            if n.op == "onnx":
+                self.q_real(n)
+                continue
+            state = (len(self.q.nodes), set(self.q.types), dict(self.qname), dict(self.fname),
+                     len(self.rep.qdq), len(self.rep.multipliers), len(self.rep.notes))
+            try:
+                getattr(self, f"q_{n.op}", self.unsupported)(n)
+            except CompileError as e:
+                if n.op not in REAL_OPS:
+                    raise
+                self._rollback(state)
+                self.rep.fallbacks[n.name] = getattr(e, "reason", str(e))
+                self.q_real(n)
         for o in fg.outputs:
             if o in self.qname:
                 qi = self.qname[o]
@@ -426,6 +438,36 @@ class _Quantizer:
 
     def unsupported(self, n: Node):
         raise node_error(n.name, n.op, "the quantizer does not support this op")
+
+    def _rollback(self, state) -> None:
+        """Undo what a failed ``q_<op>`` added to the quantized graph."""
+        nn, types, qname, fname, nq, nm, nnotes = state
+        del self.q.nodes[nn:]
+        for t in set(self.q.types) - types:
+            del self.q.types[t]
+            self.q.constants.pop(t, None)
+        self.qname, self.fname = qname, fname
+        del self.rep.qdq[nq:], self.rep.multipliers[nm:], self.rep.notes[nnotes:]
+
+    def real_in(self, t: str) -> str:
+        """The real-valued (float or other non-quantized dtype) version of ``t`` in the
+        quantized graph: a constant as is, a quantized tensor dequantized."""
+        if t in self.fg.constants:
+            if t not in self.q.constants:
+                self.q.add_constant(t, self.fg.constants[t])
+            return t
+        return self.fin(t)
+
+    def q_real(self, n: Node):
+        """Keep a node real-valued (CPU): an ``onnx`` node, or a float op the quantizer
+        cannot express in int8.  Inputs are dequantized, outputs stay real; a later int8
+        consumer quantizes them with their calibrated exps (a VTA/CPU boundary)."""
+        ins = [self.real_in(i) for i in n.inputs]
+        for o in n.outputs:
+            self.q.types[o] = self.fg.types[o]
+            self.fname[o] = o
+        name = self.q.fresh(n.name) if n.name in {m.name for m in self.q.nodes} else n.name
+        self.q.nodes.append(Node(name, n.op, ins, list(n.outputs), dict(n.attrs)))
 
     def _requant_attrs(self, node, shift, exp_out, lo=-128, hi=127, mult=1):
         if not 1 <= mult <= MULT_MAX:
@@ -598,17 +640,47 @@ class _Quantizer:
         self.add(n.name, "softmax", [x], out, dict(n.attrs), TensorType("float32", self.fg.types[out].shape))
         self.fname[out] = out
 
+    def _fq_range(self, n: Node) -> tuple[float, float, float]:
+        """``(int8 scale, lo, hi)`` for a per-tensor QDQ pair: the real range it passes is
+        ``[(qmin - zp)*s, (qmax - zp)*s]``.  A symmetric int8 pair keeps its scale ``s``;
+        an asymmetric or uint8 one (onnxruntime's default) gets the smallest symmetric int8
+        scale covering that range (``max(|lo|, |hi|) / 127``; after a ReLU a uint8 scale
+        doubles: one bit of resolution less, reported)."""
+        a = n.attrs
+        s, zp = float(a["scale"]), int(a["zero_point"])
+        lo_r, hi_r = (a["qmin"] - zp) * s, (a["qmax"] - zp) * s
+        if zp == 0 and a["qmin"] == -128 and a["qmax"] == 127:
+            return s, lo_r, hi_r
+        s8 = max(abs(lo_r), abs(hi_r)) / 127.0
+        note = (f"QDQ '{n.outputs[0]}' ({'uint8' if a['qmin'] == 0 else 'int8'} scale {s:.6g}, "
+                f"zero point {zp}: range [{lo_r:.6g}, {hi_r:.6g}]) -> symmetric int8 scale "
+                f"{s8:.6g} ({s8 / s:.2f}x coarser)")
+        if note not in self.rep.notes:
+            self.rep.notes.append(note)
+        return s8, lo_r, hi_r
+
     def q_fake_quant(self, n: Node):
+        if isinstance(n.attrs["scale"], tuple):
+            raise node_error(n.name, n.op, "per-channel activation QDQ")
         x = self.qin(n.inputs[0])
         t = self.q.types[x]
         out = n.outputs[0]
         eo, so = self.exps[out], self.scales.get(out)
-        if eo == t.exp and so == t.scale:
+        _s, lo_r, hi_r = self._fq_range(n)
+        so_r = 2.0 ** eo if so is None else so
+        lo, hi = -128, 127      # a symmetric int8 pair: int8 at its (possibly rounded) scale
+        if (n.attrs["zero_point"], n.attrs["qmin"], n.attrs["qmax"]) != (0, -128, 127):
+            lo = max(-128, math.ceil(lo_r / so_r - 1e-9))     # else clip to the pair's range
+            hi = min(127, math.floor(hi_r / so_r + 1e-9))
+        prod = next((m for m in self.q.nodes if x in m.outputs), None)
+        plo, phi = ((prod.attrs.get("clip_lo"), prod.attrs.get("clip_hi")) if prod is not None
+                    else (None, None))
+        inside = (lo, hi) == (-128, 127) or (plo is not None and plo >= lo and phi <= hi)
+        if eo == t.exp and so == t.scale and inside:
             self.qname[out] = x
             return
-        lo, hi = max(-128, n.attrs["qmin"]), min(127, n.attrs["qmax"])
         qo = self.int_name(out)
-        ratio = t.real_scale / (2.0 ** eo if so is None else so)
+        ratio = t.real_scale / so_r
         self.add(n.name, "qrequant", [x], qo, self.requant_for(n, ratio, 128, out, lo, hi),
                  self.otype(out, t.shape))
         self.qname[n.outputs[0]] = qo

@@ -3,8 +3,10 @@
 :func:`run_quantized` executes a quantized graph (see :mod:`.ir`) with plain
 numpy integer arithmetic, NCHW, following the integer rules of the
 :mod:`.ir` docstring literally. It shares no code with the lowering / packing
-/ executor of the back half: it is the oracle the VTA results are compared
-against bit for bit.
+/ VTA path of the back half: it is the oracle the VTA results are compared
+against bit for bit.  Real-valued nodes the BYOC fallback keeps on the CPU (float IR ops,
+``onnx`` nodes) run with the runtime's float kernels (``runtime/cpu_float.py``,
+``runtime/float_ops.py``), which are tested against onnxruntime on their own.
 
 Exactness note: the convolution / dense sums are formed with a float64 BLAS
 matrix product of int8 values and then converted to int64. This is exact:
@@ -29,8 +31,8 @@ against onnxruntime and to calibrate the quantizer.
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
+from ..runtime.cpu_float import REAL_OPS, _pad, _windows, conv2d_nchw, run_float_op, run_onnx_node
 from .errors import CompileError, node_error
 from .ir import Graph, Node
 
@@ -40,46 +42,6 @@ __all__ = ["run_float", "run_quantized", "conv2d_nchw", "requantize"]
 # ---------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------
-
-def _pad(x: np.ndarray, pads, value) -> np.ndarray:
-    pt, pl, pb, pr = pads
-    if not any(pads):
-        return x
-    return np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=value)
-
-
-def _windows(x: np.ndarray, kernel, strides) -> np.ndarray:
-    """``[N,C,Ho,Wo,kh,kw]`` view of the (already padded) input."""
-    kh, kw = kernel
-    sh, sw = strides
-    return sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
-
-
-def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides, pads, groups: int, dtype=np.float64) -> np.ndarray:
-    """Direct 2-D convolution (cross-correlation), NCHW x OIHW -> NCHW, float64.
-
-    ``x`` [N,C,H,W], ``w`` [O, C/groups, kh, kw]; zero padding
-    ``pads=(top,left,bottom,right)``. Computed as a float64 GEMM over im2col
-    windows in ``dtype`` (float64: exact for int8 inputs, see the module
-    docstring; the float executor uses float32 like onnxruntime).
-    """
-    n, c, _, _ = x.shape
-    o, cg, kh, kw = w.shape
-    xw = _windows(_pad(x.astype(dtype), pads, 0.0), (kh, kw), strides)
-    ho, wo = xw.shape[2], xw.shape[3]
-    g = groups
-    og = o // g
-    if g == 1:
-        cols = xw.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, c * kh * kw)
-        out = (cols @ w.reshape(o, -1).astype(dtype).T)[None]  # [1, NHW, O]
-    else:
-        # cols: [G, N*Ho*Wo, Cg*kh*kw]
-        cols = xw.reshape(n, g, cg, ho, wo, kh, kw).transpose(1, 0, 3, 4, 2, 5, 6).reshape(
-            g, n * ho * wo, cg * kh * kw)
-        wm = w.astype(dtype).reshape(g, og, cg * kh * kw)
-        out = np.einsum("gpk,gok->gpo", cols, wm, optimize=og > 1)  # [G, NHW, Og]
-    return out.reshape(g, n, ho, wo, og).transpose(1, 0, 4, 2, 3).reshape(n, o, ho, wo)
-
 
 def _int_sum_check(k: int) -> None:
     if k * (1 << 14) >= (1 << 53):
@@ -99,27 +61,6 @@ def requantize(acc: np.ndarray, attrs: dict) -> np.ndarray:
     return np.clip(acc, attrs["clip_lo"], attrs["clip_hi"]).astype(np.int8)
 
 
-def _act(y: np.ndarray, a: dict) -> np.ndarray:
-    act = a.get("act", "none")
-    if act == "relu":
-        return np.maximum(y, 0)
-    if act == "clip":
-        lo = -np.inf if a.get("act_min") is None else a["act_min"]
-        hi = np.inf if a.get("act_max") is None else a["act_max"]
-        return np.clip(y, lo, hi)
-    return y
-
-
-def _avg_pool_float(x, a):
-    kh, kw = a["kernel"]
-    s = _windows(_pad(x.astype(np.float64), a["pads"], 0.0), (kh, kw), a["strides"]).sum(axis=(-2, -1))
-    if a["count_include_pad"] or not any(a["pads"]):
-        return s / (kh * kw)
-    ones = np.ones((1, 1) + x.shape[2:])
-    cnt = _windows(_pad(ones, a["pads"], 0.0), (kh, kw), a["strides"]).sum(axis=(-2, -1))
-    return s / cnt
-
-
 def _layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     a = node.attrs
     if node.op == "flatten":
@@ -135,62 +76,18 @@ def _layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     raise AssertionError(node.op)
 
 
-def _softmax(x, axis):
-    x = x.astype(np.float64)
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
-
-
 # ---------------------------------------------------------------------------
 # Float executor
 # ---------------------------------------------------------------------------
 
-def _float_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    a = node.attrs
-    op = node.op
-    if op == "conv2d":
-        y = conv2d_nchw(x[0], x[1], a["strides"], a["pads"], a["groups"], np.float32)
-        if len(x) > 2:
-            y = y + x[2].reshape(1, -1, 1, 1)
-        return _act(y, a)
-    if op == "dense":
-        y = x[0].astype(np.float32) @ x[1].astype(np.float32).T
-        if len(x) > 2:
-            y = y + x[2]
-        return _act(y, a)
-    if op == "relu":
-        return np.maximum(x[0], 0)
-    if op == "clip":
-        return _act(x[0], {"act": "clip", "act_min": a["min"], "act_max": a["max"]})
-    if op == "add":
-        return _act(x[0].astype(np.float64) + x[1], a)
-    if op == "mul":
-        return x[0].astype(np.float64) * x[1]
-    if op == "batch_norm":
-        xx, sc, b, m, v = x
-        shp = (1, -1) + (1,) * (xx.ndim - 2)
-        inv = sc.astype(np.float64) / np.sqrt(v.astype(np.float64) + a["epsilon"])
-        return (xx - m.reshape(shp)) * inv.reshape(shp) + b.reshape(shp)
-    if op == "max_pool":
-        xp = _pad(x[0], a["pads"], -np.inf)
-        return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1))
-    if op == "avg_pool":
-        return _avg_pool_float(x[0], a)
-    if op == "global_avg_pool":
-        return x[0].astype(np.float64).mean(axis=(2, 3), keepdims=True)
-    if op == "fake_quant":
-        s = np.asarray(a["scale"], dtype=np.float64)
-        zp = np.asarray(a["zero_point"], dtype=np.float64)
-        if s.ndim == 1:
-            shp = [1] * x[0].ndim
-            shp[a.get("axis", 1)] = -1
-            s, zp = s.reshape(shp), zp.reshape(shp)
-        q = np.clip(np.rint(x[0] / s) + zp, a["qmin"], a["qmax"])
-        return (q - zp) * s
-    if op == "softmax":
-        return _softmax(x[0], a["axis"])
-    if op in ("flatten", "reshape", "transpose", "concat"):
-        return _layout(node, x, graph)
+def _float_node(node: Node, x: list[np.ndarray], graph: Graph) -> list[np.ndarray]:
+    """Outputs of one node of a float graph (or a real-valued node of a quantized graph)."""
+    if node.op == "onnx":
+        return run_onnx_node(node.attrs, x)
+    if node.op in ("flatten", "reshape", "transpose", "concat"):
+        return [_layout(node, x, graph)]
+    if node.op in REAL_OPS:
+        return [run_float_op(node.op, node.attrs, x)]
     raise node_error(node.name, node.op, "the float executor cannot run this op")
 
 
@@ -210,8 +107,8 @@ def run_float(graph: Graph, feeds: dict[str, np.ndarray], *, keep_all: bool = Fa
         raise CompileError(f"run_float needs a float graph, got a {graph.kind} graph")
     env = _bind(graph, feeds)
     for node in graph.nodes:
-        y = _float_node(node, [env[i] for i in node.inputs], graph)
-        env[node.outputs[0]] = np.asarray(y, dtype=np.float32)
+        for o, y in zip(node.outputs, _float_node(node, [env[i] for i in node.inputs], graph)):
+            env[o] = np.asarray(y)
     names = env.keys() if keep_all else graph.outputs
     return {k: env[k] for k in names}
 
@@ -277,8 +174,6 @@ def _q_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
         return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(np.int8)
     if op in ("flatten", "reshape", "transpose", "concat"):
         return _layout(node, x, graph)
-    if op == "softmax":
-        return _softmax(x[0], a["axis"])
     raise node_error(node.name, node.op, "the integer reference cannot run this op")
 
 
@@ -299,6 +194,11 @@ def run_quantized(graph: Graph, feeds: dict[str, np.ndarray], *, keep_all: bool 
         raise CompileError(f"run_quantized needs a quantized graph, got a {graph.kind} graph")
     env = _bind(graph, feeds)
     for node in graph.nodes:
-        env[node.outputs[0]] = _q_node(node, [env[i] for i in node.inputs], graph)
+        ins = [env[i] for i in node.inputs]
+        if node.op == "onnx" or node.op in REAL_OPS:   # real-valued CPU nodes (BYOC fallback)
+            for o, y in zip(node.outputs, _float_node(node, ins, graph)):
+                env[o] = np.asarray(y)
+        else:
+            env[node.outputs[0]] = _q_node(node, ins, graph)
     names = env.keys() if keep_all else graph.outputs
     return {k: env[k] for k in names}

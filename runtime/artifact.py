@@ -19,8 +19,10 @@ Artifact (``.vtapkg``)
 ======================
 A ``numpy.savez`` zip archive (no pickle):
 
-- ``manifest``: a JSON string: ``format`` (``"vtapkg"``), ``version`` (2,
-  :data:`FORMAT_VERSION`; any other version is refused), ``config``
+- ``manifest``: a JSON string: ``format`` (``"vtapkg"``), ``version`` (3,
+  :data:`FORMAT_VERSION`; any other version is refused), ``requires`` (``{"onnxruntime":
+  [ONNX op types]}`` when CPU steps need onnxruntime; a runtime without it refuses the
+  artifact up front, naming the ops), ``config``
   (the ``VTAConfig.to_dict()``), ``fingerprint`` (``config.fingerprint``), and the
   ``model`` dict of :class:`CompiledModel` (steps, tensor types, slot layouts, traces
   without their arrays);
@@ -48,11 +50,13 @@ from .npz import atomic_open, open_npz
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
            "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version history: 1 -- tensor types ``(dtype, shape, exp)`` with a float ``log2(scale)``
 in the exponent slot for non-power-of-two scales; 2 -- tensor types ``(dtype, shape, exp,
-scale)`` with an explicit float real scale, slot layouts may carry ``im2col``.  Older
-versions are refused (recompile the model)."""
+scale)`` with an explicit float real scale, slot layouts may carry ``im2col``; 3 -- CPU
+steps may be real-valued IR ops or ``onnx`` nodes kept as is (several outputs, any dtype),
+and the manifest lists the CPU backends the model needs (``requires``).  Older versions are
+refused (recompile the model)."""
 
 
 class ArtifactError(DeviceError):
@@ -466,6 +470,46 @@ class CompiledModel:
         """``(node, op, target, reason)`` per step."""
         return [(s.name, s.op, s.target, s.reason) for s in self.steps]
 
+    def where(self, step: "Step") -> str:
+        """``VTA``, ``CPU (numpy)`` or ``CPU (onnxruntime)`` for one step."""
+        if step.target == "vta":
+            return "VTA"
+        return f"CPU ({step.attrs.get('backend', 'numpy') if step.op == 'onnx' else 'numpy'})"
+
+    def placement_table(self) -> str:
+        """The placement table: one line per step (where, name, op, reason), then the
+        summary ``N/M nodes on VTA, K% of MACs on VTA`` the compiler recorded."""
+        w = max((len(s.name) for s in self.steps), default=4)
+        lines = []
+        for s in self.steps:
+            op = s.op if s.op != "onnx" else f"onnx:{s.attrs.get('op_type')}"
+            lines.append(f"  {self.where(s):<17}  {s.name:<{w}}  {op:<14}  {s.reason}")
+        nv = sum(1 for s in self.steps if s.target == "vta")
+        lines.append("  " + str(self.meta.get("summary") or f"{nv}/{len(self.steps)} steps on VTA"))
+        return "\n".join(lines)
+
+    def requires(self) -> dict[str, list[str]]:
+        """CPU backends beyond numpy that the steps need: ``{"onnxruntime": [op types]}``
+        (empty when numpy runs every CPU step)."""
+        ops = sorted({s.attrs["op_type"] for s in self.steps
+                      if s.op == "onnx" and s.attrs.get("backend") == "onnxruntime"})
+        return {"onnxruntime": ops} if ops else {}
+
+    def check_requires(self) -> None:
+        """Refuse to run when a needed CPU backend is missing.
+
+        Raises:
+            ArtifactError: one line naming the ops and the package to install.
+        """
+        ops = self.requires().get("onnxruntime")
+        if not ops:
+            return
+        from .float_ops import onnxruntime_available
+
+        if not onnxruntime_available():
+            raise ArtifactError(f"model '{self.name}' runs CPU op(s) {', '.join(ops)} on "
+                                f"onnxruntime, which is not installed (pip install onnxruntime)")
+
     def to_json(self) -> dict:
         steps = []
         for s in self.steps:
@@ -499,7 +543,7 @@ _TUPLE_ATTRS = ("kernel", "strides", "pads", "perm", "shape")
 
 def save_artifact(model: CompiledModel, path: str | Path) -> None:
     """Write ``model`` as a ``.vtapkg`` (see the module docstring)."""
-    manifest = {"format": "vtapkg", "version": FORMAT_VERSION,
+    manifest = {"format": "vtapkg", "version": FORMAT_VERSION, "requires": model.requires(),
                 "config": model.config.to_dict(), "fingerprint": model.config.fingerprint,
                 "model": model.to_json()}
     arrays = {f"c/{k}": np.ascontiguousarray(v) for k, v in model.constants.items()}
@@ -564,5 +608,10 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
                  for k, t in m["types"].items()}
     except (IndexError, TypeError, ValueError) as e:
         raise ArtifactError(f"artifact {p!r}: malformed tensor types ({e})") from None
-    return CompiledModel(cfg, m["name"], m["inputs"], m["outputs"], types, steps, consts,
-                         m.get("meta", {}))
+    cm = CompiledModel(cfg, m["name"], m["inputs"], m["outputs"], types, steps, consts,
+                       m.get("meta", {}))
+    try:
+        cm.check_requires()
+    except ArtifactError as e:
+        raise ArtifactError(f"artifact {p!r}: {e}") from None
+    return cm

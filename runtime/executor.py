@@ -27,12 +27,14 @@ line; device faults propagate as :class:`~.device.ProgramError`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .artifact import CompiledModel, SlotLayout, replay
 from .builder import ProgramBuilder
+from .cpu_float import REAL_OPS, run_float_op, run_onnx_node
 from .cpu_ops import run_cpu_op, unpack_act
 from .device import Device, DeviceError
 
@@ -43,7 +45,7 @@ __all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory"]
 class StepStats:
     """Counters of one step summed over runs: ``runs``, ``images``, ``insns``,
     ``gemm_uops`` (GEMM micro-ops executed), ``alu_uops``, ``dram_bytes`` (read + written
-    by the core), ``launches``, ``host_seconds`` is not tracked."""
+    by the core), ``launches``, ``host_seconds`` (wall seconds of CPU steps' kernels)."""
 
     runs: int = 0
     images: int = 0
@@ -52,6 +54,7 @@ class StepStats:
     alu_uops: int = 0
     dram_bytes: int = 0
     launches: int = 0
+    host_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
 
@@ -181,6 +184,7 @@ class Executor:
                 f"model '{model.name}' was compiled for {model.config.bitstream_name} "
                 f"(fingerprint 0x{model.config.fingerprint:08x}) but the device is "
                 f"{device.config.bitstream_name} (0x{device.config.fingerprint:08x})")
+        model.check_requires()
         self.model = model
         self.device = device
         self.cfg = device.config
@@ -267,23 +271,28 @@ class Executor:
             if name not in feeds:
                 raise DeviceError(f"missing input {name!r}")
             x = np.asarray(feeds[name])
-            shape = m.types[name][1]
-            if x.dtype.kind != "f":
+            dtype, shape = m.types[name][0], m.types[name][1]
+            real = dtype == "float32"
+            if real and x.dtype.kind != "f":
                 raise DeviceError(f"input {name!r} has dtype {x.dtype}, expected float32")
+            if not real and x.dtype != np.dtype(dtype) and not (
+                    x.dtype.kind == np.dtype(dtype).kind and np.can_cast(x.dtype, dtype)):
+                raise DeviceError(f"input {name!r} has dtype {x.dtype}, expected {dtype}")
             if x.ndim != len(shape) or any(isinstance(d, int) and d != s
                                            for d, s in zip(shape, x.shape)):
                 raise DeviceError(f"input {name!r} has shape {list(x.shape)}, expected "
                                   f"{list(shape)}")
-            if x.shape[0] < 1:
+            if x.ndim and x.shape[0] < 1:
                 raise DeviceError(f"input {name!r} has an empty batch")
-            if not np.isfinite(x).all():
+            if real and not np.isfinite(x).all():
                 raise DeviceError(f"input {name!r} contains NaN or infinity "
                                   f"({int(np.count_nonzero(~np.isfinite(x)))} value(s)); "
                                   f"int8 quantization has no value for them")
-            if n is not None and x.shape[0] != n:
+            b = x.shape[0] if x.ndim else 1
+            if n is not None and b != n:
                 raise DeviceError("inputs disagree on the batch size")
-            n = x.shape[0]
-            out[name] = x.astype(np.float32)
+            n = b
+            out[name] = x.astype(np.float32 if real else dtype)
         return out, n
 
     def run(self, feeds, *, keep: bool = False) -> dict[str, np.ndarray]:
@@ -309,8 +318,17 @@ class Executor:
             if step.target == "cpu":
                 ins = [m.constants[i] if i in m.constants else self._host(env, i, n)
                        for i in step.inputs]
-                scales = {"in": m.types[step.inputs[0]][3]}
-                env[step.outputs[0]] = run_cpu_op(step.op, step.attrs, ins, scales)
+                t0 = time.perf_counter()
+                if step.op == "onnx":
+                    vals = run_onnx_node(step.attrs, ins, step.attrs.get("backend"))
+                elif step.op in REAL_OPS:
+                    vals = [run_float_op(step.op, step.attrs, ins)]
+                else:
+                    scales = {"in": m.types[step.inputs[0]][3]} if step.inputs else {}
+                    vals = [run_cpu_op(step.op, step.attrs, ins, scales)]
+                for o, v in zip(step.outputs, vals):
+                    env[o] = v
+                st.host_seconds += time.perf_counter() - t0
                 st.runs += 1
                 continue
             bufs = {}

@@ -42,6 +42,8 @@ def compile_cmd(model: str, output_path: str, config_spec: str, calib_path) -> N
         calib = np.random.default_rng(0).random(shape, dtype=np.float32)
     cm = compile_model(model, calib, cfg)
     save_artifact(cm, output_path)
+    click.echo("placement:")
+    click.echo(cm.placement_table())
     nv = sum(1 for s in cm.steps if s.target == "vta")
     click.echo(f"{cm.name}: {nv}/{len(cm.steps)} steps on VTA for {cfg.bitstream_name} "
                f"(fingerprint 0x{cfg.fingerprint:08x}) -> {output_path}")

@@ -50,11 +50,7 @@ def _main_job(config_spec: str, target: str) -> None:
     click.echo(f"digits CNN: compiled for {cfg.bitstream_name} in {t_compile:.2f} s "
                f"(calibrated on {len(xtr)} training images)")
     click.echo("placement:")
-    for s in cm.steps:
-        extra = ""
-        if s.trace is not None and "tiling" in s.trace.stats:
-            extra = f"  [tiles {s.trace.stats['tiles']}]"
-        click.echo(f"  {s.target.upper():3}  {s.name:<18} {s.op:<10} {s.reason}{extra}")
+    click.echo(cm.placement_table())
     dev = make_device(target, cfg)
     ex = Executor(cm, dev)
     outs = []
@@ -141,10 +137,13 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
     cm = _get_model(model_path, cfg, calib_path, x)
     from ..runtime.executor import Executor
 
+    click.echo("placement:")
+    click.echo(cm.placement_table())
     ex = Executor(cm, make_device(target, cfg))
     t0 = time.perf_counter()
     out = ex.run(x)
     dt = time.perf_counter() - t0
+    host = sum(st.host_seconds for st in ex.stats.values())
     y = np.asarray(out[cm.outputs[0]], np.float32)
     if output_path:
         from ..runtime.npz import atomic_open
@@ -153,8 +152,8 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
             np.save(f, y)
     nv = sum(1 for s in cm.steps if s.target == "vta")
     click.echo(f"{cm.name}: {len(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
-               f"{nv}/{len(cm.steps)} steps on VTA; output {cm.outputs[0]} {list(y.shape)}"
-               + (f" -> {output_path}" if output_path else ""))
+               f"{nv}/{len(cm.steps)} steps on VTA, {host:.3f} s in CPU steps; output "
+               f"{cm.outputs[0]} {list(y.shape)}" + (f" -> {output_path}" if output_path else ""))
 
 
 def _get_model(model_path: str, cfg, calib_path, x):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import os
 import sys
 import tempfile
 import warnings
