@@ -78,3 +78,19 @@ def test_digits_model_is_package_data(setuptools_cfg):
     data = setuptools_cfg.get("package-data", {})
     patterns = list(data.get("*", [])) + list(data.get(pkg, []))
     assert any(fnmatch.fnmatch(onnx.name, p) for p in patterns), patterns
+
+
+def test_every_data_file_is_package_data(setuptools_cfg):
+    """Every non-Python file in a package folder (the bundled model, the RTL harness) matches
+    a package-data pattern, so the wheel carries it."""
+    pd = setuptools_cfg["package-dir"]
+    data = setuptools_cfg.get("package-data", {})
+    missing = []
+    for d in _package_dirs():
+        pkg = _pkg_of(d, pd)
+        patterns = list(data.get("*", [])) + list(data.get(pkg, []))
+        for f in d.iterdir():
+            if f.is_file() and f.suffix not in (".py", ".pyc") and not f.name.startswith("."):
+                if not any(fnmatch.fnmatch(f.name, p) for p in patterns):
+                    missing.append(str(f.relative_to(ROOT)))
+    assert not missing, f"add to [tool.setuptools.package-data]: {missing}"
