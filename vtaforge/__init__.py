@@ -1,7 +1,12 @@
 """vtaforge: a hardware-software co-design suite for the VTA deep-learning accelerator.
 
 The import package ``vtaforge`` holds the subpackages ``hw`` (config, ISA, Amaranth core),
-``compiler``, ``runtime`` and ``dse``; see the repository's DESIGN notes.
+``compiler``, ``runtime`` and ``dse``; see the repository's README.md and docs/.
+
+The base install (``pip install vtaforge``: numpy, click, tqdm, threadpoolctl) is what a
+board needs: ``hw`` (less the Amaranth core, ``hw.core``) and ``runtime`` import without
+the extras.  ``compiler`` and ``dse`` need the ``compiler`` extra (onnx, onnxruntime,
+scikit-learn), the Amaranth core and the RTL tools the ``hw`` extra.
 """
 
 from pathlib import Path as _Path
