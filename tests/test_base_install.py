@@ -43,13 +43,13 @@ BOARD_MODULES = ("vtaforge.hw.config", "vtaforge.hw.isa", "vtaforge.hw.regs",
                  "vtaforge.runtime.bundle", "vtaforge.cli")
 
 
-def _python(code: str, *, block: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def _python(code: str, *, block: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", (_PRE if block else "") + code],
-                          capture_output=True, text=True, timeout=300, cwd=cwd)
+                          capture_output=True, text=True, timeout=300)
 
 
-def _cli(*args: str, block: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return _python(f"from vtaforge.cli import main\nmain({list(args)!r})", block=block, cwd=cwd)
+def _cli(*args: str, block: bool = True) -> subprocess.CompletedProcess:
+    return _python(f"from vtaforge.cli import main\nmain({list(args)!r})", block=block)
 
 
 def _one_error_line(r: subprocess.CompletedProcess) -> str:
@@ -83,7 +83,7 @@ def test_config_show_without_the_extras():
 
 def test_compile_names_the_compiler_extra(tmp_path):
     (tmp_path / "x.onnx").write_bytes(b"not read: onnx is missing")
-    r = _cli("compile", "x.onnx", "-o", "y.vtapkg", cwd=tmp_path)
+    r = _cli("compile", str(tmp_path / "x.onnx"), "-o", str(tmp_path / "y.vtapkg"))
     assert _one_error_line(r) == ("error: vtaforge compile needs the compiler extra "
                                   "(pip install 'vtaforge[compiler]'): No module named 'onnx'")
     assert not (tmp_path / "y.vtapkg").exists()
