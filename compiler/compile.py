@@ -167,6 +167,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         t = fg.types[fg.inputs[0]]
         _check_calib(fg.inputs[0], t.shape, calib, calib_label)
         n_samples = len(calib)
+    elif isinstance(calib, dict) and _one_static_sample(fg, calib):
+        n_samples = None     # all inputs static, the data has exactly their shapes: one run
     elif isinstance(calib, dict):
         n_samples = _check_calib_dict(fg, calib, calib_label)
     else:
@@ -174,7 +176,9 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
                            f"ndarray}}, not {type(calib).__name__}")
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL))
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
-    if isinstance(b0, int):
+    if n_samples is None:
+        qc = replace(qc, batch_size=1 << 62)
+    elif isinstance(b0, int):
         # a fixed-batch model: feed the calibration samples in model-sized batches
         n = (n_samples // b0) * b0
         if n == 0:
@@ -189,6 +193,21 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     cm.qgraph = q
     cm.partition = part
     return cm
+
+
+def _one_static_sample(fg, calib: dict) -> bool:
+    """True when every model input has a static shape and ``calib`` holds exactly one array
+    of that shape and dtype kind per input (a model whose inputs are not batch-aligned, such
+    as a node test with a data tensor and a parameter tensor, is calibrated in one run)."""
+    if set(calib) != set(fg.inputs):
+        return False
+    for k in fg.inputs:
+        t, x = fg.types[k], calib[k]
+        if not (isinstance(x, np.ndarray) and t.is_concrete() and tuple(x.shape) == tuple(t.shape)):
+            return False
+        if (t.dtype == "float32") != (x.dtype.kind == "f"):
+            return False
+    return True
 
 
 def _check_calib_dict(fg, calib: dict, label: str) -> int:

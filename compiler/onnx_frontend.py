@@ -120,6 +120,15 @@ class _Importer:
         self.sym: dict[str, np.ndarray] = {}      # shape values with symbolic dims (object arrays)
         self.sym_src: dict[str, Any] = {}         # ... and the ONNX node computing each
         self.qnodes: dict[str, Any] = {}          # QuantizeLinear output -> its node
+        self.declared: dict[str, tuple] = {}      # declared value_info / output dims (None: unknown)
+        self.declared_dtype: dict[str, str] = {}
+        for vi in list(model.graph.value_info) + list(model.graph.output):
+            tt = vi.type.tensor_type
+            if tt.elem_type and _dtype_name(tt.elem_type):
+                self.declared_dtype[vi.name] = _dtype_name(tt.elem_type)
+            if tt.HasField("shape"):
+                self.declared[vi.name] = tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
+                                               else None for d in tt.shape.dim)
         self.g = Graph(name=name or model.graph.name or "model", kind="float")
         self.g.meta["scale_hints"] = {}
         self.alias: dict[str, str] = {}
@@ -187,11 +196,21 @@ class _Importer:
 
     def bind_output(self, vo) -> None:
         src = self.name(vo.name)
-        if src in self.g.constants or src in self.int_consts:
-            raise CompileError(f"output '{vo.name}' is a constant; nothing to compute")
+        if src in self.g.constants or src in self.int_consts or src in self.g.inputs or src in self.sym:
+            # a constant output or an input passed through: an Identity node computes it
+            self._materialize_sym(src)
+            if src in self.int_consts and src not in self.g.types:
+                self.g.add_constant(src, self.int_consts[src])
+            node = self.onnx.helper.make_node("Identity", [src], [vo.name], name=f"{vo.name}_identity")
+            if src == vo.name:          # the output is itself an initializer: rename the constant
+                c = self.g.fresh(f"{src}_value")
+                self.g.add_constant(c, self.g.constants.pop(src))
+                del self.g.types[src]
+                node = self.onnx.helper.make_node("Identity", [c], [vo.name], name=f"{vo.name}_identity")
+            self.alias.pop(vo.name, None)
+            self.generic(node, node.name, "the output is a constant or a graph input")
+            src = vo.name
         if src != vo.name:
-            if src in self.g.inputs:
-                raise CompileError(f"output '{vo.name}' is the graph input '{src}' unchanged")
             for n in self.g.nodes:
                 n.inputs = [vo.name if i == src else i for i in n.inputs]
                 n.outputs = [vo.name if o == src else o for o in n.outputs]
@@ -457,24 +476,41 @@ class _Importer:
         probe.ir_version = self.model.ir_version
         try:
             inferred = shape_inference.infer_shapes(probe, strict_mode=True, data_prop=True)
-        except Exception as e:  # noqa: BLE001
-            raise node_error(name, op, f"{why}; ONNX shape inference fails on it "
-                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-        vinfo = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+            vinfo = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+        except Exception as e:  # noqa: BLE001 - ONNX's inference may not know the op's function body
+            vinfo = {}
+            fail = f"ONNX shape inference fails on it ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            if not any(self.name(i) in self.g.types and self.const(self.name(i)) is None
+                       for i in onode.input if i):
+                raise node_error(name, op, f"{why}; {fail}") from None
         out_types, probed = [], None
         for k in out_slots:
             vi = vinfo.get(f"o{k}")
             tt = vi.type.tensor_type if vi is not None else None
             dt = _dtype_name(tt.elem_type) if tt is not None and tt.elem_type else None
             out = onode.output[k]
-            if dt is None or not tt.HasField("shape"):
+            known = self.declared.get(out)
+            if dt is not None and not tt.HasField("shape") and known is not None and None not in known:
+                dims = list(known)      # the model declares what inference cannot derive
+            elif dt is None and out in self.declared_dtype and known is not None and None not in known:
+                dt, dims = self.declared_dtype[out], list(known)
+            elif dt is None or not tt.HasField("shape"):
                 # no ONNX schema (a com.microsoft op) or no static shape: ask onnxruntime
                 if probed is None:
                     probed = self._probe(node, vis, in_slots, names, opsets, name, why)
                 dt, dims = probed[out_slots.index(k)]
             else:
-                dims = [int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or f"{out}_d{j}")
+                known = self.declared.get(out, ())
+                dims = [int(d.dim_value) if d.HasField("dim_value") else
+                        (known[j] if j < len(known) and known[j] is not None else
+                         (d.dim_param if d.dim_param and not d.dim_param.startswith("unk__")
+                          else f"{out}_d{j}"))
                         for j, d in enumerate(tt.shape.dim)]
+                if any(isinstance(d, str) and d.startswith(f"{out}_d") for d in dims) and all(
+                        self.g.types[v].is_concrete() for v in names):
+                    if probed is None:      # data-dependent shape (Resize by an input): run it once
+                        probed = self._probe(node, vis, in_slots, names, opsets, name, why)
+                    dt, dims = probed[out_slots.index(k)]
             out_types.append(TensorType(dt, tuple(dims)))
         ovis = [helper.make_tensor_value_info(f"o{k}", _onnx_dtype(t.dtype), list(t.shape))
                 for k, t in zip(out_slots, out_types)]

@@ -61,7 +61,8 @@ class FoldConstants:
         g = graph.copy()
         changed = False
         for node in list(g.nodes):
-            if node.inputs and all(i in g.constants for i in node.inputs):
+            if node.inputs and all(i in g.constants for i in node.inputs) and \
+                    not any(o in g.outputs for o in node.outputs):
                 vals = _float_node(node, [g.constants[i] for i in node.inputs], g)
                 g.nodes.remove(node)
                 for out, val in zip(node.outputs, vals):

@@ -202,6 +202,9 @@ def _feeds_batches(graph: Graph, data, batch: int):
         if len(graph.inputs) != 1:
             raise CompileError(f"graph has {len(graph.inputs)} inputs: pass calibration data as a dict")
         data = {graph.inputs[0]: data}
+    if batch >= 1 << 62:        # one calibration run on the data as given (static-shape models)
+        yield data
+        return
     n = len(next(iter(data.values())))
     for s in range(0, n, batch):
         yield {k: v[s:s + batch] for k, v in data.items()}
@@ -224,7 +227,10 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
         for name, v in env.items():
             if name in graph.constants:
                 continue
+            if v.dtype.kind != "f":
+                continue        # indices, shapes, masks: never quantized
             a = np.abs(v.astype(np.float64)).ravel()
+            a = a[np.isfinite(a)]
             maxabs[name] = max(maxabs.get(name, 0.0), float(a.max()) if a.size else 0.0)
             if config.calibration != "max":
                 k = min(a.size, max(1, config.max_samples // 8))

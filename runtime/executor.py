@@ -185,6 +185,8 @@ class Executor:
                 f"(fingerprint 0x{model.config.fingerprint:08x}) but the device is "
                 f"{device.config.bitstream_name} (0x{device.config.fingerprint:08x})")
         model.check_requires()
+        # inputs converted to int8 (NaN/inf have no int8 value); others go to CPU float ops
+        self._quantized_inputs = {s.inputs[0] for s in model.steps if s.op == "quantize"}
         self.model = model
         self.device = device
         self.cfg = device.config
@@ -284,14 +286,16 @@ class Executor:
                                   f"{list(shape)}")
             if x.ndim and x.shape[0] < 1:
                 raise DeviceError(f"input {name!r} has an empty batch")
-            if real and not np.isfinite(x).all():
+            if real and name in self._quantized_inputs and not np.isfinite(x).all():
                 raise DeviceError(f"input {name!r} contains NaN or infinity "
                                   f"({int(np.count_nonzero(~np.isfinite(x)))} value(s)); "
                                   f"int8 quantization has no value for them")
-            b = x.shape[0] if x.ndim else 1
-            if n is not None and b != n:
+            if not (shape and isinstance(shape[0], str)):
+                n = n if n is not None else (x.shape[0] if x.ndim else 1)
+            elif n is not None and x.shape[0] != n:
                 raise DeviceError("inputs disagree on the batch size")
-            n = b
+            else:
+                n = x.shape[0]
             out[name] = x.astype(np.float32 if real else dtype)
         return out, n
 

@@ -1,0 +1,155 @@
+"""BYOC completed: every valid model runs -- VTA where it can, the host CPU elsewhere.
+
+Oracles: ONNX's own node-test generators (``onnx.backend.test.case.node``: each case has
+inputs and the expected outputs computed by ONNX's reference code) and onnxruntime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from _onnx_util import make_model, rand, run_ort
+from vtaforge.cli import main
+from vtaforge.compiler.compile import compile_model
+from vtaforge.runtime import float_ops
+from vtaforge.runtime.artifact import ArtifactError, load_artifact, save_artifact
+from vtaforge.runtime.executor import Executor
+from vtaforge.runtime.fsim import FsimDevice
+
+
+def _cases():
+    import onnx.backend.test.case.node as node_cases
+
+    out = []
+    for c in node_cases.collect_testcases(""):
+        m = c.model
+        if len(m.graph.node) != 1 or m.graph.node[0].domain not in ("", "ai.onnx"):
+            continue
+        ins, outs = ([np.asarray(v) if np.isscalar(v) or isinstance(v, np.generic) else v for v in vs]
+                     for vs in c.data_sets[0])
+        gi = [vi for vi in m.graph.input if vi.name not in {i.name for i in m.graph.initializer}]
+        if not ins or len(ins) != len(gi) or any(not isinstance(x, np.ndarray) for x in ins) or \
+                ins[0].dtype != np.float32 or ins[0].ndim == 0 or ins[0].size == 0 or \
+                any(not vi.type.HasField("tensor_type") for vi in gi):
+            continue
+        if any(not isinstance(y, np.ndarray) for y in outs):
+            continue
+        out.append(c)
+    return out
+
+
+CASES = _cases()
+# a spread of ops: the first case of every op type (keeps the test to a few seconds)
+_seen: dict = {}
+for _c in CASES:
+    _seen.setdefault(_c.model.graph.node[0].op_type, _c)
+PICK = sorted(_seen.values(), key=lambda c: c.name)
+
+
+@pytest.mark.parametrize("case", PICK, ids=[c.name for c in PICK])
+def test_onnx_node_case_runs_through_vtaforge(case):
+    """Compile the one-node model (calibrated on its own inputs) and run it on fsim: it must
+    not be refused, and must match the expected outputs within int8 tolerance (real-valued
+    outputs) or exactly (integer and boolean outputs)."""
+    ins, want = ([np.asarray(v) if isinstance(v, np.generic) else v for v in vs] for vs in case.data_sets[0])
+    m = case.model
+    try:        # the property is "every model onnxruntime runs": skip what it cannot load
+        import onnxruntime as ort
+
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"onnxruntime cannot run it either ({type(e).__name__})")
+    feeds = {vi.name: x for vi, x in zip(
+        [vi for vi in m.graph.input if vi.name not in {i.name for i in m.graph.initializer}], ins)}
+    cm = compile_model(m, feeds, "pynq")
+    got = Executor(cm, FsimDevice(cm.config)).run(feeds)
+    for name, w in zip(cm.outputs, want):
+        y = got[name]
+        assert y.shape == w.shape, (name, y.shape, w.shape)
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(y, w)
+        else:
+            fin = np.isfinite(w)
+            np.testing.assert_array_equal(np.isfinite(y), fin)
+            tol = 0.05 * float(np.abs(w[fin]).max(initial=0)) + 1e-4
+            np.testing.assert_allclose(y[fin], w[fin], atol=tol, rtol=0.02)
+
+
+def test_node_cases_cover_the_issue_ops():
+    ops = {c.model.graph.node[0].op_type for c in PICK}
+    for op in ("HardSwish", "HardSigmoid", "Sigmoid", "LeakyRelu", "Resize", "Pad", "ConvTranspose",
+               "ReduceMean", "Squeeze", "Unsqueeze", "MatMul", "Gemm", "AveragePool", "Concat"):
+        assert op in ops, op
+
+
+def _sin_relu_model():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Sin", ["c"], ["s"], name="sin"),
+             helper.make_node("Relu", ["s"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="conv2")]
+    return make_model(nodes, [("x", ["N", 3, 8, 8])], [("y", ["N", 4, 8, 8])],
+                      {"w": rand(8, 3, 3, 3, seed=1, scale=0.3), "w2": rand(4, 8, 1, 1, seed=2, scale=0.3)})
+
+
+def test_unsupported_op_runs_on_cpu_between_vta_regions():
+    m = _sin_relu_model()
+    x = rand(6, 3, 8, 8, seed=3)
+    cm = compile_model(m, x, "pynq")
+    where = {s.name: cm.where(s) for s in cm.steps}
+    assert where["sin"] == "CPU (numpy)" and where["conv"] == "VTA" and where["conv2"] == "VTA"
+    table = cm.placement_table()
+    assert "no IR conversion for ONNX op Sin" in table
+    assert "nodes on VTA, 100.0% of MACs on VTA" in table.splitlines()[-1]
+    y = Executor(cm, FsimDevice(cm.config)).run(x)["y"]
+    (want,) = run_ort(m, {"x": x})
+    cos = float(np.sum(y * want) / (np.linalg.norm(y) * np.linalg.norm(want)))
+    assert cos > 0.99, cos
+
+
+def _ort_only_model():
+    """A com.microsoft op (no numpy kernel): runs on onnxruntime."""
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("FastGelu", ["r"], ["y"], name="gelu", domain="com.microsoft")], "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+def test_onnxruntime_op_is_recorded_and_refused_without_onnxruntime(tmp_path, monkeypatch):
+    m = _ort_only_model()
+    x = rand(2, 8, seed=4)
+    cm = compile_model(m, x, "pynq")
+    assert cm.requires() == {"onnxruntime": ["FastGelu"]}
+    assert {s.name: cm.where(s) for s in cm.steps}["gelu"] == "CPU (onnxruntime)"
+    y = Executor(cm, FsimDevice(cm.config)).run(x)["y"]
+    (want,) = run_ort(m, {"x": x})
+    np.testing.assert_allclose(y, want, atol=0.05)
+    p = tmp_path / "m.vtapkg"
+    save_artifact(cm, p)
+    monkeypatch.setattr(float_ops, "onnxruntime_available", lambda: False)
+    with pytest.raises(ArtifactError, match=r"runs CPU op\(s\) FastGelu on onnxruntime, which is not "
+                                            r"installed \(pip install onnxruntime\)"):
+        load_artifact(p)
+    np.save(tmp_path / "x.npy", x)
+    r = CliRunner().invoke(main, ["run", "--model", str(p), "--input", str(tmp_path / "x.npy")])
+    assert r.exit_code != 0
+    assert r.output.strip().splitlines()[-1].startswith("error: ") and "FastGelu" in r.output
+
+
+def test_run_prints_the_placement_table(tmp_path):
+    m = _sin_relu_model()
+    (tmp_path / "m.onnx").write_bytes(m.SerializeToString())
+    np.save(tmp_path / "x.npy", rand(2, 3, 8, 8, seed=5))
+    r = CliRunner().invoke(main, ["run", "--model", str(tmp_path / "m.onnx"), "--input",
+                                  str(tmp_path / "x.npy")])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert any(ln.strip().startswith("CPU (numpy)") and " sin " in ln for ln in lines)
+    assert any("3/" in ln and "nodes on VTA" in ln and "% of MACs on VTA" in ln for ln in lines)
