@@ -1259,7 +1259,7 @@ def _coords(ctm: str, length_out: int, length_in: int, scale, roi) -> np.ndarray
     if ctm == "align_corners":
         if length_out == 1:
             return np.zeros(1, f)
-        return y * (f(length_in - 1) / f(length_out - 1))
+        return y * f(length_in - 1) / f(length_out - 1)
     if ctm == "asymmetric":
         return y / s
     if ctm == "tf_half_pixel_for_nn":
@@ -1267,7 +1267,7 @@ def _coords(ctm: str, length_out: int, length_in: int, scale, roi) -> np.ndarray
     if ctm == "tf_crop_and_resize":
         r0, r1 = f(roi[0]), f(roi[1])
         if length_out > 1:
-            return r0 * f(length_in - 1) + y * ((r1 - r0) * f(length_in - 1) / f(length_out - 1))
+            return r0 * f(length_in - 1) + y * (r1 - r0) * f(length_in - 1) / f(length_out - 1)
         return np.full(length_out, f(0.5) * (r0 + r1) * f(length_in - 1), f)
     raise UnsupportedKernel(f"Resize coordinate_transformation_mode {ctm!r}")
 
@@ -1344,13 +1344,10 @@ def _resize_plan(a: dict, ins: list, opset: int, x: np.ndarray):
         sc = np.asarray(scales, np.float32).reshape(-1)
         if len(sc) != len(axes):
             raise CpuKernelError(f"Resize: {len(sc)} scales for {len(axes)} axes")
-        for i, (ax, c) in enumerate(zip(axes, sc)):
+        for ax, c in zip(axes, sc):        # onnxruntime: floor(in * scale), also for tf_crop_and_resize
             if c <= 0:
                 raise CpuKernelError(f"Resize: scale {float(c)} must be positive")
-            span = f(1)
-            if p["ctm"] == "tf_crop_and_resize" and roi is not None:
-                span = roi[len(axes) + i] - roi[i] if len(roi) == 2 * len(axes) else roi[r + ax] - roi[ax]
-            plan.append((ax, int(f(x.shape[ax]) * span * c), c))
+            plan.append((ax, int(f(x.shape[ax]) * c), c))
     else:
         raise CpuKernelError("Resize needs scales or sizes")
     rois = {}
@@ -1362,19 +1359,57 @@ def _resize_plan(a: dict, ins: list, opset: int, x: np.ndarray):
     return plan, rois, p
 
 
+def _bilinear_weights(n_out: int, n_in: int, scale, roi, p: dict):
+    """onnxruntime's bilinear taps along one axis: indices (lo, hi), weights (w_lo, w_hi) and the
+    tf_crop_and_resize 'outside' mask, in float32 like its UpsampleBilinear."""
+    xo = _coords(p["ctm"], n_out, n_in, scale, roi)
+    outside = (xo < 0) | (xo > n_in - 1)
+    xc = np.clip(xo, np.float32(0), np.float32(n_in - 1))
+    lo = np.minimum(xc.astype(np.int64), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    d_lo = np.abs(xc - lo.astype(np.float32))
+    d_hi = np.abs(xc - hi.astype(np.float32))
+    same = lo == hi
+    d_lo, d_hi = np.where(same, np.float32(0.5), d_lo), np.where(same, np.float32(0.5), d_hi)
+    return lo, hi, d_hi, d_lo, outside          # weight of lo is the distance to hi and vice versa
+
+
+def _bilinear_ort(x: np.ndarray, plan: dict, rois: dict, p: dict) -> np.ndarray:
+    """Linear resize of the last two axes with onnxruntime's float32 formula
+    ``w_y1 w_x1 X11 + w_y1 w_x2 X21 + w_y2 w_x1 X12 + w_y2 w_x2 X22`` (so that integer outputs,
+    which onnxruntime truncates, agree)."""
+    h, w = x.shape[-2:]
+    ah, aw = x.ndim - 2, x.ndim - 1
+    oh, sh = plan.get(ah, (h, 1.0))
+    ow, sw = plan.get(aw, (w, 1.0))
+    y1, y2, wy1, wy2, outy = _bilinear_weights(oh, h, sh, rois.get(ah, (0.0, 1.0)), p)
+    x1, x2, wx1, wx2, outx = _bilinear_weights(ow, w, sw, rois.get(aw, (0.0, 1.0)), p)
+    xf = x.astype(np.float32)
+    r1, r2 = xf[..., y1, :], xf[..., y2, :]
+    wy1, wy2 = wy1[:, None], wy2[:, None]
+    y = (wx1 * wy1) * r1[..., x1] + (wx2 * wy1) * r1[..., x2] + (wx1 * wy2) * r2[..., x1] + (wx2 * wy2) * r2[..., x2]
+    if p["ctm"] == "tf_crop_and_resize":
+        y = np.where(outy[:, None] | outx[None, :], np.float32(p["extrapolation_value"]), y)
+    return y
+
+
 def _resize(a, ins, opset):
     x = ins[0]
     plan, rois, p = _resize_plan(a, ins, opset, x)
     if p["ctm"] == "tf_crop_and_resize" and len(rois) != len(plan):
         raise CpuKernelError("Resize tf_crop_and_resize needs roi")
-    y = x.astype(np.float64)
-    for ax, n_out, sc in plan:
-        if n_out == x.shape[ax] and float(sc) == 1.0 and p["ctm"] != "tf_crop_and_resize":
-            continue
-        y = _resize_axis(y, ax, n_out, sc, rois.get(ax), p)
-    if x.dtype.kind in "iu":
+    active = [(ax, n, sc) for ax, n, sc in plan
+              if n != x.shape[ax] or float(sc) != 1.0 or p["ctm"] == "tf_crop_and_resize"]
+    if (p["mode"] == "linear" and x.ndim in (2, 4) and x.dtype != np.float64 and active
+            and all(ax >= x.ndim - 2 for ax, _, _ in active)):
+        y = _bilinear_ort(x, {ax: (n, sc) for ax, n, sc in active}, rois, p)
+    else:
+        y = x.astype(np.float64)
+        for ax, n_out, sc in active:
+            y = _resize_axis(y, ax, n_out, sc, rois.get(ax), p)
+    if x.dtype.kind in "iu":            # onnxruntime casts the interpolated float (truncation)
         info = np.iinfo(x.dtype)
-        y = np.clip(np.rint(y), info.min, info.max)
+        y = np.clip(np.trunc(y), info.min, info.max)
     return [_as(y, x.dtype)]
 
 
@@ -1565,7 +1600,7 @@ def _chk_cast(a, opset):
 
 def _chk_resize(a, opset):
     mode = a.get("mode", "nearest")
-    if mode not in ("nearest", "linear", "cubic", "bilinear" if opset < 10 else "linear"):
+    if mode not in (("nearest", "linear") if opset < 11 else ("nearest", "linear", "cubic")):
         return f"Resize mode {mode!r} has no numpy kernel"
     ctm = a.get("coordinate_transformation_mode", "half_pixel")
     if opset >= 11 and ctm not in ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
