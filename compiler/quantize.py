@@ -685,6 +685,13 @@ class _Quantizer:
         if eo == t.exp and so == t.scale and inside:
             self.qname[out] = x
             return
+        sole = (len(self.fg.consumers().get(n.inputs[0], [])) == 1 and n.inputs[0] not in self.fg.outputs)
+        if eo == t.exp and so == t.scale and sole and plo is not None and prod.op in (
+                "qconv2d", "qdense", "qadd", "qrequant"):
+            # the pair's clip (a uint8 pair's [0, ...] after a dropped ReLU) joins the producer's
+            prod.attrs["clip_lo"], prod.attrs["clip_hi"] = max(plo, lo), min(phi, hi)
+            self.qname[out] = x
+            return
         qo = self.int_name(out)
         ratio = t.real_scale / so_r
         self.add(n.name, "qrequant", [x], qo, self.requant_for(n, ratio, 128, out, lo, hi),
