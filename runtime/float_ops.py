@@ -24,6 +24,15 @@ Conventions of the numpy kernels:
 * Every output of the op is returned in ONNX order, optional ones included (MaxPool's
   ``Indices``, Dropout's ``mask``, TopK's ``Indices``, LayerNormalization's ``Mean`` and
   ``InvStdDev``); outputs may be views of the inputs, so do not modify them in place.
+* ``Split`` without sizes (no ``split`` attribute/input) needs ``attrs["num_outputs"]``, which
+  ``attrs_to_json`` fills in from the node's output count.
+
+Where onnxruntime and the ONNX reference implementation disagree, the kernels follow
+onnxruntime: Resize ``align_corners`` divides by ``out - 1`` (not ``scale * in - 1``);
+``tf_crop_and_resize`` with scales gives ``floor(in * scale)`` outputs; linear Resize blends in
+float32 like onnxruntime's bilinear kernel and truncates integer outputs.  Integer
+accumulation is exact; onnxruntime's AVX2 u8 x s8 GEMM saturates byte-pair sums to int16 and
+so differs for full-range int8 weights (its quantizer's 7-bit ``reduce_range`` weights agree).
 
 Only numpy and the standard library are imported at module level; onnxruntime is imported
 when :func:`run_onnxruntime` first needs it.
@@ -1054,6 +1063,9 @@ def _window_slices(kernel, dil, strides, out):
         yield koff, tuple(slice(k * d, k * d + s * (o - 1) + 1, s) for k, d, s, o in zip(koff, dil, strides, out))
 
 
+_IM2COL_BYTES = 256 << 20          # larger convolutions accumulate one kernel offset at a time
+
+
 def _conv_core(x: np.ndarray, w: np.ndarray, a: dict, dtype) -> np.ndarray:
     """Cross-correlation ``[N, C, *in] x [M, C/g, *k] -> [N, M, *out]`` computed in ``dtype`` (zero padding)."""
     nsp = x.ndim - 2
@@ -1071,11 +1083,19 @@ def _conv_core(x: np.ndarray, w: np.ndarray, a: dict, dtype) -> np.ndarray:
     pb, pe, out = _geometry(a, x.shape[2:], kernel, strides, dil)
     eff = [(k - 1) * d + 1 for k, d in zip(kernel, dil)]
     xp = _pad_windows(x.astype(dtype, copy=False), pb, pe, out, eff, strides, 0)
-    wg = w.astype(dtype, copy=False).reshape(g, m // g, c // g, -1)
-    y = np.zeros((n, g, m // g, math.prod(out)), dtype)
-    for ki, (_, sl) in enumerate(_window_slices(kernel, dil, strides, out)):
-        patch = xp[(slice(None), slice(None)) + sl].reshape(n, g, c // g, -1)
-        y += np.matmul(wg[..., ki], patch)
+    nk, npix = math.prod(kernel), math.prod(out)
+    if n * c * nk * npix * xp.itemsize <= _IM2COL_BYTES:      # one GEMM over an im2col buffer
+        cols = np.empty((n, c, nk, npix), dtype)
+        for ki, (_, sl) in enumerate(_window_slices(kernel, dil, strides, out)):
+            cols[:, :, ki, :] = xp[(slice(None), slice(None)) + sl].reshape(n, c, npix)
+        y = np.matmul(w.astype(dtype, copy=False).reshape(g, m // g, (c // g) * nk),
+                      cols.reshape(n, g, (c // g) * nk, npix))
+        return y.reshape([n, m] + out)
+    wg = np.ascontiguousarray(np.moveaxis(w.astype(dtype, copy=False).reshape(g, m // g, c // g, nk), 3, 0))
+    y = np.zeros((n, g, m // g, npix), dtype)
+    for ki, (_, sl) in enumerate(_window_slices(kernel, dil, strides, out)):     # bounded memory
+        patch = np.ascontiguousarray(xp[(slice(None), slice(None)) + sl]).reshape(n, g, c // g, npix)
+        y += np.matmul(wg[ki], patch)
     return y.reshape([n, m] + out)
 
 
@@ -1117,13 +1137,15 @@ def _conv_transpose(a, ins, opset):
     off = [max(0, -p) for p in pb]
     length = [o0 + max(f, p + o) for o0, f, p, o in zip(off, full, pb, out)]
     buf = np.zeros([n, g, mg] + length, wd)
+    nk = math.prod(kernel)
     xg = x.astype(wd, copy=False).reshape(n, g, c // g, -1)
-    wg = w.astype(wd, copy=False).reshape(g, c // g, mg, -1).transpose(0, 2, 1, 3)   # g, mg, cg, K
-    for ki, koff in enumerate(product(*[range(k) for k in kernel])):
-        contrib = np.matmul(wg[..., ki], xg).reshape([n, g, mg] + in_sp)
+    wt = w.astype(wd, copy=False).reshape(g, c // g, mg, nk).transpose(0, 2, 3, 1)   # g, mg, K, cg
+    cols = np.matmul(np.ascontiguousarray(wt).reshape(g, mg * nk, c // g), xg)      # n, g, mg*K, P
+    cols = cols.reshape([n, g, mg, nk] + in_sp)
+    for ki, koff in enumerate(product(*[range(k) for k in kernel])):               # col2im
         sl = tuple(slice(o0 + k * d, o0 + k * d + s * (i - 1) + 1, s)
                    for o0, k, d, s, i in zip(off, koff, dil, strides, in_sp))
-        buf[(slice(None),) * 3 + sl] += contrib
+        buf[(slice(None),) * 3 + sl] += cols[:, :, :, ki]
     crop = tuple(slice(o0 + p, o0 + p + o) for o0, p, o in zip(off, pb, out))
     y = buf[(slice(None),) * 3 + crop].reshape([n, g * mg] + out)
     if b is not None:
@@ -1511,7 +1533,9 @@ def _matmul_integer(a, ins, opset):
 
 
 def _qlinear_matmul(a, ins, opset):
-    A, a_s, a_z, B, b_s, b_z, y_s, y_z = ins[:8]
+    A, a_s, a_z, B, b_s, b_z, y_s, y_z = (_inp(ins, i) for i in range(8))
+    if a_s is None or b_s is None or y_s is None:
+        raise CpuKernelError("QLinearMatMul needs a_scale, b_scale and y_scale")
     az = _zp_matrix(a_z, 0, rows=True)
     bz = _zp_matrix(b_z, 0, rows=False)
     acc = _int_acc(np.matmul(A.astype(np.float64) - az, B.astype(np.float64) - bz))
@@ -1536,10 +1560,15 @@ def _conv_integer(a, ins, opset):
 
 
 def _qlinear_conv(a, ins, opset):
-    x, x_s, x_z, w, w_s, w_z, y_s, y_z = ins[:8]
+    x, x_s, x_z, w, w_s, w_z, y_s, y_z = (_inp(ins, i) for i in range(8))
     b = _inp(ins, 8)
-    xf = x.astype(np.float64) - np.asarray(x_z).astype(np.float64).reshape(())
-    wf = w.astype(np.float64) - np.asarray(w_z).astype(np.float64).reshape((-1,) + (1,) * (w.ndim - 1))
+    if x_s is None or w_s is None or y_s is None:
+        raise CpuKernelError("QLinearConv needs x_scale, w_scale and y_scale")
+    y_z = np.zeros((), x.dtype) if y_z is None else y_z
+    xf = x.astype(np.float64) - (np.asarray(x_z).astype(np.float64).reshape(()) if x_z is not None else 0.0)
+    wf = w.astype(np.float64)
+    if w_z is not None:
+        wf = wf - np.asarray(w_z).astype(np.float64).reshape((-1,) + (1,) * (w.ndim - 1))
     acc = _conv_core(xf, wf, a, np.float64)
     if b is not None:
         acc = acc + b.astype(np.float64).reshape((1, -1) + (1,) * (x.ndim - 2))

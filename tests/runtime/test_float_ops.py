@@ -339,6 +339,8 @@ _LEGACY = [
     ("Upsample", [_f32(1, 2, 2, 3)], {"scales": [1.0, 1.0, 2.0, 2.0], "mode": "linear"}, 7),
     ("Upsample", [_f32(1, 2, 3, 3), np.array([1, 1, 2.5, 1.5], np.float32)], {"mode": "nearest"}, 9),
     ("Upsample", [_f32(1, 2, 3, 3), np.array([1, 1, 2, 1.5], np.float32)], {"mode": "linear"}, 9),
+    ("DynamicQuantizeLinear", [_X], {}, 11),
+    ("DynamicQuantizeLinear", [np.abs(_X) + 0.5], {}, 11),
     ("Resize", [_f32(1, 2, 4, 6), np.array([1, 1, 2, 0.5], np.float32)], {"mode": "nearest"}, 10),
     ("Resize", [_f32(1, 2, 4, 6), np.array([1, 1, 0.6, 1.7], np.float32)], {"mode": "nearest"}, 10),
     ("Resize", [_f32(1, 2, 4, 6), np.array([1, 1, 0.6, 1.7], np.float32)], {"mode": "linear"}, 10),
@@ -352,7 +354,8 @@ def _legacy_id(p):
 
 _OUTS = {"Split": lambda ins, a: a.get("num_outputs") or (len(a["split"]) if "split" in a else
                                                           (len(ins[1]) if len(ins) > 1 else 5)),
-         "TopK": lambda ins, a: 2, "Dropout": lambda ins, a: 2, "LayerNormalization": lambda ins, a: 3}
+         "TopK": lambda ins, a: 2, "Dropout": lambda ins, a: 2, "LayerNormalization": lambda ins, a: 3,
+         "DynamicQuantizeLinear": lambda ins, a: 3}
 
 
 @needs_ort
@@ -519,6 +522,19 @@ def test_conv_vs_onnxruntime(spec):
     _vs_ort(op, ins, attrs, 13, rtol=1e-4, atol=1e-4)
 
 
+def test_conv_bounded_memory_path_matches(monkeypatch):
+    """Convolutions too large for the im2col buffer accumulate per kernel offset: same results."""
+    specs = [s for s in _CONVS if s[0] == "Conv"]
+    fast = [F.run_numpy(op, a, ins, 13)[0] for op, ins, a in specs]
+    q = _INTS
+    qfast = [F.run_numpy(op, a, ins, o)[0] for op, o, ins, a in q if op in ("QLinearConv", "ConvInteger")]
+    monkeypatch.setattr(F, "_IM2COL_BYTES", 0)
+    for (op, ins, a), want in zip(specs, fast):
+        np.testing.assert_allclose(F.run_numpy(op, a, ins, 13)[0], want, rtol=1e-5, atol=1e-5)
+    slow = [F.run_numpy(op, a, ins, o)[0] for op, o, ins, a in q if op in ("QLinearConv", "ConvInteger")]
+    assert all(np.array_equal(u, v) for u, v in zip(slow, qfast))
+
+
 # ------------------------------------------------------------------ integer ops: bit exact
 def _q(shape, dt, seed, bits=None):
     info = np.iinfo(dt)
@@ -627,6 +643,21 @@ def test_requantize_rule():
 
 
 # ============================================================================ every op is tested
+#: the ops the compiler relies on having a numpy kernel (board fallback without onnxruntime).
+REQUIRED_OPS = set('''
+Relu LeakyRelu Sigmoid HardSigmoid HardSwish Tanh Clip Add Sub Mul Div Neg Abs Exp Log Sqrt Pow Reciprocal Erf Elu
+Selu Softplus PRelu Gelu Max Min Sum Mean Floor Ceil Round Sign Where Equal Less Greater LessOrEqual GreaterOrEqual Not
+And Or Identity Reshape Flatten Transpose Squeeze Unsqueeze Concat Split Slice Gather Shape Size Cast Expand Tile
+ConstantOfShape Range Pad DepthToSpace SpaceToDepth Dropout ReduceMean ReduceMax ReduceMin ReduceSum ReduceProd
+ReduceL2 ArgMax ArgMin Softmax LogSoftmax BatchNormalization InstanceNormalization LayerNormalization
+GlobalAveragePool GlobalMaxPool Conv ConvTranspose MaxPool AveragePool Gemm MatMul Resize Upsample QuantizeLinear
+DequantizeLinear QLinearConv QLinearMatMul ConvInteger MatMulInteger'''.split())
+
+
+def test_required_ops_have_numpy_kernels():
+    assert sorted(REQUIRED_OPS - F.NUMPY_OPS) == []
+
+
 def test_every_numpy_op_is_tested():
     covered = {v[1].op_type for v in _cases().values() if not v[4]}
     covered |= {s[0] for s in _LEGACY} | {s[0] for s in _POOLS} | {s[0] for s in _CONVS} | {s[0] for s in _INTS}
