@@ -2,7 +2,8 @@
 exports, onnxruntime ``quantize_static`` QDQ and QOperator output) compiled for ``pynq``
 and run on fsim: where the nodes and MACs ran (VTA vs CPU numpy vs CPU onnxruntime), the
 cosine of the outputs to onnxruntime (float files: default session; quantized files: graph
-optimizations off, exact fake-quant), and host seconds spent in CPU steps vs the whole
+optimizations off, exact fake-quant) and the largest error relative to max |output|, and
+host seconds spent in CPU steps vs the whole
 run.  The ideal is 100 % of MACs on VTA and cosine 1.0.  Figures, not a pass/fail test.
 
 Run: ``.venv/bin/python bench/real_models.py [substring ...]``
@@ -36,7 +37,7 @@ def main() -> None:
     inputs = np.load(HERE / "inputs.npz")
     pick = sys.argv[1:]
     print(f"{'model':<44} {'nodes VTA/np/ort':>17} {'MACs on VTA':>12} {'cosine':>7} "
-          f"{'CPU s':>7} {'run s':>7}")
+          f"{'max err':>8} {'CPU s':>7} {'run s':>7}")
     for f in man["files"]:
         if pick and not any(p in f["file"] for p in pick):
             continue
@@ -55,14 +56,16 @@ def main() -> None:
             so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         ex = Executor(cm, FsimDevice(cm.config))
-        cos, t0 = [], time.perf_counter()
+        cos, rel, t0 = [], [], time.perf_counter()
         for xi in x:
             y = ex.run(xi)[cm.outputs[0]]
-            cos.append(_cos(y, sess.run(None, {sess.get_inputs()[0].name: xi})[0]))
+            want = sess.run(None, {sess.get_inputs()[0].name: xi})[0]
+            cos.append(_cos(y, want))
+            rel.append(float(np.abs(y - want).max() / max(np.abs(want).max(), 1e-30)))
         run = time.perf_counter() - t0
         host = sum(st.host_seconds for st in ex.stats.values())
         print(f"{f['file']:<44} {f'{nv}/{nn}/{no}':>17} {100 * vta / max(tot, 1):>11.1f}% "
-              f"{min(cos):>7.4f} {host:>7.3f} {run:>7.3f}")
+              f"{min(cos):>7.4f} {max(rel):>7.1%} {host:>7.3f} {run:>7.3f}")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,10 @@ class _Importer:
             if imp.domain in ("", "ai.onnx"):
                 self.opset = imp.version
         self.opsets.setdefault("", self.opset)
+        newest = onnx.defs.onnx_opset_version()
+        if self.opset > newest:
+            raise CompileError(f"model uses ONNX opset {self.opset}; the installed onnx "
+                               f"{onnx.__version__} knows opsets up to {newest}")
         self.sym: dict[str, np.ndarray] = {}      # shape values with symbolic dims (object arrays)
         self.sym_src: dict[str, Any] = {}         # ... and the ONNX node computing each
         self.qnodes: dict[str, Any] = {}          # QuantizeLinear output -> its node
@@ -196,6 +200,9 @@ class _Importer:
 
     def bind_output(self, vo) -> None:
         src = self.name(vo.name)
+        if src == vo.name and src in self.g.inputs:
+            self.g.outputs.append(vo.name)     # an input that is also an output: passed through
+            return
         if src in self.g.constants or src in self.int_consts or src in self.g.inputs or src in self.sym:
             # a constant output or an input passed through: an Identity node computes it
             self._materialize_sym(src)
@@ -206,6 +213,7 @@ class _Importer:
                 c = self.g.fresh(f"{src}_value")
                 self.g.add_constant(c, self.g.constants.pop(src))
                 del self.g.types[src]
+                self.int_consts.pop(src, None)
                 node = self.onnx.helper.make_node("Identity", [c], [vo.name], name=f"{vo.name}_identity")
             self.alias.pop(vo.name, None)
             self.generic(node, node.name, "the output is a constant or a graph input")
@@ -474,15 +482,14 @@ class _Importer:
         probe = helper.make_model(helper.make_graph([node], "probe", vis, [], inits),
                                   opset_imports=opsets)
         probe.ir_version = self.model.ir_version
+        failed = ""
         try:
             inferred = shape_inference.infer_shapes(probe, strict_mode=True, data_prop=True)
             vinfo = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
         except Exception as e:  # noqa: BLE001 - ONNX's inference may not know the op's function body
             vinfo = {}
-            fail = f"ONNX shape inference fails on it ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
-            if not any(self.name(i) in self.g.types and self.const(self.name(i)) is None
-                       for i in onode.input if i):
-                raise node_error(name, op, f"{why}; {fail}") from None
+            failed = (f"ONNX shape inference fails on it "
+                      f"({str(e).splitlines()[0] if str(e) else type(e).__name__})")
         out_types, probed = [], None
         for k in out_slots:
             vi = vinfo.get(f"o{k}")
@@ -490,7 +497,13 @@ class _Importer:
             dt = _dtype_name(tt.elem_type) if tt is not None and tt.elem_type else None
             out = onode.output[k]
             known = self.declared.get(out)
-            if dt is not None and not tt.HasField("shape") and known is not None and None not in known:
+            if failed:      # ONNX cannot type it: onnxruntime must run it (an invalid node raises)
+                if probed is None:
+                    probed = self._probe(node, vis, in_slots, names, opsets, name, f"{why}; {failed}")
+                dt, dims = probed[out_slots.index(k)]
+                if known is not None and None not in known and len(known) == len(dims):
+                    dims = list(known)  # a data-dependent shape: the model's declaration
+            elif dt is not None and not tt.HasField("shape") and known is not None and None not in known:
                 dims = list(known)      # the model declares what inference cannot derive
             elif dt is None and out in self.declared_dtype and known is not None and None not in known:
                 dt, dims = self.declared_dtype[out], list(known)
@@ -533,7 +546,7 @@ class _Importer:
 
     def _probe(self, node, vis, in_slots, names, opsets, name, why) -> list:
         """Output ``(dtype, dims)`` of a node ONNX shape inference cannot type, from one
-        onnxruntime run on its constant inputs and zeros elsewhere (a symbolic batch is run
+        onnxruntime run on its constant inputs and ones elsewhere (a symbolic batch is run
         at 1 and kept symbolic in dim 0)."""
         from onnx import TypeProto, helper
 
@@ -554,7 +567,7 @@ class _Importer:
                 if any(isinstance(d, str) for d in t.shape[1:]):
                     raise node_error(name, node.op_type, f"{why}; cannot type it with symbolic "
                                      f"dims in {t}")
-                c = np.zeros([1 if isinstance(d, str) else d for d in t.shape], t.dtype)
+                c = np.ones([1 if isinstance(d, str) else d for d in t.shape], t.dtype)
             feeds[f"i{k}"] = np.asarray(c)
         try:
             sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -93,12 +93,15 @@ class QuantConfig:
 
 @dataclass(frozen=True)
 class QDQApprox:
-    """A QDQ scale replaced by a power of two: ``tensor``, ``scale``, ``exp``, ``rel_error``."""
+    """A QDQ scale replaced by a power of two: ``tensor``, ``scale``, ``exp``, ``rel_error``
+    ``|2**exp - scale| / scale``, ``clipped`` (weights: the fraction of values beyond the
+    int8 range at ``2**exp``, saturated)."""
 
     tensor: str
     scale: float
     exp: int
     rel_error: float
+    clipped: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -144,8 +147,9 @@ class QuantReport:
         for n, s in self.shifts.items():
             lines.append(f"  {n}: shift {s}")
         for q in self.qdq:
+            clip = f", {q.clipped:.2%} of weights clipped" if q.clipped else ""
             lines.append(f"  QDQ {q.tensor}: scale {q.scale:.6g} -> 2^{q.exp} "
-                         f"(relative error {q.rel_error:.2%})")
+                         f"(relative error {q.rel_error:.2%}{clip})")
         for m in self.multipliers:
             clip = f", pre-clip {list(m.pre_clip)}" if m.pre_clip else ""
             lines.append(f"  {m.node}: ratio {m.ratio:.6g} -> {m.mult} * 2^-{m.shift} "
@@ -375,9 +379,19 @@ class _Quantizer:
             elif self.cfg.exact_multiply and not _p2(hint):
                 return round(math.log2(hint)), float(hint)
             else:
-                he = round(math.log2(hint))
+                # floor or ceil of log2(scale): the one with the smaller quantization error on
+                # the weights (floor keeps resolution but may clip the largest ones)
+                lo_e, hi_e = math.floor(math.log2(hint)), math.ceil(math.log2(hint))
+                wf = w.astype(np.float64)
+
+                def err(ex):
+                    q = np.clip(np.rint(wf / 2.0 ** ex), -127, 127) * 2.0 ** ex
+                    return float(np.mean((q - wf) ** 2))
+
+                he = min((lo_e, hi_e), key=err)
+                clipped = float(np.mean(np.abs(np.rint(wf / 2.0 ** he)) > 127))
                 if not _p2(hint):
-                    self.rep.qdq.append(QDQApprox(wname, hint, he, abs(2.0 ** he - hint) / hint))
+                    self.rep.qdq.append(QDQApprox(wname, hint, he, abs(2.0 ** he - hint) / hint, clipped))
                 e = he
         return e, None
 
@@ -402,7 +416,10 @@ class _Quantizer:
         for n in fg.nodes:
             if n.op == "fake_quant" and not isinstance(n.attrs["scale"], tuple):
                 s, lo_r, hi_r = self._fq_range(n)
-                e = round(math.log2(s))
+                # nearest power of two that does not clip what calibration saw inside the
+                # pair's range: floor(log2 s) when the data fits it, else ceil
+                cal = self.exps.get(n.outputs[0], math.ceil(math.log2(s)))
+                e = min(math.ceil(math.log2(s)), max(math.floor(math.log2(s)), cal))
                 exact = self.cfg.exact_multiply and not _p2(s)
                 if exact:
                     self.scales[n.outputs[0]] = float(s)

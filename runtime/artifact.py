@@ -611,7 +611,63 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
     cm = CompiledModel(cfg, m["name"], m["inputs"], m["outputs"], types, steps, consts,
                        m.get("meta", {}))
     try:
+        _check_steps(cm)
         cm.check_requires()
     except ArtifactError as e:
         raise ArtifactError(f"artifact {p!r}: {e}") from None
     return cm
+
+
+def _check_steps(cm: CompiledModel) -> None:
+    """Every step is one this runtime can run, reads only tensors defined before it, and an
+    ``onnx`` step's embedded model is the op its attributes name.
+
+    Raises:
+        ArtifactError: naming the step.
+    """
+    import base64
+
+    from .cpu_float import REAL_OPS
+    from .cpu_ops import CPU_OPS
+    from .float_ops import numpy_supports
+
+    defined = set(cm.inputs) | set(cm.constants)
+    for s in cm.steps:
+        where = f"step {s.name!r} ({s.op})"
+        if s.target not in ("vta", "cpu"):
+            raise ArtifactError(f"{where}: unknown target {s.target!r}")
+        if s.target == "vta" and s.trace is None:
+            raise ArtifactError(f"{where}: a VTA step without a program trace")
+        if s.target == "cpu" and s.op not in CPU_OPS and s.op not in REAL_OPS and s.op != "onnx":
+            raise ArtifactError(f"{where}: no CPU kernel for op {s.op!r}")
+        if s.target == "vta":       # activation slots are tensors, the others packed constants
+            reads = [v for k, v in s.slots.items() if k != "y" and k in s.layouts]
+            consts = [v for k, v in s.slots.items() if k != "y" and k not in s.layouts]
+        else:
+            reads, consts = [i for i in s.inputs if i not in cm.constants], []
+        undefined = [i for i in reads if i not in defined] + [c for c in consts if c not in cm.constants]
+        if undefined:
+            raise ArtifactError(f"{where}: reads {undefined}, which nothing defines before it")
+        if s.op == "onnx":
+            a = s.attrs
+            need = ("op_type", "domain", "opset", "onnx_attrs", "in_slots", "out_types", "model", "backend")
+            miss = [k for k in need if k not in a]
+            if miss:
+                raise ArtifactError(f"{where}: missing attributes {miss}")
+            if a["backend"] == "numpy":
+                ok, why = numpy_supports(a["op_type"], a["onnx_attrs"], int(a["opset"])) \
+                    if a["domain"] in ("", "ai.onnx") else (False, f"domain {a['domain']!r}")
+                if not ok:
+                    raise ArtifactError(f"{where}: {a['op_type']} has no numpy kernel ({why})")
+            elif a["backend"] != "onnxruntime":
+                raise ArtifactError(f"{where}: unknown CPU backend {a['backend']!r}")
+            try:
+                blob = base64.b64decode(a["model"], validate=True)
+            except (ValueError, TypeError):
+                raise ArtifactError(f"{where}: its embedded ONNX model is not base64") from None
+            if a["op_type"].encode() not in blob or (a["domain"] and a["domain"].encode() not in blob):
+                raise ArtifactError(f"{where}: its embedded ONNX model is not a {a['op_type']} node")
+        defined.update(s.outputs)
+    missing = [o for o in cm.outputs if o not in defined]
+    if missing:
+        raise ArtifactError(f"outputs {missing} are never produced")
