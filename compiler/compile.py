@@ -165,7 +165,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         if len(fg.inputs) != 1:
             raise CompileError(f"model has {len(fg.inputs)} inputs: calibration must be a dict")
         t = fg.types[fg.inputs[0]]
-        _check_calib(fg.inputs[0], t.shape, calib, calib_label)
+        _check_calib(fg.inputs[0], t.shape, calib, calib_label, t.dtype)
         n_samples = len(calib)
     elif isinstance(calib, dict) and _one_static_sample(fg, calib):
         n_samples = None     # all inputs static, the data has exactly their shapes: one run
@@ -225,16 +225,24 @@ def _check_calib_dict(fg, calib: dict, label: str) -> int:
         x = calib[k]
         if not isinstance(x, np.ndarray):
             raise CompileError(f"{label} for {k!r} must be an ndarray, not {type(x).__name__}")
-        _check_calib(k, fg.types[k].shape, x, label)
+        _check_calib(k, fg.types[k].shape, x, label, fg.types[k].dtype)
         counts[k] = int(x.shape[0])
     if len(set(counts.values())) > 1:
         raise CompileError(f"{label} inputs have different sample counts: {counts}")
     return next(iter(counts.values()))
 
 
-def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data") -> None:
-    if x.dtype.kind != "f":
+def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data",
+                 dtype: str = "float32") -> None:
+    if dtype == "float32" and x.dtype.kind != "f":
         raise CompileError(f"{label} for {name!r} has dtype {x.dtype}, expected float")
+    if dtype != "float32":          # indices, masks: only CPU ONNX nodes read them
+        if x.dtype.kind != np.dtype(dtype).kind:
+            raise CompileError(f"{label} for {name!r} has dtype {x.dtype}, expected {dtype}")
+        if x.ndim != len(shape) or x.shape[0] == 0 and len(shape):
+            raise CompileError(f"{label} for {name!r} has shape {list(x.shape)}, expected "
+                               f"{list(shape)}")
+        return
     if x.ndim != len(shape) or any(isinstance(d, int) and d != s
                                    for d, s in zip(shape[1:], x.shape[1:])):
         raise CompileError(f"{label} for {name!r} has shape {list(x.shape)}, expected "

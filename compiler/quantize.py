@@ -447,6 +447,9 @@ class _Quantizer:
                 self.rep.fallbacks[n.name] = getattr(e, "reason", str(e))
                 self.q_real(n)
         for o in fg.outputs:
+            if o in fg.inputs:          # passed through unchanged
+                self.q.outputs.append(o)
+                continue
             if o in self.qname:
                 qi = self.qname[o]
                 if qi == o:

@@ -153,3 +153,40 @@ def test_run_prints_the_placement_table(tmp_path):
     lines = r.output.splitlines()
     assert any(ln.strip().startswith("CPU (numpy)") and " sin " in ln for ln in lines)
     assert any("3/" in ln and "nodes on VTA" in ln and "% of MACs on VTA" in ln for ln in lines)
+
+
+def test_cli_multi_input_npz_int64_indices_and_fixed_batch_chunks(tmp_path):
+    """A model with a float input and an int64 index input runs from the CLI with a .npz
+    (arrays by input name); a fixed-batch-1 model runs 3 samples one at a time."""
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Gather", ["r", "idx"], ["y"], axis=1)],
+        "t", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6]),
+              helper.make_tensor_value_info("idx", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    (tmp_path / "g.onnx").write_bytes(m.SerializeToString())
+    x, idx = rand(1, 6, seed=6), np.array([5, 0, 2], np.int64)
+    np.savez(tmp_path / "in.npz", x=x, idx=idx)
+    r = CliRunner().invoke(main, ["run", "--model", str(tmp_path / "g.onnx"), "--input",
+                                  str(tmp_path / "in.npz"), "--output", str(tmp_path / "y.npy")])
+    assert r.exit_code == 0, r.output
+    (want,) = run_ort(m, {"x": x, "idx": idx})
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, atol=0.05)
+    m1 = make_model([helper.make_node("Sin", ["x"], ["y"])], [("x", [1, 3, 4, 4])], [("y", [1, 3, 4, 4])])
+    (tmp_path / "s.onnx").write_bytes(m1.SerializeToString())
+    x3 = rand(3, 3, 4, 4, seed=7)
+    np.save(tmp_path / "x3.npy", x3)
+    r = CliRunner().invoke(main, ["run", "--model", str(tmp_path / "s.onnx"), "--input",
+                                  str(tmp_path / "x3.npy"), "--output", str(tmp_path / "y3.npy")])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_allclose(np.load(tmp_path / "y3.npy"), np.sin(x3), atol=0.05)
+
+
+def test_input_that_is_also_an_output_passes_through():
+    m = make_model([helper.make_node("Relu", ["x"], ["r"])], [("x", [2, 4])], [("r", [2, 4]), ("x", [2, 4])])
+    x = rand(2, 4, seed=8)
+    cm = compile_model(m, x, "pynq")
+    out = Executor(cm, FsimDevice(cm.config)).run(x)
+    np.testing.assert_array_equal(out["x"], x)
+    np.testing.assert_allclose(out["r"], np.maximum(x, 0), atol=0.05)

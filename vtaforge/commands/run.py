@@ -17,7 +17,9 @@ import numpy as np
 CHUNK = 50   # images per executor run in the main job
 
 
-def _load_npy(path: str, what: str) -> np.ndarray:
+def _load_npy(path: str, what: str):
+    """A ``.npy`` array, or for a ``.npz`` archive ``{name: array}`` (one array per model
+    input, keyed by the input's name).  Raises DeviceError with one line."""
     from ..runtime.device import DeviceError
 
     try:
@@ -26,9 +28,35 @@ def _load_npy(path: str, what: str) -> np.ndarray:
         raise DeviceError(f"cannot read {what} {path!r}: no such file") from None
     except (OSError, ValueError) as e:
         raise DeviceError(f"cannot read {what} {path!r}: not a .npy array ({e})") from None
+    if isinstance(x, np.lib.npyio.NpzFile):
+        try:
+            with x:
+                d = {k: x[k] for k in x.files}
+        except (OSError, ValueError) as e:
+            raise DeviceError(f"cannot read {what} {path!r}: bad .npz archive ({e})") from None
+        if not d:
+            raise DeviceError(f"{what} {path!r} is an empty .npz archive")
+        return d
     if not isinstance(x, np.ndarray):
         raise DeviceError(f"{what} {path!r} is not a single .npy array")
     return x
+
+
+def _n_samples(x) -> int:
+    v = next(iter(x.values())) if isinstance(x, dict) else x
+    return int(v.shape[0]) if getattr(v, "ndim", 0) else 1
+
+
+def _run_chunked(ex, cm, x) -> dict:
+    """Run ``x`` through the executor; a model with a fixed batch ``b`` (an exporter's
+    ``[1, 3, H, W]``) is run on ``b`` samples at a time and the outputs concatenated."""
+    name = cm.inputs[0]
+    b = cm.types[name][1][0] if cm.types[name][1] else None
+    n = _n_samples(x)
+    if not isinstance(b, int) or n == b or n % b or isinstance(x, dict) and len(x) > 1:
+        return ex.run(x)
+    outs = [ex.run(x[i:i + b]) for i in range(0, n, b)]
+    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
 
 def _main_job(config_spec: str, target: str) -> None:
@@ -105,7 +133,8 @@ def _main_job(config_spec: str, target: str) -> None:
 @click.command("run")
 @click.option("--model", "model_path", default=None,
               help="FILE.onnx or MODEL.vtapkg (default: the main job on the bundled digits CNN)")
-@click.option("--input", "input_path", default=None, help="input .npy (float, batch first)")
+@click.option("--input", "input_path", default=None,
+              help="input .npy (float, batch first), or .npz with one array per model input")
 @click.option("--calibrate", "calib_path", default=None,
               help="calibration .npy (any number of samples, batch first; default: the input)")
 @click.option("--output", "output_path", default=None,
@@ -141,7 +170,7 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
     click.echo(cm.placement_table())
     ex = Executor(cm, make_device(target, cfg))
     t0 = time.perf_counter()
-    out = ex.run(x)
+    out = _run_chunked(ex, cm, x)
     dt = time.perf_counter() - t0
     host = sum(st.host_seconds for st in ex.stats.values())
     y = np.asarray(out[cm.outputs[0]], np.float32)
@@ -151,7 +180,7 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
         with atomic_open(output_path) as f:  # exactly this path (np.save(path) adds .npy)
             np.save(f, y)
     nv = sum(1 for s in cm.steps if s.target == "vta")
-    click.echo(f"{cm.name}: {len(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
+    click.echo(f"{cm.name}: {_n_samples(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
                f"{nv}/{len(cm.steps)} steps on VTA, {host:.3f} s in CPU steps; output "
                f"{cm.outputs[0]} {list(y.shape)}" + (f" -> {output_path}" if output_path else ""))
 
