@@ -51,29 +51,51 @@ def _chw(graph: Graph, tensor: str) -> tuple:
     raise CompileError(f"tensor {tensor!r}: VTA operands are NCHW or NC, got {shape}")
 
 
+def lower_qconv2d(cfg: VTAConfig, graph: Graph, node, uid: str):
+    """``qconv2d`` -> GEMM program (:func:`~.lower_conv.lower_conv`); slot ``x``."""
+    x, w, b = node.inputs
+    return lower_conv(cfg, uid, _chw(graph, x), graph.constants[w], graph.constants[b], node.attrs), {"x": x}
+
+
+def lower_qdense(cfg: VTAConfig, graph: Graph, node, uid: str):
+    """``qdense`` -> a 1x1 conv on a 1x1 image (:func:`~.lower_conv.lower_dense`); slot ``x``."""
+    x, w, b = node.inputs
+    lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w], graph.constants[b], node.attrs)
+    return lo, {"x": x}
+
+
+def lower_qpool(cfg: VTAConfig, graph: Graph, node, uid: str):
+    """``qmax_pool`` / ``qavg_pool`` -> ACC8 loads + ALU (:func:`~.lower_eltwise.lower_pool`)."""
+    lo = lower_pool(cfg, uid, _chw(graph, node.inputs[0]), node.attrs,
+                    "max" if node.op == "qmax_pool" else "avg")
+    return lo, {"x": node.inputs[0]}
+
+
+def lower_qadd(cfg: VTAConfig, graph: Graph, node, uid: str):
+    """``qadd`` -> ACC8 loads of both operands + ALU (:func:`~.lower_eltwise.lower_eltwise`)."""
+    lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qadd", node.attrs)
+    return lo, {"a": node.inputs[0], "b": node.inputs[1]}
+
+
+def lower_qrequant(cfg: VTAConfig, graph: Graph, node, uid: str):
+    """``qrequant`` -> ACC8 load + the ALU requantize (:func:`~.lower_eltwise.lower_eltwise`)."""
+    lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qrequant", node.attrs)
+    return lo, {"a": node.inputs[0]}
+
+
 def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
-    """Lower one VTA-placed node; returns ``(LoweredOp, {slot: tensor})``."""
-    a = node.attrs
-    if node.op == "qconv2d":
-        x, w, b = node.inputs
-        lo = lower_conv(cfg, uid, _chw(graph, x), graph.constants[w], graph.constants[b], a)
-        return lo, {"x": x}
-    if node.op == "qdense":
-        x, w, b = node.inputs
-        lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w],
-                         graph.constants[b], a)
-        return lo, {"x": x}
-    if node.op in ("qmax_pool", "qavg_pool"):
-        lo = lower_pool(cfg, uid, _chw(graph, node.inputs[0]), a,
-                        "max" if node.op == "qmax_pool" else "avg")
-        return lo, {"x": node.inputs[0]}
-    if node.op == "qadd":
-        lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qadd", a)
-        return lo, {"a": node.inputs[0], "b": node.inputs[1]}
-    if node.op == "qrequant":
-        lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qrequant", a)
-        return lo, {"a": node.inputs[0]}
-    raise CompileError(f"node '{node.name}' ({node.op}): no VTA lowering")
+    """Lower one VTA-placed node with its registry entry's lowering
+    (:data:`~.ops.REGISTRY`); returns ``(LoweredOp, {slot: tensor})``.
+
+    Raises:
+        CompileError: the op has no VTA lowering, or the lowering refuses the node.
+    """
+    from .ops import REGISTRY
+
+    d = REGISTRY.get(node.op)
+    if d is None or d.lower is None:
+        raise CompileError(f"node '{node.name}' ({node.op}): no VTA lowering")
+    return d.lower(cfg, graph, node, uid)
 
 
 def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,

@@ -240,26 +240,122 @@ def _nonneg(g: Graph, tensor: str, prod: dict[str, Node]) -> bool:
     return n is not None and n.attrs.get("clip_lo") is not None and n.attrs["clip_lo"] >= 0
 
 
+def cpu_reason(node: Node, graph: Graph) -> str:
+    """Why a node without a VTA predicate runs on the CPU (its registry entry's reason)."""
+    from .ops import REGISTRY
+
+    op = node.op
+    if op == "onnx":
+        return node.attrs.get("why") or f"ONNX op {node.attrs['op_type']} kept as is"
+    if op in REAL_OPS:
+        rep = graph.meta.get("quant_report")
+        why = rep.fallbacks.get(node.name) if rep is not None else None
+        return f"float {op} (the quantizer kept it float: {why or 'real-valued'})"
+    d = REGISTRY.get(op)
+    return d.cpu_reason if d is not None and d.cpu_reason else f"no VTA implementation for op {op!r}"
+
+
+def _mul_suffix(a: dict) -> str:
+    return f"MUL {a['mult']}, " if a.get("mult") not in (None, 1) else ""
+
+
+def _round_imm(a: dict) -> str | None:
+    if "shift" in a and a.get("round") is not None and a["round"] > IMM_MAX and a.get("mult") in (None, 1):
+        return f"rounding constant {a['round']} (shift {a['shift']}) does not fit a 16-bit ALU immediate"
+    return None
+
+
+def _acc8(cfg: VTAConfig) -> str | None:
+    return None if cfg.ACC_8BIT else "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
+
+
+def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
+    """``qconv2d`` / ``qdense``: the worst-case accumulator fits ``ACC_WIDTH``; conv pads fit
+    the LOAD pad field."""
+    a, op = node.attrs, node.op
+    k = 1
+    for d in graph.types[node.inputs[1]].shape[1:]:
+        k *= d
+    bias = graph.constants.get(node.inputs[2])
+    bmax = int(abs(bias.astype("int64")).max()) if bias is not None and bias.size else 0
+    worst = k * 128 * 128 + bmax + a["round"]
+    if worst >= 1 << (cfg.ACC_WIDTH - 1):
+        return False, f"worst-case accumulator {worst} does not fit ACC_WIDTH {cfg.ACC_WIDTH}"
+    if op == "qconv2d" and max(a["pads"]) > MAX_PAD:
+        return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
+    what = "depthwise conv" if op == "qconv2d" and a["groups"] == graph.types[node.inputs[0]].shape[1] \
+        and a["groups"] > 1 else ("group conv" if op == "qconv2d" and a["groups"] > 1 else op[1:])
+    mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
+    return True, f"{what}: GEMM + ALU requantize ({mul}shift {a['shift']}, clip [{a['clip_lo']}, {a['clip_hi']}])"
+
+
+def vta_eltwise(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
+    """``qadd`` / ``qrequant``: NC or NCHW, ``ACC_8BIT``, the rounding constant an immediate."""
+    a = node.attrs
+    r = graph.types[node.inputs[0]].rank
+    if r not in (2, 4):
+        return False, f"element-wise op on a rank-{r} tensor: the VTA lowering takes NC or NCHW"
+    why = _acc8(cfg) or _round_imm(a)
+    if why:
+        return False, why
+    if node.op == "qadd":
+        return True, (f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, "
+                      f"{_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")
+    return True, f"requantize: ACC8 load + ALU {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN"
+
+
+def vta_max_pool(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
+    """``qmax_pool``: ``ACC_8BIT``; padding only on inputs known non-negative (LOAD pads zeros)."""
+    a = node.attrs
+    why = _acc8(cfg)
+    if why:
+        return False, why
+    if max(a["pads"]) > MAX_PAD:
+        return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
+    if any(a["pads"]) and not _nonneg(graph, node.inputs[0], producers or graph.producers()):
+        return False, "padded max-pool of possibly negative values needs -128 padding; LOAD pads zeros"
+    return True, "max-pool: ACC8 loads + ALU MAX"
+
+
+def vta_avg_pool(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
+    """``qavg_pool``: ``ACC_8BIT``; a power-of-two window or an exact reciprocal (``ALU_MUL``)."""
+    a = node.attrs
+    why = _acc8(cfg)
+    if why:
+        return False, why
+    if a["shift"] is None:
+        return False, (f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power "
+                       f"of two and has no exact 16-bit reciprocal (needs a divide)")
+    if max(a["pads"]) > MAX_PAD:
+        return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
+    why = _round_imm(a)
+    if why:
+        return False, why
+    mul = _mul_suffix(a)
+    if mul:
+        return True, f"avg-pool: ACC8 loads + ALU ADD, {mul}SHR {a['shift']} (exact reciprocal of {a['divisor']})"
+    return True, f"avg-pool: ACC8 loads + ALU ADD, SHR {a['shift']}"
+
+
 def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str, Node] | None = None
                 ) -> tuple[bool, str]:
-    """Can ``node`` run on VTA with ``config``? Returns ``(ok, reason)``."""
+    """Can ``node`` run on VTA with ``config``? Returns ``(ok, reason)``.
+
+    The checks every VTA op shares (int8 widths, a requantize multiplier needs ``ALU_MUL``
+    and an overflow-free plan), then the op's own predicate from its registry entry
+    (:data:`~.ops.REGISTRY`); ops without one run on the CPU with the entry's reason.
+    """
+    from .ops import REGISTRY
+
     cfg = config
-    op = node.op
     a = node.attrs
-    if op == "onnx":
-        return False, node.attrs.get("why") or f"ONNX op {node.attrs['op_type']} kept as is"
-    if op in REAL_OPS:
-        why = (graph.meta.get("quant_report").fallbacks.get(node.name)
-               if graph.meta.get("quant_report") is not None else None)
-        return False, f"float {op} (the quantizer kept it float: {why or 'real-valued'})"
-    if op in ("quantize", "dequantize", "softmax"):
-        return False, "float arithmetic runs on the CPU"
-    if op in ("flatten", "reshape", "transpose", "concat"):
-        return False, "layout op: the host rearranges the data between device calls (no arithmetic)"
+    d = REGISTRY.get(node.op)
+    if d is None or d.vta is None:
+        return False, cpu_reason(node, graph)
     if (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) != (8, 8, 8):
         return False, (f"the core's widths INP {cfg.INP_WIDTH} / WGT {cfg.WGT_WIDTH} / OUT "
                        f"{cfg.OUT_WIDTH} are not the int8 of the quantized graph")
-    if op == "qavg_pool" and a.get("mult") not in (None, 1) and not cfg.ALU_MUL:
+    if node.op == "qavg_pool" and a.get("mult") not in (None, 1) and not cfg.ALU_MUL:
         return False, (f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power "
                        f"of two: its reciprocal multiply needs ALU_MUL, which this config lacks")
     if a.get("mult") not in (None, 1):
@@ -268,61 +364,7 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
         if node_mult_plan(node, graph, cfg.ACC_WIDTH) is None:
             return False, (f"requantize multiplier {a['mult']} (shift {a['shift']}) may overflow "
                            f"ACC_WIDTH {cfg.ACC_WIDTH} (worst case |acc| {acc_bound(node, graph)})")
-    if op in ("qconv2d", "qdense"):
-        w = graph.types[node.inputs[1]]
-        k = 1
-        for d in w.shape[1:]:
-            k *= d
-        bias = graph.constants.get(node.inputs[2])
-        bmax = int(abs(bias.astype("int64")).max()) if bias is not None and bias.size else 0
-        worst = k * 128 * 128 + bmax + a["round"]
-        if worst >= 1 << (cfg.ACC_WIDTH - 1):
-            return False, (f"worst-case accumulator {worst} does not fit ACC_WIDTH {cfg.ACC_WIDTH}")
-        if op == "qconv2d" and max(a["pads"]) > MAX_PAD:
-            return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
-        what = "depthwise conv" if op == "qconv2d" and a["groups"] == graph.types[node.inputs[0]].shape[1] \
-            and a["groups"] > 1 else ("group conv" if op == "qconv2d" and a["groups"] > 1 else op[1:])
-        mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
-        return True, (f"{what}: GEMM + ALU requantize ({mul}shift {a['shift']}, clip "
-                      f"[{a['clip_lo']}, {a['clip_hi']}])")
-    if op in ("qadd", "qrequant", "qmul") and graph.types[node.inputs[0]].rank not in (2, 4):
-        return False, (f"element-wise op on a rank-{graph.types[node.inputs[0]].rank} tensor: the "
-                       f"VTA lowering takes NC or NCHW")
-    if op == "qmul":
-        return False, "no VTA lowering of a multiply by a constant tensor yet (CPU integer kernel)"
-    if op in ("qadd", "qmax_pool", "qavg_pool", "qrequant", "qmul") and not cfg.ACC_8BIT:
-        return False, "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
-    if op == "qmul" and not cfg.ALU_MUL:
-        return False, "multiply by a non-power-of-two constant needs ALU_MUL, which this config lacks"
-    if op == "qmax_pool":
-        if max(a["pads"]) > MAX_PAD:
-            return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
-        if any(a["pads"]) and not _nonneg(graph, node.inputs[0], producers or graph.producers()):
-            return False, "padded max-pool of possibly negative values needs -128 padding; LOAD pads zeros"
-        return True, "max-pool: ACC8 loads + ALU MAX"
-    if op == "qavg_pool":
-        if a["shift"] is None:
-            return False, (f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power "
-                           f"of two and has no exact 16-bit reciprocal (needs a divide)")
-        if max(a["pads"]) > MAX_PAD:
-            return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
-    if "shift" in a and a.get("round") is not None and a["round"] > IMM_MAX \
-            and a.get("mult") in (None, 1):
-        return False, f"rounding constant {a['round']} (shift {a['shift']}) does not fit a 16-bit ALU immediate"
-    mul = f"MUL {a['mult']}, " if a.get("mult") not in (None, 1) else ""
-    if op == "qavg_pool":
-        if mul:
-            return True, (f"avg-pool: ACC8 loads + ALU ADD, {mul}SHR {a['shift']} (exact "
-                          f"reciprocal of {a['divisor']})")
-        return True, f"avg-pool: ACC8 loads + ALU ADD, SHR {a['shift']}"
-    if op == "qadd":
-        return True, (f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, "
-                      f"{mul}SHR {a['shift']}, MAX/MIN")
-    if op == "qrequant":
-        return True, f"requantize: ACC8 load + ALU {mul}SHR {a['shift']}, MAX/MIN"
-    if op == "qmul":
-        return True, "multiply: ACC8 load + ALU MUL + requantize"
-    return False, f"no VTA implementation for op {op!r}"
+    return d.vta(node, graph, cfg, producers)
 
 
 def partition(graph: Graph, config: VTAConfig | str | None = None) -> Partition:

@@ -432,14 +432,19 @@ class _Quantizer:
                     self.exps[x] = e
                     if exact:
                         self.scales[x] = float(s)
+        from .ops import REGISTRY
+
         for n in fg.nodes:
-            if n.op == "onnx":
+            rule = REGISTRY[n.op].quantize if n.op in REGISTRY else None
+            if rule == "q_real":
                 self.q_real(n)
                 continue
             state = (len(self.q.nodes), set(self.q.types), dict(self.qname), dict(self.fname),
                      len(self.rep.qdq), len(self.rep.multipliers), len(self.rep.notes))
             try:
-                getattr(self, f"q_{n.op}", self.unsupported)(n)
+                if rule is None:
+                    self.unsupported(n)
+                getattr(self, rule)(n)
             except CompileError as e:
                 if n.op not in REAL_OPS:
                     raise

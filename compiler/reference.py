@@ -131,50 +131,85 @@ def _bind(graph: Graph, feeds) -> dict[str, np.ndarray]:
 # Integer executor (the oracle)
 # ---------------------------------------------------------------------------
 
-def _q_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+def ref_quantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``quantize``: ``clip(floor(x * 2**-e + 0.5), -128, 127)``, ``e`` the output's scale exp."""
+    e = graph.types[node.outputs[0]].scale_exp
+    q = np.floor(x[0].astype(np.float64) * 2.0 ** (-e) + 0.5)
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+def ref_dequantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``dequantize``: ``q * 2**e``, ``e`` the input's scale exp."""
+    e = graph.types[node.inputs[0]].scale_exp
+    return (x[0].astype(np.float64) * 2.0 ** e).astype(np.float32)
+
+
+def ref_qconv2d(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``qconv2d``: exact int64 cross-correlation + bias, then requantize."""
+    a, w = node.attrs, x[1]
+    _int_sum_check(w.shape[1] * w.shape[2] * w.shape[3])
+    acc = np.rint(conv2d_nchw(x[0], w, a["strides"], a["pads"], a["groups"])).astype(np.int64)
+    return requantize(acc + x[2].astype(np.int64).reshape(1, -1, 1, 1), a)
+
+
+def ref_qdense(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``qdense``: ``x @ w.T + bias`` (exact), then requantize."""
+    _int_sum_check(x[1].shape[1])
+    acc = np.rint(x[0].astype(np.float64) @ x[1].astype(np.float64).T).astype(np.int64)
+    return requantize(acc + x[2].astype(np.int64), node.attrs)
+
+
+def ref_qadd(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``qadd``: ``(a << lshift_a) + (b << lshift_b)``, then requantize."""
     a = node.attrs
-    op = node.op
-    if op == "quantize":
-        e = graph.types[node.outputs[0]].scale_exp
-        q = np.floor(x[0].astype(np.float64) * 2.0 ** (-e) + 0.5)
-        return np.clip(q, -128, 127).astype(np.int8)
-    if op == "dequantize":
-        e = graph.types[node.inputs[0]].scale_exp
-        return (x[0].astype(np.float64) * 2.0 ** e).astype(np.float32)
-    if op == "qconv2d":
-        w = x[1]
-        _int_sum_check(w.shape[1] * w.shape[2] * w.shape[3])
-        acc = np.rint(conv2d_nchw(x[0], w, a["strides"], a["pads"], a["groups"])).astype(np.int64)
-        acc = acc + x[2].astype(np.int64).reshape(1, -1, 1, 1)
-        return requantize(acc, a)
-    if op == "qdense":
-        _int_sum_check(x[1].shape[1])
-        acc = np.rint(x[0].astype(np.float64) @ x[1].astype(np.float64).T).astype(np.int64)
-        return requantize(acc + x[2].astype(np.int64), a)
-    if op == "qadd":
-        acc = (x[0].astype(np.int64) << np.int64(a["lshift_a"])) + (
-            x[1].astype(np.int64) << np.int64(a["lshift_b"]))
-        return requantize(acc, a)
-    if op == "qmul":
-        return requantize(x[0].astype(np.int64) * x[1].astype(np.int64), a)
-    if op == "qrequant":
-        return requantize(x[0].astype(np.int64), a)
-    if op == "qmax_pool":
-        xp = _pad(x[0].astype(np.int64), a["pads"], -128)
-        return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(np.int8)
-    if op == "qavg_pool":
-        xp = _pad(x[0].astype(np.int64), a["pads"], 0)
-        acc = _windows(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1), dtype=np.int64)
-        d = np.int64(a["divisor"])
-        if a.get("mult") is not None and a["divisor"] & (a["divisor"] - 1):
-            # the fixed-point reciprocal rule (exact for every int8 window sum: ir.validate)
-            y = (acc * np.int64(a["mult"]) + np.int64(a["round"])) >> np.int64(a["shift"])
-        else:
-            y = np.floor_divide(2 * acc + d, 2 * d)
-        return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(np.int8)
-    if op in ("flatten", "reshape", "transpose", "concat"):
-        return _layout(node, x, graph)
-    raise node_error(node.name, node.op, "the integer reference cannot run this op")
+    acc = (x[0].astype(np.int64) << np.int64(a["lshift_a"])) + (
+        x[1].astype(np.int64) << np.int64(a["lshift_b"]))
+    return requantize(acc, a)
+
+
+def ref_qmul(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``qmul``: ``x * c``, then requantize."""
+    return requantize(x[0].astype(np.int64) * x[1].astype(np.int64), node.attrs)
+
+
+def ref_qrequant(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``qrequant``: requantize alone."""
+    return requantize(x[0].astype(np.int64), node.attrs)
+
+
+def ref_qmax_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``qmax_pool``: window max with -128 padding."""
+    a = node.attrs
+    xp = _pad(x[0].astype(np.int64), a["pads"], -128)
+    return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(np.int8)
+
+
+def ref_qavg_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``qavg_pool``: window sum, rounding division (or its exact fixed-point reciprocal)."""
+    a = node.attrs
+    xp = _pad(x[0].astype(np.int64), a["pads"], 0)
+    acc = _windows(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1), dtype=np.int64)
+    d = np.int64(a["divisor"])
+    if a.get("mult") is not None and a["divisor"] & (a["divisor"] - 1):
+        # the fixed-point reciprocal rule (exact for every int8 window sum: ir.validate)
+        y = (acc * np.int64(a["mult"]) + np.int64(a["round"])) >> np.int64(a["shift"])
+    else:
+        y = np.floor_divide(2 * acc + d, 2 * d)
+    return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(np.int8)
+
+
+def ref_layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``flatten`` / ``reshape`` / ``transpose`` / ``concat``: data movement only."""
+    return _layout(node, x, graph)
+
+
+def _q_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    from .ops import REGISTRY
+
+    d = REGISTRY.get(node.op)
+    if d is None or d.reference is None:
+        raise node_error(node.name, node.op, "the integer reference cannot run this op")
+    return d.reference(node, x, graph)
 
 
 def run_quantized(graph: Graph, feeds: dict[str, np.ndarray], *, keep_all: bool = False

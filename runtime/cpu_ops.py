@@ -20,7 +20,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["pack_act", "unpack_act", "im2col", "run_cpu_op", "CPU_OPS", "scale_factor"]
+__all__ = ["pack_act", "unpack_act", "im2col", "run_cpu_op", "CPU_OPS", "CPU_KERNELS", "scale_factor"]
 
 
 def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0)) -> np.ndarray:
@@ -122,8 +122,82 @@ def _attr_scale(a: dict) -> float:
     return 2.0 ** a["exp"] if s is None else s
 
 
+def _quantize(a, ins, scales):
+    f = scale_factor(_attr_scale(a), inverse=True)
+    q = np.floor(ins[0].astype(np.float64) * f + 0.5)
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+def _dequantize(a, ins, scales):
+    if not scales or scales.get("in") is None:
+        raise ValueError("dequantize needs the real scale of its input")
+    return (ins[0].astype(np.float64) * scale_factor(scales["in"])).astype(np.float32)
+
+
+def _flatten(a, ins, scales):
+    ax = a["axis"] if a["axis"] >= 0 else a["axis"] + ins[0].ndim
+    return ins[0].reshape(int(np.prod(ins[0].shape[:ax], dtype=np.int64)), -1)
+
+
+def _reshape(a, ins, scales):
+    return ins[0].reshape([ins[0].shape[i] if d == 0 else d for i, d in enumerate(a["shape"])])
+
+
+def _softmax(a, ins, scales):
+    x = ins[0].astype(np.float64)
+    e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
+    return (e / e.sum(axis=a["axis"], keepdims=True)).astype(np.float32)
+
+
+def _qconv2d(a, ins, scales):
+    acc = _conv_int(ins[0], ins[1], a["strides"], a["pads"], a["groups"])
+    return _requant(acc + ins[2].astype(np.int64).reshape(1, -1, 1, 1), a)
+
+
+def _qdense(a, ins, scales):
+    return _requant(ins[0].astype(np.int64) @ ins[1].astype(np.int64).T + ins[2].astype(np.int64), a)
+
+
+def _qadd(a, ins, scales):
+    acc = (ins[0].astype(np.int64) << int(a["lshift_a"])) + (ins[1].astype(np.int64) << int(a["lshift_b"]))
+    return _requant(acc, a)
+
+
+def _qmax_pool(a, ins, scales):
+    xp = _pad(ins[0].astype(np.int64), a["pads"], -128)
+    return _win(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(np.int8)
+
+
+def _qavg_pool(a, ins, scales):
+    xp = _pad(ins[0].astype(np.int64), a["pads"], 0)
+    acc = _win(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1))
+    d = int(a["divisor"])
+    return np.clip(np.floor_divide(2 * acc + d, 2 * d), a["clip_lo"], a["clip_hi"]).astype(np.int8)
+
+
+#: ``op -> kernel(attrs, inputs, scales)``: every CPU step that is not a real-valued IR op or
+#: an ONNX node (those are :mod:`.cpu_float`'s).
+CPU_KERNELS = {
+    "quantize": _quantize,
+    "dequantize": _dequantize,
+    "flatten": _flatten,
+    "reshape": _reshape,
+    "transpose": lambda a, ins, sc: np.ascontiguousarray(np.transpose(ins[0], a["perm"])),
+    "concat": lambda a, ins, sc: np.concatenate(ins, axis=a["axis"]),
+    "softmax": _softmax,
+    "qconv2d": _qconv2d,
+    "qdense": _qdense,
+    "qadd": _qadd,
+    "qmul": lambda a, ins, sc: _requant(ins[0].astype(np.int64) * ins[1].astype(np.int64), a),
+    "qrequant": lambda a, ins, sc: _requant(ins[0].astype(np.int64), a),
+    "qmax_pool": _qmax_pool,
+    "qavg_pool": _qavg_pool,
+}
+CPU_OPS = tuple(CPU_KERNELS)
+
+
 def run_cpu_op(op: str, attrs: dict, ins: list, scales: dict | None = None) -> np.ndarray:
-    """Run one CPU step.
+    """Run one CPU step with its kernel from :data:`CPU_KERNELS`.
 
     Args:
         op: IR op name; attrs: its attributes (``quantize``: ``scale``, the real scale of
@@ -133,54 +207,7 @@ def run_cpu_op(op: str, attrs: dict, ins: list, scales: dict | None = None) -> n
     Raises:
         ValueError: an op this module cannot run, a missing or bad scale.
     """
-    a = attrs
-    if op == "quantize":
-        f = scale_factor(_attr_scale(a), inverse=True)
-        q = np.floor(ins[0].astype(np.float64) * f + 0.5)
-        return np.clip(q, -128, 127).astype(np.int8)
-    if op == "dequantize":
-        if not scales or scales.get("in") is None:
-            raise ValueError("dequantize needs the real scale of its input")
-        return (ins[0].astype(np.float64) * scale_factor(scales["in"])).astype(np.float32)
-    if op == "flatten":
-        ax = a["axis"] if a["axis"] >= 0 else a["axis"] + ins[0].ndim
-        return ins[0].reshape(int(np.prod(ins[0].shape[:ax], dtype=np.int64)), -1)
-    if op == "reshape":
-        tgt = [ins[0].shape[i] if d == 0 else d for i, d in enumerate(a["shape"])]
-        return ins[0].reshape(tgt)
-    if op == "transpose":
-        return np.ascontiguousarray(np.transpose(ins[0], a["perm"]))
-    if op == "concat":
-        return np.concatenate(ins, axis=a["axis"])
-    if op == "softmax":
-        x = ins[0].astype(np.float64)
-        e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
-        return (e / e.sum(axis=a["axis"], keepdims=True)).astype(np.float32)
-    if op == "qconv2d":
-        acc = _conv_int(ins[0], ins[1], a["strides"], a["pads"], a["groups"])
-        return _requant(acc + ins[2].astype(np.int64).reshape(1, -1, 1, 1), a)
-    if op == "qdense":
-        acc = ins[0].astype(np.int64) @ ins[1].astype(np.int64).T
-        return _requant(acc + ins[2].astype(np.int64), a)
-    if op == "qadd":
-        acc = (ins[0].astype(np.int64) << int(a["lshift_a"])) + (
-            ins[1].astype(np.int64) << int(a["lshift_b"]))
-        return _requant(acc, a)
-    if op == "qmul":
-        return _requant(ins[0].astype(np.int64) * ins[1].astype(np.int64), a)
-    if op == "qrequant":
-        return _requant(ins[0].astype(np.int64), a)
-    if op == "qmax_pool":
-        xp = _pad(ins[0].astype(np.int64), a["pads"], -128)
-        return _win(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(np.int8)
-    if op == "qavg_pool":
-        xp = _pad(ins[0].astype(np.int64), a["pads"], 0)
-        acc = _win(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1))
-        d = int(a["divisor"])
-        y = np.floor_divide(2 * acc + d, 2 * d)
-        return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(np.int8)
-    raise ValueError(f"the CPU executor cannot run op {op!r}")
-
-
-CPU_OPS = ("quantize", "dequantize", "flatten", "reshape", "transpose", "concat", "softmax",
-           "qconv2d", "qdense", "qadd", "qmul", "qrequant", "qmax_pool", "qavg_pool")
+    k = CPU_KERNELS.get(op)
+    if k is None:
+        raise ValueError(f"the CPU executor cannot run op {op!r}")
+    return k(attrs, ins, scales)
