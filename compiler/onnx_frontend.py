@@ -124,6 +124,7 @@ class _Importer:
         self.sym: dict[str, np.ndarray] = {}      # shape values with symbolic dims (object arrays)
         self.sym_src: dict[str, Any] = {}         # ... and the ONNX node computing each
         self.qnodes: dict[str, Any] = {}          # QuantizeLinear output -> its node
+        self.twins: dict[str, str] = {}           # quantized tensor -> its real value (fake_quant)
         self.declared: dict[str, tuple] = {}      # declared value_info / output dims (None: unknown)
         self.declared_dtype: dict[str, str] = {}
         for vi in list(model.graph.value_info) + list(model.graph.output):
@@ -268,6 +269,9 @@ class _Importer:
             self.op_Constant(name, onode, ins, outs, attrs, err)
             return
         if default and self._sym_op(onode, ins, outs, attrs):
+            return
+        if onode.domain in ("", "ai.onnx", "com.microsoft") and op in self._QOPS and \
+                self._qoperator(onode, name, op, ins, outs, attrs, err):
             return
         for i in ins:       # a QuantizeLinear / shape value read by anything else: materialize
             if i and self.name(i) in self.qlinear and op != "DequantizeLinear":
@@ -432,12 +436,142 @@ class _Importer:
                      "symbolic dim (runs on the host)")
 
     def _materialize_q(self, v: str) -> None:
-        """Emit a QuantizeLinear whose output feeds something other than a DequantizeLinear
-        (QOperator models) as an ``onnx`` node."""
-        onode = self.qnodes[v]
-        del self.qlinear[v]
-        self.generic(onode, onode.name or f"QuantizeLinear_{v}", "QuantizeLinear feeding an "
-                     "integer ONNX op (QOperator format)")
+        """Emit the quantized tensor ``v`` (so far only known as ``Q(x_real, s, zp)``) as a
+        QuantizeLinear ``onnx`` node, for a consumer that reads the integers themselves."""
+        x, sc, zp, axis = self.qlinear.pop(v)
+        onode = self.qnodes.get(v)
+        if onode is None:       # the output of a QOperator op converted to its real twin
+            sn, zn = self.g.fresh(f"{v}_scale"), self.g.fresh(f"{v}_zero_point")
+            self.add_const(sn, np.asarray(sc, np.float32))
+            self.g.add_constant(zn, np.asarray(zp))
+            onode = self.onnx.helper.make_node("QuantizeLinear", [x, sn, zn], [v], name=f"{v}_quantize",
+                                               axis=axis)
+        self.generic(onode, onode.name or f"QuantizeLinear_{v}", "a quantized tensor read as integers "
+                     "(QOperator format)")
+
+    # -- QOperator models: each QLinear* op becomes its real-valued twin -----------------------
+    _QOPS = frozenset({"QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearGlobalAveragePool", "QGemm",
+                       "MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+
+    def _twin(self, v: str, onode, name: str) -> str:
+        """The real value ``DQ(v)`` of a quantized tensor ``Q(x, s, zp)``: a ``fake_quant``
+        of ``x`` (cached), exactly what a QDQ model writes."""
+        v = self.name(v)
+        got = self.twins.get(v)
+        if got is None:
+            x, sc, zp, axis = self.qlinear[v]
+            info = np.iinfo(zp.dtype)
+            a = {"scale": float(sc) if np.ndim(sc) == 0 else tuple(float(t) for t in sc),
+                 "zero_point": int(zp) if np.ndim(zp) == 0 else tuple(int(t) for t in zp),
+                 "qmin": int(info.min), "qmax": int(info.max), "axis": axis}
+            got = self.twins[v] = self.g.fresh(f"{v}_real")
+            self.emit(onode, self.g.fresh(f"{name}_dq"), "fake_quant", [x], a, got)
+            self.g.meta["scale_hints"][got] = a["scale"]
+        return got
+
+    def _dq_const(self, q: str, sc, zp, axis: int, base: str) -> str:
+        """A float constant ``(q - zp) * s`` of an integer initializer (per tensor or axis);
+        its scale is kept as a hint for the quantizer."""
+        qv = self.const(q).astype(np.float64)
+        shp = [1] * qv.ndim
+        if np.ndim(sc) == 1 and qv.ndim:
+            shp[axis] = -1
+        zpa = np.asarray(zp, np.float64)
+        val = (qv - (zpa.reshape(shp) if zpa.ndim else zpa)) * np.asarray(sc).reshape(shp if np.ndim(sc) else ())
+        n = self.g.fresh(base)
+        self.add_const(n, val.astype(np.float32))
+        self.g.meta["scale_hints"][n] = float(sc) if np.ndim(sc) == 0 else tuple(float(t) for t in sc)
+        return n
+
+    def _qoperator(self, onode, name, op, ins, outs, attrs, err) -> bool:
+        """Convert a QOperator op (or a layout / max-pool op on a quantized tensor) to its
+        real-valued twin between fake-quant pairs, the QDQ form the quantizer maps to VTA:
+        ``QLinearConv(x, ...) = Q(conv(DQ(x), DQ(w)) + DQ(B), y_scale, y_zero_point)``.  Returns
+        False when the node does not fit (it then runs as is on the CPU)."""
+        q = lambda i: self.name(i) in self.qlinear  # noqa: E731
+        c = lambda i: self.const(i) is not None  # noqa: E731
+        try:
+            if op in ("MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"):
+                if not ins or not q(ins[0]) or len([o for o in outs if o]) != 1 or \
+                        any(i and not c(i) for i in ins[1:]):
+                    return False
+                x, sc, zp, axis = self.qlinear[self.name(ins[0])]
+                real = self.g.fresh(f"{outs[0]}_real")
+                sub = self.onnx.NodeProto()
+                sub.CopyFrom(onode)
+                sub.input[0] = self._twin(ins[0], onode, name)
+                sub.output[0] = real
+                self.convert(sub, name)
+                self.qlinear[outs[0]] = (self.name(real), sc, zp, axis)
+                return True
+            if op == "QLinearConv" or op == "QLinearMatMul":
+                xq, xs, xz, wq, ws, wz, ys, yz = (list(ins) + [""] * 8)[:8]
+                if not (q(xq) and c(wq) and all(c(i) for i in (xs, ws, ys) if i)):
+                    return False
+                sw, zw = self._qparams([wq, ws, wz], err)
+                sy, zy = self._qparams([None, ys, yz], err)
+                xr = self._twin(xq, onode, name)
+                w = self._dq_const(wq, sw, zw, 0 if op == "QLinearConv" else 1, f"{name}_w")
+                real = self.g.fresh(f"{outs[0]}_real")
+                new = [xr, w]
+                if op == "QLinearConv" and len(ins) > 8 and ins[8]:
+                    sx, _ = self._qparams([None, xs, xz], err)
+                    b = self.g.fresh(f"{name}_b")
+                    self.add_const(b, (self.const(ins[8]).astype(np.float64) * sx * sw).astype(np.float32))
+                    new.append(b)
+                conv = self.onnx.helper.make_node("Conv" if op == "QLinearConv" else "MatMul", new, [real],
+                                                  name=name, **{k: v for k, v in attrs.items()})
+                self.convert(conv, name)
+                self.qlinear[outs[0]] = (self.name(real), sy, zy, 1)
+                return True
+            if op == "QGemm":
+                a, as_, az, bq, bs, bz = ins[:6]
+                cq = ins[6] if len(ins) > 6 else ""
+                ys = ins[7] if len(ins) > 7 else ""
+                yz = ins[8] if len(ins) > 8 else ""
+                if not (q(a) and c(bq) and (not cq or c(cq)) and ys and c(ys)):
+                    return False
+                sb, zb = self._qparams([bq, bs, bz], err)
+                sa, _ = self._qparams([None, as_, az], err)
+                sy, zy = self._qparams([None, ys, yz], err)
+                tb = int(attrs.get("transB", 0))
+                w = self._dq_const(bq, sb, zb, 0 if tb else 1, f"{name}_w")
+                new = [self._twin(a, onode, name), w]
+                if cq:
+                    b = self.g.fresh(f"{name}_b")
+                    self.add_const(b, (self.const(cq).astype(np.float64) * sa * sb).astype(np.float32))
+                    new.append(b)
+                real = self.g.fresh(f"{outs[0]}_real")
+                gemm = self.onnx.helper.make_node("Gemm", new, [real], name=name, transB=tb,
+                                                  transA=int(attrs.get("transA", 0)),
+                                                  alpha=float(attrs.get("alpha", 1.0)))
+                self.convert(gemm, name)
+                self.qlinear[outs[0]] = (self.name(real), sy, zy, 1)
+                return True
+            if op == "QLinearAdd":
+                a, as_, az, b, bs, bz, cs, cz = (list(ins) + [""] * 8)[:8]
+                if not (q(a) and q(b) and c(cs)):
+                    return False
+                sy, zy = self._qparams([None, cs, cz], err)
+                real = self.g.fresh(f"{outs[0]}_real")
+                add = self.onnx.helper.make_node("Add", [self._twin(a, onode, name), self._twin(b, onode, name)],
+                                                 [real], name=name)
+                self.convert(add, name)
+                self.qlinear[outs[0]] = (self.name(real), sy, zy, 1)
+                return True
+            if op == "QLinearGlobalAveragePool":
+                x, xs, xz, ys, yz = (list(ins) + [""] * 5)[:5]
+                if not (q(x) and c(ys)) or attrs.get("channels_last", 0):
+                    return False
+                sy, zy = self._qparams([None, ys, yz], err)
+                real = self.g.fresh(f"{outs[0]}_real")
+                gap = self.onnx.helper.make_node("GlobalAveragePool", [self._twin(x, onode, name)], [real], name=name)
+                self.convert(gap, name)
+                self.qlinear[outs[0]] = (self.name(real), sy, zy, 1)
+                return True
+        except CompileError:
+            return False
+        return False
 
     # -- the CPU fallback: an ONNX node kept as is ---------------------------------------
     def generic(self, onode, name: str, why: str) -> None:
