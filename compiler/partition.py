@@ -179,7 +179,6 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
     """``op -> "vta: <condition>"`` or ``"cpu: <reason>"`` for a config (human-readable)."""
     cfg = load_config(config)
     acc8 = "" if cfg.ACC_8BIT else " [unavailable: ACC_8BIT off]"
-    mul = "" if cfg.ALU_MUL else " [unavailable: ALU_MUL off]"
     widths = (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) == (8, 8, 8)
     base = "" if widths else " [unavailable: needs INP/WGT/OUT width 8]"
     return {
@@ -190,7 +189,7 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
         "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; other windows: "
                      f"ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{base}",
         "qrequant": f"vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{base}",
-        "qmul": f"vta: ACC8 load + ALU MUL{mul}{acc8}{base}",
+        "qmul": "cpu: no VTA lowering of a multiply by a constant tensor yet (CPU integer kernel)",
         "quantize": "cpu: float input",
         "dequantize": "cpu: float output",
         "softmax": "cpu: float exponentials",
