@@ -37,7 +37,7 @@ from .partition import Partition, partition
 from .quantize import QuantConfig, quantize
 from .onnx_frontend import import_onnx
 from .lower_conv import lower_conv, lower_dense
-from .lower_eltwise import lower_eltwise, lower_pool
+from .lower_eltwise import lower_eltwise, lower_mul, lower_pool
 
 __all__ = ["compile_model", "lower_graph", "lower_node"]
 
@@ -81,6 +81,13 @@ def lower_qrequant(cfg: VTAConfig, graph: Graph, node, uid: str):
     """``qrequant`` -> ACC8 load + the ALU requantize (:func:`~.lower_eltwise.lower_eltwise`)."""
     lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qrequant", node.attrs)
     return lo, {"a": node.inputs[0]}
+
+
+def lower_qmul(cfg: VTAConfig, graph: Graph, node, uid: str):
+    """``qmul`` of two tensors -> ACC8 loads + a tensor-operand ALU MUL
+    (:func:`~.lower_eltwise.lower_mul`); slots ``a``, ``b``."""
+    a, b = node.inputs
+    return lower_mul(cfg, uid, _chw(graph, a), _chw(graph, b), node.attrs), {"a": a, "b": b}
 
 
 def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):

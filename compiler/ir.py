@@ -534,7 +534,7 @@ def _infer_mul(node, ts, quant):
     a, b = ts
     shape = _broadcast(node, a.shape, b.shape)
     if shape != a.shape:
-        raise _err(node, f"the constant {list(b.shape)} may not enlarge the tensor {list(a.shape)}")
+        raise _err(node, f"the operand {list(b.shape)} may not enlarge the tensor {list(a.shape)}")
     if quant:
         _check_q(node, ts, ("int8", "int8"))
         return [_qout(node, a.shape)]

@@ -29,7 +29,7 @@ from .errors import CompileError
 from .lower_conv import LoweredOp, emit_kernel, plan_for, requant_alu, window_geometry
 from .tiling import MAX_EXTENT, candidates
 
-__all__ = ["lower_pool", "lower_eltwise"]
+__all__ = ["lower_pool", "lower_eltwise", "lower_mul"]
 
 C, S = Module.COMPUTE, Module.STORE
 
@@ -201,3 +201,71 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     if nops == 2:
         layouts["b"] = lay
     return LoweredOp(tb.trace, {}, layouts)
+
+
+def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -> LoweredOp:
+    """Lower ``qmul`` of two int8 tensors (slots ``a``, ``b``, ``y``) for one batch block:
+    ACC8 loads of both, ALU MUL by the tensor operand (``use_imm`` 0), then the requantize.
+    ``b`` has ``a``'s shape, or is per channel (``[C, 1, 1]`` against ``[C, H, W]``: the
+    squeeze-excite scale), broadcast by a zero source factor in the inner loop of the MUL
+    micro-op (``dst = a + i*HW + j``, ``src = b + i``).
+
+    Raises:
+        CompileError: ACC_8BIT or ALU_MUL off, another broadcast, a channel block whose
+            ``H*W`` does not fit half the accumulator, a requantize without an overflow-free
+            sequence.
+    """
+    if not cfg.ACC_8BIT or not cfg.ALU_MUL:
+        raise CompileError(f"{uid}: a tensor multiply on VTA needs ACC_8BIT and ALU_MUL")
+    plan = plan_for(cfg, uid, attrs, 128 * 128)
+    if plan is None and int(attrs["round"]) > (1 << 15) - 1:
+        raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
+    B, BO = cfg.BATCH, cfg.BLOCK_OUT
+    lay, lay_b = SlotLayout(tuple(chw), B, BO), SlotLayout(tuple(chw_b), B, BO)
+    h, w = lay.hw
+    hw = h * w
+    bcast = tuple(chw_b) != tuple(chw)
+    if bcast and (tuple(chw_b) != (chw[0], 1, 1)):
+        raise CompileError(f"{uid}: multiply of {list(chw)} by {list(chw_b)}: only equal shapes or a "
+                           f"per-channel [C,1,1] operand run on VTA")
+    nvt = 2
+    half = cfg.ACC_DEPTH // nvt
+    if bcast:
+        per = hw + 1                       # one channel block of a and its scale
+        k = min(half // per, MAX_EXTENT)
+        if k < 1 or hw > MAX_EXTENT:
+            raise CompileError(f"{uid}: a {h}x{w} channel block does not fit half the accumulator")
+        chunks = [(c0, min(k, lay.cb - c0)) for c0 in range(0, lay.cb, k)]
+    else:
+        m_max = max(1, min(MAX_EXTENT, 65535, half // 2))
+        n_el = lay.cb * hw
+        chunks = [(e0, min(m_max, n_el - e0)) for e0 in range(0, n_el, m_max)]
+    tb = TraceBuilder(uid, {"a": lay.block_bytes, "b": lay_b.block_bytes, "y": lay.block_bytes})
+    t = 0
+    for s0, cnt in chunks:
+        vt = t % nvt
+        a_base = vt * half
+        m = cnt * hw if bcast else cnt
+        b_base = a_base + m
+        if t >= nvt:
+            tb.dep_pop(S, C)
+        e0 = s0 * hw if bcast else s0
+        tb.load_2d("a", e0, MemType.ACC8, a_base, 1, m, m)
+        if bcast:
+            tb.load_2d("b", s0, MemType.ACC8, b_base, 1, cnt, cnt)
+            emit_kernel(tb, "alu", [(cnt, hw, 1, 0), (hw, 1, 0, 0)], [a_base], [b_base], op=AluOp.MUL)
+        else:
+            tb.load_2d("b", e0, MemType.ACC8, b_base, 1, m, m)
+            emit_kernel(tb, "alu", [(m, 1, 1, 0)], [a_base], [b_base], op=AluOp.MUL)
+        requant_alu(tb, a_base, m, int(attrs["shift"]), int(attrs["clip_lo"]), int(attrs["clip_hi"]),
+                    extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan)
+        tb.dep_push(C, S)
+        tb.dep_pop(C, S)
+        tb.store_2d(a_base, "y", e0, 1, m, m)
+        tb.dep_push(S, C)
+        t += 1
+    for _ in range(min(t, nvt)):
+        tb.dep_pop(S, C)
+    tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
+                      "min_dram_bytes": int(B * (2 * int(np.prod(chw)) + int(np.prod(chw_b))))}
+    return LoweredOp(tb.trace, {}, {"a": lay, "b": lay_b, "y": lay})

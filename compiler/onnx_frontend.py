@@ -839,8 +839,11 @@ class _Importer:
         a, b = ins
         if self.const(a) is not None and self.const(b) is None:
             a, b = b, a
-        if self.const(b) is None:
-            raise err("Mul of two non-constant tensors is not supported (Mul by a constant only)")
+        if self.const(b) is None:       # two tensors (squeeze-excite, hard-swish): the larger first
+            ta, tb = self.g.types.get(self.name(a)), self.g.types.get(self.name(b))
+            if ta is not None and tb is not None and tb.rank == ta.rank and \
+                    all(x == y or x == 1 for x, y in zip(ta.shape, tb.shape)) and ta.shape != tb.shape:
+                a, b = b, a
         self.emit(onode, name, "mul", [a, b], {}, outs[0])
 
     def op_Sub(self, name, onode, ins, outs, attrs, err):

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import reference as _r
-from .compile import lower_qadd, lower_qconv2d, lower_qdense, lower_qpool, lower_qrequant
+from .compile import lower_qadd, lower_qconv2d, lower_qdense, lower_qmul, lower_qpool, lower_qrequant
 from .ir import OPS, OpSpec
-from .partition import vta_avg_pool, vta_eltwise, vta_linear, vta_max_pool
+from .partition import vta_avg_pool, vta_eltwise, vta_linear, vta_max_pool, vta_mul
 
 __all__ = ["OpDef", "REGISTRY"]
 
@@ -95,8 +95,7 @@ def _defs() -> dict[str, OpDef]:
         OpDef("qrequant", vta=vta_eltwise, lower=lower_qrequant, reference=_r.ref_qrequant, cpu="int"),
         OpDef("qmax_pool", vta=vta_max_pool, lower=lower_qpool, reference=_r.ref_qmax_pool, cpu="int"),
         OpDef("qavg_pool", vta=vta_avg_pool, lower=lower_qpool, reference=_r.ref_qavg_pool, cpu="int"),
-        OpDef("qmul", reference=_r.ref_qmul, cpu="int",
-              cpu_reason="no VTA lowering of a multiply by a constant tensor yet (CPU integer kernel)"),
+        OpDef("qmul", vta=vta_mul, lower=lower_qmul, reference=_r.ref_qmul, cpu="int"),
     ]
     return {o.name: o for o in d}
 

@@ -179,6 +179,7 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
     """``op -> "vta: <condition>"`` or ``"cpu: <reason>"`` for a config (human-readable)."""
     cfg = load_config(config)
     acc8 = "" if cfg.ACC_8BIT else " [unavailable: ACC_8BIT off]"
+    mul = "" if cfg.ALU_MUL else " [unavailable: ALU_MUL off]"
     widths = (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) == (8, 8, 8)
     base = "" if widths else " [unavailable: needs INP/WGT/OUT width 8]"
     return {
@@ -189,7 +190,8 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
         "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; other windows: "
                      f"ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{base}",
         "qrequant": f"vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{base}",
-        "qmul": "cpu: no VTA lowering of a multiply by a constant tensor yet (CPU integer kernel)",
+        "qmul": f"vta: tensor x tensor (same shape or per channel): ACC8 loads + ALU MUL{mul}{acc8}{base}; "
+                "by a constant: cpu (no VTA lowering yet)",
         "quantize": "cpu: float input",
         "dequantize": "cpu: float output",
         "softmax": "cpu: float exponentials",
@@ -334,6 +336,26 @@ def vta_avg_pool(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[b
     if mul:
         return True, f"avg-pool: ACC8 loads + ALU ADD, {mul}SHR {a['shift']} (exact reciprocal of {a['divisor']})"
     return True, f"avg-pool: ACC8 loads + ALU ADD, SHR {a['shift']}"
+
+
+def vta_mul(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
+    """``qmul``: a tensor operand (not a constant) of the same shape or per channel
+    (``[N,C,1,1]`` against NCHW), ``ACC_8BIT`` and ``ALU_MUL`` (a tensor-operand MUL)."""
+    a = node.attrs
+    ta, tb = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    if node.inputs[1] in graph.constants:
+        return False, "no VTA lowering of a multiply by a constant tensor yet (CPU integer kernel)"
+    if ta.rank not in (2, 4) or tb.rank != ta.rank:
+        return False, f"multiply of {ta} by {tb}: the VTA lowering takes NC or NCHW operands"
+    if tb.shape != ta.shape and not (ta.rank == 4 and tuple(tb.shape[1:]) == (ta.shape[1], 1, 1)):
+        return False, f"multiply of {ta} by {tb}: only equal shapes or a per-channel operand on VTA"
+    if not cfg.ALU_MUL:
+        return False, "a tensor multiply needs ALU_MUL, which this config lacks"
+    why = _acc8(cfg) or _round_imm(a)
+    if why:
+        return False, why
+    kind = "per-channel" if tb.shape != ta.shape else "element-wise"
+    return True, f"{kind} multiply: ACC8 loads + ALU MUL (tensor operand), {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN"
 
 
 def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str, Node] | None = None

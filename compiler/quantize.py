@@ -571,6 +571,16 @@ class _Quantizer:
         fg = self.fg
         x = self.to_p2(n, self.qin(n.inputs[0]))
         ex = self.q.types[x].exp
+        if n.inputs[1] not in fg.constants:     # two tensors: acc = a * b at exp_a + exp_b
+            y = self.to_p2(n, self.qin(n.inputs[1]))
+            out = n.outputs[0]
+            so = 2.0 ** self.exps[out] if out not in self.scales else self.scales[out]
+            qo = self.int_name(out)
+            self.add(n.name, "qmul", [x, y], qo,
+                     self.requant_for(n, 2.0 ** (ex + self.q.types[y].exp) / so, 128 * 128, out),
+                     self.otype(out, fg.types[out].shape))
+            self.qname[out] = qo
+            return
         c = fg.constants[n.inputs[1]].astype(np.float64)
         out = n.outputs[0]
         qo = self.int_name(out)

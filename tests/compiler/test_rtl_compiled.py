@@ -99,3 +99,39 @@ def test_digits_pynq_rtl_equals_fsim():
     f, r, ex = _run_both(cm, x, mem_bytes=32 << 20)
     _assert_equal_outputs(f, r)
     assert sum(st.gemm_uops for st in ex.stats.values()) > 0
+
+
+def _se_model():
+    """Conv -> hard-swish as x * HardSigmoid(x) -> squeeze-excite (GAP, 1x1 conv, Sigmoid,
+    Mul by the per-channel scale): two tensor multiplies."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+             for n, s in (("w", (8, 4, 3, 3)), ("w2", (8, 8, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSigmoid", ["c"], ["hs"]),
+             helper.make_node("Mul", ["c", "hs"], ["hw"], name="hswish"),
+             helper.make_node("GlobalAveragePool", ["hw"], ["g"]),
+             helper.make_node("Conv", ["g", "w2"], ["e"]),
+             helper.make_node("Sigmoid", ["e"], ["s"]),
+             helper.make_node("Mul", ["s", "hw"], ["y"], name="se")]
+    g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 6, 6])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.slow
+def test_tensor_multiply_rtl_equals_fsim():
+    """The tensor-operand ALU MUL (element-wise and per-channel broadcast) on the core with
+    ALU_MUL (the same config as the core tests' ALU_MUL build, so the build is shared)."""
+    from vtaforge.hw.config import preset
+
+    cfg = preset("tiny").replace(ALU_MUL=True, LUT_MULTIPLIERS=5, DSP_PACKING=2)
+    rng = np.random.default_rng(2)
+    cm = compile_model(_se_model(), rng.standard_normal((8, 4, 6, 6)).astype(np.float32), cfg)
+    assert {s.name for s in cm.steps if s.target == "vta" and s.op == "qmul"} == {"hswish", "se"}
+    f, r, _ = _run_both(cm, rng.standard_normal((3, 4, 6, 6)).astype(np.float32))
+    _assert_equal_outputs(f, r)
