@@ -7,6 +7,13 @@ deadlock detection) and the same index checks, so every rule and every message i
 with :func:`.fsim.simulate`.  Only micro-ops are read from DRAM (to check the computed
 GEMM/ALU indices); nothing is written.
 
+The DRAM image is either a numpy array (byte address = index) or a :class:`SparseImage`:
+the bytes the verifier reads (instructions, micro-ops) as segments at their absolute
+addresses.  A board backend uses the latter, so the verifier's memory is sized by the
+program's buffers and never by their physical addresses (a buffer near the top of a
+512 MiB DDR costs its own size, not 512 MiB of address space); messages keep the physical
+addresses.
+
 Limitation: micro-ops are read from the DRAM image as given; a program whose own STOREs
 produce micro-ops that it later loads is checked against the image's initial contents.
 """
@@ -19,10 +26,70 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..hw.config import VTAConfig
-from .device import Buffer
-from .fsim import _dry_run
+from .device import Buffer, DeviceError
+from .fsim import Regions, _dry_run, _Machine
 
-__all__ = ["verify_program", "VerifyReport"]
+__all__ = ["verify_program", "VerifyReport", "SparseImage"]
+
+
+class SparseImage:
+    """Device memory known only in pieces: ``segments`` of bytes at absolute addresses.
+
+    Overlapping or adjacent segments are merged (a later segment's bytes win where they
+    overlap).  Reading bytes outside every segment raises :class:`DeviceError`; only the
+    slice reads the verifier makes (``image[start:stop]``) are supported.
+
+    Args:
+        segments: ``(addr, data)`` pairs; ``data`` is anything ``numpy.asarray`` turns
+            into bytes (its raw bytes are used).
+    """
+
+    def __init__(self, segments):
+        parts = []
+        for addr, data in segments:
+            raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+            if int(addr) < 0:
+                raise DeviceError(f"segment address {addr} is negative")
+            if raw.size:
+                parts.append((int(addr), raw))
+        spans: list[list[int]] = []
+        for addr, raw in sorted(parts, key=lambda p: p[0]):
+            if spans and addr <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], addr + raw.size)
+            else:
+                spans.append([addr, addr + raw.size])
+        merged = [(s0, np.zeros(e0 - s0, dtype=np.uint8)) for s0, e0 in spans]
+        for addr, raw in parts:  # input order: a later segment wins where they overlap
+            for a0, buf in merged:
+                if a0 <= addr < a0 + buf.size:
+                    buf[addr - a0:addr - a0 + raw.size] = raw
+                    break
+        self._starts = [a for a, _ in merged]
+        self._data = [b for _, b in merged]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (the memory this image costs)."""
+        return sum(b.size for b in self._data)
+
+    @property
+    def end(self) -> int:
+        """One past the highest byte address held (0 when empty)."""
+        return max((a + b.size for a, b in zip(self._starts, self._data)), default=0)
+
+    def segments(self) -> list[tuple[int, int]]:
+        """``(addr, nbytes)`` of each merged segment."""
+        return [(a, b.size) for a, b in zip(self._starts, self._data)]
+
+    def __getitem__(self, key) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("SparseImage supports byte-range slices image[start:stop] only")
+        start, stop = int(key.start or 0), int(key.stop)
+        for a, b in zip(self._starts, self._data):
+            if a <= start and stop <= a + b.size:
+                return b[start - a:stop - a]
+        raise DeviceError(f"the verifier read bytes [0x{start:x}, 0x{stop:x}), which its "
+                          f"image does not hold (segments {self.segments()})")
 
 
 @dataclass
@@ -60,10 +127,13 @@ def verify_program(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count:
 
     Args:
         cfg: the core configuration.
-        dram: the 1-D ``uint8`` DRAM image (read only: instructions and micro-ops).
+        dram: the 1-D ``uint8`` DRAM image (read only: instructions and micro-ops), or a
+            :class:`SparseImage` holding at least the instructions and every micro-op the
+            program loads.
         insn_addr: byte address of the first instruction; insn_count: instructions.
         regions: ``(addr, nbytes)`` pairs or :class:`Buffer` s the program may touch
-            (``None``: the whole image).
+            (``None``: the whole image; for a :class:`SparseImage`, its segments).  With a
+            :class:`SparseImage` the regions may lie anywhere, outside its segments too.
         max_steps: watchdog, as for :func:`.fsim.simulate`.
 
     Returns:
@@ -72,8 +142,27 @@ def verify_program(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count:
     Raises:
         ProgramError / DeadlockError: with the same one-line messages as
             :func:`.fsim.simulate`.
+        DeviceError: a :class:`SparseImage` lacks bytes the program reads.
     """
-    m = _dry_run(cfg, dram, insn_addr, insn_count, regions, max_steps=max_steps)
+    if isinstance(dram, SparseImage):
+        m = _dry_run_sparse(cfg, dram, insn_addr, insn_count, regions, max_steps)
+    else:
+        m = _dry_run(cfg, dram, insn_addr, insn_count, regions, max_steps=max_steps)
     return VerifyReport(insn_count=int(insn_count), stats=dict(m.stats),
                         pushes=tuple(m.pushes), pops=tuple(m.pops),
                         peak_tokens=tuple(m.peak), steps=m.steps)
+
+
+def _dry_run_sparse(cfg: VTAConfig, image: SparseImage, insn_addr: int, insn_count: int,
+                    regions, max_steps: int | None) -> _Machine:
+    """fsim's dry machine reading a :class:`SparseImage` (it only slices ``self.dram``)."""
+    if regions is None:
+        regions = image.segments()
+    ends = [(r.end if isinstance(r, Buffer) else int(r[0]) + int(r[1])) for r in regions]
+    bound = max([image.end, *ends])
+    m = _Machine(cfg, np.zeros(0, dtype=np.uint8), Regions(regions, bound), dry=True,
+                 max_steps=max_steps)
+    m.dram = image
+    m.load_program(insn_addr, insn_count)
+    m.run()
+    return m
