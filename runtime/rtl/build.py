@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from ...hw import regs
 from ...hw.config import VTAConfig
 from ..device import DeviceError
 
@@ -197,7 +198,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "vh_step": (i32, [vp, u64]),
         "vh_reg_write": (i32, [vp, u32, u32]),
         "vh_reg_read": (i32, [vp, u32, ctypes.POINTER(u32)]),
-        "vh_run_until_done": (i32, [vp, u64, u64]),
+        "vh_regmap_version": (u32, []),
+        "vh_set_mem_base": (None, [vp, u64]),
+        "vh_mem_base": (u64, [vp]),
         "vh_last_error": (ctypes.c_char_p, [vp]),
         "vh_clear_error": (None, [vp]),
         "vh_cycle": (u64, [vp]),
@@ -377,7 +380,8 @@ def build_key(cfg: VTAConfig, verilog: str, *, trace: str | bool | None = None,
         cxx_version = _cxx_version(_cxx())
     return hashlib.sha256(json.dumps({
         "recipe": BUILD_RECIPE, "fingerprint": cfg.fingerprint, "verilog": verilog,
-        "harness": HARNESS_SOURCE.read_text(), "verilator": verilator_version(),
+        "harness": HARNESS_SOURCE.read_text(), "regs_h": regs.c_header(cfg),
+        "verilator": verilator_version(),
         "cxx": cxx_version, "vflags": verilator_flags(trace, params), "fast": CXX_FAST,
         "slow": CXX_SLOW, "common": CXX_COMMON, "trace": trace_format(trace),
         "bus_bytes": cfg.BUS_WIDTH // 8}, sort_keys=True).encode()).hexdigest()
@@ -495,6 +499,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
                               "-o", str(obj / f"{c}.o")], src))
         harness_copy = tmp / "harness.cpp"
         harness_copy.write_text(harness)
+        (tmp / "vta_regs.h").write_text(regs.c_header(cfg))  # #include'd by the harness
         cmds.append(([cxx, *CXX_COMMON, *CXX_FAST, *defs, *inc, "-c", str(harness_copy),
                       "-o", str(tmp / "harness.o")], harness_copy))
         say(f"compiling {len(cmds)} C++ files ({sum(c[1].stat().st_size for c in cmds) / 1e6:.1f}"

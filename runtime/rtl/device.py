@@ -2,9 +2,13 @@
 
 The device memory is the harness's DRAM model (C++, byte-addressed, an AXI4 slave on the
 core's master port); the host reads and writes it with ``memmove`` through a numpy view.
-A run writes the launch registers over AXI4-Lite (``hw/regs.py`` protocol), then the C++
-run loop clocks the core and polls ``STATUS.DONE`` every ``poll_interval`` cycles without
-returning to Python, until the run completes, a bus rule is broken, or the watchdog fires.
+Runs follow the one launch protocol of :mod:`vtaforge.runtime.mmio` (``CoreDriver``): its
+register port is the harness's AXI4-Lite master (:class:`Harness`), and its watchdog counts
+simulated cycles, clocking the core ``poll_interval`` cycles between two polls of
+``STATUS.DONE``, until the run completes, a bus rule is broken, or the watchdog fires.
+
+:class:`Harness` (one simulated core with its DRAM model, as a register port with a
+clock) is also what ``tests/runtime/fakepynq`` builds its simulated PYNQ board on.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import numpy as np
 from ...hw import regs
 from ...hw.config import VTAConfig
 from ..device import Buffer, Device, DeviceError, ProgramError, RunResult
+from ..mmio import STAT_REGISTERS, CoreDriver, CoreIdentityError, CoreTimeout, Watchdog  # noqa: F401
 from .build import TRACE_FORMATS, RtlModel, build_model
 
 #: Default watchdog, cycles from START (``timeout_cycles`` overrides it per device or run).
@@ -27,13 +32,6 @@ DEFAULT_POLL_INTERVAL = 256
 #: Reset length in cycles.
 RESET_CYCLES = 8
 
-#: RunResult.stats key -> register name; keys match fsim's where they overlap.
-STAT_REGISTERS = {
-    "fetch_busy": "FETCH_BUSY", "load_busy": "LOAD_BUSY", "compute_busy": "COMPUTE_BUSY",
-    "store_busy": "STORE_BUSY", "load_stall": "LOAD_STALL", "compute_stall": "COMPUTE_STALL",
-    "store_stall": "STORE_STALL", "gemm_counter": "GEMM_COUNT", "alu_counter": "ALU_COUNT",
-    "dram_read_nbytes": "DMA_RD_BYTES", "dram_write_nbytes": "DMA_WR_BYTES",
-}
 #: dbg_state fields: unit -> (lsb, width).
 DBG_FIELDS = {"fetch": (0, 4), "load": (4, 4), "compute": (8, 4), "store": (12, 4)}
 
@@ -91,6 +89,150 @@ def describe_dbg_state(dbg: int, names: Mapping | None = None) -> str:
     return ", ".join(parts)
 
 
+class HarnessError(DeviceError):
+    """The harness reported an error (``rc``: -1 bus/protocol rule broken, -3 usage)."""
+
+    def __init__(self, msg: str, rc: int):
+        super().__init__(msg)
+        self.rc = rc
+
+
+class Harness:
+    """One Verilated core with its DRAM model and AXI4-Lite master (``harness.cpp``).
+
+    A register port for :class:`~vtaforge.runtime.mmio.CoreDriver` (:meth:`read`,
+    :meth:`write`: one AXI4-Lite transaction each, a few cycles) plus the simulation's
+    clock (:meth:`step`, :attr:`cycle`).
+
+    Args:
+        model: the built model.
+        mem_bytes: size of the DRAM model (zero-filled).
+        mem_base: byte address of its first byte: the model answers bursts to
+            ``[mem_base, mem_base + mem_bytes)`` and flags any other as a bus error.
+
+    Raises:
+        DeviceError: the model cannot be loaded, or was compiled against another
+            register map than ``hw/regs.py``'s; the DRAM model cannot be allocated.
+    """
+
+    def __init__(self, model: RtlModel, mem_bytes: int, *, mem_base: int = 0):
+        self._h = None
+        self.model = model
+        self._lib = model.load()
+        got = int(self._lib.vh_regmap_version())
+        if got != regs.REGMAP_VERSION:
+            raise DeviceError(f"model {model.path} was compiled against register map "
+                              f"0x{got:08x}, hw/regs.py has 0x{regs.REGMAP_VERSION:08x}; "
+                              f"rebuild it")
+        self._h = self._lib.vh_create(int(mem_bytes))
+        if not self._h:
+            raise DeviceError(f"cannot allocate a {mem_bytes}-byte DRAM model")
+        if mem_base:
+            self._lib.vh_set_mem_base(self._h, int(mem_base))
+
+    @property
+    def bus_bytes(self) -> int:
+        """AXI master data width of the model, bytes."""
+        return int(self._lib.vh_bus_bytes())
+
+    @property
+    def last_error(self) -> str:
+        """The harness's last error message."""
+        return self._lib.vh_last_error(self._h).decode(errors="replace")
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise HarnessError(f"{what}: {self.last_error}", int(rc))
+
+    def read(self, offset: int) -> int:
+        """Read the 32-bit register at byte ``offset`` over AXI4-Lite.
+
+        Raises:
+            HarnessError: a bus error (earlier or now), or an offset outside the map.
+        """
+        out = ctypes.c_uint32()
+        self._check(self._lib.vh_reg_read(self._h, int(offset), ctypes.byref(out)),
+                    f"register read 0x{int(offset):02x}")
+        return out.value
+
+    def write(self, offset: int, value: int) -> None:
+        """Write the 32-bit register at byte ``offset`` over AXI4-Lite."""
+        self._check(self._lib.vh_reg_write(self._h, int(offset), int(value) & 0xFFFFFFFF),
+                    f"register write 0x{int(offset):02x}")
+
+    def step(self, cycles: int) -> None:
+        """Run the clock for ``cycles`` cycles (the DRAM model stays active).
+
+        Raises:
+            HarnessError: a bus rule was broken.
+        """
+        self._check(self._lib.vh_step(self._h, int(cycles)), "step")
+
+    def reset(self, cycles: int = 8) -> None:
+        """Hold the core in reset for ``cycles`` cycles; clears bus state and recorded
+        errors.  The DRAM model is kept."""
+        self._lib.vh_reset(self._h, int(cycles))
+
+    def set_bus(self, lat_min: int, lat_max: int, backpressure: float, seed: int) -> None:
+        """Random DRAM-model timing (see ``harness.cpp``, ``vh_set_bus``)."""
+        self._lib.vh_set_bus(self._h, int(lat_min), int(lat_max), float(backpressure),
+                             int(seed))
+
+    @property
+    def cycle(self) -> int:
+        """Cycles simulated since the harness was created (reset included)."""
+        return int(self._lib.vh_cycle(self._h))
+
+    @property
+    def dbg_state(self) -> int:
+        """The core's ``dbg_state`` output now."""
+        return int(self._lib.vh_dbg_state(self._h))
+
+    @property
+    def irq(self) -> bool:
+        """The core's interrupt line now."""
+        return bool(self._lib.vh_irq(self._h))
+
+    @property
+    def mem_base(self) -> int:
+        """Byte address of the DRAM model's first byte."""
+        return int(self._lib.vh_mem_base(self._h))
+
+    @property
+    def mem(self) -> np.ndarray:
+        """The whole DRAM model as a writable ``uint8`` view (index 0 is :attr:`mem_base`;
+        invalid after :meth:`resize`)."""
+        n = int(self._lib.vh_mem_size(self._h))
+        return np.ctypeslib.as_array(self._lib.vh_mem_ptr(self._h), shape=(n,))
+
+    def resize(self, nbytes: int) -> None:
+        """Resize the DRAM model to ``nbytes`` bytes (contents kept, new bytes zero)."""
+        if self._lib.vh_mem_resize(self._h, int(nbytes)) != 0:
+            raise DeviceError(f"cannot resize the DRAM model to {nbytes} bytes")
+
+    def stat(self, which: int) -> int:
+        """Harness statistic ``which`` (0 read bursts, 1 write bursts, 2 read beats, 3 write
+        beats, 4 evals that skipped the input-combinational pass)."""
+        return int(self._lib.vh_stat(self._h, int(which)))
+
+    def trace_open(self, path: str) -> int:
+        """Start a waveform (trace builds only); 0 on success."""
+        return int(self._lib.vh_trace_open(self._h, str(path).encode()))
+
+    def close(self) -> None:
+        """Close the waveform and free the simulation."""
+        if self._h is not None:
+            self._lib.vh_trace_close(self._h)
+            self._lib.vh_destroy(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class RtlDevice(Device):
     """The Verilator simulation of the core as a :class:`Device` (target ``"rtl"``).
 
@@ -132,7 +274,7 @@ class RtlDevice(Device):
                  state_names: Mapping | None = None, progress: bool = True,
                  verify: bool = True):
         super().__init__(config, mem_bytes)
-        self._h = None
+        self.harness: Harness | None = None
         lat = tuple(int(x) for x in latency)
         if len(lat) != 2 or lat[0] < 0 or lat[1] < lat[0]:
             raise DeviceError(f"latency must be (min, max) cycles with 0 <= min <= max, "
@@ -151,82 +293,79 @@ class RtlDevice(Device):
         self.timeout_cycles = int(timeout_cycles or DEFAULT_TIMEOUT_CYCLES)
         self.poll_interval = max(1, int(poll_interval))
         self.state_names = state_names if state_names is not None else _default_state_names()
-        self._lib = model.load()
-        if self._lib.vh_bus_bytes() != config.BUS_WIDTH // 8:
-            raise DeviceError(f"model has a {self._lib.vh_bus_bytes() * 8}-bit AXI bus, "
+        h = Harness(model, self.allocator.base + mem_bytes)
+        if h.bus_bytes != config.BUS_WIDTH // 8:
+            h.close()
+            raise DeviceError(f"model has a {h.bus_bytes * 8}-bit AXI bus, "
                               f"config {config.BUS_WIDTH}-bit")
-        self._h = self._lib.vh_create(self.allocator.base + mem_bytes)
-        if not self._h:
-            raise DeviceError(f"cannot allocate a {mem_bytes}-byte DRAM model")
-        self._lib.vh_set_bus(self._h, lat[0], lat[1], float(backpressure), int(seed))
+        self.harness = h
+        self._lib, self._h = h._lib, h._h  # for tests that read harness statistics
+        h.set_bus(lat[0], lat[1], float(backpressure), int(seed))
         self.reset()
-        if trace is not None and self._lib.vh_trace_open(self._h, str(trace).encode()) != 0:
-            msg = self._error()
+        if trace is not None and h.trace_open(str(trace)) != 0:
+            msg = h.last_error
             self.close()
             raise DeviceError(f"cannot start {fmt.upper()} waveform {str(trace)!r}: {msg}")
-        fp = self.reg_read("FINGERPRINT")
-        if fp != config.fingerprint:
+        self.driver = CoreDriver(h, where="RTL core")
+        try:
+            self.driver.identify(config)
+        except CoreIdentityError:
             self.close()
-            raise DeviceError(f"RTL core fingerprint 0x{fp:08x} differs from the config's "
-                              f"0x{config.fingerprint:08x}: the model was built for another "
-                              f"configuration; refusing to run")
+            raise
+
+    @property
+    def checks_in_run(self) -> bool:
+        """True with ``verify``: :meth:`run` runs the whole static verifier before it
+        launches, so the program builder skips its own dry run."""
+        return bool(self.verify)
 
     # ------------------------------------------------------------------ low level
-    def _error(self) -> str:
-        return self._lib.vh_last_error(self._h).decode(errors="replace")
-
-    def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            raise DeviceError(f"{what}: {self._error()}")
-
     def reset(self) -> None:
         """Hold the core in reset for a few cycles; clears bus state and recorded errors.
         Device memory is kept."""
-        self._lib.vh_reset(self._h, RESET_CYCLES)
+        self.harness.reset(RESET_CYCLES)
 
     def reg_read(self, name_or_offset: str | int) -> int:
-        """Read a control register (name from ``hw/regs.py`` or byte offset) over AXI4-Lite."""
+        """Read a control register (name from ``hw/regs.py`` or byte offset) over AXI4-Lite.
+
+        Raises:
+            DeviceError: the bus failed.
+        """
         off = regs.offset(name_or_offset) if isinstance(name_or_offset, str) else name_or_offset
-        out = ctypes.c_uint32()
-        self._check(self._lib.vh_reg_read(self._h, off, ctypes.byref(out)),
-                    f"register read 0x{off:02x}")
-        return out.value
+        return self.harness.read(off)
 
     def reg_write(self, name_or_offset: str | int, value: int) -> None:
         """Write a control register over AXI4-Lite."""
         off = regs.offset(name_or_offset) if isinstance(name_or_offset, str) else name_or_offset
-        self._check(self._lib.vh_reg_write(self._h, off, value & 0xFFFFFFFF),
-                    f"register write 0x{off:02x}")
+        self.harness.write(off, value)
 
     def step(self, cycles: int) -> None:
         """Run the clock for ``cycles`` cycles (the DRAM model stays active)."""
-        self._check(self._lib.vh_step(self._h, cycles), "step")
+        self.harness.step(cycles)
 
     @property
     def cycle(self) -> int:
         """Cycles simulated since the harness was created (reset included)."""
-        return int(self._lib.vh_cycle(self._h))
+        return self.harness.cycle
 
     @property
     def dbg_state(self) -> int:
         """The core's ``dbg_state`` output now."""
-        return int(self._lib.vh_dbg_state(self._h))
+        return self.harness.dbg_state
 
     @property
     def irq(self) -> bool:
         """The core's interrupt line now."""
-        return bool(self._lib.vh_irq(self._h))
+        return self.harness.irq
 
     @property
     def mem(self) -> np.ndarray:
         """The whole DRAM model as a writable ``uint8`` view (invalid after :meth:`resize`)."""
-        n = int(self._lib.vh_mem_size(self._h))
-        return np.ctypeslib.as_array(self._lib.vh_mem_ptr(self._h), shape=(n,))
+        return self.harness.mem
 
     def resize(self, nbytes: int) -> None:
         """Resize the DRAM model to ``nbytes`` bytes (contents kept, new bytes zero)."""
-        if self._lib.vh_mem_resize(self._h, int(nbytes)) != 0:
-            raise DeviceError(f"cannot resize the DRAM model to {nbytes} bytes")
+        self.harness.resize(nbytes)
 
     def _write_mem(self, addr: int, data: np.ndarray) -> None:
         m = self.mem
@@ -244,36 +383,32 @@ class RtlDevice(Device):
 
     # ------------------------------------------------------------------ runs
     def launch(self, insn_addr: int, insn_count: int) -> None:
-        """Write the launch registers and CTRL.START, keeping CTRL.IRQ_EN (no waiting, no
-        verification).
+        """Start a run (``CoreDriver.launch``), keeping ``CTRL.IRQ_EN`` as the host set it
+        (no waiting, no verification).
 
         Raises:
             ProgramError: the bus failed while the registers were written (the core may
-                already be running a previous launch's DMA).
+                already be running a previous launch's DMA), or the core is still busy.
         """
-        ctrl = ctypes.c_uint32()
-        rc = self._lib.vh_reg_read(self._h, regs.offset("CTRL"), ctypes.byref(ctrl))
-        if rc != 0:
-            self._raise_run_error(rc, 0)
-        start = 1 | (ctrl.value & 2)  # keep IRQ_EN as the host set it
-        for name, value in (("INSN_ADDR_LO", insn_addr & 0xFFFFFFFF),
-                            ("INSN_ADDR_HI", insn_addr >> 32), ("INSN_COUNT", insn_count),
-                            ("CTRL", start)):
-            rc = self._lib.vh_reg_write(self._h, regs.offset(name), value & 0xFFFFFFFF)
-            if rc != 0:
-                self._raise_run_error(rc, 0)
+        try:
+            self.driver.launch(insn_addr, insn_count, irq=None)
+        except HarnessError as e:
+            self._raise_run_error(e, 0)
+        except DeviceError as e:  # busy, or the values do not fit
+            raise ProgramError(str(e)) from None
 
-    def _raise_run_error(self, rc: int, limit: int) -> None:
-        msg = self._error()
+    def _raise_run_error(self, err: Exception, limit: int) -> None:
+        msg = self.harness.last_error or str(err)
         dbg = self.dbg_state
         self.reset()
         units = describe_dbg_state(dbg, self.state_names)
-        if rc == -2:
+        if isinstance(err, CoreTimeout):
             raise ProgramError(f"RTL watchdog: run not done after {limit} cycles; {units}")
         raise ProgramError(f"RTL run failed: {msg}; {units}")
 
     def wait(self, timeout_cycles: int | None = None) -> RunResult:
-        """Clock the core until STATUS.DONE, then read CYCLES and the counters.
+        """Clock the core until STATUS.DONE (``CoreDriver.wait`` with a cycle watchdog),
+        then read CYCLES and the counters.
 
         Raises:
             ProgramError: a bus rule broken (4 KiB crossing, access outside the DRAM image,
@@ -281,22 +416,23 @@ class RtlDevice(Device):
                 state).  The core is reset afterwards; device memory is kept.
         """
         limit = int(timeout_cycles or self.timeout_cycles)
-        c0, t0 = self.cycle, time.perf_counter()
-        rc = self._lib.vh_run_until_done(self._h, limit, self.poll_interval)
+        h = self.harness
+        c0, t0 = h.cycle, time.perf_counter()
+        dog = Watchdog.cycles(limit, step=h.step, cycle=lambda: h.cycle,
+                              poll_cycles=self.poll_interval)
+        try:
+            self.driver.wait(dog)
+        except (HarnessError, CoreTimeout) as e:
+            self._raise_run_error(e, limit)
         wall = time.perf_counter() - t0
-        if rc != 0:
-            self._raise_run_error(rc, limit)
-        sim_cycles = self.cycle - c0
-        cycles = self.reg_read("CYCLES_LO") | (self.reg_read("CYCLES_HI") << 32)
-        stats: dict[str, Any] = {"cycles": cycles}
-        for key, reg_name in STAT_REGISTERS.items():
-            stats[key] = self.reg_read(reg_name)
-        stats["axi_rd_bursts"] = int(self._lib.vh_stat(self._h, 0))
-        stats["axi_wr_bursts"] = int(self._lib.vh_stat(self._h, 1))
+        sim_cycles = h.cycle - c0
+        stats: dict[str, Any] = dict(self.driver.counters())
+        stats["axi_rd_bursts"] = h.stat(0)
+        stats["axi_wr_bursts"] = h.stat(1)
         stats["sim_cycles"] = sim_cycles
         stats["sim_seconds"] = wall
         stats["sim_cycles_per_second"] = sim_cycles / wall if wall > 0 else 0.0
-        return RunResult(cycles=cycles, stats=stats)
+        return RunResult(cycles=stats["cycles"], stats=stats)
 
     def run(self, insn_addr: int, insn_count: int, *,
             regions: Sequence[Buffer] | None = None, timeout_cycles: int | None = None
@@ -320,14 +456,11 @@ class RtlDevice(Device):
             regions = self.buffers()
         static: dict[str, Any] = {}
         if self.verify:
-            try:
-                from ..verify import verify_program  # guarded: another engineer's module
-            except ImportError:
-                verify_program = None
-            if verify_program is not None:
-                report = verify_program(self.config, self.mem, insn_addr, insn_count,
-                                        list(regions))
-                static = dict(getattr(report, "stats", {}) or {})
+            from ..verify import verify_program  # noqa: PLC0415
+
+            report = verify_program(self.config, self.mem, insn_addr, insn_count,
+                                    list(regions))
+            static = dict(report.stats)
         self.launch(insn_addr, insn_count)
         res = self.wait(timeout_cycles)
         # data-independent counts from the verifier (per-opcode, bytes per memory type),
@@ -337,10 +470,9 @@ class RtlDevice(Device):
 
     def close(self) -> None:
         """Close the waveform and free the simulation."""
-        if self._h is not None:
-            self._lib.vh_trace_close(self._h)
-            self._lib.vh_destroy(self._h)
-            self._h = None
+        if self.harness is not None:
+            self.harness.close()
+            self.harness = None
 
     def __del__(self):
         try:

@@ -1,0 +1,273 @@
+"""One driver for a memory-mapped vtaforge core: the launch protocol of ``hw/regs.py``.
+
+Every backend that drives a core through its AXI4-Lite registers (``rtl``: the Verilator
+harness; ``pynq``: ``pynq.MMIO`` on a board; the tests' fakes) uses :class:`CoreDriver`, so
+the protocol is written once.  A backend supplies two small things:
+
+- a **register port**: any object with ``read(offset) -> int`` and
+  ``write(offset, value)``, 32-bit registers at byte offsets from the core's register
+  base (``pynq.MMIO`` has exactly this shape; so does ``rtl.device.Harness``);
+- a :class:`Watchdog` for :meth:`CoreDriver.wait`: what "time" is (wall-clock seconds on
+  a board, simulated cycles for ``rtl``), the limit, and what the host does between two
+  polls of ``STATUS`` (sleep; clock the simulation).
+
+Offsets and bit masks come from :mod:`vtaforge.hw.regs` only (:func:`reg_offset`,
+:func:`field_mask`); nothing here or in the backends spells a literal offset or bit.
+
+The protocol (``docs/regs.md``):
+
+1. :meth:`CoreDriver.identify` once, before the first launch: ``FINGERPRINT`` must equal
+   ``VTAConfig.fingerprint`` and the ``VERSION`` major must equal this runtime's, else
+   :class:`CoreIdentityError` (both fingerprints named);
+2. :meth:`CoreDriver.launch`: refuse when ``STATUS.BUSY`` (:class:`CoreBusyError`); write
+   ``INSN_ADDR_LO``, ``INSN_ADDR_HI``, ``INSN_COUNT``, then ``CTRL.START`` (with
+   ``CTRL.IRQ_EN`` as asked, or as it was);
+3. :meth:`CoreDriver.wait`: poll ``STATUS.DONE``; a run that is not done within the
+   watchdog's limit raises :class:`CoreTimeout` (a hang becomes an error, never a hung
+   host);
+4. :meth:`CoreDriver.counters`: ``CYCLES_LO/HI`` and the per-unit counters, under the
+   ``RunResult.stats`` keys shared with fsim (:data:`STAT_REGISTERS`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from ..hw import regs
+from ..hw.config import VTAConfig
+from .device import DeviceError, ProgramError
+
+__all__ = ["CoreDriver", "RegisterPort", "Watchdog", "CoreIdentityError", "CoreBusyError",
+           "CoreTimeout", "STAT_REGISTERS", "reg_offset", "field_mask"]
+
+#: RunResult.stats key -> counter register (keys match fsim's where they overlap).
+STAT_REGISTERS = {
+    "fetch_busy": "FETCH_BUSY", "load_busy": "LOAD_BUSY", "compute_busy": "COMPUTE_BUSY",
+    "store_busy": "STORE_BUSY", "load_stall": "LOAD_STALL", "compute_stall": "COMPUTE_STALL",
+    "store_stall": "STORE_STALL", "gemm_counter": "GEMM_COUNT", "alu_counter": "ALU_COUNT",
+    "dram_read_nbytes": "DMA_RD_BYTES", "dram_write_nbytes": "DMA_WR_BYTES",
+}
+
+_WORD = 0xFFFFFFFF
+
+
+def reg_offset(name: str) -> int:
+    """Byte offset of register ``name`` (``hw/regs.py``)."""
+    return regs.offset(name)
+
+
+def field_mask(reg_name: str, field_name: str) -> int:
+    """The bit mask of field ``field_name`` of register ``reg_name`` (``hw/regs.py``).
+
+    Raises:
+        KeyError: no such register or field.
+    """
+    for f in regs.reg(reg_name).fields:
+        if f.name == field_name:
+            return ((1 << f.width) - 1) << f.lsb
+    raise KeyError(f"register {reg_name} has no field {field_name}")
+
+
+_START = field_mask("CTRL", "START")
+_IRQ_EN = field_mask("CTRL", "IRQ_EN")
+_BUSY = field_mask("STATUS", "BUSY")
+_DONE = field_mask("STATUS", "DONE")
+_IRQ_DONE = field_mask("IRQ_STATUS", "DONE")
+
+
+class RegisterPort(Protocol):
+    """32-bit register access at byte offsets from the core's register base."""
+
+    def read(self, offset: int) -> int: ...
+
+    def write(self, offset: int, value: int) -> None: ...
+
+
+class CoreIdentityError(DeviceError):
+    """The register window does not hold a core of this config (fingerprint or
+    register-map version differ).  Attributes ``found`` and ``expected`` (fingerprints)."""
+
+    def __init__(self, msg: str, found: int, expected: int):
+        super().__init__(msg)
+        self.found, self.expected = found, expected
+
+
+class CoreBusyError(DeviceError):
+    """A launch while ``STATUS.BUSY`` is set (an earlier run has not finished)."""
+
+    def __init__(self, msg: str, status: int):
+        super().__init__(msg)
+        self.status = status
+
+
+class CoreTimeout(ProgramError):
+    """The watchdog fired: the run was not done within ``limit`` (in ``unit``).
+
+    Attributes:
+        status: the last ``STATUS`` value read; limit, elapsed: in the watchdog's unit.
+    """
+
+    def __init__(self, msg: str, status: int, limit: float, elapsed: float, unit: str):
+        super().__init__(msg)
+        self.status, self.limit, self.elapsed, self.unit = status, limit, elapsed, unit
+
+
+@dataclass
+class Watchdog:
+    """How :meth:`CoreDriver.wait` keeps time.
+
+    Attributes:
+        limit: give up once ``now() - start >= limit``.
+        now: the current time (any monotonic unit: seconds, cycles).
+        idle: what the host does between two polls of ``STATUS`` (must let time pass).
+        unit: the unit's name for messages (``"s"``, ``"cycles"``).
+    """
+
+    limit: float
+    now: Callable[[], float]
+    idle: Callable[[], None]
+    unit: str = "s"
+
+    @classmethod
+    def wall_clock(cls, limit_s: float, poll_s: float = 20e-6, *,
+                   sleep: Callable[[float], None] = time.sleep,
+                   clock: Callable[[], float] = time.monotonic) -> "Watchdog":
+        """Seconds of host time; sleeps ``poll_s`` between polls (a board)."""
+        return cls(float(limit_s), clock, lambda: sleep(poll_s), "s")
+
+    @classmethod
+    def cycles(cls, limit_cycles: int, *, step: Callable[[int], None],
+               cycle: Callable[[], int], poll_cycles: int = 256) -> "Watchdog":
+        """Simulated clock cycles; clocks the simulation ``poll_cycles`` between polls."""
+        n = max(1, int(poll_cycles))
+        return cls(int(limit_cycles), cycle, lambda: step(n), "cycles")
+
+
+class CoreDriver:
+    """The ``hw/regs.py`` protocol over a register port (see the module docstring).
+
+    Args:
+        port: the register port (``read(offset)``, ``write(offset, value)``).
+        where: how messages name the register window (e.g. ``"register window
+            0x43c00000"``, ``"RTL core"``).
+    """
+
+    def __init__(self, port: RegisterPort, *, where: str = "the core"):
+        self.port = port
+        self.where = where
+
+    # ------------------------------------------------------------------ registers
+    def read(self, name: str) -> int:
+        """Register ``name`` (``hw/regs.py``)."""
+        return int(self.port.read(regs.offset(name))) & _WORD
+
+    def write(self, name: str, value: int) -> None:
+        """Write register ``name``."""
+        self.port.write(regs.offset(name), int(value) & _WORD)
+
+    def status(self) -> int:
+        """``STATUS`` now."""
+        return self.read("STATUS")
+
+    @staticmethod
+    def is_busy(status: int) -> bool:
+        """``STATUS.BUSY`` of a status value."""
+        return bool(status & _BUSY)
+
+    @staticmethod
+    def is_done(status: int) -> bool:
+        """``STATUS.DONE`` of a status value."""
+        return bool(status & _DONE)
+
+    # ------------------------------------------------------------------ protocol
+    def identify(self, config: VTAConfig) -> None:
+        """Check ``FINGERPRINT`` against ``config.fingerprint`` and the ``VERSION`` major
+        against :data:`vtaforge.hw.regs.REGMAP_VERSION`.
+
+        Raises:
+            CoreIdentityError: either differs (the message names both fingerprints, and
+                hints at a missing bitstream / wrong base when the window reads as 0 or
+                all-ones).
+        """
+        fp = self.read("FINGERPRINT")
+        want = config.fingerprint
+        if fp != want:
+            if fp in (0, _WORD):
+                hint = ("it reads as 0/all-ones: is the bitstream loaded and the register "
+                        "base right?")
+            else:
+                hint = ("the core was built for another configuration (build it for this "
+                        "config, or pass the config it was built for)")
+            raise CoreIdentityError(
+                f"{self.where}: fingerprint 0x{fp:08x} differs from the config's "
+                f"0x{want:08x}; {hint}; refusing to run", fp, want)
+        ver = self.read("VERSION")
+        if ver >> 16 != regs.REGMAP_VERSION >> 16:
+            raise CoreIdentityError(
+                f"{self.where}: register-map version 0x{ver:08x} is incompatible with this "
+                f"runtime's 0x{regs.REGMAP_VERSION:08x}; refusing to run", fp, want)
+
+    def launch(self, insn_addr: int, insn_count: int, *, irq: bool | None = False) -> None:
+        """Start a run of ``insn_count`` instructions at byte address ``insn_addr``.
+
+        Args:
+            irq: ``CTRL.IRQ_EN`` for this run; ``None`` keeps the value the host last set.
+
+        Raises:
+            DeviceError: ``insn_addr`` or ``insn_count`` do not fit their registers.
+            CoreBusyError: ``STATUS.BUSY`` is set (an earlier run is still going).
+        """
+        insn_addr, insn_count = int(insn_addr), int(insn_count)
+        if not 0 <= insn_addr < 1 << 64:
+            raise DeviceError(f"instruction address 0x{insn_addr:x} does not fit INSN_ADDR")
+        if not 0 <= insn_count <= _WORD:
+            raise DeviceError(f"instruction count {insn_count} does not fit INSN_COUNT")
+        status = self.status()
+        if self.is_busy(status):
+            raise CoreBusyError(
+                f"{self.where}: the core is still busy (STATUS=0x{status:x}) from an earlier "
+                f"run; reset it (on a board: reprogram the bitstream)", status)
+        if irq is None:
+            ctrl = self.read("CTRL") & _IRQ_EN
+        else:
+            ctrl = _IRQ_EN if irq else 0
+        self.write("INSN_ADDR_LO", insn_addr & _WORD)
+        self.write("INSN_ADDR_HI", insn_addr >> 32)
+        self.write("INSN_COUNT", insn_count)
+        self.write("CTRL", ctrl | _START)
+
+    def wait(self, watchdog: Watchdog) -> float:
+        """Poll ``STATUS.DONE`` until it is set.
+
+        Returns:
+            the time from the call until DONE was seen, in the watchdog's unit.
+        Raises:
+            CoreTimeout: not done within ``watchdog.limit`` (the core is left as it is:
+                the caller resets it or reports that it must be reset).
+        """
+        t0 = watchdog.now()
+        while True:
+            status = self.status()
+            elapsed = watchdog.now() - t0
+            if self.is_done(status):
+                return elapsed
+            if elapsed >= watchdog.limit:
+                raise CoreTimeout(
+                    f"{self.where}: run not done after {watchdog.limit:g} {watchdog.unit} "
+                    f"(STATUS=0x{status:x})", status, watchdog.limit, elapsed, watchdog.unit)
+            watchdog.idle()
+
+    def counters(self) -> dict[str, int]:
+        """``cycles`` (``CYCLES_HI:LO``) and every :data:`STAT_REGISTERS` counter of the
+        last run."""
+        lo = self.read("CYCLES_LO")
+        out = {"cycles": lo | (self.read("CYCLES_HI") << 32)}
+        for key, name in STAT_REGISTERS.items():
+            out[key] = self.read(name)
+        return out
+
+    def clear_irq(self) -> None:
+        """Clear ``IRQ_STATUS.DONE`` (write-1-to-clear)."""
+        self.write("IRQ_STATUS", _IRQ_DONE)
