@@ -1,17 +1,29 @@
 """``PynqDevice``: the ``pynq`` target, a generated core on a Zynq board (PYNQ image).
 
-Hardware access goes through two small interfaces, so the whole driver runs in tests with
-fakes (``tests/runtime/test_pynq_fake.py``) and on a board with the real thing:
+On a board every hardware access goes through the ``pynq`` package:
 
-- an **MMIO** object: ``read(offset) -> int`` and ``write(offset, value)`` of 32-bit
-  registers at byte offsets from the core's register base.  On a board:
-  :class:`DevMemMMIO`, which maps the 4 KiB page(s) holding the window through
-  ``/dev/mem`` and adds the base's in-page offset to every access (field-faults BR-23: a
-  window at 0x41200080, offset 0x10, must hit 0x41200090);
-- a **memory allocator**: ``allocate(nbytes) -> HostBuffer`` with ``phys_addr``,
-  ``array`` (the CPU's ``uint8`` view, cacheable), ``flush()`` (write CPU cache lines back
-  to DRAM), ``invalidate()`` (drop them so the next read comes from DRAM) and ``free()``.
-  On a board: :class:`PynqAllocator` over ``pynq.allocate(..., cacheable=True)``.
+- **registers**: ``pynq.MMIO(reg_base, REGMAP_SIZE)`` (``pynq`` maps ``/dev/mem`` and adds
+  the base's in-page offset itself), driven by the shared
+  :class:`~vtaforge.runtime.mmio.CoreDriver`: identity check (``FINGERPRINT``/``VERSION``,
+  BR-24), launch, ``STATUS.DONE`` polling under a wall-clock watchdog, counters.  The
+  register base is the ``phys_addr`` of the overlay's ``ip_dict`` entry whose ``type`` is
+  the wrapper's module reference (``xilinx.com:module_ref:vta_wrapper:1.0``), else the
+  board family's default (0x43C00000 Zynq-7000, 0xA0000000 ZynqMP);
+- **memory**: ``pynq.allocate(..., cacheable=True)``, never for fewer than
+  :data:`MIN_ALLOC_BYTES`: buffers up to a quarter of :data:`POOL_CHUNK_BYTES` are
+  sub-allocated from pooled chunks (:class:`BufferPool`), larger ones get their own
+  allocation.  PYNQ 3.1 with XRT 2.17 places buffers of 4 KiB or less above 4 GiB on
+  64-bit boards, and the core's AXI addresses are 32-bit: an allocation that lies above
+  4 GiB anyway is refused with an error naming it;
+- **PL clock**: ``pynq.Clocks.fclk0_mhz`` (the clock the core runs on) against
+  ``CLOCK_MHZ``: faster (beyond 1 %) is refused, since the bitstream was timed for
+  ``CLOCK_MHZ``; slower gives a ``RuntimeWarning`` (correct, slower; cycle-based timeouts
+  use the measured clock).
+
+Each piece can be replaced, so the driver runs against fakes and simulations
+(``tests/runtime/test_pynq_fake.py``, ``tests/runtime/test_pynq_sim.py``): ``mmio`` (a
+ready register port), ``mmio_factory`` (called like ``pynq.MMIO(base, length)``),
+``allocator`` (``allocate(nbytes) -> HostBuffer``), ``pl_clock_mhz``.
 
 Cache discipline (field-faults BR-22): every device buffer has a state,
 
@@ -20,28 +32,35 @@ Cache discipline (field-faults BR-22): every device buffer has a state,
   output) and the lines may sit in the CPU cache;
 - ``DEVICE_WRITTEN``: a run may have stored into it; the CPU's view may be stale.
 
-Before a launch, every ``HOST_DIRTY`` buffer is flushed (``auto_cache=True``, the default)
-and the launch is refused if a buffer the program may touch is still host-dirty (with
-``auto_cache=False`` the caller flushes with :meth:`PynqDevice.flush`).  After a run, every
-buffer the program's STOREs reach is invalidated (``auto_cache``) or marked
-``DEVICE_WRITTEN``, in which state host reads are refused (manual mode) and host writes
-invalidate first, so a partial write never merges stale lines that a later flush would
-write back over the device's results.
+Before a launch every chunk holding a ``HOST_DIRTY`` buffer is flushed (``auto_cache=True``,
+the default) and the launch is refused if a buffer the program may touch is still
+host-dirty (with ``auto_cache=False`` the caller flushes with :meth:`PynqDevice.flush`).
+After a run, every buffer the program's STOREs reach is invalidated (``auto_cache``) or
+marked ``DEVICE_WRITTEN``, in which state host reads are refused (manual mode) and host
+writes invalidate first, so a partial write never merges stale lines that a later flush
+would write back over the device's results.
 
-Before the first run the core's ``FINGERPRINT`` register is compared with the config's
-(field-faults BR-24; refusal names both); the static verifier
-(:func:`vtaforge.runtime.verify.verify_program`) runs before every launch; the launch
-follows :mod:`vtaforge.hw.regs`; ``STATUS.DONE`` is polled with a wall-clock timeout
-(→ :class:`ProgramError`); statistics come from the counter registers, as for ``rtl``.
+Maintenance is per ``pynq`` allocation, as XRT does it (whole buffers): flushing a chunk
+cleans every buffer in it; invalidating a chunk first flushes it when any buffer in it holds
+host writes (an invalidate drops dirty lines; on Zynq-7000 the PL310 does not write them
+back), and leaves every buffer in it clean.  Sub-buffers are aligned to 64 bytes (a cache
+line), so no line is shared by two buffers.  Every flush and invalidate goes through the
+module functions :func:`_flush` and :func:`_invalidate`.
+
+The static verifier (:func:`vtaforge.runtime.verify.verify_program`) runs before every
+launch on a :class:`~vtaforge.runtime.verify.SparseImage` holding only the instructions
+and the micro-op buffers: its memory is sized by the program's buffers, whatever their
+physical addresses.  With ``verify`` on, :attr:`PynqDevice.checks_in_run` is True, so the
+program builder does not run a second dry run of its own.
 """
 
 from __future__ import annotations
 
 import enum
-import mmap
 import os
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
@@ -49,37 +68,31 @@ import numpy as np
 from ..hw import regs
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import ISAError, Opcode, decode_program, encode_program
+from .device import Allocator as _SubAllocator
 from .device import Buffer, Device, DeviceError, ProgramError, RunResult
+from .mmio import STAT_REGISTERS, CoreDriver, CoreTimeout, RegisterPort, Watchdog
 
-__all__ = ["PynqDevice", "DevMemMMIO", "PynqAllocator", "HostBuffer", "MMIO", "Allocator",
-           "CacheState", "run_raw", "STAT_REGISTERS", "DEFAULT_TIMEOUT_S", "PAGE_BYTES"]
+__all__ = ["PynqDevice", "PynqAllocator", "BufferPool", "HostBuffer", "MMIO", "Allocator",
+           "CacheState", "run_raw", "find_core", "STAT_REGISTERS", "DEFAULT_TIMEOUT_S",
+           "MIN_ALLOC_BYTES", "POOL_CHUNK_BYTES", "CACHE_LINE_BYTES"]
 
-#: MMIO page size (bytes): what ``/dev/mem`` maps.
-PAGE_BYTES = 4096
 #: Default wall-clock timeout of one run, seconds.
 DEFAULT_TIMEOUT_S = 10.0
 #: Seconds between two polls of STATUS.DONE.
 DEFAULT_POLL_S = 20e-6
+#: The smallest ``pynq.allocate`` this backend makes (PYNQ 4.0 also allocates at least
+#: 8 KiB: XRT 2.17 gave buffers <= 4 KiB addresses above 4 GiB on 64-bit boards).
+MIN_ALLOC_BYTES = 8192
+#: Size of one pooled chunk; buffers up to a quarter of it are sub-allocated.
+POOL_CHUNK_BYTES = 256 << 10
+#: Alignment of sub-allocated buffers: a cache line (64 B on Cortex-A53, 32 B on A9/PL310).
+CACHE_LINE_BYTES = 64
+#: Relative PL-clock deviation from CLOCK_MHZ that is accepted silently.
+CLOCK_TOLERANCE = 0.01
+#: The core's DMA reach: AXI addresses are 32-bit.
+ADDR_LIMIT = 1 << 32
 
-#: RunResult.stats key -> register name (the same keys as the rtl backend and fsim).
-STAT_REGISTERS = {
-    "fetch_busy": "FETCH_BUSY", "load_busy": "LOAD_BUSY", "compute_busy": "COMPUTE_BUSY",
-    "store_busy": "STORE_BUSY", "load_stall": "LOAD_STALL", "compute_stall": "COMPUTE_STALL",
-    "store_stall": "STORE_STALL", "gemm_counter": "GEMM_COUNT", "alu_counter": "ALU_COUNT",
-    "dram_read_nbytes": "DMA_RD_BYTES", "dram_write_nbytes": "DMA_WR_BYTES",
-}
-
-_DONE = 1 << 1   # STATUS.DONE
-_BUSY = 1 << 0   # STATUS.BUSY
-_START = 1 << 0  # CTRL.START
-
-
-class MMIO(Protocol):
-    """32-bit register access at byte offsets from the core's register base."""
-
-    def read(self, offset: int) -> int: ...
-
-    def write(self, offset: int, value: int) -> None: ...
+MMIO = RegisterPort  # the register-port protocol (``pynq.MMIO`` has this shape)
 
 
 @dataclass
@@ -115,65 +128,27 @@ class CacheState(enum.Enum):
     DEVICE_WRITTEN = "device-written"
 
 
-# ---------------------------------------------------------------------------- board backends
-class DevMemMMIO:
-    """Registers through an ``mmap`` of ``/dev/mem`` (or any file standing in for it).
-
-    The mapping starts at ``base`` rounded down to :data:`PAGE_BYTES`; every access adds
-    ``base``'s in-page offset (BR-23).  Accesses are 32-bit and must be 4-byte aligned and
-    inside ``[0, length)``.
-
-    Raises:
-        DeviceError: ``base`` not 4-byte aligned, bad ``length``, the file cannot be opened
-            or mapped (``/dev/mem`` needs root), an access out of range or misaligned.
-    """
-
-    def __init__(self, base: int, length: int = PAGE_BYTES, path: str = "/dev/mem"):
-        if base < 0 or base % 4:
-            raise DeviceError(f"MMIO base 0x{base:x} must be a non-negative multiple of 4")
-        if length <= 0 or length % 4:
-            raise DeviceError(f"MMIO length {length} must be a positive multiple of 4")
-        self.base, self.length, self.path = int(base), int(length), path
-        self.page_base = self.base & ~(PAGE_BYTES - 1)
-        self.page_offset = self.base - self.page_base
-        map_len = -(-(self.page_offset + self.length) // PAGE_BYTES) * PAGE_BYTES
-        try:
-            fd = os.open(path, os.O_RDWR | getattr(os, "O_SYNC", 0))
-        except OSError as e:
-            raise DeviceError(f"cannot open {path} for the registers at 0x{base:x}: "
-                              f"{e.strerror or e} (board access needs root)") from None
-        try:
-            self._mm = mmap.mmap(fd, map_len, mmap.MAP_SHARED,
-                                 mmap.PROT_READ | mmap.PROT_WRITE, offset=self.page_base)
-        except (OSError, ValueError) as e:
-            raise DeviceError(f"cannot map {map_len} bytes of {path} at 0x{self.page_base:x}: "
-                              f"{e}") from None
-        finally:
-            os.close(fd)
-        self._words = np.frombuffer(self._mm, dtype=np.uint32)
-
-    def _index(self, offset: int) -> int:
-        if offset < 0 or offset + 4 > self.length or offset % 4:
-            raise DeviceError(f"register offset 0x{offset:x} is outside the 0x{self.length:x}-"
-                              f"byte window or not 4-byte aligned")
-        return (self.page_offset + offset) >> 2
-
-    def read(self, offset: int) -> int:
-        """The 32-bit register at byte ``offset`` from the base."""
-        return int(self._words[self._index(offset)])
-
-    def write(self, offset: int, value: int) -> None:
-        """Write the 32-bit register at byte ``offset`` from the base."""
-        self._words[self._index(offset)] = int(value) & 0xFFFFFFFF
-
-    def close(self) -> None:
-        """Unmap."""
-        if getattr(self, "_mm", None) is not None:
-            self._words = None
-            self._mm.close()
-            self._mm = None
+def _flush(host: HostBuffer) -> None:
+    """Write the CPU's dirty lines of one allocation back to DRAM (every flush of this
+    backend goes through here)."""
+    host.flush()
 
 
+def _invalidate(host: HostBuffer) -> None:
+    """Drop the CPU's lines of one allocation (every invalidate goes through here)."""
+    host.invalidate()
+
+
+def _import_pynq(why: str):
+    try:
+        import pynq  # noqa: PLC0415 - only on a board
+    except ImportError as e:
+        raise DeviceError(f"target 'pynq' needs the pynq package for {why} (run on a board "
+                          f"with the PYNQ image, or pip install pynq): {e}") from None
+    return pynq
+
+
+# ---------------------------------------------------------------------------- memory
 class PynqAllocator:
     """Cacheable contiguous buffers from ``pynq.allocate`` (CMA on the PYNQ image).
 
@@ -181,13 +156,8 @@ class PynqAllocator:
         DeviceError: the ``pynq`` package is missing or the allocation fails.
     """
 
-    def __init__(self):
-        try:
-            import pynq  # noqa: PLC0415 - only on a board
-        except ImportError as e:
-            raise DeviceError(f"target 'pynq' needs the pynq package (run on a board with "
-                              f"the PYNQ image, or pip install pynq): {e}") from None
-        self._pynq = pynq
+    def __init__(self, pynq_module=None):
+        self._pynq = pynq_module if pynq_module is not None else _import_pynq("memory")
 
     def allocate(self, nbytes: int) -> HostBuffer:
         try:
@@ -198,19 +168,135 @@ class PynqAllocator:
                           invalidate=b.invalidate, free=b.freebuffer)
 
 
-def _find_reg_base(ip_dict: dict) -> int | None:
-    """The ``phys_addr`` of the VTA core in an Overlay's ``ip_dict`` (None if absent)."""
-    for name, ip in ip_dict.items():
-        if "vta" in name.lower() and "phys_addr" in ip:
-            return int(ip["phys_addr"])
-    return None
+@dataclass(eq=False)
+class _Chunk:
+    """One allocation from the allocator: a pooled chunk (``sub`` set) or a dedicated
+    buffer."""
 
-
-# ---------------------------------------------------------------------------- the device
-@dataclass
-class _Entry:
     host: HostBuffer
     nbytes: int
+    sub: _SubAllocator | None
+    entries: dict = field(default_factory=dict)  # addr -> _Entry living in this chunk
+
+    @property
+    def phys(self) -> int:
+        return int(self.host.phys_addr)
+
+
+class BufferPool:
+    """Device buffers carved out of few, large allocations.
+
+    A request of at most ``chunk_bytes // 4`` bytes is placed first-fit, aligned to
+    ``align``, in a pooled chunk of ``chunk_bytes`` (a new chunk when none has room); a
+    larger one gets its own allocation, rounded up to 4 KiB.  No allocation is smaller
+    than :data:`MIN_ALLOC_BYTES`.  A chunk is returned to the allocator when its last
+    buffer is freed.
+
+    Raises:
+        DeviceError: the allocator fails, or returns memory at address 0, misaligned,
+            smaller than asked, or beyond the core's 32-bit reach (the message names it).
+    """
+
+    def __init__(self, allocator: Allocator, *, align: int,
+                 chunk_bytes: int = POOL_CHUNK_BYTES):
+        self.allocator = allocator
+        self.align = max(int(align), CACHE_LINE_BYTES)
+        self.chunk_bytes = max(-(-int(chunk_bytes) // 4096) * 4096, MIN_ALLOC_BYTES)
+        self.max_sub = self.chunk_bytes // 4
+        self.chunks: list[_Chunk] = []
+        self.allocations = 0  # calls to the allocator (statistics)
+
+    def _new(self, n: int, pooled: bool) -> _Chunk:
+        hb = self.allocator.allocate(n)
+        self.allocations += 1
+        a = int(hb.phys_addr)
+        bad = None
+        if a == 0:
+            bad = "is the null address"
+        elif a % self.align:
+            bad = f"is not aligned to {self.align} bytes"
+        elif a + n > ADDR_LIMIT:
+            bad = (f"lies above 4 GiB, beyond the core's 32-bit AXI addresses (PYNQ 3.1 "
+                   f"with XRT 2.17 puts buffers of 4 KiB or less there on 64-bit boards; "
+                   f"this runtime never asks for less than {MIN_ALLOC_BYTES} bytes, so "
+                   f"the board's CMA region itself seems to lie above 4 GiB)")
+        elif hb.array.size * hb.array.itemsize < n:
+            bad = f"has a {hb.array.size * hb.array.itemsize}-byte view, fewer than {n}"
+        if bad:
+            hb.free()
+            raise DeviceError(f"the allocator returned {n} bytes at physical 0x{a:x}, "
+                              f"which {bad}")
+        arr = hb.array if hb.array.dtype == np.uint8 else hb.array.view(np.uint8)
+        hb = HostBuffer(a, arr.reshape(-1), hb.flush, hb.invalidate, hb.free)
+        c = _Chunk(hb, n, _SubAllocator(n, self.align, base=a) if pooled else None)
+        self.chunks.append(c)
+        return c
+
+    def alloc(self, nbytes: int) -> tuple[int, _Chunk]:
+        """Physical address and chunk of a new ``nbytes`` buffer."""
+        n = -(-int(nbytes) // self.align) * self.align
+        if n > self.max_sub:
+            c = self._new(max(-(-n // 4096) * 4096, MIN_ALLOC_BYTES), pooled=False)
+            return c.phys, c
+        for c in self.chunks:
+            if c.sub is not None:
+                try:
+                    return c.sub.alloc(n), c
+                except DeviceError:
+                    continue
+        c = self._new(self.chunk_bytes, pooled=True)
+        return c.sub.alloc(n), c
+
+    def free(self, addr: int, c: _Chunk) -> None:
+        """Release the buffer at ``addr`` in chunk ``c`` (and the chunk when it empties)."""
+        if c.sub is not None:
+            c.sub.free(addr)
+            if c.sub.live:
+                return
+        self.chunks.remove(c)
+        c.host.free()
+
+    def close(self) -> None:
+        """Release every chunk."""
+        for c in self.chunks:
+            c.host.free()
+        self.chunks.clear()
+
+
+# ---------------------------------------------------------------------------- the core
+def find_core(ip_dict: dict) -> tuple[str, dict] | None:
+    """The vtaforge core in an overlay's ``ip_dict``: the entry whose ``type`` is the
+    wrapper's module reference (``xilinx.com:module_ref:vta_wrapper:<version>``), as
+    ``(name, entry)``; None when there is none.
+
+    Raises:
+        DeviceError: several entries match (pass ``reg_base`` to pick one).
+    """
+    from ..hw.flow import WRAPPER_NAME  # noqa: PLC0415
+
+    prefix = f"xilinx.com:module_ref:{WRAPPER_NAME}:"
+    hits = [(n, ip) for n, ip in ip_dict.items()
+            if str(ip.get("type", "")).startswith(prefix) and "phys_addr" in ip]
+    if len(hits) > 1:
+        raise DeviceError(f"the overlay has {len(hits)} vtaforge cores "
+                          f"({', '.join(n for n, _ in hits)}); pass reg_base to pick one")
+    return hits[0] if hits else None
+
+
+def _read_pl_clock(pynq) -> float:
+    """``fclk0_mhz`` of pynq's ``Clocks`` (the PL clock the core runs on)."""
+    clocks = getattr(pynq, "Clocks", None)
+    if clocks is None:
+        clocks = pynq.ps.Clocks
+    return float(clocks.fclk0_mhz)
+
+
+@dataclass(eq=False)
+class _Entry:
+    chunk: _Chunk
+    addr: int
+    nbytes: int
+    view: np.ndarray  # the CPU's view, rounded-up length
     state: CacheState = CacheState.CLEAN
 
 
@@ -220,14 +306,17 @@ class PynqDevice(Device):
     Args:
         config: the core's configuration; the bitstream's FINGERPRINT must equal
             ``config.fingerprint``.
-        bitstream: path of the ``.bit`` (its ``.hwh`` beside it) to program with
-            ``pynq.Overlay``; ``None``: the environment variable ``VTAFORGE_BITSTREAM``
-            if set (how ``vtaforge run/exec --target pynq`` pick it up), else the PL is
-            taken as already programmed.
-        mmio: an :class:`MMIO` (default: :class:`DevMemMMIO` at ``reg_base``).
+        bitstream: the overlay to program with ``pynq.Overlay`` (a ``.bit`` path with its
+            ``.hwh`` beside it, or an installed overlay's name); ``None``: the environment
+            variable ``VTAFORGE_BITSTREAM`` if set (how ``vtaforge run/exec --target pynq``
+            pick it up), else the PL is taken as already programmed.
+        mmio: a ready register port (``read(offset)``, ``write(offset, value)``).
+        mmio_factory: called as ``mmio_factory(reg_base, REGMAP_SIZE)`` for the port
+            (default ``pynq.MMIO``); ignored when ``mmio`` is given.
         allocator: an :class:`Allocator` (default: :class:`PynqAllocator`).
-        reg_base: physical address of the register window (default: the overlay's IP
-            address, else the board family's: 0x43C00000 Zynq-7000, 0xA0000000 ZynqMP).
+        reg_base: physical address of the register window (default: the overlay's core,
+            see :func:`find_core`, else the board family's: 0x43C00000 Zynq-7000,
+            0xA0000000 ZynqMP).
         timeout_s: wall-clock watchdog per run, seconds.
         poll_s: seconds between polls of STATUS.DONE.
         auto_cache: flush host-dirty buffers before a launch and invalidate device-written
@@ -235,43 +324,69 @@ class PynqDevice(Device):
             :meth:`invalidate`; launches over host-dirty buffers and reads of
             device-written ones are refused.
         verify: run the static verifier before every launch (default True).
+        pool_chunk_bytes: size of a pooled chunk (see :class:`BufferPool`).
+        pl_clock_mhz: the PL clock, MHz (default: read ``pynq.Clocks.fclk0_mhz`` when the
+            ``pynq`` package is in use; unknown otherwise).
+        check_clock: compare the PL clock with ``CLOCK_MHZ`` (see the module docstring).
         sleep, clock: injectable ``time.sleep`` / ``time.monotonic`` (tests).
 
     Raises:
-        DeviceError: no ``pynq`` package and no fakes given; the register window does not
-            hold a vtaforge core, or its fingerprint or register-map version differs from
-            the config's (the message names both fingerprints).
+        DeviceError: no ``pynq`` package and no fakes given; the overlay cannot be loaded
+            or holds several cores; the register window does not hold a vtaforge core, or
+            its fingerprint or register-map version differs from the config's (the
+            message names both fingerprints); the PL clock is faster than ``CLOCK_MHZ``.
     """
 
     target = "pynq"
 
     def __init__(self, config: VTAConfig, *, bitstream: str | None = None,
-                 mmio: MMIO | None = None, allocator: Allocator | None = None,
-                 reg_base: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 poll_s: float = DEFAULT_POLL_S, auto_cache: bool = True, verify: bool = True,
+                 mmio: RegisterPort | None = None,
+                 mmio_factory: Callable[[int, int], RegisterPort] | None = None,
+                 allocator: Allocator | None = None, reg_base: int | None = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, poll_s: float = DEFAULT_POLL_S,
+                 auto_cache: bool = True, verify: bool = True,
+                 pool_chunk_bytes: int = POOL_CHUNK_BYTES, pl_clock_mhz: float | None = None,
+                 check_clock: bool = True,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__(config, mem_bytes=1 << 32)
         self._bufs: dict[int, _Entry] = {}
+        self.pool: BufferPool | None = None
+        self.mmio = None
         self.timeout_s = float(timeout_s)
         self.poll_s = float(poll_s)
         self.auto_cache = bool(auto_cache)
         self.verify = bool(verify)
         self._sleep, self._clock = sleep, clock
         self.overlay = None
+        self.core_name: str | None = None
+        pynq = None
         if bitstream is None and mmio is None:
             bitstream = os.environ.get("VTAFORGE_BITSTREAM") or None
         if bitstream is not None:
+            pynq = _import_pynq(f"programming {bitstream!r}")
             try:
-                import pynq  # noqa: PLC0415
-            except ImportError as e:
-                raise DeviceError(f"programming {bitstream!r} needs the pynq package "
-                                  f"(run on a board with the PYNQ image): {e}") from None
-            if not os.path.isfile(bitstream):
-                raise DeviceError(f"bitstream {bitstream!r} does not exist")
-            self.overlay = pynq.Overlay(bitstream)
+                self.overlay = pynq.Overlay(bitstream)
+            except Exception as e:  # noqa: BLE001 - pynq raises several kinds
+                raise DeviceError(f"pynq.Overlay({bitstream!r}) failed: "
+                                  f"{type(e).__name__}: {e}") from None
             if reg_base is None:
-                reg_base = _find_reg_base(getattr(self.overlay, "ip_dict", {}) or {})
+                ip_dict = getattr(self.overlay, "ip_dict", None) or {}
+                hit = find_core(ip_dict)
+                if hit is None:
+                    from ..hw.flow import WRAPPER_NAME  # noqa: PLC0415
+
+                    raise DeviceError(
+                        f"overlay {bitstream!r} has no vtaforge core: no ip_dict entry of "
+                        f"type xilinx.com:module_ref:{WRAPPER_NAME}:* (entries: "
+                        f"{', '.join(sorted(ip_dict)) or 'none'}); pass reg_base if the "
+                        f"core is there under another type")
+                self.core_name, ip = hit
+                reg_base = int(ip["phys_addr"])
+                if int(ip.get("addr_range", regs.REGMAP_SIZE)) < regs.REGMAP_SIZE:
+                    raise DeviceError(f"the overlay maps only {ip['addr_range']} bytes for "
+                                      f"{self.core_name}; its register map needs "
+                                      f"{regs.REGMAP_SIZE}")
         if reg_base is None:
             from ..hw.flow import FlowError, board_spec  # noqa: PLC0415
 
@@ -280,10 +395,60 @@ class PynqDevice(Device):
             except FlowError as e:
                 raise DeviceError(str(e)) from None
         self.reg_base = int(reg_base)
-        # the allocator first: without the pynq package nothing touches /dev/mem
-        self.host_allocator = allocator if allocator is not None else PynqAllocator()
-        self.mmio = mmio if mmio is not None else DevMemMMIO(self.reg_base, regs.REGMAP_SIZE)
-        self._check_core()
+        # memory first: without the pynq package nothing touches the registers
+        if allocator is None:
+            pynq = pynq or _import_pynq("memory")
+            allocator = PynqAllocator(pynq)
+        self.host_allocator = allocator
+        self.pool = BufferPool(allocator, align=config.dram_alignment,
+                               chunk_bytes=pool_chunk_bytes)
+        if mmio is None:
+            if mmio_factory is None:
+                pynq = pynq or _import_pynq("register access")
+                mmio_factory = pynq.MMIO
+            try:
+                mmio = mmio_factory(self.reg_base, regs.REGMAP_SIZE)
+            except Exception as e:  # noqa: BLE001
+                raise DeviceError(f"cannot map the registers at 0x{self.reg_base:08x}: "
+                                  f"{type(e).__name__}: {e}") from None
+        self.mmio = mmio
+        self.driver = CoreDriver(mmio, where=f"register window 0x{self.reg_base:08x}")
+        self.driver.identify(config)
+        self.pl_clock_mhz = pl_clock_mhz
+        if self.pl_clock_mhz is None and check_clock and pynq is not None:
+            try:
+                self.pl_clock_mhz = _read_pl_clock(pynq)
+            except Exception as e:  # noqa: BLE001
+                warnings.warn(f"cannot read the PL clock (pynq Clocks.fclk0_mhz: {e}); it is "
+                              f"not checked against CLOCK_MHZ = {config.CLOCK_MHZ:g}",
+                              RuntimeWarning, stacklevel=2)
+        if check_clock and self.pl_clock_mhz is not None:
+            self._check_clock(float(self.pl_clock_mhz))
+
+    def _check_clock(self, mhz: float) -> None:
+        want = float(self.config.CLOCK_MHZ)
+        if mhz > want * (1 + CLOCK_TOLERANCE):
+            raise DeviceError(f"the PL clock fclk0 runs at {mhz:g} MHz, faster than the "
+                              f"CLOCK_MHZ = {want:g} the bitstream was built and timed for "
+                              f"(results could be wrong); refusing to run: set "
+                              f"pynq.Clocks.fclk0_mhz = {want:g}, or rebuild for this clock")
+        if mhz < want * (1 - CLOCK_TOLERANCE):
+            warnings.warn(f"the PL clock fclk0 runs at {mhz:g} MHz, below CLOCK_MHZ = "
+                          f"{want:g}: results are right but runs take {want / mhz:.2f}x "
+                          f"longer; cycle-based timeouts use {mhz:g} MHz", RuntimeWarning,
+                          stacklevel=3)
+
+    @property
+    def clock_mhz(self) -> float:
+        """The core's clock: the measured PL clock when known, else ``CLOCK_MHZ``."""
+        return float(self.pl_clock_mhz or self.config.CLOCK_MHZ)
+
+    @property
+    def checks_in_run(self) -> bool:
+        """True with ``verify``: :meth:`run` runs the whole static verifier before it
+        launches (nothing reaches the core unverified), so the program builder skips its
+        own dry run."""
+        return self.verify
 
     # ------------------------------------------------------------------ registers
     def reg_read(self, name_or_offset: str | int) -> int:
@@ -296,51 +461,26 @@ class PynqDevice(Device):
         off = regs.offset(name_or_offset) if isinstance(name_or_offset, str) else name_or_offset
         self.mmio.write(off, int(value) & 0xFFFFFFFF)
 
-    def _check_core(self) -> None:
-        fp = self.reg_read("FINGERPRINT")
-        want = self.config.fingerprint
-        where = f"register window 0x{self.reg_base:08x}"
-        if fp != want:
-            hint = (" (reads as 0/all-ones: is the bitstream loaded and the base right?)"
-                    if fp in (0, 0xFFFFFFFF) else
-                    ": the bitstream was built for another configuration")
-            raise DeviceError(f"bitstream fingerprint 0x{fp:08x} at {where} differs from the "
-                              f"config's fingerprint 0x{want:08x}{hint}; refusing to run "
-                              f"(build the bitstream for this config, or pass its config)")
-        ver = self.reg_read("VERSION")
-        if ver >> 16 != regs.REGMAP_VERSION >> 16:
-            raise DeviceError(f"core register-map version 0x{ver:08x} at {where} is "
-                              f"incompatible with this runtime's 0x{regs.REGMAP_VERSION:08x}")
-
     # ------------------------------------------------------------------ memory
     def alloc(self, nbytes: int) -> Buffer:
-        """Allocate ``nbytes`` of contiguous device memory (cacheable on the CPU side).
+        """Allocate ``nbytes`` of contiguous device memory (cacheable on the CPU side),
+        from the pool (see :class:`BufferPool`).
 
         Raises:
-            DeviceError: non-positive size; the allocator fails; the physical address is 0,
-                not aligned to ``config.dram_alignment`` or above the core's 32-bit reach.
+            DeviceError: non-positive size; the allocator fails or returns unusable
+                memory (null, misaligned, above the core's 32-bit reach).
         """
         if nbytes <= 0:
             raise DeviceError(f"allocation size must be positive, got {nbytes}")
-        align = self.config.dram_alignment
-        n = -(-int(nbytes) // align) * align
-        hb = self.host_allocator.allocate(n)
-        a = int(hb.phys_addr)
-        bad = None
-        if a == 0:
-            bad = "is the null address"
-        elif a % align:
-            bad = f"is not aligned to {align} bytes (config.dram_alignment)"
-        elif a + n > 1 << 32:
-            bad = "lies above 4 GiB, beyond the core's 32-bit AXI address"
-        elif hb.array.size < n:
-            bad = f"has a {hb.array.size}-byte view, fewer than {n}"
-        if bad:
-            hb.free()
-            raise DeviceError(f"allocator returned buffer at 0x{a:x} that {bad}")
-        arr = hb.array if hb.array.dtype == np.uint8 else hb.array.view(np.uint8)
-        hb = HostBuffer(a, arr.reshape(-1), hb.flush, hb.invalidate, hb.free)
-        self._bufs[a] = _Entry(hb, int(nbytes))
+        a, c = self.pool.alloc(int(nbytes))
+        if a % self.config.dram_alignment:  # pragma: no cover - the pool aligns
+            raise DeviceError(f"buffer at 0x{a:x} is not aligned to "
+                              f"{self.config.dram_alignment} bytes")
+        n = -(-int(nbytes) // self.pool.align) * self.pool.align
+        off = a - c.phys
+        e = _Entry(c, a, int(nbytes), c.host.array[off:off + n])
+        c.entries[a] = e
+        self._bufs[a] = e
         return Buffer(a, int(nbytes))
 
     def free(self, buf: Buffer) -> None:
@@ -348,11 +488,17 @@ class PynqDevice(Device):
         e = self._bufs.pop(buf.addr, None)
         if e is None:
             raise DeviceError(f"free of address 0x{buf.addr:x} that is not allocated")
-        e.host.free()
+        del e.chunk.entries[e.addr]
+        self.pool.free(e.addr, e.chunk)
 
     def buffers(self) -> list[Buffer]:
         """All live buffers."""
         return [Buffer(a, e.nbytes) for a, e in sorted(self._bufs.items())]
+
+    def allocation_of(self, buf: Buffer) -> Buffer:
+        """The ``pynq`` allocation (pooled chunk or dedicated buffer) holding ``buf``."""
+        c = self._entry(buf).chunk
+        return Buffer(c.phys, c.nbytes)
 
     def _entry(self, buf: Buffer) -> _Entry:
         e = self._bufs.get(buf.addr)
@@ -365,16 +511,30 @@ class PynqDevice(Device):
         """The cache state of ``buf``."""
         return self._entry(buf).state
 
+    def _flush_chunk(self, c: _Chunk) -> None:
+        _flush(c.host)
+        for e in c.entries.values():
+            if e.state is CacheState.HOST_DIRTY:
+                e.state = CacheState.CLEAN
+
+    def _invalidate_chunk(self, c: _Chunk) -> None:
+        if any(e.state is CacheState.HOST_DIRTY for e in c.entries.values()):
+            self._flush_chunk(c)  # the invalidate drops dirty lines of the whole chunk
+        _invalidate(c.host)
+        for e in c.entries.values():
+            e.state = CacheState.CLEAN
+
     def flush(self, buf: Buffer) -> None:
-        """Write the CPU's cached bytes of ``buf`` to DRAM (host-dirty → clean)."""
+        """Write the CPU's cached bytes of ``buf`` to DRAM (host-dirty → clean); the
+        whole allocation holding it is flushed."""
         e = self._entry(buf)
         if e.state is CacheState.HOST_DIRTY:
-            e.host.flush()
-            e.state = CacheState.CLEAN
+            self._flush_chunk(e.chunk)
 
     def invalidate(self, buf: Buffer) -> None:
         """Drop the CPU's cached lines of ``buf`` so reads see what the device wrote
-        (device-written → clean).
+        (device-written → clean).  Host writes to other buffers of the same allocation
+        are flushed first.
 
         Raises:
             DeviceError: ``buf`` holds unflushed host writes (they would be lost).
@@ -383,8 +543,7 @@ class PynqDevice(Device):
         if e.state is CacheState.HOST_DIRTY:
             raise DeviceError(f"invalidating buffer at 0x{buf.addr:x} would discard host "
                               f"writes that were never flushed")
-        e.host.invalidate()
-        e.state = CacheState.CLEAN
+        self._invalidate_chunk(e.chunk)
 
     def host_view(self, buf: Buffer) -> np.ndarray:
         """The CPU's ``uint8`` view of ``buf`` for zero-copy writes; marks it host-dirty
@@ -392,7 +551,7 @@ class PynqDevice(Device):
         e = self._entry(buf)
         self._before_host_write(buf, e)
         e.state = CacheState.HOST_DIRTY
-        return e.host.array[:buf.nbytes]
+        return e.view[:buf.nbytes]
 
     def _before_host_write(self, buf: Buffer, e: _Entry) -> None:
         if e.state is CacheState.DEVICE_WRITTEN:
@@ -400,8 +559,7 @@ class PynqDevice(Device):
             if not self.auto_cache:
                 raise DeviceError(f"buffer at 0x{buf.addr:x} was written by the device and "
                                   f"not invalidated; invalidate it before writing")
-            e.host.invalidate()
-            e.state = CacheState.CLEAN
+            self._invalidate_chunk(e.chunk)
 
     def write(self, buf: Buffer, data: bytes | np.ndarray, offset: int = 0) -> None:
         """Copy host ``data`` (raw bytes of any dtype) into ``buf`` at byte ``offset``;
@@ -410,7 +568,7 @@ class PynqDevice(Device):
         self._check_host_access(buf, offset, raw.size)
         e = self._entry(buf)
         self._before_host_write(buf, e)
-        e.host.array[offset:offset + raw.size] = raw
+        e.view[offset:offset + raw.size] = raw
         e.state = CacheState.HOST_DIRTY
 
     def read(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
@@ -429,7 +587,7 @@ class PynqDevice(Device):
                                   f"not invalidated; reading it could return stale cache "
                                   f"lines")
             self.invalidate(buf)
-        return np.array(e.host.array[offset:offset + n], dtype=np.uint8, copy=True)
+        return np.array(e.view[offset:offset + n], dtype=np.uint8, copy=True)
 
     def _write_mem(self, addr: int, data: np.ndarray) -> None:  # pragma: no cover
         raise DeviceError("PynqDevice writes go through write(buf, ...)")
@@ -444,8 +602,8 @@ class PynqDevice(Device):
                 return e
         return None
 
-    def _overlapping(self, start: int, end: int) -> list[tuple[int, _Entry]]:
-        return [(a, e) for a, e in self._bufs.items() if a < end and start < a + e.nbytes]
+    def _overlapping(self, start: int, end: int) -> list[_Entry]:
+        return [e for a, e in self._bufs.items() if a < end and start < a + e.nbytes]
 
     # ------------------------------------------------------------------ runs
     def _program_bytes(self, insn_addr: int, insn_count: int) -> np.ndarray:
@@ -454,30 +612,28 @@ class PynqDevice(Device):
         if e is None:
             raise ProgramError(f"instruction fetch [0x{insn_addr:x}, 0x{end:x}) is outside "
                                f"every allocated buffer")
-        a = e.host.phys_addr
-        return e.host.array[insn_addr - a:end - a]
+        return e.view[insn_addr - e.addr:end - e.addr]
 
     def _verify(self, insn_addr: int, insn_count: int, regions: list[Buffer],
                 prog_bytes: np.ndarray, cols: dict) -> dict[str, Any]:
-        """Static verifier on a sparse image with the instructions and the buffers the
-        program's micro-op loads read (all it reads)."""
-        from .verify import verify_program  # noqa: PLC0415
+        """Static verifier on a sparse image: the instructions and the buffers the
+        program's micro-op loads read (all it reads), at their physical addresses."""
+        from .verify import SparseImage, verify_program  # noqa: PLC0415
 
-        top = max(r.end for r in regions)
-        image = np.zeros(top, dtype=np.uint8)  # calloc: untouched pages cost nothing
-        image[insn_addr:insn_addr + prog_bytes.size] = prog_bytes
+        segs: dict[int, np.ndarray] = {}
         ue = self.config.elem_bytes(MemType.UOP)
         sel = ((cols["opcode"] == Opcode.LOAD) & (cols["memory_type"] == MemType.UOP)
                & (cols["x_size"] > 0))
         for base, xs in zip(cols["dram_base"][sel], cols["x_size"][sel]):
             s, t = int(base) * ue, (int(base) + int(xs)) * ue
-            for a, e in self._overlapping(s, t):
-                if a + e.nbytes <= top:
-                    image[a:a + e.nbytes] = e.host.array[:e.nbytes]
+            for e in self._overlapping(s, t):
+                segs[e.addr] = e.view[:e.nbytes]
+        image = SparseImage([*segs.items(), (insn_addr, prog_bytes)])
+        self.last_verify_image_bytes = image.nbytes
         report = verify_program(self.config, image, insn_addr, insn_count, regions)
-        return dict(getattr(report, "stats", {}) or {})
+        return dict(report.stats)
 
-    def _store_targets(self, cols: dict) -> list[tuple[int, _Entry]]:
+    def _store_targets(self, cols: dict) -> list[_Entry]:
         """Buffers the program's STOREs may write."""
         oe = self.config.elem_bytes(MemType.OUT)
         sel = (cols["opcode"] == Opcode.STORE) & (cols["x_size"] > 0)
@@ -486,20 +642,20 @@ class PynqDevice(Device):
                                     cols["x_size"][sel], cols["x_stride"][sel]):
             s = int(base) * oe
             t = s + ((max(int(ys), 1) - 1) * int(st) + int(xs)) * oe
-            for a, e in self._overlapping(s, t):
-                hit[a] = e
-        return list(hit.items())
+            for e in self._overlapping(s, t):
+                hit[e.addr] = e
+        return list(hit.values())
 
     def run(self, insn_addr: int, insn_count: int, *,
             regions: Sequence[Buffer] | None = None, timeout_cycles: int | None = None
             ) -> RunResult:
         """Flush, verify, launch, wait, invalidate (see :meth:`Device.run`).
 
-        ``timeout_cycles`` (if given) becomes a wall-clock limit of
-        ``timeout_cycles / CLOCK_MHZ`` µs (at least 10 ms), else :attr:`timeout_s`.
-        ``stats``: the verifier's data-independent counters, overridden by the counter
-        registers (``cycles``, ``fetch_busy`` ... ``dram_write_nbytes``), plus
-        ``board_seconds`` (wall time from START to DONE).
+        ``timeout_cycles`` (if given) becomes a wall-clock limit of ``timeout_cycles`` at
+        :attr:`clock_mhz` (at least 10 ms), else :attr:`timeout_s`.  ``stats``: the
+        verifier's data-independent counters, overridden by the counter registers
+        (``cycles``, ``fetch_busy`` ... ``dram_write_nbytes``), plus ``board_seconds``
+        (wall time from START to DONE).
 
         Raises:
             ProgramError: rejected by the verifier, or the run did not finish in time.
@@ -522,68 +678,53 @@ class PynqDevice(Device):
         cols = decode_program(self.config, prog_bytes)
         # 1. host-written buffers reach DRAM before the core reads them (BR-22)
         if self.auto_cache:
-            for a, e in self._bufs.items():
-                if e.state is CacheState.HOST_DIRTY:
-                    e.host.flush()
-                    e.state = CacheState.CLEAN
+            for c in list(self.pool.chunks):
+                if any(e.state is CacheState.HOST_DIRTY for e in c.entries.values()):
+                    self._flush_chunk(c)
         for r in regions:
-            for a, e in self._overlapping(r.addr, r.end):
+            for e in self._overlapping(r.addr, r.end):
                 if e.state is CacheState.HOST_DIRTY:
-                    raise DeviceError(f"refusing to launch: buffer at 0x{a:x} ({e.nbytes} "
-                                      f"bytes) holds host writes not flushed to DRAM; call "
-                                      f"flush() on it first")
+                    raise DeviceError(f"refusing to launch: buffer at 0x{e.addr:x} "
+                                      f"({e.nbytes} bytes) holds host writes not flushed to "
+                                      f"DRAM; call flush() on it first")
         # 2. static verifier
         static: dict[str, Any] = {}
         if self.verify:
             static = self._verify(insn_addr, insn_count, regions, prog_bytes, cols)
-        # 3. launch
-        status = self.reg_read("STATUS")
-        if status & _BUSY:
-            raise DeviceError(f"the core is still busy (STATUS=0x{status:x}) from an earlier "
-                              f"run; reprogram the bitstream to reset it")
         written = self._store_targets(cols)
-        region_bufs = {a: e for r in regions for a, e in self._overlapping(r.addr, r.end)}
+        region_bufs = {e.addr: e for r in regions for e in self._overlapping(r.addr, r.end)}
         limit = self.timeout_s
         if timeout_cycles:
-            limit = max(0.01, float(timeout_cycles) / (float(self.config.CLOCK_MHZ) * 1e6))
-        self.reg_write("INSN_ADDR_LO", insn_addr & 0xFFFFFFFF)
-        self.reg_write("INSN_ADDR_HI", insn_addr >> 32)
-        self.reg_write("INSN_COUNT", insn_count)
-        t0 = self._clock()
-        self.reg_write("CTRL", _START)  # IRQ_EN stays 0: this driver polls
-        # 4. wait for DONE
-        while True:
-            status = self.reg_read("STATUS")
-            if status & _DONE:
-                break
-            if self._clock() - t0 > limit:
-                for e in region_bufs.values():  # the core may still be writing anything
-                    if e.state is CacheState.CLEAN:
-                        e.state = CacheState.DEVICE_WRITTEN
-                cyc = self.reg_read("CYCLES_LO")
-                raise ProgramError(f"board run not done after {limit:g} s "
-                                   f"(STATUS=0x{status:x}, cycle counter {cyc}); the core is "
-                                   f"stalled or its DMA is blocked: reprogram the bitstream "
-                                   f"to reset it")
-            self._sleep(self.poll_s)
-        wall = self._clock() - t0
+            limit = max(0.01, float(timeout_cycles) / (self.clock_mhz * 1e6))
+        # 3. launch (refused while the core is busy), 4. wait for DONE
+        self.driver.launch(insn_addr, insn_count, irq=False)  # this driver polls
+        dog = Watchdog.wall_clock(limit, self.poll_s, sleep=self._sleep, clock=self._clock)
+        try:
+            wall = self.driver.wait(dog)
+        except CoreTimeout as t:
+            for e in region_bufs.values():  # the core may still be writing anything
+                if e.state is CacheState.CLEAN:
+                    e.state = CacheState.DEVICE_WRITTEN
+            cyc = self.driver.read("CYCLES_LO")
+            raise ProgramError(f"board run not done after {limit:g} s "
+                               f"(STATUS=0x{t.status:x}, cycle counter {cyc}); the core is "
+                               f"stalled or its DMA is blocked: reprogram the bitstream "
+                               f"to reset it") from None
         # 5. the device's stores become visible to the CPU (BR-22)
-        for a, e in written:
+        for e in written:
             e.state = CacheState.DEVICE_WRITTEN
-            if self.auto_cache:
-                e.host.invalidate()
-                e.state = CacheState.CLEAN
-        cycles = self.reg_read("CYCLES_LO") | (self.reg_read("CYCLES_HI") << 32)
-        stats: dict[str, Any] = {"cycles": cycles}
-        for key, name in STAT_REGISTERS.items():
-            stats[key] = self.reg_read(name)
+        if self.auto_cache:
+            for c in {id(e.chunk): e.chunk for e in written}.values():
+                self._invalidate_chunk(c)
+        stats: dict[str, Any] = dict(self.driver.counters())
         stats["board_seconds"] = wall
-        return RunResult(cycles=cycles, stats={**static, **stats})
+        return RunResult(cycles=stats["cycles"], stats={**static, **stats})
 
     def close(self) -> None:
-        """Free every buffer and unmap the registers."""
-        for a in list(self._bufs):
-            self._bufs.pop(a).host.free()
+        """Free every buffer and close the register port."""
+        self._bufs.clear()
+        if self.pool is not None:
+            self.pool.close()
         close = getattr(self.mmio, "close", None)
         if callable(close):
             close()
