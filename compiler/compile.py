@@ -37,7 +37,7 @@ from .partition import Partition, partition
 from .quantize import QuantConfig, quantize
 from .onnx_frontend import import_onnx
 from .lower_conv import lower_conv, lower_dense
-from .lower_eltwise import lower_eltwise, lower_mul, lower_pool
+from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
 
 __all__ = ["compile_model", "lower_graph", "lower_node"]
 
@@ -72,9 +72,17 @@ def lower_qpool(cfg: VTAConfig, graph: Graph, node, uid: str):
 
 
 def lower_qadd(cfg: VTAConfig, graph: Graph, node, uid: str):
-    """``qadd`` -> ACC8 loads of both operands + ALU (:func:`~.lower_eltwise.lower_eltwise`)."""
-    lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qadd", node.attrs)
-    return lo, {"a": node.inputs[0], "b": node.inputs[1]}
+    """``qadd`` -> ACC8 loads of both operands + ALU (:func:`~.lower_eltwise.lower_eltwise`);
+    a constant operand -> an immediate or a per-channel ACC constant
+    (:func:`~.lower_eltwise.lower_add_const`)."""
+    a, b = node.inputs
+    if b in graph.constants:
+        c = graph.constants[b].astype(np.int64)
+        chw = _chw(graph, a)
+        vals = c.reshape(-1)[:1] if c.size == 1 else c.reshape(-1)
+        return lower_add_const(cfg, uid, chw, vals << int(node.attrs["lshift_b"]), node.attrs), {"a": a}
+    lo = lower_eltwise(cfg, uid, _chw(graph, a), "qadd", node.attrs)
+    return lo, {"a": a, "b": b}
 
 
 def lower_qrequant(cfg: VTAConfig, graph: Graph, node, uid: str):

@@ -108,7 +108,7 @@ Node kinds (inputs; attributes; semantics):
     with ``shift = exp_out - (exp_in + exp_w)``.
 ``qdense`` (x int8 [N,K], w int8 [M,K], bias int32 [M]) -> int8 [N,M]; same
     requantize attributes: ``out = requantize(x @ w.T + bias)``.
-``qadd`` (a int8, b int8; same shape) -> int8; ``lshift_a``, ``lshift_b``
+``qadd`` (a int8, b int8: same shape, or a constant broadcast against a) -> int8; ``lshift_a``, ``lshift_b``
     (>= 0), ``shift``, ``round``, ``mult``, ``clip_lo``, ``clip_hi`` (operands: power-of-two scales)::
 
         acc = (a << lshift_a) + (b << lshift_b)    # aligned to exp_c = min(exp_a, exp_b)
@@ -524,8 +524,8 @@ def _infer_add(node, ts, quant):
     a, b = ts
     if quant:
         _check_q(node, ts, ("int8", "int8"))
-        if a.shape != b.shape:
-            raise _err(node, f"quantized add needs equal shapes, got {a} and {b}")
+        if a.shape != b.shape and _broadcast(node, a.shape, b.shape) != tuple(a.shape):
+            raise _err(node, f"quantized add needs b equal to or broadcast against a, got {a} and {b}")
         return [_qout(node, a.shape)]
     return [TensorType("float32", _broadcast(node, a.shape, b.shape))]
 

@@ -29,7 +29,7 @@ from .errors import CompileError
 from .lower_conv import LoweredOp, emit_kernel, plan_for, requant_alu, window_geometry
 from .tiling import MAX_EXTENT, candidates
 
-__all__ = ["lower_pool", "lower_eltwise", "lower_mul"]
+__all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const"]
 
 C, S = Module.COMPUTE, Module.STORE
 
@@ -269,3 +269,81 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
                       "min_dram_bytes": int(B * (2 * int(np.prod(chw)) + int(np.prod(chw_b))))}
     return LoweredOp(tb.trace, {}, {"a": lay, "b": lay_b, "y": lay})
+
+
+def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attrs: dict) -> LoweredOp:
+    """Lower ``qadd`` of a tensor and a constant (slots ``a``, ``y``; a per-channel constant
+    is the packed ACC constant ``c``) for one batch block: ACC8 load of ``a``, SHR by
+    ``-lshift_a``, then ADD of the constant already aligned on the host (``vals`` =
+    ``c << lshift_b``, int32): one value as an immediate, or one per channel loaded into the
+    accumulator and broadcast over H*W by a zero source factor; then the requantize.
+
+    Raises:
+        CompileError: ACC_8BIT off, a scalar beyond the 16-bit immediate, a channel block
+            whose ``H*W`` does not fit half the accumulator, no overflow-free requantize.
+    """
+    from .pack import pack_bias
+
+    if not cfg.ACC_8BIT:
+        raise CompileError(f"{uid}: an add on VTA needs ACC_8BIT")
+    la = int(attrs["lshift_a"])
+    bound = 128 * (1 << la) + int(np.abs(vals).max(initial=0))
+    plan = plan_for(cfg, uid, attrs, bound)
+    if plan is None and int(attrs["round"]) > (1 << 15) - 1:
+        raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
+    B, BO = cfg.BATCH, cfg.BLOCK_OUT
+    lay = SlotLayout(tuple(chw), B, BO)
+    h, w = lay.hw
+    hw = h * w
+    scalar = vals.size == 1
+    if scalar and not -(1 << 15) <= int(vals[0]) < (1 << 15):
+        raise CompileError(f"{uid}: the aligned constant {int(vals[0])} exceeds the ALU immediate")
+    nvt = 2
+    half = cfg.ACC_DEPTH // nvt
+    consts = {}
+    if scalar:
+        m_max = max(1, min(MAX_EXTENT, 65535, half))
+        n_el = lay.cb * hw
+        chunks = [(e0, min(m_max, n_el - e0)) for e0 in range(0, n_el, m_max)]
+    else:
+        if hw > MAX_EXTENT or half < hw + 1:
+            raise CompileError(f"{uid}: a {h}x{w} channel block does not fit half the accumulator")
+        k = min((half - lay.cb) // hw if half > lay.cb else 0, MAX_EXTENT)
+        if k < 1:
+            raise CompileError(f"{uid}: {lay.cb} channel blocks of constants and a {h}x{w} block "
+                               f"do not fit half the accumulator")
+        chunks = [(c0, min(k, lay.cb - c0)) for c0 in range(0, lay.cb, k)]
+        consts["c"] = pack_bias(vals, 0, B, BO)
+    tb = TraceBuilder(uid, {"a": lay.block_bytes, "y": lay.block_bytes})
+    if not scalar:      # the constants, resident at the top of each thread's region
+        for vt in range(nvt):
+            tb.load_2d("c", 0, MemType.ACC, vt * half + half - lay.cb, 1, lay.cb, lay.cb)
+    t = 0
+    for s0, cnt in chunks:
+        vt = t % nvt
+        a_base = vt * half
+        m = cnt if scalar else cnt * hw
+        e0 = s0 if scalar else s0 * hw
+        if t >= nvt:
+            tb.dep_pop(S, C)
+        tb.load_2d("a", e0, MemType.ACC8, a_base, 1, m, m)
+        loops = [(m, 1, 1, 0)]
+        if la:
+            emit_kernel(tb, "alu", loops, [a_base], [a_base], op=AluOp.SHR, imm=-la)
+        if scalar:
+            if int(vals[0]):
+                emit_kernel(tb, "alu", loops, [a_base], [a_base], op=AluOp.ADD, imm=int(vals[0]))
+        else:
+            c_base = vt * half + half - lay.cb + s0
+            emit_kernel(tb, "alu", [(cnt, hw, 1, 0), (hw, 1, 0, 0)], [a_base], [c_base], op=AluOp.ADD)
+        requant_alu(tb, a_base, m, int(attrs["shift"]), int(attrs["clip_lo"]), int(attrs["clip_hi"]),
+                    extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan)
+        tb.dep_push(C, S)
+        tb.dep_pop(C, S)
+        tb.store_2d(a_base, "y", e0, 1, m, m)
+        tb.dep_push(S, C)
+        t += 1
+    for _ in range(min(t, nvt)):
+        tb.dep_pop(S, C)
+    tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "min_dram_bytes": int(B * 2 * int(np.prod(chw)))}
+    return LoweredOp(tb.trace, consts, {"a": lay, "y": lay})

@@ -290,6 +290,21 @@ def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[boo
     return True, f"{what}: GEMM + ALU requantize ({mul}shift {a['shift']}, clip [{a['clip_lo']}, {a['clip_hi']}])"
 
 
+def add_const_kind(graph: Graph, node: Node) -> str | None:
+    """``"scalar"`` or ``"per-channel"`` when ``qadd``'s constant operand has a VTA
+    lowering (a scalar whose aligned value ``c << lshift_b`` is a 16-bit immediate, or one
+    value per channel of an NC / NCHW operand), else None."""
+    c = graph.constants[node.inputs[1]]
+    ta = graph.types[node.inputs[0]]
+    if c.size == 1:
+        v = int(c.reshape(())) << int(node.attrs["lshift_b"])
+        return "scalar" if -(1 << 15) <= v < (1 << 15) else None
+    shp = (1,) * (ta.rank - c.ndim) + tuple(c.shape)
+    if ta.rank in (2, 4) and shp[1] == ta.shape[1] and all(d == 1 for k, d in enumerate(shp) if k != 1):
+        return "per-channel"
+    return None
+
+
 def vta_eltwise(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
     """``qadd`` / ``qrequant``: NC or NCHW, ``ACC_8BIT``, the rounding constant an immediate."""
     a = node.attrs
@@ -299,6 +314,13 @@ def vta_eltwise(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bo
     why = _acc8(cfg) or _round_imm(a)
     if why:
         return False, why
+    if node.op == "qadd" and node.inputs[1] in graph.constants:
+        kind = add_const_kind(graph, node)
+        if kind is None:
+            return False, (f"adding a constant of shape {list(graph.types[node.inputs[1]].shape)}: only a "
+                           f"scalar (16-bit immediate after alignment) or a per-channel constant runs on VTA")
+        return True, (f"add of a {kind} constant: ACC8 load + ALU SHL {a['lshift_a']}, ADD, "
+                      f"{_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")
     if node.op == "qadd":
         return True, (f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, "
                       f"{_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")

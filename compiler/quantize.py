@@ -548,13 +548,23 @@ class _Quantizer:
 
     def q_add(self, n: Node):
         fg = self.fg
-        if any(i in fg.constants for i in n.inputs):
-            raise node_error(n.name, n.op, "adding a constant that could not be folded into a "
-                             "preceding conv/dense bias is not supported by the quantizer")
-        a, b = self.to_p2(n, self.qin(n.inputs[0])), self.to_p2(n, self.qin(n.inputs[1]))
+        if n.inputs[0] in fg.constants:
+            raise node_error(n.name, n.op, "the first operand of an add is a constant")
+        a = self.to_p2(n, self.qin(n.inputs[0]))
+        if n.inputs[1] in fg.constants:
+            # x + constant (hard-swish's x + 3, a BatchNorm shift after an add): the constant
+            # as int8 at its own power-of-two exp, broadcast against x
+            cv = fg.constants[n.inputs[1]].astype(np.float64)
+            ta = self.q.types[a]
+            if cv.ndim > ta.rank or any(d not in (1, s) for d, s in zip(cv.shape[::-1], ta.shape[::-1])):
+                raise node_error(n.name, n.op, f"constant {list(cv.shape)} does not broadcast to {ta}")
+            b = self.const_int8(f"{n.inputs[1]}_q", cv, exp_for_range(float(np.abs(cv).max(initial=0))),
+                                lo=-128)
+        else:
+            b = self.to_p2(n, self.qin(n.inputs[1]))
+            if self.q.types[a].shape != self.q.types[b].shape:
+                raise node_error(n.name, n.op, "quantized add needs operands of equal shape (no broadcast)")
         ea, eb = self.q.types[a].exp, self.q.types[b].exp
-        if self.q.types[a].shape != self.q.types[b].shape:
-            raise node_error(n.name, n.op, "quantized add needs operands of equal shape (no broadcast)")
         c = min(ea, eb)
         out = n.outputs[0]
         eo = self.exps[out]

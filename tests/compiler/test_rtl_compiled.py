@@ -135,3 +135,25 @@ def test_tensor_multiply_rtl_equals_fsim():
     assert {s.name for s in cm.steps if s.target == "vta" and s.op == "qmul"} == {"hswish", "se"}
     f, r, _ = _run_both(cm, rng.standard_normal((3, 4, 6, 6)).astype(np.float32))
     _assert_equal_outputs(f, r)
+
+
+def test_add_const_and_layout_tiny_rtl_equals_fsim():
+    """Adds of a scalar (ALU immediate) and of a per-channel constant (resident ACC constant,
+    broadcast by a zero source factor) on the tiny core, rtl against fsim."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((1, 12, 1, 1)).astype(np.float32), "pc"),
+             numpy_helper.from_array(np.array(3.0, np.float32), "three")]
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Add", ["p", "pc"], ["a"], name="add_pc"),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Add", ["r", "three"], ["y"], name="add_3")]
+    g = helper.make_graph(nodes, "addc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 12, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 12, 3, 3])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    cm = compile_model(m, rng.standard_normal((8, 12, 6, 6)).astype(np.float32), "tiny")
+    assert {s.name for s in cm.steps if s.target == "vta"} >= {"add_pc", "add_3"}
+    f, r, _ = _run_both(cm, rng.standard_normal((3, 12, 6, 6)).astype(np.float32))
+    _assert_equal_outputs(f, r)
