@@ -11,36 +11,67 @@ files (written by :func:`write_project`):
   ``POLARITY ACTIVE_HIGH``: Vivado only infers polarity from names ending in ``n``),
   ``irq`` (interrupt, level high), the AXI4-Lite slave ``s_axi`` (12-bit address: the 4 KiB
   window; the core decodes the low 8 bits, so its 256-byte register map repeats 16 times)
-  and the AXI4 master ``m_axi``, whose ``AxCACHE`` it drives to ``4'b1111`` (coherent,
-  cacheable: needed by the ACP / HPC0 ports) and ``AxPROT`` to the board's value
-  (``000`` on Zynq-7000, ``010`` on Zynq UltraScale+; vta-anchor.md §1.3);
-- ``build.tcl``: creates the project for ``cfg.PART``, the block design (PS, reset,
+  and the AXI4 master ``m_axi`` (outstanding counts as the core's DMA engine keeps them:
+  :data:`M_AXI_READ_OUTSTANDING`, :data:`M_AXI_WRITE_OUTSTANDING`), whose ``AxCACHE`` it
+  drives to the board's value (``0011``: normal, non-cacheable, bufferable; the DMA port is
+  not coherent) and ``AxPROT`` likewise (``000`` on Zynq-7000, ``010`` on Zynq UltraScale+;
+  vta-anchor.md §1.3);
+- ``build.tcl``: creates the project for the board's part, the block design (PS, reset,
   two SmartConnects, the core), the address map, synthesis, implementation, the timing
   summary and utilization reports, the bitstream and the ``.hwh`` hand-off, copied to
   ``out/vta.bit`` / ``out/vta.hwh`` (PYNQ's ``Overlay`` wants them side by side, same stem);
-- ``regmap.json``, ``vta_regs.h`` (:mod:`vtaforge.hw.regs`), ``build.sh``
-  (``vivado -mode batch -source build.tcl``) and ``board.json`` (board family, register
-  base, fingerprint: what the board runtime reads).
+  it stops with an error when the PS cannot make the PL clock, when timing is not met
+  (WNS < 0) or when the bitstream or ``.hwh`` is missing, and prints each stage;
+- ``build.sh`` (creates ``reports/`` and ``out/``, runs ``vivado -mode batch -source
+  build.tcl``, exits non-zero unless the bitstream, the ``.hwh`` and a met timing report are
+  there), ``regmap.json``, ``vta_regs.h`` (:mod:`vtaforge.hw.regs`) and ``board.json``
+  (board, family, register base, coherence rule, PL clock, fingerprint: what the board
+  runtime reads).
 
-Block design, Zynq-7000 (``pynq``; parts ``xc7z*``): ``processing_system7`` with
-``S_AXI_ACP`` (coherent DMA), ``M_AXI_GP0`` → SmartConnect → ``s_axi`` at 0x43C00000
-(4 KiB), ``FCLK_CLK0`` at ``cfg.CLOCK_MHZ``, ``irq`` → ``IRQ_F2P``.  Zynq UltraScale+
-(``ultra96``, ``zcu104``; parts ``xczu*``): ``zynq_ultra_ps_e`` with ``S_AXI_HPC0_FPD``,
-``M_AXI_HPM0_FPD`` → ``s_axi`` at 0xA0000000 (4 KiB), ``pl_clk0``, ``pl_ps_irq0``.  In both,
-``m_axi`` reaches the PS through a SmartConnect, which converts the data width
-(``cfg.BUS_WIDTH`` vs the port's 64/128 bits) and AXI4 bursts to the PS's AXI3.
+Boards (:data:`BOARDS`, :func:`board_spec`): PYNQ-Z1, PYNQ-Z2 (``xc7z020clg400-1``),
+Ultra96-V2 (``xczu3eg-sbva484-1-i``), ZCU104 (``xczu7ev-ffvc1156-2-e``); a config's
+``TARGET`` picks its board (``pynq`` → PYNQ-Z1, ``ultra96`` → Ultra96-V2, ``zcu104`` →
+ZCU104), other Zynq parts get a generic board of their family.  The Vivado project uses the
+board's part; ``cfg.PART`` must name the same device (the package may differ: the overlay
+uses no package pins, so upstream's ``xc7z020clg484-1`` for ``pynq`` builds for the
+PYNQ boards' clg400).
+
+Block design, Zynq-7000: ``processing_system7``; the core's ``m_axi`` → SmartConnect →
+``S_AXI_HP0`` (64 bit, DDR only), ``M_AXI_GP0`` → SmartConnect → ``s_axi`` at 0x43C00000
+(4 KiB), ``FCLK_CLK0``, ``irq`` → ``IRQ_F2P``.  Zynq UltraScale+: ``zynq_ultra_ps_e``;
+``m_axi`` → ``S_AXI_HP0_FPD`` (128 bit, DDR only), ``M_AXI_HPM0_FPD`` → ``s_axi`` at
+0xA0000000 (4 KiB), ``pl_clk0``, ``pl_ps_irq0``.  The SmartConnects convert the data width
+(``cfg.BUS_WIDTH`` vs the port's) and AXI4 bursts to the PS's AXI3.
+
+Coherence (:data:`COHERENCE_FLUSH_INVALIDATE`, ``BoardSpec.coherence``): on both families
+the DMA port is a non-coherent HP port, so the host must flush the buffers it wrote before
+a launch and invalidate the buffers the core wrote after it (what PYNQ's own overlays and
+FINN do).  Not ACP on Zynq-7000: with write-allocate, the invalidate after the run becomes
+an L2 invalidate that can drop the core's results (board-notes.md).  Not HPC0 on ZynqMP:
+snooping needs the CCI and the board image set up for it (field-faults BR-22 d), while the
+pynq runtime already flushes and invalidates every buffer (PYNQ's buffers are never marked
+coherent), so HPC0 would add a dependency and buy nothing.
+
+PL clock (:func:`pl_clock`): the PS makes it from one PLL over two 6-bit dividers (1..63
+each): Zynq-7000 IO PLL 1000 MHz (PYNQ-Z1/Z2: 50 MHz × 20), ZynqMP IOPLL ≈ 1500 MHz
+(33.333 MHz × 45).  The project asks for the nearest reachable frequency at or below
+``cfg.CLOCK_MHZ`` (a :class:`FlowWarning` names the neighbours when ``CLOCK_MHZ`` itself is
+not reachable: 333 MHz on ZynqMP gives 300; 375 is the next one up); ``build.tcl`` checks
+the PS's actual frequency right after the block design and the routed clock after
+implementation against that same frequency.
 
 Not covered: board presets (DDR/MIO) are applied only when ``board_part`` is given
-(PYNQ's Linux image configures the PS at boot; an overlay only sets PL clocks), and the
-HPC0 coherency setup on ZynqMP boards (field-faults BR-22 d) is a board-image matter.
+(PYNQ's Linux image configures the PS at boot; an overlay only sets PL clocks).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -48,10 +79,12 @@ from typing import Sequence
 from .config import VTAConfig
 from .regs import REGMAP_SIZE, REGMAP_VERSION, c_header, regmap_json
 
-__all__ = ["FlowError", "BoardSpec", "board_spec", "wrapper_verilog", "build_tcl",
+__all__ = ["FlowError", "FlowWarning", "BoardSpec", "BOARDS", "TARGET_BOARDS", "board_spec",
+           "PLClock", "pl_clock", "reachable_pl_clocks", "wrapper_verilog", "build_tcl",
            "build_sh", "board_json", "write_project", "TimingResult",
            "parse_timing_summary", "run_vivado", "REG_WINDOW_BYTES", "WRAPPER_NAME",
-           "CORE_NAME", "BD_NAME"]
+           "CORE_NAME", "BD_NAME", "OVERLAY_NAME", "COHERENCE_FLUSH_INVALIDATE",
+           "M_AXI_READ_OUTSTANDING", "M_AXI_WRITE_OUTSTANDING"]
 
 #: Size of the register window the block design assigns (bytes): the smallest Zynq segment.
 REG_WINDOW_BYTES = 4096
@@ -59,31 +92,68 @@ REG_WINDOW_BYTES = 4096
 WRAPPER_NAME = "vta_wrapper"
 CORE_NAME = "vta_core"
 BD_NAME = "vta_bd"
+#: Base name of the outputs: ``out/vta.bit`` and ``out/vta.hwh`` (PYNQ overlay convention).
+OVERLAY_NAME = "vta"
 #: Address width of the wrapper's AXI4-Lite slave (the 4 KiB window).
 S_AXI_ADDR_BITS = 12
 #: Address width the core decodes (hw/core/axi.py ``axi_lite_members``).
 CORE_S_AXI_ADDR_BITS = 8
 assert (1 << CORE_S_AXI_ADDR_BITS) >= REGMAP_SIZE
+#: Read bursts the core's DMA engine keeps in flight: one (hw/core/axi.py: AR, then every R
+#: beat of that burst, then the next AR).
+M_AXI_READ_OUTSTANDING = 1
+#: Write bursts whose B response may be pending: hw/core/axi.py ``B_OUTSTANDING`` (AW waits
+#: while 15 are outstanding).  Kept here as a number so that generating the project needs
+#: no Amaranth; tests/hw/test_flow.py checks it against the core.
+M_AXI_WRITE_OUTSTANDING = 15
+#: The AXI4-Lite slave completes one read and one write at a time (``AXILiteRegs``).
+S_AXI_OUTSTANDING = 1
+#: Coherence rule: the host flushes what it wrote before a launch and invalidates what the
+#: core wrote after it (the DMA port does not snoop the CPU caches).
+COHERENCE_FLUSH_INVALIDATE = "flush-invalidate"
+#: The PS's PL-clock dividers: two, 6 bits each (Zynq-7000 FPGA0_CLK_CTRL, ZynqMP
+#: PL0_REF_CTRL: DIVISOR0, DIVISOR1 in 1..63).
+PL_DIVIDER_MAX = 63
+#: A request within this relative distance of a reachable frequency counts as reaching it.
+_CLOCK_REL_TOL = 1e-3
 
 
 class FlowError(RuntimeError):
     """The flow cannot proceed: unsupported part, Vivado missing or failing, bad report."""
 
 
+class FlowWarning(UserWarning):
+    """The project differs from what the config asks (e.g. the PL clock is rounded down to
+    one the PS can make)."""
+
+
 @dataclass(frozen=True)
 class BoardSpec:
-    """What the block design needs to know about a Zynq family.
+    """What the block design needs to know about a board (or a generic Zynq family).
 
     Attributes:
+        name: board key (``"pynq-z1"``, ``"pynq-z2"``, ``"ultra96-v2"``, ``"zcu104"``) or,
+            for a part without a known board, the family (``"zynq7"``, ``"zynqmp"``).
+        title: human name (``"PYNQ-Z1"``).
         family: ``"zynq7"`` (Zynq-7000) or ``"zynqmp"`` (Zynq UltraScale+).
+        part: the Vivado part of the board; ``None`` for a generic family (``cfg.PART``).
         ps_ip: the PS IP name (``processing_system7`` / ``zynq_ultra_ps_e``).
-        mem_port: the PS slave port the core's ``m_axi`` drives (coherent).
+        mem_port: the PS slave port the core's ``m_axi`` drives (HP, not coherent).
         mem_port_width: its data width in bits.
+        mem_seg: the port's DDR address segment (``<segment container>/<name>``); the DMA
+            address space holds this segment only.
         ctrl_port: the PS master port that reaches ``s_axi``.
         reg_base: physical byte address of the register window.
+        axcache: ``AxCACHE`` the wrapper drives (4 bits).
         axprot: ``AxPROT`` the wrapper drives (3 bits; vta-anchor.md §1.3 ``axi_prot``).
+        coherence: the buffer-maintenance rule for the runtime
+            (:data:`COHERENCE_FLUSH_INVALIDATE`).
         clk_pin, resetn_pin, irq_pin: PS pins for the PL clock, its reset, the interrupt.
         aclk_pins: the PS port clocks to tie to the PL clock.
+        pll: the PS PLL the PL clock divides (``"IO PLL"`` / ``"IOPLL"``).
+        pll_mhz: its nominal frequency (1000 / 1500 MHz).
+        pll_actual_mhz: what it runs at on the board (PS reference clock × multiplier).
+        ddr_bytes: PS DDR size on the board (``None`` for a generic family).
     """
 
     family: str
@@ -97,33 +167,182 @@ class BoardSpec:
     resetn_pin: str
     irq_pin: str
     aclk_pins: tuple[str, ...]
+    mem_seg: str
+    pll: str
+    pll_mhz: float
+    pll_actual_mhz: float
+    name: str = ""
+    title: str = ""
+    part: str | None = None
+    axcache: int = 0b0011
+    coherence: str = COHERENCE_FLUSH_INVALIDATE
+    ddr_bytes: int | None = None
+
+    @property
+    def device(self) -> str | None:
+        """The device of :attr:`part` (``xc7z020``, ``xczu3eg``), or ``None``."""
+        return _device(self.part) if self.part else None
 
 
 ZYNQ7 = BoardSpec(
-    family="zynq7", ps_ip="processing_system7", mem_port="S_AXI_ACP", mem_port_width=64,
+    name="zynq7", title="Zynq-7000", family="zynq7", ps_ip="processing_system7",
+    mem_port="S_AXI_HP0", mem_port_width=64, mem_seg="S_AXI_HP0/HP0_DDR_LOWOCM",
     ctrl_port="M_AXI_GP0", reg_base=0x43C00000, axprot=0b000, clk_pin="FCLK_CLK0",
     resetn_pin="FCLK_RESET0_N", irq_pin="IRQ_F2P",
-    aclk_pins=("M_AXI_GP0_ACLK", "S_AXI_ACP_ACLK"))
+    aclk_pins=("M_AXI_GP0_ACLK", "S_AXI_HP0_ACLK"),
+    pll="IO PLL", pll_mhz=1000.0, pll_actual_mhz=1000.0)
 ZYNQMP = BoardSpec(
-    family="zynqmp", ps_ip="zynq_ultra_ps_e", mem_port="S_AXI_HPC0_FPD", mem_port_width=128,
+    name="zynqmp", title="Zynq UltraScale+", family="zynqmp", ps_ip="zynq_ultra_ps_e",
+    mem_port="S_AXI_HP0_FPD", mem_port_width=128, mem_seg="SAXIGP2/HP0_DDR_LOW",
     ctrl_port="M_AXI_HPM0_FPD", reg_base=0xA0000000, axprot=0b010, clk_pin="pl_clk0",
     resetn_pin="pl_resetn0", irq_pin="pl_ps_irq0",
-    aclk_pins=("maxihpm0_fpd_aclk", "saxihpc0_fpd_aclk"))
+    aclk_pins=("maxihpm0_fpd_aclk", "saxihp0_fpd_aclk"),
+    pll="IOPLL", pll_mhz=1500.0, pll_actual_mhz=1499.985)
+
+#: Supported boards.  Parts: PYNQ's board scripts (PYNQ-Z1, PYNQ-Z2, ZCU104) and Avnet's
+#: Ultra96 PYNQ build (``-1-i``; -e and -i share the -1 speed grade).  PLLs: PYNQ-Z1/Z2
+#: 50 MHz × 20; Ultra96-V2 33.3333 MHz × 45; ZCU104 33.333 MHz × 45.
+BOARDS: dict[str, BoardSpec] = {
+    "pynq-z1": dataclasses.replace(ZYNQ7, name="pynq-z1", title="PYNQ-Z1",
+                                   part="xc7z020clg400-1", ddr_bytes=512 << 20),
+    "pynq-z2": dataclasses.replace(ZYNQ7, name="pynq-z2", title="PYNQ-Z2",
+                                   part="xc7z020clg400-1", ddr_bytes=512 << 20),
+    "ultra96-v2": dataclasses.replace(ZYNQMP, name="ultra96-v2", title="Ultra96-V2",
+                                      part="xczu3eg-sbva484-1-i", pll_actual_mhz=1499.9985,
+                                      ddr_bytes=2 << 30),
+    "zcu104": dataclasses.replace(ZYNQMP, name="zcu104", title="ZCU104",
+                                  part="xczu7ev-ffvc1156-2-e", ddr_bytes=2 << 30),
+}
+#: The board a config's ``TARGET`` builds for when no board is named.
+TARGET_BOARDS: dict[str, str] = {"pynq": "pynq-z1", "ultra96": "ultra96-v2",
+                                 "zcu104": "zcu104"}
 
 
-def board_spec(cfg: VTAConfig) -> BoardSpec:
-    """The Zynq family of ``cfg.PART`` (``xc7z*`` → Zynq-7000, ``xczu*`` → UltraScale+).
+def _device(part: str) -> str | None:
+    m = re.match(r"^(xc7z\d{3}|xczu\d+(?:eg|cg|ev))", part.lower())
+    return m.group(1) if m else None
+
+
+def board_spec(cfg: VTAConfig, board: str | None = None) -> BoardSpec:
+    """The board the project is built for.
+
+    Args:
+        board: a key of :data:`BOARDS`; default: the board of ``cfg.TARGET``
+            (:data:`TARGET_BOARDS`) when ``cfg.PART`` is that board's device, else a
+            generic board of ``cfg.PART``'s family (``xc7z*`` → Zynq-7000, ``xczu*`` →
+            UltraScale+) with ``part`` = ``cfg.PART``.
 
     Raises:
-        FlowError: a part of another family (e.g. the de10nano's Cyclone V).
+        FlowError: an unknown board; a part of another family (e.g. the de10nano's
+            Cyclone V); ``cfg.PART`` names another device than the named board carries.
     """
     part = cfg.PART.lower()
+    if board is None and cfg.TARGET in TARGET_BOARDS:
+        default = BOARDS[TARGET_BOARDS[cfg.TARGET]]
+        if _device(part) == default.device:
+            return default
+    if board is not None:
+        if board not in BOARDS:
+            raise FlowError(f"unknown board {board!r}; supported: {', '.join(BOARDS)}")
+        spec = BOARDS[board]
+        if _device(part) != spec.device:
+            raise FlowError(f"config PART {cfg.PART!r} is not the {spec.title}'s device "
+                            f"({spec.part}): a bitstream for one device does not load on "
+                            f"another; set PART to {spec.part!r} or pick another board")
+        return spec
     if part.startswith("xc7z"):
-        return ZYNQ7
+        return dataclasses.replace(ZYNQ7, part=cfg.PART)
     if part.startswith("xczu"):
-        return ZYNQMP
+        return dataclasses.replace(ZYNQMP, part=cfg.PART)
     raise FlowError(f"part {cfg.PART!r} (TARGET {cfg.TARGET!r}) is not a Zynq-7000 (xc7z*) or "
                     f"Zynq UltraScale+ (xczu*) part; the Vivado board flow supports only those")
+
+
+# ---------------------------------------------------------------------------- PL clock
+@dataclass(frozen=True)
+class PLClock:
+    """The PL clock a project asks the PS for.
+
+    Attributes:
+        requested_mhz: ``cfg.CLOCK_MHZ``.
+        mhz: the nominal frequency asked for: ``pll_mhz / divisor``, the nearest reachable
+            at or below the request.
+        divisor: the total division (``div0 * div1``); div0, div1: one way to make it.
+        actual_mhz: what the board's PLL gives with that divisor (e.g. 299.997).
+        exact: the request itself is reachable (within 0.1 %).
+        below, above: the nearest reachable frequencies at or below / above the request
+            (``above`` is ``None`` above the PLL itself).
+    """
+
+    requested_mhz: float
+    mhz: float
+    divisor: int
+    div0: int
+    div1: int
+    actual_mhz: float
+    exact: bool
+    below: float
+    above: float | None
+
+    @property
+    def period_ns(self) -> float:
+        return 1000.0 / self.mhz
+
+
+def _divisors() -> dict[int, tuple[int, int]]:
+    """Every total division two 6-bit dividers make: n -> (div0, div1), div0 the largest."""
+    out: dict[int, tuple[int, int]] = {}
+    for a in range(PL_DIVIDER_MAX, 0, -1):
+        for b in range(1, a + 1):
+            out.setdefault(a * b, (a, b))
+    return out
+
+
+_DIVS = _divisors()
+
+
+def reachable_pl_clocks(spec: BoardSpec, lo_mhz: float = 0.0,
+                        hi_mhz: float | None = None) -> list[float]:
+    """Nominal PL clock frequencies (MHz) the PS of ``spec`` can make, highest first,
+    within [``lo_mhz``, ``hi_mhz``]."""
+    hi = spec.pll_mhz if hi_mhz is None else hi_mhz
+    return [spec.pll_mhz / n for n in sorted(_DIVS) if lo_mhz <= spec.pll_mhz / n <= hi]
+
+
+def pl_clock(spec: BoardSpec, requested_mhz: float) -> PLClock:
+    """The PL clock for a request: the nearest reachable frequency at or below it.
+
+    Raises:
+        FlowError: the request is below the slowest clock the dividers make.
+    """
+    req = float(requested_mhz)
+    pll = spec.pll_mhz
+    ns = sorted(_DIVS)
+    fits = [n for n in ns if pll / n <= req * (1 + _CLOCK_REL_TOL)]
+    if not fits:
+        raise FlowError(f"CLOCK_MHZ {req:g} is below the slowest PL clock the {spec.title} "
+                        f"PS makes ({pll / ns[-1]:.3f} MHz)")
+    n = fits[0]
+    up = [m for m in ns if m < n]
+    f = pll / n
+    d0, d1 = _DIVS[n]
+    return PLClock(requested_mhz=req, mhz=f, divisor=n, div0=d0, div1=d1,
+                   actual_mhz=spec.pll_actual_mhz / n,
+                   exact=abs(f - req) <= req * _CLOCK_REL_TOL, below=f,
+                   above=pll / up[-1] if up else None)
+
+
+def _clock_note(spec: BoardSpec, clk: PLClock) -> str:
+    """One line on a request the PS cannot make (empty when it can)."""
+    if clk.exact:
+        return ""
+    near = f"{_fmt_mhz(clk.below)} MHz (below)"
+    if clk.above is not None:
+        near += f" or {_fmt_mhz(clk.above)} MHz (above)"
+    return (f"CLOCK_MHZ {clk.requested_mhz:g} is not a PL clock the {spec.title} PS can make "
+            f"({spec.pll} {spec.pll_mhz:g} MHz over two 6-bit dividers); the project uses "
+            f"{_fmt_mhz(clk.mhz)} MHz. Nearest reachable: {near}; set CLOCK_MHZ to one of "
+            f"them to match")
 
 
 # ---------------------------------------------------------------------------- wrapper
@@ -168,24 +387,27 @@ def _decl(direction: str, name: str, width: int) -> str:
     return f"{direction} wire{rng} {name}"
 
 
-def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME) -> str:
+def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME, *,
+                    board: str | None = None) -> str:
     """Verilog text of ``vta_wrapper``: the core plus Vivado interface attributes.
 
     Ports: ``clk``, ``rst`` (active high), ``irq``, ``s_axi_*`` (AXI4-Lite, 12-bit address,
-    32-bit data, with ``AxPROT`` inputs that are ignored), ``m_axi_*`` (AXI4, 32-bit address,
-    ``cfg.BUS_WIDTH``-bit data, plus ``m_axi_arcache``/``m_axi_awcache`` driven to
-    ``4'b1111`` and ``m_axi_arprot``/``m_axi_awprot`` driven to the board's ``axprot``).
-    The core's ``dbg_state`` output is left unconnected.
+    32-bit data, with ``AxPROT`` inputs that are ignored; one read and one write
+    outstanding), ``m_axi_*`` (AXI4, 32-bit address, ``cfg.BUS_WIDTH``-bit data,
+    :data:`M_AXI_READ_OUTSTANDING` reads and :data:`M_AXI_WRITE_OUTSTANDING` writes in
+    flight, plus ``m_axi_arcache``/``m_axi_awcache`` driven to the board's ``axcache`` and
+    ``m_axi_arprot``/``m_axi_awprot`` to its ``axprot``).  The core's ``dbg_state`` output
+    is left unconnected.
 
     Raises:
-        FlowError: ``cfg.PART`` is not a Zynq part.
+        FlowError: ``cfg.PART`` is not a Zynq part (or not the ``board``'s device).
     """
-    spec = board_spec(cfg)
+    spec = board_spec(cfg, board)
     bw = cfg.BUS_WIDTH
     lines = [
         f"// Generated by vtaforge (hw/flow.py) for config fingerprint 0x{cfg.fingerprint:08x}"
         f" ({cfg.bitstream_name}, {cfg.PART}); do not edit.",
-        "// Thin wrapper: Vivado interface attributes, AxCACHE/AxPROT for coherent DMA.",
+        "// Thin wrapper: Vivado interface attributes, AxCACHE/AxPROT of the DMA master.",
         "`default_nettype none",
         f"module {WRAPPER_NAME} (",
     ]
@@ -205,7 +427,8 @@ def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME) -> str:
          "output wire irq")
     s_param = (f"PROTOCOL AXI4LITE, DATA_WIDTH 32, ADDR_WIDTH {S_AXI_ADDR_BITS}, "
                f"HAS_PROT 1, HAS_WSTRB 1, HAS_BRESP 1, HAS_RRESP 1, "
-               f"NUM_READ_OUTSTANDING 1, NUM_WRITE_OUTSTANDING 1")
+               f"NUM_READ_OUTSTANDING {S_AXI_OUTSTANDING}, "
+               f"NUM_WRITE_OUTSTANDING {S_AXI_OUTSTANDING}")
     for i, (d, n, w) in enumerate(_s_axi_ports()):
         attrs = [f'(* X_INTERFACE_INFO = "xilinx.com:interface:aximm:1.0 s_axi '
                  f'{n[len("s_axi_"):].upper()}" *)']
@@ -215,7 +438,8 @@ def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME) -> str:
     m_param = (f"PROTOCOL AXI4, DATA_WIDTH {bw}, ADDR_WIDTH 32, ID_WIDTH 0, "
                f"MAX_BURST_LENGTH 256, HAS_BURST 1, HAS_CACHE 1, HAS_PROT 1, HAS_LOCK 0, "
                f"HAS_QOS 0, HAS_REGION 0, HAS_WSTRB 1, HAS_BRESP 1, HAS_RRESP 1, "
-               f"SUPPORTS_NARROW_BURST 0, NUM_READ_OUTSTANDING 1, NUM_WRITE_OUTSTANDING 1")
+               f"SUPPORTS_NARROW_BURST 0, NUM_READ_OUTSTANDING {M_AXI_READ_OUTSTANDING}, "
+               f"NUM_WRITE_OUTSTANDING {M_AXI_WRITE_OUTSTANDING}")
     m_ports = _m_axi_ports(bw) + [("output", "m_axi_arcache", 4), ("output", "m_axi_arprot", 3),
                                   ("output", "m_axi_awcache", 4), ("output", "m_axi_awprot", 3)]
     for i, (d, n, w) in enumerate(m_ports):
@@ -228,10 +452,10 @@ def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME) -> str:
     lines.append(");")
     lines += [
         "",
-        "  // Coherent, cacheable DMA (write-back, read/write allocate): ACP / HPC0 snoop the",
-        "  // CPU caches only when AxCACHE = 4'b1111.",
-        "  assign m_axi_arcache = 4'b1111;",
-        "  assign m_axi_awcache = 4'b1111;",
+        f"  // DMA through a non-coherent HP port ({spec.coherence}: the host flushes and",
+        "  // invalidates its caches): normal, non-cacheable, bufferable.",
+        f"  assign m_axi_arcache = 4'b{spec.axcache:04b};",
+        f"  assign m_axi_awcache = 4'b{spec.axcache:04b};",
         f"  assign m_axi_arprot = 3'b{spec.axprot:03b};",
         f"  assign m_axi_awprot = 3'b{spec.axprot:03b};",
         "",
@@ -257,7 +481,8 @@ def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME) -> str:
 
 # ---------------------------------------------------------------------------- TCL
 def _fmt_mhz(mhz: float) -> str:
-    return f"{float(mhz):g}"
+    """A frequency as TCL/text: at most 3 decimals, no trailing zeros (300, 142.857)."""
+    return f"{float(mhz):.3f}".rstrip("0").rstrip(".")
 
 
 # Every user-supplied string that goes into build.tcl (part, board part, file names) must
@@ -290,55 +515,119 @@ def _tcl_brace(value: str) -> str:
     return "{" + value + "}"
 
 
-def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
-              core_file: str = f"{CORE_NAME}.v", wrapper_file: str = f"{WRAPPER_NAME}.v"
+#: Stages build.tcl announces (``vtaforge: [HH:MM:SS] stage N/6: ...``).
+BUILD_STAGES = ("project and block design", "block-design outputs", "synthesis",
+                "implementation and bitstream", "reports and checks", "outputs")
+
+
+def _ps_props(spec: BoardSpec, clk: PLClock) -> list[tuple[str, str]]:
+    """CONFIG.* settings of the PS: ports, PL clock (PLL and frequency), interrupt."""
+    mhz = _fmt_mhz(clk.mhz)
+    if spec.family == "zynq7":
+        return [
+            ("PCW_USE_S_AXI_HP0", "1"), ("PCW_S_AXI_HP0_DATA_WIDTH", str(spec.mem_port_width)),
+            ("PCW_USE_M_AXI_GP0", "1"), ("PCW_EN_CLK0_PORT", "1"),
+            ("PCW_FCLK0_PERIPHERAL_CLKSRC", spec.pll), ("PCW_FPGA0_PERIPHERAL_FREQMHZ", mhz),
+            ("PCW_USE_FABRIC_INTERRUPT", "1"), ("PCW_IRQ_F2P_INTR", "1"),
+        ]
+    return [
+        ("PSU__USE__S_AXI_GP2", "1"),  # S_AXI_HP0_FPD
+        ("PSU__SAXIGP2__DATA_WIDTH", str(spec.mem_port_width)),
+        ("PSU__USE__S_AXI_GP0", "0"),  # no S_AXI_HPC0_FPD (not coherent: flush/invalidate)
+        ("PSU__USE__M_AXI_GP0", "1"),  # M_AXI_HPM0_FPD
+        ("PSU__USE__M_AXI_GP1", "0"), ("PSU__USE__M_AXI_GP2", "0"),
+        ("PSU__FPGA_PL0_ENABLE", "1"), ("PSU__CRL_APB__PL0_REF_CTRL__SRCSEL", spec.pll),
+        ("PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ", mhz), ("PSU__USE__IRQ0", "1"),
+    ]
+
+
+def _act_freq_prop(spec: BoardSpec) -> str:
+    """The PS parameter holding the PL clock it actually makes."""
+    return ("PCW_ACT_FPGA0_PERIPHERAL_FREQMHZ" if spec.family == "zynq7"
+            else "PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ")
+
+
+def _ps_clock_name(spec: BoardSpec) -> str:
+    """Vivado's name for the PS's first PL clock."""
+    return "clk_fpga_0" if spec.family == "zynq7" else "clk_pl_0"
+
+
+def build_tcl(cfg: VTAConfig, *, board: str | None = None, board_part: str | None = None,
+              jobs: int = 2, core_file: str = f"{CORE_NAME}.v",
+              wrapper_file: str = f"{WRAPPER_NAME}.v", overlay_name: str = OVERLAY_NAME
               ) -> str:
     """The Vivado batch script (``vivado -mode batch -source build.tcl``, run in the
-    project directory).
+    project directory; Vivado 2020.2 or newer).
 
-    Steps: ``create_project`` for ``cfg.PART`` (and ``board_part`` when given, with the
-    board preset applied to the PS); add the core and the wrapper; a block design with the
-    PS (coherent memory port, control port, PL clock at ``cfg.CLOCK_MHZ``, interrupt), a
-    ``proc_sys_reset`` (its active-high ``peripheral_reset`` drives ``rst``), a SmartConnect
-    from the PS to ``s_axi`` and one from ``m_axi`` to the PS; the register window at the
-    board's base (4 KiB) and the memory port's segments; ``validate_bd_design``; synthesis;
-    implementation to ``write_bitstream``; ``report_timing_summary``,
-    ``report_utilization`` and ``report_clocks`` in ``reports/``; the bitstream and the
-    ``.hwh`` copied to ``out/vta.bit`` and ``out/vta.hwh``.  The script exits non-zero when
-    a run fails or the PL clock is not the requested one; a timing failure is reported
-    (``reports/timing_summary.rpt``) and judged by :func:`parse_timing_summary`.
+    Steps (each announced as ``vtaforge: [time] stage N/6: ...``): ``create_project`` for
+    the board's part (and ``board_part`` when given, with the board preset applied to the
+    PS); add the core and the wrapper; a block design with the PS (HP memory port, control
+    port, PL clock from :func:`pl_clock`, interrupt), a ``proc_sys_reset`` (its active-high
+    ``peripheral_reset`` drives ``rst``), a SmartConnect from the PS to ``s_axi`` and one
+    from ``m_axi`` to the PS; the register window at the board's base (4 KiB); the DMA
+    address space holds the port's DDR segment only (every other segment of the port is
+    excluded); ``validate_bd_design``; the PS's actual PL clock checked against the one
+    asked for (before hours of synthesis); synthesis; implementation to
+    ``write_bitstream``; ``report_timing_summary``, ``report_utilization`` and
+    ``report_clocks`` in ``reports/``; the routed clock and timing checked; the bitstream
+    and the ``.hwh`` copied to ``out/<overlay_name>.bit`` and ``.hwh``.
+
+    The script stops with an error (Vivado exits 1) when a run fails, the PS or the routed
+    design has another PL clock, timing is not met (setup or hold slack < 0, or no "All
+    user specified timing constraints are met." in the report), or the bitstream or the
+    ``.hwh`` is missing; ``out/`` then holds no stale files.
 
     Raises:
-        FlowError: ``cfg.PART`` is not a Zynq part; ``jobs`` < 1; ``board_part``,
-            ``cfg.PART`` or a file name is not a plain TCL word (letters, digits,
-            ``_ . : -``), so nothing user-supplied can inject TCL.
+        FlowError: ``cfg.PART`` is not a Zynq part (or not the board's device); an unknown
+            board; ``jobs`` < 1; ``board_part``, the part, a file name or ``overlay_name``
+            is not a plain TCL word (letters, digits, ``_ . : -``), so nothing
+            user-supplied can inject TCL.
     """
-    spec = board_spec(cfg)
+    spec = board_spec(cfg, board)
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise FlowError(f"--jobs must be an integer >= 1, got {jobs!r}")
+    part = _tcl_word(spec.part or cfg.PART, "part (PART)")
     _tcl_word(cfg.PART, "part (PART)")
     if board_part is not None:
         _tcl_word(board_part, "--board-part")
     core_q = _tcl_brace(_tcl_word(core_file, "core file name"))
     wrapper_q = _tcl_brace(_tcl_word(wrapper_file, "wrapper file name"))
-    mhz = _fmt_mhz(cfg.CLOCK_MHZ)
-    period = 1000.0 / float(cfg.CLOCK_MHZ)
+    name = _tcl_word(overlay_name, "overlay name")
+    clk = pl_clock(spec, cfg.CLOCK_MHZ)
+    mhz = _fmt_mhz(clk.mhz)
     proj = f"vta_{cfg.bitstream_name}"
+    box = spec.mem_seg.split("/")[0]
+    n_stages = len(BUILD_STAGES)
     L: list[str] = []
     a = L.append
+
+    def stage(i: int) -> None:
+        a(f'stage {i} {{{BUILD_STAGES[i - 1]}}}')
+
     a("# Generated by vtaforge (hw/flow.py); do not edit.")
     a(f"# Config {cfg.bitstream_name}, fingerprint 0x{cfg.fingerprint:08x}, "
       f"register map version 0x{REGMAP_VERSION:08x}.")
-    a("# Run in this directory: vivado -mode batch -source build.tcl")
+    a(f"# Board {spec.title} ({part}); PL clock {mhz} MHz = {spec.pll} {_fmt_mhz(spec.pll_mhz)}"
+      f" MHz / {clk.divisor} (CLOCK_MHZ {cfg.CLOCK_MHZ:g}); DMA through {spec.mem_port}, "
+      f"DDR only; coherence: {spec.coherence}.")
+    a("# Needs Vivado 2020.2 or newer. Run in this directory: ./build.sh")
+    a("#   (or: vivado -mode batch -source build.tcl)")
     a("")
     a(f"set proj_name {proj}")
-    a(f"set part {cfg.PART}")
+    a(f"set part {part}")
     a(f"set clock_mhz {mhz}")
+    a(f"set overlay {name}")
     a(f"set jobs {int(jobs)}")
     a("set here [file normalize [file dirname [info script]]]")
     a("set proj_dir [file join $here vivado]")
     a("file mkdir [file join $here reports] [file join $here out]")
+    a("# no stale outputs: out/ holds a bitstream only when this run succeeds")
+    a("file delete -force [file join $here out $overlay.bit] [file join $here out $overlay.hwh]")
     a("")
+    a("proc stage {n what} {")
+    a(f'  puts "vtaforge: \\[[clock format [clock seconds] -format %H:%M:%S]\\] '
+      f'stage $n/{n_stages}: $what"')
+    a("}")
     a("# The newest installed version of an IP (VLNV without a version pinned).")
     a("proc vlnv {name} {")
     a("  set defs [lsort -dictionary [get_ipdefs -all xilinx.com:ip:${name}:*]]")
@@ -346,6 +635,7 @@ def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
     a("  return [lindex $defs end]")
     a("}")
     a("")
+    stage(1)
     a("create_project -force $proj_name $proj_dir -part $part")
     if board_part:
         a(f"set_property board_part {board_part} [current_project]")
@@ -356,31 +646,18 @@ def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
     a(f"create_bd_cell -type module -reference {WRAPPER_NAME} vta_0")
     a(f"create_bd_cell -type ip -vlnv [vlnv {spec.ps_ip}] ps")
     if spec.family == "zynq7":
-        props = [
-            ("PCW_USE_S_AXI_ACP", "1"), ("PCW_USE_DEFAULT_ACP_USER_VAL", "1"),
-            ("PCW_USE_M_AXI_GP0", "1"), ("PCW_EN_CLK0_PORT", "1"),
-            ("PCW_FPGA0_PERIPHERAL_FREQMHZ", mhz), ("PCW_USE_FABRIC_INTERRUPT", "1"),
-            ("PCW_IRQ_F2P_INTR", "1"),
-        ]
         rule = "xilinx.com:bd_rule:processing_system7"
-        auto = ('{make_external "FIXED_IO, DDR" apply_board_preset "1" '
-                'Master "Disable" Slave "Disable"}' if board_part else
-                '{make_external "FIXED_IO, DDR" apply_board_preset "0" '
-                'Master "Disable" Slave "Disable"}')
+        auto = ('{make_external "FIXED_IO, DDR" apply_board_preset "%s" '
+                'Master "Disable" Slave "Disable"}' % ("1" if board_part else "0"))
     else:
-        props = [
-            ("PSU__USE__S_AXI_GP0", "1"),  # S_AXI_HPC0_FPD
-            ("PSU__USE__M_AXI_GP0", "1"),  # M_AXI_HPM0_FPD
-            ("PSU__USE__M_AXI_GP1", "0"), ("PSU__USE__M_AXI_GP2", "0"),
-            ("PSU__FPGA_PL0_ENABLE", "1"), ("PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ", mhz),
-            ("PSU__USE__IRQ0", "1"),
-        ]
         rule = "xilinx.com:bd_rule:zynq_ultra_ps_e"
         auto = '{apply_board_preset "1"}' if board_part else None
-    if board_part or spec.family == "zynq7":
+    if auto is not None:
         a(f"apply_bd_automation -rule {rule} -config {auto} [get_bd_cells ps]")
+    a(f"# PL clock: {mhz} MHz from the {spec.pll} (the nearest the PS makes at or below "
+      f"CLOCK_MHZ {cfg.CLOCK_MHZ:g}).")
     a("set_property -dict [list \\")
-    for k, v in props:
+    for k, v in _ps_props(spec, clk):
         a(f"  CONFIG.{k} {{{v}}} \\")
     a("] [get_bd_cells ps]")
     a("create_bd_cell -type ip -vlnv [vlnv proc_sys_reset] rst_ps")
@@ -393,8 +670,8 @@ def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
     a(f"connect_bd_intf_net [get_bd_intf_pins ps/{spec.ctrl_port}] "
       f"[get_bd_intf_pins ctrl_smc/S00_AXI]")
     a("connect_bd_intf_net [get_bd_intf_pins ctrl_smc/M00_AXI] [get_bd_intf_pins vta_0/s_axi]")
-    a(f"# DMA: core's AXI4 master ({cfg.BUS_WIDTH} bit) -> SmartConnect -> coherent "
-      f"{spec.mem_port} ({spec.mem_port_width} bit).")
+    a(f"# DMA: core's AXI4 master ({cfg.BUS_WIDTH} bit) -> SmartConnect -> "
+      f"{spec.mem_port} ({spec.mem_port_width} bit, not coherent: {spec.coherence}).")
     a("connect_bd_intf_net [get_bd_intf_pins vta_0/m_axi] [get_bd_intf_pins mem_smc/S00_AXI]")
     a(f"connect_bd_intf_net [get_bd_intf_pins mem_smc/M00_AXI] "
       f"[get_bd_intf_pins ps/{spec.mem_port}]")
@@ -410,19 +687,39 @@ def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
       "[get_bd_pins ctrl_smc/aresetn] [get_bd_pins mem_smc/aresetn]")
     a(f"connect_bd_net [get_bd_pins vta_0/irq] [get_bd_pins ps/{spec.irq_pin}]")
     a("")
-    a(f"# Address map: register window at 0x{spec.reg_base:08X}, 4 KiB; DMA sees the PS's "
-      f"memory through {spec.mem_port}.")
-    a(f"assign_bd_address -offset 0x{spec.reg_base:08X} -range 4K "
+    a(f"# Address map: register window at 0x{spec.reg_base:08X}, 4 KiB; the DMA sees DDR "
+      f"only ({spec.mem_seg}), every other segment of {spec.mem_port} is excluded.")
+    a(f"set reg_seg [assign_bd_address -offset 0x{spec.reg_base:08X} -range 4K "
       f"-target_address_space [get_bd_addr_spaces ps/Data] "
-      f"[get_bd_addr_segs vta_0/s_axi/reg0] -force")
-    a("assign_bd_address")
-    a("set seg [get_bd_addr_segs -of_objects [get_bd_addr_spaces ps/Data] "
-      "-filter {NAME =~ *vta_0*}]")
-    a(f"if {{[get_property OFFSET $seg] != 0x{spec.reg_base:08X}}} "
-      f"{{ error \"register window not at 0x{spec.reg_base:08X}\" }}")
+      f"[get_bd_addr_segs vta_0/s_axi/reg0] -force]")
+    a(f"if {{$reg_seg ne \"\" && [get_property OFFSET $reg_seg] != 0x{spec.reg_base:08X}}} "
+      f"{{ error \"vtaforge: register window not at 0x{spec.reg_base:08X}\" }}")
+    a("set dma_space [get_bd_addr_spaces vta_0/m_axi]")
+    a(f"set ddr_seg [get_bd_addr_segs ps/{spec.mem_seg}]")
+    a("set dma_seg [assign_bd_address -target_address_space $dma_space $ddr_seg -force]")
+    a('if {$dma_seg eq ""} { error "vtaforge: could not map $ddr_seg into the core\'s DMA '
+      'address space" }')
+    a(f"foreach seg [get_bd_addr_segs -quiet ps/{box}/*] {{")
+    a("  if {$seg eq $ddr_seg} continue")
+    a("  # a segment the 32-bit DMA cannot address (e.g. DDR above 4 GiB) stays unmapped")
+    a("  if {[catch {exclude_bd_addr_seg -target_address_space $dma_space $seg} msg]} {")
+    a('    puts "vtaforge: $seg stays unmapped for the DMA ($msg)"')
+    a("  }")
+    a("}")
+    a('puts "vtaforge: DMA address map: $ddr_seg at [get_property OFFSET $dma_seg], range '
+      '[get_property RANGE $dma_seg] (DDR only)"')
     a("validate_bd_design")
+    a("# The PL clock the PS actually makes must be the one this project was generated for.")
+    a(f"set act_mhz [get_property CONFIG.{_act_freq_prop(spec)} [get_bd_cells ps]]")
+    near = ", ".join(_fmt_mhz(f) for f in reachable_pl_clocks(spec, clk.mhz / 2, clk.mhz * 1.5))
+    a(f"if {{abs($act_mhz - $clock_mhz) > 0.002 * $clock_mhz}} {{ error \"vtaforge: the PS "
+      f"makes a $act_mhz MHz PL clock, not $clock_mhz MHz: its {spec.pll} is not "
+      f"{_fmt_mhz(spec.pll_mhz)} MHz (board preset?); with {_fmt_mhz(spec.pll_mhz)} MHz it "
+      f"reaches {near} MHz\" }}")
+    a('puts "vtaforge: PL clock $act_mhz MHz (asked for $clock_mhz MHz)"')
     a("save_bd_design")
     a("")
+    stage(2)
     a(f"set bd_file [get_files {BD_NAME}.bd]")
     a("set_property synth_checkpoint_mode None $bd_file")
     a("generate_target all $bd_file")
@@ -430,62 +727,133 @@ def build_tcl(cfg: VTAConfig, *, board_part: str | None = None, jobs: int = 2,
     a(f"set_property top {BD_NAME}_wrapper [current_fileset]")
     a("update_compile_order -fileset sources_1")
     a("")
+    stage(3)
     a("launch_runs synth_1 -jobs $jobs")
     a("wait_on_run synth_1")
-    a('if {[get_property PROGRESS [get_runs synth_1]] != "100%"} { error "synthesis failed" }')
+    a('if {[get_property PROGRESS [get_runs synth_1]] != "100%"} '
+      '{ error "vtaforge: synthesis failed" }')
+    stage(4)
     a("launch_runs impl_1 -to_step write_bitstream -jobs $jobs")
     a("wait_on_run impl_1")
-    a('if {[get_property PROGRESS [get_runs impl_1]] != "100%"} { error "implementation failed" }')
+    a('if {[get_property PROGRESS [get_runs impl_1]] != "100%"} '
+      '{ error "vtaforge: implementation failed" }')
+    stage(5)
     a("open_run impl_1")
-    a("report_timing_summary -max_paths 10 -file [file join $here reports timing_summary.rpt]")
+    a("set rpt [file join $here reports timing_summary.rpt]")
+    a("report_timing_summary -max_paths 10 -file $rpt")
     a("report_utilization -file [file join $here reports utilization.rpt]")
     a("report_clocks -file [file join $here reports clocks.rpt]")
-    a("# The PL clock must be the one asked for (BR-31: timing at another clock means nothing).")
-    a("set pl_clk [get_clocks -of_objects [get_pins -hier -filter {NAME =~ */vta_0/clk}]]")
-    a("if {[llength $pl_clk] == 0} { error \"the core's clock is unconstrained\" }")
+    a("# The routed PL clock must be the PS's (BR-31: timing at another clock means nothing).")
+    a("set pl_clk [get_clocks -quiet -of_objects [get_pins -quiet -hier "
+      "-filter {NAME =~ */vta_0/clk}]]")
+    a(f"if {{[llength $pl_clk] == 0}} {{ set pl_clk [get_clocks -quiet "
+      f"{_ps_clock_name(spec)}] }}")
+    a("if {[llength $pl_clk] == 0} { error \"vtaforge: the core's clock is unconstrained\" }")
     a("set period [get_property PERIOD [lindex $pl_clk 0]]")
-    a(f"if {{abs($period - {period:.3f}) > 0.05}} "
-      f"{{ error \"PL clock period $period ns, expected {period:.3f} ns ({mhz} MHz)\" }}")
-    a("set bit [lindex [glob -nocomplain [file join $proj_dir ${proj_name}.runs impl_1 *.bit]] 0]")
-    a(f"set hwh [lindex [glob -nocomplain [file join $proj_dir ${{proj_name}}.*"
-      f" sources_1 bd {BD_NAME} hw_handoff {BD_NAME}.hwh]] 0]")
-    a('if {$bit eq "" || $hwh eq ""} { error "bitstream or .hwh not found" }')
-    a("file copy -force $bit [file join $here out vta.bit]")
-    a("file copy -force $hwh [file join $here out vta.hwh]")
-    a('puts "vtaforge: wrote [file join $here out vta.bit] and vta.hwh"')
+    a("set want [expr {1000.0 / $act_mhz}]")
+    a("if {abs($period - $want) > 0.005 * $want} { error \"vtaforge: routed PL clock period "
+      "$period ns, expected [format %.3f $want] ns ($act_mhz MHz)\" }")
+    a("# Timing must be met (PYNQ's rule: the report says all constraints are met).")
+    a("set wns \"\"; set whs \"\"")
+    a("set tp [get_timing_paths -max_paths 1 -nworst 1 -setup]")
+    a("if {[llength $tp]} { set wns [get_property SLACK $tp] }")
+    a("set tp [get_timing_paths -max_paths 1 -nworst 1 -hold]")
+    a("if {[llength $tp]} { set whs [get_property SLACK $tp] }")
+    a("set fh [open $rpt r]; set text [read $fh]; close $fh")
+    a('set met [expr {[string first "All user specified timing constraints are met." $text] '
+      '>= 0}]')
+    a('if {$wns eq "" || $wns < 0 || ($whs ne "" && $whs < 0) || !$met} {')
+    a('  error "vtaforge: timing NOT met at $clock_mhz MHz (WNS $wns ns, WHS $whs ns; '
+      'reports/timing_summary.rpt). No bitstream in out/ (the unusable one stays in '
+      '$proj_dir/$proj_name.runs/impl_1); lower CLOCK_MHZ and regenerate the project"')
+    a("}")
+    a('puts "vtaforge: timing met at $clock_mhz MHz (WNS $wns ns, WHS $whs ns)"')
+    stage(6)
+    a(f"set bit [file join $proj_dir $proj_name.runs impl_1 {BD_NAME}_wrapper.bit]")
+    a("# the hand-off: <proj>.gen from Vivado 2020.2 on, <proj>.srcs before")
+    a('set hwh ""')
+    a("foreach kind {gen srcs} {")
+    a(f"  set f [file join $proj_dir $proj_name.$kind sources_1 bd {BD_NAME} hw_handoff "
+      f"{BD_NAME}.hwh]")
+    a('  if {$hwh eq "" && [file isfile $f]} { set hwh $f }')
+    a("}")
+    a('if {![file isfile $bit]} { error "vtaforge: no bitstream at $bit" }')
+    a('if {$hwh eq ""} { error "vtaforge: no .hwh hand-off under $proj_dir" }')
+    a("file copy -force $bit [file join $here out $overlay.bit]")
+    a("file copy -force $hwh [file join $here out $overlay.hwh]")
+    a('puts "vtaforge: wrote [file join $here out $overlay.bit] and $overlay.hwh"')
     a("")
     return "\n".join(L)
 
 
-def build_sh() -> str:
-    """A shell script that runs the Vivado batch flow in its own directory."""
-    return ("#!/bin/sh\n# Generated by vtaforge (hw/flow.py): build the bitstream with Vivado.\n"
-            "set -e\ncd \"$(dirname \"$0\")\"\n"
-            "command -v vivado >/dev/null 2>&1 || { echo 'error: vivado is not on PATH "
-            "(source <Vivado>/settings64.sh first)' >&2; exit 2; }\n"
-            "exec vivado -mode batch -notrace -source build.tcl -log reports/vivado.log "
-            "-journal reports/vivado.jou\n")
+def build_sh(overlay_name: str = OVERLAY_NAME) -> str:
+    """A shell script that runs the Vivado batch flow in its own directory.
+
+    It creates ``reports/`` and ``out/`` (Vivado opens its log there before the script
+    runs), prints what it does, and exits 0 only when Vivado succeeded, the timing report
+    says every constraint is met and ``out/<name>.bit`` and ``out/<name>.hwh`` exist; 1 when
+    the build or timing failed, 2 when Vivado is not on PATH.
+    """
+    n = _tcl_word(overlay_name, "overlay name")
+    return f"""#!/bin/sh
+# Generated by vtaforge (hw/flow.py): build the bitstream with Vivado.
+# Exit status: 0 built and timing met (out/{n}.bit, out/{n}.hwh); 1 build or timing
+# failed; 2 vivado is not on PATH.
+cd "$(dirname "$0")" || exit 2
+say() {{ echo "vtaforge: [$(date +%H:%M:%S)] $*"; }}
+if ! command -v vivado >/dev/null 2>&1; then
+  echo 'error: vivado is not on PATH (source <Vivado>/settings64.sh first)' >&2
+  exit 2
+fi
+mkdir -p reports out || exit 2
+rm -f out/{n}.bit out/{n}.hwh
+say "running Vivado on build.tcl (takes long; log: reports/vivado.log)"
+vivado -mode batch -notrace -source build.tcl -log reports/vivado.log -journal reports/vivado.jou
+status=$?
+if [ "$status" -ne 0 ]; then
+  say "FAILED: Vivado exited with status $status (see the ERROR above and reports/vivado.log)" >&2
+  exit 1
+fi
+if ! grep -q "All user specified timing constraints are met." reports/timing_summary.rpt 2>/dev/null; then
+  say "FAILED: timing is not met (reports/timing_summary.rpt)" >&2
+  exit 1
+fi
+for f in out/{n}.bit out/{n}.hwh; do
+  if [ ! -s "$f" ]; then say "FAILED: $f is missing" >&2; exit 1; fi
+done
+say "done: out/{n}.bit and out/{n}.hwh (timing met)"
+"""
 
 
-def board_json(cfg: VTAConfig) -> str:
-    """JSON text describing the board build: family, PS ports, register base and window,
-    fingerprint, bitstream file names (read by ``vtaforge.runtime.pynq``)."""
-    spec = board_spec(cfg)
-    d = {"family": spec.family, "ps_ip": spec.ps_ip, "mem_port": spec.mem_port,
+def board_json(cfg: VTAConfig, *, board: str | None = None,
+               overlay_name: str = OVERLAY_NAME) -> str:
+    """JSON text describing the board build: board, family, PS ports, register base and
+    window, coherence rule, PL clock, fingerprint, output file names (read by
+    ``vtaforge.runtime.pynq``)."""
+    spec = board_spec(cfg, board)
+    clk = pl_clock(spec, cfg.CLOCK_MHZ)
+    d = {"board": spec.name, "board_title": spec.title, "family": spec.family,
+         "ps_ip": spec.ps_ip, "mem_port": spec.mem_port, "mem_seg": spec.mem_seg,
          "ctrl_port": spec.ctrl_port, "reg_base": spec.reg_base,
-         "reg_window": REG_WINDOW_BYTES, "axcache": 0b1111, "axprot": spec.axprot,
-         "clock_mhz": float(cfg.CLOCK_MHZ), "part": cfg.PART,
+         "reg_window": REG_WINDOW_BYTES, "axcache": spec.axcache, "axprot": spec.axprot,
+         "coherence": spec.coherence,
+         "clock_mhz": round(clk.mhz, 6), "clock_actual_mhz": round(clk.actual_mhz, 6),
+         "config_clock_mhz": float(cfg.CLOCK_MHZ),
+         "part": spec.part or cfg.PART, "config_part": cfg.PART,
          "fingerprint": cfg.fingerprint, "bitstream_name": cfg.bitstream_name,
-         "bitstream": "out/vta.bit", "hwh": "out/vta.hwh",
+         "bitstream": f"out/{overlay_name}.bit", "hwh": f"out/{overlay_name}.hwh",
          "config": cfg.to_dict()}
     return json.dumps(d, indent=2) + "\n"
 
 
-def write_project(cfg: VTAConfig, out_dir: str | Path, *, board_part: str | None = None,
-                  jobs: int = 2, verilog: str | None = None) -> dict[str, Path]:
+def write_project(cfg: VTAConfig, out_dir: str | Path, *, board: str | None = None,
+                  board_part: str | None = None, jobs: int = 2, verilog: str | None = None,
+                  overlay_name: str = OVERLAY_NAME) -> dict[str, Path]:
     """Write every file of the Vivado project into ``out_dir`` (created if missing).
 
     Args:
+        board: a key of :data:`BOARDS` (default: the config's target board, see
+            :func:`board_spec`).
         verilog: the core's Verilog text (default: :func:`vtaforge.hw.core.emit_verilog`
             with module name ``vta_core``; tests pass a cached text).
 
@@ -493,13 +861,22 @@ def write_project(cfg: VTAConfig, out_dir: str | Path, *, board_part: str | None
         ``{role: path}`` for ``core``, ``wrapper``, ``tcl``, ``sh``, ``regmap``, ``header``,
         ``board``.
 
+    Warns:
+        FlowWarning: ``cfg.CLOCK_MHZ`` is not a PL clock the PS can make; the project uses
+            the nearest one below (the message names the reachable neighbours).
+
     Raises:
-        FlowError: ``cfg.PART`` is not a Zynq part; ``board_part`` or ``cfg.PART`` is
-            not a plain TCL word; ``jobs`` < 1.
+        FlowError: ``cfg.PART`` is not a Zynq part (or not the board's device); an unknown
+            board; ``board_part``, the part or ``overlay_name`` is not a plain TCL word;
+            ``jobs`` < 1.
         OSError: the directory cannot be written.
     """
-    board_spec(cfg)  # fail before writing anything
-    build_tcl(cfg, board_part=board_part, jobs=jobs)  # validates before anything is written
+    spec = board_spec(cfg, board)  # fail before writing anything
+    tcl = build_tcl(cfg, board=board, board_part=board_part, jobs=jobs,
+                    overlay_name=overlay_name)
+    note = _clock_note(spec, pl_clock(spec, cfg.CLOCK_MHZ))
+    if note:
+        warnings.warn(note, FlowWarning, stacklevel=2)
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     if verilog is None:
@@ -508,12 +885,12 @@ def write_project(cfg: VTAConfig, out_dir: str | Path, *, board_part: str | None
         verilog = emit_verilog(cfg, CORE_NAME)
     files = {
         "core": (f"{CORE_NAME}.v", verilog),
-        "wrapper": (f"{WRAPPER_NAME}.v", wrapper_verilog(cfg)),
-        "tcl": ("build.tcl", build_tcl(cfg, board_part=board_part, jobs=jobs)),
-        "sh": ("build.sh", build_sh()),
+        "wrapper": (f"{WRAPPER_NAME}.v", wrapper_verilog(cfg, board=board)),
+        "tcl": ("build.tcl", tcl),
+        "sh": ("build.sh", build_sh(overlay_name)),
         "regmap": ("regmap.json", regmap_json(cfg)),
         "header": ("vta_regs.h", c_header(cfg)),
-        "board": ("board.json", board_json(cfg)),
+        "board": ("board.json", board_json(cfg, board=board, overlay_name=overlay_name)),
     }
     out: dict[str, Path] = {}
     for role, (name, text) in files.items():
@@ -655,14 +1032,19 @@ def run_vivado(project_dir: str | Path, *, vivado: str = "vivado", timeout_s: fl
     """Run ``vivado -mode batch -source build.tcl`` in ``project_dir`` (written by
     :func:`write_project`), then parse ``reports/timing_summary.rpt``.
 
+    ``reports/`` and ``out/`` are created first and a timing report left by an earlier
+    run is removed, so the verdict is always this run's.
+
     Returns:
-        the :class:`TimingResult` of the routed design.
+        the :class:`TimingResult` of the routed design; also when Vivado stopped because
+        timing was not met (build.tcl exits 1 then, after writing the report), so that the
+        caller reports "not met" rather than a tool failure.
 
     Raises:
         FlowError: ``vivado`` is not on PATH (the message says how to get it), the project
-            has no ``build.tcl``, Vivado exits non-zero (first line: its first ``ERROR``;
-            then the last lines of its output), it times out, or the timing report is
-            missing.
+            has no ``build.tcl``, Vivado exits non-zero for another reason (first line: its
+            first ``ERROR``; then the last lines of its output), it times out, or the
+            timing report is missing.
     """
     d = Path(project_dir)
     if not (d / "build.tcl").is_file():
@@ -674,6 +1056,9 @@ def run_vivado(project_dir: str | Path, *, vivado: str = "vivado", timeout_s: fl
                         f"and source its settings64.sh, or copy {d} to a machine that has it "
                         f"and run build.sh there")
     (d / "reports").mkdir(exist_ok=True)
+    (d / "out").mkdir(exist_ok=True)
+    rpt = d / "reports" / "timing_summary.rpt"
+    rpt.unlink(missing_ok=True)
     cmd = [exe, "-mode", "batch", "-notrace", "-source", "build.tcl",
            "-log", str(Path("reports") / "vivado.log"),
            "-journal", str(Path("reports") / "vivado.jou"), *extra_args]
@@ -682,13 +1067,19 @@ def run_vivado(project_dir: str | Path, *, vivado: str = "vivado", timeout_s: fl
     except subprocess.TimeoutExpired:
         raise FlowError(f"vivado did not finish within {timeout_s} s") from None
     if p.returncode != 0:
+        if rpt.is_file():
+            try:
+                res = parse_timing_summary(rpt.read_text())
+            except FlowError:
+                res = None
+            if res is not None and not res.met:
+                return res
         out = (p.stdout + "\n" + p.stderr).strip().splitlines()
         errs = [l.strip() for l in out if l.lstrip().startswith("ERROR")]
         first = errs[0] if errs else (out[-1].strip() if out else "no output")
         tail = "\n".join(out[-15:])
         raise FlowError(f"vivado failed (exit {p.returncode}): {first} (log: "
                         f"{d / 'reports' / 'vivado.log'})\n{tail}")
-    rpt = d / "reports" / "timing_summary.rpt"
     if not rpt.is_file():
         raise FlowError(f"vivado finished but wrote no {rpt}")
     return parse_timing_summary(rpt.read_text())

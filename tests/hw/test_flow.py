@@ -1,7 +1,9 @@
 """The Vivado board flow without Vivado: the generated wrapper and TCL text asserted on
 (part, clock, ports, interface attributes, reset polarity, AxCACHE/AxPROT, address map),
-the wrapper linted by Verilator together with the emitted core, and the timing-summary
-parser on canned reports (met, failed by 0.3 ns, unconstrained clock: field-faults BR-31).
+the boards and the PL clocks their PS can make, the wrapper linted by Verilator together
+with the emitted core, and the timing-summary parser on canned reports (met, failed by
+0.3 ns, unconstrained clock: field-faults BR-31).  tests/hw/test_flow_tcl.py runs the
+generated TCL under tclsh with stub Vivado commands.
 """
 
 from __future__ import annotations
@@ -66,18 +68,35 @@ def test_wrapper_interfaces(cfg):
     s_par = _attrs_of(v, "s_axi_awaddr")
     assert any("PROTOCOL AXI4LITE" in a and "DATA_WIDTH 32" in a and "ADDR_WIDTH 12" in a
                for a in s_par)
+    assert any("NUM_READ_OUTSTANDING 1, NUM_WRITE_OUTSTANDING 1" in a for a in s_par)
     m_par = _attrs_of(v, "m_axi_araddr")
     assert any("PROTOCOL AXI4," in a and f"DATA_WIDTH {cfg.BUS_WIDTH}," in a
                and "ADDR_WIDTH 32" in a and "HAS_CACHE 1" in a and "HAS_PROT 1" in a
                for a in m_par)
+    # the counts the core's DMA engine really keeps in flight (not 1/1)
+    assert any("NUM_READ_OUTSTANDING 1, NUM_WRITE_OUTSTANDING 15" in a for a in m_par)
     assert re.search(rf"input wire \[{cfg.BUS_WIDTH - 1}:0\] m_axi_rdata", v)
     assert re.search(rf"output wire \[{cfg.BUS_WIDTH // 8 - 1}:0\] m_axi_wstrb", v)
 
 
+def test_outstanding_counts_match_the_core():
+    """The wrapper declares what hw/core/axi.py does: one read burst at a time, up to
+    B_OUTSTANDING write bursts whose B response is pending."""
+    from vtaforge.hw.core import axi
+
+    assert flow.M_AXI_WRITE_OUTSTANDING == axi.B_OUTSTANDING == 15
+    assert flow.M_AXI_READ_OUTSTANDING == 1
+    # the read FSM issues the next AR only after the last R beat of a burst
+    src = Path(axi.__file__).read_text()
+    assert 'with m.If(r_burst == 1):\n                        m.next = "AR"' in src
+    assert "(b_out != B_OUTSTANDING)" in src
+
+
 def test_wrapper_drives_cache_and_prot(cfg):
     v = flow.wrapper_verilog(cfg)
-    assert "assign m_axi_arcache = 4'b1111;" in v
-    assert "assign m_axi_awcache = 4'b1111;" in v
+    # HP port, not coherent: normal non-cacheable bufferable (flush/invalidate by the host)
+    assert "assign m_axi_arcache = 4'b0011;" in v
+    assert "assign m_axi_awcache = 4'b0011;" in v
     prot = "000" if _zynq7(cfg) else "010"   # vta-anchor.md §1.3 axi_prot
     assert f"assign m_axi_arprot = 3'b{prot};" in v
     assert f"assign m_axi_awprot = 3'b{prot};" in v
@@ -94,39 +113,142 @@ def test_unsupported_part_refused():
         flow.build_tcl(cfg)
 
 
+# ------------------------------------------------------------------ boards and clocks
+BOARD_PARTS = {"pynq-z1": "xc7z020clg400-1", "pynq-z2": "xc7z020clg400-1",
+               "ultra96-v2": "xczu3eg-sbva484-1-i", "zcu104": "xczu7ev-ffvc1156-2-e"}
+
+
+def test_boards_and_parts():
+    assert {k: b.part for k, b in flow.BOARDS.items()} == BOARD_PARTS
+    assert {k: b.family for k, b in flow.BOARDS.items()} == {
+        "pynq-z1": "zynq7", "pynq-z2": "zynq7", "ultra96-v2": "zynqmp", "zcu104": "zynqmp"}
+    # a target picks its board; the project is for the board's part (same device)
+    assert flow.board_spec(preset("pynq")).name == "pynq-z1"
+    assert flow.board_spec(preset("pynq")).part == "xc7z020clg400-1"
+    assert preset("pynq").PART == "xc7z020clg484-1"   # the config keeps upstream's part
+    assert flow.board_spec(preset("ultra96")).name == "ultra96-v2"
+    assert flow.board_spec(preset("zcu104")).name == "zcu104"
+    assert flow.board_spec(preset("pynq"), "pynq-z2").title == "PYNQ-Z2"
+    # a sim-target config is built for a generic board of its part's family
+    generic = flow.board_spec(preset("tiny"))
+    assert generic.name == "zynq7" and generic.part == preset("tiny").PART
+    assert flow.board_spec(preset("tiny"), "pynq-z2").part == "xc7z020clg400-1"
+    with pytest.raises(flow.FlowError, match=r"not the ZCU104's device"):
+        flow.board_spec(preset("pynq"), "zcu104")
+    # a pynq-target config for another Zynq-7000 device: generic board, no error (the
+    # runtime reads the register base through board_spec)
+    z10 = preset("pynq").replace(PART="xc7z010clg400-1")
+    assert flow.board_spec(z10).name == "zynq7" and flow.board_spec(z10).part == z10.PART
+    assert flow.board_spec(z10).reg_base == 0x43C00000
+    with pytest.raises(flow.FlowError, match=r"unknown board 'kv260'.*pynq-z1"):
+        flow.board_spec(preset("pynq"), "kv260")
+
+
+def test_coherence_rule_is_data():
+    """One rule per family, readable by the runtime: HP port + flush before / invalidate
+    after, on both families."""
+    for b in flow.BOARDS.values():
+        assert b.coherence == flow.COHERENCE_FLUSH_INVALIDATE == "flush-invalidate"
+        assert b.axcache == 0b0011
+    assert flow.board_spec(preset("pynq")).mem_port == "S_AXI_HP0"
+    assert flow.board_spec(preset("zcu104")).mem_port == "S_AXI_HP0_FPD"
+
+
+#: Reachable PL clocks at and below 400 MHz (nominal MHz, PLL / integer divisor), per family.
+CLOCK_TABLE = {
+    "zynq7": [333.333, 250, 200, 166.667, 142.857, 125, 111.111, 100],
+    "zynqmp": [375, 300, 250, 214.286, 187.5, 166.667, 150, 136.364, 125, 115.385, 107.143,
+               100],
+}
+
+
+@pytest.mark.parametrize("board", list(BOARD_PARTS))
+def test_reachable_clock_table(board):
+    spec = flow.BOARDS[board]
+    got = [round(f, 3) for f in flow.reachable_pl_clocks(spec, 100, 400)]
+    assert got == CLOCK_TABLE[spec.family]
+
+
+def test_pl_clock_choice():
+    z7, zu = flow.BOARDS["pynq-z1"], flow.BOARDS["zcu104"]
+    c = flow.pl_clock(z7, 100)
+    assert c.exact and c.mhz == 100 and c.divisor == 10 and c.div0 * c.div1 == 10
+    c = flow.pl_clock(zu, 333)
+    assert not c.exact and c.mhz == 300 and c.below == 300 and c.above == 375
+    assert c.actual_mhz == pytest.approx(299.997)
+    assert flow.pl_clock(flow.BOARDS["ultra96-v2"], 333).actual_mhz == pytest.approx(299.9997)
+    assert flow.pl_clock(zu, 300).exact
+    assert flow.pl_clock(zu, 299.9).mhz == 300          # within 0.1 %: the PLL's accuracy
+    assert flow.pl_clock(z7, 150).mhz == pytest.approx(1000 / 7)
+    assert flow.pl_clock(z7, 1000).mhz == 1000
+    assert flow.pl_clock(z7, 1).mhz == 1                # 1000 = 40 * 25
+    # two 6-bit dividers: 1000 / (63 * 63) is the slowest
+    assert flow.pl_clock(z7, 1000 / 3969).mhz == pytest.approx(1000 / 3969)
+    with pytest.raises(flow.FlowError, match="below the slowest"):
+        flow.pl_clock(z7, 0.2)
+
+
+def test_unreachable_clock_warns_when_written(tmp_path):
+    with pytest.warns(flow.FlowWarning, match=r"CLOCK_MHZ 333 is not a PL clock the Ultra96-V2"
+                      r".*uses 300 MHz.*300 MHz \(below\) or 375 MHz \(above\)"):
+        flow.write_project(preset("ultra96"), tmp_path, verilog="module vta_core(); endmodule\n")
+    t = (tmp_path / "build.tcl").read_text()
+    assert "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ {300}" in t
+    assert json.loads((tmp_path / "board.json").read_text())["clock_mhz"] == 300
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # a reachable clock: no warning
+        flow.write_project(preset("pynq"), tmp_path / "p", verilog="module vta_core(); endmodule\n")
+
+
 # ------------------------------------------------------------------ TCL text
 def test_tcl_project_and_ps(cfg):
     t = flow.build_tcl(cfg)
-    assert f"set part {cfg.PART}\n" in t
+    spec = flow.board_spec(cfg)
+    assert f"set part {spec.part}\n" in t
     assert "create_project -force $proj_name $proj_dir -part $part" in t
     assert "add_files -norecurse [list [file join $here {vta_core.v}] " \
            "[file join $here {vta_wrapper.v}]]" in t
     assert "create_bd_cell -type module -reference vta_wrapper vta_0" in t
-    mhz = f"{cfg.CLOCK_MHZ:g}"
+    mhz = "100" if _zynq7(cfg) else "300"     # 333 is not reachable on ZynqMP
+    assert f"set clock_mhz {mhz}\n" in t
+    assert "ACP" not in t and "HPC0" not in t   # no coherent ports (flush-invalidate)
+    assert "\nassign_bd_address\n" not in t     # no "map everything reachable"
     if _zynq7(cfg):
         assert "create_bd_cell -type ip -vlnv [vlnv processing_system7] ps" in t
-        for prop in ("CONFIG.PCW_USE_S_AXI_ACP {1}", "CONFIG.PCW_USE_M_AXI_GP0 {1}",
+        for prop in ("CONFIG.PCW_USE_S_AXI_HP0 {1}", "CONFIG.PCW_S_AXI_HP0_DATA_WIDTH {64}",
+                     "CONFIG.PCW_USE_M_AXI_GP0 {1}", "CONFIG.PCW_FCLK0_PERIPHERAL_CLKSRC {IO PLL}",
                      f"CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ {{{mhz}}}",
-                     "CONFIG.PCW_IRQ_F2P_INTR {1}", "CONFIG.PCW_USE_DEFAULT_ACP_USER_VAL {1}"):
+                     "CONFIG.PCW_IRQ_F2P_INTR {1}"):
             assert prop in t, prop
         assert "[get_bd_intf_pins ps/M_AXI_GP0] [get_bd_intf_pins ctrl_smc/S00_AXI]" in t
-        assert "[get_bd_intf_pins mem_smc/M00_AXI] [get_bd_intf_pins ps/S_AXI_ACP]" in t
+        assert "[get_bd_intf_pins mem_smc/M00_AXI] [get_bd_intf_pins ps/S_AXI_HP0]" in t
         assert re.search(r"connect_bd_net \[get_bd_pins ps/FCLK_CLK0\] \[get_bd_pins vta_0/clk\]"
-                         r".*\[get_bd_pins ps/S_AXI_ACP_ACLK\]", t)
+                         r".*\[get_bd_pins ps/S_AXI_HP0_ACLK\]", t)
         assert "[get_bd_pins vta_0/irq] [get_bd_pins ps/IRQ_F2P]" in t
         assert "-offset 0x43C00000 -range 4K" in t
+        assert "set ddr_seg [get_bd_addr_segs ps/S_AXI_HP0/HP0_DDR_LOWOCM]" in t
+        assert "get_bd_addr_segs -quiet ps/S_AXI_HP0/*" in t
+        assert "CONFIG.PCW_ACT_FPGA0_PERIPHERAL_FREQMHZ" in t
     else:
         assert "create_bd_cell -type ip -vlnv [vlnv zynq_ultra_ps_e] ps" in t
-        for prop in ("CONFIG.PSU__USE__S_AXI_GP0 {1}", "CONFIG.PSU__USE__M_AXI_GP0 {1}",
+        for prop in ("CONFIG.PSU__USE__S_AXI_GP2 {1}", "CONFIG.PSU__SAXIGP2__DATA_WIDTH {128}",
+                     "CONFIG.PSU__USE__S_AXI_GP0 {0}", "CONFIG.PSU__USE__M_AXI_GP0 {1}",
+                     "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__SRCSEL {IOPLL}",
                      f"CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ {{{mhz}}}",
                      "CONFIG.PSU__USE__IRQ0 {1}"):
             assert prop in t, prop
         assert "[get_bd_intf_pins ps/M_AXI_HPM0_FPD] [get_bd_intf_pins ctrl_smc/S00_AXI]" in t
-        assert "[get_bd_intf_pins mem_smc/M00_AXI] [get_bd_intf_pins ps/S_AXI_HPC0_FPD]" in t
+        assert "[get_bd_intf_pins mem_smc/M00_AXI] [get_bd_intf_pins ps/S_AXI_HP0_FPD]" in t
         assert re.search(r"connect_bd_net \[get_bd_pins ps/pl_clk0\] \[get_bd_pins vta_0/clk\]"
-                         r".*\[get_bd_pins ps/saxihpc0_fpd_aclk\]", t)
+                         r".*\[get_bd_pins ps/saxihp0_fpd_aclk\]", t)
         assert "[get_bd_pins vta_0/irq] [get_bd_pins ps/pl_ps_irq0]" in t
         assert "-offset 0xA0000000 -range 4K" in t
+        assert "set ddr_seg [get_bd_addr_segs ps/SAXIGP2/HP0_DDR_LOW]" in t
+        assert "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__ACT_FREQMHZ" in t
+    assert "assign_bd_address -target_address_space $dma_space $ddr_seg -force" in t
+    assert "exclude_bd_addr_seg -target_address_space $dma_space $seg" in t
     # reset: the active-high peripheral reset drives the core, never the active-low one
     assert "connect_bd_net [get_bd_pins rst_ps/peripheral_reset] [get_bd_pins vta_0/rst]" in t
     assert "peripheral_aresetn] [get_bd_pins vta_0/rst]" not in t
@@ -137,16 +259,26 @@ def test_tcl_project_and_ps(cfg):
 
 def test_tcl_flow_steps(cfg):
     t = flow.build_tcl(cfg, jobs=4)
-    order = ["create_project", "create_bd_design", "assign_bd_address", "validate_bd_design",
-             "make_wrapper", "launch_runs synth_1", "launch_runs impl_1 -to_step write_bitstream",
-             "report_timing_summary", "report_utilization", "out vta.bit", "out vta.hwh"]
+    order = ["stage 1 {", "create_project", "create_bd_design", "assign_bd_address",
+             "exclude_bd_addr_seg", "validate_bd_design", "set act_mhz", "stage 2 {",
+             "make_wrapper", "stage 3 {", "launch_runs synth_1", "stage 4 {",
+             "launch_runs impl_1 -to_step write_bitstream", "stage 5 {",
+             "report_timing_summary", "report_utilization", "set period", "set tp [get_timing_paths",
+             "stage 6 {", "copy -force $bit [file join $here out $overlay.bit]",
+             "copy -force $hwh [file join $here out $overlay.hwh]"]
     pos = [t.index(s) for s in order]
     assert pos == sorted(pos)
-    assert "set jobs 4" in t
-    # the routed clock is checked against the requested period (BR-31)
-    period = 1000.0 / cfg.CLOCK_MHZ
-    assert f"abs($period - {period:.3f}) > 0.05" in t
+    assert "set jobs 4" in t and "set overlay vta\n" in t
+    # the PS's clock is checked right after the block design (before synthesis), and the
+    # routed clock against the same frequency (BR-31)
+    assert "if {abs($act_mhz - $clock_mhz) > 0.002 * $clock_mhz}" in t
+    assert "set want [expr {1000.0 / $act_mhz}]" in t
     assert "the core's clock is unconstrained" in t
+    # timing: WNS/WHS < 0 or no "constraints are met" line stops the build
+    assert '$wns < 0 || ($whs ne "" && $whs < 0) || !$met' in t
+    assert "All user specified timing constraints are met." in t
+    # no stale outputs
+    assert "file delete -force [file join $here out $overlay.bit]" in t
     # board preset only when asked
     assert "board_part" not in t
     tb = flow.build_tcl(cfg, board_part="xilinx.com:zcu104:part0:1.1")
@@ -156,17 +288,33 @@ def test_tcl_flow_steps(cfg):
         flow.build_tcl(cfg, jobs=0)
 
 
+def _write(cfg, d, **kw):
+    """write_project, expecting the FlowWarning of a preset whose CLOCK_MHZ (333 on ZynqMP)
+    the PS cannot make."""
+    import contextlib
+
+    spec = flow.board_spec(cfg, kw.get("board"))
+    exact = flow.pl_clock(spec, cfg.CLOCK_MHZ).exact
+    with contextlib.nullcontext() if exact else pytest.warns(flow.FlowWarning):
+        return flow.write_project(cfg, d, verilog="module vta_core(); endmodule\n", **kw)
+
+
 def test_write_project(tmp_path, cfg):
-    files = flow.write_project(cfg, tmp_path / "proj", verilog="module vta_core(); endmodule\n")
+    files = _write(cfg, tmp_path / "proj")
     names = sorted(p.name for p in files.values())
     assert names == ["board.json", "build.sh", "build.tcl", "regmap.json", "vta_core.v",
                      "vta_regs.h", "vta_wrapper.v"]
     sh = (tmp_path / "proj" / "build.sh").read_text()
     assert "vivado -mode batch -notrace -source build.tcl" in sh
+    assert "mkdir -p reports out" in sh
+    assert sh.index("mkdir -p reports out") < sh.index("vivado -mode batch")
     assert os.access(tmp_path / "proj" / "build.sh", os.X_OK)
     b = json.loads((tmp_path / "proj" / "board.json").read_text())
-    assert b["fingerprint"] == cfg.fingerprint and b["axcache"] == 15
+    assert b["fingerprint"] == cfg.fingerprint and b["axcache"] == 0b0011
+    assert b["coherence"] == "flush-invalidate"
     assert b["reg_base"] == (0x43C00000 if _zynq7(cfg) else 0xA0000000)
+    assert b["board"] == flow.board_spec(cfg).name and b["part"] == flow.board_spec(cfg).part
+    assert b["bitstream"] == "out/vta.bit" and b["hwh"] == "out/vta.hwh"
     r = json.loads((tmp_path / "proj" / "regmap.json").read_text())
     assert r["fingerprint"] == cfg.fingerprint
     assert f"0x{cfg.fingerprint:08x}u" in (tmp_path / "proj" / "vta_regs.h").read_text()
@@ -196,7 +344,12 @@ def test_run_vivado_with_stub(tmp_path, monkeypatch):
     assert (tmp_path / "args.txt").read_text().startswith("-mode batch -notrace -source build.tcl")
     stub.write_text("#!/bin/sh\necho 'ERROR: [Common 17-69] boom'\nexit 1\n")
     with pytest.raises(flow.FlowError, match=r"vivado failed \(exit 1\).*boom"):
-        flow.run_vivado(tmp_path)
+        flow.run_vivado(tmp_path)   # the earlier run's report does not count
+    # build.tcl exits 1 when timing fails, after writing the report: a verdict, not an error
+    stub.write_text(f"#!/bin/sh\ncp '{DATA / 'timing_failed.rpt'}' reports/timing_summary.rpt\n"
+                    f"echo 'ERROR: vtaforge: timing NOT met'\nexit 1\n")
+    res = flow.run_vivado(tmp_path)
+    assert not res.met and res.wns_ns == pytest.approx(-0.3)
 
 
 # ------------------------------------------------------------------ timing parser
@@ -297,6 +450,14 @@ def test_cli_board(tmp_path):
     assert res.exit_code == 0, res.output
     assert (out / "build.tcl").is_file() and (out / "vta_core.v").stat().st_size > 1000
     assert "0x43C00000" in res.output
+    res = r.invoke(board_group, ["project", "--config", "tiny", "--board", "pynq-z2", "-o",
+                                 str(tmp_path / "z2")])
+    assert res.exit_code == 0, res.output
+    assert "PYNQ-Z2: part xc7z020clg400-1" in res.output and "clock 100 MHz" in res.output
+    res = r.invoke(board_group, ["project", "--config", "tiny", "--board", "zcu104", "-o",
+                                 str(tmp_path / "bad")])
+    assert res.exit_code == 2 and "not the ZCU104's device" in res.output
+    assert not (tmp_path / "bad").exists()
 
 
 # ------------------------------------------------------------------ TCL injection (review)

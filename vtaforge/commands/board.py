@@ -1,6 +1,7 @@
 """``vtaforge board``: the Vivado bitstream flow for PYNQ-class Zynq boards.
 
-- ``vtaforge board project --config PRESET|FILE -o DIR [--board-part BP] [--jobs N]``:
+- ``vtaforge board project --config PRESET|FILE -o DIR [--board B] [--board-part BP]
+  [--jobs N]``:
   writes the Vivado project files (core Verilog, ``vta_wrapper.v``, ``build.tcl``,
   ``build.sh``, ``regmap.json``, ``vta_regs.h``, ``board.json``) into DIR.
 - ``vtaforge board build DIR``: runs Vivado on DIR (needs ``vivado`` on PATH) and prints the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -41,24 +43,33 @@ def _flow_error(e: Exception) -> click.ClickException:
               help="preset name or vta_config.json file")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="project directory (created if missing)")
+@click.option("--board", default=None,
+              help="pynq-z1, pynq-z2, ultra96-v2 or zcu104 (default: the config's target board)")
 @click.option("--board-part", default=None,
               help="Vivado board part (e.g. xilinx.com:zcu104:part0:1.1) to apply its PS preset")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
               help="Vivado run jobs (>= 1)")
-def project_cmd(spec: str, out_dir: str, board_part: str | None, jobs: int) -> None:
+def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | None,
+                jobs: int) -> None:
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
     from ..hw.config import load_config
-    from ..hw.flow import FlowError, board_spec, write_project
+    from ..hw.flow import FlowError, FlowWarning, board_spec, pl_clock, write_project
 
     cfg = load_config(spec)
     try:
-        spec_b = board_spec(cfg)
-        files = write_project(cfg, out_dir, board_part=board_part, jobs=jobs)
+        spec_b = board_spec(cfg, board)
+        mhz = pl_clock(spec_b, cfg.CLOCK_MHZ).mhz
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", FlowWarning)
+            files = write_project(cfg, out_dir, board=board, board_part=board_part, jobs=jobs)
     except FlowError as e:
         raise _flow_error(e) from None
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
     click.echo(f"wrote {len(files)} files to {out_dir}: "
                + ", ".join(p.name for p in files.values()))
-    click.echo(f"part {cfg.PART}, {spec_b.ps_ip}, clock {cfg.CLOCK_MHZ:g} MHz, registers at "
+    click.echo(f"{spec_b.title}: part {spec_b.part or cfg.PART}, {spec_b.ps_ip}, clock "
+               f"{mhz:.6g} MHz, registers at "
                f"0x{spec_b.reg_base:08X}, fingerprint 0x{cfg.fingerprint:08x}")
     click.echo(f"next: cd {out_dir} && ./build.sh   (needs Vivado; writes out/vta.bit, "
                f"out/vta.hwh)")
