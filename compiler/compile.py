@@ -30,6 +30,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..hw.config import VTAConfig, load_config
+from ..hw.isa import AluOp
 from ..runtime.artifact import CompiledModel, Step
 from .errors import CompileError
 from .ir import Graph
@@ -93,8 +94,14 @@ def lower_qrequant(cfg: VTAConfig, graph: Graph, node, uid: str):
 
 def lower_qmul(cfg: VTAConfig, graph: Graph, node, uid: str):
     """``qmul`` of two tensors -> ACC8 loads + a tensor-operand ALU MUL
-    (:func:`~.lower_eltwise.lower_mul`); slots ``a``, ``b``."""
+    (:func:`~.lower_eltwise.lower_mul`), slots ``a``, ``b``; by a scalar or per-channel
+    constant -> MUL by an immediate or a resident ACC constant
+    (:func:`~.lower_eltwise.lower_add_const` with ``MUL``), slot ``a``."""
     a, b = node.inputs
+    if b in graph.constants:
+        c = graph.constants[b].astype(np.int64)
+        vals = c.reshape(-1)[:1] if c.size == 1 else c.reshape(-1)
+        return lower_add_const(cfg, uid, _chw(graph, a), vals, node.attrs, AluOp.MUL), {"a": a}
     return lower_mul(cfg, uid, _chw(graph, a), _chw(graph, b), node.attrs), {"a": a, "b": b}
 
 

@@ -271,11 +271,13 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
     return LoweredOp(tb.trace, {}, {"a": lay, "b": lay_b, "y": lay})
 
 
-def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attrs: dict) -> LoweredOp:
-    """Lower ``qadd`` of a tensor and a constant (slots ``a``, ``y``; a per-channel constant
-    is the packed ACC constant ``c``) for one batch block: ACC8 load of ``a``, SHR by
-    ``-lshift_a``, then ADD of the constant already aligned on the host (``vals`` =
-    ``c << lshift_b``, int32): one value as an immediate, or one per channel loaded into the
+def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attrs: dict,
+                    alu: AluOp = AluOp.ADD) -> LoweredOp:
+    """Lower ``qadd`` of a tensor and a constant, or (``alu=MUL``, ``ALU_MUL``) ``qmul`` by a
+    constant (slots ``a``, ``y``; a per-channel constant is the packed ACC constant ``c``)
+    for one batch block: ACC8 load of ``a``, SHR by ``-lshift_a`` (add only), then ADD / MUL
+    by the constant prepared on the host (``vals``: ``c << lshift_b`` for an add, ``c`` for
+    a multiply; int32): one value as an immediate, or one per channel loaded into the
     accumulator and broadcast over H*W by a zero source factor; then the requantize.
 
     Raises:
@@ -284,10 +286,11 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
     """
     from .pack import pack_bias
 
-    if not cfg.ACC_8BIT:
-        raise CompileError(f"{uid}: an add on VTA needs ACC_8BIT")
-    la = int(attrs["lshift_a"])
-    bound = 128 * (1 << la) + int(np.abs(vals).max(initial=0))
+    if not cfg.ACC_8BIT or (alu == AluOp.MUL and not cfg.ALU_MUL):
+        raise CompileError(f"{uid}: this op on VTA needs ACC_8BIT" + (" and ALU_MUL" if alu == AluOp.MUL else ""))
+    la = int(attrs.get("lshift_a", 0))
+    vmax = int(np.abs(vals).max(initial=0))
+    bound = 128 * vmax if alu == AluOp.MUL else 128 * (1 << la) + vmax
     plan = plan_for(cfg, uid, attrs, bound)
     if plan is None and int(attrs["round"]) > (1 << 15) - 1:
         raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
@@ -331,11 +334,11 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
         if la:
             emit_kernel(tb, "alu", loops, [a_base], [a_base], op=AluOp.SHR, imm=-la)
         if scalar:
-            if int(vals[0]):
-                emit_kernel(tb, "alu", loops, [a_base], [a_base], op=AluOp.ADD, imm=int(vals[0]))
+            if int(vals[0]) or alu == AluOp.MUL:
+                emit_kernel(tb, "alu", loops, [a_base], [a_base], op=alu, imm=int(vals[0]))
         else:
             c_base = vt * half + half - lay.cb + s0
-            emit_kernel(tb, "alu", [(cnt, hw, 1, 0), (hw, 1, 0, 0)], [a_base], [c_base], op=AluOp.ADD)
+            emit_kernel(tb, "alu", [(cnt, hw, 1, 0), (hw, 1, 0, 0)], [a_base], [c_base], op=alu)
         requant_alu(tb, a_base, m, int(attrs["shift"]), int(attrs["clip_lo"]), int(attrs["clip_hi"]),
                     extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan)
         tb.dep_push(C, S)

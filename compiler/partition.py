@@ -190,8 +190,8 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
         "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; other windows: "
                      f"ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{base}",
         "qrequant": f"vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{base}",
-        "qmul": f"vta: tensor x tensor (same shape or per channel): ACC8 loads + ALU MUL{mul}{acc8}{base}; "
-                "by a constant: cpu (no VTA lowering yet)",
+        "qmul": f"vta: by a tensor (same shape or per channel) or a scalar / per-channel constant: ACC8 "
+                f"loads + ALU MUL{mul}{acc8}{base}",
         "quantize": "cpu: float input",
         "dequantize": "cpu: float output",
         "softmax": "cpu: float exponentials",
@@ -366,7 +366,19 @@ def vta_mul(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, 
     a = node.attrs
     ta, tb = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
     if node.inputs[1] in graph.constants:
-        return False, "no VTA lowering of a multiply by a constant tensor yet (CPU integer kernel)"
+        c = graph.constants[node.inputs[1]]
+        shp = (1,) * (ta.rank - c.ndim) + tuple(c.shape)
+        per_ch = ta.rank in (2, 4) and c.size > 1 and shp[1] == ta.shape[1] and \
+            all(d == 1 for k, d in enumerate(shp) if k != 1)
+        if c.size != 1 and not per_ch:
+            return False, f"multiply by a constant of shape {list(c.shape)}: only scalar or per-channel on VTA"
+        if not cfg.ALU_MUL:
+            return False, "multiply by a non-power-of-two constant needs ALU_MUL, which this config lacks"
+        why = _acc8(cfg) or _round_imm(a)
+        if why:
+            return False, why
+        return True, (f"multiply by a {'scalar' if c.size == 1 else 'per-channel'} constant: ACC8 load + "
+                      f"ALU MUL, {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")
     if ta.rank not in (2, 4) or tb.rank != ta.rank:
         return False, f"multiply of {ta} by {tb}: the VTA lowering takes NC or NCHW operands"
     if tb.shape != ta.shape and not (ta.rank == 4 and tuple(tb.shape[1:]) == (ta.shape[1], 1, 1)):

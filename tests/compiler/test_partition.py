@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from onnx import helper
 
@@ -73,9 +74,28 @@ def test_mul_by_constant_needs_alu_mul():
                    [("x", ["N", 4, 5, 5])], [("y", ["N", 4, 5, 5])], {"c": rand(4, 1, 1, seed=1)})
     q = quantize(import_onnx(m), rand(2, 4, 5, 5))
     assert partition(q, "pynq").target("scale") == "cpu"
-    # qmul has no VTA lowering (yet): it must never be placed on VTA, with or without ALU_MUL
-    p = partition(q, preset("pynq").replace(ALU_MUL=True))
-    assert p.target("scale") == "cpu" and "no VTA lowering" in p.placements["scale"].reason
+    assert "ALU_MUL" in partition(q, "pynq").placements["scale"].reason
+    assert partition(q, preset("pynq").replace(ALU_MUL=True)).target("scale") == "vta"
+
+
+@pytest.mark.parametrize("c", [np.array(0.37, np.float32), rand(1, 4, 1, 1, seed=2)], ids=["scalar", "per-channel"])
+def test_mul_by_constant_on_vta_is_bit_exact(c):
+    """Mul by a scalar (ALU MUL immediate) or a per-channel constant (resident ACC constant)
+    with ALU_MUL: on VTA, equal to the integer reference."""
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.compiler.reference import run_quantized
+    from vtaforge.runtime.executor import Executor
+    from vtaforge.runtime.fsim import FsimDevice
+
+    m = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "c"], ["y"], name="scale")],
+                   [("x", ["N", 4, 5, 5])], [("y", ["N", 4, 5, 5])], {"c": c})
+    cfg = preset("pynq").replace(ALU_MUL=True)
+    x = rand(3, 4, 5, 5, seed=4)
+    cm = compile_model(m, x, cfg)
+    (st,) = [s for s in cm.steps if s.name == "scale"]
+    assert st.target == "vta" and st.op == "qmul", cm.placement_table()
+    got = Executor(cm, FsimDevice(cfg)).run(x, keep=True)
+    np.testing.assert_array_equal(got[st.outputs[0]], run_quantized(cm.qgraph, {"x": x}, keep_all=True)[st.outputs[0]])
 
 
 def test_padded_max_pool_of_signed_values_goes_to_cpu():

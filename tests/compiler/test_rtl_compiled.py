@@ -103,7 +103,8 @@ def test_digits_pynq_rtl_equals_fsim():
 
 def _se_model():
     """Conv -> hard-swish as x * HardSigmoid(x) -> squeeze-excite (GAP, 1x1 conv, Sigmoid,
-    Mul by the per-channel scale): two tensor multiplies."""
+    Mul by the per-channel scale) -> Mul by a per-channel constant -> Div by 6: two tensor
+    multiplies, a per-channel and a scalar constant multiply."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(5)
@@ -115,7 +116,11 @@ def _se_model():
              helper.make_node("GlobalAveragePool", ["hw"], ["g"]),
              helper.make_node("Conv", ["g", "w2"], ["e"]),
              helper.make_node("Sigmoid", ["e"], ["s"]),
-             helper.make_node("Mul", ["s", "hw"], ["y"], name="se")]
+             helper.make_node("Mul", ["s", "hw"], ["z"], name="se"),
+             helper.make_node("Mul", ["z", "pc"], ["z2"], name="mul_pc"),
+             helper.make_node("Div", ["z2", "six"], ["y"], name="div_6")]
+    inits += [numpy_helper.from_array(rng.standard_normal((1, 8, 1, 1)).astype(np.float32), "pc"),
+              numpy_helper.from_array(np.array(6.0, np.float32), "six")]
     g = helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 6])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 6, 6])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -132,7 +137,8 @@ def test_tensor_multiply_rtl_equals_fsim():
     cfg = preset("tiny").replace(ALU_MUL=True, LUT_MULTIPLIERS=5, DSP_PACKING=2)
     rng = np.random.default_rng(2)
     cm = compile_model(_se_model(), rng.standard_normal((8, 4, 6, 6)).astype(np.float32), cfg)
-    assert {s.name for s in cm.steps if s.target == "vta" and s.op == "qmul"} == {"hswish", "se"}
+    assert {s.name for s in cm.steps if s.target == "vta" and s.op == "qmul"} == {"hswish", "se", "mul_pc",
+                                                                               "div_6"}, cm.placement_table()
     f, r, _ = _run_both(cm, rng.standard_normal((3, 4, 6, 6)).astype(np.float32))
     _assert_equal_outputs(f, r)
 
