@@ -9,6 +9,14 @@
 - ``vtaforge board timing REPORT.txt [--json]``: reads a Vivado ``report_timing_summary``
   and prints met / WNS / fmax; exit status 1 when timing is not met (or unconstrained),
   2 on errors (unreadable file, not a timing report, Vivado missing or failing).
+- ``vtaforge board package --config C --bitstream X.bit [--hwh X.hwh] --model M.vtapkg
+  ... -o DIR [--wheel W.whl]``: a self-contained folder for one board (overlay, config,
+  models, wheel, manifest.json with sha256s, run.sh, verify.py, a notebook); refuses a
+  model or a bitstream built for another config (:mod:`vtaforge.deploy`).
+- ``vtaforge board verify DIR``: checks a package's files against its manifest.
+- ``vtaforge board deploy DIR --host USER@HOST [--run X.npy] [--model NAME]``: copies a
+  package over ssh (rsync or scp), verifies and installs it there, optionally runs a model
+  and fetches the output and the run's statistics.
 
 (``vtaforge hw`` is another module's group, so these live under ``board``.)
 """
@@ -132,7 +140,145 @@ def build_cmd(project_dir: str, as_json: bool) -> None:
         res = run_vivado(project_dir)
     except FlowError as e:
         raise _flow_error(e) from None
+    _write_sidecar(project_dir, res)
     _report_verdict(res, as_json)
+
+
+def _write_sidecar(project_dir: str, res) -> None:
+    """Best effort, silent: ``out/vta.json`` beside the bitstream (fingerprint, config,
+    sha256, timing), which ``board package`` checks; the project's board.json stands in
+    when it is missing, so a failure here does not fail the build."""
+    from ..deploy import DeployError, write_bitstream_sidecar
+
+    try:
+        write_bitstream_sidecar(project_dir, res)
+    except (DeployError, OSError, ValueError):
+        pass
+
+
+# ---------------------------------------------------------------------------- packages
+class _DeployFailure(click.ClickException):
+    """A package or deploy error: one ``error:`` line, exit status 2."""
+
+    exit_code = 2
+
+
+def _deploy_error(e: Exception) -> click.ClickException:
+    return _DeployFailure((str(e).strip().splitlines() or [type(e).__name__])[0])
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:.1f} kB"
+
+
+@board_group.command("package")
+@click.option("--config", "spec", required=True, help="preset name or vta_config.json file")
+@click.option("--bitstream", required=True, type=click.Path(dir_okay=False),
+              help="the .bit (out/vta.bit of a board project)")
+@click.option("--hwh", default=None, type=click.Path(dir_okay=False),
+              help="its .hwh (default: the .bit's name with .hwh)")
+@click.option("--model", "models", multiple=True, required=True,
+              type=click.Path(dir_okay=False), help="a .vtapkg compiled for the config "
+              "(repeat for several)")
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="package folder (new, empty, or an earlier package, which is replaced)")
+@click.option("--wheel", default=None, type=click.Path(dir_okay=False),
+              help="a vtaforge wheel to ship (default: build one from this source tree, "
+              "cached)")
+@click.option("--bitstream-info", default=None, type=click.Path(dir_okay=False),
+              help="the bitstream's sidecar NAME.json or its project's board.json "
+              "(default: found beside or above the .bit)")
+@click.option("--allow-unmet-timing", is_flag=True,
+              help="package a bitstream whose sidecar says timing was not met")
+def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
+                allow_unmet_timing) -> None:
+    """Write a self-contained folder for one board: overlay, config, models, the vtaforge
+    wheel, manifest.json (sha256s), run.sh, verify.py and a Jupyter notebook."""
+    from ..deploy import DeployError, make_package
+
+    try:
+        r = make_package(spec, bitstream, hwh, list(models), out_dir, wheel=wheel,
+                         bitstream_info=bitstream_info, allow_unmet_timing=allow_unmet_timing)
+    except DeployError as e:
+        raise _deploy_error(e) from None
+    m = r.manifest
+    total = sum(f["size"] for f in m["files"].values())
+    click.echo(f"package {r.out}: {len(m['files'])} files, {_mb(total)} (manifest.json)")
+    c, o = m["config"], m["overlay"]
+    click.echo(f"  config {c['bitstream_name']} (fingerprint {c['fingerprint']}), part "
+               f"{c['part']}, {c['clock_mhz']:g} MHz")
+    t = o["timing"]
+    tim = "" if not t else (f"; timing {'met' if t.get('met') else 'NOT met'}"
+                            + (f", WNS {t['wns_ns']:+.3f} ns" if t.get("wns_ns") is not None
+                               else ""))
+    base = "" if o["reg_base"] is None else f"; registers at 0x{o['reg_base']:08X}"
+    click.echo(f"  overlay {o['bitstream']} + vta.hwh: fingerprint {o['fingerprint']} from "
+               f"{o['fingerprint_from']}{tim}{base}")
+    for e in m["models"]:
+        click.echo(f"  model {e['name']} ({e['model']}) -> {e['file']}: "
+                   f"{e['steps_on_vta']}/{e['steps']} steps on VTA")
+    how = ("passed with --wheel" if r.wheel_cached is None else
+           "from the cache" if r.wheel_cached else "built from the source tree")
+    click.echo(f"  wheel {m['wheel']['file']} ({how})")
+    for n in r.notes:
+        click.echo(f"  note: {n}")
+    click.echo(f"next: vtaforge board deploy {r.out} --host xilinx@BOARD --run INPUT.npy   "
+               f"(or on the board: sh run.sh run INPUT.npy)")
+
+
+@board_group.command("verify")
+@click.argument("package_dir", type=click.Path(file_okay=False))
+def verify_cmd(package_dir) -> None:
+    """Check every file of a package against its manifest.json (sha256, size)."""
+    from ..deploy import DeployError, verify_package
+
+    try:
+        m = verify_package(package_dir)
+    except DeployError as e:
+        raise _deploy_error(e) from None
+    click.echo(f"verify: {len(m['files'])} files of {package_dir} match manifest.json "
+               f"(config fingerprint {m['config']['fingerprint']})")
+
+
+@board_group.command("deploy")
+@click.argument("package_dir", type=click.Path(file_okay=False))
+@click.option("--host", required=True, help="USER@HOST (or an ssh config alias)")
+@click.option("--run", "run_input", default=None, type=click.Path(dir_okay=False),
+              help="run a model on this input .npy on the board and fetch the results")
+@click.option("--model", default=None, help="the model to run (default: the only one)")
+@click.option("--remote-dir", default=None,
+              help="the package's folder on the board (default: vtaforge/PACKAGE under "
+              "the remote home)")
+@click.option("-o", "--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="local folder for output.npy, stats.json, run.log (default: "
+              "PACKAGE-results/MODEL-INPUT)")
+@click.option("--copy", default="auto", show_default=True,
+              type=click.Choice(["auto", "rsync", "scp"]),
+              help="how to copy (auto: rsync when both sides have it, else scp -r)")
+@click.option("--sudo", is_flag=True, help="run run.sh with sudo -n on the board")
+@click.option("--timeout", "timeout_s", default=600.0, show_default=True,
+              type=click.FloatRange(min=1), help="seconds allowed for each ssh/scp/rsync")
+def deploy_cmd(package_dir, host, run_input, model, remote_dir, out_dir, copy, sudo,
+               timeout_s) -> None:
+    """Copy a package to a board over ssh, verify and install it there, optionally run a
+    model on an input and fetch the output and the run's statistics."""
+    from ..deploy import DeployError, deploy
+
+    try:
+        r = deploy(package_dir, host, run_input=run_input, model=model, remote_dir=remote_dir,
+                   out_dir=out_dir, copy=copy, sudo=sudo, timeout_s=timeout_s,
+                   echo=click.echo)
+    except DeployError as e:
+        raise _deploy_error(e) from None
+    if r.stats is None:
+        click.echo(f"deployed to {r.remote}")
+        return
+    s = r.stats
+    wall = s.get("wall_s")
+    wall_s = f"{wall:.2f} s wall" if isinstance(wall, (int, float)) else "wall time n/a"
+    click.echo(f"ran {s.get('model')} on {s.get('target')}: output {s.get('output_shape')}, "
+               f"{s.get('steps_on_vta')}/{s.get('steps')} steps on VTA, {wall_s}")
+    click.echo(f"fetched into {r.out}: output.npy, stats.json, run.log")
 
 
 COMMANDS = [board_group]
