@@ -1,0 +1,502 @@
+"""``vtaforge board package`` / ``board verify`` and the package's run.sh, verify.py and
+notebook, without a board: run.sh and the notebook really run, on fsim, through their
+documented test hooks (``VTAFORGE_RUN_TARGET=fsim``, ``VTAFORGE_SKIP_INSTALL=1``).
+
+Bitstreams are a Vivado-format ``.bit`` header with a few data bytes and a small ``.hwh``
+of the vtaforge block design (``tests/fake_ssh/boardkit.py``); the wheel is a tiny stand-in
+except in the one test that builds the real one (``slow``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fake_ssh import boardkit as bk
+from vtaforge.cli import main
+from vtaforge.hw import flow
+from vtaforge.hw.config import load_config, preset
+
+PYNQ = preset("pynq")
+TINY = preset("tiny")
+DATA = Path(__file__).resolve().parent / "hw" / "data"
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """A pynq board project with its bitstream, the digits model for pynq and for tiny, a
+    stand-in wheel and an input batch."""
+    d = tmp_path_factory.mktemp("kit")
+    k = {"dir": d, "bit": bk.write_project(d / "proj", PYNQ),
+         "model": bk.compile_digits(d / "digits.vtapkg", "pynq"),
+         "tiny_model": bk.compile_digits(d / "tiny" / "digits.vtapkg", "tiny"),
+         "wheel": bk.fake_wheel(d), "x": d / "x.npy"}
+    np.save(k["x"], np.random.default_rng(0).random((3, 1, 8, 8), dtype=np.float32))
+    return k
+
+
+def _package(kit, out, *extra, bit=None, model=None):
+    args = ["board", "package", "--config", "pynq", "--bitstream", str(bit or kit["bit"]),
+            "--model", str(model or kit["model"]), "-o", str(out), "--wheel", str(kit["wheel"]),
+            *extra]
+    return CliRunner().invoke(main, args)
+
+
+def _error(r) -> str:
+    """The single ``error:`` line of a failed invocation (exit status 2)."""
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.output
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def pkg(kit, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pkg") / "pynq-digits"
+    r = _package(kit, out)
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _hooks(**extra) -> dict:
+    env = dict(os.environ, VTAFORGE_RUN_TARGET="fsim", VTAFORGE_SKIP_INSTALL="1",
+               VTAFORGE_PYTHON=sys.executable, VTAFORGE_PYNQ_VENV="/nonexistent-venv")
+    env.update(extra)
+    return env
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------ layout
+def test_package_layout_and_manifest(kit, pkg):
+    files = sorted(p.relative_to(pkg).as_posix() for p in pkg.rglob("*") if p.is_file())
+    assert files == ["README.md", "config.json", "manifest.json", "models/digits.vtapkg",
+                     "overlay/vta.bit", "overlay/vta.hwh", "overlay/vta.json", "run.sh",
+                     "verify.py", "vtaforge.ipynb", "wheel/vtaforge-0.1.0-py3-none-any.whl"]
+    man = json.loads((pkg / "manifest.json").read_text())
+    assert man["format"] == "vtaforge-board-package" and man["version"] == 1
+    assert set(man["files"]) == set(files) - {"manifest.json"}
+    for rel, f in man["files"].items():
+        assert f == {"sha256": _sha(pkg / rel), "size": (pkg / rel).stat().st_size}, rel
+    assert man["config"]["fingerprint"] == f"0x{PYNQ.fingerprint:08x}"
+    assert load_config(str(pkg / "config.json")).fingerprint == PYNQ.fingerprint
+    # the overlay: same base name, the inputs' bytes
+    assert (pkg / "overlay/vta.bit").read_bytes() == kit["bit"].read_bytes()
+    assert (pkg / "overlay/vta.hwh").read_bytes() == (kit["bit"].parent / "vta.hwh").read_bytes()
+    side = json.loads((pkg / "overlay/vta.json").read_text())
+    assert side["fingerprint"] == PYNQ.fingerprint
+    assert side["bitstream_sha256"] == _sha(pkg / "overlay/vta.bit")
+    assert man["overlay"]["fingerprint_from"].endswith("board.json")
+    assert man["overlay"]["reg_base"] == flow.board_spec(PYNQ).reg_base
+    (m,) = man["models"]
+    assert (m["name"], m["file"], m["steps"], m["steps_on_vta"]) == ("digits",
+                                                                     "models/digits.vtapkg", 9, 6)
+    assert man["wheel"]["file"] == "wheel/vtaforge-0.1.0-py3-none-any.whl"
+    assert os.access(pkg / "run.sh", os.X_OK)
+    assert subprocess.run(["sh", "-n", str(pkg / "run.sh")]).returncode == 0
+
+
+def test_package_cli_output(kit, tmp_path):
+    r = _package(kit, tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert f"fingerprint 0x{PYNQ.fingerprint:08x}" in out
+    assert "model digits (digits_cnn) -> models/digits.vtapkg: 6/9 steps on VTA" in out
+    assert "wheel wheel/vtaforge-0.1.0-py3-none-any.whl (passed with --wheel)" in out
+    assert "registers at 0x43C00000" in out
+    # packaging again into an earlier package replaces it
+    r = _package(kit, tmp_path / "p")
+    assert r.exit_code == 0, r.output
+
+
+def test_verify_passes_and_detects_corruption(pkg, tmp_path):
+    r = CliRunner().invoke(main, ["board", "verify", str(pkg)])
+    assert r.exit_code == 0 and "verify: 10 files" in r.output, r.output
+    bad = tmp_path / "bad"
+    shutil.copytree(pkg, bad)
+    p = bad / "models" / "digits.vtapkg"
+    b = bytearray(p.read_bytes())
+    b[100] ^= 1
+    p.write_bytes(bytes(b))
+    (bad / "overlay" / "vta.hwh").unlink()
+    line = _error(CliRunner().invoke(main, ["board", "verify", str(bad)]))
+    assert "2 of 10 files do not match manifest.json" in line
+    assert "models/digits.vtapkg (sha256 differs)" in line and "overlay/vta.hwh (missing)" in line
+    # the package's own verify.py, run on the board before install: standard library only
+    # (-S: no site-packages, so neither numpy nor vtaforge), the same verdict
+    v = subprocess.run([sys.executable, "-I", "-S", str(bad / "verify.py")],
+                       capture_output=True, text=True)
+    assert v.returncode == 1 and v.stdout == ""
+    assert v.stderr.strip().splitlines() == ["error: verify: " + line.split(": ", 2)[2]]
+    v = subprocess.run([sys.executable, "-I", "-S", str(pkg / "verify.py")],
+                       capture_output=True, text=True)
+    assert v.returncode == 0 and v.stdout.startswith("verify: 10 files match"), v.stderr
+
+
+# ------------------------------------------------------------------ refusals
+def test_model_for_another_config_is_refused(kit, tmp_path):
+    out = tmp_path / "p"
+    line = _error(_package(kit, out, model=kit["tiny_model"]))
+    assert f"0x{TINY.fingerprint:08x}" in line and f"0x{PYNQ.fingerprint:08x}" in line
+    assert "recompile it for this config" in line
+    assert not out.exists()
+
+
+def test_bitstream_for_another_config_is_refused(kit, tmp_path):
+    """A tiny core's bitstream (same part, same block design) is refused by fingerprint,
+    whichever file carries it: its project's board.json, a sidecar, or the .bit's UserID."""
+    tbit = bk.write_project(tmp_path / "tiny_proj", TINY)
+    line = _error(_package(kit, tmp_path / "p", bit=tbit))
+    assert (f"was built for config {TINY.bitstream_name} (fingerprint 0x{TINY.fingerprint:08x}, "
+            f"per {tmp_path / 'tiny_proj' / 'board.json'}) but the config is "
+            f"{PYNQ.bitstream_name} (fingerprint 0x{PYNQ.fingerprint:08x})") in line
+    assert not (tmp_path / "p").exists()
+    # a sidecar beside the .bit
+    d = tmp_path / "side"
+    d.mkdir()
+    shutil.copy(tbit, d / "core.bit")
+    shutil.copy(tbit.with_suffix(".hwh"), d / "core.hwh")
+    (d / "core.json").write_text(json.dumps({"format": "vtaforge-bitstream", "version": 1,
+                                             "fingerprint": TINY.fingerprint,
+                                             "config": TINY.to_dict()}))
+    line = _error(_package(kit, tmp_path / "p", bit=d / "core.bit"))
+    assert f"0x{TINY.fingerprint:08x}, per {d / 'core.json'}" in line
+    # the .bit header's UserID (Vivado BITSTREAM.CONFIG.USERID), even with a matching sidecar
+    proj = tmp_path / "uid"
+    bit = bk.write_project(proj, PYNQ, bit=bk.bit_bytes(user_id=TINY.fingerprint))
+    line = _error(_package(kit, tmp_path / "p", bit=bit))
+    assert "per the UserID of vta.bit's header" in line
+
+
+def test_bitstream_without_a_fingerprint_is_refused(kit, tmp_path):
+    d = tmp_path / "bare"
+    d.mkdir()
+    shutil.copy(kit["bit"], d / "vta.bit")
+    shutil.copy(kit["bit"].with_suffix(".hwh"), d / "vta.hwh")
+    line = _error(_package(kit, tmp_path / "p", bit=d / "vta.bit"))
+    assert line.startswith(f"error: no fingerprint for bitstream {str(d / 'vta.bit')!r}")
+    assert "--bitstream-info" in line
+    r = _package(kit, tmp_path / "p", "--bitstream-info", str(kit["bit"].parent.parent /
+                                                               "board.json"), bit=d / "vta.bit")
+    assert r.exit_code == 0, r.output
+
+
+def test_board_build_writes_a_sidecar_that_package_checks(kit, tmp_path, monkeypatch):
+    """`board build` prints exactly what `board timing` prints and leaves out/vta.json
+    (fingerprint, config, sha256s, timing); package reads it, refuses a bitstream it does
+    not describe, and one that missed timing unless --allow-unmet-timing."""
+    proj = tmp_path / "proj"
+    bit = bk.write_project(proj, PYNQ)
+    for rpt, met in (("timing_met.rpt", True), ("timing_failed.rpt", False)):
+        res = flow.parse_timing_summary((DATA / rpt).read_text())
+        monkeypatch.setattr(flow, "run_vivado", lambda d, res=res: res)
+        a = CliRunner().invoke(main, ["board", "timing", str(DATA / rpt)])
+        b = CliRunner().invoke(main, ["board", "build", str(proj)])
+        assert a.exit_code == b.exit_code == (0 if met else 1) and a.output == b.output
+        side = json.loads((proj / "out" / "vta.json").read_text())
+        assert side["format"] == "vtaforge-bitstream" and side["fingerprint"] == PYNQ.fingerprint
+        assert side["bitstream_sha256"] == _sha(bit)
+        assert side["hwh_sha256"] == _sha(proj / "out" / "vta.hwh")
+        assert side["timing"]["met"] is met
+        r = _package(kit, tmp_path / "p", bit=bit)
+        if met:
+            assert r.exit_code == 0, r.output
+            assert f"from {proj / 'out' / 'vta.json'}; timing met, WNS +" in r.output
+        else:
+            line = _error(r)
+            assert "did not meet timing" in line and "--allow-unmet-timing" in line
+            r = _package(kit, tmp_path / "p", "--allow-unmet-timing", bit=bit)
+            assert r.exit_code == 0 and "note: packaged although timing was not met" in r.output
+    # a rebuilt bitstream that the sidecar does not describe
+    bit.write_bytes(bk.bit_bytes(nbytes=512))
+    line = _error(_package(kit, tmp_path / "p", "--allow-unmet-timing", bit=bit))
+    assert "describes another bitstream" in line
+
+
+def test_board_build_without_a_project_writes_nothing(tmp_path, monkeypatch):
+    res = flow.parse_timing_summary((DATA / "timing_met.rpt").read_text())
+    monkeypatch.setattr(flow, "run_vivado", lambda d: res)
+    r = CliRunner().invoke(main, ["board", "build", str(tmp_path)])
+    assert r.exit_code == 0 and list(tmp_path.iterdir()) == [], r.output
+
+
+@pytest.mark.parametrize("case, message", [
+    ("raw", "is not a Vivado .bit file (no bitstream header"),
+    ("part", "is for part 7z010clg400, but the config's PART is xc7z020clg484-1"),
+    ("hwh_xml", "is not a Vivado .hwh (not XML"),
+    ("hwh_core", "has no vta_wrapper module: not the hand-off of a vtaforge block design"),
+    ("hwh_clock", "sets the PL clock to 150 MHz, but the config's CLOCK_MHZ is 100"),
+    ("hwh_device", "is for device 7z010, but the config's PART is xc7z020clg484-1"),
+    ("no_hwh", "does not exist (PYNQ needs the .hwh of the bitstream; pass --hwh)"),
+])
+def test_bit_and_hwh_checks(kit, tmp_path, case, message):
+    proj = tmp_path / "proj"
+    bit = bk.write_project(proj, PYNQ)
+    hwh = proj / "out" / "vta.hwh"
+    if case == "raw":
+        bit.write_bytes(b"\xff" * 64 + b"\xaa\x99\x55\x66" + bytes(64))
+    elif case == "part":
+        bit.write_bytes(bk.bit_bytes("7z010clg400"))
+    elif case == "hwh_xml":
+        hwh.write_text("<EDKSYSTEM><MODULES>")
+    elif case == "hwh_core":
+        hwh.write_text(bk.hwh_text(PYNQ, core="axi_gpio"))
+    elif case == "hwh_clock":
+        hwh.write_text(bk.hwh_text(PYNQ, clock_mhz=150))
+    elif case == "hwh_device":
+        hwh.write_text(bk.hwh_text(PYNQ, device="7z010"))
+    elif case == "no_hwh":
+        hwh.unlink()
+    line = _error(_package(kit, tmp_path / "p", bit=bit))
+    assert message in line, line
+    assert not (tmp_path / "p").exists()
+
+
+def test_zynqmp_bitstream_check(tmp_path):
+    """The UltraScale+ branch: zynq_ultra_ps_e, PL0 clock parameter, HPM0 register base."""
+    from vtaforge.deploy import check_bitstream
+
+    cfg = preset("ultra96")
+    bit = bk.write_project(tmp_path / "proj", cfg)
+    r = check_bitstream(cfg, bit, bit.with_suffix(".hwh"))
+    assert r["fingerprint"] == cfg.fingerprint and r["hwh"]["ps_ip"] == "zynq_ultra_ps_e"
+    assert r["hwh"]["pl_clock_mhz"] == bk.pl_clock_mhz(cfg) and r["hwh"]["reg_base"] == 0xA0000000
+    (tmp_path / "proj" / "out" / "vta.hwh").write_text(bk.hwh_text(PYNQ))
+    with pytest.raises(Exception, match="for device 7z020, but the config's PART is xczu3eg"):
+        check_bitstream(cfg, bit, bit.with_suffix(".hwh"))
+
+
+def test_wheel_and_folder_checks(kit, tmp_path):
+    def pkg_with(wheel):
+        return CliRunner().invoke(main, ["board", "package", "--config", "pynq", "--bitstream",
+                                         str(kit["bit"]), "--model", str(kit["model"]), "-o",
+                                         str(tmp_path / "p"), "--wheel", str(wheel)])
+
+    assert "does not exist" in _error(pkg_with(tmp_path / "vtaforge-0.1.0-py3-none-any.whl"))
+    (tmp_path / "other-1.0-py3-none-any.whl").write_bytes(b"PK")
+    assert "is not a vtaforge wheel" in _error(pkg_with(tmp_path / "other-1.0-py3-none-any.whl"))
+    w = tmp_path / "w" / "vtaforge-0.1.0-py3-none-any.whl"
+    w.parent.mkdir()
+    w.write_bytes(b"not a zip")
+    assert "not a zip archive" in _error(pkg_with(w))
+    with zipfile.ZipFile(w, "w") as z:
+        z.writestr("vtaforge/__init__.py", "")
+    assert "has no vtaforge-*.dist-info/METADATA" in _error(pkg_with(w))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    line = _error(_package(kit, busy))
+    assert "exists and is not an earlier package" in line
+    assert (busy / "notes.txt").read_text() == "mine"
+    bad = tmp_path / "digits v2.vtapkg"
+    shutil.copy(kit["model"], bad)
+    assert "rename it" in _error(_package(kit, tmp_path / "p", model=bad))
+    args = ["board", "package", "--config", "pynq", "--bitstream", str(kit["bit"]), "--model",
+            str(kit["model"]), "--model", str(kit["model"]), "-o", str(tmp_path / "p"),
+            "--wheel", str(kit["wheel"])]
+    assert "two models named 'digits'" in _error(CliRunner().invoke(main, args))
+
+
+# ------------------------------------------------------------------ run.sh and the notebook
+def test_run_sh_runs_the_model_like_vtaforge_run(kit, pkg, tmp_path):
+    """`sh run.sh run` (test hooks: fsim, no pip) writes the same output as `vtaforge run`
+    and the run's statistics."""
+    work = tmp_path / "work"
+    shutil.copytree(pkg, work)
+    r = subprocess.run(["sh", str(work / "run.sh"), "run", "--out", "res", str(kit["x"])],
+                       cwd=tmp_path, env=_hooks(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "VTAFORGE_RUN_TARGET=fsim: running on fsim, not on the board (test hook)" in r.stdout
+    assert "VTAFORGE_SKIP_INSTALL=1: not installing" in r.stdout
+    ref = tmp_path / "ref.npy"
+    d = CliRunner().invoke(main, ["run", "--model", str(kit["model"]), "--input", str(kit["x"]),
+                                  "--config", "pynq", "--target", "fsim", "--output", str(ref)])
+    assert d.exit_code == 0, d.output
+    res = tmp_path / "res"  # --out is relative to the caller's folder
+    assert np.array_equal(np.load(res / "output.npy"), np.load(ref))
+    st = json.loads((res / "stats.json").read_text())
+    assert st["model"] == "digits" and st["target"] == "fsim"
+    assert st["test_hook"] == "VTAFORGE_RUN_TARGET=fsim"
+    assert (st["steps"], st["steps_on_vta"], st["exit_status"], st["error"]) == (9, 6, 0, None)
+    assert st["input_shape"] == [3, 1, 8, 8] and st["output_shape"] == [3, 10]
+    assert st["config_fingerprint"] == f"0x{PYNQ.fingerprint:08x}"
+    assert st["wall_s"] > 0 and st["run_s"] is not None
+    assert "digits_cnn: 3 sample(s) on fsim" in (res / "run.log").read_text()
+
+
+def test_run_sh_failures(kit, pkg, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(pkg, work)
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.zeros((2, 3), np.float32))
+
+    def sh(*args):
+        return subprocess.run(["sh", str(work / "run.sh"), *args], cwd=tmp_path, env=_hooks(),
+                              capture_output=True, text=True, timeout=120)
+
+    r = sh("run", "--model", "nope", str(kit["x"]))
+    assert r.returncode == 2 and r.stderr.strip() == ("error: run.sh: no model nope in this "
+                                                      "package (digits)")
+    r = sh("run", str(tmp_path / "missing.npy"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
+    r = sh("frobnicate")
+    assert r.returncode == 2 and r.stderr.startswith("error: run.sh: usage:")
+    # vtaforge run refuses the input: its exit status, and stats.json records the error
+    r = sh("run", "--out", "res", str(bad))
+    assert r.returncode == 2, r.stdout + r.stderr
+    st = json.loads((tmp_path / "res" / "stats.json").read_text())
+    assert st["exit_status"] == 2 and st["error"].startswith("error: ")
+    assert st["output_shape"] is None
+    # a corrupted file stops the run before anything is installed or run
+    (work / "config.json").write_text((work / "config.json").read_text() + " ")
+    r = sh("run", "--out", "res2", str(kit["x"]))
+    assert r.returncode == 1 and "config.json (" in r.stderr
+    assert not (tmp_path / "res2").exists()
+
+
+def test_run_sh_install_runs_pip_once(pkg, tmp_path, kit):
+    """Without the skip hook, `install` runs `pip install --no-deps` of the package's wheel
+    in the chosen Python and records it; `run` then does not install again."""
+    work = tmp_path / "work"
+    shutil.copytree(pkg, work)
+    calls = tmp_path / "calls.txt"
+    fake_py = tmp_path / "python3"
+    fake_py.write_text(f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then echo "$@" >> {calls}; '
+                       f'exit 0; fi\nexec {sys.executable} "$@"\n')
+    fake_py.chmod(0o755)
+    env = _hooks(VTAFORGE_PYTHON=str(fake_py))
+    del env["VTAFORGE_SKIP_INSTALL"]
+    r = subprocess.run(["sh", "run.sh", "install"], cwd=work, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert calls.read_text().splitlines() == [
+        "-m pip install --no-deps --no-index --force-reinstall --quiet "
+        "wheel/vtaforge-0.1.0-py3-none-any.whl"]
+    assert "run.sh: installed vtaforge" in r.stdout
+    r = subprocess.run(["sh", "run.sh", "run", str(kit["x"])], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(calls.read_text().splitlines()) == 1
+    assert (work / "results" / "digits" / "output.npy").is_file()
+    # --no-deps installs no dependencies: a Python without click is named before any run
+    blocked = tmp_path / "noclick"
+    blocked.mkdir()
+    (blocked / "sitecustomize.py").write_text(
+        "import importlib.abc, sys\n"
+        "class B(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'click':\n"
+        "            raise ModuleNotFoundError(name, name=name)\n"
+        "sys.meta_path.insert(0, B())\n")
+    r = subprocess.run(["sh", "run.sh", "run", str(kit["x"])], cwd=work,
+                       env=dict(env, PYTHONPATH=str(blocked)), capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and "lacks click (pip install --no-deps" in r.stderr, r.stderr
+
+
+def test_notebook_is_nbformat4_and_its_cells_run(kit, pkg, tmp_path):
+    nb = json.loads((pkg / "vtaforge.ipynb").read_text())
+    assert nb["nbformat"] == 4 and nb["nbformat_minor"] >= 5
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    ids = set()
+    for c in nb["cells"]:
+        assert c["cell_type"] in ("markdown", "code") and isinstance(c["source"], list)
+        assert isinstance(c["metadata"], dict) and c["id"] not in ids
+        ids.add(c["id"])
+        if c["cell_type"] == "code":
+            assert c["execution_count"] is None and c["outputs"] == []
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    compile(code, "vtaforge.ipynb", "exec")
+    assert "verify.py" in code and "pip" in code and "Executor(model, device)" in code
+    work = tmp_path / "work"
+    shutil.copytree(pkg, work)
+    shutil.copy(kit["x"], work / "input.npy")
+    r = subprocess.run([sys.executable, "-c", code], cwd=work, env=_hooks(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "VTAFORGE_SKIP_INSTALL=1: not installing" in r.stdout
+    y = np.load(work / "results" / "notebook" / "output.npy")
+    ref = tmp_path / "ref.npy"
+    d = CliRunner().invoke(main, ["run", "--model", str(kit["model"]), "--input", str(kit["x"]),
+                                  "--config", "pynq", "--output", str(ref)])
+    assert d.exit_code == 0 and np.array_equal(y, np.load(ref))
+    st = json.loads((work / "results" / "notebook" / "stats.json").read_text())
+    assert st["steps_on_vta"] == 6 and st["per_step"]["conv1"]["insns"] > 0
+
+
+# ------------------------------------------------------------------ the real wheel
+@pytest.mark.slow
+def test_wheel_is_built_once_and_cached(tmp_path):
+    """`python -m build --wheel` on a copy of the source tree (the tree gets no build/),
+    cached by content; the wheel carries the board modules and installs with --no-deps."""
+    from vtaforge import deploy
+
+    root = deploy.source_tree()
+    assert root is not None
+
+    def leftovers():  # what building in the tree itself would leave (others share the tree)
+        return {n for n in os.listdir(root) if n in ("build", "dist") or n.endswith(".egg-info")}
+
+    before = leftovers()
+    whl, cached = deploy.build_wheel(cache_dir=tmp_path / "cache")
+    assert not cached and whl.name == "vtaforge-0.1.0-py3-none-any.whl", (whl, cached)
+    assert leftovers() == before
+    again, cached = deploy.build_wheel(cache_dir=tmp_path / "cache")
+    assert cached and again == whl
+    names = zipfile.ZipFile(whl).namelist()
+    for n in ("vtaforge/deploy.py", "vtaforge/commands/board.py", "vtaforge/hw/config.py",
+              "vtaforge/runtime/pynq.py", "vtaforge/compiler/models/digits.onnx"):
+        assert n in names, n
+    # a pure-Python wheel imports as a zip: the board's modules come from it, not from here
+    p = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(whl)!r}); "
+                        "import vtaforge, vtaforge.deploy, vtaforge.runtime.pynq; "
+                        "print(vtaforge.deploy.__file__)"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith(str(whl)), p.stdout + p.stderr
+
+
+def test_package_and_board_side_without_the_extras(kit, pkg, tmp_path):
+    """What runs on a board needs only the base install: with onnx, onnxruntime, sklearn and
+    amaranth unimportable, `board package`, `board verify` and run.sh's statistics helper
+    work (`vtaforge run --model X.vtapkg` is tests/test_base_install.py's)."""
+    blocker = (
+        "import importlib.abc, sys\n"
+        "class B(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('onnx', 'onnxruntime', 'sklearn', 'amaranth'):\n"
+        "            raise ModuleNotFoundError(name, name=name)\n"
+        "sys.meta_path.insert(0, B())\n")
+    out = tmp_path / "p"
+    code = blocker + (
+        "from vtaforge.cli import main\n"
+        f"main(['board', 'package', '--config', 'pynq', '--bitstream', {str(kit['bit'])!r}, "
+        f"'--model', {str(kit['model'])!r}, '-o', {str(out)!r}, '--wheel', "
+        f"{str(kit['wheel'])!r}])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "6/9 steps on VTA" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, "-c", blocker + "from vtaforge.cli import main\n"
+                        f"main(['board', 'verify', {str(out)!r}])"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "verify: 10 files" in r.stdout, r.stderr
+    st = tmp_path / "st.json"
+    r = subprocess.run([sys.executable, "-c", blocker + "import sys\nfrom vtaforge.deploy import main\n"
+                        "sys.exit(main(sys.argv[1:]))", "stats", "--model",
+                        str(out / "models" / "digits.vtapkg"), "--config", str(out / "config.json"),
+                        "--input", str(kit["x"]), "--output", str(tmp_path / "none.npy"),
+                        "--target", "pynq", "--start", "1", "--end", "2.5", "-o", str(st)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(st.read_text())
+    assert (d["steps_on_vta"], d["wall_s"], d["error"], d["test_hook"]) == (6, 1.5, None, None)
+    assert d["output_shape"] is None and d["input_shape"] == [3, 1, 8, 8]
