@@ -52,8 +52,8 @@ TARGETS: dict[str, dict[str, Any]] = {
     "pynq": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
     "intelfocl": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
     "de10nano": dict(PART="5CSEBA6U23I7", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
-    "ultra96": dict(PART="xczu3eg-sbva484-1-e", CLOCK_MHZ=333.0, LOG_BUS_WIDTH=7),
-    "zcu104": dict(PART="xczu7ev-ffvc1156-2-e", CLOCK_MHZ=333.0, LOG_BUS_WIDTH=7),
+    "ultra96": dict(PART="xczu3eg-sbva484-1-e", CLOCK_MHZ=300.0, LOG_BUS_WIDTH=7),
+    "zcu104": dict(PART="xczu7ev-ffvc1156-2-e", CLOCK_MHZ=300.0, LOG_BUS_WIDTH=7),
 }
 
 #: Allowed inclusive integer ranges of the integer keys.

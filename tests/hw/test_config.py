@@ -88,8 +88,8 @@ def test_zcu104_sample_keeps_hw_ver_001():
 @pytest.mark.parametrize("target,part,mhz,bus", [
     ("pynq", "xc7z020clg484-1", 100.0, 64),
     ("sim", "xc7z020clg484-1", 100.0, 64),
-    ("ultra96", "xczu3eg-sbva484-1-e", 333.0, 128),
-    ("zcu104", "xczu7ev-ffvc1156-2-e", 333.0, 128),
+    ("ultra96", "xczu3eg-sbva484-1-e", 300.0, 128),
+    ("zcu104", "xczu7ev-ffvc1156-2-e", 300.0, 128),
 ])
 def test_target_defaults_follow_pkg_config(target, part, mhz, bus):
     """vta-anchor.md §1.3: part, clock and AXI bus width per target."""
@@ -156,7 +156,7 @@ def test_pynq_derived_against_anchor_table():
     assert s["total"] == 480 * 1024 == 3_932_160 // 8
     assert c.bitstream_name == "1x16_i8w8a32_15_15_18_17"
     assert c.peak_gops == pytest.approx(51.2)
-    assert preset("ultra96").peak_gops == pytest.approx(2 * 256 * 333 / 1000)
+    assert preset("ultra96").peak_gops == pytest.approx(2 * 256 * 300 / 1000)
     assert c.dram_alignment == 256  # the weight element
     d = c.derived()
     assert d["SRAM_TOTAL_BYTES"] == 491520

@@ -191,7 +191,8 @@ def test_pl_clock_choice():
 def test_unreachable_clock_warns_when_written(tmp_path):
     with pytest.warns(flow.FlowWarning, match=r"CLOCK_MHZ 333 is not a PL clock the Ultra96-V2"
                       r".*uses 300 MHz.*300 MHz \(below\) or 375 MHz \(above\)"):
-        flow.write_project(preset("ultra96"), tmp_path, verilog="module vta_core(); endmodule\n")
+        flow.write_project(preset("ultra96").replace(CLOCK_MHZ=333.0), tmp_path,
+                           verilog="module vta_core(); endmodule\n")
     t = (tmp_path / "build.tcl").read_text()
     assert "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ {300}" in t
     assert json.loads((tmp_path / "board.json").read_text())["clock_mhz"] == 300
@@ -200,6 +201,7 @@ def test_unreachable_clock_warns_when_written(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")           # a reachable clock: no warning
         flow.write_project(preset("pynq"), tmp_path / "p", verilog="module vta_core(); endmodule\n")
+        flow.write_project(preset("ultra96"), tmp_path / "u", verilog="module vta_core(); endmodule\n")
 
 
 # ------------------------------------------------------------------ TCL text
@@ -289,7 +291,7 @@ def test_tcl_flow_steps(cfg):
 
 
 def _write(cfg, d, **kw):
-    """write_project, expecting the FlowWarning of a preset whose CLOCK_MHZ (333 on ZynqMP)
+    """write_project, expecting the FlowWarning of a config whose CLOCK_MHZ (333 on ZynqMP)
     the PS cannot make."""
     import contextlib
 
