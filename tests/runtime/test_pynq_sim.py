@@ -335,3 +335,18 @@ def test_hang_times_out_and_reprogramming_recovers(board, bit, cfg):
     simulate(cfg, ref, ia, n)
     backend.run_raw(cfg, dram, ia, n, device=dev)
     np.testing.assert_array_equal(dram, ref)
+
+
+def test_harness_register_window_from_generated_header(board):
+    """The harness checks offsets against vta_regs.h's window (hw/regs.py's map), and the
+    library reports the register-map version it was compiled with."""
+    from vtaforge.hw import regs
+    from vtaforge.runtime.rtl.device import HarnessError
+
+    h = board.harness
+    assert h._lib.vh_regmap_version() == regs.REGMAP_VERSION
+    assert h.read(regs.offset("FINGERPRINT")) == board.cfg.fingerprint
+    for off in (regs.REGMAP_SIZE, 0x2):
+        with pytest.raises(HarnessError, match=r"outside the 0x100-byte register map"):
+            h.read(off)
+    assert h.mem_base == board.base == fakepynq.board.DDR_TOP - (16 << 20)
