@@ -749,14 +749,46 @@ class _Importer:
 
     def op_Conv(self, name, onode, ins, outs, attrs, err):
         x = self.g.types.get(self.name(ins[0]))
-        if x is None or x.rank != 4:
-            raise err(f"only 2-D convolution on a 4-D NCHW input is supported, got {x}")
         w = self.need_const(ins[1], "weight", err)
+        if x is not None and x.rank == 3 and w.ndim == 3:
+            # 1-D conv: a 2-D conv of height 1 between two reshapes (exact)
+            a = dict(attrs)
+            for k, one in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+                if k in a:
+                    a[k] = [one] + list(a[k])
+            if "pads" in a:
+                p = list(a["pads"])
+                a["pads"] = [0, p[0], 0, p[1]]
+            x4, y4 = self.g.fresh(f"{name}_x2d"), self.g.fresh(f"{name}_y2d")
+            self.emit(onode, self.g.fresh(f"{name}_to2d"), "reshape", [ins[0]], {"shape": (0, 0, 1, -1)}, x4)
+            w4 = self.g.fresh(f"{name}_w2d")
+            self.add_const(w4, w.reshape(w.shape[0], w.shape[1], 1, w.shape[2]))
+            self.op_Conv(name, onode, [x4, w4] + list(ins[2:]), [y4], a, err)
+            self.emit(onode, self.g.fresh(f"{name}_to1d"), "reshape", [y4], {"shape": (0, 0, -1)}, outs[0])
+            return
+        if x is None or x.rank != 4:
+            raise err(f"only 1-D and 2-D convolution on a 3-D / 4-D input is supported, got {x}")
         if w.ndim != 4:
             raise err(f"weight must be 4-D, got shape {list(w.shape)}")
+        dil = tuple(int(d) for d in attrs.get("dilations", [1, 1]))
+        if any(d < 1 for d in dil) or len(dil) != 2:
+            raise err(f"dilations {list(dil)} are not valid")
+        if dil != (1, 1):
+            # a dilated kernel is a larger dense kernel with zeros between the taps (exact;
+            # (d*(k-1)+1)^2 / k^2 more MACs, on VTA instead of the CPU)
+            o, ci, kh, kw = w.shape
+            wd = np.zeros((o, ci, dil[0] * (kh - 1) + 1, dil[1] * (kw - 1) + 1), w.dtype)
+            wd[:, :, ::dil[0], ::dil[1]] = w
+            wn = self.g.fresh(f"{name}_w_dilated")
+            self.add_const(wn, wd)
+            hint = self.g.meta["scale_hints"].get(self.name(ins[1]))
+            if hint is not None:
+                self.g.meta["scale_hints"][wn] = hint
+            ins = [ins[0], wn] + list(ins[2:])
+            w = wd
+            attrs = {k: v for k, v in attrs.items() if k != "dilations"}
+            attrs["kernel_shape"] = list(wd.shape[2:])
         kernel = tuple(attrs.get("kernel_shape", w.shape[2:]))
-        if any(d != 1 for d in attrs.get("dilations", [1, 1])):
-            raise err(f"dilations {list(attrs['dilations'])} are not supported (dilation 1 only)")
         strides = tuple(attrs.get("strides", [1, 1]))
         pads = self._pads_auto(attrs, kernel, strides, x.shape[2:], err)
         inputs = [ins[0], ins[1]]
