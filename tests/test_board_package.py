@@ -500,3 +500,26 @@ def test_package_and_board_side_without_the_extras(kit, pkg, tmp_path):
     d = json.loads(st.read_text())
     assert (d["steps_on_vta"], d["wall_s"], d["error"], d["test_hook"]) == (6, 1.5, None, None)
     assert d["output_shape"] is None and d["input_shape"] == [3, 1, 8, 8]
+
+
+def test_verify_refuses_unlisted_files(pkg, tmp_path):
+    """A file the manifest does not list where the package keeps its own (a planted model, a
+    script at the top) fails verify; inputs beside it and what a run leaves do not."""
+    import shutil
+
+    from vtaforge.deploy import DeployError, verify_package
+
+    copy = tmp_path / "copy"
+    shutil.copytree(pkg, copy)
+    (copy / "results" / "m").mkdir(parents=True)
+    (copy / "results" / "m" / "output.npy").write_bytes(b"x")
+    (copy / ".installed").write_text("sha python\n")
+    (copy / "input.npy").write_bytes(b"x")
+    verify_package(copy)
+    (copy / "models" / "evil.vtapkg").write_bytes(b"x")
+    with pytest.raises(DeployError, match=r"unlisted: models/evil\.vtapkg"):
+        verify_package(copy)
+    (copy / "models" / "evil.vtapkg").unlink()
+    (copy / "evil.sh").write_text("rm -rf ~\n")
+    with pytest.raises(DeployError, match=r"unlisted: evil\.sh"):
+        verify_package(copy)

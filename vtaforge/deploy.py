@@ -778,6 +778,25 @@ def verify(root):
             bad.append("%s (%d bytes, manifest says %s)" % (rel, size, want.get("size")))
         elif sha256(p) != want.get("sha256"):
             bad.append("%s (sha256 differs)" % rel)
+    # unlisted files where the package keeps its own (overlay/, models/, wheel/, and scripts,
+    # notebooks, configs, models at the top) are refused; inputs a user drops beside it and
+    # what a run leaves (inputs/, results/, .installed, caches) are not
+    own = {r.split("/")[0] for r in files if "/" in r}
+    kinds = (".sh", ".py", ".ipynb", ".json", ".vtapkg", ".bit", ".hwh", ".whl")
+    extra = []
+    for d in sorted(own):
+        for dd, dirs, names in os.walk(os.path.join(root, d)):
+            dirs[:] = [x for x in dirs if x not in (".ipynb_checkpoints", "__pycache__")]
+            for n in names:
+                rel = os.path.relpath(os.path.join(dd, n), root).replace(os.sep, "/")
+                if rel not in files:
+                    extra.append(rel)
+    for n in os.listdir(root):
+        if os.path.isfile(os.path.join(root, n)) and n.endswith(kinds) and n not in files \
+                and n != "manifest.json":
+            extra.append(n)
+    if extra:
+        bad.append("unlisted: " + ", ".join(sorted(extra)))
     if bad:
         raise ValueError("%d of %d files do not match manifest.json: %s"
                          % (len(bad), len(files), ", ".join(bad)))
