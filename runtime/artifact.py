@@ -22,7 +22,9 @@ A ``numpy.savez`` zip archive (no pickle):
 - ``manifest``: a JSON string: ``format`` (``"vtapkg"``), ``version`` (3,
   :data:`FORMAT_VERSION`; any other version is refused), ``requires`` (``{"onnxruntime":
   [ONNX op types]}`` when CPU steps need onnxruntime; a runtime without it refuses the
-  artifact up front, naming the ops), ``config``
+  artifact up front, naming the ops), ``arrays`` (dtype, shape and sha256 of every array:
+  a constant edited, truncated or of another dtype is refused before anything runs),
+  ``config``
   (the ``VTAConfig.to_dict()``), ``fingerprint`` (``config.fingerprint``), and the
   ``model`` dict of :class:`CompiledModel` (steps, tensor types, slot layouts, traces
   without their arrays);
@@ -45,7 +47,7 @@ import numpy as np
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import AluOp, Module
 from .device import DeviceError
-from .npz import atomic_open, open_npz
+from .npz import atomic_open, open_npz, read_npz
 
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
            "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
@@ -543,13 +545,14 @@ _TUPLE_ATTRS = ("kernel", "strides", "pads", "perm", "shape")
 
 def save_artifact(model: CompiledModel, path: str | Path) -> None:
     """Write ``model`` as a ``.vtapkg`` (see the module docstring)."""
-    manifest = {"format": "vtapkg", "version": FORMAT_VERSION, "requires": model.requires(),
-                "config": model.config.to_dict(), "fingerprint": model.config.fingerprint,
-                "model": model.to_json()}
     arrays = {f"c/{k}": np.ascontiguousarray(v) for k, v in model.constants.items()}
     for s in model.steps:
         if s.trace is not None:
             arrays.update(s.trace.arrays())
+    manifest = {"format": "vtapkg", "version": FORMAT_VERSION, "requires": model.requires(),
+                "config": model.config.to_dict(), "fingerprint": model.config.fingerprint,
+                "arrays": {k: _array_record(v) for k, v in arrays.items()},
+                "model": model.to_json()}
     with atomic_open(path) as f:
         np.savez(f, manifest=np.array(json.dumps(manifest)), **arrays)
 
@@ -569,13 +572,15 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
         z.close()
         raise ArtifactError(f"artifact {p!r} is not a .vtapkg (no manifest)")
     with z:
+        raw = read_npz(z, p, "artifact", ArtifactError, skip=tuple(k for k in z.files if k != "manifest"))
         try:
-            man = json.loads(str(z["manifest"]))
-        except (ValueError, TypeError) as e:
-            raise ArtifactError(f"artifact {p!r}: malformed manifest ({e})") from None
-        if man.get("format") != "vtapkg":
-            raise ArtifactError(f"artifact {p!r}: unknown format {man.get('format')!r} "
-                                f"(expected vtapkg)")
+            man = json.loads(str(raw["manifest"]))
+        except (ValueError, TypeError, RecursionError) as e:
+            raise ArtifactError(f"artifact {p!r}: malformed manifest ({type(e).__name__}: "
+                                f"{str(e)[:200]})") from None
+        if not isinstance(man, dict) or man.get("format") != "vtapkg":
+            raise ArtifactError(f"artifact {p!r}: unknown format "
+                                f"{man.get('format') if isinstance(man, dict) else man!r} (expected vtapkg)")
         ver = man.get("version")
         if ver != FORMAT_VERSION:
             why = ("an older vtaforge wrote it; " if isinstance(ver, int) and ver < FORMAT_VERSION
@@ -583,16 +588,73 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
             raise ArtifactError(f"artifact {p!r} has vtapkg format version {ver!r}, this "
                                 f"runtime reads version {FORMAT_VERSION} only ({why}recompile "
                                 f"the model)")
-        cfg = VTAConfig.from_dict(dict(man["config"]))
-        if cfg.fingerprint != man["fingerprint"]:
+        try:
+            cfg = VTAConfig.from_dict(dict(man["config"]))
+            fp = man["fingerprint"]
+            table = man["arrays"]
+        except KeyError as e:
+            raise ArtifactError(f"artifact {p!r}: malformed manifest (no {e})") from None
+        except (TypeError, ValueError) as e:
+            raise ArtifactError(f"artifact {p!r}: malformed manifest config ({e})") from None
+        if cfg.fingerprint != fp:
             raise ArtifactError(f"artifact {p!r}: config does not match its fingerprint")
         if config is not None and config.fingerprint != cfg.fingerprint:
             raise ArtifactError(
                 f"artifact {p!r} was compiled for config {cfg.bitstream_name} (fingerprint "
                 f"0x{cfg.fingerprint:08x}) but the device is {config.bitstream_name} "
                 f"(fingerprint 0x{config.fingerprint:08x}); recompile it for this config")
-        arrays = {k: z[k] for k in z.files if k != "manifest"}
-    m = man["model"]
+        arrays = read_npz(z, p, "artifact", ArtifactError, skip=("manifest",))
+    _check_arrays(p, arrays, table)
+    try:
+        cm = _model_from_json(cfg, man["model"], arrays)
+    except ArtifactError as e:
+        raise ArtifactError(f"artifact {p!r}: {e}") from None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise ArtifactError(f"artifact {p!r}: malformed model in the manifest ({type(e).__name__}: "
+                            f"{str(e)[:200]})") from None
+    try:
+        _check_steps(cm)
+        cm.check_requires()
+    except ArtifactError as e:
+        raise ArtifactError(f"artifact {p!r}: {e}") from None
+    return cm
+
+
+def _array_record(a: np.ndarray) -> dict:
+    """``{"dtype", "shape", "sha256"}`` of an array (the checksum covers its bytes)."""
+    import hashlib
+
+    a = np.ascontiguousarray(a)
+    return {"dtype": a.dtype.name, "shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+
+
+def _check_arrays(p: str, arrays: dict, table) -> None:
+    """Every array the manifest lists is present with its dtype, shape and checksum, and
+    nothing else is: a constant edited or swapped for another dtype is refused, never run.
+
+    Raises:
+        ArtifactError: one line naming the arrays.
+    """
+    if not isinstance(table, dict):
+        raise ArtifactError(f"artifact {p!r}: malformed manifest (arrays)")
+    missing = sorted(set(table) - set(arrays))
+    extra = sorted(set(arrays) - set(table))
+    if missing or extra:
+        raise ArtifactError(f"artifact {p!r}: arrays {missing} missing, {extra} not in the manifest")
+    bad = []
+    for k, rec in table.items():
+        got = _array_record(arrays[k])
+        rec = rec if isinstance(rec, dict) else {}
+        if any(rec.get(f) != got[f] for f in ("dtype", "shape", "sha256")):
+            same = rec.get("dtype") == got["dtype"] and rec.get("shape") == got["shape"]
+            bad.append(f"{k} (checksum)" if same else
+                       f"{k} ({got['dtype']}{got['shape']}, manifest says {rec.get('dtype')}{rec.get('shape')})")
+    if bad:
+        raise ArtifactError(f"artifact {p!r}: {len(bad)} array(s) do not match the manifest: "
+                            f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
+
+
+def _model_from_json(cfg: VTAConfig, m: dict, arrays: dict) -> CompiledModel:
     consts = {k[2:]: v for k, v in arrays.items() if k.startswith("c/")}
     steps = []
     for s in m["steps"]:
@@ -607,15 +669,8 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
         types = {k: (t[0], tuple(t[1]), t[2], None if t[3] is None else float(t[3]))
                  for k, t in m["types"].items()}
     except (IndexError, TypeError, ValueError) as e:
-        raise ArtifactError(f"artifact {p!r}: malformed tensor types ({e})") from None
-    cm = CompiledModel(cfg, m["name"], m["inputs"], m["outputs"], types, steps, consts,
-                       m.get("meta", {}))
-    try:
-        _check_steps(cm)
-        cm.check_requires()
-    except ArtifactError as e:
-        raise ArtifactError(f"artifact {p!r}: {e}") from None
-    return cm
+        raise ArtifactError(f"malformed tensor types ({e})") from None
+    return CompiledModel(cfg, m["name"], m["inputs"], m["outputs"], types, steps, consts, m.get("meta", {}))
 
 
 def _check_steps(cm: CompiledModel) -> None:

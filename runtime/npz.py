@@ -15,7 +15,7 @@ import numpy as np
 
 from .device import DeviceError
 
-__all__ = ["open_npz", "atomic_open"]
+__all__ = ["open_npz", "read_npz", "atomic_open"]
 
 
 def open_npz(path: str | Path, what: str,
@@ -47,6 +47,47 @@ def open_npz(path: str | Path, what: str,
     if not isinstance(z, np.lib.npyio.NpzFile):
         raise error(f"{what} {p!r} is a single .npy array, not an .npz archive")
     return z
+
+
+def read_npz(z: np.lib.npyio.NpzFile, path: str | Path, what: str,
+             error: type[DeviceError] = DeviceError, skip: tuple = ()) -> dict:
+    """Read every array of an open archive, checking each member's header first.
+
+    A member whose header declares more bytes than the member holds (a corrupt file asking
+    for a 1 TiB array), an object dtype, a bad header, a CRC or zlib error all raise
+    ``error`` with one line naming the member, instead of a MemoryError or numpy's message.
+
+    Args:
+        z: from :func:`open_npz`; path, what, error: as there; skip: member names not read.
+    Returns:
+        ``{name: ndarray}``.
+    """
+    import zlib
+
+    p = str(path)
+    out = {}
+    names = set(z.zip.namelist())
+    for name in z.files:
+        if name in skip:
+            continue
+        member = name + ".npy" if name + ".npy" in names else name
+        try:
+            info = z.zip.getinfo(member)
+            with z.zip.open(info) as f:
+                major, _minor = np.lib.format.read_magic(f)
+                hdr = (np.lib.format.read_array_header_1_0 if major == 1
+                       else np.lib.format.read_array_header_2_0)
+                shape, _fortran, dtype = hdr(f)
+            if dtype.hasobject:
+                raise ValueError("object arrays are not allowed")
+            n = int(np.prod(shape, dtype=object)) * dtype.itemsize
+            if n > info.file_size:
+                raise ValueError(f"declares {list(shape)} {dtype} ({n} bytes) but holds "
+                                 f"{info.file_size} bytes")
+            out[name] = z[name]
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as e:
+            raise error(f"{what} {p!r} is damaged: member {name!r}: {e}") from None
+    return out
 
 
 @contextlib.contextmanager

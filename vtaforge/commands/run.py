@@ -26,14 +26,13 @@ def _load_npy(path: str, what: str):
         x = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise DeviceError(f"cannot read {what} {path!r}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise DeviceError(f"cannot read {what} {path!r}: not a .npy array ({e})") from None
+    except (OSError, ValueError, EOFError) as e:
+        raise DeviceError(f"cannot read {what} {path!r}: not a .npy array ({e or 'empty file'})") from None
     if isinstance(x, np.lib.npyio.NpzFile):
-        try:
-            with x:
-                d = {k: x[k] for k in x.files}
-        except (OSError, ValueError) as e:
-            raise DeviceError(f"cannot read {what} {path!r}: bad .npz archive ({e})") from None
+        from ..runtime.npz import read_npz
+
+        with x:
+            d = read_npz(x, path, what)
         if not d:
             raise DeviceError(f"{what} {path!r} is an empty .npz archive")
         return d
