@@ -212,7 +212,7 @@ def window_geometry(uid: str, in_chw: tuple[int, int, int], out_c: int,
 
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
                attrs: dict, *, pre_pad: bool | None = None,
-               im2col: bool | None = None) -> LoweredOp:
+               im2col: bool | None = None, bias_load: bool = False) -> LoweredOp:
     """Lower one ``qconv2d`` (one batch block) to a :class:`LoweredOp`.
 
     Args:
@@ -228,6 +228,13 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             with the weights reshaped to ``[O, C*kh*kw, 1, 1]`` (default:
             :func:`use_im2col`).  Exact: the same products, summed in another order
             (integer sums).  Pads then have no 15 limit.
+        bias_load: start each tile's accumulator at the bias (+round) with one broadcast
+            ACC LOAD per output block (``x_stride`` 0), instead of a GEMM reset and the
+            bias ADD of the epilogue.  Exact, but slower on every preset: an ACC element
+            (``BATCH*BLOCK_OUT*4`` bytes, pynq 64) is 8 bus beats on pynq's 8-byte bus and
+            the compute unit waits for its own loads, against 2 micro-op cycles for reset +
+            ADD (pynq rtl: C4 60,774 -> 132,407 cycles, C5 507,797 -> 580,448, C10 54,561 ->
+            73,317).  Default off; kept for cores with a wider bus or a broadcast load.
     Raises:
         CompileError: ``mult != 1`` without ``ALU_MUL`` or without an overflow-free
             sequence, pads > 15, no tile fits.
@@ -251,7 +258,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         wo = (wd + pl + pr - kw) // sw + 1
         a1 = dict(attrs, kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), groups=1)
         lo = lower_conv(cfg, uid, (k, ho, wo), np.ascontiguousarray(w.reshape(o, k, 1, 1)),
-                        bias, a1, pre_pad=False, im2col=False)
+                        bias, a1, pre_pad=False, im2col=False, bias_load=bias_load)
         xl = SlotLayout((c, h, wd), B, BI, im2col=(kh, kw, sh, sw, pt, pl, pb, pr))
         assert xl.block_bytes == lo.layouts["x"].block_bytes
         lo.layouts["x"] = xl
@@ -277,7 +284,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     wgt_half = cfg.WGT_DEPTH // nvt
     acc_half = (cfg.ACC_DEPTH - nob) // nvt
     tb = TraceBuilder(uid, {"x": xl.block_bytes, "y": yl.block_bytes})
-    tb.load_2d("b", 0, MemType.ACC, 0, 1, nob, nob)
+    bias_load = bool(bias_load)
+    if not bias_load:
+        tb.load_2d("b", 0, MemType.ACC, 0, 1, nob, nob)
     n_wel = len(wpk.blocks) * kk
     if tl.resident:
         for e0 in range(0, n_wel, 65535):
@@ -307,7 +316,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         rx0, rx1 = max(0, ix0), min(wp, ix0 + cols)
         if ry1 <= ry0 or rx1 <= rx0:
             if not pre_pad:
-                return lower_conv(cfg, uid, in_chw, w, bias, attrs, pre_pad=True, im2col=False)
+                return lower_conv(cfg, uid, in_chw, w, bias, attrs, pre_pad=True, im2col=False,
+                                  bias_load=bias_load)
             raise CompileError(f"{uid}: empty input window")  # pragma: no cover
         padv = (ry0 - iy0, iy0 + rows - ry1, rx0 - ix0, ix0 + cols - rx1)
         for r, (i0, i1) in enumerate(reds):
@@ -351,8 +361,13 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             if r == 0:
                 if t >= nvt:
                     tb.dep_pop(S, C)
-                emit_kernel(tb, "gemm", [(th, tw, 0, 0), (tw, 1, 0, 0)],
-                            acc_base + np.arange(obn) * th * tw, np.zeros(obn), reset=True)
+                if bias_load:
+                    for ob in range(ob0, ob1):
+                        tb.load_2d("b", ob, MemType.ACC, acc_base + (ob - ob0) * th * tw,
+                                   th * tw, 1, 0)
+                else:
+                    emit_kernel(tb, "gemm", [(th, tw, 0, 0), (tw, 1, 0, 0)],
+                                acc_base + np.arange(obn) * th * tw, np.zeros(obn), reset=True)
             if sel:
                 d, sr, wg = [], [], []
                 ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
@@ -368,8 +383,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             s += 1
         # requantize
         n = obn * th * tw
-        emit_kernel(tb, "alu", [(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)], [acc_base],
-                    [ob0], op=AluOp.ADD)
+        if not bias_load:
+            emit_kernel(tb, "alu", [(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)], [acc_base],
+                        [ob0], op=AluOp.ADD)
         requant_alu(tb, acc_base, n, int(attrs["shift"]), int(attrs["clip_lo"]),
                     int(attrs["clip_hi"]), plan=plan)
         tb.dep_push(C, S)

@@ -1,0 +1,110 @@
+"""ResNet-18 whole network (batch 1, ``pynq``) on the Verilator simulation of the core:
+cycles per VTA step beside its bound, and the totals.
+
+The model is ``compiler.zoo.resnet18(size)`` compiled with ``compile_model`` (calibrated on
+one seeded N(0,1) input), run through the executor on ``RtlDevice`` once to record the
+programs and once more for the figures.  Every VTA step's output is compared with fsim's
+bit for bit.
+
+Bound per step: convs ``max(MACs / (BATCH*BLOCK_IN*BLOCK_OUT), min DRAM bytes / bus
+bytes)``; pooling and element-wise steps ``min DRAM bytes / bus bytes`` (each operand read
+and the output written once, at the bus width per cycle).
+
+Run: ``.venv/bin/python bench/rtl_resnet18.py [--size 224] [--steps]`` (``--steps`` prints
+every step, otherwise one line per op kind).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from vtaforge.compiler.compile import compile_model
+from vtaforge.compiler.zoo import resnet18
+from vtaforge.hw.config import preset
+from vtaforge.runtime.executor import Executor
+from vtaforge.runtime.fsim import FsimDevice
+from vtaforge.runtime.rtl import RtlDevice
+
+
+class RecordingRtl(RtlDevice):
+    """RtlDevice that records the cycles of every run while ``recording`` is set."""
+
+    recording = False
+
+    def run(self, *a, **kw):
+        res = super().run(*a, **kw)
+        if self.recording:
+            self.log.append(res.cycles)
+        return res
+
+
+def step_bound(cfg, step) -> tuple[int, int]:
+    """``(ideal MAC cycles, bound cycles)`` of one VTA step (batch 1)."""
+    ts = step.trace.stats
+    bus = (1 << cfg.LOG_BUS_WIDTH) // 8
+    mem = -(-int(ts.get("min_dram_bytes", 0)) // bus)
+    ideal = int(ts.get("gemm_uops_ideal", 0))
+    return ideal, max(ideal, mem)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--steps", action="store_true")
+    args = ap.parse_args()
+    cfg = preset("pynq")
+    x = np.random.default_rng(0).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
+    t0 = time.perf_counter()
+    cm = compile_model(resnet18(args.size), x, cfg)
+    tc = time.perf_counter() - t0
+    vta = [s for s in cm.steps if s.target == "vta"]
+    dev = RecordingRtl(cfg, 512 << 20, progress=False)
+    ex = Executor(cm, dev)
+    ex.run(x)                                         # record the programs
+    dev.log = []
+    dev.recording = True
+    t0 = time.perf_counter()
+    out = ex.run(x, keep=True)
+    wall = time.perf_counter() - t0
+    dev.recording = False
+    ex.close()
+    dev.close()
+    assert len(dev.log) == len(vta), (len(dev.log), len(vta))
+    ref = Executor(cm, FsimDevice(cfg, mem_bytes=512 << 20)).run(x, keep=True)
+    print(f"ResNet-18 {args.size}x{args.size}, pynq ({cfg.bitstream_name}), batch 1, ideal bus; "
+          f"{len(vta)} of {len(cm.steps)} steps on VTA; compile {tc:.1f} s, rtl run {wall:.1f} s")
+    kinds = defaultdict(lambda: [0, 0, 0, 0])
+    tot = [0, 0, 0]
+    all_exact = True
+    if args.steps:
+        print(f"{'step':<28} {'op':<12} {'cycles':>10} {'ideal':>10} {'bound':>10} {'eff':>6} exact")
+    for step, cyc in zip(vta, dev.log):
+        ideal, bound = step_bound(cfg, step)
+        exact = bool(np.array_equal(out[step.outputs[0]], ref[step.outputs[0]]))
+        all_exact &= exact
+        k = step.op if step.op != "qconv2d" else f"qconv2d {step.attrs['kernel'][0]}x{step.attrs['kernel'][1]}"
+        kk = kinds[k]
+        kk[0] += 1
+        kk[1] += cyc
+        kk[2] += ideal
+        kk[3] += bound
+        tot[0] += cyc
+        tot[1] += ideal
+        tot[2] += bound
+        if args.steps:
+            print(f"{step.name:<28} {step.op:<12} {cyc:>10} {ideal:>10} {bound:>10} "
+                  f"{bound / cyc:>6.2f} {exact}")
+    print(f"{'kind':<16} {'n':>3} {'cycles':>10} {'ideal':>10} {'bound':>10} {'eff':>6}")
+    for k, (n, cyc, ideal, bound) in sorted(kinds.items()):
+        print(f"{k:<16} {n:>3} {cyc:>10} {ideal:>10} {bound:>10} {bound / cyc:>6.2f}")
+    print(f"{'total':<16} {len(vta):>3} {tot[0]:>10} {tot[1]:>10} {tot[2]:>10} "
+          f"{tot[2] / tot[0]:>6.2f}   all exact: {all_exact}; "
+          f"{tot[0] / wall / 1e6:.2f} M cycles/s")
+
+
+if __name__ == "__main__":
+    main()
