@@ -110,16 +110,13 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
             emit_kernel(tb, "alu", loops, dst, np.zeros(n_cb), op=AluOp.ADD, reset=True)
             ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
             offs = (ki * cols + kj).reshape(-1)
-            if kind == "max":
-                emit_kernel(tb, "alu", loops, dst, src0, op=AluOp.ADD)
-                if offs.size > 1:
-                    d = np.repeat(dst, offs.size - 1)
-                    s = (src0[:, None] + offs[None, 1:]).reshape(-1)
-                    emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX)
-            else:
-                d = np.repeat(dst, offs.size)
-                s = (src0[:, None] + offs[None, :]).reshape(-1)
-                emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD)
+            # Window-outermost: one ALU pass over every destination per window element,
+            # so consecutive micro-ops never write the same entry (the ALU has no
+            # forwarding: a micro-op waits for an older write to its destination).
+            for j, off in enumerate(offs):
+                op = AluOp.MAX if kind == "max" and j > 0 else AluOp.ADD
+                emit_kernel(tb, "alu", loops, dst, src0 + off, op=op)
+            if kind != "max":
                 requant_alu(tb, out_base, n_cb * th * wo, int(attrs["shift"]),
                             int(attrs["clip_lo"]), int(attrs["clip_hi"]),
                             extra_round=int(attrs["round"]) if plan is None else plan.pre_add,
