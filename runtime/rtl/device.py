@@ -293,7 +293,7 @@ class RtlDevice(Device):
         self.timeout_cycles = int(timeout_cycles or DEFAULT_TIMEOUT_CYCLES)
         self.poll_interval = max(1, int(poll_interval))
         self.state_names = state_names if state_names is not None else _default_state_names()
-        h = Harness(model, self.allocator.base + mem_bytes)
+        h = Harness(model, _whole_beats(config, self.allocator.base + mem_bytes))
         if h.bus_bytes != config.BUS_WIDTH // 8:
             h.close()
             raise DeviceError(f"model has a {h.bus_bytes * 8}-bit AXI bus, "
@@ -481,6 +481,12 @@ class RtlDevice(Device):
             pass
 
 
+def _whole_beats(cfg: VTAConfig, nbytes: int) -> int:
+    """``nbytes`` rounded up to whole AXI data beats of ``cfg``'s bus."""
+    beat = cfg.BUS_WIDTH // 8
+    return -(-int(nbytes) // beat) * beat
+
+
 def run_raw(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int,
             **kw: Any) -> RunResult:
     """Run a whole raw DRAM image on the RTL simulation (``vtaforge exec --target rtl``).
@@ -488,8 +494,10 @@ def run_raw(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int,
     Args:
         cfg: the core's configuration.
         dram: the device memory image, a 1-D C-contiguous ``uint8`` array; the program may
-            touch all of it (it is the only region).  On success it is updated in place
-            with the memory after the run; on error it is left unchanged.
+            touch all of it (it is the only region).  Its size need not be a multiple of
+            the bus beat: the DRAM model is padded with zeros to whole beats (the core
+            moves whole beats) and only the image's bytes come back.  On success it is
+            updated in place with the memory after the run; on error it is left unchanged.
         insn_addr: byte address of the first instruction in ``dram``.
         insn_count: number of 16-byte instructions.
         **kw: :class:`RtlDevice` options (``latency``, ``backpressure``, ``seed``,
@@ -507,12 +515,18 @@ def run_raw(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int,
     if not dram.flags.c_contiguous or not dram.flags.writeable:
         raise DeviceError("dram must be C-contiguous and writeable")
     align = cfg.dram_alignment
-    dev = RtlDevice(cfg, max(align, dram.size - align), **kw)
+    # The DRAM model holds whole bus beats: the core reads and writes whole beats, so an
+    # image whose size is not a multiple of the beat is padded with zeros (the program may
+    # still touch only the image; the padding never comes back).
+    padded = _whole_beats(cfg, dram.size)
+    dev = RtlDevice(cfg, max(align, padded - align), **kw)
     try:
-        dev.resize(dram.size)
-        dev.mem[:] = dram
+        dev.resize(padded)
+        m = dev.mem
+        m[:dram.size] = dram
+        m[dram.size:] = 0
         res = dev.run(insn_addr, insn_count, regions=[Buffer(0, dram.size)])
-        dram[:] = dev.mem
+        dram[:] = dev.mem[:dram.size]
         return res
     finally:
         dev.close()
