@@ -260,7 +260,7 @@ def _check_calib_dict(fg, calib: dict, label: str) -> int:
     same number of samples.  Returns that number.  Raises CompileError naming the input."""
     missing = [k for k in fg.inputs if k not in calib]
     if missing:
-        raise CompileError(f"{label} lacks model input(s) {missing}; inputs: {list(fg.inputs)}")
+        raise CompileError(f"{label} lacks model input(s) {missing}; it has {sorted(calib)}")
     extra = [k for k in calib if k not in fg.inputs]
     if extra:
         raise CompileError(f"{label} has unknown input(s) {extra}; inputs: {list(fg.inputs)}")
