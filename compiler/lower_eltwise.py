@@ -31,7 +31,7 @@ from .tiling import MAX_EXTENT, candidates
 
 __all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const"]
 
-C, S = Module.COMPUTE, Module.STORE
+L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
 
 def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) -> LoweredOp:
@@ -153,6 +153,8 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
         raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
     B, BO = cfg.BATCH, cfg.BLOCK_OUT
     lay = SlotLayout(tuple(chw), B, BO)
+    if op == "qadd" and _gemm_add_ok(cfg, attrs):
+        return _lower_add_gemm(cfg, uid, lay, attrs, plan)
     h, w = lay.hw
     n_el = lay.cb * h * w
     nops = 2 if op == "qadd" else 1
@@ -198,6 +200,65 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     if nops == 2:
         layouts["b"] = lay
     return LoweredOp(tb.trace, {}, layouts)
+
+
+def _gemm_add_ok(cfg: VTAConfig, attrs: dict) -> bool:
+    """Whether ``qadd`` can run as a GEMM: the INP and ACC8 layouts coincide (``BLOCK_IN ==
+    BLOCK_OUT``) and both alignment factors ``1 << lshift`` are int8 weights."""
+    return (cfg.BLOCK_IN == cfg.BLOCK_OUT and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH == 8
+            and 0 <= int(attrs["lshift_a"]) <= 6 and 0 <= int(attrs["lshift_b"]) <= 6)
+
+
+def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan) -> LoweredOp:
+    """``qadd`` as a GEMM: ``acc = a * (1 << lshift_a) + b * (1 << lshift_b)`` with two
+    resident diagonal weight blocks, then the ALU requantize.  ``a`` and ``b`` are INP loads
+    on the load module, so they overlap the compute of the previous chunk (double-buffered
+    INP and ACC regions, the conv's token pattern); ACC8 loads run on the compute module
+    and never overlap its ALU passes.  Exact: the same integer sum before the requantize."""
+    B, BI = cfg.BATCH, cfg.BLOCK_IN
+    h, w = lay.hw
+    n_el = lay.cb * h * w
+    nvt = 2
+    inp_half, acc_half = cfg.INP_DEPTH // nvt, cfg.ACC_DEPTH // nvt
+    chunk = max(1, min(MAX_EXTENT, inp_half // 2, acc_half))
+    wgt = np.zeros((2, cfg.BLOCK_OUT, BI), np.int8)
+    wgt[0] = np.eye(BI, dtype=np.int8) * (1 << int(attrs["lshift_a"]))
+    wgt[1] = np.eye(BI, dtype=np.int8) * (1 << int(attrs["lshift_b"]))
+    tb = TraceBuilder(uid, {"a": lay.block_bytes, "b": lay.block_bytes, "y": lay.block_bytes})
+    wbase = cfg.WGT_DEPTH - 2
+    tb.load_2d("w", 0, MemType.WGT, wbase, 1, 2, 2)
+    t = 0
+    for e0 in range(0, n_el, chunk):
+        m = min(chunk, n_el - e0)
+        vt = t % nvt
+        inp_base, acc_base = vt * inp_half, vt * acc_half
+        if t >= nvt:
+            tb.dep_pop(C, L)
+        tb.load_2d("a", e0, MemType.INP, inp_base, 1, m, m)
+        tb.load_2d("b", e0, MemType.INP, inp_base + m, 1, m, m)
+        tb.dep_push(L, C)
+        tb.dep_pop(L, C)
+        if t >= nvt:
+            tb.dep_pop(S, C)
+        emit_kernel(tb, "gemm", [(m, 1, 0, 0)], [acc_base], [0], reset=True)
+        emit_kernel(tb, "gemm", [(m, 1, 1, 0)], [acc_base, acc_base],
+                    [inp_base, inp_base + m], [wbase, wbase + 1])
+        tb.dep_push(C, L)
+        requant_alu(tb, acc_base, m, int(attrs["shift"]), int(attrs["clip_lo"]),
+                    int(attrs["clip_hi"]),
+                    extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan)
+        tb.dep_push(C, S)
+        tb.dep_pop(C, S)
+        tb.store_2d(acc_base, "y", e0, 1, m, m)
+        tb.dep_push(S, C)
+        t += 1
+    for _ in range(min(t, nvt)):
+        tb.dep_pop(C, L)
+    for _ in range(min(t, nvt)):
+        tb.dep_pop(S, C)
+    tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "gemm_add": True,
+                      "min_dram_bytes": int(B * 3 * int(np.prod(lay.shape)))}
+    return LoweredOp(tb.trace, {"w": wgt}, {"a": lay, "b": lay, "y": lay})
 
 
 def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -> LoweredOp:

@@ -55,3 +55,22 @@ def test_conv_bias_load_exact(monkeypatch, cfg, case):
     monkeypatch.setitem(lc.lower_conv.__kwdefaults__, "bias_load", True)
     k, s, p, cin, cout, h, n, g = case
     _conv_case(cfg, k, s, p, cin, cout, h, n, g, seed=7)
+
+
+@pytest.mark.parametrize("cfg", ("pynq", "tiny", "batch2"))
+@pytest.mark.parametrize("la,lb,gemm", [(0, 1, True), (6, 0, True), (7, 0, False)])
+def test_residual_add_path(cfg, la, lb, gemm):
+    from vtaforge.compiler.lower_eltwise import lower_eltwise
+
+    c = preset(cfg)
+    attrs = {"lshift_a": la, "lshift_b": lb, "shift": 1, "round": 1, "clip_lo": 0,
+             "clip_hi": 127, "mult": 1}
+    lo = lower_eltwise(c, "add", (64, 9, 9), "qadd", attrs)
+    used = bool(lo.trace.stats.get("gemm_add"))
+    assert used == (gemm and c.BLOCK_IN == c.BLOCK_OUT)
+    if used:     # operands are INP loads (load module), weights two diagonal blocks
+        mems = {op[3] for op in lo.trace.ops if op[0] == "L" and op[1] in ("a", "b")}
+        assert mems == {int(__import__("vtaforge.hw.config", fromlist=["MemType"]).MemType.INP)}
+        w = lo.consts["w"]
+        assert w.shape == (2, c.BLOCK_OUT, c.BLOCK_IN)
+        assert (np.diagonal(w[0]) == 1 << la).all() and (np.diagonal(w[1]) == 1 << lb).all()
