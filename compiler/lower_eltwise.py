@@ -11,7 +11,14 @@ that is not a power of two (``mult`` set, ``ALU_MUL``): reset, ADD of the window
 fixed-point reciprocal ``(sum*mult + round) >> shift`` as ADD ``round // mult``, MUL
 ``mult``, ADD ``round % mult``, SHR ``shift``, MAX/MIN (exact: :func:`~.ir.avg_reciprocal`).
 
-Element-wise (flat over one batch block, chunks of at most 16383 elements): ``qadd``
+Window elements are outermost: one ALU instruction per window element over every
+destination of the tile, so consecutive micro-ops never write one entry (the ALU has no
+forwarding; a micro-op waits until an older write to its destination has landed).
+
+``qadd`` with ``BLOCK_IN == BLOCK_OUT`` and both ``lshift`` <= 6 runs as a GEMM: ``a`` and
+``b`` are INP loads (load module, overlapping the previous chunk's compute), multiplied by
+two resident diagonal weight blocks ``1 << lshift``, then the requantize on the ALU.
+Otherwise, element-wise (flat over one batch block, chunks of at most 16383 elements): ``qadd``
 loads ``a`` and ``b``, shifts each left by its ``lshift`` (SHR by a negative immediate),
 ADD, then requantize (ADD round, SHR shift, MAX, MIN); ``qrequant`` is the requantize
 alone.  ACC regions alternate between two virtual threads; store->compute tokens guard
