@@ -29,6 +29,9 @@ from .build import TRACE_FORMATS, RtlModel, build_model
 DEFAULT_TIMEOUT_CYCLES = 50_000_000
 #: Cycles between two polls of STATUS.DONE.
 DEFAULT_POLL_INTERVAL = 256
+#: Cycles the wait may clock past the watchdog limit: a STATUS read (AXI4-Lite) takes a
+#: few cycles, and CYCLES (the limit's unit) starts at START, before the wait begins.
+WATCHDOG_SLACK = 16
 #: Reset length in cycles.
 RESET_CYCLES = 8
 
@@ -413,13 +416,25 @@ class RtlDevice(Device):
         Raises:
             ProgramError: a bus rule broken (4 KiB crossing, access outside the DRAM image,
                 WLAST mismatch, ...) or the watchdog fired (message names each unit's
-                state).  The core is reset afterwards; device memory is kept.
+                state; the core is reset afterwards; device memory is kept), or the run
+                completed but its CYCLES exceed ``timeout_cycles`` (the limit is exact:
+                a run passes iff CYCLES <= limit).
         """
         limit = int(timeout_cycles or self.timeout_cycles)
         h = self.harness
         c0, t0 = h.cycle, time.perf_counter()
-        dog = Watchdog.cycles(limit, step=h.step, cycle=lambda: h.cycle,
-                              poll_cycles=self.poll_interval)
+        # The watchdog is exact: the simulation is clocked at most up to the limit (plus
+        # the few cycles a STATUS read takes, WATCHDOG_SLACK), never a whole poll interval
+        # past it, and a run whose CYCLES counter exceeds the limit is refused even when
+        # DONE was seen in the same poll (CYCLES counts from START, the unit the limit is
+        # given in).
+        stop = c0 + limit + WATCHDOG_SLACK
+        poll = self.poll_interval
+
+        def idle() -> None:
+            h.step(max(1, min(poll, stop - h.cycle)))
+
+        dog = Watchdog(limit + WATCHDOG_SLACK, lambda: h.cycle, idle, "cycles")
         try:
             self.driver.wait(dog)
         except (HarnessError, CoreTimeout) as e:
@@ -427,6 +442,9 @@ class RtlDevice(Device):
         wall = time.perf_counter() - t0
         sim_cycles = h.cycle - c0
         stats: dict[str, Any] = dict(self.driver.counters())
+        if stats["cycles"] > limit:
+            raise ProgramError(f"RTL watchdog: the run took {stats['cycles']} cycles, more "
+                               f"than the watchdog's {limit}")
         stats["axi_rd_bursts"] = h.stat(0)
         stats["axi_wr_bursts"] = h.stat(1)
         stats["sim_cycles"] = sim_cycles

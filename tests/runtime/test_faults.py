@@ -149,3 +149,44 @@ def test_f3_rtl_runs_image_not_whole_beats(tmp_path):
             finals[target] = z["dram"].copy()
     assert finals["rtl"].size == dram.size
     np.testing.assert_array_equal(finals["rtl"], finals["fsim"])
+
+
+# ------------------------------------------------------------------------------ F4
+@pytest.mark.rtl
+def test_f4_rtl_max_steps_is_exact(tmp_path):
+    """``--max-steps N`` on rtl was checked only every 256 cycles (a 37-cycle run passed
+    with N = 5); now a run passes iff its CYCLES <= N."""
+    _rtl()
+    b = str(DATA / "f3_partial_beat.npz")
+    code, out, err = cli(["exec", b, "--config", "tiny", "--target", "rtl"])
+    assert code == 0, err
+    cycles = json.loads(out)["cycles"]
+    assert cycles > 5
+    code, out, err = cli(["exec", b, "--config", "tiny", "--target", "rtl",
+                          "--max-steps", str(cycles)])
+    assert code == 0, err
+    assert json.loads(out)["stats"]["sim_cycles"] <= cycles + 64  # not a whole poll past
+    for n in (5, cycles - 1):
+        code, out, err = cli(["exec", b, "--config", "tiny", "--target", "rtl",
+                              "--max-steps", str(n)])
+        assert code == 2 and "RTL watchdog" in err, (n, err)
+        assert f"after {n} cycles" in err or f"watchdog's {n}" in err, (n, err)
+
+
+@pytest.mark.rtl
+def test_f4_watchdog_stops_the_clock_at_the_limit():
+    """A hung core is clocked up to the limit (plus a STATUS read), not to the next poll."""
+    rtl = _rtl()
+    dram, ia, n = load_bundle(DATA / "f3_partial_beat.npz")
+    dev = rtl.RtlDevice(TINY, 1 << 16, progress=False, poll_interval=100_000)
+    try:
+        dev.resize(rtl.device._whole_beats(TINY, dram.size))
+        dev.mem[:dram.size] = dram
+        from vtaforge.runtime.device import Buffer
+
+        c0 = dev.cycle
+        with pytest.raises(ProgramError, match="RTL watchdog"):
+            dev.run(ia, n, regions=[Buffer(0, dram.size)], timeout_cycles=10)
+        assert dev.cycle - c0 < 100
+    finally:
+        dev.close()
