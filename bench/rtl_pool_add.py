@@ -10,26 +10,21 @@ sizes; default 1 = ResNet-18 224 sizes).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.hw.config import preset
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
-from vtaforge.runtime.rtl import RtlDevice
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rtl_resnet18 import RecordingRtl  # noqa: E402 - bench/ scripts run from bench/ or the repo root
 
 
-class RecordingRtl(RtlDevice):
-    recording = False
-
-    def run(self, *a, **kw):
-        res = super().run(*a, **kw)
-        if self.recording:
-            self.log.append(res.cycles)
-        return res
 
 
 def _pool_model(c, h):
