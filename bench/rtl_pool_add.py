@@ -25,8 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rtl_resnet18 import RecordingRtl  # noqa: E402 - bench/ scripts run from bench/ or the repo root
 
 
-
-
 def _pool_model(c, h):
     g = helper.make_graph(
         [helper.make_node("Relu", ["input"], ["r"]),
