@@ -24,6 +24,12 @@ insertion), with these rules of its own:
   liveness pass over the recorded stream).  Tokens outstanding at a split point (e.g.
   the "buffer free" credits of a double-buffered pipeline) are pushed again by NOPs at
   the start of the next launch, so splitting never changes results.
+- Each launch honours the queue capacities: when program order would push more tokens
+  into a queue than ``TOKEN_QUEUE_DEPTH`` holds before they are popped, the launch's
+  instructions are re-interleaved across modules (each module's own order kept) so that
+  they run one after another within the capacity; such a stream cannot deadlock for any
+  ``INSN_QUEUE_DEPTH`` (see :func:`_capacity_order`).  Program order is kept whenever it
+  already fits (the deep-queue presets).
 
 Errors: bad arguments raise :class:`BuilderError` (a ``ProgramError`` and a
 ``ValueError``) with one line naming the cause; a run that breaks the ISA rules raises
@@ -55,6 +61,89 @@ _MAX_16 = (1 << 16) - 1
 _MAX_PAD = 15
 _MAX_ITER = (1 << LOOP_ITER_BITS) - 1
 _DRAIN_INSNS = 3  # worst case drain: store NOP, load NOP, FINISH
+
+
+def _token_moves(insns: Sequence[Insn]) -> tuple[list[Module], list[tuple[int, ...]],
+                                                   list[tuple[int, ...]]]:
+    """Module, popped queues and pushed queues of each instruction."""
+    mods, pops, pushes = [], [], []
+    for insn in insns:
+        m = insn.module
+        fq = FLAG_QUEUES[m]
+        mods.append(m)
+        pops.append(tuple(int(fq[f]) for f in ("pop_prev", "pop_next")
+                          if getattr(insn, f) and fq[f] is not None))
+        pushes.append(tuple(int(fq[f]) for f in ("push_prev", "push_next")
+                            if getattr(insn, f) and fq[f] is not None))
+    return mods, pops, pushes
+
+
+def _capacity_order(insns: Sequence[Insn], cap: int) -> list[int] | None:
+    """A fetch order of ``insns`` that runs on every backend whatever the queue depths.
+
+    Executed one at a time in the returned order (each module's instructions keep their
+    order), every pop finds a token and every push finds room in its token queue of
+    capacity ``cap`` (``TOKEN_QUEUE_DEPTH``).  Such a stream cannot deadlock under any
+    ``INSN_QUEUE_DEPTH`` >= 1: the earliest unexecuted instruction is always at the head
+    of its command queue with its tokens and room available (the modules running ahead
+    only add tokens it pops and free room it pushes into: each queue has one producer and
+    one consumer module).
+
+    Returns ``None`` when program order already has the property (the common case: deep
+    queues), else the order built greedily, always taking the earliest ready module head.
+    Greedy is complete because an instruction that is ready stays ready while other
+    modules run (they can only add its tokens and free its room).
+
+    Raises:
+        BuilderError: no order exists: the program needs more tokens outstanding in a
+            queue than it holds (the message names the queue and the capacity).
+    """
+    mods, pops, pushes = _token_moves(insns)
+    tok = [0, 0, 0, 0]
+    for i in range(len(insns)):
+        if any(tok[q] < 1 for q in pops[i]) or any(tok[q] >= cap for q in pushes[i]):
+            break
+        for q in pops[i]:
+            tok[q] -= 1
+        for q in pushes[i]:
+            tok[q] += 1
+    else:
+        return None
+    per_mod: dict[Module, list[int]] = {m: [] for m in Module}
+    for i, m in enumerate(mods):
+        per_mod[m].append(i)
+    heads = {m: 0 for m in Module}
+    tok = [0, 0, 0, 0]
+    order: list[int] = []
+    n = len(insns)
+    while len(order) < n:
+        best = None
+        for m, idx in per_mod.items():
+            h = heads[m]
+            if h >= len(idx):
+                continue
+            i = idx[h]
+            if any(tok[q] < 1 for q in pops[i]) or any(tok[q] >= cap for q in pushes[i]):
+                continue
+            if best is None or i < best[1]:
+                best = (m, i)
+        if best is None:
+            full = sorted({Queue(q).name.lower() for m, idx in per_mod.items()
+                           if heads[m] < len(idx) for q in pushes[idx[heads[m]]]
+                           if tok[q] >= cap})
+            raise BuilderError(
+                f"the program cannot run with TOKEN_QUEUE_DEPTH = {cap}: it needs more "
+                f"tokens outstanding in token queue {', '.join(full) or '?'} than the queue "
+                f"holds, whatever the instruction order (use a config with deeper token "
+                f"queues, or fewer outstanding dependencies)")
+        m, i = best
+        for q in pops[i]:
+            tok[q] -= 1
+        for q in pushes[i]:
+            tok[q] += 1
+        heads[m] += 1
+        order.append(i)
+    return order
 
 
 class BuilderError(ProgramError, ValueError):
@@ -288,6 +377,8 @@ class BuilderStats:
     kernel_records: int = 0
     kernel_hits: int = 0
     oversized_launches: int = 0
+    #: launches whose fetch order was changed to fit the token-queue capacity
+    reordered_launches: int = 0
 
 
 def _add_result(total: RunResult, res: RunResult) -> None:
@@ -749,6 +840,12 @@ class ProgramBuilder:
             out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
                             pop_next=int(i < extra_s2g), pop_prev=int(i < extra_l2g)))
         out.append(Insn(Opcode.FINISH, pop_prev=1, pop_next=1))
+        order = _capacity_order(out, self.cfg.TOKEN_QUEUE_DEPTH)
+        if order is not None:
+            pos = {old: new for new, old in enumerate(order)}
+            out = [out[j] for j in order]
+            uop_loads = sorted(pos[j] for j in uop_loads)
+            self.stats.reordered_launches += 1
         return out, uop_loads, stage_list
 
     # ------------------------------------------------------------------ splitting
@@ -887,7 +984,7 @@ class ProgramBuilder:
             A :class:`RunResult` with ``cycles`` summed over launches and ``stats`` summed
             per key, plus the builder's counters (``launches``, ``insns``, ``uop_loads``,
             ``uop_words_loaded``, ``kernel_records``, ``kernel_hits``,
-            ``oversized_launches``).  An empty program runs nothing (``launches == 0``).
+            ``oversized_launches``, ``reordered_launches``).  An empty program runs nothing (``launches == 0``).
 
         Raises:
             ProgramError: from the verifier or the device.

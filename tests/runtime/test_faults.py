@@ -190,3 +190,103 @@ def test_f4_watchdog_stops_the_clock_at_the_limit():
         assert dev.cycle - c0 < 100
     finally:
         dev.close()
+
+
+# ------------------------------------------------------------------------------ F5
+def _shallow(name, insn_q=1, tok_q=1):
+    import dataclasses
+
+    return dataclasses.replace(preset(name), INSN_QUEUE_DEPTH=insn_q, TOKEN_QUEUE_DEPTH=tok_q)
+
+
+@pytest.mark.parametrize("depths", [(1, 1), (2, 1), (1, 2), (3, 1)])
+def test_f5_builder_pipeline_on_shallow_queues(depths):
+    """The double-buffered GEMM of test_builder_e2e deadlocked with one-entry queues."""
+    from test_builder_e2e import emit_two_thread_gemm, gemm_data, gemm_oracle, read_out, upload
+    from vtaforge.runtime.builder import ProgramBuilder
+    from vtaforge.runtime.fsim import FsimDevice
+
+    cfg = _shallow("tiny", *depths)
+    dev = FsimDevice(cfg, mem_bytes=16 << 20)
+    o, n, m = 4, 1, 4
+    inp, wgt = gemm_data(cfg, o, n, m, seed=3)
+    ib, wb = upload(dev, inp), upload(dev, wgt)
+    ob = dev.alloc(o * m * cfg.elem_bytes(MemType.OUT))
+    b = ProgramBuilder(dev, debug=True)
+    emit_two_thread_gemm(b, ib, wb, ob, o, n, m)
+    res = b.synchronize()
+    assert res.stats["reordered_launches"] == 1
+    got = read_out(dev, ob, o * m).reshape(o, m, cfg.BATCH, cfg.BLOCK_OUT)
+    np.testing.assert_array_equal(got, gemm_oracle(inp, wgt))
+    # the same program on the deep-queue preset keeps its order
+    dev2 = FsimDevice(preset("tiny"), mem_bytes=16 << 20)
+    ib, wb = upload(dev2, inp), upload(dev2, wgt)
+    ob = dev2.alloc(o * m * cfg.elem_bytes(MemType.OUT))
+    b2 = ProgramBuilder(dev2)
+    emit_two_thread_gemm(b2, ib, wb, ob, o, n, m)
+    assert b2.synchronize().stats["reordered_launches"] == 0
+
+
+def test_f5_compiled_conv_on_one_entry_queues():
+    """A compiled 3x3 conv (32 -> 32 channels, 16x16) on tiny with INSN_QUEUE_DEPTH = 1 and
+    TOKEN_QUEUE_DEPTH = 1 deadlocked ("compute stalled ... g2l is full"); now it is exact."""
+    pytest.importorskip("onnx")
+    from vtaforge.compiler.compile import lower_graph
+    from vtaforge.compiler.ir import Graph, Node, TensorType, requant_round, validate
+    from vtaforge.compiler.partition import partition
+    from vtaforge.runtime.executor import Executor
+    from vtaforge.runtime.fsim import FsimDevice
+
+    rng = np.random.default_rng(0)
+    cin = cout = 32
+    h, k, shift = 16, 3, 8
+    x = rng.integers(-128, 128, (1, cin, h, h)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin, k, k)).astype(np.int8)
+    bias = rng.integers(-5000, 5000, cout).astype(np.int32)
+    g = Graph(name="conv", kind="quantized")
+    g.inputs, g.outputs = ["input"], ["out"]
+    g.types["input"] = TensorType("float32", ("N", cin, h, h))
+    g.add_constant("w", w, 0)
+    g.add_constant("b", bias, 0)
+    attrs = {"kernel": (k, k), "strides": (1, 1), "pads": (1, 1, 1, 1), "groups": 1,
+             "shift": shift, "round": requant_round(shift), "mult": 1, "clip_lo": -128,
+             "clip_hi": 127, "exp_out": shift}
+    for name, op, ins, at, t, out in [
+            ("q", "quantize", ["input"], {"exp": 0}, TensorType("int8", ("N", cin, h, h), 0), "xq"),
+            ("c", "qconv2d", ["xq", "w", "b"], attrs, TensorType("int8", ("N", cout, h, h), shift), "y"),
+            ("d", "dequantize", ["y"], {}, TensorType("float32", ("N", cout, h, h)), "out")]:
+        g.nodes.append(Node(name, op, ins, [out], at))
+        g.types[out] = t
+    validate(g)
+    # numpy oracle: direct loops over the window, round-half-up requantization
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    acc = np.zeros((1, cout, h, h), np.int64)
+    for i in range(k):
+        for j in range(k):
+            acc += np.einsum("nchw,oc->nohw", xp[:, :, i:i + h, j:j + h], w[:, :, i, j].astype(np.int64))
+    acc += bias.reshape(1, -1, 1, 1)
+    want = np.clip((acc + (1 << (shift - 1))) >> shift, -128, 127).astype(np.int8)
+    cfg = _shallow("tiny")
+    cm = lower_graph(g, partition(g, cfg))
+    got = Executor(cm, FsimDevice(cfg)).run(x.astype(np.float32), keep=True)["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_f5_impossible_capacity_refused_with_reason():
+    """Load pushes two l2g before popping g2l; compute pushes two g2l before popping l2g:
+    fine with deep token queues, impossible with one-token queues in any order."""
+    from vtaforge.hw.isa import Insn, Opcode
+    from vtaforge.runtime.builder import BuilderError, _capacity_order
+
+    inp, uop = int(MemType.INP), int(MemType.UOP)
+    insns = [Insn(Opcode.LOAD, memory_type=inp, push_next=1),
+             Insn(Opcode.LOAD, memory_type=uop, push_prev=1),
+             Insn(Opcode.LOAD, memory_type=inp, push_next=1),
+             Insn(Opcode.LOAD, memory_type=uop, push_prev=1),
+             Insn(Opcode.LOAD, memory_type=inp, pop_next=1),
+             Insn(Opcode.LOAD, memory_type=inp, pop_next=1),
+             Insn(Opcode.LOAD, memory_type=uop, pop_prev=1),
+             Insn(Opcode.FINISH, pop_prev=1)]
+    assert _capacity_order(insns, 2) is None
+    with pytest.raises(BuilderError, match=r"TOKEN_QUEUE_DEPTH = 1.*token queue (g2l|l2g)"):
+        _capacity_order(insns, 1)
