@@ -1,34 +1,25 @@
 """ONNX frontend: an ONNX model (file, bytes or ModelProto) -> float graph IR.
 
-Supported operators (default domain, opsets 7..23; see ``docs/compiler.md``):
+Every node of a model that ``onnx.checker`` accepts is imported (BYOC: nothing valid is
+refused for an unsupported op).  Per node, in order (``docs/compiler.md`` has the table):
 
-=====================  ====================================================
-ONNX op                IR
-=====================  ====================================================
-Conv                   ``conv2d`` (2-D, any kernel/stride/padding incl.
-                       auto_pad, dilation 1, groups incl. depthwise;
-                       weight and bias must be constants)
-Gemm                   ``dense`` (transA=0; B and C constants; alpha/beta
-                       folded into the constants; transB handled)
-MatMul                 ``dense`` (A rank 2, B a constant [K, M])
-Relu, Clip             ``relu``, ``clip`` (Clip bounds constant)
-Add                    ``add`` (tensor + tensor or tensor + constant)
-Mul                    ``mul`` (one operand constant)
-BatchNormalization     ``batch_norm`` (inference mode; folded later)
-MaxPool, AveragePool   ``max_pool``, ``avg_pool`` (2-D, ceil_mode 0)
-GlobalAveragePool      ``global_avg_pool``
-Flatten, Reshape       ``flatten``, ``reshape`` (shape constant)
-Transpose, Concat      ``transpose``, ``concat``
-Softmax                ``softmax``
-Identity               (alias)
-QuantizeLinear +       ``fake_quant`` with the pair's scale / zero point
-DequantizeLinear       (a lone DequantizeLinear of an integer constant
-                       becomes a float constant; the scale is kept in
-                       ``graph.meta["scale_hints"]``)
-=====================  ====================================================
+1. ``Constant`` nodes and nodes whose inputs are all constants are folded (ONNX's
+   reference evaluator); ``Shape`` of a tensor with a symbolic batch is evaluated on
+   symbolic dims, so exporters' ``Shape -> Gather -> Concat -> Reshape`` chains fold.
+2. A QOperator op (``QLinearConv``, ``QLinearMatMul``, ``QGemm``, ``QLinearAdd``,
+   ``QLinearGlobalAveragePool``) or a layout / max-pool op on a quantized tensor becomes
+   its real-valued twin between fake-quant pairs (the QDQ form).
+3. An op with an IR conversion (:data:`SUPPORTED_ONNX_OPS`: Conv incl. 1-D and dilated,
+   Gemm, MatMul, Relu, Clip, Add, Sub, Mul, Div, BatchNormalization, MaxPool, AveragePool,
+   GlobalAveragePool, ReduceMean over H,W, Flatten, Reshape, Squeeze, Unsqueeze, Transpose,
+   Concat, Softmax, Identity, Dropout, QuantizeLinear/DequantizeLinear) maps to IR ops.
+4. Anything else -- or a form the converter refuses (its reason is kept) -- stays an
+   ``onnx`` IR node, typed by ONNX shape inference (onnxruntime when ONNX cannot type it)
+   and run on the host by a numpy kernel or onnxruntime.
 
-Anything else, a malformed file, or a shape that does not check out raises
-:class:`~.errors.CompileError` with ``node 'NAME' (OpType): reason``.
+A malformed file, a checker failure, a node neither ONNX nor onnxruntime can type, an
+element type the IR has no dtype for, or a declared output shape that differs from the
+computed one raises :class:`~.errors.CompileError` with ``node 'NAME' (OpType): reason``.
 """
 
 from __future__ import annotations
@@ -44,10 +35,12 @@ from .ir import DTYPES, Graph, Node, TensorType, _infer_node
 
 __all__ = ["import_onnx", "SUPPORTED_ONNX_OPS"]
 
+#: ONNX ops with an IR conversion (the others, and refused forms, stay ``onnx`` nodes)
 SUPPORTED_ONNX_OPS = (
-    "Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Mul", "BatchNormalization", "MaxPool",
-    "AveragePool", "GlobalAveragePool", "Flatten", "Reshape", "Transpose", "Concat", "Softmax",
-    "Identity", "QuantizeLinear", "DequantizeLinear",
+    "Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Sub", "Mul", "Div", "BatchNormalization",
+    "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten", "Reshape", "Squeeze",
+    "Unsqueeze", "Transpose", "Concat", "Softmax", "Identity", "Dropout", "Constant",
+    "QuantizeLinear", "DequantizeLinear",
 )
 
 
@@ -77,8 +70,6 @@ def _load(src) -> "Any":
 def _dtype_name(elem_type: int) -> str | None:
     """The IR dtype name of an ONNX element type, or None when the IR has no such dtype."""
     from onnx import helper
-
-    from .ir import DTYPES
 
     try:
         name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
@@ -282,12 +273,12 @@ class _Importer:
                 and self.name(ins[1]) in self.g.types:
             self.add_const(outs[0], self.const(ins[0]).astype(self.g.types[self.name(ins[1])].dtype))
             return
-        if self._foldable(onode, ins):
-            self._fold(onode, name, ins, outs)
+        if self._foldable(onode, ins) and self._fold(onode, ins, outs):
             return
         fn = getattr(self, f"op_{op}", None) if default else None
         why = (f"no IR conversion for ONNX op {op}" if default else
                f"operator domain '{onode.domain}'")
+        refused: CompileError | None = None     # the converter's own refusal, if any
         if fn is not None:
             if op != "MaxPool" and len([o for o in outs if o]) > 1:
                 why = "more than one output"
@@ -296,13 +287,13 @@ class _Importer:
                     fn(name, onode, ins, outs, attrs, err)
                     return
                 except CompileError as e:
-                    why = getattr(e, "reason", str(e))
-                    first = e
+                    why, refused = getattr(e, "reason", str(e)), e
         try:
             self.generic(onode, name, why)
         except CompileError:
-            if fn is not None and "first" in locals():
-                raise first from None
+            # ONNX cannot type it either: an invalid node; the converter's reason is the clearer one
+            if refused is not None:
+                raise refused from None
             raise
 
     # -- constant folding and shape values -------------------------------------------
@@ -318,8 +309,10 @@ class _Importer:
         return all(self.const(i) is not None for i in given) and (bool(given) or onode.op_type in (
             "ConstantOfShape", "Range", "EyeLike"))
 
-    def _fold(self, onode, name, ins, outs) -> None:
-        """Evaluate a node whose inputs are all constants (ONNX's reference evaluator)."""
+    def _fold(self, onode, ins, outs) -> bool:
+        """Evaluate a node whose inputs are all constants (ONNX's reference evaluator).
+        Returns False when the evaluator cannot (the node is then converted or kept as an
+        ``onnx`` node with constant inputs, and runs on the host)."""
         from onnx.reference import ReferenceEvaluator
 
         feeds = {f"i{k}": self.const(i) for k, i in enumerate(ins) if i}
@@ -332,18 +325,18 @@ class _Importer:
         try:
             ev = ReferenceEvaluator(node, opsets=self.opsets)
             vals = ev.run(None, feeds)
-        except Exception as e:  # noqa: BLE001 - the evaluator raises many types
-            raise node_error(name, onode.op_type, f"cannot fold constant node "
-                             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        except Exception:  # noqa: BLE001 - the evaluator raises many types
+            return False
         for o, v in zip([o for o in outs if o], vals):
             self.add_const(o, np.asarray(v))
+        return True
 
     def op_Constant(self, name, onode, ins, outs, attrs, err):
         from onnx import numpy_helper
 
-        (key, v), = attrs.items() if len(attrs) == 1 else (None, None)
-        if key is None:
+        if len(attrs) != 1:
             raise err(f"Constant needs exactly one value attribute, got {sorted(attrs)}")
+        ((key, v),) = attrs.items()
         if key == "value":
             arr = numpy_helper.to_array(v)
         elif key in ("value_float", "value_int"):
