@@ -4,7 +4,11 @@ Bundle format (``.npz``, read with ``allow_pickle=False``):
 
 - ``dram``: ``uint8`` 1-D array, the initial DRAM image (byte address = index);
 - ``insn_addr``: integer scalar, byte address of the first instruction;
-- ``insn_count``: integer scalar, number of 16-byte instructions.
+- ``insn_count``: integer scalar, number of 16-byte instructions;
+- ``config_fingerprint`` (optional; written by :func:`save_bundle` when given the config):
+  integer scalar, ``VTAConfig.fingerprint`` of the config the program was built for.  A
+  bundle with one runs only under that config (:func:`load_bundle` with ``config``
+  refuses another); a bundle without one runs under any.
 
 Result format (``.npz``): ``dram`` (``uint8`` 1-D, final image, same length), ``cycles``
 (``int64`` scalar; 0 for fsim) and ``stats`` (a JSON string of the statistics dict).
@@ -27,8 +31,11 @@ from ..hw.config import VTAConfig
 from .device import Device, DeviceError, RunResult
 from .npz import atomic_open, open_npz
 
-__all__ = ["BundleError", "TARGETS", "load_bundle", "save_bundle", "save_result",
+__all__ = ["BundleError", "TARGETS", "FINGERPRINT_KEY", "load_bundle", "save_bundle", "save_result",
            "load_result", "make_device", "run_raw"]
+
+#: The bundle key holding the fingerprint of the config a program was built for.
+FINGERPRINT_KEY = "config_fingerprint"
 
 #: Targets known to :func:`make_device` and :func:`run_raw`.
 TARGETS = ("fsim", "rtl", "pynq")
@@ -49,8 +56,13 @@ def _scalar(z, key: str, path: str) -> int:
     return int(v.reshape(()))
 
 
-def load_bundle(path: str | Path) -> tuple[np.ndarray, int, int]:
+def load_bundle(path: str | Path, *, config: VTAConfig | None = None
+                ) -> tuple[np.ndarray, int, int]:
     """Read an exec bundle.
+
+    Args:
+        config: the config the bundle is to run under; a bundle that records another
+            config's fingerprint is refused (``None``: not checked).
 
     Returns:
         ``(dram, insn_addr, insn_count)``: a writeable ``uint8`` 1-D copy of the image and
@@ -58,7 +70,8 @@ def load_bundle(path: str | Path) -> tuple[np.ndarray, int, int]:
 
     Raises:
         BundleError: unreadable file, not an npz archive, a missing key, or a wrong dtype or
-            shape (the message names the file and the key).
+            shape (the message names the file and the key); its ``config_fingerprint``
+            differs from ``config.fingerprint`` (both named).
     """
     p = str(path)
     z = open_npz(p, "bundle", BundleError)
@@ -77,17 +90,28 @@ def load_bundle(path: str | Path) -> tuple[np.ndarray, int, int]:
         try:
             insn_addr = _scalar(z, "insn_addr", p)
             insn_count = _scalar(z, "insn_count", p)
+            fp = _scalar(z, FINGERPRINT_KEY, p) if FINGERPRINT_KEY in z.files else None
         except ValueError as e:
             raise BundleError(f"bundle {p!r}: cannot read a scalar ({e})") from None
+    if fp is not None and not 0 <= fp < 1 << 32:
+        raise BundleError(f"bundle {p!r}: {FINGERPRINT_KEY!r} = {fp} is not a 32-bit "
+                          f"fingerprint")
+    if fp is not None and config is not None and fp != config.fingerprint:
+        raise BundleError(f"bundle {p!r} was built for the config with fingerprint "
+                          f"0x{fp:08x}, not this config (0x{config.fingerprint:08x}); run it "
+                          f"with the config it was built for")
     return np.array(dram, dtype=np.uint8, copy=True), insn_addr, insn_count
 
 
-def save_bundle(path: str | Path, dram: np.ndarray, insn_addr: int, insn_count: int) -> None:
+def save_bundle(path: str | Path, dram: np.ndarray, insn_addr: int, insn_count: int, *,
+                config: VTAConfig | None = None) -> None:
     """Write an exec bundle (see the module docstring) to exactly ``path`` (no ``.npz``
-    is appended)."""
+    is appended); with ``config``, its fingerprint too (the bundle then runs only under
+    that config)."""
+    extra = {} if config is None else {FINGERPRINT_KEY: np.int64(config.fingerprint)}
     with atomic_open(path) as f:
         np.savez(f, dram=np.ascontiguousarray(dram, dtype=np.uint8).reshape(-1),
-                 insn_addr=np.int64(insn_addr), insn_count=np.int64(insn_count))
+                 insn_addr=np.int64(insn_addr), insn_count=np.int64(insn_count), **extra)
 
 
 def save_result(path: str | Path, dram: np.ndarray, result: RunResult) -> None:

@@ -290,3 +290,44 @@ def test_f5_impossible_capacity_refused_with_reason():
     assert _capacity_order(insns, 2) is None
     with pytest.raises(BuilderError, match=r"TOKEN_QUEUE_DEPTH = 1.*token queue (g2l|l2g)"):
         _capacity_order(insns, 1)
+
+
+# ------------------------------------------------------------------------------ bundles
+def test_bundle_fingerprint_refuses_another_config(tmp_path):
+    """A pynq bundle run with ``--config tiny`` ran and returned zeros; a bundle written
+    with its config now records the fingerprint and refuses another config (exit 2)."""
+    from vtaforge.runtime.bundle import FINGERPRINT_KEY, BundleError, save_bundle
+
+    dram, ia, n = self_store_program(TINY, 0)
+    b = tmp_path / "tiny.npz"
+    save_bundle(b, dram, ia, n, config=TINY)
+    with np.load(b) as z:
+        assert int(z[FINGERPRINT_KEY]) == TINY.fingerprint
+    load_bundle(b, config=TINY)
+    with pytest.raises(BundleError, match=f"0x{TINY.fingerprint:08x}.*not this config"):
+        load_bundle(b, config=preset("pynq"))
+    code, _, err = cli(["exec", str(b), "--config", "pynq"])
+    assert code == 2 and "not this config" in err, err
+    code, out, err = cli(["exec", str(b), "--config", "tiny"])
+    assert code == 0, err
+    # a bundle without a fingerprint runs under any config (here: its own)
+    b2 = tmp_path / "plain.npz"
+    save_bundle(b2, dram, ia, n)
+    with np.load(b2) as z:
+        assert FINGERPRINT_KEY not in z.files
+    code, _, err = cli(["exec", str(b2), "--config", "tiny"])
+    assert code == 0, err
+
+
+def test_bundle_bad_fingerprint_is_a_bundle_error(tmp_path):
+    from vtaforge.runtime.bundle import BundleError
+
+    b = tmp_path / "bad.npz"
+    np.savez(b, dram=np.zeros(64, np.uint8), insn_addr=np.int64(0), insn_count=np.int64(1),
+             config_fingerprint=np.int64(-1))
+    with pytest.raises(BundleError, match="not a 32-bit fingerprint"):
+        load_bundle(b, config=TINY)
+    np.savez(b, dram=np.zeros(64, np.uint8), insn_addr=np.int64(0), insn_count=np.int64(1),
+             config_fingerprint=np.float64(1.0))
+    with pytest.raises(BundleError, match="config_fingerprint"):
+        load_bundle(b)

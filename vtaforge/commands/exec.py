@@ -16,14 +16,16 @@ import click
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="write the final image, cycles and stats to this .npz")
 @click.option("--max-steps", type=click.IntRange(min=1), default=None,
-              help="watchdog (>= 1): fsim steps (one per instruction and per micro-op); rtl cycles")
+              help="watchdog (>= 1): fsim steps (one per instruction and per micro-op); rtl "
+                   "cycles (exact: the run's CYCLES must not exceed it)")
 @click.option("--trace", "trace", type=click.Path(dir_okay=False), default=None,
               help="rtl only: write a waveform of the run to this file (.vcd, or .fst with "
                    "liblz4-dev installed)")
 def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
              max_steps: int | None, trace: str | None) -> None:
     """Run the program in BUNDLE (.npz with dram, insn_addr, insn_count) and print its
-    statistics as JSON; with -o also save the final DRAM image."""
+    statistics as JSON; with -o also save the final DRAM image.  A bundle that records
+    the fingerprint of the config it was built for runs only under that config."""
     from ..hw.config import load_config
     from ..runtime.bundle import TARGETS, load_bundle, run_raw, save_result
     from ..runtime.device import DeviceError
@@ -37,7 +39,7 @@ def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
         from ._output import check_output_path
 
         check_output_path(output, "-o/--output")
-    dram, insn_addr, insn_count = load_bundle(bundle)
+    dram, insn_addr, insn_count = load_bundle(bundle, config=cfg)
     kw = {}
     if max_steps is not None:
         kw = {"timeout_cycles" if target == "rtl" else "max_steps": max_steps}
