@@ -440,7 +440,8 @@ class _Quantizer:
                 self.q_real(n)
                 continue
             state = (len(self.q.nodes), set(self.q.types), dict(self.qname), dict(self.fname),
-                     len(self.rep.qdq), len(self.rep.multipliers), len(self.rep.notes))
+                     len(self.rep.qdq), len(self.rep.multipliers), len(self.rep.notes),
+                     dict(self.rep.exps), dict(self.rep.shifts))
             try:
                 if rule is None:
                     self.unsupported(n)
@@ -472,12 +473,13 @@ class _Quantizer:
 
     def _rollback(self, state) -> None:
         """Undo what a failed ``q_<op>`` added to the quantized graph."""
-        nn, types, qname, fname, nq, nm, nnotes = state
+        nn, types, qname, fname, nq, nm, nnotes, exps, shifts = state
         del self.q.nodes[nn:]
         for t in set(self.q.types) - types:
             del self.q.types[t]
             self.q.constants.pop(t, None)
         self.qname, self.fname = qname, fname
+        self.rep.exps, self.rep.shifts = exps, shifts
         del self.rep.qdq[nq:], self.rep.multipliers[nm:], self.rep.notes[nnotes:]
 
     def real_in(self, t: str) -> str:

@@ -19,11 +19,7 @@ import base64
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["REAL_OPS", "run_float_op", "run_onnx_node", "onnx_backend", "conv2d_nchw"]
-
-#: IR float ops with a kernel here (the same set as ``compiler.ir.REAL_OPS`` plus softmax).
-REAL_OPS = frozenset({"conv2d", "dense", "relu", "clip", "add", "mul", "batch_norm", "max_pool",
-                      "avg_pool", "global_avg_pool", "fake_quant", "softmax"})
+__all__ = ["REAL_OPS", "FLOAT_KERNELS", "run_float_op", "run_onnx_node", "onnx_backend", "conv2d_nchw"]
 
 
 def _pad(x: np.ndarray, pads, value) -> np.ndarray:
@@ -109,8 +105,38 @@ def _batch_norm(x, sc, b, m, v, eps):
     return (x - m.reshape(shp)) * inv.reshape(shp) + b.reshape(shp)
 
 
+def _conv2d(a, x):
+    y = conv2d_nchw(x[0], x[1], a["strides"], a["pads"], a["groups"], np.float32)
+    return _act(y + x[2].reshape(1, -1, 1, 1) if len(x) > 2 else y, a)
+
+
+def _dense(a, x):
+    y = x[0].astype(np.float32) @ x[1].astype(np.float32).T
+    return _act(y + x[2] if len(x) > 2 else y, a)
+
+
+#: ``IR op -> kernel(attrs, inputs)`` for the real-valued IR ops (:data:`REAL_OPS`).
+FLOAT_KERNELS = {
+    "conv2d": _conv2d,
+    "dense": _dense,
+    "relu": lambda a, x: np.maximum(x[0], 0),
+    "clip": lambda a, x: _act(x[0], {"act": "clip", "act_min": a["min"], "act_max": a["max"]}),
+    "add": lambda a, x: _act(x[0].astype(np.float64) + x[1], a),
+    "mul": lambda a, x: x[0].astype(np.float64) * x[1],
+    "batch_norm": lambda a, x: _batch_norm(*x, a["epsilon"]),
+    "max_pool": lambda a, x: _windows(_pad(x[0], a["pads"], -np.inf), a["kernel"], a["strides"]).max(axis=(-2, -1)),
+    "avg_pool": lambda a, x: _avg_pool(x[0], a),
+    "global_avg_pool": lambda a, x: x[0].astype(np.float64).mean(axis=(2, 3), keepdims=True),
+    "fake_quant": lambda a, x: _fake_quant(x[0], a),
+    "softmax": lambda a, x: _softmax(x[0], a["axis"]),
+}
+#: IR float ops with a kernel here (``compiler.ir.REAL_OPS`` plus softmax).
+REAL_OPS = frozenset(FLOAT_KERNELS)
+
+
 def run_float_op(op: str, attrs: dict, x: list) -> np.ndarray:
-    """Run one real-valued IR op (:data:`REAL_OPS`) on float32 arrays.
+    """Run one real-valued IR op (:data:`REAL_OPS`) with its kernel from
+    :data:`FLOAT_KERNELS` on float32 arrays.
 
     Args:
         op: the IR op; attrs: its attributes (``compiler/ir.py``); x: input arrays in the
@@ -120,40 +146,10 @@ def run_float_op(op: str, attrs: dict, x: list) -> np.ndarray:
     Raises:
         ValueError: ``op`` is not a real-valued IR op.
     """
-    a = attrs
-    if op == "conv2d":
-        y = conv2d_nchw(x[0], x[1], a["strides"], a["pads"], a["groups"], np.float32)
-        if len(x) > 2:
-            y = y + x[2].reshape(1, -1, 1, 1)
-        y = _act(y, a)
-    elif op == "dense":
-        y = x[0].astype(np.float32) @ x[1].astype(np.float32).T
-        if len(x) > 2:
-            y = y + x[2]
-        y = _act(y, a)
-    elif op == "relu":
-        y = np.maximum(x[0], 0)
-    elif op == "clip":
-        y = _act(x[0], {"act": "clip", "act_min": a["min"], "act_max": a["max"]})
-    elif op == "add":
-        y = _act(x[0].astype(np.float64) + x[1], a)
-    elif op == "mul":
-        y = x[0].astype(np.float64) * x[1]
-    elif op == "batch_norm":
-        y = _batch_norm(*x, a["epsilon"])
-    elif op == "max_pool":
-        y = _windows(_pad(x[0], a["pads"], -np.inf), a["kernel"], a["strides"]).max(axis=(-2, -1))
-    elif op == "avg_pool":
-        y = _avg_pool(x[0], a)
-    elif op == "global_avg_pool":
-        y = x[0].astype(np.float64).mean(axis=(2, 3), keepdims=True)
-    elif op == "fake_quant":
-        y = _fake_quant(x[0], a)
-    elif op == "softmax":
-        y = _softmax(x[0], a["axis"])
-    else:
+    k = FLOAT_KERNELS.get(op)
+    if k is None:
         raise ValueError(f"no float CPU kernel for IR op {op!r}")
-    return np.asarray(y, dtype=np.float32)
+    return np.asarray(k(attrs, x), dtype=np.float32)
 
 
 # ------------------------------------------------------------------ ONNX nodes kept as is
