@@ -387,7 +387,10 @@ class VTAConfig:
 
         Accepts upstream's keys unchanged (``LOG_BLOCK`` or ``LOG_BLOCK_IN``/``LOG_BLOCK_OUT``,
         ``TARGET``, ``HW_VER``) plus every extension field of this class.  Target-dependent
-        knobs (part, clock, bus width) default to the target's upstream values.
+        knobs (part, clock, bus width) default to the target's upstream values.  Older
+        upstream files (HW_VER 0.0.0) are accepted too: their ``HW_FREQ`` (MHz) is the
+        clock (``CLOCK_MHZ``; both given must agree) and their ``HW_CLK_TARGET`` (the HLS
+        clock-period target in ns, which shapes nothing here) is checked and dropped.
 
         Raises:
             ConfigError: an unknown key, a missing required key, or an invalid value.
@@ -395,6 +398,7 @@ class VTAConfig:
         if not isinstance(d, Mapping):
             raise ConfigError(f"config must be a JSON object, got {type(d).__name__}")
         d = dict(d)
+        _legacy_clock_keys(d)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(k for k in d if k not in names and k not in ("LOG_BLOCK", "LOG_OUT_WIDTH"))
         if unknown:
@@ -539,6 +543,28 @@ def preset(name: str) -> VTAConfig:
     if d is None:
         raise ConfigError(f"unknown preset {name!r}; allowed: {', '.join(PRESETS)}")
     return VTAConfig.from_dict(d)
+
+
+def _legacy_clock_keys(d: dict[str, Any]) -> None:
+    """Map the clock keys of upstream's older ``vta_config.json`` (HW_VER 0.0.0) in place:
+    ``HW_FREQ`` (MHz) -> ``CLOCK_MHZ``; ``HW_CLK_TARGET`` (HLS period target, ns) dropped
+    after a range check.
+
+    Raises:
+        ConfigError: a value that is not a positive number, or ``HW_FREQ`` contradicting
+            ``CLOCK_MHZ``.
+    """
+    for key in ("HW_FREQ", "HW_CLK_TARGET"):
+        v = d.get(key)
+        if key in d and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            unit = "MHz" if key == "HW_FREQ" else "ns"
+            raise ConfigError(f"{key} = {v!r} must be a positive number ({unit})")
+    d.pop("HW_CLK_TARGET", None)
+    if "HW_FREQ" in d:
+        f = d.pop("HW_FREQ")
+        if "CLOCK_MHZ" in d and d["CLOCK_MHZ"] != f:
+            raise ConfigError(f"HW_FREQ = {f!r} contradicts CLOCK_MHZ = {d['CLOCK_MHZ']!r}")
+        d["CLOCK_MHZ"] = f
 
 
 def load_config(spec: str | Path | VTAConfig | None = None) -> VTAConfig:

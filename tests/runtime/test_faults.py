@@ -331,3 +331,27 @@ def test_bundle_bad_fingerprint_is_a_bundle_error(tmp_path):
              config_fingerprint=np.float64(1.0))
     with pytest.raises(BundleError, match="config_fingerprint"):
         load_bundle(b)
+
+
+# ------------------------------------------------------------------------------ HW_VER 0.0.0
+def test_hw_ver_000_config_loads(tmp_path):
+    """Upstream's older vta_config.json (HW_VER 0.0.0, with HW_FREQ and HW_CLK_TARGET) was
+    refused ("unknown config key 'HW_CLK_TARGET'"); it is the pynq preset at 100 MHz."""
+    import json as _json
+
+    from vtaforge.hw.config import ConfigError, load_config
+
+    path = DATA / "vta_config_hw000.json"
+    c = load_config(str(path))
+    assert c.HW_VER == "0.0.0" and c.CLOCK_MHZ == 100
+    assert c.fingerprint == preset("pynq").fingerprint
+    code, out, err = cli(["config", "show", str(path)])
+    assert code == 0, err
+    d = _json.loads(path.read_text())
+    for bad, msg in [({"HW_FREQ": 0}, "HW_FREQ = 0 must be a positive number"),
+                     ({"HW_CLK_TARGET": "8"}, "HW_CLK_TARGET = '8' must be a positive"),
+                     ({"CLOCK_MHZ": 125}, "HW_FREQ = 100 contradicts CLOCK_MHZ = 125")]:
+        p = tmp_path / "c.json"
+        p.write_text(_json.dumps({**d, **bad}))
+        with pytest.raises(ConfigError, match=msg):
+            load_config(str(p))
