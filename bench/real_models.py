@@ -36,7 +36,7 @@ def main() -> None:
     man = json.loads((HERE / "manifest.json").read_text())
     inputs = np.load(HERE / "inputs.npz")
     pick = sys.argv[1:]
-    print(f"{'model':<44} {'nodes VTA/np/ort':>17} {'MACs on VTA':>12} {'cosine':>7} "
+    print(f"{'model':<50} {'nodes VTA/np/ort':>17} {'MACs on VTA':>12} {'cosine':>7} "
           f"{'max err':>8} {'CPU s':>7} {'run s':>7}")
     for f in man["files"]:
         if pick and not any(p in f["file"] for p in pick):
@@ -64,7 +64,7 @@ def main() -> None:
             rel.append(float(np.abs(y - want).max() / max(np.abs(want).max(), 1e-30)))
         run = time.perf_counter() - t0
         host = sum(st.host_seconds for st in ex.stats.values())
-        print(f"{f['file']:<44} {f'{nv}/{nn}/{no}':>17} {100 * vta / max(tot, 1):>11.1f}% "
+        print(f"{f['file']:<50} {f'{nv}/{nn}/{no}':>17} {100 * vta / max(tot, 1):>11.1f}% "
               f"{min(cos):>7.4f} {max(rel):>7.1%} {host:>7.3f} {run:>7.3f}")
 
 
