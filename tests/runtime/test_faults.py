@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from progtools import Image, MemType, finish, ld, nop, st
+from progtools import Image, MemType, finish, ld, st
 from vtaforge.cli import main
 from vtaforge.hw.config import preset
 from vtaforge.runtime.bundle import load_bundle
