@@ -355,3 +355,25 @@ def test_hw_ver_000_config_loads(tmp_path):
         p.write_text(_json.dumps({**d, **bad}))
         with pytest.raises(ConfigError, match=msg):
             load_config(str(p))
+
+
+# ------------------------------------------------------------------------------ file modes
+@pytest.mark.xfail(strict=True, reason="runtime/npz.py atomic_open: mkstemp makes 0600 "
+                   "files; needs os.fchmod(fd, 0o666 & ~umask) after mkstemp (npz.py's owner)")
+def test_written_files_are_0644(tmp_path):
+    """Outputs of ``exec -o`` and bundles were written with mode 0600 (mkstemp's)."""
+    import os
+
+    from vtaforge.runtime.bundle import save_bundle
+
+    old = os.umask(0o022)
+    try:
+        dram, ia, n = self_store_program(TINY, 0)
+        b, out = tmp_path / "b.npz", tmp_path / "out.npz"
+        save_bundle(b, dram, ia, n, config=TINY)
+        code, _, err = cli(["exec", str(b), "--config", "tiny", "-o", str(out)])
+        assert code == 0, err
+    finally:
+        os.umask(old)
+    assert {p.name: p.stat().st_mode & 0o777 for p in (b, out)} == {"b.npz": 0o644,
+                                                                    "out.npz": 0o644}
