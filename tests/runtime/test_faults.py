@@ -377,3 +377,29 @@ def test_written_files_are_0644(tmp_path):
         os.umask(old)
     assert {p.name: p.stat().st_mode & 0o777 for p in (b, out)} == {"b.npz": 0o644,
                                                                     "out.npz": 0o644}
+
+
+@pytest.mark.rtl
+@pytest.mark.slow
+def test_f5_builder_pipeline_on_rtl_one_entry_queues():
+    """The reordered launch runs on the generated core with one-entry queues (the model
+    for this config builds in about half a minute)."""
+    rtl = _rtl()
+    from test_builder_e2e import emit_two_thread_gemm, gemm_data, gemm_oracle, read_out, upload
+    from vtaforge.runtime.builder import ProgramBuilder
+
+    cfg = _shallow("tiny")
+    dev = rtl.RtlDevice(cfg, 16 << 20, progress=False, timeout_cycles=200_000)
+    try:
+        o, n, m = 4, 1, 4
+        inp, wgt = gemm_data(cfg, o, n, m, seed=3)
+        ib, wb = upload(dev, inp), upload(dev, wgt)
+        ob = dev.alloc(o * m * cfg.elem_bytes(MemType.OUT))
+        b = ProgramBuilder(dev)
+        emit_two_thread_gemm(b, ib, wb, ob, o, n, m)
+        res = b.synchronize()
+        assert res.stats["reordered_launches"] == 1 and res.cycles > 0
+        got = read_out(dev, ob, o * m).reshape(o, m, cfg.BATCH, cfg.BLOCK_OUT)
+        np.testing.assert_array_equal(got, gemm_oracle(inp, wgt))
+    finally:
+        dev.close()
