@@ -2,14 +2,23 @@
 
 A :class:`Space` is a base config plus ordered axes ``name -> candidate values``.  An axis
 name is a ``VTAConfig`` field (``LOG_BATCH``, ``LOG_BLOCK_IN``, ``LOG_INP_BUFF_SIZE``,
-``LOG_BUS_WIDTH``, ``DSP_PACKING``, ``CLOCK_MHZ`` ...) or ``LOG_BLOCK``, which sets
-``LOG_BLOCK_IN`` and ``LOG_BLOCK_OUT`` together (upstream's key).
+``LOG_BUS_WIDTH``, ``DSP_PACKING``, ``CLOCK_MHZ`` ...), ``LOG_BLOCK``, which sets
+``LOG_BLOCK_IN`` and ``LOG_BLOCK_OUT`` together (upstream's key), or a depth axis
+``LOG_UOP_DEPTH`` / ``LOG_INP_DEPTH`` / ``LOG_WGT_DEPTH`` / ``LOG_ACC_DEPTH`` (log2
+scratchpad entries; sets the matching ``LOG_*_BUFF_SIZE`` from the point's element size).
+The ISA's index fields are sized by depths, not bytes, so depth axes keep a space inside
+the 128-bit instruction budget whatever the GEMM shape.
 
 Points come from the full grid (:meth:`Space.grid`, the Cartesian product in axis order)
 or from seeded random sampling without replacement (:meth:`Space.sample`).  A combination
-that ``VTAConfig`` rejects is not dropped: it becomes a :class:`Point` with ``cfg = None``
-and ``error`` set to the :class:`ConfigError` message, so a report can say why it was
-skipped.
+that ``VTAConfig`` rejects is not dropped from the grid: it becomes a :class:`Point` with
+``cfg = None`` and ``error`` set to the :class:`ConfigError` message, so a report can say
+why it was skipped.  Sampling draws from the valid points only.
+
+:func:`board_space` (``vtaforge dse run --board``) is the space for one board of
+``hw/flow.py``'s :data:`~vtaforge.hw.flow.BOARDS`: its part, its memory port's width as the
+bus, its nearest reachable PL clock, and GEMM-shape and depth axes trimmed to the ISA field
+budget (every point valid).
 
 JSON form (``Space.from_json`` / ``vtaforge dse run --space FILE.json``)::
 
@@ -31,10 +40,30 @@ import numpy as np
 
 from ..hw.config import ConfigError, VTAConfig, load_config
 
-__all__ = ["Space", "Point", "SpaceError", "default_space", "AXIS_ALIASES"]
+__all__ = ["Space", "Point", "SpaceError", "default_space", "board_space", "board_setup",
+           "BOARD_ALIASES", "AXIS_ALIASES", "DEPTH_AXES", "valid_fraction"]
 
 #: Axis names that expand to several VTAConfig fields.
 AXIS_ALIASES: dict[str, tuple[str, ...]] = {"LOG_BLOCK": ("LOG_BLOCK_IN", "LOG_BLOCK_OUT")}
+
+#: Depth axes (log2 entries) -> the buffer-size field they set (log2 bytes).
+DEPTH_AXES: dict[str, str] = {"LOG_UOP_DEPTH": "LOG_UOP_BUFF_SIZE",
+                              "LOG_INP_DEPTH": "LOG_INP_BUFF_SIZE",
+                              "LOG_WGT_DEPTH": "LOG_WGT_BUFF_SIZE",
+                              "LOG_ACC_DEPTH": "LOG_ACC_BUFF_SIZE"}
+
+
+def _log_elem_bytes(f: Mapping[str, Any], axis: str) -> int:
+    """log2 bytes of one element of the depth axis' memory for the field values ``f``
+    (VTAConfig.elem_bits in log form: UOP 32 bits; INP BATCH·BLOCK_IN·INP_WIDTH; WGT
+    BLOCK_OUT·BLOCK_IN·WGT_WIDTH; ACC BATCH·BLOCK_OUT·ACC_WIDTH)."""
+    if axis == "LOG_UOP_DEPTH":
+        return 2
+    if axis == "LOG_INP_DEPTH":
+        return f["LOG_BATCH"] + f["LOG_BLOCK_IN"] + f["LOG_INP_WIDTH"] - 3
+    if axis == "LOG_WGT_DEPTH":
+        return f["LOG_BLOCK_OUT"] + f["LOG_BLOCK_IN"] + f["LOG_WGT_WIDTH"] - 3
+    return f["LOG_BATCH"] + f["LOG_BLOCK_OUT"] + f["LOG_ACC_WIDTH"] - 3
 
 _FIELDS = {f.name for f in dataclasses.fields(VTAConfig)}
 
@@ -80,10 +109,10 @@ class Space:
     def __post_init__(self) -> None:
         axes = {}
         for name, vals in dict(self.axes).items():
-            if name not in _FIELDS and name not in AXIS_ALIASES:
+            if name not in _FIELDS and name not in AXIS_ALIASES and name not in DEPTH_AXES:
                 raise SpaceError(f"unknown axis {name!r}; allowed: VTAConfig fields "
-                                 f"({', '.join(sorted(_FIELDS - {'TARGET', 'HW_VER'}))}) or "
-                                 f"LOG_BLOCK")
+                                 f"({', '.join(sorted(_FIELDS - {'TARGET', 'HW_VER'}))}), "
+                                 f"LOG_BLOCK or {', '.join(DEPTH_AXES)}")
             if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence):
                 raise SpaceError(f"axis {name!r} must be a list of values, got {vals!r}")
             vals = list(vals)
@@ -96,7 +125,11 @@ class Space:
             if a in axes and any(f in axes for f in fields_):
                 raise SpaceError(f"axis {a!r} and {'/'.join(f for f in fields_ if f in axes)} "
                                  f"both set the same field")
+        for a, f in DEPTH_AXES.items():
+            if a in axes and f in axes:
+                raise SpaceError(f"axis {a!r} and {f} both set the same field")
         self.axes = axes
+        self._valid_idx: list[int] | None = None
 
     # ------------------------------------------------------------------ size / points
     @property
@@ -112,9 +145,18 @@ class Space:
         ``cfg=None`` and the ConfigError message (never raises ConfigError)."""
         changes: dict[str, Any] = {}
         for k, v in params.items():
+            if k in DEPTH_AXES:
+                continue
             for f in AXIS_ALIASES.get(k, (k,)):
                 changes[f] = v
         try:
+            depth = {k: v for k, v in params.items() if k in DEPTH_AXES}
+            if depth:
+                f = {**dataclasses.asdict(self.base), **changes}
+                for k, v in depth.items():
+                    if isinstance(v, bool) or not isinstance(v, int):
+                        raise TypeError(f"{k} = {v!r} must be an integer (log2 entries)")
+                    changes[DEPTH_AXES[k]] = v + _log_elem_bytes(f, k)
             cfg = self.base.replace(**changes)
         except ConfigError as e:
             return Point(dict(params), None, str(e))
@@ -137,19 +179,33 @@ class Space:
         for combo in itertools.product(*(self.axes[n] for n in names)):
             yield self.make_point(dict(zip(names, combo)))
 
+    def valid_indices(self) -> list[int]:
+        """Grid indices of the valid points (computed once: one VTAConfig per point)."""
+        if self._valid_idx is None:
+            self._valid_idx = [i for i, p in enumerate(self.grid()) if p.valid]
+        return self._valid_idx
+
+    @property
+    def n_valid(self) -> int:
+        """Number of valid grid points."""
+        return len(self.valid_indices())
+
     def sample(self, n: int, seed: int = 0) -> list[Point]:
-        """``min(n, size)`` distinct grid points drawn uniformly without replacement with
-        ``numpy.random.default_rng(seed)``, in ascending grid order (reproducible).
+        """``min(n, n_valid)`` distinct *valid* grid points drawn uniformly without
+        replacement with ``numpy.random.default_rng(seed)``, in ascending grid order
+        (reproducible).  Invalid combinations are never drawn: a sample is a set of
+        designs to evaluate, not of ISA violations.
 
         Raises:
             SpaceError: ``n < 1``.
         """
         if not isinstance(n, int) or n < 1:
             raise SpaceError(f"sample count must be a positive integer, got {n!r}")
-        if n >= self.size:
-            return list(self.grid())
+        valid = self.valid_indices()
+        if n >= len(valid):
+            return [self.make_point(self._params(i)) for i in valid]
         rng = np.random.default_rng(seed)
-        idx = sorted(int(i) for i in rng.choice(self.size, size=n, replace=False))
+        idx = sorted(valid[int(i)] for i in rng.choice(len(valid), size=n, replace=False))
         return [self.make_point(self._params(i)) for i in idx]
 
     def points(self, samples: int | None = None, seed: int = 0) -> list[Point]:
@@ -204,15 +260,110 @@ class Space:
             raise SpaceError(f"{p}: {e}") from None
 
 
-def default_space(base: str | VTAConfig = "pynq") -> Space:
-    """The default space around ``base`` (default the pynq preset): GEMM shape, buffer
-    sizes, bus width and DSP packing.  2·3·3·3·3·2·2 = 648 grid points; use sampling."""
-    return Space(load_config(base), {
-        "LOG_BATCH": [0, 1],
-        "LOG_BLOCK": [3, 4, 5],
-        "LOG_INP_BUFF_SIZE": [14, 15, 16],
-        "LOG_WGT_BUFF_SIZE": [17, 18, 19],
-        "LOG_ACC_BUFF_SIZE": [16, 17, 18],
-        "LOG_BUS_WIDTH": [6, 7],
-        "DSP_PACKING": [1, 2],
-    })
+#: Short board names accepted next to hw/flow.py's BOARDS keys.
+BOARD_ALIASES: dict[str, str] = {"ultra96": "ultra96-v2"}
+
+#: Depth axes of the default and board spaces (log2 entries).  Every combination fits the
+#: ISA budget (hw/isa.py ``check_layout_fits``): GEMM needs 37 + 2·(uop + acc + inp + wgt)
+#: <= 128 bits, ALU 57 + 2·uop + 4·acc <= 128, a micro-op acc + max(acc, inp) + wgt <= 32;
+#: the pynq preset (uop 13, inp 11, wgt 10, acc 11) sits exactly on the first and the last,
+#: so the axes go down from it, never up.
+DEFAULT_DEPTHS: dict[str, list[int]] = {
+    "LOG_UOP_DEPTH": [12, 13],
+    "LOG_INP_DEPTH": [10, 11],
+    "LOG_WGT_DEPTH": [9, 10],
+    "LOG_ACC_DEPTH": [10, 11],
+}
+
+
+def _block_axis(part: str | None) -> list[int]:
+    """log2 BLOCK values 3.. whose smallest shape (8 × 2^b) fits the part's DSPs at packing
+    2 (xc7z020: 3, 4, 5; xczu3eg, xczu7ev: 3..6); 3..5 without a part."""
+    if part is None:
+        return [3, 4, 5]
+    from ..hw.estimate import part_info
+
+    dsp = part_info(part)["dsp"]
+    return [b for b in range(3, 7) if (8 << b) <= 2 * dsp]
+
+
+def _bus_for_part(base: VTAConfig, part: str) -> int:
+    """log2 of the data width of the PS memory port a core on ``part`` drives (hw/flow.py:
+    Zynq-7000 S_AXI_HP0 64 bits, ZynqMP S_AXI_HP0_FPD 128 bits): a wider core bus only adds
+    a width converter."""
+    from ..hw.estimate import EstimateError, part_info
+    from ..hw.flow import FlowError, board_spec
+
+    try:
+        part_info(part)
+        spec = board_spec(base.replace(PART=part))
+    except (EstimateError, FlowError, ConfigError) as e:
+        raise SpaceError(str(e)) from None
+    return spec.mem_port_width.bit_length() - 1
+
+
+def default_space(base: str | VTAConfig = "pynq", part: str | None = None) -> Space:
+    """The default space around ``base`` (default the pynq preset): BLOCK_IN and BLOCK_OUT
+    as separate axes (:func:`_block_axis`), the four depth axes of :data:`DEFAULT_DEPTHS`
+    (inside the ISA budget: every point is valid) and DSP packing {1, 2}.  BATCH stays at
+    the base's (the workloads are batch 1).  The bus is the base's, or with ``part`` the
+    width of that part's PS memory port (no 128-bit bus on a Zynq-7000)."""
+    cfg = base if isinstance(base, VTAConfig) else load_config(base)
+    if part is not None:
+        cfg = cfg.replace(LOG_BUS_WIDTH=_bus_for_part(cfg, part))
+    blocks = _block_axis(part)
+    return Space(cfg, {"LOG_BLOCK_IN": blocks, "LOG_BLOCK_OUT": list(blocks),
+                       **{k: list(v) for k, v in DEFAULT_DEPTHS.items()},
+                       "DSP_PACKING": [1, 2]})
+
+
+def board_setup(board: str) -> dict:
+    """What ``--board`` sets, read from hw/flow.py: ``{"board", "title", "part",
+    "base"}`` (the preset whose TARGET builds for that device), ``"log_bus_width"`` (the
+    PS memory port's width) and ``"clock_mhz"`` (the PL clock the PS makes nearest at or
+    below the preset's CLOCK_MHZ).
+
+    Raises:
+        SpaceError: unknown board.
+    """
+    from ..hw.config import preset
+    from ..hw.flow import BOARDS, TARGET_BOARDS, pl_clock
+
+    key = BOARD_ALIASES.get(board, board)
+    if key not in BOARDS:
+        raise SpaceError(f"unknown board {board!r}; allowed: "
+                         f"{', '.join(sorted(set(BOARDS) | set(BOARD_ALIASES)))}")
+    spec = BOARDS[key]
+    targets = [t for t, b in TARGET_BOARDS.items() if BOARDS[b].device == spec.device]
+    if not targets:
+        raise SpaceError(f"board {board!r}: no preset targets its device {spec.device}")
+    base = preset(targets[0])
+    return {"board": key, "title": spec.title, "part": spec.part, "base": targets[0],
+            "log_bus_width": spec.mem_port_width.bit_length() - 1,
+            "clock_mhz": float(pl_clock(spec, base.CLOCK_MHZ).mhz)}
+
+
+def board_space(board: str) -> Space:
+    """The space for ``board`` (``pynq-z2``, ``ultra96``/``ultra96-v2``, ``zcu104``, or
+    any hw/flow.py BOARDS key): :func:`board_setup`'s preset with the board's part, bus and
+    PL clock, around it the GEMM shapes that fit the part's DSPs, the depth axes inside the
+    ISA budget, and DSP packing fixed at 2 (int8 × int8: it halves the GEMM DSPs and
+    leaves the programs, hence the cycles, unchanged; the resource model has no term that
+    packing raises, so packing 1 is always dominated).
+
+    Raises:
+        SpaceError: unknown board.
+    """
+    from ..hw.config import preset
+
+    b = board_setup(board)
+    base = preset(b["base"]).replace(PART=b["part"], LOG_BUS_WIDTH=b["log_bus_width"],
+                                     CLOCK_MHZ=b["clock_mhz"], DSP_PACKING=2)
+    blocks = _block_axis(b["part"])
+    return Space(base, {"LOG_BLOCK_IN": blocks, "LOG_BLOCK_OUT": list(blocks),
+                        **{k: list(v) for k, v in DEFAULT_DEPTHS.items()}})
+
+
+def valid_fraction(space: Space) -> float:
+    """Fraction of the grid that VTAConfig accepts."""
+    return space.n_valid / space.size if space.size else 0.0

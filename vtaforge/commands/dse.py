@@ -1,7 +1,8 @@
 """``vtaforge dse``: design-space exploration of VTA configurations.
 
-- ``vtaforge dse run [--space default|FILE.json] [--base pynq] [--workloads resnet18-c2,c5]
-  [--size 14] [--part xc7z020] [--samples N] [--seed S] [--resources analytic|yosys]
+- ``vtaforge dse run [--board pynq-z2|ultra96|zcu104] [--space default|FILE.json]
+  [--base pynq] [--workloads resnet18-c2,c5] [--size 14] [--part xc7z020] [--samples N]
+  [--seed S] [--resources analytic|yosys]
   [--perf model|rtl|none] [--timing FILE.json] [--cache FILE] [-o report.json]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
@@ -28,6 +29,9 @@ def dse_group() -> None:
 
 
 @dse_group.command("run")
+@click.option("--board", default=None,
+              help="pynq-z2 | ultra96 | zcu104 (any hw/flow.py board): sets part, bus, "
+                   "clock and the space")
 @click.option("--space", "space_spec", default="default", show_default=True,
               help="'default' (around --base) or a space JSON file")
 @click.option("--base", default="pynq", show_default=True,
@@ -36,8 +40,9 @@ def dse_group() -> None:
               help="e.g. resnet18-c2,c5 | resnet18 | resnet18-c2..c11 | mobilenet-d1 | digits")
 @click.option("--size", default="14", show_default=True,
               help="cap on layer height/width (reduced spatial size), or 'full'")
-@click.option("--part", default="xc7z020", show_default=True,
-              help="part to fit (xc7z020, xczu3eg, xczu7ev)")
+@click.option("--part", default=None,
+              help="part to fit (xc7z020, xczu3eg, xczu7ev); default: the board's, else "
+                   "xc7z020")
 @click.option("--samples", type=click.IntRange(min=1), default=None,
               help="random sample of N grid points (N >= 1)")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
@@ -56,14 +61,14 @@ def dse_group() -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True,
               help="table rows shown (>= 1)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
-def run_cmd(space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
+def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
             dram_latency, timing_file, cache_file, out_file, limit, no_progress) -> None:
     """Evaluate a space of configs against workloads and report the best designs."""
     from ..dse.evaluate import CycleModel, DesignEvaluator, DSEError, load_timing, \
         parse_workloads
     from ..dse.report import build_report, format_table, write_report
     from ..dse.search import run_search
-    from ..dse.space import Space, SpaceError, default_space
+    from ..dse.space import Space, SpaceError, board_setup, board_space, default_space
     from ..hw.config import ConfigError
 
     from ._output import check_output_path
@@ -84,7 +89,24 @@ def run_cmd(space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf
                 raise DSEError(f"--size {size!r} must be a positive integer or 'full'")
         if samples is not None and samples < 1:
             raise DSEError(f"--samples {samples} must be a positive integer")
-        space = default_space(base) if space_spec == "default" else Space.from_json(space_spec)
+        if board is not None:
+            bs = board_setup(board)
+            if part is not None and part.lower() != bs["part"].lower() \
+                    and not bs["part"].lower().startswith(part.lower()):
+                raise DSEError(f"--part {part} is not the {bs['title']}'s part "
+                               f"({bs['part']}); drop --part or --board")
+            part = bs["part"]
+            if space_spec == "default":
+                space = board_space(board)
+            else:
+                space = Space.from_json(space_spec)
+                space = Space(space.base.replace(PART=bs["part"],
+                                                 LOG_BUS_WIDTH=bs["log_bus_width"],
+                                                 CLOCK_MHZ=bs["clock_mhz"]), space.axes)
+        else:
+            part = part or "xc7z020"
+            space = default_space(base, part) if space_spec == "default" \
+                else Space.from_json(space_spec)
         wls = parse_workloads(wl_spec, sz)
         ev = DesignEvaluator(part, res_mode, perf_mode, CycleModel(dram_latency=dram_latency))
         timing = load_timing(timing_file) if timing_file else None
@@ -93,9 +115,12 @@ def run_cmd(space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf
         return
     if cache_file is None and out_file:
         cache_file = str(out_file) + ".cache.json"
-    n = space.size if samples is None else min(samples, space.size)
-    click.echo(f"dse: {n} of {space.size} points x {len(wls)} workloads "
-               f"({', '.join(w.name for w in wls)}), part {part}", err=True)
+    nv = space.n_valid
+    n = space.size if samples is None else min(samples, nv)
+    what = "points" if samples is None else "valid points sampled"
+    click.echo(f"dse: {n} {what} of {space.size} ({nv} valid, {100 * nv / space.size:.0f} %) "
+               f"x {len(wls)} workloads ({', '.join(w.name for w in wls)}), part {part}"
+               + (f", board {board}" if board else ""), err=True)
     try:
         results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
                              seed=seed, progress=not no_progress)
