@@ -52,7 +52,9 @@ numpy broadcasting; ``act`` as above); ``mul`` (by a constant, broadcast);
 ``avg_pool`` (``kernel``, ``strides``, ``pads``; avg also
 ``count_include_pad``); ``global_avg_pool``; ``flatten`` (``axis``);
 ``reshape`` (``shape``: the ONNX target with 0 / -1 entries); ``transpose``
-(``perm``); ``concat`` (``axis``); ``softmax`` (``axis``); ``fake_quant``
+(``perm``); ``concat`` (``axis``); ``upsample`` (``scales=(sh, sw)``, integers:
+nearest-neighbour repeat of each pixel); ``pad`` (``pads=(top,left,bottom,right)``, zeros);
+``softmax`` (``axis``); ``fake_quant``
 (a QDQ pair: ``scale``, ``zero_point``, ``qmin``, ``qmax``; computes
 ``(clip(round_half_even(x/scale)+zp, qmin, qmax) - zp) * scale``).
 
@@ -138,8 +140,9 @@ Node kinds (inputs; attributes; semantics):
     deviation; VTA with ``ALU_MUL``), or are ``None`` (no exact reciprocal:
     CPU). Global average pooling is ``qavg_pool`` with
     ``kernel = (H, W)``. ``exp_out == exp_in``.
-``flatten``, ``reshape``, ``transpose``, ``concat``: layout only, int8 in and
-    out, same ``exp`` (concat inputs are aligned to one exp by ``qrequant``).
+``flatten``, ``reshape``, ``transpose``, ``concat``, ``upsample``, ``pad``: layout
+    only, int8 in and out, same ``exp`` (concat inputs are aligned to one exp by
+    ``qrequant``; ``pad``'s zeros are the real value 0 at any scale).
 ``softmax`` (float32): after a ``dequantize``; CPU.
 
 Graph inputs are float32 and go through ``quantize``; each graph output is
@@ -631,6 +634,24 @@ def _infer_concat(node, ts, quant):
     return [TensorType(ts[0].dtype, tuple(shape), ts[0].exp, ts[0].scale)]
 
 
+def _infer_upsample(node, ts, quant):
+    x = ts[0]
+    h, w = _spatial(node, x)
+    sh, sw = node.attrs["scales"]
+    if not (isinstance(sh, int) and isinstance(sw, int) and sh >= 1 and sw >= 1):
+        raise _err(node, f"scales {node.attrs['scales']} must be integers >= 1")
+    return [TensorType(x.dtype, (x.shape[0], x.shape[1], h * sh, w * sw), x.exp, x.scale)]
+
+
+def _infer_pad(node, ts, quant):
+    x = ts[0]
+    h, w = _spatial(node, x)
+    pt, pl, pb, pr = node.attrs["pads"]
+    if min(pt, pl, pb, pr) < 0:
+        raise _err(node, f"pads {node.attrs['pads']} must be >= 0")
+    return [TensorType(x.dtype, (x.shape[0], x.shape[1], h + pt + pb, w + pl + pr), x.exp, x.scale)]
+
+
 def _infer_softmax(node, ts, quant):
     if ts[0].dtype != "float32":
         raise _err(node, f"softmax runs on float32, got {ts[0]}")
@@ -707,6 +728,8 @@ OPS: dict[str, OpSpec] = {
     "flatten": OpSpec((1, 1), ("axis",), _infer_flatten, FQ),
     "reshape": OpSpec((1, 1), ("shape",), _infer_reshape, FQ),
     "transpose": OpSpec((1, 1), ("perm",), _infer_transpose, FQ),
+    "upsample": OpSpec((1, 1), ("scales",), _infer_upsample, FQ),
+    "pad": OpSpec((1, 1), ("pads",), _infer_pad, FQ),
     "concat": OpSpec((1, 64), ("axis",), _infer_concat, FQ),
     "softmax": OpSpec((1, 1), ("axis",), _infer_softmax, FQ),
     "quantize": OpSpec((1, 1), ("exp",), _infer_quantize, Q),
@@ -731,7 +754,7 @@ for _k in REAL_OPS:
 del _k
 FLOAT_OPS = frozenset(k for k, v in OPS.items() if "float" in v.kinds)
 QUANT_OPS = frozenset(k for k, v in OPS.items() if "quantized" in v.kinds)
-LAYOUT_OPS = frozenset({"flatten", "reshape", "transpose", "concat"})
+LAYOUT_OPS = frozenset({"flatten", "reshape", "transpose", "concat", "upsample", "pad"})
 
 
 def _infer_node(graph: Graph, node: Node, types: dict[str, TensorType]) -> list[TensorType]:

@@ -39,8 +39,8 @@ __all__ = ["import_onnx", "SUPPORTED_ONNX_OPS"]
 SUPPORTED_ONNX_OPS = (
     "Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Sub", "Mul", "Div", "BatchNormalization",
     "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten", "Reshape", "Squeeze",
-    "Unsqueeze", "Transpose", "Concat", "Softmax", "Identity", "Dropout", "Constant",
-    "QuantizeLinear", "DequantizeLinear",
+    "Unsqueeze", "Transpose", "Concat", "Softmax", "Identity", "Dropout", "Constant", "Resize",
+    "Upsample", "Pad", "QuantizeLinear", "DequantizeLinear",
 )
 
 
@@ -947,6 +947,73 @@ class _Importer:
         mid = self.g.fresh(f"{name}_pool")
         self.emit(onode, name, "global_avg_pool", ins[:1], {}, mid)
         self.emit(onode, self.g.fresh(f"{name}_flat"), "reshape", [mid], {"shape": (0, 0)}, outs[0])
+
+    @staticmethod
+    def _str(v, default: str) -> str:
+        v = default if v is None else v
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    def _int_scales(self, x: TensorType, sc, err) -> tuple[int, int]:
+        """Integer H, W factors from a Resize/Upsample scales vector (N and C must be 1)."""
+        sc = [float(v) for v in np.asarray(sc).reshape(-1)]
+        if len(sc) != 4 or sc[0] != 1 or sc[1] != 1 or any(v < 1 or v != int(v) for v in sc[2:]):
+            raise err(f"scales {sc}: only integer H/W factors map to a nearest-neighbour repeat")
+        return int(sc[2]), int(sc[3])
+
+    def op_Resize(self, name, onode, ins, outs, attrs, err):
+        """Nearest Resize by integer H/W factors: a pixel repeat (exact, int8 on the host)
+        for the coordinate / rounding modes under which it is one."""
+        x = self.g.types[self.name(ins[0])]
+        if x.rank != 4:
+            raise err(f"Resize of {x}: only NCHW maps to upsample")
+        if self._str(attrs.get("mode"), "nearest") != "nearest":
+            raise err(f"Resize mode {self._str(attrs.get('mode'), 'nearest')!r} runs on the host")
+        ctm = self._str(attrs.get("coordinate_transformation_mode"), "half_pixel")
+        nm = self._str(attrs.get("nearest_mode"), "round_prefer_floor")
+        ok = (ctm == "asymmetric" and nm in ("floor", "round_prefer_floor")) or (
+            ctm in ("half_pixel", "pytorch_half_pixel") and nm in ("round_prefer_floor", "round_prefer_ceil"))
+        if not ok or attrs.get("antialias", 0) or attrs.get("axes") is not None:
+            raise err(f"Resize nearest with {ctm}/{nm} is not a pixel repeat")
+        if self.opset < 11:
+            sc = self.need_const(ins[1], "scales", err)
+        else:
+            sc = self.const(ins[2]) if len(ins) > 2 and ins[2] else None
+            if sc is None or np.asarray(sc).size == 0:
+                sizes = self.need_const(ins[3], "sizes", err) if len(ins) > 3 and ins[3] else None
+                if sizes is None or not all(isinstance(d, int) for d in x.shape[2:]):
+                    raise err("Resize without constant scales or sizes")
+                sz = [int(v) for v in np.asarray(sizes).reshape(-1)]
+                same_nc = len(sz) == 4 and sz[1] == x.shape[1] and (
+                    not isinstance(x.shape[0], int) or sz[0] == x.shape[0])
+                if not same_nc:
+                    raise err(f"Resize sizes {sz} change N or C")
+                if sz[2] % x.shape[2] or sz[3] % x.shape[3]:
+                    raise err(f"Resize sizes {sz} are not integer multiples of {list(x.shape[2:])}")
+                sc = [1, 1, sz[2] // x.shape[2], sz[3] // x.shape[3]]
+        self.emit(onode, name, "upsample", ins[:1], {"scales": self._int_scales(x, sc, err)}, outs[0])
+
+    def op_Upsample(self, name, onode, ins, outs, attrs, err):
+        x = self.g.types[self.name(ins[0])]
+        if self._str(attrs.get("mode"), "nearest") != "nearest" or x.rank != 4:
+            raise err("only nearest Upsample of NCHW maps to upsample")
+        sc = attrs["scales"] if "scales" in attrs else self.need_const(ins[1], "scales", err)
+        self.emit(onode, name, "upsample", ins[:1], {"scales": self._int_scales(x, sc, err)}, outs[0])
+
+    def op_Pad(self, name, onode, ins, outs, attrs, err):
+        """Constant zero padding of H and W: a layout op (the int8 zero is the real 0)."""
+        x = self.g.types[self.name(ins[0])]
+        if self._str(attrs.get("mode"), "constant") != "constant" or x.rank != 4:
+            raise err("only constant Pad of NCHW maps to pad")
+        if self.opset < 11:
+            pads, value = list(attrs.get("pads", [])), float(attrs.get("value", 0.0))
+        else:
+            pads = [int(v) for v in self.need_const(ins[1], "pads", err).reshape(-1)]
+            value = float(np.asarray(self.const(ins[2])).reshape(-1)[0]) if len(ins) > 2 and ins[2] else 0.0
+            if len(ins) > 3 and ins[3]:
+                raise err("Pad with axes")
+        if value != 0.0 or len(pads) != 8 or any(pads[k] for k in (0, 1, 4, 5)) or min(pads) < 0:
+            raise err(f"Pad {pads} value {value}: only non-negative zero padding of H and W maps to pad")
+        self.emit(onode, name, "pad", ins[:1], {"pads": (pads[2], pads[3], pads[6], pads[7])}, outs[0])
 
     def op_BatchNormalization(self, name, onode, ins, outs, attrs, err):
         if attrs.get("training_mode", 0):

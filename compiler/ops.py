@@ -83,6 +83,8 @@ def _defs() -> dict[str, OpDef]:
               cpu_reason=_LAYOUT),
         OpDef("concat", "q_concat", ("concat", "qrequant"), reference=_r.ref_layout, cpu="int",
               cpu_reason=_LAYOUT),
+        OpDef("upsample", "q_upsample", ("upsample",), reference=_r.ref_layout, cpu="int", cpu_reason=_LAYOUT),
+        OpDef("pad", "q_pad", ("pad",), reference=_r.ref_layout, cpu="int", cpu_reason=_LAYOUT),
         OpDef("softmax", "q_softmax", ("softmax", "dequantize"), cpu="int", cpu_reason=_FLOAT),
         # an ONNX node kept as is: always real-valued, on the CPU
         OpDef("onnx", "q_real", (), cpu="onnx"),

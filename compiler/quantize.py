@@ -668,7 +668,7 @@ class _Quantizer:
     def _layout(self, n):
         self._same_exp(n, n.op, dict(n.attrs), self.fg.types[n.outputs[0]].shape)
 
-    q_flatten = q_reshape = q_transpose = _layout
+    q_flatten = q_reshape = q_transpose = q_upsample = q_pad = _layout
 
     def q_concat(self, n: Node):
         ins = [self.to_p2(n, self.qin(i)) for i in n.inputs]

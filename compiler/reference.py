@@ -34,7 +34,7 @@ import numpy as np
 
 from ..runtime.cpu_float import REAL_OPS, _pad, _windows, conv2d_nchw, run_float_op, run_onnx_node
 from .errors import CompileError, node_error
-from .ir import Graph, Node
+from .ir import LAYOUT_OPS, Graph, Node
 
 __all__ = ["run_float", "run_quantized", "conv2d_nchw", "requantize"]
 
@@ -73,6 +73,11 @@ def _layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
         return np.transpose(x[0], a["perm"])
     if node.op == "concat":
         return np.concatenate(x, axis=a["axis"])
+    if node.op == "upsample":
+        return np.repeat(np.repeat(x[0], a["scales"][0], axis=2), a["scales"][1], axis=3)
+    if node.op == "pad":
+        pt, pl, pb, pr = a["pads"]
+        return np.pad(x[0], ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     raise AssertionError(node.op)
 
 
@@ -84,7 +89,7 @@ def _float_node(node: Node, x: list[np.ndarray], graph: Graph) -> list[np.ndarra
     """Outputs of one node of a float graph (or a real-valued node of a quantized graph)."""
     if node.op == "onnx":
         return run_onnx_node(node.attrs, x)
-    if node.op in ("flatten", "reshape", "transpose", "concat"):
+    if node.op in LAYOUT_OPS:
         return [_layout(node, x, graph)]
     if node.op in REAL_OPS:
         return [run_float_op(node.op, node.attrs, x)]

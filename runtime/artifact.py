@@ -540,7 +540,7 @@ def _jsonable(v: Any) -> Any:
     return str(v)
 
 
-_TUPLE_ATTRS = ("kernel", "strides", "pads", "perm", "shape")
+_TUPLE_ATTRS = ("kernel", "strides", "pads", "perm", "shape", "scales")
 
 
 def save_artifact(model: CompiledModel, path: str | Path) -> None:

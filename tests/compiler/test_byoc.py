@@ -256,3 +256,37 @@ def test_add_of_a_constant_runs_on_vta(cfg):
             np.testing.assert_array_equal(got[s.outputs[0]], ref[s.outputs[0]], err_msg=s.name)
     (want,) = run_ort(m, {"x": x})
     assert np.abs(got["y"] - want).max() < 0.1 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("ctm,nm,opset", [("asymmetric", "floor", 13), ("half_pixel", "round_prefer_floor", 13),
+                                          ("asymmetric", "floor", 18)])
+def test_nearest_resize_and_zero_pad_stay_int8(ctm, nm, opset):
+    """Nearest Resize by integer factors (the coordinate/rounding modes under which it is a
+    pixel repeat) and zero Pad are int8 layout ops on the host between VTA convs: no
+    dequantize/quantize around them, equal to onnxruntime up to the int8 error."""
+    from vtaforge.compiler.reference import run_quantized
+
+    scales = np.array([1, 1, 2, 2], np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Resize", ["r", "", "sc"], ["u"], mode="nearest",
+                              coordinate_transformation_mode=ctm, nearest_mode=nm, name="up"),
+             helper.make_node("Pad", ["u", "pads"], ["p"], mode="constant", name="pad"),
+             helper.make_node("Conv", ["p", "w2"], ["y"])]
+    m = make_model(nodes, [("x", ["N", 3, 5, 5])], [("y", ["N", 4, 10, 10])],
+                   {"w": rand(8, 3, 3, 3, seed=1, scale=0.4), "sc": scales,
+                    "pads": np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "w2": rand(4, 8, 3, 3, seed=2, scale=0.3)},
+                   opset=opset)
+    x = rand(3, 3, 5, 5, seed=3)
+    cm = compile_model(m, x, "pynq")
+    ops = {s.name: s.op for s in cm.steps}
+    assert ops["up"] == "upsample" and ops["pad"] == "pad", cm.placement_table()
+    assert [s.op for s in cm.steps].count("dequantize") == 1      # only the graph output
+    got = Executor(cm, FsimDevice(cm.config)).run(x, keep=True)
+    ref = run_quantized(cm.qgraph, {"x": x}, keep_all=True)
+    for s in cm.steps:
+        if s.target == "vta" or s.op in ("upsample", "pad"):
+            np.testing.assert_array_equal(got[s.outputs[0]], ref[s.outputs[0]], err_msg=s.name)
+    (want,) = run_ort(m, {"x": x})
+    cos = float(np.sum(got["y"] * want) / (np.linalg.norm(got["y"]) * np.linalg.norm(want)))
+    assert cos > 0.99, cos
