@@ -15,6 +15,7 @@ JSON (``schema = "vtaforge.dse.report/1"``)::
                  "feasible", "reasons", "pareto", "cached", "notes", "errors"}],
      "pareto": [fingerprint, ...],
      "best": {"latency": fingerprint|null, "utilization": ..., "gops_per_utilization": ...},
+     "selection": {"latency_band", "latency_ties": [fingerprint, ...], "rule"},
      "summary": {"points", "valid", "fits", "feasible", "pareto", "cached"}}
 """
 
@@ -24,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from .evaluate import DesignEvaluator, DseWorkload, UNVERIFIED_LABEL
+from .evaluate import MODEL_ERROR_BAND, DesignEvaluator, DseWorkload, UNVERIFIED_LABEL
 from .search import PointResult
 
 __all__ = ["SCHEMA", "build_report", "best_designs", "format_table", "load_report",
@@ -58,10 +59,27 @@ def _point_dict(pr: PointResult) -> dict:
     return d
 
 
-def best_designs(points: Sequence[dict]) -> dict:
-    """Fingerprints of the best feasible point per objective: ``latency`` (lowest
-    latency_us), ``utilization`` (lowest binding-resource utilization), and
-    ``gops_per_utilization`` (highest GOPS / utilization).  Ties: first in point order."""
+def _res(p: dict, k: str) -> float:
+    return float((p.get("resources") or {}).get(k) or 0)
+
+
+def latency_ties(points: Sequence[dict], band: float = MODEL_ERROR_BAND) -> list[dict]:
+    """The feasible points whose latency is within ``band`` (relative) of the lowest: the
+    model cannot tell them apart."""
+    feas = [p for p in points if p.get("feasible") and p.get("latency_us")]
+    if not feas:
+        return []
+    lo = min(p["latency_us"] for p in feas)
+    return [p for p in feas if p["latency_us"] <= lo * (1 + band)]
+
+
+def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND) -> dict:
+    """Fingerprints of the best feasible point per objective: ``latency`` (among the points
+    within ``band`` of the lowest latency — the performance evaluator's stated error — the
+    one with the fewest DSPs, then LUTs, then BRAM, then the lowest latency; so a tie inside
+    the error band never goes to twice the DSPs), ``utilization`` (lowest binding-resource
+    utilization), and ``gops_per_utilization`` (highest GOPS / utilization).  Other ties:
+    first in point order."""
     feas = [p for p in points if p.get("feasible") and p.get("latency_us")]
 
     def pick(key, sign=1):
@@ -69,7 +87,10 @@ def best_designs(points: Sequence[dict]) -> dict:
             return None
         return min(feas, key=lambda p: sign * key(p))["fingerprint"]
 
-    return {"latency": pick(lambda p: p["latency_us"]),
+    ties = latency_ties(points, band)
+    lat = min(ties, key=lambda p: (_res(p, "dsp"), _res(p, "lut"), _res(p, "bram36"),
+                                   p["latency_us"]))["fingerprint"] if ties else None
+    return {"latency": lat,
             "utilization": pick(lambda p: p["utilization"]["max"]),
             "gops_per_utilization": pick(lambda p: p["gops"] / p["utilization"]["max"], -1)}
 
@@ -80,6 +101,10 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
     pts = [_point_dict(pr) for pr in results]
     ev = evaluator
     perf = ev.perf_eval.name if ev.perf_eval is not None else "none"
+    band = float(getattr(ev.perf_eval, "error_band", MODEL_ERROR_BAND))
+    if perf == "rtl" and any("cycles_measured" not in w for p in pts if p.get("feasible")
+                             for w in (p.get("workloads") or {}).values()):
+        band = MODEL_ERROR_BAND  # some latencies are the model's (rtl did not run there)
     return {
         "schema": SCHEMA, "part": ev.part, "capacity": ev.capacity,
         "evaluator": {"resources": ev.res_eval.name, "performance": perf,
@@ -99,7 +124,13 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
         },
         "points": pts,
         "pareto": [p["fingerprint"] for p in pts if p["pareto"]],
-        "best": best_designs(pts),
+        "best": best_designs(pts, band),
+        "selection": {
+            "latency_band": band,
+            "latency_ties": [p["fingerprint"] for p in latency_ties(pts, band)],
+            "rule": (f"best latency: among the feasible points within {band * 100:g} % of the "
+                     f"lowest latency (the performance evaluator's stated error), the fewest "
+                     f"DSPs, then LUTs, then BRAM, then the lowest latency")},
         "summary": {"points": len(pts), "valid": sum(p["valid"] for p in pts),
                     "fits": sum(bool(p.get("fits")) for p in pts),
                     "feasible": sum(p["feasible"] for p in pts),
@@ -174,6 +205,13 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
                  f"{s['feasible']} feasible, {s['pareto']} on the Pareto front "
                  f"(latency vs binding-resource use), {s['cached']} from cache")
     byfp = {p.get("fingerprint"): p for p in pts if p["valid"]}
+    sel = report.get("selection")
+    if sel and report["best"].get("latency"):
+        lo = min(byfp[f]["latency_us"] for f in sel["latency_ties"])
+        pk = byfp[report["best"]["latency"]]
+        lines.append(f"{sel['rule']}: {len(sel['latency_ties'])} point(s) within the band; "
+                     f"the pick is {100 * (pk['latency_us'] / lo - 1):.2f} % slower than the "
+                     f"fastest estimate with {pk['resources']['dsp']} DSPs")
     for obj, fp in report["best"].items():
         if fp is None:
             lines.append(f"best {obj}: none feasible")

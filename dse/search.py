@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -119,13 +120,16 @@ def pareto_front(values: Sequence[Sequence[float]]) -> list[int]:
 def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload],
                evaluator: DesignEvaluator | None = None, *, cache: str | Path | None = None,
                timing: Mapping | None = None, samples: int | None = None, seed: int = 0,
-               progress: bool = True, on_result: Callable[[PointResult], Any] | None = None
-               ) -> list[PointResult]:
+               progress: bool = True, on_result: Callable[[PointResult], Any] | None = None,
+               save_interval_s: float = 30.0) -> list[PointResult]:
     """Evaluate points (a space's grid or sample, or an explicit list) against workloads.
 
     Args:
-        cache: JSON cache file (saved after every new evaluation, so an interrupted run
-            keeps its work).
+        cache: JSON cache file, written atomically at most every ``save_interval_s`` seconds
+            while new results come in, and at the end, also when the run is interrupted or
+            fails (``finally``), so an interrupted run keeps its work; a crash mid-write
+            leaves the previous file (temporary file + rename).  It was rewritten after
+            every point: 9x slower resource-only sweeps.
         timing: timing results (see :func:`~.evaluate.judge`).
         samples, seed: sample the space instead of the full grid.
         progress: show a tqdm bar on stderr.
@@ -138,6 +142,8 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
     key = ev.key(workloads)
     store = ResultCache(cache)
     out: list[PointResult] = []
+    dirty = False
+    last_save = time.monotonic()
     bar = None
     if progress:
         from tqdm import tqdm
@@ -152,9 +158,14 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
                 if r is None:
                     r = ev.evaluate(p.cfg, workloads)
                     store.put(k, r)
-                    store.save()
+                    dirty = True
+                    if time.monotonic() - last_save >= save_interval_s:
+                        store.save()
+                        dirty, last_save = False, time.monotonic()
                 else:
                     pr.cached = True
+                    if hasattr(ev, "remember"):
+                        ev.remember(p.cfg, r)
                 pr.result = r
                 pr.verdict = judge(r, float(p.cfg.CLOCK_MHZ), ev.capacity, timing,
                                    p.cfg.bitstream_name)
@@ -168,6 +179,8 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
     finally:
         if bar is not None:
             bar.close()
+        if dirty:
+            store.save()
     mark_pareto(out)
     return out
 

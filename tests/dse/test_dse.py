@@ -376,3 +376,93 @@ def test_cli_board_sets_part_and_rejects_another_part(tmp_path):
     r = CliRunner().invoke(main, ["dse", "run", "--board", "pynq-z2", "--part", "xczu3eg",
                                   "--no-progress"])
     assert r.exit_code == 2 and "not the PYNQ-Z2's part" in r.stderr
+
+
+def _pt(fp, lat, dsp, lut, feasible=True):
+    return {"fingerprint": fp, "feasible": feasible, "latency_us": lat, "gops": 1.0 / lat,
+            "utilization": {"max": dsp / 220}, "resources": {"dsp": dsp, "lut": lut,
+                                                              "bram36": 10.0}}
+
+
+def test_best_latency_ties_inside_the_error_band_go_to_fewer_dsps():
+    from vtaforge.dse.evaluate import MODEL_ERROR_BAND
+    from vtaforge.dse.report import best_designs
+
+    # Ultra96 case of issue 11: 2x16x16 is 0.1 % faster than 1x16x16 at twice the DSPs
+    pts = [_pt("a", 100.0, 256, 40000), _pt("b", 99.9, 512, 60000),
+           _pt("c", 90.0, 600, 70000, feasible=False)]
+    assert best_designs(pts)["latency"] == "a"
+    assert best_designs(pts, band=0.0)["latency"] == "b"
+    # outside the band the faster one wins whatever its DSPs
+    pts2 = [_pt("a", 100.0, 256, 40000), _pt("b", 100.0 / (1 + 2 * MODEL_ERROR_BAND), 512, 1)]
+    assert best_designs(pts2)["latency"] == "b"
+    # equal DSPs: fewer LUTs
+    pts3 = [_pt("a", 100.0, 256, 50000), _pt("b", 99.0, 256, 40000)]
+    assert best_designs(pts3)["latency"] == "b"
+
+
+def test_report_states_the_selection_rule(tmp_path):
+    (tmp_path / "s.json").write_text(json.dumps(
+        {"base": "tiny", "axes": {"DSP_PACKING": [1, 2]}}))
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(main, ["dse", "run", "--space", str(tmp_path / "s.json"),
+                                  "--workloads", "resnet18-c2", "--size", "4",
+                                  "--no-progress", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(out.read_text())
+    assert rep["selection"]["latency_band"] > 0 and len(rep["selection"]["latency_ties"]) == 2
+    assert "fewest DSPs" in r.stdout
+
+
+def test_cache_written_once_per_run_and_on_interrupt(tmp_path, monkeypatch):
+    from vtaforge.dse.search import ResultCache
+
+    saves = []
+    orig = ResultCache.save
+    monkeypatch.setattr(ResultCache, "save", lambda self: saves.append(1) or orig(self))
+    sp = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [11, 12, 13]})
+    wls = parse_workloads("resnet18-c2", 4)
+    cache = tmp_path / "c.json"
+    run_search(sp, wls, DesignEvaluator(performance="none"), cache=cache, progress=False)
+    assert len(saves) == 1 and len(json.loads(cache.read_text())["entries"]) == 3
+    # interrupted after two new points: both are on disk
+    ev = DesignEvaluator(performance="none")
+    orig_eval, n = ev.evaluate, []
+
+    def ev_then_interrupt(*a):
+        if len(n) == 2:
+            raise KeyboardInterrupt
+        n.append(1)
+        return orig_eval(*a)
+
+    monkeypatch.setattr(ev, "evaluate", ev_then_interrupt)
+    sp2 = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [9, 10, 14]})
+    with pytest.raises(KeyboardInterrupt):
+        run_search(sp2, wls, ev, cache=cache, progress=False)
+    assert len(json.loads(cache.read_text())["entries"]) == 5
+    assert not list(tmp_path.glob("*.tmp"))  # atomic: temporary file renamed
+
+
+def test_performance_shared_across_program_neutral_knobs(monkeypatch):
+    from vtaforge.dse.evaluate import ModelPerformance
+
+    calls = []
+    orig = ModelPerformance.evaluate
+    monkeypatch.setattr(ModelPerformance, "evaluate",
+                        lambda self, cfg, w: calls.append(cfg) or orig(self, cfg, w))
+    sp = Space(preset("tiny"), {"DSP_PACKING": [1, 2], "CLOCK_MHZ": [100, 200],
+                                "LUT_MULTIPLIERS": [0, 4]})
+    wls = parse_workloads("resnet18-c2", 4)
+    res = run_search(sp, wls, DesignEvaluator(), progress=False)
+    assert len(calls) == 1 and len(res) == 8
+    cyc = {r.verdict["cycles_total"] for r in res}
+    assert len(cyc) == 1
+    for r in res:  # latency scales with each point's own clock
+        c = r.point.cfg
+        assert r.verdict["latency_us"] == pytest.approx(r.verdict["cycles_total"] / c.CLOCK_MHZ)
+    # a program-relevant knob is evaluated again; rtl never shares
+    sp2 = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [12, 13]})
+    run_search(sp2, wls, DesignEvaluator(), progress=False)
+    assert len(calls) == 3
+    from vtaforge.dse import RtlPerformance
+    assert not RtlPerformance.shares_programs
