@@ -95,7 +95,8 @@ def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
     """Open ``path`` for binary writing through a temporary file in the same directory that
     replaces ``path`` only when the ``with`` block succeeds: a failed or interrupted write
     never leaves a truncated file nor overwrites an existing one.  The file is written to
-    exactly ``path`` (no suffix appended).
+    exactly ``path`` (no suffix appended), with the mode a plain ``open`` would give
+    (``0666 & ~umask``, 0644 by default).
 
     Raises:
         OSError: the directory cannot be written (the temporary file is removed).
@@ -104,6 +105,9 @@ def atomic_open(path: str | Path) -> Iterator[BinaryIO]:
     fd, tmp = tempfile.mkstemp(dir=str(p.parent) if str(p.parent) else ".",
                                prefix=f".{p.name}.", suffix=".tmp")
     try:
+        m = os.umask(0)             # mkstemp makes 0600; written files get 0666 & ~umask (0644)
+        os.umask(m)
+        os.fchmod(fd, 0o666 & ~m)
         with os.fdopen(fd, "wb") as f:
             yield f
         os.replace(tmp, p)

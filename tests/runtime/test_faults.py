@@ -358,8 +358,6 @@ def test_hw_ver_000_config_loads(tmp_path):
 
 
 # ------------------------------------------------------------------------------ file modes
-@pytest.mark.xfail(strict=True, reason="runtime/npz.py atomic_open: mkstemp makes 0600 "
-                   "files; needs os.fchmod(fd, 0o666 & ~umask) after mkstemp (npz.py's owner)")
 def test_written_files_are_0644(tmp_path):
     """Outputs of ``exec -o`` and bundles were written with mode 0600 (mkstemp's)."""
     import os
