@@ -29,7 +29,7 @@ from .evaluate import MODEL_ERROR_BAND, DesignEvaluator, DseWorkload, UNVERIFIED
 from .search import PointResult
 
 __all__ = ["SCHEMA", "build_report", "best_designs", "format_table", "load_report",
-           "write_report"]
+           "write_report", "write_csv", "layer_breakdown", "CSV_COLUMNS"]
 
 SCHEMA = "vtaforge.dse.report/1"
 
@@ -57,6 +57,29 @@ def _point_dict(pr: PointResult) -> dict:
     d.update({"feasible": bool(v.get("feasible")), "reasons": v.get("reasons", []),
               "pareto": pr.pareto, "cached": pr.cached})
     return d
+
+
+def _rungs(d: dict, res_req: str, perf_req: str) -> dict:
+    """What each rung asked for and what actually ran on this point: ``{"resources":
+    {"requested", "ran"}, "cycles": {"requested", "ran"}}``; ``ran`` is None where nothing
+    ran (e.g. performance not evaluated because the point does not fit)."""
+    res = d.get("resources") or {}
+    wls = d.get("workloads") or {}
+    if not wls or all("error" in w for w in wls.values()):
+        cyc = None
+    elif all("cycles_measured" in w for w in wls.values() if "error" not in w):
+        cyc = "rtl"
+    else:
+        cyc = "model"
+    return {"resources": {"requested": res_req, "ran": res.get("source")},
+            "cycles": {"requested": perf_req, "ran": cyc if perf_req != "none" else None}}
+
+
+def _rung_cell(r: dict) -> str:
+    ran, req = r["ran"], r["requested"]
+    if ran is None:
+        return "-"
+    return ran if ran == req else f"{ran}!"
 
 
 def _res(p: dict, k: str) -> float:
@@ -101,10 +124,20 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
     pts = [_point_dict(pr) for pr in results]
     ev = evaluator
     perf = ev.perf_eval.name if ev.perf_eval is not None else "none"
+    for p in pts:
+        if p["valid"]:
+            p["rungs"] = _rungs(p, ev.res_eval.name, perf)
+    ran = {k: {} for k in ("resources", "cycles")}
+    for p in pts:
+        for k, r in (p.get("rungs") or {}).items():
+            if r["ran"] is not None:
+                ran[k][r["ran"]] = ran[k].get(r["ran"], 0) + 1
     band = float(getattr(ev.perf_eval, "error_band", MODEL_ERROR_BAND))
     if perf == "rtl" and any("cycles_measured" not in w for p in pts if p.get("feasible")
                              for w in (p.get("workloads") or {}).values()):
         band = MODEL_ERROR_BAND  # some latencies are the model's (rtl did not run there)
+    best = best_designs(pts, band)
+    byfp = {p.get("fingerprint"): p for p in pts if p["valid"]}
     return {
         "schema": SCHEMA, "part": ev.part, "capacity": ev.capacity,
         "evaluator": {"resources": ev.res_eval.name, "performance": perf,
@@ -118,13 +151,18 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
                           "resources.source)"),
             "cycles": ("estimated by the cycle model from fsim-executed programs "
                        "(cycles_lower/cycles_upper bound it)" if perf == "model" else
-                       "cycles_measured: Verilator, zero-latency DRAM" if perf == "rtl" else
+                       (f"cycles_measured: Verilator, zero-latency DRAM, on "
+                        f"{ran['cycles'].get('rtl', 0)} points; the cycle model (rtl did not "
+                        f"run) on {ran['cycles'].get('model', 0)}") if perf == "rtl" else
                        "not evaluated"),
             "throughput": UNVERIFIED_LABEL + " unless timing.status is 'met'",
         },
+        "rungs": {"resources": {"requested": ev.res_eval.name, "ran": ran["resources"]},
+                  "cycles": {"requested": perf, "ran": ran["cycles"]}},
         "points": pts,
         "pareto": [p["fingerprint"] for p in pts if p["pareto"]],
-        "best": best_designs(pts, band),
+        "best": best,
+        "best_breakdown": layer_breakdown(byfp[best["latency"]]) if best["latency"] else [],
         "selection": {
             "latency_band": band,
             "latency_ties": [p["fingerprint"] for p in latency_ties(pts, band)],
@@ -137,6 +175,75 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
                     "pareto": sum(p["pareto"] for p in pts),
                     "cached": sum(p["cached"] for p in pts)},
     }
+
+
+def layer_breakdown(p: dict) -> list[dict]:
+    """Per workload (a ResNet-18 layer, or a whole model) of one point: ``name``,
+    ``cycles`` (the ones latency uses: measured when present), ``source`` (rtl/model),
+    ``share`` of the total, ``cycles_lower``/``cycles_upper`` (model bounds), ``macs``,
+    ``gemm_uops``, ``latency_us`` and ``gops`` at the point's clock."""
+    out = []
+    wls = {n: w for n, w in (p.get("workloads") or {}).items() if "error" not in w}
+    tot = sum(w.get("cycles_measured", w["cycles"]) for w in wls.values()) or 1.0
+    clk = float(p.get("clock_mhz") or 1.0)
+    for n, w in wls.items():
+        c = float(w.get("cycles_measured", w["cycles"]))
+        out.append({"name": n, "cycles": c, "source": "rtl" if "cycles_measured" in w else
+                    "model", "share": c / tot, "cycles_lower": w.get("cycles_lower"),
+                    "cycles_upper": w.get("cycles_upper"), "macs": w.get("macs"),
+                    "gemm_uops": w.get("gemm_uops"), "latency_us": c / clk,
+                    "gops": 2 * w.get("macs", 0) / (c / clk * 1e3) if c else None})
+    return out
+
+
+#: Columns of :func:`write_csv` (then one column per axis, ``param:<axis>``).
+CSV_COLUMNS = ("fingerprint", "bitstream", "valid", "feasible", "pareto", "best_latency",
+               "clock_mhz", "bus_bits", "dsp_packing", "lut", "ff", "dsp", "bram36",
+               "resources_source", "util_lut", "util_ff", "util_dsp", "util_bram36",
+               "util_max", "cycles_total", "cycles_source", "latency_us", "gops",
+               "timing", "cached", "reasons")
+
+
+def write_csv(report: dict, path: str | Path) -> None:
+    """Every point of ``report`` as one CSV row (:data:`CSV_COLUMNS`, then the axis values
+    as ``param:<axis>``); invalid points keep their params and the ConfigError in
+    ``reasons``.  Written atomically."""
+    import csv
+    import io
+
+    from ..runtime.npz import atomic_open
+
+    axes: list[str] = []
+    for p in report["points"]:
+        for k in p["params"]:
+            if k not in axes:
+                axes.append(k)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(list(CSV_COLUMNS) + [f"param:{a}" for a in axes])
+    best = report["best"].get("latency")
+    for p in report["points"]:
+        res = p.get("resources") or {}
+        u = p.get("utilization") or {}
+        r = p.get("rungs") or {}
+        reasons = list(p.get("reasons") or [])
+        row = {"fingerprint": p.get("fingerprint"), "bitstream": p.get("bitstream"),
+               "valid": p["valid"], "feasible": p["feasible"], "pareto": p["pareto"],
+               "best_latency": p.get("fingerprint") == best and best is not None,
+               "clock_mhz": p.get("clock_mhz"), "bus_bits": p.get("bus_bits"),
+               "dsp_packing": p.get("dsp_packing"), "lut": res.get("lut"),
+               "ff": res.get("ff"), "dsp": res.get("dsp"), "bram36": res.get("bram36"),
+               "resources_source": res.get("source"),
+               **{f"util_{k}": u.get(k) for k in ("lut", "ff", "dsp", "bram36", "max")},
+               "cycles_total": p.get("cycles_total"),
+               "cycles_source": (r.get("cycles") or {}).get("ran"),
+               "latency_us": p.get("latency_us"), "gops": p.get("gops"),
+               "timing": (p.get("timing") or {}).get("status"), "cached": p.get("cached"),
+               "reasons": "; ".join(reasons)}
+        w.writerow(["" if row[c] is None else row[c] for c in CSV_COLUMNS]
+                   + ["" if p["params"].get(a) is None else p["params"][a] for a in axes])
+    with atomic_open(path) as f:
+        f.write(buf.getvalue().encode())
 
 
 def write_report(report: dict, path: str | Path) -> None:
@@ -175,12 +282,25 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
     rows = [p for p in pts if p["valid"] and (p["feasible"] or not only_feasible)]
     rows.sort(key=lambda p: (not p["feasible"], p.get("latency_us") or float("inf")))
     cap = report["capacity"]
+    def rung_head(k):
+        rg = (report.get("rungs") or {}).get(k)
+        if not rg:  # a report from before the rung labels
+            return report["evaluator"]["resources" if k == "resources" else "performance"]
+        req, ran = rg["requested"], rg["ran"]
+        if not ran:
+            return f"{req} (not run)"
+        if set(ran) == {req}:
+            return req
+        other = {n: c for n, c in ran.items() if n != req}
+        return (f"{req} ran on {ran.get(req, 0)} points, NOT on {sum(other.values())} "
+                f"({', '.join(f'{n} used instead' for n in sorted(other))}; marked '!')")
+
     lines = [f"part {report['part']}: {cap['lut']} LUT, {cap['ff']} FF, {cap['dsp']} DSP, "
-             f"{cap['bram36']} BRAM36; resources: {report['evaluator']['resources']}; "
-             f"cycles: {report['evaluator']['performance']}",
+             f"{cap['bram36']} BRAM36; resources: {rung_head('resources')}; "
+             f"cycles: {rung_head('cycles')}",
              f"{'fingerprint':<11} {'bitstream':<28} {'bus':>4} {'pk':>2} {'LUT%':>5} "
              f"{'DSP%':>5} {'BRAM%':>6} {'fits':>4} {'cycles':>11} {'lat_us':>9} "
-             f"{'GOPS':>6} {'P':>1}  status"]
+             f"{'GOPS':>6} {'P':>1} {'res':<9} {'cyc':<6} status"]
     shown = rows if limit is None else rows[:limit]
     for p in shown:
         u = p.get("utilization") or {}
@@ -191,7 +311,9 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
             f"{p.get('dsp_packing', '-'):>2} {pct('lut'):>5} {pct('dsp'):>5} {pct('bram36'):>6} "
             f"{'yes' if p.get('fits') else 'NO':>4} {_fmt(p.get('cycles_total'), '.0f'):>11} "
             f"{_fmt(p.get('latency_us')):>9} {_fmt(p.get('gops')):>6} "
-            f"{'*' if p['pareto'] else ' ':>1}  {status}")
+            f"{'*' if p['pareto'] else ' ':>1} "
+            f"{_rung_cell(p['rungs']['resources']) if p.get('rungs') else '':<9} "
+            f"{_rung_cell(p['rungs']['cycles']) if p.get('rungs') else '':<6} {status}")
     if len(rows) > len(shown):
         lines.append(f"... {len(rows) - len(shown)} more (see the JSON report)")
     inval = [p for p in pts if not p["valid"]]
@@ -222,4 +344,14 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
                      f"{_fmt(p['latency_us'])} us, {_fmt(p['gops'])} GOPS "
                      f"{p['throughput_label']}, binding resource "
                      f"{_fmt(p['utilization']['max'] * 100)} %")
+    bd = report.get("best_breakdown")
+    if bd:
+        lines.append(f"per-layer breakdown of the best-latency point {report['best']['latency']}:")
+        lines.append(f"  {'workload':<16} {'cycles':>11} {'src':<5} {'share':>6} "
+                     f"{'lower':>11} {'upper':>11} {'lat_us':>9} {'GOPS':>6}")
+        for L in bd:
+            lines.append(f"  {L['name']:<16} {L['cycles']:>11.0f} {L['source']:<5} "
+                         f"{L['share'] * 100:>5.1f}% {_fmt(L['cycles_lower'], '.0f'):>11} "
+                         f"{_fmt(L['cycles_upper'], '.0f'):>11} {_fmt(L['latency_us']):>9} "
+                         f"{_fmt(L['gops']):>6}")
     return "\n".join(lines)

@@ -466,3 +466,49 @@ def test_performance_shared_across_program_neutral_knobs(monkeypatch):
     assert len(calls) == 3
     from vtaforge.dse import RtlPerformance
     assert not RtlPerformance.shares_programs
+
+
+def test_csv_and_per_layer_breakdown(tmp_path):
+    import csv
+
+    (tmp_path / "s.json").write_text(json.dumps(
+        {"base": "tiny", "axes": {"LOG_BLOCK": [2, 3], "LOG_BATCH": [0, 9]}}))
+    out, cs = tmp_path / "r.json", tmp_path / "p.csv"
+    r = CliRunner().invoke(main, ["dse", "run", "--space", str(tmp_path / "s.json"),
+                                  "--workloads", "resnet18-c2,c5", "--size", "4",
+                                  "--no-progress", "-o", str(out), "--csv", str(cs)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(out.read_text())
+    rows = list(csv.DictReader(cs.open()))
+    assert len(rows) == 4 and {"param:LOG_BLOCK", "param:LOG_BATCH", "latency_us"} <= set(rows[0])
+    assert sum(row["valid"] == "False" for row in rows) == 2
+    best = [row for row in rows if row["best_latency"] == "True"]
+    assert len(best) == 1 and best[0]["fingerprint"] == rep["best"]["latency"]
+    bd = rep["best_breakdown"]
+    assert [L["name"] for L in bd] == ["resnet18-c2", "resnet18-c5"]
+    bp = next(p for p in rep["points"] if p.get("fingerprint") == rep["best"]["latency"])
+    assert sum(L["cycles"] for L in bd) == pytest.approx(bp["cycles_total"])
+    assert sum(L["share"] for L in bd) == pytest.approx(1.0)
+    assert "per-layer breakdown" in r.stdout and "resnet18-c5" in r.stdout
+
+
+def test_rung_that_did_not_run_is_labelled(tmp_path, monkeypatch):
+    from vtaforge.dse import RtlPerformance, YosysResources
+    from vtaforge.dse.report import build_report, format_table
+
+    # pynq has 256 MACs > the 64-MAC cap: neither Yosys nor Verilator runs (no tool needed)
+    ev = DesignEvaluator("xc7z020", "yosys", "rtl")
+    assert isinstance(ev.res_eval, YosysResources) and isinstance(ev.perf_eval, RtlPerformance)
+    wls = parse_workloads("resnet18-c2", 4)
+    res = run_search([Space(preset("pynq"), {}).make_point({})], wls, ev, progress=False)
+    rep = build_report(res, wls, ev)
+    p = rep["points"][0]
+    assert p["rungs"]["cycles"] == {"requested": "rtl", "ran": "model"}
+    assert p["rungs"]["resources"] == {"requested": "yosys", "ran": "analytic"}
+    assert rep["rungs"]["cycles"]["ran"] == {"model": 1}
+    head = format_table(rep).splitlines()[0]
+    assert "cycles: rtl ran on 0 points, NOT on 1" in head
+    assert "resources: yosys ran on 0 points, NOT on 1" in head
+    assert "model!" in format_table(rep) and "analytic!" in format_table(rep)
+    assert "rtl did not run" in rep["labels"]["cycles"]
+    assert rep["selection"]["latency_band"] > 0  # model latencies keep the model's band

@@ -3,7 +3,8 @@
 - ``vtaforge dse run [--board pynq-z2|ultra96|zcu104] [--space default|FILE.json]
   [--base pynq] [--workloads resnet18-c2,c5] [--size 14] [--part xc7z020] [--samples N]
   [--seed S] [--resources analytic|yosys]
-  [--perf model|rtl|none] [--timing FILE.json] [--cache FILE] [-o report.json]``:
+  [--perf model|rtl|none] [--timing FILE.json] [--cache FILE] [-o report.json]
+  [--csv points.csv]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
@@ -58,15 +59,17 @@ def dse_group() -> None:
 @click.option("--cache", "cache_file", default=None,
               help="result cache JSON (default: next to -o as <report>.cache.json)")
 @click.option("-o", "--out", "out_file", default=None, help="write the JSON report here")
+@click.option("--csv", "csv_file", default=None, help="write every point as a CSV row here")
 @click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True,
               help="table rows shown (>= 1)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
-            dram_latency, timing_file, cache_file, out_file, limit, no_progress) -> None:
+            dram_latency, timing_file, cache_file, out_file, csv_file, limit,
+            no_progress) -> None:
     """Evaluate a space of configs against workloads and report the best designs."""
     from ..dse.evaluate import CycleModel, DesignEvaluator, DSEError, load_timing, \
         parse_workloads
-    from ..dse.report import build_report, format_table, write_report
+    from ..dse.report import build_report, format_table, write_csv, write_report
     from ..dse.search import run_search
     from ..dse.space import Space, SpaceError, board_setup, board_space, default_space
     from ..hw.config import ConfigError
@@ -77,6 +80,8 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         check_output_path(out_file, "-o/--out")
     if cache_file:
         check_output_path(cache_file, "--cache")
+    if csv_file:
+        check_output_path(csv_file, "--csv")
     try:
         if size == "full":
             sz = None
@@ -132,6 +137,9 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     if out_file:
         write_report(rep, out_file)
         click.echo(f"wrote {out_file}", err=True)
+    if csv_file:
+        write_csv(rep, csv_file)
+        click.echo(f"wrote {csv_file}", err=True)
 
 
 @dse_group.command("show")
