@@ -99,7 +99,7 @@ def latency_ties(points: Sequence[dict], band: float = MODEL_ERROR_BAND) -> list
 def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND) -> dict:
     """Fingerprints of the best feasible point per objective: ``latency`` (among the points
     within ``band`` of the lowest latency — the performance evaluator's stated error — the
-    one with the fewest DSPs, then LUTs, then BRAM, then the lowest latency; so a tie inside
+    one with the fewest DSPs, then LUTs, then the lowest latency, then BRAM; so a tie inside
     the error band never goes to twice the DSPs), ``utilization`` (lowest binding-resource
     utilization), and ``gops_per_utilization`` (highest GOPS / utilization).  Other ties:
     first in point order."""
@@ -111,8 +111,8 @@ def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND) -> dict
         return min(feas, key=lambda p: sign * key(p))["fingerprint"]
 
     ties = latency_ties(points, band)
-    lat = min(ties, key=lambda p: (_res(p, "dsp"), _res(p, "lut"), _res(p, "bram36"),
-                                   p["latency_us"]))["fingerprint"] if ties else None
+    lat = min(ties, key=lambda p: (_res(p, "dsp"), _res(p, "lut"), p["latency_us"],
+                                   _res(p, "bram36")))["fingerprint"] if ties else None
     return {"latency": lat,
             "utilization": pick(lambda p: p["utilization"]["max"]),
             "gops_per_utilization": pick(lambda p: p["gops"] / p["utilization"]["max"], -1)}
@@ -168,7 +168,7 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
             "latency_ties": [p["fingerprint"] for p in latency_ties(pts, band)],
             "rule": (f"best latency: among the feasible points within {band * 100:g} % of the "
                      f"lowest latency (the performance evaluator's stated error), the fewest "
-                     f"DSPs, then LUTs, then BRAM, then the lowest latency")},
+                     f"DSPs, then LUTs, then the lowest latency, then BRAM")},
         "summary": {"points": len(pts), "valid": sum(p["valid"] for p in pts),
                     "fits": sum(bool(p.get("fits")) for p in pts),
                     "feasible": sum(p["feasible"] for p in pts),
