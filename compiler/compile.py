@@ -283,7 +283,7 @@ def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data",
     if dtype != "float32":          # indices, masks: only CPU ONNX nodes read them
         if x.dtype.kind != np.dtype(dtype).kind:
             raise CompileError(f"{label} for {name!r} has dtype {x.dtype}, expected {dtype}")
-        if x.ndim != len(shape) or x.shape[0] == 0 and len(shape):
+        if x.ndim != len(shape) or (x.ndim and x.shape[0] == 0):
             raise CompileError(f"{label} for {name!r} has shape {list(x.shape)}, expected "
                                f"{list(shape)}")
         return
