@@ -323,13 +323,17 @@ class Executor:
                 ins = [m.constants[i] if i in m.constants else self._host(env, i, n)
                        for i in step.inputs]
                 t0 = time.perf_counter()
-                if step.op == "onnx":
-                    vals = run_onnx_node(step.attrs, ins, step.attrs.get("backend"))
-                elif step.op in REAL_OPS:
-                    vals = [run_float_op(step.op, step.attrs, ins)]
-                else:
-                    scales = {"in": m.types[step.inputs[0]][3]} if step.inputs else {}
-                    vals = [run_cpu_op(step.op, step.attrs, ins, scales)]
+                try:
+                    if step.op == "onnx":
+                        vals = run_onnx_node(step.attrs, ins, step.attrs.get("backend"))
+                    elif step.op in REAL_OPS:
+                        vals = [run_float_op(step.op, step.attrs, ins)]
+                    else:
+                        scales = {"in": m.types[step.inputs[0]][3]} if step.inputs else {}
+                        vals = [run_cpu_op(step.op, step.attrs, ins, scales)]
+                except ValueError as e:     # a kernel's refusal (float_ops.CpuKernelError too)
+                    what = step.attrs.get("op_type", step.op) if step.op == "onnx" else step.op
+                    raise DeviceError(f"CPU step {step.name!r} ({what}): {e}") from None
                 for o, v in zip(step.outputs, vals):
                     env[o] = v
                 st.host_seconds += time.perf_counter() - t0
