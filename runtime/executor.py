@@ -38,14 +38,17 @@ from .cpu_float import REAL_OPS, run_float_op, run_onnx_node
 from .cpu_ops import run_cpu_op, unpack_act
 from .device import Device, DeviceError
 
-__all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory"]
+__all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory", "UNIT_COUNTERS"]
 
 
 @dataclass
 class StepStats:
     """Counters of one step summed over runs: ``runs``, ``images``, ``insns``,
     ``gemm_uops`` (GEMM micro-ops executed), ``alu_uops``, ``dram_bytes`` (read + written
-    by the core), ``launches``, ``host_seconds`` (wall seconds of CPU steps' kernels)."""
+    by the core), ``launches``, ``host_seconds`` (wall seconds of CPU steps' kernels),
+    ``cycles`` (core cycles: rtl and board backends; 0 on fsim), ``blocks`` (batch blocks run),
+    ``extra`` (sums of the core's per-unit counters :data:`UNIT_COUNTERS` where the backend
+    reports them)."""
 
     runs: int = 0
     images: int = 0
@@ -55,8 +58,14 @@ class StepStats:
     dram_bytes: int = 0
     launches: int = 0
     host_seconds: float = 0.0
+    cycles: int = 0
+    blocks: int = 0
     extra: dict = field(default_factory=dict)
 
+
+#: per-unit counters of the core's statistics (``docs/regs.md``), summed per step
+UNIT_COUNTERS = ("fetch_busy", "load_busy", "compute_busy", "store_busy", "load_stall",
+                 "compute_stall", "store_stall")
 
 _HOST = ("host copies",)       # env key of the per-run host cache (never a tensor name)
 
@@ -378,6 +387,11 @@ class Executor:
             st.gemm_uops += int(s.get("gemm_counter", 0))
             st.alu_uops += int(s.get("alu_counter", 0))
             st.dram_bytes += int(s.get("dram_read_nbytes", 0)) + int(s.get("dram_write_nbytes", 0))
+            st.cycles += int(res.cycles or 0)
+            for k in UNIT_COUNTERS:         # the core's per-unit counters (rtl, pynq)
+                if k in s:
+                    st.extra[k] = st.extra.get(k, 0) + int(s[k])
+            st.blocks += nblk
             env[step.outputs[0]] = _Dev(yb, ylay, n)
             if keep:        # read back before a later step may reuse the buffer
                 self._host(env, step.outputs[0], n)

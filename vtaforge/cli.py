@@ -130,7 +130,7 @@ def main() -> None:
 def _register() -> None:
     import importlib
 
-    for name in ("config", "disasm", "exec", "run", "compile", "hw", "board", "dse"):
+    for name in ("config", "disasm", "exec", "run", "compile", "profile", "hw", "board", "dse"):
         try:
             mod = importlib.import_module(f".commands.{name}", __package__)
         except ModuleNotFoundError as e:
