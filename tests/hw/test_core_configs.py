@@ -197,7 +197,7 @@ def _compare_programs(rtl, cfg, progs, bus_kw=({},)):
 
 
 def _random_progs(cfg, seeds):
-    from vtaforge.runtime.randprog import generate
+    from randprog import generate
 
     for s in seeds:
         p = generate(cfg, s)

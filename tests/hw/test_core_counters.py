@@ -16,7 +16,7 @@ import pytest
 from vtaforge.hw.config import MemType, preset
 from vtaforge.hw.isa import AluOp
 from vtaforge.runtime.device import ProgramError
-from vtaforge.runtime.randprog import generate
+from randprog import generate
 
 from coreprogs import Image, alu, assert_same_dram, finish, gemm, ld, rand_elems, run_both, st
 

@@ -28,7 +28,7 @@ from vtaforge.hw.isa import INSN_BYTES, disassemble  # noqa: E402
 from vtaforge.runtime.bundle import save_bundle  # noqa: E402
 from vtaforge.runtime.device import Buffer, DeviceError  # noqa: E402
 from vtaforge.runtime.fsim import simulate  # noqa: E402
-from vtaforge.runtime.randprog import generate, shrink  # noqa: E402
+from randprog import generate, shrink  # noqa: E402
 
 PER_CHUNK = 100
 #: (config, number of chunks): 600 tiny, 200 batch2, 200 pynq

@@ -304,7 +304,7 @@ def test_misaligned_insn_addr_refused(shift):
 
 
 def test_generated_programs_are_aligned():
-    from vtaforge.runtime.randprog import generate
+    from randprog import generate
 
     for cfg in (TINY, preset("pynq")):
         for seed in range(5):

@@ -17,7 +17,7 @@ from vtaforge.hw.config import preset
 from vtaforge.hw.isa import INSN_BYTES, Opcode, decode_program, disassemble
 from vtaforge.runtime.device import ProgramError
 from vtaforge.runtime.fsim import simulate
-from vtaforge.runtime.randprog import (
+from randprog import (
     RaceError, generate, nopify, program_insns, race_check, rebuild, shrink,
 )
 from vtaforge.runtime.verify import verify_program
