@@ -43,11 +43,8 @@ class RecordingRtl(RtlDevice):
 
 
 def step_bound(cfg, step) -> tuple[int, int]:
-    """``(ideal MAC cycles, bound cycles)`` of one VTA step (batch 1)."""
-    ts = step.trace.stats
-    bus = (1 << cfg.LOG_BUS_WIDTH) // 8
-    mem = -(-int(ts.get("min_dram_bytes", 0)) // bus)
-    ideal = int(ts.get("gemm_uops_ideal", 0))
+    """``(ideal MAC cycles, bound cycles)`` of one VTA step (batch 1): ``Step.bounds``."""
+    ideal, mem = step.bounds(cfg)
     return ideal, max(ideal, mem)
 
 

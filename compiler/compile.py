@@ -72,16 +72,21 @@ def lower_qpool(cfg: VTAConfig, graph: Graph, node, uid: str):
     return lo, {"x": node.inputs[0]}
 
 
+def _const_vals(graph: Graph, name: str) -> np.ndarray:
+    """An int8 constant operand as int64 values: one for a scalar, else one per channel
+    (the shapes :func:`~.partition.const_kind` admits)."""
+    c = graph.constants[name].astype(np.int64).reshape(-1)
+    return c[:1] if c.size == 1 else c
+
+
 def lower_qadd(cfg: VTAConfig, graph: Graph, node, uid: str):
     """``qadd`` -> ACC8 loads of both operands + ALU (:func:`~.lower_eltwise.lower_eltwise`);
     a constant operand -> an immediate or a per-channel ACC constant
     (:func:`~.lower_eltwise.lower_add_const`)."""
     a, b = node.inputs
     if b in graph.constants:
-        c = graph.constants[b].astype(np.int64)
-        chw = _chw(graph, a)
-        vals = c.reshape(-1)[:1] if c.size == 1 else c.reshape(-1)
-        return lower_add_const(cfg, uid, chw, vals << int(node.attrs["lshift_b"]), node.attrs), {"a": a}
+        vals = _const_vals(graph, b) << int(node.attrs["lshift_b"])
+        return lower_add_const(cfg, uid, _chw(graph, a), vals, node.attrs), {"a": a}
     lo = lower_eltwise(cfg, uid, _chw(graph, a), "qadd", node.attrs)
     return lo, {"a": a, "b": b}
 
@@ -99,9 +104,7 @@ def lower_qmul(cfg: VTAConfig, graph: Graph, node, uid: str):
     (:func:`~.lower_eltwise.lower_add_const` with ``MUL``), slot ``a``."""
     a, b = node.inputs
     if b in graph.constants:
-        c = graph.constants[b].astype(np.int64)
-        vals = c.reshape(-1)[:1] if c.size == 1 else c.reshape(-1)
-        return lower_add_const(cfg, uid, _chw(graph, a), vals, node.attrs, AluOp.MUL), {"a": a}
+        return lower_add_const(cfg, uid, _chw(graph, a), _const_vals(graph, b), node.attrs, AluOp.MUL), {"a": a}
     return lower_mul(cfg, uid, _chw(graph, a), _chw(graph, b), node.attrs), {"a": a, "b": b}
 
 

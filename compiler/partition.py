@@ -290,19 +290,28 @@ def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[boo
     return True, f"{what}: GEMM + ALU requantize ({mul}shift {a['shift']}, clip [{a['clip_lo']}, {a['clip_hi']}])"
 
 
-def add_const_kind(graph: Graph, node: Node) -> str | None:
-    """``"scalar"`` or ``"per-channel"`` when ``qadd``'s constant operand has a VTA
-    lowering (a scalar whose aligned value ``c << lshift_b`` is a 16-bit immediate, or one
-    value per channel of an NC / NCHW operand), else None."""
+def const_kind(graph: Graph, node: Node) -> str | None:
+    """``"scalar"`` or ``"per-channel"`` (one value per channel of an NC / NCHW first
+    operand) for the constant second operand of ``node``, else None: the constant shapes
+    the VTA lowerings take (``lower_eltwise.lower_add_const``)."""
     c = graph.constants[node.inputs[1]]
     ta = graph.types[node.inputs[0]]
     if c.size == 1:
-        v = int(c.reshape(())) << int(node.attrs["lshift_b"])
-        return "scalar" if -(1 << 15) <= v < (1 << 15) else None
+        return "scalar"
     shp = (1,) * (ta.rank - c.ndim) + tuple(c.shape)
     if ta.rank in (2, 4) and shp[1] == ta.shape[1] and all(d == 1 for k, d in enumerate(shp) if k != 1):
         return "per-channel"
     return None
+
+
+def add_const_kind(graph: Graph, node: Node) -> str | None:
+    """:func:`const_kind` of ``qadd``'s constant, and for a scalar only when its aligned
+    value ``c << lshift_b`` is a 16-bit immediate."""
+    kind = const_kind(graph, node)
+    if kind == "scalar":
+        v = int(graph.constants[node.inputs[1]].reshape(())) << int(node.attrs["lshift_b"])
+        return kind if -(1 << 15) <= v < (1 << 15) else None
+    return kind
 
 
 def vta_eltwise(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
@@ -361,35 +370,29 @@ def vta_avg_pool(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[b
 
 
 def vta_mul(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
-    """``qmul``: a tensor operand (not a constant) of the same shape or per channel
-    (``[N,C,1,1]`` against NCHW), ``ACC_8BIT`` and ``ALU_MUL`` (a tensor-operand MUL)."""
+    """``qmul``: by a scalar or per-channel constant, or by a tensor of the same shape or
+    per channel (``[N,C,1,1]`` against NCHW); needs ``ALU_MUL`` and ``ACC_8BIT``."""
     a = node.attrs
     ta, tb = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
     if node.inputs[1] in graph.constants:
-        c = graph.constants[node.inputs[1]]
-        shp = (1,) * (ta.rank - c.ndim) + tuple(c.shape)
-        per_ch = ta.rank in (2, 4) and c.size > 1 and shp[1] == ta.shape[1] and \
-            all(d == 1 for k, d in enumerate(shp) if k != 1)
-        if c.size != 1 and not per_ch:
+        kind = const_kind(graph, node)
+        if kind is None:
+            c = graph.constants[node.inputs[1]]
             return False, f"multiply by a constant of shape {list(c.shape)}: only scalar or per-channel on VTA"
-        if not cfg.ALU_MUL:
-            return False, "multiply by a non-power-of-two constant needs ALU_MUL, which this config lacks"
-        why = _acc8(cfg) or _round_imm(a)
-        if why:
-            return False, why
-        return True, (f"multiply by a {'scalar' if c.size == 1 else 'per-channel'} constant: ACC8 load + "
-                      f"ALU MUL, {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")
-    if ta.rank not in (2, 4) or tb.rank != ta.rank:
-        return False, f"multiply of {ta} by {tb}: the VTA lowering takes NC or NCHW operands"
-    if tb.shape != ta.shape and not (ta.rank == 4 and tuple(tb.shape[1:]) == (ta.shape[1], 1, 1)):
-        return False, f"multiply of {ta} by {tb}: only equal shapes or a per-channel operand on VTA"
+        no_mul = "multiply by a non-power-of-two constant needs ALU_MUL, which this config lacks"
+        ok = f"multiply by a {kind} constant: ACC8 load + ALU MUL, {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN"
+    else:
+        if ta.rank not in (2, 4) or tb.rank != ta.rank:
+            return False, f"multiply of {ta} by {tb}: the VTA lowering takes NC or NCHW operands"
+        if tb.shape != ta.shape and not (ta.rank == 4 and tuple(tb.shape[1:]) == (ta.shape[1], 1, 1)):
+            return False, f"multiply of {ta} by {tb}: only equal shapes or a per-channel operand on VTA"
+        no_mul = "a tensor multiply needs ALU_MUL, which this config lacks"
+        kind = "per-channel" if tb.shape != ta.shape else "element-wise"
+        ok = f"{kind} multiply: ACC8 loads + ALU MUL (tensor operand), {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN"
     if not cfg.ALU_MUL:
-        return False, "a tensor multiply needs ALU_MUL, which this config lacks"
+        return False, no_mul
     why = _acc8(cfg) or _round_imm(a)
-    if why:
-        return False, why
-    kind = "per-channel" if tb.shape != ta.shape else "element-wise"
-    return True, f"{kind} multiply: ACC8 loads + ALU MUL (tensor operand), {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN"
+    return (False, why) if why else (True, ok)
 
 
 def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str, Node] | None = None

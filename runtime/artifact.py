@@ -440,6 +440,16 @@ class Step:
     trace: Trace | None = None
     reason: str = ""
 
+    def bounds(self, cfg: VTAConfig, blocks: int = 1) -> tuple[int, int]:
+        """``(compute, memory)`` lower bounds in core cycles of this VTA step over ``blocks``
+        batch blocks, from its trace statistics: the ideal GEMM micro-ops (MACs over the
+        array's MACs per cycle) and the minimum DRAM bytes at one bus beat
+        (``BUS_WIDTH / 8`` bytes) per cycle.  ``(0, 0)`` for a CPU step."""
+        st = self.trace.stats if self.trace is not None else {}
+        comp = int(st.get("gemm_uops_ideal", 0)) * blocks
+        mem = -(-int(st.get("min_dram_bytes", 0)) * blocks // (cfg.BUS_WIDTH // 8))
+        return comp, mem
+
 
 @dataclass
 class CompiledModel:

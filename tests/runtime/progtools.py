@@ -124,5 +124,36 @@ def finish(**flags):
     return Insn(F, **flags)
 
 
-__all__ = ["Image", "ld", "st", "alu", "gemm", "nop", "finish", "wrap", "read_out",
+__all__ = ["record_dot_gemm", "dot_gemm_oracle",
+           "Image", "ld", "st", "alu", "gemm", "nop", "finish", "wrap", "read_out",
            "acc_bytes", "int_dtype", "AluOp", "MemType", "Insn", "Opcode", "L", "S", "G", "F", "A"]
+
+
+def record_dot_gemm(builder, xb, wb, ob, n_in: int) -> None:
+    """Record on a ProgramBuilder: LOAD ``n_in`` INP and WGT elements, one GEMM summing
+    ``x[i] @ w[i].T`` over them into ACC 0, STORE it to ``ob`` (out = the int8 truncation;
+    oracle: :func:`dot_gemm_oracle`).  Nothing is synchronized."""
+    from vtaforge.hw.isa import Module
+
+    L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
+    builder.load_2d(xb, 0, MemType.INP, 0, 1, n_in, n_in)
+    builder.load_2d(wb, 0, MemType.WGT, 0, 1, n_in, n_in)
+    builder.dep_push(L, C)
+    builder.dep_pop(L, C)
+    builder.gemm("zero", lambda k: k.uop(0, 0, 0), reset=True)
+
+    def mac(k):
+        k.loop_begin(n_in, 0, 1, 1)
+        k.uop(0, 0, 0)
+        k.loop_end()
+
+    builder.gemm(("mac", n_in), mac)
+    builder.dep_push(C, S)
+    builder.dep_pop(C, S)
+    builder.store_2d(0, ob, 0, 1, 1, 1)
+
+
+def dot_gemm_oracle(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """int8 ``sum_i x[i] @ w[i].T`` (x ``[n, BATCH, BLOCK_IN]``, w ``[n, BLOCK_OUT, BLOCK_IN]``)."""
+    acc = sum(x[i].astype(np.int64) @ w[i].astype(np.int64).T for i in range(x.shape[0]))
+    return ((acc + 128) % 256 - 128).astype(np.int8)

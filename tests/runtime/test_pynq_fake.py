@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from progtools import record_dot_gemm
 from vtaforge.hw import regs
 from vtaforge.hw.config import MemType, preset
 from vtaforge.hw.isa import Insn, Module, Opcode, encode_program
@@ -155,20 +156,7 @@ def _gemm_program(dev, x, w):
     ob = dev.alloc(cfg.elem_bytes(MemType.OUT))
     dev.write(ob, np.zeros(cfg.elem_bytes(MemType.OUT), np.uint8))  # zero-filled output
     b = ProgramBuilder(dev)
-    b.load_2d(xb, 0, MemType.INP, 0, 1, n_in, n_in)
-    b.load_2d(wb, 0, MemType.WGT, 0, 1, n_in, n_in)
-    b.dep_push(L, C)
-    b.dep_pop(L, C)
-    b.gemm("zero", lambda k: k.uop(0, 0, 0), reset=True)
-    def mac(k):
-        k.loop_begin(n_in, 0, 1, 1)
-        k.uop(0, 0, 0)
-        k.loop_end()
-
-    b.gemm(("mac", n_in), mac)
-    b.dep_push(C, S)
-    b.dep_pop(C, S)
-    b.store_2d(0, ob, 0, 1, 1, 1)
+    record_dot_gemm(b, xb, wb, ob, n_in)
     return b, ob
 
 

@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover
     pytest.skip("the Amaranth core (vtaforge.hw.core) is not available", allow_module_level=True)
 
 import fakepynq  # noqa: E402
-from progtools import finish, gemm  # noqa: E402
+from progtools import dot_gemm_oracle, finish, gemm, record_dot_gemm  # noqa: E402
 from test_rtl_programs import PROGRAMS  # noqa: E402
 from vtaforge.runtime import pynq as backend  # noqa: E402
 
@@ -221,28 +221,12 @@ def gemm_program(dev, x, w, big=80 << 10):
     ob = dev.alloc(cfg.elem_bytes(MemType.OUT))
     dev.write(ob, np.zeros(cfg.elem_bytes(MemType.OUT), np.uint8))
     b = ProgramBuilder(dev)
-    b.load_2d(xb, 0, MemType.INP, 0, 1, n_in, n_in)
-    b.load_2d(wb, 0, MemType.WGT, 0, 1, n_in, n_in)
-    b.dep_push(L, C)
-    b.dep_pop(L, C)
-    b.gemm("zero", lambda k: k.uop(0, 0, 0), reset=True)
-
-    def mac(k):
-        k.loop_begin(n_in, 0, 1, 1)
-        k.uop(0, 0, 0)
-        k.loop_end()
-
-    b.gemm(("mac", n_in), mac)
-    b.dep_push(C, S)
-    b.dep_pop(C, S)
-    b.store_2d(0, ob, 0, 1, 1, 1)
+    record_dot_gemm(b, xb, wb, ob, n_in)
     b.synchronize()
     return dev.read(ob).view(np.int8).reshape(cfg.BATCH, cfg.BLOCK_OUT), xb, ob
 
 
-def gemm_oracle(x, w):
-    acc = sum(x[i].astype(np.int64) @ w[i].astype(np.int64).T for i in range(x.shape[0]))
-    return ((acc + 128) % 256 - 128).astype(np.int8)
+gemm_oracle = dot_gemm_oracle
 
 
 def test_builder_gemm_and_removed_flush_or_invalidate(board, bit, cfg, monkeypatch):

@@ -5,17 +5,6 @@ from __future__ import annotations
 import click
 
 
-def _bounds(cfg, step, blocks: int) -> tuple[int, int]:
-    """``(compute, memory)`` lower bounds in cycles of a VTA step over ``blocks`` batch
-    blocks, from the lowering's trace statistics: ideal GEMM micro-ops (MACs divided by the
-    array's MACs per cycle) and the minimum DRAM bytes at one bus beat (``BUS_WIDTH/8``
-    bytes) per cycle."""
-    st = step.trace.stats if step.trace is not None else {}
-    comp = int(st.get("gemm_uops_ideal", 0)) * blocks
-    mem = -(-int(st.get("min_dram_bytes", 0)) * blocks // (cfg.BUS_WIDTH // 8))
-    return comp, mem
-
-
 @click.command("profile")
 @click.option("--model", "model_path", required=True, help="FILE.onnx or MODEL.vtapkg")
 @click.option("--input", "input_path", required=True, help="input .npy or .npz (as for run)")
@@ -49,7 +38,7 @@ def profile_cmd(model_path, input_path, calib_path, config_spec, target) -> None
     for s in cm.steps:
         st = ex.stats[s.name]
         if s.target == "vta":
-            comp, mem = _bounds(cfg, s, st.blocks)
+            comp, mem = s.bounds(cfg, st.blocks)
             bound = max(comp, mem)
             tot_c += st.cycles
             tot_b += bound
