@@ -466,6 +466,31 @@ def test_wheel_is_built_once_and_cached(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith(str(whl)), p.stdout + p.stderr
 
 
+def test_wheel_without_the_build_package(tmp_path, monkeypatch):
+    """Without PyPA's build (CI's venv has none) the wheel comes from ``pip wheel``; a
+    Python with neither gets one line naming both and --wheel."""
+    from vtaforge import deploy
+
+    real = deploy._call
+
+    def no_build(cmd, **kw):
+        if cmd[1:3] == ["-m", "build"]:
+            return subprocess.CompletedProcess(cmd, 1, "", f"{cmd[0]}: No module named build")
+        return real(cmd, **kw)
+
+    monkeypatch.setattr(deploy, "_call", no_build)
+    whl, cached = deploy.build_wheel(cache_dir=tmp_path / "cache")
+    assert not cached and whl.name == "vtaforge-0.1.0-py3-none-any.whl"
+    assert "vtaforge/runtime/pynq.py" in zipfile.ZipFile(whl).namelist()
+
+    def neither(cmd, **kw):
+        return subprocess.CompletedProcess(cmd, 1, "", f"No module named {cmd[2]}")
+
+    monkeypatch.setattr(deploy, "_call", neither)
+    with pytest.raises(deploy.DeployError, match="build or pip package"):
+        deploy.build_wheel(cache_dir=tmp_path / "other")
+
+
 def test_package_and_board_side_without_the_extras(kit, pkg, tmp_path):
     """What runs on a board needs only the base install: with onnx, onnxruntime, sklearn and
     amaranth unimportable, `board package`, `board verify` and run.sh's statistics helper

@@ -468,15 +468,17 @@ def _cache_root() -> Path:
 def build_wheel(src: str | Path | None = None, *, cache_dir: str | Path | None = None,
                 timeout_s: float = DEFAULT_TIMEOUT_S, python: str | None = None
                 ) -> tuple[Path, bool]:
-    """The vtaforge wheel of a source tree, built once per content (``python -m build
-    --wheel`` on a copy of the tree, so the tree gets no build/ or egg-info) and cached
-    in ``$VTAFORGE_CACHE/wheels/<sha256 of the sources>/`` (default ``~/.cache/vtaforge``).
+    """The vtaforge wheel of a source tree, built once per content and cached.
+
+    ``python -m build --wheel`` (``pip wheel --no-deps`` when ``build`` is absent) runs on
+    a copy of the tree, so the tree gets no build/ or egg-info; the wheel is cached in
+    ``$VTAFORGE_CACHE/wheels/<sha256 of the sources>/`` (default ``~/.cache/vtaforge``).
 
     Returns:
         ``(wheel path, True if it came from the cache)``.
     Raises:
-        DeployError: no source tree (an installed wheel: pass ``--wheel``), ``build``
-            missing, the build failing or timing out.
+        DeployError: no source tree (an installed wheel: pass ``--wheel``), neither
+            ``build`` nor ``pip`` installed, the build failing or timing out.
     """
     root = Path(src) if src is not None else source_tree()
     if root is None:
@@ -496,21 +498,30 @@ def build_wheel(src: str | Path | None = None, *, cache_dir: str | Path | None =
             dst = work / p.relative_to(root)
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, dst)
-        cmd = [python or sys.executable, "-m", "build", "--wheel", "--outdir",
-               str(Path(tmp) / "dist"), str(work)]
-        p = _call(cmd, timeout_s=timeout_s, what="build the vtaforge wheel", check=False)
-        if p.returncode != 0:
+        py = python or sys.executable
+        dist = str(Path(tmp) / "dist")
+        # PyPA's build when it is installed; pip (always in a venv) otherwise: both run
+        # the same isolated setuptools build backend from pyproject.toml
+        for tool, cmd in (("python -m build --wheel",
+                           [py, "-m", "build", "--wheel", "--outdir", dist, str(work)]),
+                          ("pip wheel", [py, "-m", "pip", "wheel", "--no-deps", "-q",
+                                         "--wheel-dir", dist, str(work)])):
+            p = _call(cmd, timeout_s=timeout_s, what="build the vtaforge wheel", check=False)
             text = (p.stdout + "\n" + p.stderr)
-            if "No module named build" in text:
-                raise DeployError("building the wheel needs the build package (pip install "
-                                  "build), or pass an existing wheel with --wheel")
+            if p.returncode != 0 and re.search(r"No module named '?(build|pip)\b", text):
+                continue  # that tool is not installed: try the next
+            break
+        else:
+            raise DeployError("building the wheel needs the build or pip package in "
+                              f"{py}, or pass an existing wheel with --wheel")
+        if p.returncode != 0:
             lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
             errs = [ln for ln in lines if "error" in ln.lower()]
-            raise DeployError(f"python -m build --wheel failed (exit {p.returncode}): "
+            raise DeployError(f"{tool} failed (exit {p.returncode}): "
                               f"{(errs or lines or ['no output'])[-1]}; or pass --wheel")
         built = sorted((Path(tmp) / "dist").glob("vtaforge-*.whl"))
         if not built:
-            raise DeployError("python -m build --wheel wrote no vtaforge-*.whl")
+            raise DeployError(f"{tool} wrote no vtaforge-*.whl")
         cache.mkdir(parents=True, exist_ok=True)
         dst = cache / built[0].name
         part = cache / f".{built[0].name}.tmp"
