@@ -426,7 +426,9 @@ def _window_out(node: Node, h: int, w: int, kernel, strides, pads) -> tuple[int,
     ho = (h + pt + pb - kh) // sh + 1
     wo = (w + pl + pr - kw) // sw + 1
     if h + pt + pb < kh or w + pl + pr < kw or ho < 1 or wo < 1:
-        raise _err(node, f"kernel {kh}x{kw} larger than the padded input {h + pt + pb}x{w + pl + pr}")
+        e = _err(node, f"kernel {kh}x{kw} larger than the padded input {h + pt + pb}x{w + pl + pr}")
+        e.infeasible = True     # no implementation can take this shape (no CPU fallback)
+        raise e
     return ho, wo
 
 

@@ -238,7 +238,9 @@ class _Importer:
         try:
             (t,) = _infer_node(self.g, node, self.g.types)
         except CompileError as e:
-            raise node_error(name, onode.op_type, getattr(e, "reason", str(e))) from None
+            ne = node_error(name, onode.op_type, getattr(e, "reason", str(e)))
+            ne.infeasible = getattr(e, "infeasible", False)
+            raise ne from None
         self.g.nodes.append(node)
         self.g.types[out] = t
 
@@ -287,6 +289,8 @@ class _Importer:
                     fn(name, onode, ins, outs, attrs, err)
                     return
                 except CompileError as e:
+                    if getattr(e, "infeasible", False):
+                        raise       # a shape no kernel takes (a window larger than its input)
                     why, refused = getattr(e, "reason", str(e)), e
         try:
             self.generic(onode, name, why)
