@@ -22,6 +22,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
+from .parts import target_defaults
+
 
 class ConfigError(ValueError):
     """An invalid configuration value or file; the message names key, value and range."""
@@ -45,16 +47,9 @@ UPSTREAM_KEYS = (
     "LOG_ACC_BUFF_SIZE",
 )
 
-#: Per-target FPGA facts (upstream pkg_config.py): part, clock MHz, log2 AXI data bits.
-TARGETS: dict[str, dict[str, Any]] = {
-    "sim": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
-    "tsim": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
-    "pynq": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
-    "intelfocl": dict(PART="xc7z020clg484-1", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
-    "de10nano": dict(PART="5CSEBA6U23I7", CLOCK_MHZ=100.0, LOG_BUS_WIDTH=6),
-    "ultra96": dict(PART="xczu3eg-sbva484-1-e", CLOCK_MHZ=300.0, LOG_BUS_WIDTH=7),
-    "zcu104": dict(PART="xczu7ev-ffvc1156-2-e", CLOCK_MHZ=300.0, LOG_BUS_WIDTH=7),
-}
+#: Per-target FPGA facts (upstream pkg_config.py): part, clock MHz, log2 AXI data bits;
+#: a view of hw/parts.py's TARGETS (the one table of parts and boards).
+TARGETS: dict[str, dict[str, Any]] = target_defaults()
 
 #: Allowed inclusive integer ranges of the integer keys.
 RANGES: dict[str, tuple[int, int]] = {

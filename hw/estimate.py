@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .config import VTAConfig
+from .parts import DEVICES
 
 __all__ = ["PARTS", "Resources", "parse_yosys_stat", "estimate_resources", "part_info",
            "EstimateError"]
@@ -28,12 +29,12 @@ class EstimateError(RuntimeError):
     """Synthesis could not run or its report could not be parsed."""
 
 
-#: Part capacities: LUT, FF, DSP (DSP48E1/E2), BRAM (RAMB36 equivalents), Yosys family.
+#: Part capacities: LUT, FF, DSP (DSP48E1/E2), BRAM (RAMB36 equivalents), Yosys family; a
+#: view of the Xilinx devices of hw/parts.py's DEVICES (the one table of parts and boards).
 PARTS: dict[str, dict] = {
-    "xc7z020": {"lut": 53200, "ff": 106400, "dsp": 220, "bram36": 140, "family": "xc7"},
-    "xczu3eg": {"lut": 70560, "ff": 141120, "dsp": 360, "bram36": 216, "family": "xcup"},
-    "xczu7ev": {"lut": 230400, "ff": 460800, "dsp": 1728, "bram36": 312, "family": "xcup"},
-}
+    d.name: {"lut": d.lut, "ff": d.ff, "dsp": d.dsp, "bram36": d.bram, "family": d.synth_family}
+    for d in DEVICES.values() if d.synth_family in ("xc7", "xcup")}
+
 
 # LUT-equivalents of each LUT-based primitive (LUT RAMs occupy several LUT sites).
 _LUT_CELLS = {"LUT1": 1, "LUT2": 1, "LUT3": 1, "LUT4": 1, "LUT5": 1, "LUT6": 1, "LUT6_2": 1,
@@ -63,6 +64,7 @@ class Resources:
                 and self.bram36 <= cap["bram36"])
 
     def as_dict(self) -> dict:
+        """The fields as a plain dict (JSON-ready)."""
         return asdict(self)
 
 

