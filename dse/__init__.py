@@ -15,7 +15,7 @@ from .evaluate import (AccSafety, AnalyticResources, CycleModel, DesignEvaluator
                        DseWorkload, ModelPerformance, Result, RtlPerformance, YosysResources,
                        bram36_for_memory, judge, memory_map, parse_workloads)
 from .report import build_report, format_table, load_report, write_report
-from .search import PointResult, ResultCache, mark_pareto, pareto_front, run_search
+from .search import PointResult, ResultCache, SearchStats, mark_pareto, pareto_front, run_search
 from .space import Point, Space, SpaceError, default_space
 
 __all__ = [
@@ -23,6 +23,6 @@ __all__ = [
     "DseWorkload", "parse_workloads", "Result", "DSEError", "CycleModel", "bram36_for_memory",
     "memory_map", "AnalyticResources", "YosysResources", "ModelPerformance", "RtlPerformance",
     "AccSafety", "DesignEvaluator", "judge",
-    "run_search", "PointResult", "ResultCache", "pareto_front", "mark_pareto",
+    "run_search", "PointResult", "ResultCache", "SearchStats", "pareto_front", "mark_pareto",
     "build_report", "format_table", "load_report", "write_report",
 ]

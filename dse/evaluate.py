@@ -52,6 +52,7 @@ __all__ = [
     "memory_map", "AnalyticResources", "YosysResources", "ModelPerformance", "RtlPerformance",
     "AccSafety", "DesignEvaluator", "judge", "LUT_FF_CALIBRATION", "MODEL_VERSION",
     "UNVERIFIED_LABEL", "PROGRAM_NEUTRAL_FIELDS", "program_key", "MODEL_ERROR_BAND",
+    "compile_workload", "resource_record", "perf_record", "resources_fit",
 ]
 
 #: Bump when a model changes: cached results of another version are not reused.
@@ -357,6 +358,8 @@ class AnalyticResources:
     """
 
     name = "analytic"
+    #: Microseconds per point: run in the driver process, never shipped to a worker.
+    cheap = True
 
     def __init__(self, part: str = "xc7z020"):
         try:
@@ -402,8 +405,9 @@ class YosysResources(AnalyticResources):
     note (the pynq core takes ~13 minutes)."""
 
     name = "yosys"
+    cheap = False
 
-    def __init__(self, part: str = "xc7z020", max_macs: int = 64):
+    def __init__(self, part: str = "xc7z020", max_macs: int | None = 64):
         super().__init__(part)
         self.max_macs = max_macs
 
@@ -419,7 +423,7 @@ class YosysResources(AnalyticResources):
         from ..hw.estimate import estimate_resources
 
         r = Result(_fp(cfg), cfg.to_dict())
-        if cfg.macs_per_cycle > self.max_macs:
+        if self.max_macs is not None and cfg.macs_per_cycle > self.max_macs:
             r.resources = self.resources(cfg)
             r.notes.append(f"yosys skipped ({cfg.macs_per_cycle} MACs > {self.max_macs}): "
                            f"analytic resources")
@@ -511,25 +515,37 @@ class CycleModel:
                 cheap = (cols["use_imm"][sel] != 0) | (cols["reset"][sel] != 0)
                 per = np.where(cheap, self.alu_imm_uop_cycles, self.alu_tensor_uop_cycles)
             cost[sel] += N * per
-        # DMA
+        # DMA, vectorised over every row of every LOAD/STORE
         sel = np.nonzero(((op == Opcode.LOAD) | (op == Opcode.STORE)) & (cols["x_size"] > 0))[0]
-        for i in sel:
-            m = int(mt[i]) if op[i] == Opcode.LOAD else int(MemType.OUT)
-            eb = cfg.elem_bytes(m)
-            y, x, stride = int(cols["y_size"][i]), int(cols["x_size"][i]), int(cols["x_stride"][i])
-            start = (int(cols["dram_base"][i]) + np.arange(y, dtype=np.int64) * stride) * eb
-            end = start + x * eb
-            beats = (-(-end // bus) - start // bus)
-            rows = np.maximum(beats, x) + self.dram_latency
-            c = float(rows.sum())
-            if op[i] == Opcode.LOAD:
-                xp = int(cols["x_pad_0"][i]) + int(cols["x_pad_1"][i])
-                yp = int(cols["y_pad_0"][i]) + int(cols["y_pad_1"][i])
-                c += xp * y + yp * (x + xp)
-                read_beats += int(beats.sum())
-            else:
-                write_beats += int(beats.sum())
-            cost[i] += c
+        if len(sel):
+            is_load = op[sel] == Opcode.LOAD
+            m = np.where(is_load, mt[sel], int(MemType.OUT))
+            eb_of = np.zeros(max(int(t) for t in MemType) + 1, np.int64)
+            for t in MemType:
+                try:
+                    eb_of[int(t)] = cfg.elem_bytes(t)
+                except Exception:  # noqa: BLE001 - a memory type the config lacks: never DMA'd
+                    pass
+            eb = eb_of[np.clip(m, 0, len(eb_of) - 1)]
+            y = np.asarray(cols["y_size"])[sel].astype(np.int64)
+            x = np.asarray(cols["x_size"])[sel].astype(np.int64)
+            stride = np.asarray(cols["x_stride"])[sel].astype(np.int64)
+            base = np.asarray(cols["dram_base"])[sel].astype(np.int64)
+            ins = np.repeat(np.arange(len(sel)), y)
+            first = np.concatenate(([0], np.cumsum(y)[:-1]))
+            r = np.arange(int(y.sum()), dtype=np.int64) - first[ins]
+            start = (base[ins] + r * stride[ins]) * eb[ins]
+            end = start + x[ins] * eb[ins]
+            beats = -(-end // bus) - start // bus
+            rows = np.maximum(beats, x[ins]) + self.dram_latency
+            c = np.bincount(ins, weights=rows, minlength=len(sel))
+            b = np.bincount(ins, weights=beats, minlength=len(sel))
+            xp = np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel]
+            yp = np.asarray(cols["y_pad_0"])[sel] + np.asarray(cols["y_pad_1"])[sel]
+            c = c + np.where(is_load, xp * y + yp * (x + xp), 0)
+            read_beats += int(round(b[is_load].sum()))
+            write_beats += int(round(b[~is_load].sum()))
+            cost[sel] += c
         # modules
         store = op == Opcode.STORE
         load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
@@ -611,6 +627,39 @@ def _recording_device(base_cls, model: CycleModel):
     return _Recording
 
 
+#: Per process (a Dask worker keeps its own): workload key -> (quantized graph, run input).
+_FRONT_CACHE: dict[tuple, tuple] = {}
+_FRONT_CACHE_MAX = 64
+
+
+def compile_workload(cfg: VTAConfig, wl: DseWorkload, seed: int = 0):
+    """``(CompiledModel, run input)`` of ``wl`` for ``cfg``: ``compile_model`` on the first
+    call for a workload; later calls in the same process reuse its quantized graph (ONNX
+    import and quantization depend on the workload, the seed and ``ALU_MUL`` only: ~20 %
+    of a point's time) and redo only partitioning and lowering for the new config.
+
+    Raises:
+        whatever compilation raises (``CompileError`` ...).
+    """
+    from ..compiler.compile import compile_model, lower_graph
+    from ..compiler.partition import partition
+
+    key = (json.dumps(wl.describe(), sort_keys=True), seed, bool(cfg.ALU_MUL))
+    hit = _FRONT_CACHE.get(key)
+    if hit is None:
+        model, calib, x = wl.model_and_inputs(seed)
+        cm = compile_model(model, calib, cfg)
+        if len(_FRONT_CACHE) >= _FRONT_CACHE_MAX:
+            _FRONT_CACHE.pop(next(iter(_FRONT_CACHE)))
+        _FRONT_CACHE[key] = (cm.qgraph, x)
+        return cm, x
+    q, x = hit
+    part = partition(q, cfg)
+    cm = lower_graph(q, part)
+    cm.qgraph, cm.partition = q, part
+    return cm, x
+
+
 class ModelPerformance:
     """Compile every workload for the config, run it on fsim (batch 1), and estimate cycles
     with :class:`CycleModel`.
@@ -653,11 +702,9 @@ class ModelPerformance:
         Raises:
             whatever compilation or the run raises (:meth:`evaluate` records it).
         """
-        from ..compiler.compile import compile_model
         from ..runtime.executor import Executor
 
-        model, calib, x = wl.model_and_inputs(self.seed)
-        cm = compile_model(model, calib, cfg)
+        cm, x = compile_workload(cfg, wl, self.seed)
         dev = self._device(cfg)
         ex = Executor(cm, dev)
         try:
@@ -687,16 +734,27 @@ class ModelPerformance:
             out["cycles_measured"] = int(sum(r["cycles"] for r in recs))
         return out
 
+    def workload_record(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
+        """One performance evaluation, the unit that runs on a Dask worker and that the
+        cache stores: ``{"source": evaluator name, "workload": run_workload's dict or
+        {"error": "<Type>: <first line>"}, "notes": [...], "by": fingerprint "0x…" of the
+        config that ran it}`` (a failure is recorded, never raised)."""
+        try:
+            w = self.run_workload(cfg, wl)
+        except Exception as e:  # noqa: BLE001 - recorded per workload, never a crash
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            w = {"error": f"{type(e).__name__}: {msg}"}
+        return {"source": self.name, "workload": w, "notes": [], "by": _fp(cfg)}
+
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> Result:
         """A :class:`Result` with ``workloads[name]`` = :meth:`run_workload`'s dict, or
         ``{"error": "<Type>: <first line>"}`` for a workload that failed (never raised)."""
         r = Result(_fp(cfg), cfg.to_dict(), performance_source=self.name)
         for wl in workloads:
-            try:
-                r.workloads[wl.name] = self.run_workload(cfg, wl)
-            except Exception as e:  # noqa: BLE001 - recorded per workload, never a crash
-                msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                r.workloads[wl.name] = {"error": f"{type(e).__name__}: {msg}"}
+            rec = self.workload_record(cfg, wl)
+            r.workloads[wl.name] = rec["workload"]
+            r.performance_source = rec["source"]
+            r.notes += [n for n in rec["notes"] if n not in r.notes]
         return r
 
 
@@ -712,7 +770,7 @@ class RtlPerformance(ModelPerformance):
     shares_programs = False
 
     def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0,
-                 max_macs: int = 64):
+                 max_macs: int | None = 64):
         super().__init__(cycle_model, seed)
         self.max_macs = max_macs
 
@@ -726,15 +784,15 @@ class RtlPerformance(ModelPerformance):
 
         return _recording_device(RtlDevice, self.cycle_model)(cfg, progress=False)
 
-    def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> Result:
-        """As :meth:`ModelPerformance.evaluate` on Verilator; above ``max_macs`` the cycle
-        model is used instead (with a note)."""
-        if cfg.macs_per_cycle > self.max_macs:
-            r = ModelPerformance(self.cycle_model, self.seed).evaluate(cfg, workloads)
-            r.notes.append(f"rtl skipped ({cfg.macs_per_cycle} MACs > {self.max_macs}): "
-                           f"cycle-model estimate")
-            return r
-        return super().evaluate(cfg, workloads)
+    def workload_record(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
+        """As :meth:`ModelPerformance.workload_record` on Verilator; above ``max_macs``
+        (``None``: no cap) the cycle model's record instead, with a note."""
+        if self.max_macs is not None and cfg.macs_per_cycle > self.max_macs:
+            rec = ModelPerformance(self.cycle_model, self.seed).workload_record(cfg, wl)
+            rec["notes"].append(f"rtl skipped ({cfg.macs_per_cycle} MACs > {self.max_macs}): "
+                                f"cycle-model estimate")
+            return rec
+        return super().workload_record(cfg, wl)
 
 
 # =============================================================================== BR-29
@@ -788,7 +846,7 @@ class DesignEvaluator:
 
     def __init__(self, part: str = "xc7z020", resources: Any = "analytic",
                  performance: Any = "model", cycle_model: CycleModel | None = None,
-                 perf_when_unfit: bool = False, max_macs: int = 64):
+                 perf_when_unfit: bool = False, max_macs: int | None = 64):
         self.part = part
         self.cycle_model = cycle_model or CycleModel()
         if resources == "analytic":
@@ -811,44 +869,68 @@ class DesignEvaluator:
         self.acc_eval = AccSafety()
         self.perf_when_unfit = perf_when_unfit
         self.capacity = {k: part_info(part)[k] for k in ("lut", "ff", "dsp", "bram36")}
-        #: program_key -> (fingerprint, performance part of a Result) for reuse.
-        self._perf_memo: dict[str, tuple[str, dict]] = {}
-        self.perf_runs = 0
-        self.perf_reused = 0
+        #: perf_key -> record, for :meth:`evaluate` called directly (run_search caches).
+        self._perf_memo: dict[str, dict] = {}
 
-    def _memo_key(self, cfg: VTAConfig) -> str | None:
-        if self.perf_eval is None or not getattr(self.perf_eval, "shares_programs", False):
-            return None
-        return program_key(cfg)
+    # ------------------------------------------------------------------ evaluation units
+    def resource_key(self, cfg: VTAConfig) -> str:
+        """Cache key of a resource evaluation: the model version, the resource evaluator's
+        settings and the whole hardware config (every field)."""
+        d = {"v": MODEL_VERSION, "res": self.res_eval.key,
+             "cfg": dataclasses.asdict(cfg)}
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
-    def remember(self, cfg: VTAConfig, r: Result) -> None:
-        """Offer a (cached) result's performance for reuse by points with the same programs."""
-        k = self._memo_key(cfg)
-        if k is not None and k not in self._perf_memo and r.workloads \
-                and r.performance_source == self.perf_eval.name:
-            self._perf_memo[k] = (r.fingerprint, {
-                "workloads": copy.deepcopy(r.workloads),
-                "performance_source": r.performance_source,
-                "notes": [n for n in r.notes if not n.startswith("performance shared")],
-                "errors": list(r.errors)})
+    def perf_key(self, cfg: VTAConfig, wl: DseWorkload) -> str:
+        """Cache key of one performance evaluation: the model version, the performance
+        evaluator's settings, the workload (shape as run) and the ISA-visible config
+        (:func:`program_key`: without :data:`PROGRAM_NEUTRAL_FIELDS`) when the evaluator
+        ``shares_programs``, else the whole config (``--perf rtl``)."""
+        pe = self.perf_eval
+        cfgk = program_key(cfg) if getattr(pe, "shares_programs", False) \
+            else json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+        d = {"v": MODEL_VERSION, "perf": pe.key if pe else None, "cfg": cfgk,
+             "wl": wl.describe()}
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
-    def _performance(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> dict:
-        k = self._memo_key(cfg)
-        if k is not None and k in self._perf_memo:
-            fp, d = self._perf_memo[k]
-            self.perf_reused += 1
-            d = copy.deepcopy(d)
-            if fp != _fp(cfg):
-                d["notes"].append(f"performance shared with {fp}: same programs (differs only "
-                                  f"in {', '.join(PROGRAM_NEUTRAL_FIELDS)})")
-            return d
-        p = self.perf_eval.evaluate(cfg, workloads)
-        self.perf_runs += 1
-        d = {"workloads": p.workloads, "performance_source": p.performance_source,
-             "notes": list(p.notes), "errors": list(p.errors)}
-        if k is not None:
-            self._perf_memo[k] = (_fp(cfg), copy.deepcopy(d))
-        return d
+    def run_resources(self, cfg: VTAConfig) -> dict:
+        """One resource evaluation (:func:`resource_record`)."""
+        return resource_record(self.res_eval, cfg)
+
+    def run_perf(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
+        """One performance evaluation (:func:`perf_record`)."""
+        return perf_record(self.perf_eval, cfg, wl)
+
+    def wants_perf(self, res_record: Mapping) -> bool:
+        """Performance is evaluated for this resource record: it fits the part (or
+        ``perf_when_unfit``) and there is a performance evaluator."""
+        return self.perf_eval is not None and (
+            self.perf_when_unfit or resources_fit(res_record.get("resources"), self.capacity))
+
+    def assemble(self, cfg: VTAConfig, res_record: Mapping, perf_records: Mapping,
+                 workloads: Sequence[DseWorkload]) -> Result:
+        """The :class:`Result` of one point from its resource record and its performance
+        records (``workload name -> record``; ignored when :meth:`wants_perf` is false),
+        plus accumulator safety (cheap, never cached)."""
+        r = Result(_fp(cfg), cfg.to_dict(), resources=copy.deepcopy(res_record["resources"]),
+                   notes=list(res_record.get("notes", [])),
+                   errors=list(res_record.get("errors", [])))
+        if self.wants_perf(res_record):
+            shared = set()
+            for wl in workloads:
+                rec = perf_records[wl.name]
+                r.workloads[wl.name] = copy.deepcopy(rec["workload"])
+                r.performance_source = rec["source"] if r.performance_source in (
+                    None, rec["source"]) else "model"
+                r.notes += [n for n in rec.get("notes", []) if n not in r.notes]
+                if rec.get("by") and rec["by"] != r.fingerprint:
+                    shared.add(rec["by"])
+            if shared:
+                r.notes.append(f"performance shared with {', '.join(sorted(shared))}: same "
+                               f"programs (differs only in {', '.join(PROGRAM_NEUTRAL_FIELDS)})")
+        elif self.perf_eval is not None:
+            r.notes.append("performance not evaluated: does not fit the part")
+        r.acc = self.acc_eval.evaluate(cfg, workloads)
+        return r
 
     def key(self, workloads: Sequence[DseWorkload]) -> str:
         """Hash of everything that changes an evaluation except the config itself."""
@@ -858,19 +940,31 @@ class DesignEvaluator:
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> Result:
-        """One point: resources, performance if it fits (or ``perf_when_unfit``), and
-        accumulator safety, as one :class:`Result` (failures are recorded, not raised)."""
-        r = self.res_eval.evaluate(cfg, workloads)
-        fits = resources_fit(r.resources, self.capacity)
-        if self.perf_eval is not None and (fits or self.perf_when_unfit):
-            p = self._performance(cfg, workloads)
-            r.workloads, r.performance_source = p["workloads"], p["performance_source"]
-            r.notes += p["notes"]
-            r.errors += p["errors"]
-        elif self.perf_eval is not None:
-            r.notes.append("performance not evaluated: does not fit the part")
-        r.acc = self.acc_eval.evaluate(cfg, workloads)
-        return r
+        """One point in this process: resources, performance if it fits (or
+        ``perf_when_unfit``; records shared in memory by :meth:`perf_key`), and accumulator
+        safety, as one :class:`Result` (failures are recorded, not raised)."""
+        res = self.run_resources(cfg)
+        perf = {}
+        if self.wants_perf(res):
+            for wl in workloads:
+                k = self.perf_key(cfg, wl)
+                if k not in self._perf_memo:
+                    self._perf_memo[k] = self.run_perf(cfg, wl)
+                perf[wl.name] = self._perf_memo[k]
+        return self.assemble(cfg, res, perf, workloads)
+
+
+def resource_record(res_eval: Any, cfg: VTAConfig) -> dict:
+    """One resource evaluation as the cache stores it: ``{"resources", "notes",
+    "errors"}`` (a Dask task: module-level so that workers can import it)."""
+    r = res_eval.evaluate(cfg, ())
+    return {"resources": r.resources, "notes": list(r.notes), "errors": list(r.errors)}
+
+
+def perf_record(perf_eval: Any, cfg: VTAConfig, wl: DseWorkload) -> dict:
+    """One performance evaluation as the cache stores it (a Dask task; see
+    :meth:`ModelPerformance.workload_record`)."""
+    return perf_eval.workload_record(cfg, wl)
 
 
 def resources_fit(res: Mapping | None, capacity: Mapping) -> bool:

@@ -1,10 +1,23 @@
-"""Run a space against workloads: evaluation with a result cache, verdicts, Pareto front.
+"""Run a space against workloads: evaluations (in process or on Dask), an append-only
+result cache, verdicts, Pareto front.
 
-:func:`run_search` evaluates every point (a tqdm progress bar on stderr), caches each
-:class:`~.evaluate.Result` in a JSON file keyed by ``"<config fingerprint>:<evaluator
-key>"`` (so a rerun, a larger sample or an extra axis value only evaluates new points),
-applies :func:`~.evaluate.judge` (capacity, timing, accumulator safety) and marks the
-Pareto front over (estimated latency, resource use) among the feasible points.
+:func:`run_search` splits a sweep into *evaluations*, the units that are cached and that
+run on Dask workers (:mod:`.parallel`):
+
+- one **resource** evaluation per hardware config, keyed by the resource evaluator and the
+  whole config (:meth:`~.evaluate.DesignEvaluator.resource_key`); the analytic model is
+  cheap and always runs in the driver, Yosys runs on the workers;
+- one **performance** evaluation per (ISA-visible config, workload), keyed by the
+  performance evaluator, the workload and :func:`~.evaluate.program_key` (the config
+  without DSP_PACKING, LUT_MULTIPLIERS, CLOCK_MHZ, PART; the whole config for
+  ``--perf rtl``) (:meth:`~.evaluate.DesignEvaluator.perf_key`): points that differ only
+  in those knobs, or a sweep that adds a workload, reuse what was measured.
+
+Each evaluation is appended to the cache as one JSON line when it finishes (never a
+rewrite), so an interrupted or failed sweep keeps its work.  Then every point's
+:class:`~.evaluate.Result` is assembled, :func:`~.evaluate.judge` applies capacity, timing
+and accumulator safety, and the Pareto front over (estimated latency, resource use) is
+marked among the feasible points.
 
 Resource use is the utilization of the binding resource: ``max(LUT, FF, DSP, BRAM36
 fractions of the part)``.
@@ -13,87 +26,153 @@ fractions of the part)``.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .evaluate import DesignEvaluator, DseWorkload, Result, judge
+from .evaluate import DesignEvaluator, DseWorkload, perf_record, resource_record, judge
+from .parallel import SerialExecutor, TaskFailure, make_executor
 from .space import Point, Space
 
-__all__ = ["PointResult", "ResultCache", "run_search", "pareto_front", "PARETO_KEYS"]
+__all__ = ["PointResult", "ResultCache", "run_search", "pareto_front", "PARETO_KEYS",
+           "CACHE_FORMAT", "SearchStats"]
 
 #: Objectives of the Pareto front (both minimised).
 PARETO_KEYS = ("latency_us", "utilization_max")
+
+#: First line of a cache file.
+CACHE_FORMAT = "vtaforge.dse.cache/2"
+
+#: Failures not cached (a missing tool, a dead worker): the next run tries again.
+_TRANSIENT = ("RtlBuildError", "HarnessError", "KilledWorker", "MemoryError",
+              "CommClosedError", "CancelledError", "TaskFailure")
 
 
 @dataclass
 class PointResult:
     """A point with its evaluation and verdict: ``point`` (params, cfg or error),
     ``result`` (None for invalid points), ``verdict`` (:func:`judge` dict),
-    ``cached`` (taken from the cache), ``pareto``."""
+    ``cached`` (every evaluation it needed came from the cache), ``pareto``."""
 
     point: Point
-    result: Result | None = None
+    result: Any = None
     verdict: dict = field(default_factory=dict)
     cached: bool = False
     pareto: bool = False
 
     @property
     def feasible(self) -> bool:
+        """The verdict says feasible (fits, timing not failed, safe, complete)."""
         return bool(self.verdict.get("feasible"))
 
     def objective(self, key: str) -> float | None:
+        """``latency_us`` or ``utilization_max`` (or another verdict key) of the point."""
         if key == "utilization_max":
             return (self.verdict.get("utilization") or {}).get("max")
         return self.verdict.get(key)
 
 
-class ResultCache:
-    """A JSON file of evaluation results: ``{"version": 1, "entries": {key: Result dict}}``.
+@dataclass
+class SearchStats:
+    """What one :func:`run_search` did: evaluations run / taken from the cache, per kind,
+    wall seconds, and where they ran."""
 
-    A missing file starts empty; a corrupt one is an error (not silently discarded).
+    resource_runs: int = 0
+    resource_cached: int = 0
+    perf_runs: int = 0
+    perf_cached: int = 0
+    perf_shared: int = 0
+    seconds: float = 0.0
+    executor: str = "serial, in process"
+    workers: int = 1
+
+
+class ResultCache:
+    """An append-only JSON-lines file of evaluation records.
+
+    Line 1 is ``{"format": CACHE_FORMAT}``; every further line is one evaluation,
+    ``{"kind": "res" | "perf", "key": str, "value": record}``, appended (and flushed) when
+    it finishes; a later line for the same key wins.  A missing file starts empty.  A
+    truncated last line (a run killed mid-write) is ignored (``skipped`` counts it).
 
     Raises:
-        OSError/ValueError on an unreadable or corrupt cache file (message names it).
+        ValueError: a file that is not such a cache (e.g. the old single-JSON format), or a
+            corrupt line before the last (the message names the file and line).
     """
 
     def __init__(self, path: str | Path | None):
         self.path = Path(path) if path else None
-        self.entries: dict[str, dict] = {}
+        self.entries: dict[tuple[str, str], dict] = {}
         self.hits = 0
         self.misses = 0
+        self.skipped = 0
+        self._fh = None
         if self.path and self.path.exists():
-            try:
-                d = json.loads(self.path.read_text())
-                self.entries = dict(d["entries"])
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ValueError(f"DSE cache {str(self.path)!r} is corrupt ({e}); delete it "
-                                 f"to start over") from None
+            self._load()
 
-    def get(self, key: str) -> Result | None:
-        """The cached :class:`Result` for ``key`` (a design/workload/model key), or ``None``
+    def _load(self) -> None:
+        try:
+            lines = self.path.read_text().splitlines()
+        except UnicodeDecodeError:
+            raise ValueError(f"DSE cache {str(self.path)!r} is not a text file; delete it "
+                             f"to start over") from None
+        if not lines:
+            return
+        try:
+            head = json.loads(lines[0])
+        except json.JSONDecodeError:
+            head = None
+        if not isinstance(head, dict) or head.get("format") != CACHE_FORMAT:
+            old = isinstance(head, dict) and "entries" in head
+            raise ValueError(f"DSE cache {str(self.path)!r} is "
+                             + ("in the old single-JSON format" if old else
+                                f"not a {CACHE_FORMAT} file")
+                             + "; delete it to start over")
+        for n, line in enumerate(lines[1:], start=2):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                self.entries[(d["kind"], d["key"])] = d["value"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                if n == len(lines):
+                    self.skipped += 1
+                    continue
+                raise ValueError(f"DSE cache {str(self.path)!r} is corrupt at line {n} ({e}); "
+                                 f"delete it to start over") from None
+
+    def get(self, kind: str, key: str) -> dict | None:
+        """The cached record of kind ``"res"`` or ``"perf"`` under ``key`` (see
+        :meth:`~.evaluate.DesignEvaluator.resource_key` / ``perf_key``), or ``None``
         (counted in ``hits`` / ``misses``)."""
-        d = self.entries.get(key)
+        d = self.entries.get((kind, key))
         if d is None:
             self.misses += 1
             return None
         self.hits += 1
-        return Result.from_dict(d)
+        return d
 
-    def put(self, key: str, r: Result) -> None:
-        """Store ``r`` under ``key`` in memory; :meth:`save` writes the file."""
-        self.entries[key] = r.to_dict()
-
-    def save(self) -> None:
-        """Write atomically (temporary file + rename)."""
+    def put(self, kind: str, key: str, value: dict) -> None:
+        """Keep ``value`` and append it to the file as one line (flushed at once)."""
+        self.entries[(kind, key)] = value
         if not self.path:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        tmp.write_text(json.dumps({"version": 1, "entries": self.entries}, sort_keys=True))
-        os.replace(tmp, self.path)
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            new = not self.path.exists() or self.path.stat().st_size == 0
+            self._fh = open(self.path, "a", encoding="utf-8")
+            if new:
+                self._fh.write(json.dumps({"format": CACHE_FORMAT}) + "\n")
+        self._fh.write(json.dumps({"kind": kind, "key": key, "value": value},
+                                  sort_keys=True) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        """Close the file (appends reopen it)."""
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
 
 def pareto_front(values: Sequence[Sequence[float]]) -> list[int]:
@@ -117,71 +196,145 @@ def pareto_front(values: Sequence[Sequence[float]]) -> list[int]:
     return sorted(front)
 
 
+def _transient(rec: Mapping) -> bool:
+    errs = list(rec.get("errors") or [])
+    w = rec.get("workload") or {}
+    if "error" in w:
+        errs.append(w["error"])
+    return any(e.split(":", 1)[0].strip() in _TRANSIENT for e in errs)
+
+
 def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload],
                evaluator: DesignEvaluator | None = None, *, cache: str | Path | None = None,
                timing: Mapping | None = None, samples: int | None = None, seed: int = 0,
                progress: bool = True, on_result: Callable[[PointResult], Any] | None = None,
-               save_interval_s: float = 30.0) -> list[PointResult]:
+               jobs: int | None = None, scheduler: str | None = None, executor: Any = None,
+               stats: SearchStats | None = None) -> list[PointResult]:
     """Evaluate points (a space's grid or sample, or an explicit list) against workloads.
 
     Args:
-        cache: JSON cache file, written atomically at most every ``save_interval_s`` seconds
-            while new results come in, and at the end, also when the run is interrupted or
-            fails (``finally``), so an interrupted run keeps its work; a crash mid-write
-            leaves the previous file (temporary file + rename).  It was rewritten after
-            every point: 9x slower resource-only sweeps.
-        timing: timing results (see :func:`~.evaluate.judge`).
+        cache: JSON-lines cache file (:class:`ResultCache`): one line appended per
+            evaluation as it finishes; reruns, larger samples, extra axis values or extra
+            workloads only run what is new.
+        timing: timing results (see :func:`~.evaluate.judge`); applied after the cache.
         samples, seed: sample the space instead of the full grid.
-        progress: show a tqdm bar on stderr.
+        progress: show a tqdm bar of evaluations on stderr.
+        jobs, scheduler: where evaluations run (:func:`~.parallel.make_executor`): serial
+            in process by default, a LocalCluster of ``jobs`` workers, or a Dask scheduler
+            address.  Results do not depend on it.
+        executor: an executor to use instead (not closed here).
+        stats: filled with what ran (:class:`SearchStats`).
 
     Returns:
         One :class:`PointResult` per point, in point order, Pareto flags set.
-    """
-    ev = evaluator or DesignEvaluator()
-    pts = points.points(samples, seed) if isinstance(points, Space) else list(points)
-    key = ev.key(workloads)
-    store = ResultCache(cache)
-    out: list[PointResult] = []
-    dirty = False
-    last_save = time.monotonic()
-    bar = None
-    if progress:
-        from tqdm import tqdm
 
-        bar = tqdm(total=len(pts), desc="dse", unit="pt", leave=False)
+    Raises:
+        ValueError: a corrupt cache, bad ``jobs``/``scheduler``, an unreachable scheduler.
+    """
+    t0 = time.perf_counter()
+    ev = evaluator or DesignEvaluator()
+    st = stats if stats is not None else SearchStats()
+    pts = points.points(samples, seed) if isinstance(points, Space) else list(points)
+    store = ResultCache(cache)
+    ex = executor or make_executor(jobs, scheduler)
+    st.executor, st.workers = getattr(ex, "description", "custom"), getattr(ex, "workers", 1)
+    bar = None
+    fresh: set[tuple[str, str]] = set()
     try:
-        for p in pts:
-            pr = PointResult(p)
-            if p.cfg is not None:
-                k = f"{p.cfg.fingerprint:08x}:{key}"
-                r = store.get(k)
-                if r is None:
-                    r = ev.evaluate(p.cfg, workloads)
-                    store.put(k, r)
-                    dirty = True
-                    if time.monotonic() - last_save >= save_interval_s:
-                        store.save()
-                        dirty, last_save = False, time.monotonic()
-                else:
-                    pr.cached = True
-                    if hasattr(ev, "remember"):
-                        ev.remember(p.cfg, r)
-                pr.result = r
-                pr.verdict = judge(r, float(p.cfg.CLOCK_MHZ), ev.capacity, timing,
-                                   p.cfg.bitstream_name)
+        valid = [p for p in pts if p.cfg is not None]
+        # ---- resources
+        res: dict[str, dict] = {}
+        todo: dict[str, Any] = {}
+        rkey = {}
+        for p in valid:
+            k = rkey[id(p)] = ev.resource_key(p.cfg)
+            if k in res or k in todo:
+                continue
+            rec = store.get("res", k)
+            if rec is not None:
+                res[k] = rec
+                st.resource_cached += 1
             else:
-                pr.verdict = {"feasible": False, "reasons": [f"invalid config: {p.error}"]}
-            out.append(pr)
-            if on_result:
-                on_result(pr)
+                todo[k] = p.cfg
+        # ---- performance jobs need the resources first (only fitting points run)
+        res_ex = SerialExecutor() if getattr(ev.res_eval, "cheap", False) else ex
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(todo) if res_ex is ex else 0, desc="dse", unit="eval",
+                       leave=False)
+        keys = list(todo)
+        for i, rec in res_ex.map_unordered(resource_record,
+                                           [(ev.res_eval, todo[k]) for k in keys]):
+            if isinstance(rec, TaskFailure):
+                rec = {"resources": None, "notes": [], "errors": [rec.message]}
+            res[keys[i]] = rec
+            fresh.add(("res", keys[i]))
+            st.resource_runs += 1
+            if not _transient(rec):
+                store.put("res", keys[i], rec)
+            if bar is not None and res_ex is ex:
+                bar.update(1)
+        pkeys: dict[int, dict[str, str]] = {}
+        perf: dict[str, dict] = {}
+        ptodo: dict[str, tuple] = {}
+        for p in valid:
+            if not ev.wants_perf(res[rkey[id(p)]]):
+                continue
+            pk = pkeys[id(p)] = {wl.name: ev.perf_key(p.cfg, wl) for wl in workloads}
+            for wl in workloads:
+                k = pk[wl.name]
+                if k in perf or k in ptodo:
+                    st.perf_shared += 1
+                    continue
+                rec = store.get("perf", k)
+                if rec is not None:
+                    perf[k] = rec
+                    st.perf_cached += 1
+                else:
+                    ptodo[k] = (p.cfg, wl)
+        keys = list(ptodo)
+        if bar is not None:
+            bar.total = (bar.total or 0) + len(keys)
+            bar.refresh()
+        for i, rec in ex.map_unordered(perf_record,
+                                       [(ev.perf_eval, *ptodo[k]) for k in keys]):
+            if isinstance(rec, TaskFailure):
+                cfg, _ = ptodo[keys[i]]
+                rec = {"source": ev.perf_eval.name, "workload": {"error": rec.message},
+                       "notes": [], "by": f"0x{cfg.fingerprint:08x}"}
+            perf[keys[i]] = rec
+            fresh.add(("perf", keys[i]))
+            st.perf_runs += 1
+            if not _transient(rec):
+                store.put("perf", keys[i], rec)
             if bar is not None:
                 bar.update(1)
     finally:
         if bar is not None:
             bar.close()
-        if dirty:
-            store.save()
+        store.close()
+        if executor is None:
+            ex.close()
+    out: list[PointResult] = []
+    for p in pts:
+        pr = PointResult(p)
+        if p.cfg is not None:
+            rk = rkey[id(p)]
+            pk = pkeys.get(id(p), {})
+            r = ev.assemble(p.cfg, res[rk], {n: perf[k] for n, k in pk.items()}, workloads)
+            used = [("res", rk)] + [("perf", k) for k in pk.values()]
+            pr.cached = not any(u in fresh for u in used)
+            pr.result = r
+            pr.verdict = judge(r, float(p.cfg.CLOCK_MHZ), ev.capacity, timing,
+                               p.cfg.bitstream_name)
+        else:
+            pr.verdict = {"feasible": False, "reasons": [f"invalid config: {p.error}"]}
+        out.append(pr)
+        if on_result:
+            on_result(pr)
     mark_pareto(out)
+    st.seconds = time.perf_counter() - t0
     return out
 
 

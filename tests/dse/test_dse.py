@@ -193,23 +193,77 @@ def test_cli_timing_file_marks_point_infeasible(tmp_path):
 
 
 # ------------------------------------------------------------------ cache
+def _count_runs(monkeypatch):
+    """Count ModelPerformance.run_workload calls (one per performance evaluation)."""
+    from vtaforge.dse import ModelPerformance
+
+    calls = []
+    orig = ModelPerformance.run_workload
+    monkeypatch.setattr(ModelPerformance, "run_workload",
+                        lambda self, cfg, wl: calls.append((cfg, wl.name)) or orig(self, cfg, wl))
+    return calls
+
+
 def test_cache_reuse(tmp_path, monkeypatch):
     sp = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [12, 13]})
     wls = parse_workloads("resnet18-c2", 4)
-    cache = tmp_path / "c.json"
+    cache = tmp_path / "c.jsonl"
     ev = DesignEvaluator()
     first = run_search(sp, wls, ev, cache=cache, progress=False)
     assert not any(r.cached for r in first)
-    calls = []
-    orig = ev.evaluate
-    monkeypatch.setattr(ev, "evaluate", lambda *a: calls.append(a) or orig(*a))
+    calls = _count_runs(monkeypatch)
     sp2 = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [12, 13, 11]})
     second = run_search(sp2, wls, ev, cache=cache, progress=False)
     assert [r.cached for r in second] == [True, True, False] and len(calls) == 1
     assert second[0].verdict == first[0].verdict
-    # another workload set is another cache key
-    third = run_search(sp, parse_workloads("resnet18-c4", 4), ev, cache=cache, progress=False)
+    # another workload is another performance key; the known one is reused
+    calls.clear()
+    third = run_search(sp, parse_workloads("resnet18-c2,c4", 4), ev, cache=cache,
+                       progress=False)
     assert not any(r.cached for r in third)
+    assert sorted(n for _, n in calls) == ["resnet18-c4", "resnet18-c4"]
+
+
+def test_cache_is_append_only_json_lines(tmp_path, monkeypatch):
+    from vtaforge.dse.search import CACHE_FORMAT, ResultCache
+
+    sp = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [11, 12, 13]})
+    wls = parse_workloads("resnet18-c2", 4)
+    cache = tmp_path / "c.jsonl"
+    run_search(sp, wls, DesignEvaluator(performance="none"), cache=cache, progress=False)
+    lines = cache.read_text().splitlines()
+    assert json.loads(lines[0]) == {"format": CACHE_FORMAT}
+    assert [json.loads(x)["kind"] for x in lines[1:]] == ["res"] * 3
+    before = cache.read_text()
+    # interrupted after two new evaluations: both were appended, nothing rewritten
+    ev = DesignEvaluator()
+    orig, n = ev.perf_eval.run_workload, []
+
+    def run_then_interrupt(*a):
+        if len(n) == 2:
+            raise KeyboardInterrupt
+        n.append(1)
+        return orig(*a)
+
+    monkeypatch.setattr(ev.perf_eval, "run_workload", run_then_interrupt)
+    sp2 = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [9, 10, 14]})
+    with pytest.raises(KeyboardInterrupt):
+        run_search(sp2, wls, ev, cache=cache, progress=False)
+    after = cache.read_text()
+    assert after.startswith(before)  # appended, never rewritten
+    kinds = [json.loads(x)["kind"] for x in after.splitlines()[1:]]
+    assert kinds.count("res") == 6 and kinds.count("perf") == 2
+    # a truncated last line (killed mid-write) is skipped; a corrupt middle line is an error
+    cache.write_text(after + '{"kind": "perf", "key": "x", "val')
+    c = ResultCache(cache)
+    assert c.skipped == 1 and len(c.entries) == 8
+    cache.write_text(after.replace('"kind": "perf"', '"kind" "perf"', 1) + after[-10:])
+    with pytest.raises(ValueError, match="corrupt at line"):
+        ResultCache(cache)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"version": 1, "entries": {}}))
+    with pytest.raises(ValueError, match="old single-JSON format"):
+        ResultCache(old)
 
 
 # ------------------------------------------------------------------ Pareto
@@ -414,42 +468,8 @@ def test_report_states_the_selection_rule(tmp_path):
     assert "fewest DSPs" in r.stdout
 
 
-def test_cache_written_once_per_run_and_on_interrupt(tmp_path, monkeypatch):
-    from vtaforge.dse.search import ResultCache
-
-    saves = []
-    orig = ResultCache.save
-    monkeypatch.setattr(ResultCache, "save", lambda self: saves.append(1) or orig(self))
-    sp = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [11, 12, 13]})
-    wls = parse_workloads("resnet18-c2", 4)
-    cache = tmp_path / "c.json"
-    run_search(sp, wls, DesignEvaluator(performance="none"), cache=cache, progress=False)
-    assert len(saves) == 1 and len(json.loads(cache.read_text())["entries"]) == 3
-    # interrupted after two new points: both are on disk
-    ev = DesignEvaluator(performance="none")
-    orig_eval, n = ev.evaluate, []
-
-    def ev_then_interrupt(*a):
-        if len(n) == 2:
-            raise KeyboardInterrupt
-        n.append(1)
-        return orig_eval(*a)
-
-    monkeypatch.setattr(ev, "evaluate", ev_then_interrupt)
-    sp2 = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [9, 10, 14]})
-    with pytest.raises(KeyboardInterrupt):
-        run_search(sp2, wls, ev, cache=cache, progress=False)
-    assert len(json.loads(cache.read_text())["entries"]) == 5
-    assert not list(tmp_path.glob("*.tmp"))  # atomic: temporary file renamed
-
-
 def test_performance_shared_across_program_neutral_knobs(monkeypatch):
-    from vtaforge.dse.evaluate import ModelPerformance
-
-    calls = []
-    orig = ModelPerformance.evaluate
-    monkeypatch.setattr(ModelPerformance, "evaluate",
-                        lambda self, cfg, w: calls.append(cfg) or orig(self, cfg, w))
+    calls = _count_runs(monkeypatch)
     sp = Space(preset("tiny"), {"DSP_PACKING": [1, 2], "CLOCK_MHZ": [100, 200],
                                 "LUT_MULTIPLIERS": [0, 4]})
     wls = parse_workloads("resnet18-c2", 4)
@@ -460,12 +480,19 @@ def test_performance_shared_across_program_neutral_knobs(monkeypatch):
     for r in res:  # latency scales with each point's own clock
         c = r.point.cfg
         assert r.verdict["latency_us"] == pytest.approx(r.verdict["cycles_total"] / c.CLOCK_MHZ)
+    assert sum(any("performance shared with" in n for n in r.result.notes) for r in res) == 7
     # a program-relevant knob is evaluated again; rtl never shares
     sp2 = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [12, 13]})
     run_search(sp2, wls, DesignEvaluator(), progress=False)
     assert len(calls) == 3
     from vtaforge.dse import RtlPerformance
     assert not RtlPerformance.shares_programs
+    ev = DesignEvaluator(performance="rtl")
+    a, b = preset("tiny"), preset("tiny").replace(DSP_PACKING=2)
+    assert ev.perf_key(a, wls[0]) != ev.perf_key(b, wls[0])
+    ev = DesignEvaluator()
+    assert ev.perf_key(a, wls[0]) == ev.perf_key(b, wls[0])
+    assert ev.resource_key(a) != ev.resource_key(b)
 
 
 def test_csv_and_per_layer_breakdown(tmp_path):

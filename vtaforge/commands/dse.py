@@ -3,8 +3,8 @@
 - ``vtaforge dse run [--board pynq-z2|ultra96|zcu104] [--space default|FILE.json]
   [--base pynq] [--workloads resnet18-c2,c5] [--size 14] [--part xc7z020] [--samples N]
   [--seed S] [--resources analytic|yosys]
-  [--perf model|rtl|none] [--timing FILE.json] [--cache FILE] [-o report.json]
-  [--csv points.csv]``:
+  [--perf model|rtl|none] [--timing FILE.json] [--cache FILE.jsonl] [-o report.json]
+  [--csv points.csv] [--jobs N | --scheduler tcp://host:port]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
@@ -57,20 +57,26 @@ def dse_group() -> None:
 @click.option("--timing", "timing_file", default=None,
               help="JSON: fingerprint or bitstream -> {slack_ns | fmax_mhz}")
 @click.option("--cache", "cache_file", default=None,
-              help="result cache JSON (default: next to -o as <report>.cache.json)")
+              help="append-only result cache, JSON lines (default: next to -o as "
+                   "<report>.cache.jsonl)")
 @click.option("-o", "--out", "out_file", default=None, help="write the JSON report here")
 @click.option("--csv", "csv_file", default=None, help="write every point as a CSV row here")
 @click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True,
               help="table rows shown (>= 1)")
+@click.option("--jobs", "-j", type=click.IntRange(min=0), default=None,
+              help="evaluate on a Dask LocalCluster of N worker processes (default: serial, "
+                   "in process)")
+@click.option("--scheduler", default=None,
+              help="evaluate on the Dask scheduler at this address (tcp://host:8786)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
-            dram_latency, timing_file, cache_file, out_file, csv_file, limit,
+            dram_latency, timing_file, cache_file, out_file, csv_file, limit, jobs, scheduler,
             no_progress) -> None:
     """Evaluate a space of configs against workloads and report the best designs."""
     from ..dse.evaluate import CycleModel, DesignEvaluator, DSEError, load_timing, \
         parse_workloads
     from ..dse.report import build_report, format_table, write_csv, write_report
-    from ..dse.search import run_search
+    from ..dse.search import SearchStats, run_search
     from ..dse.space import Space, SpaceError, board_setup, board_space, default_space
     from ..hw.config import ConfigError
 
@@ -118,20 +124,29 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     except (DSEError, SpaceError, ConfigError) as e:
         _fail(str(e))
         return
+    if jobs is not None and scheduler:
+        _fail("--jobs and --scheduler are exclusive (the scheduler's workers are the jobs)")
+        return
     if cache_file is None and out_file:
-        cache_file = str(out_file) + ".cache.json"
+        cache_file = str(out_file) + ".cache.jsonl"
     nv = space.n_valid
     n = space.size if samples is None else min(samples, nv)
     what = "points" if samples is None else "valid points sampled"
     click.echo(f"dse: {n} {what} of {space.size} ({nv} valid, {100 * nv / space.size:.0f} %) "
                f"x {len(wls)} workloads ({', '.join(w.name for w in wls)}), part {part}"
                + (f", board {board}" if board else ""), err=True)
+    stats = SearchStats()
     try:
         results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
-                             seed=seed, progress=not no_progress)
-    except ValueError as e:  # corrupt cache
+                             seed=seed, progress=not no_progress, jobs=jobs,
+                             scheduler=scheduler, stats=stats)
+    except ValueError as e:  # corrupt cache, bad scheduler
         _fail(str(e))
         return
+    click.echo(f"dse: {stats.perf_runs} performance and {stats.resource_runs} resource "
+               f"evaluations run ({stats.perf_cached + stats.resource_cached} from cache, "
+               f"{stats.perf_shared} shared) in {stats.seconds:.1f} s, {stats.executor}",
+               err=True)
     rep = build_report(results, wls, ev)
     click.echo(format_table(rep, limit=limit))
     if out_file:
