@@ -132,8 +132,10 @@ def _main_job(config_spec: str, target: str) -> None:
 @click.command("run")
 @click.option("--model", "model_path", default=None,
               help="FILE.onnx or MODEL.vtapkg (default: the main job on the bundled digits CNN)")
-@click.option("--input", "input_path", default=None,
-              help="input .npy (float, batch first), or .npz with one array per model input")
+@click.option("--input", "input_paths", multiple=True,
+              help="input .npy (float, batch first), or .npz with one array per model input; "
+                   "repeat it to run several inputs (of different H x W for a model declared "
+                   "[N,C,H,W]) from one compile")
 @click.option("--calibrate", "calib_path", default=None,
               help="calibration .npy (any number of samples, batch first; default: the input)")
 @click.option("--output", "output_path", default=None,
@@ -141,7 +143,10 @@ def _main_job(config_spec: str, target: str) -> None:
 @click.option("--config", "config_spec", default="pynq", show_default=True,
               help="preset name or vta_config.json file")
 @click.option("--target", default="fsim", show_default=True, help="backend: fsim, rtl or pynq (on the board)")
-def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target) -> None:
+@click.option("--cache-size", default=8, show_default=True, type=click.IntRange(min=1),
+              help="input shapes kept specialised at once (several --input)")
+def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, target,
+            cache_size) -> None:
     """Compile (if ONNX) and run a model on VTA; without --model, run the digits main job."""
     from ..hw.config import load_config
     from ..runtime.bundle import TARGETS, make_device
@@ -150,12 +155,19 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
     if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
     if model_path is None:
-        if input_path or calib_path or output_path:
+        if input_paths or calib_path or output_path:
             raise DeviceError("--input/--calibrate/--output need --model")
         _main_job(config_spec, target)
         return
-    if input_path is None:
+    if not input_paths:
         raise DeviceError("--model needs --input X.npy")
+    if len(input_paths) > 1:
+        if output_path:
+            raise DeviceError(f"--output takes one --input; got {len(input_paths)}")
+        _run_many(model_path, load_config(config_spec), calib_path, input_paths, target,
+                  cache_size)
+        return
+    input_path = input_paths[0]
     if output_path:
         from ._output import check_output_path
 
@@ -182,6 +194,138 @@ def run_cmd(model_path, input_path, calib_path, output_path, config_spec, target
     click.echo(f"{cm.name}: {_n_samples(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
                f"{nv}/{len(cm.steps)} steps on VTA, {host:.3f} s in CPU steps; output "
                f"{cm.outputs[0]} {list(y.shape)}" + (f" -> {output_path}" if output_path else ""))
+
+
+def _describe(y: np.ndarray) -> str:
+    """A short summary of an output: its shape, and the argmax per sample for ``[N, K]``."""
+    s = f"{list(y.shape)}"
+    if y.ndim == 2 and y.shape[1] > 1:
+        am = y.argmax(1)
+        s += f" argmax {am[:8].tolist()}" + (" ..." if len(am) > 8 else "")
+    else:
+        s += f" mean {float(y.mean()):.4g} max |y| {float(np.abs(y).max()):.4g}"
+    return s
+
+
+def _shape_of(x) -> str:
+    if isinstance(x, dict):
+        return ", ".join(f"{k} {list(np.shape(v))}" for k, v in x.items())
+    return "x".join(str(d) for d in np.shape(x))
+
+
+def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
+              cache_size: int) -> None:
+    """Several ``--input`` files from one compile in one process.
+
+    An ONNX model is compiled once with :func:`~vtaforge.compiler.dynamic.compile_dynamic`
+    (calibrated on ``--calibrate`` or on every input, each at its own size) and run through
+    a :class:`~vtaforge.runtime.shapes.ShapeRunner` (one specialised model and executor per
+    input shape, at most ``cache_size`` kept, on one device); per input it prints the shape,
+    the output and whether the shape was specialised or cached, then the cache statistics.
+    A ``.vtapkg`` (one static shape) runs every input through one executor.
+    """
+    from ..runtime.artifact import load_artifact
+    from ..runtime.bundle import make_device
+    from ..runtime.device import DeviceError
+
+    xs = [_load_npy(p, "input") for p in input_paths]
+    p = Path(model_path)
+    dev = None
+    if p.suffix == ".vtapkg":
+        if calib_path:
+            raise DeviceError("--calibrate applies to ONNX models; a .vtapkg is already "
+                              "quantized (recompile it with vtaforge compile --calibrate)")
+        from ..runtime.executor import Executor
+
+        cm = load_artifact(p, cfg)
+        click.echo("placement:")
+        click.echo(cm.placement_table())
+        dev = make_device(target, cfg)
+        ex = Executor(cm, dev)
+        for path, x in zip(input_paths, xs):
+            t0 = time.perf_counter()
+            out = _run_chunked(ex, cm, x)
+            y = np.asarray(out[cm.outputs[0]], np.float32)
+            click.echo(f"  {path}: input {_shape_of(x)} -> {cm.outputs[0]} {_describe(y)} in "
+                       f"{time.perf_counter() - t0:.3f} s")
+        return
+    if not p.exists():
+        raise DeviceError(f"cannot read model {model_path!r}: no such file")
+    from ..compiler.dynamic import compile_dynamic
+    from ..runtime.shapes import ShapeRunner, format_key
+
+    if calib_path:
+        calib, label = _load_npy(calib_path, "calibration data"), "calibration data"
+    else:
+        calib, label = _group_by_shape(xs), "input"
+    dm = compile_dynamic(str(p), calib, cfg, calib_label=label)
+    sizes = ", ".join(format_key(k) for k in dm.calib_shapes)
+    click.echo(f"{dm.name}: compiled once in {dm.calib_seconds:.2f} s (imported and calibrated "
+               f"at {sizes}); input(s) "
+               + ", ".join(f"{i} [{'x'.join('?' if d is None else str(d) for d in dm.input_dims[i])}]"
+                           for i in dm.inputs))
+    dev = make_device(target, cfg)
+    runner = ShapeRunner(dm, dev, capacity=cache_size)
+    try:
+        first = True
+        for path, x in zip(input_paths, xs):
+            key = dm.shape_key(x)
+            new = key not in runner.cache
+            s0 = runner.stats.specialise_seconds
+            t0 = time.perf_counter()
+            out = _run_batches(runner.run, dm.input_dims[dm.inputs[0]][0], x)
+            dt = time.perf_counter() - t0
+            cm, ex = runner.compiled(key), runner.executor(key)     # cached: not counted
+            if first:
+                click.echo(f"placement (at {format_key(key)}):")
+                click.echo(cm.placement_table())
+                first = False
+            y = np.asarray(out[cm.outputs[0]], np.float32)
+            nv = sum(1 for s in cm.steps if s.target == "vta")
+            how = (f"new shape, specialised in {runner.stats.specialise_seconds - s0:.3f} s"
+                   if new else "cached shape")
+            host = sum(st.host_seconds for st in ex.stats.values())
+            click.echo(f"  {path}: input {_shape_of(x)} ({how}) -> {cm.outputs[0]} "
+                       f"{_describe(y)}; {dt:.3f} s on {target}, {nv}/{len(cm.steps)} steps "
+                       f"on VTA, {host:.3f} s in CPU steps (all runs of this shape)")
+        click.echo(str(runner.stats))
+        mem = runner.memory_report()
+        click.echo(f"device memory: {mem['shapes']} shape(s) cached, {mem['executors']} bytes; "
+                   f"packed constants shared across shapes: {mem['constants_shared']} bytes "
+                   f"not copied again")
+    finally:
+        runner.close()
+        if hasattr(dev, "close"):
+            dev.close()
+
+
+def _run_batches(run, b, x) -> dict:
+    """``run(x)``, or for a fixed model batch ``b`` (an int) and ``N`` samples, a multiple of
+    ``b``, ``run`` on ``b`` samples at a time with the outputs concatenated (as
+    :func:`_run_chunked`)."""
+    n = _n_samples(x)
+    if not isinstance(b, int) or n == b or n % b or isinstance(x, dict):
+        return run(x)
+    outs = [run(x[i:i + b]) for i in range(0, n, b)]
+    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+
+
+def _group_by_shape(xs: list) -> list:
+    """Calibration sets from the inputs: arrays of one shape (batch excluded) concatenated,
+    one entry per distinct shape, in first-seen order; ``.npz`` dicts kept as they are."""
+    groups: dict = {}
+    out: list = []
+    for x in xs:
+        if isinstance(x, dict):
+            out.append(x)
+            continue
+        k = (x.dtype.str, tuple(x.shape[1:]) if x.ndim else ())
+        if k in groups and x.ndim:
+            out[groups[k]] = np.concatenate([out[groups[k]], x])
+        else:
+            groups[k] = len(out)
+            out.append(x)
+    return out
 
 
 def _get_model(model_path: str, cfg, calib_path, x):
