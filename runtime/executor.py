@@ -20,6 +20,13 @@
   the device and feeds the next VTA step directly when the packed layouts agree (same
   channel block, no host padding, no im2col); otherwise the host unpacks and repacks it.
   :meth:`Executor.memory_report` gives the footprint.
+- Memory budget (``memory_budget=BYTES``): the activations live in one arena of at most
+  that many bytes, run by a DTR schedule (:mod:`.dtr`, planned once per batch-block count):
+  when a tensor would not fit, others are evicted and rematerialized later by re-running
+  their producer steps.  Every tensor the host reads is read back right after it is first
+  computed.  Programs are cached per address set as above (a recomputed step may have
+  several); results are bit-exact against the unbudgeted run.  :meth:`Executor.dtr_report`
+  gives the figures.  ``None``: the liveness plan above, unchanged.
 
 Errors: wrong input name, shape or dtype raise :class:`~.device.DeviceError` with one
 line; device faults propagate as :class:`~.device.ProgramError`.
@@ -32,11 +39,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import dtr
 from .artifact import CompiledModel, SlotLayout, replay
 from .builder import ProgramBuilder
 from .cpu_float import REAL_OPS, run_float_op, run_onnx_node
 from .cpu_ops import run_cpu_op, unpack_act
-from .device import Device, DeviceError
+from .device import Buffer, Device, DeviceError
 
 __all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory", "UNIT_COUNTERS"]
 
@@ -48,7 +56,9 @@ class StepStats:
     by the core), ``launches``, ``host_seconds`` (wall seconds of CPU steps' kernels),
     ``cycles`` (core cycles: rtl and board backends; 0 on fsim), ``blocks`` (batch blocks run),
     ``extra`` (sums of the core's per-unit counters :data:`UNIT_COUNTERS` where the backend
-    reports them)."""
+    reports them), ``recomputes`` (re-runs of the step under a memory budget to
+    rematerialize its evicted output; their counters are in the sums above, not in
+    ``runs``/``images``/``blocks``)."""
 
     runs: int = 0
     images: int = 0
@@ -61,6 +71,7 @@ class StepStats:
     cycles: int = 0
     blocks: int = 0
     extra: dict = field(default_factory=dict)
+    recomputes: int = 0
 
 
 #: per-unit counters of the core's statistics (``docs/regs.md``), summed per step
@@ -72,7 +83,7 @@ _HOST = ("host copies",)       # env key of the per-run host cache (never a tens
 
 @dataclass
 class _Dev:
-    buf: object
+    buf: object                 # None: evicted under a memory budget (host copy or nothing)
     layout: SlotLayout
     n: int
 
@@ -182,12 +193,22 @@ class Executor:
         model: the :class:`CompiledModel` (from the compiler or ``load_artifact``).
         device: a :class:`Device` whose config has the model's fingerprint.
         max_insns_per_launch: forwarded to the :class:`ProgramBuilder`.
+        memory_budget: ``None`` (activations planned by liveness) or the most bytes of
+            device activation memory (VTA outputs and host-packed VTA inputs; not weights
+            or programs) live at once: a DTR schedule (:mod:`.dtr`) evicts and recomputes
+            tensors to stay under it, bit-exact.
+        dtr_heuristic: the eviction heuristic under a budget (``"dtr"``: DTR's h_DTR with
+            the evicted neighbourhood's cost; ``"local"``: the producer's cost only).
     Raises:
-        DeviceError: the device's config differs from the model's.
+        DeviceError: the device's config differs from the model's; a budget below the
+            smallest working set (the largest step's device inputs + host-packed inputs +
+            output at one batch block; :class:`~.dtr.BudgetError`, naming the bytes).
+        ValueError: a budget that is not a positive int, an unknown heuristic.
     """
 
     def __init__(self, model: CompiledModel, device: Device, *,
-                 max_insns_per_launch: int = 65536):
+                 max_insns_per_launch: int = 65536, memory_budget: int | None = None,
+                 dtr_heuristic: str = "dtr"):
         if device.config.fingerprint != model.config.fingerprint:
             raise DeviceError(
                 f"model '{model.name}' was compiled for {model.config.bitstream_name} "
@@ -204,8 +225,29 @@ class Executor:
         self._plans: dict[int, tuple[MemoryPlan, list]] = {}     # nblk -> (plan, buffers)
         # encoded programs per (step, batch blocks, buffer addresses): see module docstring
         self._progs: dict[tuple, object] = {}
-        self._prog_keys: dict[tuple, tuple] = {}
+        self._prog_keys: dict[tuple, list] = {}   # (step, nblk) -> keys, oldest first
         self.stats: dict[str, StepStats] = {s.name: StepStats() for s in model.steps}
+        if memory_budget is not None and (isinstance(memory_budget, bool) or
+                                          not isinstance(memory_budget, (int, np.integer))
+                                          or memory_budget < 1):
+            raise ValueError(f"memory_budget must be a positive int of bytes or None, got "
+                             f"{memory_budget!r}")
+        if dtr_heuristic not in dtr.HEURISTICS:
+            raise ValueError(f"dtr_heuristic must be one of {dtr.HEURISTICS}, got "
+                             f"{dtr_heuristic!r}")
+        self.memory_budget = None if memory_budget is None else int(memory_budget)
+        self.dtr_heuristic = dtr_heuristic
+        self._schedules: dict[int, tuple[dtr.Schedule, object]] = {}   # nblk -> (schedule, arena)
+        self._last_nblk: int | None = None
+        self._last_run: dict[int, dict] = {}       # nblk -> measured totals of the last run
+        if self.memory_budget is not None:         # refuse a budget no order fits, up front
+            first = model.types[model.inputs[0]][1] if model.inputs else ()
+            nb = (-(-first[0] // self.cfg.BATCH) if first and isinstance(first[0], int)
+                  else 1)
+            lo = dtr.min_budget(dtr.nodes_from_model(model, nb), self.cfg.dram_alignment)
+            if self.memory_budget < lo:
+                dtr.plan(dtr.nodes_from_model(model, nb), self.memory_budget,
+                         align=self.cfg.dram_alignment, heuristic=dtr_heuristic)
 
     # ----------------------------------------------------------------- memory
     def _const_buf(self, name: str):
@@ -232,21 +274,88 @@ class Executor:
             pb = self._plans[nblk] = (plan, bufs)
         return pb
 
+    def _schedule(self, nblk: int) -> tuple[dtr.Schedule, object]:
+        sa = self._schedules.get(nblk)
+        if sa is None:
+            sched = dtr.plan(dtr.nodes_from_model(self.model, nblk), self.memory_budget,
+                             align=self.cfg.dram_alignment, heuristic=self.dtr_heuristic)
+            arena = self.device.alloc(max(sched.arena_bytes, 1))
+            sa = self._schedules[nblk] = (sched, arena)
+        return sa
+
+    def dtr_report(self, n_blocks: int | None = None) -> dict:
+        """Figures of the memory-budget schedule of ``n_blocks`` batch blocks (default: the
+        last run's), bytes and core cycles:
+
+        ``budget``; ``liveness_peak`` (``plan_memory``'s most bytes live at one step);
+        ``free_peak`` (the schedule's own peak with no budget: host reads done at once);
+        ``min_working_set`` (no order fits below it); ``peak`` (most device activation
+        bytes live at once, <= budget); ``arena`` (bytes allocated for them, <= budget);
+        ``evictions``; ``recomputes`` (steps re-run) and ``recomputed`` (step name ->
+        times); ``est_cycles`` / ``est_cycles_base`` (``Step.bounds`` max(compute, memory)
+        summed over the device runs, budgeted / unbudgeted) and ``est_overhead`` (their
+        ratio - 1); ``mac_cycles`` / ``mac_cycles_base`` / ``mac_overhead`` (the ideal
+        GEMM cycles alone); and of the last run measured on the device: ``cycles`` and
+        ``cycles_base`` (every VTA launch / the first run of each step: rtl and board;
+        0 on fsim), ``gemm_uops`` / ``gemm_uops_base`` (GEMM micro-ops executed), with
+        ``cycles_overhead`` and ``gemm_uops_overhead``.
+
+        Raises:
+            DeviceError: no memory budget, or no run at that batch-block count yet.
+        """
+        if self.memory_budget is None:
+            raise DeviceError("dtr_report: this executor has no memory_budget")
+        nb = self._last_nblk if n_blocks is None else n_blocks
+        if nb is None or nb not in self._schedules:
+            raise DeviceError(f"dtr_report: no run at {nb} batch block(s) yet")
+        sched, arena = self._schedules[nb]
+        steps = self.model.steps
+        mac = [st.bounds(self.cfg, nb)[0] for st in steps]
+        mac_base = sum(mac)
+        mac_all = mac_base + sum(mac[i] * k for i, k in sched.recomputed.items())
+        meas = self._last_run.get(nb, {})
+
+        def ratio(a, b):
+            return (a - b) / b if b else 0.0
+
+        rep = {"budget": sched.budget, "liveness_peak": plan_memory(self.model, nb).peak_live_bytes,
+               "free_peak": sched.free_peak_bytes, "min_working_set": sched.min_bytes,
+               "peak": sched.peak_bytes, "arena": sched.arena_bytes,
+               "evictions": sched.evictions, "recomputes": sched.recomputes,
+               "recomputed": {steps[i].name: k for i, k in sorted(sched.recomputed.items())},
+               "est_cycles": sched.cost, "est_cycles_base": sched.base_cost,
+               "est_overhead": sched.overhead, "mac_cycles": mac_all,
+               "mac_cycles_base": mac_base, "mac_overhead": ratio(mac_all, mac_base)}
+        for k in ("cycles", "gemm_uops"):
+            a, b = meas.get(k, 0), meas.get(k + "_base", 0)
+            rep[k], rep[k + "_base"], rep[k + "_overhead"] = a, b, ratio(a, b)
+        return rep
+
     def memory_report(self) -> dict[str, int]:
         """Device-memory footprint in bytes: ``constants`` (packed weights/biases, resident),
         ``activations`` (the liveness-planned buffers of every shape run so far),
         ``activations_unshared`` (what one buffer per (step, slot, shape) would take),
         ``activations_peak_live`` (the most bytes live at one step: a lower bound),
         ``programs`` (cached instruction and micro-op buffers), ``total``
-        (constants + activations + programs)."""
+        (constants + activations + programs).  Under a memory budget ``activations`` is
+        the DTR arenas' bytes, the liveness figures are of the same shapes, and
+        ``budget`` and ``activations_peak`` (the schedules' most bytes live at once) are
+        added."""
         c = sum(b.nbytes for b in self._consts.values())
         a = sum(p.nbytes for p, _ in self._plans.values())
-        u = sum(p.unshared_bytes for p, _ in self._plans.values())
-        pk = sum(p.peak_live_bytes for p, _ in self._plans.values())
+        a += sum(s.arena_bytes for s, _ in self._schedules.values())
+        liv = [p for p, _ in self._plans.values()] + [plan_memory(self.model, nb)
+                                                       for nb in self._schedules]
+        u = sum(p.unshared_bytes for p in liv)
+        pk = sum(p.peak_live_bytes for p in liv)
         pr = sum(b.nbytes for p in self._progs.values() for b in (p.buffers or ()))
-        return {"constants": c, "activations": a, "activations_unshared": u,
-                "activations_peak_live": pk, "programs": pr,
-                "total": c + a + pr}
+        rep = {"constants": c, "activations": a, "activations_unshared": u,
+               "activations_peak_live": pk, "programs": pr, "total": c + a + pr}
+        if self.memory_budget is not None:
+            rep["budget"] = self.memory_budget
+            rep["activations_peak"] = max((s.peak_bytes for s, _ in self._schedules.values()),
+                                          default=0)
+        return rep
 
     def _shape(self, tensor: str, n: int) -> tuple:
         shape = self.model.types[tensor][1]
@@ -261,6 +370,9 @@ class Executor:
             hc = env[_HOST]
             x = hc.get(tensor)
             if x is None:
+                if v.buf is None:
+                    raise DeviceError(f"internal: {tensor!r} was evicted before the host "
+                                      f"read it (memory-budget schedule)")
                 lay = v.layout
                 c, h, w = lay.shape
                 raw = self.device.read(v.buf, lay.nbytes(v.n))
@@ -325,82 +437,140 @@ class Executor:
         env[_HOST] = {}
         m = self.model
         nblk = -(-n // self.cfg.BATCH)
-        plan, pool = self._plan(nblk)
-        for i, step in enumerate(m.steps):
-            st = self.stats[step.name]
-            if step.target == "cpu":
-                ins = [m.constants[i] if i in m.constants else self._host(env, i, n)
-                       for i in step.inputs]
-                t0 = time.perf_counter()
-                try:
-                    if step.op == "onnx":
-                        vals = run_onnx_node(step.attrs, ins, step.attrs.get("backend"))
-                    elif step.op in REAL_OPS:
-                        vals = [run_float_op(step.op, step.attrs, ins)]
-                    else:
-                        scales = {"in": m.types[step.inputs[0]][3]} if step.inputs else {}
-                        vals = [run_cpu_op(step.op, step.attrs, ins, scales)]
-                except ValueError as e:     # a kernel's refusal (float_ops.CpuKernelError too)
-                    what = step.attrs.get("op_type", step.op) if step.op == "onnx" else step.op
-                    raise DeviceError(f"CPU step {step.name!r} ({what}): {e}") from None
-                for o, v in zip(step.outputs, vals):
-                    env[o] = v
-                st.host_seconds += time.perf_counter() - t0
-                st.runs += 1
-                continue
-            bufs = {}
-            for slot, src in step.slots.items():
-                if slot in step.layouts and slot != "y":
-                    lay = step.layouts[slot]
-                    v = env[src]
-                    if isinstance(v, _Dev) and v.layout == lay:
-                        bufs[slot] = v.buf
-                        continue
-                    x = self._host(env, src, n)
-                    # host layout step: (im2col and) packing, pure data movement
-                    p = lay.pack(x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x)
-                    b = pool[plan.assign[(i, slot)]]
-                    self.device.write(b, p)
-                    bufs[slot] = b
-                elif slot != "y":
-                    bufs[slot] = self._const_buf(src)
-            ylay = step.layouts["y"]
-            yb = pool[plan.assign[(i, "y")]]
-            bufs["y"] = yb
-            key = (step.name, nblk, tuple(sorted((k, b.addr, b.nbytes)
-                                                 for k, b in bufs.items())))
-            prog = self._progs.get(key)
-            if prog is None:
-                replay(self.builder, step.trace, bufs, nblk)
-                prog = self.builder.record_program()
-                old = self._progs.pop(self._prog_keys.get((step.name, nblk)), None)
-                if old is not None:
-                    old.free()
-                self._progs[key] = prog
-                self._prog_keys[(step.name, nblk)] = key
-            res = prog.run()
-            s = res.stats
-            st.runs += 1
-            st.images += n
-            st.insns += int(s.get("insns", 0))
-            st.launches += int(s.get("launches", 0))
-            st.gemm_uops += int(s.get("gemm_counter", 0))
-            st.alu_uops += int(s.get("alu_counter", 0))
-            st.dram_bytes += int(s.get("dram_read_nbytes", 0)) + int(s.get("dram_write_nbytes", 0))
-            st.cycles += int(res.cycles or 0)
-            for k in UNIT_COUNTERS:         # the core's per-unit counters (rtl, pynq)
-                if k in s:
-                    st.extra[k] = st.extra.get(k, 0) + int(s[k])
-            st.blocks += nblk
-            env[step.outputs[0]] = _Dev(yb, ylay, n)
-            if keep:        # read back before a later step may reuse the buffer
-                self._host(env, step.outputs[0], n)
+        self._last_nblk = nblk
+        if self.memory_budget is not None:
+            self._run_schedule(env, n, nblk, keep)
+        else:
+            plan, pool = self._plan(nblk)
+            for i, step in enumerate(m.steps):
+                if step.target == "cpu":
+                    self._cpu_step(step, env, n)
+                    continue
+                packed = {slot: pool[plan.assign[(i, slot)]] for slot in step.layouts
+                          if (i, slot) in plan.assign and slot != "y"}
+                self._vta_step(step, env, n, nblk, packed, pool[plan.assign[(i, "y")]], 1)
+                if keep:        # read back before a later step may reuse the buffer
+                    self._host(env, step.outputs[0], n)
         names = list(env) if keep else m.outputs
         out = {}
         for k in names:
             if k in m.types:
                 out[k] = self._host(env, k, n)
         return out
+
+    def _run_schedule(self, env: dict, n: int, nblk: int, keep: bool) -> None:
+        """Replay the memory-budget schedule of ``nblk`` batch blocks (:mod:`.dtr`)."""
+        sched, arena = self._schedule(nblk)
+        m = self.model
+        tot = {"cycles": 0, "cycles_base": 0, "gemm_uops": 0, "gemm_uops_base": 0}
+        for act in sched.actions:
+            step = m.steps[act.step]
+            if act.kind == "run" and step.target == "cpu":
+                self._cpu_step(step, env, n)
+            elif act.kind in ("run", "recompute"):
+                ylay = step.layouts["y"]
+                views = {slot: Buffer(arena.addr + off, nblk * (ylay if slot == "y" else
+                                                                step.layouts[slot]).block_bytes)
+                         for slot, off in act.offsets.items()}
+                yb = views.pop("y")
+                res = self._vta_step(step, env, n, nblk, views, yb, sched.uses(act.step),
+                                     recompute=act.kind == "recompute")
+                cyc, gu = int(res.cycles or 0), int(res.stats.get("gemm_counter", 0))
+                tot["cycles"] += cyc
+                tot["gemm_uops"] += gu
+                if act.kind == "run":
+                    tot["cycles_base"] += cyc
+                    tot["gemm_uops_base"] += gu
+                    if keep:
+                        self._host(env, step.outputs[0], n)
+            elif act.kind == "readback":
+                self._host(env, step.outputs[0], n)
+            else:                                   # evict / free: the buffer may be reused
+                v = env[step.outputs[0]]
+                env[step.outputs[0]] = _Dev(None, v.layout, v.n)
+        self._last_run[nblk] = tot
+
+    def _cpu_step(self, step, env: dict, n: int) -> None:
+        """Run one CPU step on the host values of its inputs (outputs into ``env``)."""
+        m = self.model
+        st = self.stats[step.name]
+        ins = [m.constants[i] if i in m.constants else self._host(env, i, n)
+               for i in step.inputs]
+        t0 = time.perf_counter()
+        try:
+            if step.op == "onnx":
+                vals = run_onnx_node(step.attrs, ins, step.attrs.get("backend"))
+            elif step.op in REAL_OPS:
+                vals = [run_float_op(step.op, step.attrs, ins)]
+            else:
+                scales = {"in": m.types[step.inputs[0]][3]} if step.inputs else {}
+                vals = [run_cpu_op(step.op, step.attrs, ins, scales)]
+        except ValueError as e:     # a kernel's refusal (float_ops.CpuKernelError too)
+            what = step.attrs.get("op_type", step.op) if step.op == "onnx" else step.op
+            raise DeviceError(f"CPU step {step.name!r} ({what}): {e}") from None
+        for o, v in zip(step.outputs, vals):
+            env[o] = v
+        st.host_seconds += time.perf_counter() - t0
+        st.runs += 1
+
+    def _vta_step(self, step, env: dict, n: int, nblk: int, packed: dict, yb, keep_progs: int,
+                  recompute: bool = False):
+        """Run one VTA step: inputs in device memory are used in place, the others packed
+        by the host into ``packed[slot]``; the output goes to ``yb``.  Programs are cached
+        per address set, at most ``keep_progs`` per (step, batch blocks)."""
+        st = self.stats[step.name]
+        bufs = {}
+        for slot, src in step.slots.items():
+            if slot in step.layouts and slot != "y":
+                lay = step.layouts[slot]
+                v = env[src]
+                if isinstance(v, _Dev) and v.layout == lay:
+                    if v.buf is None:
+                        raise DeviceError(f"internal: step {step.name!r} reads {src!r}, "
+                                          f"evicted (memory-budget schedule)")
+                    bufs[slot] = v.buf
+                    continue
+                x = self._host(env, src, n)
+                # host layout step: (im2col and) packing, pure data movement
+                p = lay.pack(x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x)
+                b = packed[slot]
+                self.device.write(b, p)
+                bufs[slot] = b
+            elif slot != "y":
+                bufs[slot] = self._const_buf(src)
+        bufs["y"] = yb
+        key = (step.name, nblk, tuple(sorted((k, b.addr, b.nbytes)
+                                             for k, b in bufs.items())))
+        prog = self._progs.get(key)
+        if prog is None:
+            replay(self.builder, step.trace, bufs, nblk)
+            prog = self.builder.record_program()
+            keys = self._prog_keys.setdefault((step.name, nblk), [])
+            while len(keys) >= max(keep_progs, 1):
+                old = self._progs.pop(keys.pop(0), None)
+                if old is not None:
+                    old.free()
+            self._progs[key] = prog
+            keys.append(key)
+        res = prog.run()
+        s = res.stats
+        if recompute:
+            st.recomputes += 1
+        else:
+            st.runs += 1
+            st.images += n
+            st.blocks += nblk
+        st.insns += int(s.get("insns", 0))
+        st.launches += int(s.get("launches", 0))
+        st.gemm_uops += int(s.get("gemm_counter", 0))
+        st.alu_uops += int(s.get("alu_counter", 0))
+        st.dram_bytes += int(s.get("dram_read_nbytes", 0)) + int(s.get("dram_write_nbytes", 0))
+        st.cycles += int(res.cycles or 0)
+        for k in UNIT_COUNTERS:         # the core's per-unit counters (rtl, pynq)
+            if k in s:
+                st.extra[k] = st.extra.get(k, 0) + int(s[k])
+        env[step.outputs[0]] = _Dev(yb, step.layouts["y"], n)
+        return res
 
     def close(self) -> None:
         """Free the device buffers this executor allocated (cached programs included)."""
@@ -409,6 +579,7 @@ class Executor:
         self._progs.clear()
         self._prog_keys.clear()
         acts = [b for _, bufs in self._plans.values() for b in bufs]
+        acts += [arena for _, arena in self._schedules.values()]
         for b in list(self._consts.values()) + acts:
             try:
                 self.device.free(b)
@@ -416,4 +587,5 @@ class Executor:
                 pass
         self._consts.clear()
         self._plans.clear()
+        self._schedules.clear()
         self.builder.close()

@@ -1,0 +1,183 @@
+"""DTR rematerialization under device-memory budgets: ResNet-18 and small U-Nets at 100 %,
+70 % and 50 % of the liveness peak (``plan_memory``), on fsim.
+
+For each model and budget: the planned schedule (``runtime/dtr.py``) and a run through
+``Executor(memory_budget=...)``, checked bit for bit against the unbudgeted run.  Printed:
+the liveness peak, the policy's own peak with no budget (graph-output/host reads done at
+once), the minimum working set (the largest single step's device inputs + host-packed
+inputs + output, below which no order fits), then per budget: peak device activation
+bytes, arena bytes, evictions, recomputed steps, and the overhead in estimated cycles
+(``Step.bounds``: max(MAC cycles, DRAM bytes / bus)) and in GEMM micro-ops the simulator
+executed (MAC cycles), each relative to the unbudgeted run.  A budget below the minimum
+is refused, as the executor refuses it.
+
+Models: ``compiler.zoo.resnet18(size)``; :func:`unet` (conv/ReLU/max-pool down, nearest
+Resize up, Add skips), with ``skips`` encoder convs per level each feeding a long skip
+(1: the classic U-Net; 3: every conv of a triple-conv level skipped).
+
+Run: ``.venv/bin/python bench/dtr_budget.py [--resnet-size 224] [--unet-size 64]
+[--no-run]`` (``--no-run``: plans only, no simulation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+
+def unet(size: int = 32, *, chans=(16, 32, 64), skips: int = 1, stem: int = 1, cin: int = 3,
+         seed: int = 0, batch="N"):
+    """A small U-Net as an ``onnx.ModelProto``: input ``[batch, cin, size, size]``, output
+    ``"y"`` ``[batch, 2, size, size]``.
+
+    Encoder: a ``stem`` x ``stem`` conv + ReLU to ``chans[0]``; per level ``k < len(chans)
+    - 1``, ``skips`` 3x3 conv + ReLU layers at ``chans[k]`` channels, each output kept for
+    a long skip, then a 2x2 max-pool.  Bottleneck: one 3x3 conv + ReLU to ``chans[-1]``.
+    Decoder, per level from the bottom: a 3x3 conv to ``chans[k]``, nearest 2x Resize, then
+    ``Add`` of each skip of that level (last first), each followed by ReLU.  Head: a 1x1
+    conv to 2.
+    Weights are seeded He-normal, biases N(0, 0.1).
+
+    Raises:
+        ValueError: ``size`` not divisible by ``2 ** (len(chans) - 1)``, or ``skips < 1``.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    if size % (1 << (len(chans) - 1)) or skips < 1:
+        raise ValueError(f"size {size} must be divisible by {1 << (len(chans) - 1)} and "
+                         f"skips {skips} >= 1")
+    rng = np.random.default_rng(seed)
+    nodes, inits = [], []
+    count = [0]
+
+    def name(base):
+        count[0] += 1
+        return f"{base}{count[0]}"
+
+    def node(op, ins, out=None, **attrs):
+        y = out or name(op.lower())
+        nodes.append(helper.make_node(op, ins, [y], name=y, **attrs))
+        return y
+
+    def conv(x, ci, co, k=3, relu=True, out=None):
+        w = rng.normal(0, np.sqrt(2.0 / (ci * k * k)), (co, ci, k, k)).astype(np.float32)
+        b = rng.normal(0, 0.1, co).astype(np.float32)
+        wn, bn = name("w"), name("b")
+        inits.extend([numpy_helper.from_array(w, wn), numpy_helper.from_array(b, bn)])
+        y = node("Conv", [x, wn, bn], out, kernel_shape=[k, k], pads=[k // 2] * 4)
+        return node("Relu", [y]) if relu else y
+
+    inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "up_scales"))
+    x = conv("input", cin, chans[0], k=stem)
+    cur = chans[0]
+    levels = []
+    for c in chans[:-1]:
+        level = []
+        for _ in range(skips):
+            x = conv(x, cur, c)
+            cur = c
+            level.append(x)
+        levels.append(level)
+        x = node("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
+    x = conv(x, cur, chans[-1])
+    cur = chans[-1]
+    for c, level in zip(reversed(chans[:-1]), reversed(levels)):
+        x = conv(x, cur, c, relu=False)
+        x = node("Resize", [x, "", "up_scales"], mode="nearest")
+        cur = c
+        for s in reversed(level):
+            x = node("Relu", [node("Add", [x, s])])
+    conv(x, cur, 2, k=1, relu=False, out="y")
+    inp = helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, cin, size, size])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 2, size, size])
+    g = helper.make_graph(nodes, f"unet{skips}", [inp], [out], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)],
+                          producer_name="vtaforge.bench")
+    m.ir_version = 8
+    return m
+
+
+def measure(label: str, cm, x, fractions, *, run: bool = True) -> list[dict]:
+    """Plan (and with ``run``, execute on fsim and check bit-exactness) ``cm`` at each
+    fraction of its liveness peak; print one line per budget and return the reports."""
+    from vtaforge.runtime import dtr
+    from vtaforge.runtime.executor import Executor, plan_memory
+    from vtaforge.runtime.fsim import FsimDevice
+
+    n = x.shape[0]
+    nblk = -(-n // cm.config.BATCH)
+    peak = plan_memory(cm, nblk).peak_live_bytes
+    nodes = dtr.nodes_from_model(cm, nblk)
+    lo = dtr.min_budget(nodes, cm.config.dram_alignment)
+    free = dtr.plan(nodes, peak, align=cm.config.dram_alignment)
+    print(f"\n{label}: {sum(s.target == 'vta' for s in cm.steps)} VTA steps of "
+          f"{len(cm.steps)}; liveness peak {peak:,} B; policy peak with no budget "
+          f"{free.free_peak_bytes:,} B; minimum working set {lo:,} B "
+          f"({100 * lo / peak:.0f} % of the peak)")
+    print(f"  {'budget':>14} {'peak':>10} {'arena':>10} {'evict':>5} {'recomp':>6} "
+          f"{'est cyc':>9} {'MAC cyc':>9} {'GEMM uops':>9}  exact  run s")
+    ref = None
+    if run:
+        ref = Executor(cm, FsimDevice(cm.config, mem_bytes=1 << 29)).run(x)
+    rows = []
+    for f in fractions:
+        budget = int(f * peak)
+        head = f"  {100 * f:3.0f}% {budget:>9,}"
+        ex = None
+        try:
+            if run:
+                ex = Executor(cm, FsimDevice(cm.config, mem_bytes=1 << 29),
+                              memory_budget=budget)
+                t0 = time.perf_counter()
+                out = ex.run(x)
+                wall = time.perf_counter() - t0
+                exact = all(np.array_equal(out[k], ref[k]) for k in cm.outputs)
+                r = ex.dtr_report()
+                ex.close()
+            else:
+                s = dtr.plan(nodes, budget, align=cm.config.dram_alignment)
+                r = {"peak": s.peak_bytes, "arena": s.arena_bytes, "evictions": s.evictions,
+                     "recomputes": s.recomputes, "est_overhead": s.overhead,
+                     "mac_overhead": float("nan"), "gemm_uops_overhead": float("nan")}
+                exact, wall = None, 0.0
+        except dtr.BudgetError as e:
+            print(f"{head}  refused: {e}")
+            rows.append({"fraction": f, "budget": budget, "refused": str(e)})
+            continue
+        print(f"{head} {r['peak']:>10,} {r['arena']:>10,} {r['evictions']:>5} "
+              f"{r['recomputes']:>6} {100 * r['est_overhead']:>+8.1f}% "
+              f"{100 * r['mac_overhead']:>+8.1f}% {100 * r['gemm_uops_overhead']:>+8.1f}%  "
+              f"{'yes' if exact else ('-' if exact is None else 'NO')}  {wall:5.1f}")
+        rows.append(dict(r, fraction=f, budget=budget, exact=exact))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--resnet-size", type=int, default=224)
+    ap.add_argument("--unet-size", type=int, default=64)
+    ap.add_argument("--fractions", default="1.0,0.9,0.8,0.7,0.6,0.5")
+    ap.add_argument("--no-run", action="store_true", help="plan only (no fsim run)")
+    args = ap.parse_args()
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.compiler.zoo import resnet18
+
+    fr = [float(v) for v in args.fractions.split(",")]
+    rng = np.random.default_rng(0)
+    print("DTR under device-memory budgets, pynq preset, batch 1, fsim; overheads relative "
+          "to the unbudgeted run (est cyc: Step.bounds max(MAC, DRAM/bus) cycles; MAC cyc: "
+          "ideal GEMM cycles; GEMM uops: micro-ops the simulator executed)")
+    x = rng.standard_normal((1, 3, args.resnet_size, args.resnet_size)).astype(np.float32)
+    cm = compile_model(resnet18(args.resnet_size), x, "pynq")
+    measure(f"ResNet-18 {args.resnet_size}x{args.resnet_size}", cm, x, fr, run=not args.no_run)
+    for skips in (1, 2, 4):
+        x = rng.standard_normal((1, 3, args.unet_size, args.unet_size)).astype(np.float32)
+        cm = compile_model(unet(args.unet_size, skips=skips), x, "pynq")
+        measure(f"U-Net {args.unet_size}x{args.unet_size}, {skips} long skip(s) per level",
+                cm, x, fr, run=not args.no_run)
+
+
+if __name__ == "__main__":
+    main()
