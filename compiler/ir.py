@@ -24,7 +24,10 @@ entries are ``int`` or a ``str`` naming a symbolic dimension such as the batch
 so that ``real_value = integer_value * 2**exp``. Symbolic dims flow through
 type inference (:func:`infer_types`): a conv on ``[N,1,8,8]`` gives
 ``[N,16,8,8]``; ``flatten`` gives ``[N,128]``. Only leading (batch-like) dims
-may be symbolic; a symbolic spatial dim is a :class:`CompileError`.
+may be symbolic in a graph; a symbolic spatial dim is a :class:`CompileError` here.
+A model declared ``[N,3,H,W]`` is instead compiled once by
+:func:`~.dynamic.compile_dynamic` and specialised per concrete input shape (type
+inference re-run at that shape), so every graph the back half sees has concrete H, W.
 
 :func:`validate` is run between passes; it checks SSA, topological order,
 known ops and required attributes, that each stored type equals the type
