@@ -16,14 +16,26 @@ Launch protocol (every backend):
 
 ``FINGERPRINT`` holds ``VTAConfig.fingerprint``: a runtime refuses to drive a core whose
 fingerprint differs from its config.
+
+Scratchpad faults (DESIGN.md "Semantics": an out-of-range scratchpad index is an error,
+never a wrap): every unit that forms a scratchpad index checks it against the buffer's
+depth.  The first violation of a run sets ``STATUS.ERROR`` and latches ``ERROR`` (unit and
+:class:`ErrorKind`), ``ERR_INSN`` (which of that unit's instructions) and ``ERR_INDEX``
+(the offending index); the offending write is dropped, and from then on the core writes
+nothing (no scratchpad entry, no DRAM byte) but still moves every token and DMA beat, so
+the run completes (``STATUS.DONE``) and the host never hangs.  START clears the report.
+:func:`fault_message` formats it exactly as the functional simulator reports the same
+fault (one formatter for both).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import IntEnum
 
-from .config import VTAConfig
+from .config import MemType, VTAConfig
+from .isa import Insn, Module, Opcode, format_insn
 
 #: Value of the VERSION register: major << 16 | minor << 8 | patch of the register map.
 REGMAP_VERSION = (1 << 16) | (0 << 8) | 0
@@ -56,7 +68,9 @@ REGISTERS: tuple[Register, ...] = (
               BitField("IRQ_EN", 1, 1, "raise the interrupt line when a run completes"))),
     Register("STATUS", 0x04, "ro", "Status.",
              (BitField("BUSY", 0, 1, "a run is in progress"),
-              BitField("DONE", 1, 1, "the last run completed; 0 from START until its FINISH"))),
+              BitField("DONE", 1, 1, "the last run completed; 0 from START until its FINISH"),
+              BitField("ERROR", 2, 1, "the run hit a scratchpad fault (details in ERROR); "
+                       "sticky until the next START"))),
     Register("IRQ_STATUS", 0x08, "w1c", "Interrupt status; write 1 to clear.",
              (BitField("DONE", 0, 1, "a run completed"),)),
     Register("INSN_ADDR_LO", 0x0C, "rw", "Byte address of the first instruction, bits 31:0."),
@@ -77,7 +91,112 @@ REGISTERS: tuple[Register, ...] = (
     Register("ALU_COUNT", 0x48, "ro", "Non-reset ALU micro-ops executed in the last run."),
     Register("DMA_RD_BYTES", 0x4C, "ro", "Bytes of instructions and elements read in the last run (padding excluded)."),
     Register("DMA_WR_BYTES", 0x50, "ro", "Bytes written (strobed) in the last run."),
+    Register("ERROR", 0x54, "ro", "First scratchpad fault of the run (0: none); cleared by "
+             "START.",
+             (BitField("VALID", 0, 1, "a fault was recorded (the same bit as STATUS.ERROR)"),
+              BitField("UNIT", 1, 2, "the unit: 1 load, 2 compute, 3 store (isa.Module)"),
+              BitField("KIND", 4, 4, "what was out of range (regs.ErrorKind)"))),
+    Register("ERR_INSN", 0x58, "ro", "Which of the faulting unit's instructions (0-based, "
+             "in the order the unit took them this run)."),
+    Register("ERR_INDEX", 0x5C, "ro", "The out-of-range scratchpad index (computed index, "
+             "micro-op index or scratchpad address)."),
 )
+
+
+
+class ErrorKind(IntEnum):
+    """``ERROR.KIND``: what a unit found out of range.
+
+    ``ACC_DST``, ``INP_SRC``, ``ACC_SRC``, ``WGT``: a GEMM/ALU index computed from a
+    micro-op and the loop factors (``dst`` in ACC, GEMM ``src`` in INP, tensor-ALU ``src``
+    in ACC, GEMM ``wgt`` in WGT); ``UOP``: the micro-op index of a GEMM/ALU loop;
+    ``SRAM``: a LOAD or STORE scratchpad address (``sram_base`` plus the extent).
+    """
+
+    NONE = 0
+    ACC_DST = 1
+    INP_SRC = 2
+    ACC_SRC = 3
+    WGT = 4
+    UOP = 5
+    SRAM = 6
+
+
+#: For the computed-index kinds: (micro-op field, scratchpad) of the index.
+INDEX_KINDS: dict[ErrorKind, tuple[str, MemType]] = {
+    ErrorKind.ACC_DST: ("dst", MemType.ACC),
+    ErrorKind.INP_SRC: ("src", MemType.INP),
+    ErrorKind.ACC_SRC: ("src", MemType.ACC),
+    ErrorKind.WGT: ("wgt", MemType.WGT),
+}
+
+
+def index_fault_text(cfg: VTAConfig, kind: ErrorKind, index: int) -> str:
+    """The message of a computed GEMM/ALU index out of range (``kind`` in
+    :data:`INDEX_KINDS`)."""
+    name, mem = INDEX_KINDS[ErrorKind(kind)]
+    return (f"computed {name} index {int(index)} is outside the {mem.name} scratchpad "
+            f"(depth {cfg.depth(mem)})")
+
+
+def uop_range_text(cfg: VTAConfig, bgn: int, end: int) -> str:
+    """The message of a GEMM/ALU micro-op range past the UOP depth."""
+    return f"micro-op range [{int(bgn)}, {int(end)}) exceeds the UOP depth {cfg.UOP_DEPTH}"
+
+
+def sram_range_text(mem: int, base: int, end: int, depth: int) -> str:
+    """The message of a LOAD/STORE scratchpad range ``[base, end)`` past ``depth``."""
+    return (f"scratchpad range [{int(base)}, {int(end)}) exceeds the "
+            f"{MemType(int(mem)).name} depth {int(depth)}")
+
+
+def sram_range(insn: Insn) -> tuple[int, int]:
+    """``(mem, end)``: the memory type a LOAD/STORE addresses and one past the last
+    scratchpad entry it touches (a LOAD writes its padding too)."""
+    if insn.opcode == Opcode.STORE:
+        return int(MemType.OUT), insn.sram_base + insn.y_size * insn.x_size
+    rows = insn.y_pad_0 + insn.y_size + insn.y_pad_1
+    cols = insn.x_pad_0 + insn.x_size + insn.x_pad_1
+    return int(insn.memory_type), insn.sram_base + rows * cols
+
+
+def insn_fault_text(i: int, insn: Insn, msg: str) -> str:
+    """``instruction <i> (<disassembly>): <msg>``: how every backend names the instruction
+    an error is about."""
+    return f"instruction {int(i)} ({format_insn(insn).strip()}): {msg}"
+
+
+def fault_message(cfg: VTAConfig, kind: int, index: int, insn: Insn | None,
+                  insn_index: int | None, unit: int = 0, unit_ordinal: int = 0) -> str:
+    """The text of a scratchpad fault, the same on every backend.
+
+    Args:
+        kind: an :class:`ErrorKind`.
+        index: the offending index (``ERR_INDEX``).
+        insn: the faulting instruction, or None when the reporter cannot read it.
+        insn_index: its index in the program (None: unknown, then the unit and
+            ``unit_ordinal`` name it).
+    """
+    kind = ErrorKind(int(kind))
+    if kind in INDEX_KINDS:
+        msg = index_fault_text(cfg, kind, index)
+    elif kind is ErrorKind.UOP and insn is not None:
+        msg = uop_range_text(cfg, insn.uop_bgn, insn.uop_end)
+    elif kind is ErrorKind.SRAM and insn is not None:
+        mem, end = sram_range(insn)
+        msg = sram_range_text(mem, insn.sram_base, end, cfg.depth(mem))
+    elif kind is ErrorKind.UOP:
+        msg = f"micro-op index {int(index)} exceeds the UOP depth {cfg.UOP_DEPTH}"
+    else:
+        msg = f"scratchpad address {int(index)} is out of range"
+    if insn is not None and insn_index is not None:
+        return insn_fault_text(insn_index, insn, msg)
+    try:
+        who = Module(int(unit)).name.lower()
+    except ValueError:
+        who = f"unit {int(unit)}"
+    return f"{who} instruction #{int(unit_ordinal)} of the run: {msg}"
+
 
 #: Size of the register window in bytes.
 REGMAP_SIZE = 0x100

@@ -55,6 +55,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
+from ..hw.regs import ErrorKind, index_fault_text, insn_fault_text, sram_range_text, \
+    uop_range_text
 from ..hw.isa import (
     FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, AluOp, Insn, Module, Opcode, decode_program,
     decode_uops, format_insn,
@@ -161,6 +163,35 @@ def _uint_dtype(bits: int) -> str:
 
 def _insn_text(cols: dict[str, list[int]], i: int) -> str:
     return format_insn(Insn(**{k: cols[k][i] for k in INSN_FIELDS})).strip()
+
+
+_INDEX_MEM = {ErrorKind.ACC_DST: MemType.ACC, ErrorKind.INP_SRC: MemType.INP,
+              ErrorKind.ACC_SRC: MemType.ACC, ErrorKind.WGT: MemType.WGT}
+
+
+def first_out_of_range(base: np.ndarray, I: int, J: int, f_out: int, f_in: int,
+                       depth: int) -> tuple[int, int] | None:
+    """The first index ``base[k] + i*f_out + j*f_in >= depth`` of a GEMM/ALU loop nest in
+    execution order (``i`` outer, ``j`` inner, micro-op ``k`` innermost; factors are
+    non-negative), as ``(position, index)`` with ``position = (i*J + j)*len(base) + k``;
+    None when every index is in range."""
+    base = np.asarray(base, dtype=np.int64)
+    U = int(base.size)
+    if U == 0 or I <= 0 or J <= 0:
+        return None
+    top = int(base.max())
+    I, J, f_out, f_in = int(I), int(J), int(f_out), int(f_in)
+    if top + (I - 1) * f_out + (J - 1) * f_in < depth:
+        return None
+    # the offset grows with i and j, so the first (i, j) is the least i that can reach
+    # ``depth`` with the largest j, then the least j for that i
+    need = depth - top - (J - 1) * f_in
+    i = 0 if f_out == 0 or need <= 0 else -(-need // f_out)
+    need = depth - top - i * f_out
+    j = 0 if f_in == 0 or need <= 0 else -(-need // f_in)
+    off = i * f_out + j * f_in
+    k = int(np.flatnonzero(base + off >= depth)[0])
+    return (i * J + j) * U + k, int(base[k]) + off
 
 
 def _nest_boxes(I: int, J: int, U: int, chunk: int = CHUNK):
@@ -275,7 +306,8 @@ class _Machine:
 
     # ------------------------------------------------------------------ errors
     def _err(self, i: int, msg: str) -> ProgramError:
-        return ProgramError(f"instruction {i} ({_insn_text(self.cols, i)}): {msg}")
+        insn = Insn(**{k: self.cols[k][i] for k in INSN_FIELDS})
+        return ProgramError(insn_fault_text(i, insn, msg))
 
     # ------------------------------------------------------------------ decode + static
     def load_program(self, insn_addr: int, insn_count: int) -> None:
@@ -363,8 +395,7 @@ class _Machine:
         loop = (op == Opcode.GEMM) | is_alu
         work = loop & (a["iter_out"] > 0) & (a["iter_in"] > 0) & (a["uop_end"] > a["uop_bgn"])
         first(work & (a["uop_end"] > cfg.UOP_DEPTH),
-              lambda i: f"micro-op range [{int(a['uop_bgn'][i])}, {int(a['uop_end'][i])}) "
-                        f"exceeds the UOP depth {cfg.UOP_DEPTH}")
+              lambda i: uop_range_text(cfg, a["uop_bgn"][i], a["uop_end"][i]))
         # scratchpad ranges of LOAD/STORE
         legal_mt = np.clip(mt, 0, 5)
         depth = np.array([cfg.depth(m) for m in MemType], dtype=np.int64)[legal_mt]
@@ -374,8 +405,7 @@ class _Machine:
         sp_end = a["sram_base"] + np.where(is_load, rows * colsz, ys * xs)
         legal = (is_load & (mt <= 5) & (mt != MemType.OUT)) | (is_store & (mt == MemType.OUT))
         first((ld | st) & legal & (sp_end > depth),
-              lambda i: f"scratchpad range [{int(a['sram_base'][i])}, {int(sp_end[i])}) "
-                        f"exceeds the {_MEM_NAMES[int(mt[i])]} depth {int(depth[i])}")
+              lambda i: sram_range_text(mt[i], a["sram_base"][i], sp_end[i], depth[i]))
         # DMA ranges
         dma = (ld | st) & legal & (ys > 0)
         idx = np.flatnonzero(dma)
@@ -633,20 +663,24 @@ class _Machine:
         self._step(i, 1 + N)
         reset = bool(c["reset"][i])
         use_imm = (not gemm) and bool(c["use_imm"][i])
-        # index bounds (computed indices never wrap: out of range is an error)
-        checks = [("dst", self.uop_dst, "dst_factor", cfg.ACC_DEPTH, "ACC")]
+        # index bounds (computed indices never wrap: out of range is an error).  The
+        # report names the first offending micro-op in execution order (the hardware's
+        # ERR_INDEX), dst before src before wgt within one micro-op.
+        checks = [(ErrorKind.ACC_DST, self.uop_dst, "dst_factor")]
         if not reset:
             if gemm:
-                checks.append(("src", self.uop_src, "src_factor", cfg.INP_DEPTH, "INP"))
-                checks.append(("wgt", self.uop_wgt, "wgt_factor", cfg.WGT_DEPTH, "WGT"))
+                checks.append((ErrorKind.INP_SRC, self.uop_src, "src_factor"))
+                checks.append((ErrorKind.WGT, self.uop_wgt, "wgt_factor"))
             elif not use_imm:
-                checks.append(("src", self.uop_src, "src_factor", cfg.ACC_DEPTH, "ACC"))
-        for name, arr, fac, depth, mname in checks:
-            hi = int(arr[bgn:end].max()) + (I - 1) * c[fac + "_out"][i] + \
-                (J - 1) * c[fac + "_in"][i]
-            if hi >= depth:
-                raise self._err(i, f"computed {name} index {hi} is outside the {mname} "
-                                   f"scratchpad (depth {depth})")
+                checks.append((ErrorKind.ACC_SRC, self.uop_src, "src_factor"))
+        worst = None
+        for order, (kind, arr, fac) in enumerate(checks):
+            hit = first_out_of_range(arr[bgn:end], I, J, c[fac + "_out"][i],
+                                     c[fac + "_in"][i], cfg.depth(_INDEX_MEM[kind]))
+            if hit is not None and (worst is None or (hit[0], order) < worst[:2]):
+                worst = (hit[0], order, kind, hit[1])
+        if worst is not None:
+            raise self._err(i, index_fault_text(cfg, worst[2], worst[3]))
         if not reset:
             st["gemm_counter" if gemm else "alu_counter"] += N
         if self.dry:

@@ -27,20 +27,32 @@ The protocol (``docs/regs.md``):
    host);
 4. :meth:`CoreDriver.counters`: ``CYCLES_LO/HI`` and the per-unit counters, under the
    ``RunResult.stats`` keys shared with fsim (:data:`STAT_REGISTERS`).
+
+Scratchpad faults: when the core reports one (``STATUS.ERROR``; ``ERROR``, ``ERR_INSN``,
+``ERR_INDEX``), :meth:`CoreDriver.wait` raises :class:`CoreFault` (a ``ProgramError``)
+instead of returning, also when the run then did not finish in time.  Its message is
+:func:`vtaforge.hw.regs.fault_message`, the formatter fsim uses for the same fault, so a
+program refused by fsim at run time gets the same words from the RTL and from a board.
+Naming the instruction (``instruction <i> (<disassembly>)``) needs the program: the
+backend passes ``read_program(addr, nbytes)``; without it the message names the unit and
+the unit's instruction ordinal instead.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
+
+import numpy as np
 
 from ..hw import regs
-from ..hw.config import VTAConfig
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import INSN_BYTES, INSN_FIELDS, Insn, Module, Opcode, decode_program
 from .device import DeviceError, ProgramError
 
 __all__ = ["CoreDriver", "RegisterPort", "Watchdog", "CoreIdentityError", "CoreBusyError",
-           "CoreTimeout", "STAT_REGISTERS", "reg_offset", "field_mask"]
+           "CoreTimeout", "CoreFault", "STAT_REGISTERS", "reg_offset", "field_mask"]
 
 #: RunResult.stats key -> counter register (keys match fsim's where they overlap).
 STAT_REGISTERS = {
@@ -75,6 +87,8 @@ _IRQ_EN = field_mask("CTRL", "IRQ_EN")
 _BUSY = field_mask("STATUS", "BUSY")
 _DONE = field_mask("STATUS", "DONE")
 _IRQ_DONE = field_mask("IRQ_STATUS", "DONE")
+_ERROR = field_mask("STATUS", "ERROR")
+_ERR_VALID = field_mask("ERROR", "VALID")
 
 
 class RegisterPort(Protocol):
@@ -112,6 +126,48 @@ class CoreTimeout(ProgramError):
     def __init__(self, msg: str, status: int, limit: float, elapsed: float, unit: str):
         super().__init__(msg)
         self.status, self.limit, self.elapsed, self.unit = status, limit, elapsed, unit
+
+
+class CoreFault(ProgramError):
+    """The core reported a scratchpad fault (``STATUS.ERROR``).
+
+    Attributes:
+        unit: the :class:`~vtaforge.hw.isa.Module` that found it; kind: a
+        :class:`~vtaforge.hw.regs.ErrorKind`; index: ``ERR_INDEX``; ordinal: ``ERR_INSN``
+        (the unit's instruction count); insn_index: the instruction's index in the
+        program (None when the driver could not read the program).
+    """
+
+    def __init__(self, msg: str, unit: int, kind: int, index: int, ordinal: int,
+                 insn_index: int | None):
+        super().__init__(msg)
+        self.unit, self.kind, self.index = unit, kind, index
+        self.ordinal, self.insn_index = ordinal, insn_index
+
+
+def _field(value: int, reg_name: str, field_name: str) -> int:
+    f = next(f for f in regs.reg(reg_name).fields if f.name == field_name)
+    return (value >> f.lsb) & ((1 << f.width) - 1)
+
+
+def unit_instruction(cfg: VTAConfig, program, unit: int, ordinal: int
+                     ) -> tuple[int, Insn] | None:
+    """The ``ordinal``-th instruction (0-based) that module ``unit`` executes in
+    ``program`` (encoded bytes), as ``(index in the program, Insn)``; None past the end.
+
+    The module of each instruction follows :func:`vtaforge.hw.isa.insn_module` (STORE →
+    store; LOAD of INP/WGT → load; everything else → compute), as fetch dispatches them.
+    """
+    cols = decode_program(cfg, np.frombuffer(bytes(program), dtype=np.uint8))
+    op, mt = cols["opcode"], cols["memory_type"]
+    load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
+    mod = np.where(op == Opcode.STORE, int(Module.STORE),
+                   np.where(load, int(Module.LOAD), int(Module.COMPUTE)))
+    idx = np.flatnonzero(mod == int(unit))
+    if not 0 <= ordinal < idx.size:
+        return None
+    i = int(idx[ordinal])
+    return i, Insn(**{k: int(cols[k][i]) for k in INSN_FIELDS})
 
 
 @dataclass
@@ -152,11 +208,20 @@ class CoreDriver:
         port: the register port (``read(offset)``, ``write(offset, value)``).
         where: how messages name the register window (e.g. ``"register window
             0x43c00000"``, ``"RTL core"``).
+        config: the core's config (also set by :meth:`identify`); fault messages need it.
+        read_program: ``read_program(addr, nbytes) -> bytes-like``, the device memory
+            holding the instructions of the last launch (fault messages name the
+            instruction with it).
     """
 
-    def __init__(self, port: RegisterPort, *, where: str = "the core"):
+    def __init__(self, port: RegisterPort, *, where: str = "the core",
+                 config: VTAConfig | None = None,
+                 read_program: Callable[[int, int], Any] | None = None):
         self.port = port
         self.where = where
+        self.config = config
+        self.read_program = read_program
+        self._launched: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ registers
     def read(self, name: str) -> int:
@@ -191,6 +256,7 @@ class CoreDriver:
                 hints at a missing bitstream / wrong base when the window reads as 0 or
                 all-ones).
         """
+        self.config = config
         fp = self.read("FINGERPRINT")
         want = config.fingerprint
         if fp != want:
@@ -237,6 +303,7 @@ class CoreDriver:
         self.write("INSN_ADDR_HI", insn_addr >> 32)
         self.write("INSN_COUNT", insn_count)
         self.write("CTRL", ctrl | _START)
+        self._launched = (insn_addr, insn_count)
 
     def wait(self, watchdog: Watchdog) -> float:
         """Poll ``STATUS.DONE`` until it is set.
@@ -244,6 +311,8 @@ class CoreDriver:
         Returns:
             the time from the call until DONE was seen, in the watchdog's unit.
         Raises:
+            CoreFault: the core reported a scratchpad fault (checked when DONE is seen and
+                before a timeout is reported).
             CoreTimeout: not done within ``watchdog.limit`` (the core is left as it is:
                 the caller resets it or reports that it must be reset).
         """
@@ -251,6 +320,10 @@ class CoreDriver:
         while True:
             status = self.status()
             elapsed = watchdog.now() - t0
+            if self.is_done(status) or elapsed >= watchdog.limit:
+                fault = self.fault(status)
+                if fault is not None:
+                    raise fault
             if self.is_done(status):
                 return elapsed
             if elapsed >= watchdog.limit:
@@ -258,6 +331,45 @@ class CoreDriver:
                     f"{self.where}: run not done after {watchdog.limit:g} {watchdog.unit} "
                     f"(STATUS=0x{status:x})", status, watchdog.limit, elapsed, watchdog.unit)
             watchdog.idle()
+
+    def fault(self, status: int | None = None) -> CoreFault | None:
+        """The core's scratchpad-fault report as a :class:`CoreFault` (not raised), or None
+        when ``STATUS.ERROR`` is clear.
+
+        Args:
+            status: a ``STATUS`` value already read (else it is read now).
+        """
+        if status is None:
+            status = self.status()
+        if not status & _ERROR:
+            return None
+        err = self.read("ERROR")
+        if not err & _ERR_VALID:
+            return None
+        unit = _field(err, "ERROR", "UNIT")
+        kind = _field(err, "ERROR", "KIND")
+        ordinal = self.read("ERR_INSN")
+        index = self.read("ERR_INDEX")
+        found = None
+        if self.read_program is not None and self._launched is not None and \
+                self.config is not None:
+            addr, count = self._launched
+            try:
+                found = unit_instruction(self.config, self.read_program(addr, count * INSN_BYTES),
+                                         unit, ordinal)
+            except (DeviceError, ValueError):
+                found = None
+        i, insn = found if found is not None else (None, None)
+        try:
+            kind_ok = regs.ErrorKind(kind)
+        except ValueError:
+            kind_ok = None
+        if self.config is None or kind_ok is None:
+            msg = (f"{self.where}: scratchpad fault (ERROR=0x{err:x}, ERR_INSN={ordinal}, "
+                   f"ERR_INDEX={index})")
+        else:
+            msg = regs.fault_message(self.config, kind_ok, index, insn, i, unit, ordinal)
+        return CoreFault(msg, unit, kind, index, ordinal, i)
 
     def counters(self) -> dict[str, int]:
         """``cycles`` (``CYCLES_HI:LO``) and every :data:`STAT_REGISTERS` counter of the

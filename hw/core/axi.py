@@ -258,7 +258,9 @@ class AXILiteRegs(wiring.Component):
     addresses read 0).  Core-side ports: ``start`` (combinational one-cycle pulse in the cycle
     a CTRL write with START = 1 is accepted), ``irq_en``,
     ``insn_addr`` (64), ``insn_count`` (32), inputs ``busy``/``done`` and the counters
-    ``cnt_<NAME>`` (32 bits each, 64 for CYCLES), ``set_irq`` (pulse at completion).
+    ``cnt_<NAME>`` (32 bits each, 64 for CYCLES), ``set_irq`` (pulse at completion), and
+    the fault report ``err`` (the ERROR register's value, 32), ``err_insn``, ``err_index``
+    (``STATUS.ERROR`` is ``err[0]``).
     """
 
     COUNTERS = ("FETCH_BUSY", "LOAD_BUSY", "COMPUTE_BUSY", "STORE_BUSY", "LOAD_STALL",
@@ -271,7 +273,7 @@ class AXILiteRegs(wiring.Component):
         members.update({
             "start": Out(1), "irq_en": Out(1), "irq": Out(1), "insn_addr": Out(64),
             "insn_count": Out(32), "busy": In(1), "done": In(1), "set_irq": In(1),
-            "cycles": In(64),
+            "cycles": In(64), "err": In(32), "err_insn": In(32), "err_index": In(32),
         })
         for n in self.COUNTERS:
             members[f"cnt_{n.lower()}"] = In(32)
@@ -322,12 +324,13 @@ class AXILiteRegs(wiring.Component):
             m.d.sync += rvalid.eq(0)
         values = {
             "CTRL": Cat(Const(0, 1), self.irq_en),
-            "STATUS": Cat(self.busy, self.done),
+            "STATUS": Cat(self.busy, self.done, self.err[0]),
             "IRQ_STATUS": irq_status,
             "INSN_ADDR_LO": insn_lo, "INSN_ADDR_HI": insn_hi, "INSN_COUNT": self.insn_count,
             "CYCLES_LO": self.cycles[:32], "CYCLES_HI": self.cycles[32:],
             "FINGERPRINT": Const(self.cfg.fingerprint, 32),
             "VERSION": Const(regmap.REGMAP_VERSION, 32),
+            "ERROR": self.err, "ERR_INSN": self.err_insn, "ERR_INDEX": self.err_index,
         }
         for n in self.COUNTERS:
             values[n] = getattr(self, f"cnt_{n.lower()}")

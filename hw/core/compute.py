@@ -40,6 +40,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import MemType, VTAConfig
 from ..isa import AluOp, Opcode
+from ..regs import ErrorKind
 from .axi import ReadClientSignature
 from .load import CommandPortSignature, TensorLoader, insn_field
 from .scratchpad import Scratchpad
@@ -157,6 +158,16 @@ class ComputeUnit(wiring.Component):
     (pulse per executed non-reset micro-op: reset micro-ops count in neither, as in fsim's
     ``gemm_counter``/``alu_counter``), ``rd_bytes`` (bytes of DRAM elements its loads
     received this cycle).
+
+    Scratchpad faults (``hw/regs.py``): ``err`` pulses on the first violation this unit
+    sees, with ``err_kind`` (4, :class:`vtaforge.hw.regs.ErrorKind`), ``err_index`` (32)
+    and ``err_ord`` (32, the instruction's ``ord_next`` value when it was taken).
+    Stage A checks the micro-op index, stage B the computed ``dst``/``src``/``wgt``
+    against their scratchpads (in full width: the loop offsets carry two extra bits, so the
+    first offending index is exact), the loader its write addresses.  The offending micro-op
+    or write is dropped and the sequencer stops; while ``halt`` (In: the core has faulted)
+    is high no micro-op runs and nothing is written.  ``ord_next`` (In, 32): the ordinal
+    the instruction at the queue head gets when taken.
     """
 
     def __init__(self, cfg: VTAConfig):
@@ -172,6 +183,8 @@ class ComputeUnit(wiring.Component):
             "out_w_en": Out(1),
             "finish": Out(1), "state": Out(4), "busy": Out(1), "stall": Out(1),
             "gemm_uop": Out(1), "alu_uop": Out(1), "rd_bytes": Out(32),
+            "halt": In(1), "ord_next": In(32), "err": Out(1), "err_kind": Out(4),
+            "err_index": Out(32), "err_ord": Out(32),
         })
 
     # ------------------------------------------------------------------ helpers
@@ -192,12 +205,16 @@ class ComputeUnit(wiring.Component):
         m.submodules.uop_mem = uop_mem = Scratchpad(32, cfg.UOP_DEPTH)
         m.submodules.acc_mem = acc_mem = Scratchpad(acc_bits, cfg.ACC_DEPTH)
         elems = [32, acc_bits] + ([cfg.elem_bits(MemType.ACC8)] if cfg.ACC_8BIT else [])
-        m.submodules.loader = ld = TensorLoader(cfg, elems)
+        depths = [cfg.UOP_DEPTH, cfg.ACC_DEPTH] + ([cfg.ACC_DEPTH] if cfg.ACC_8BIT else [])
+        m.submodules.loader = ld = TensorLoader(cfg, elems, depths)
         wiring.connect(m, wiring.flipped(self.dma), ld.dma)
-        m.d.comb += self.rd_bytes.eq(ld.rd_bytes)
+        m.d.comb += [self.rd_bytes.eq(ld.rd_bytes), ld.halt.eq(self.halt)]
 
         insn = Signal(128)
+        insn_ord = Signal(32)  # ordinal of the instruction in ``insn``
         head = self.cmd.data
+        with m.If(self.cmd.ready):
+            m.d.sync += insn_ord.eq(self.ord_next)
         opcode = insn[:3]
 
         def mf(name):
@@ -256,15 +273,21 @@ class ComputeUnit(wiring.Component):
         k = Signal(cfg.LOG_UOP_DEPTH + 1)
         i_cnt = Signal(14)
         j_cnt = Signal(14)
-        d_o, d_c = Signal(LA), Signal(LA)
-        s_o, s_c = Signal(LS), Signal(LS)
-        w_o, w_c = Signal(LWd), Signal(LWd)
+        # loop offsets, two bits wider than the indices: up to the first out-of-range index
+        # every offset is below twice the depth and the sequencer runs at most one offset
+        # ahead of stage B, so the offsets that reach B before a fault are exact
+        d_o, d_c = Signal(LA + 2), Signal(LA + 2)
+        s_o, s_c = Signal(LS + 2), Signal(LS + 2)
+        w_o, w_c = Signal(LWd + 2), Signal(LWd + 2)
         gen_active = Signal()
         seq_start = Signal()
         advance_a = Signal()
 
         b_valid = Signal()
-        b_doff, b_soff, b_woff = Signal(LA), Signal(LS), Signal(LWd)
+        b_doff, b_soff, b_woff = Signal(LA + 2), Signal(LS + 2), Signal(LWd + 2)
+        b_ord = Signal(32)
+        kill_b = Signal()   # the micro-op in B is dropped (out of range, or the core halted)
+        a_oob = Signal()    # the micro-op index in A is past the UOP depth
         advance_b = Signal()
         phase = Signal()
 
@@ -276,14 +299,16 @@ class ComputeUnit(wiring.Component):
                          s_o.eq(0), s_c.eq(0), w_o.eq(0), w_c.eq(0),
                          gen_active.eq((hgf("iter_out") != 0) & (hgf("iter_in") != 0)
                                        & (hgf("uop_end") > hgf("uop_bgn")))]
-        m.d.comb += advance_a.eq(gen_active & (~b_valid | advance_b))
+        m.d.comb += a_oob.eq(k[cfg.LOG_UOP_DEPTH])
+        a_ready = gen_active & (~b_valid | advance_b)
+        m.d.comb += advance_a.eq(a_ready & ~a_oob & ~self.halt)
         # per-instruction controls travel with the micro-op, so the next GEMM/ALU can enter
         # stage A while the previous one's micro-ops are still in B..D
         b_alu, b_tensor, b_reset, b_imm_sel = Signal(), Signal(), Signal(), Signal()
         b_op = Signal(3)
         b_imm = Signal(signed(16))
         with m.If(advance_a):
-            m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c),
+            m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c), b_ord.eq(insn_ord),
                          b_alu.eq(is_alu), b_tensor.eq(alu_tensor), b_reset.eq(reset),
                          b_imm_sel.eq(use_imm), b_op.eq(alu_op), b_imm.eq(imm)]
             with m.If(k != uop_end - 1):
@@ -305,15 +330,45 @@ class ComputeUnit(wiring.Component):
             m.d.sync += b_valid.eq(1)
         with m.Elif(advance_b):
             m.d.sync += b_valid.eq(0)
+        # a fault (here or anywhere in the core) stops the sequencer
+        with m.If((a_ready & a_oob) | kill_b | self.halt):
+            m.d.sync += gen_active.eq(0)
 
         # ---------------------------------------------------------- stage B: index + hazard
         uop = uop_mem.r_data
         dst = Signal(LA)
         src = Signal(LS)
         wgt = Signal(LWd)
-        m.d.comb += [dst.eq(insn_uop(cfg, uop, "dst") + b_doff),
-                     src.eq(insn_uop(cfg, uop, "src") + b_soff),
-                     wgt.eq(insn_uop(cfg, uop, "wgt") + b_woff)]
+        dst_full, src_full, wgt_full = Signal(LA + 2), Signal(LS + 2), Signal(LWd + 2)
+        m.d.comb += [dst_full.eq(insn_uop(cfg, uop, "dst") + b_doff),
+                     src_full.eq(insn_uop(cfg, uop, "src") + b_soff),
+                     wgt_full.eq(insn_uop(cfg, uop, "wgt") + b_woff),
+                     dst.eq(dst_full), src.eq(src_full), wgt.eq(wgt_full)]
+        # index checks (the same set as fsim: dst always; GEMM src in INP and wgt unless
+        # reset; tensor-ALU src in ACC), reported dst before src before wgt
+        v_dst = dst_full >= cfg.ACC_DEPTH
+        v_src_acc = b_tensor & (src_full >= cfg.ACC_DEPTH)
+        v_src_inp = ~b_alu & ~b_reset & (src_full >= cfg.INP_DEPTH)
+        v_wgt = ~b_alu & ~b_reset & (wgt_full >= cfg.WGT_DEPTH)
+        b_fault = Signal()
+        m.d.comb += [b_fault.eq(b_valid & (v_dst | v_src_acc | v_src_inp | v_wgt)),
+                     kill_b.eq(b_valid & (b_fault | self.halt))]
+        with m.If(b_fault & ~self.halt):
+            m.d.comb += [self.err.eq(1), self.err_ord.eq(b_ord)]
+            with m.If(v_dst):
+                m.d.comb += [self.err_kind.eq(ErrorKind.ACC_DST), self.err_index.eq(dst_full)]
+            with m.Elif(v_src_acc):
+                m.d.comb += [self.err_kind.eq(ErrorKind.ACC_SRC), self.err_index.eq(src_full)]
+            with m.Elif(v_src_inp):
+                m.d.comb += [self.err_kind.eq(ErrorKind.INP_SRC), self.err_index.eq(src_full)]
+            with m.Else():
+                m.d.comb += [self.err_kind.eq(ErrorKind.WGT), self.err_index.eq(wgt_full)]
+        with m.Elif(a_ready & a_oob & ~self.halt):
+            m.d.comb += [self.err.eq(1), self.err_ord.eq(insn_ord),
+                         self.err_kind.eq(ErrorKind.UOP), self.err_index.eq(k)]
+        with m.Elif(ld.oob):
+            m.d.comb += [self.err.eq(1), self.err_ord.eq(insn_ord),
+                         self.err_kind.eq(ErrorKind.SRAM), self.err_index.eq(ld.oob_addr)]
         c_valid, c_dst = Signal(), Signal(LA)
         d_valid, d_dst = Signal(), Signal(LA)
         hazard = Signal()
@@ -333,8 +388,8 @@ class ComputeUnit(wiring.Component):
         src_tag_v = Signal()
         need_src = Signal()
         m.d.comb += need_src.eq(b_tensor & ~(src_tag_v & (src_tag == src[:LA])))
-        m.d.comb += advance_b.eq(b_valid & (phase | (~hazard & ~need_src)))
-        with m.If(b_valid & need_src & ~phase & ~hazard):
+        m.d.comb += advance_b.eq(b_valid & (kill_b | phase | (~hazard & ~need_src)))
+        with m.If(b_valid & need_src & ~phase & ~hazard & ~kill_b):
             m.d.sync += phase.eq(1)
         with m.If(advance_b):
             m.d.sync += phase.eq(0)
@@ -348,7 +403,7 @@ class ComputeUnit(wiring.Component):
         c_alu, c_reset, c_imm_sel = Signal(), Signal(), Signal()
         c_op = Signal(3)
         c_imm = Signal(signed(16))
-        m.d.sync += [c_valid.eq(advance_b), c_dst.eq(dst), c_alu.eq(b_alu), c_reset.eq(b_reset),
+        m.d.sync += [c_valid.eq(advance_b & ~kill_b), c_dst.eq(dst), c_alu.eq(b_alu), c_reset.eq(b_reset),
                      c_imm_sel.eq(b_imm_sel), c_op.eq(b_op), c_imm.eq(b_imm)]
 
         # ---------------------------------------------------------- stage C: multiply / ALU

@@ -56,11 +56,21 @@ class TensorLoader(wiring.Component):
     element received from DRAM this cycle (0 for padding and idle cycles), for the
     DMA_RD_BYTES counter, which counts the bytes a program asked for, as fsim's
     ``dram_read_nbytes`` does, not whole bus beats.
+
+    With ``depths`` (the entries of each memory, in ``sel`` order) every write is checked:
+    a write at an address ``>= depth`` is dropped and pulses ``oob`` with the address on
+    ``oob_addr`` (17 bits: the address counter never wraps before it passes any depth).
+    While ``halt`` is high no write is made.  The data movement itself (DMA beats, the
+    ``done`` pulse) is unchanged either way.
     """
 
-    def __init__(self, cfg: VTAConfig, elems: list[int]):
+    def __init__(self, cfg: VTAConfig, elems: list[int], depths: list[int] | None = None):
         self.cfg = cfg
         self.elems = list(elems)
+        self.depths = list(depths) if depths is not None else None
+        if self.depths is not None and len(self.depths) != len(self.elems):
+            raise ValueError(f"TensorLoader: {len(self.depths)} depths for "
+                             f"{len(self.elems)} memories")
         members = {
             "start": In(1), "sel": In(range(max(2, len(elems)))), "sram_base": In(16),
             "dram_base": In(32), "y_size": In(16), "x_size": In(16), "x_stride": In(16),
@@ -68,6 +78,7 @@ class TensorLoader(wiring.Component):
             "busy": Out(1), "done": Out(1),
             "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)), "w_addr": Out(16),
             "rd_bytes": Out(32),
+            "halt": In(1), "oob": Out(1), "oob_addr": Out(17),
         }
         for i, eb in enumerate(elems):
             members[f"w_en{i}"] = Out(1)
@@ -94,8 +105,8 @@ class TensorLoader(wiring.Component):
         rows = Signal(16)
         zc = Signal(18)
         ecnt = Signal(16)
-        waddr = Signal(16)
-        m.d.comb += self.w_addr.eq(waddr)
+        waddr = Signal(17)
+        m.d.comb += self.w_addr.eq(waddr[:16])
 
         def leb_of(i):
             return (self.elems[i] // 8).bit_length() - 1
@@ -116,8 +127,18 @@ class TensorLoader(wiring.Component):
         elem_valid = Signal()
         elem_last = Signal()
         m.d.comb += elem_last.eq(ecnt == 1)
+        writing = Signal()
+        m.d.comb += writing.eq(zero_write | elem_valid)
+        blocked = Signal()
+        if self.depths is not None:
+            for i, d in enumerate(self.depths):
+                with m.If((sel == i) & (waddr >= d)):
+                    m.d.comb += blocked.eq(1)
+            m.d.comb += [self.oob.eq(writing & blocked & ~self.halt),
+                         self.oob_addr.eq(waddr)]
         for i in range(len(self.elems)):
-            m.d.comb += getattr(self, f"w_en{i}").eq((zero_write | elem_valid) & (sel == i))
+            m.d.comb += getattr(self, f"w_en{i}").eq(writing & (sel == i) & ~blocked
+                                                     & ~self.halt)
         with m.If(zero_write | elem_valid):
             m.d.sync += waddr.eq(waddr + 1)
         for i, eb in enumerate(self.elems):
@@ -258,7 +279,9 @@ class LoadUnit(wiring.Component):
     Ports: ``cmd`` (command queue head), token ports ``g2l_nonempty``/``g2l_pop`` and
     ``l2g_has_room``/``l2g_push``, ``dma`` (read client), INP write port ``inp_w_*`` and WGT
     write port ``wgt_w_*``, ``state`` (4 bits, :data:`LOAD_STATES`), ``busy``, ``stall``,
-    ``rd_bytes`` (32, bytes of DRAM elements received this cycle).
+    ``rd_bytes`` (32, bytes of DRAM elements received this cycle); scratchpad faults:
+    ``err`` (pulse: a write past the INP/WGT depth, dropped) with ``err_index`` (32, the
+    address), and ``halt`` (In: the core has faulted, write nothing).
     """
 
     def __init__(self, cfg: VTAConfig):
@@ -272,13 +295,17 @@ class LoadUnit(wiring.Component):
             "wgt_w_addr": Out(cfg.LOG_WGT_DEPTH), "wgt_w_data": Out(cfg.elem_bits(MemType.WGT)),
             "wgt_w_en": Out(1),
             "state": Out(4), "busy": Out(1), "stall": Out(1), "rd_bytes": Out(32),
+            "halt": In(1), "err": Out(1), "err_index": Out(32),
         })
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         m.submodules.loader = ld = TensorLoader(
-            cfg, [cfg.elem_bits(MemType.INP), cfg.elem_bits(MemType.WGT)])
+            cfg, [cfg.elem_bits(MemType.INP), cfg.elem_bits(MemType.WGT)],
+            [cfg.INP_DEPTH, cfg.WGT_DEPTH])
+        m.d.comb += [ld.halt.eq(self.halt), self.err.eq(ld.oob),
+                     self.err_index.eq(ld.oob_addr)]
         wiring.connect(m, wiring.flipped(self.dma), ld.dma)
         m.d.comb += [self.inp_w_addr.eq(ld.w_addr), self.inp_w_data.eq(ld.w_data0),
                      self.inp_w_en.eq(ld.w_en0),

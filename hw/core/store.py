@@ -47,6 +47,10 @@ class StoreUnit(wiring.Component):
     (``elem_bits / BUS_WIDTH`` cycles per element); narrower elements take one cycle each.
     The instruction completes, and pushes its S2G token in the same cycle, when the engine
     reports every write response received.
+
+    Scratchpad faults: reading an OUT entry past the depth pulses ``err`` with the entry on
+    ``err_index`` (32); while ``halt`` (In: the core has faulted) is high every beat goes
+    out with a zero strobe, so nothing reaches DRAM but the bus protocol runs to its end.
     """
 
     def __init__(self, cfg: VTAConfig):
@@ -58,6 +62,7 @@ class StoreUnit(wiring.Component):
             "out_r_data": In(cfg.elem_bits(MemType.OUT)),
             "dma": Out(WriteClientSignature(cfg.BUS_WIDTH)),
             "state": Out(4), "busy": Out(1), "stall": Out(1),
+            "halt": In(1), "err": Out(1), "err_index": Out(32),
         })
 
     def elaborate(self, platform):
@@ -91,12 +96,14 @@ class StoreUnit(wiring.Component):
         # reader, stage R (address) and stage P (data)
         p_rows = Signal(16)    # rows whose elements are not all read
         p_ecnt = Signal(16)    # elements of the current row not yet read
-        raddr = Signal(cfg.LOG_ACC_DEPTH)
+        raddr = Signal(17)  # never wraps before it passes the depth (sram_base: 16 bits)
         p_valid = Signal()
         p_adv = Signal()       # stage P is free or frees up this cycle
         rd_go = Signal()
         m.d.comb += [rd_go.eq((p_rows != 0) & p_adv),
-                     self.out_r_addr.eq(raddr), self.out_r_en.eq(rd_go)]
+                     self.out_r_addr.eq(raddr[:cfg.LOG_ACC_DEPTH]), self.out_r_en.eq(rd_go),
+                     self.err.eq(rd_go & (raddr >= cfg.ACC_DEPTH) & ~self.halt),
+                     self.err_index.eq(raddr)]
         with m.If(rd_go):
             m.d.sync += [raddr.eq(raddr + 1), p_valid.eq(1)]
             with m.If(p_ecnt == 1):
@@ -122,7 +129,7 @@ class StoreUnit(wiring.Component):
                 with m.If(p_lane == ln):
                     m.d.comb += [mbuf.word_select(ln, eb).eq(self.out_r_data),
                                  mstrb.word_select(ln, ebytes).eq((1 << ebytes) - 1)]
-            m.d.comb += [self.dma.data.eq(mbuf), self.dma.strb.eq(mstrb),
+            m.d.comb += [self.dma.data.eq(mbuf), self.dma.strb.eq(Mux(self.halt, 0, mstrb)),
                          self.dma.data_valid.eq(p_valid & p_bend),
                          p_adv.eq(~p_valid | ~p_bend | self.dma.data_ready)]
             with m.If(p_valid & p_adv):
@@ -141,7 +148,7 @@ class StoreUnit(wiring.Component):
             last_beat = (bc == bpe - 1) if bpe > 1 else Const(1, 1)
             m.d.comb += [self.dma.data.eq(self.out_r_data.word_select(bc, bw)
                                           if bpe > 1 else self.out_r_data),
-                         self.dma.strb.eq((1 << bb) - 1),
+                         self.dma.strb.eq(Mux(self.halt, 0, (1 << bb) - 1)),
                          self.dma.data_valid.eq(p_valid),
                          p_adv.eq(~p_valid | (self.dma.data_ready & last_beat))]
             if bpe > 1:

@@ -15,6 +15,12 @@ A run starts on CTRL.START (ignored while a run is busy): STATUS.DONE drops in t
 write is accepted, the token queues are cleared, and fetch starts.  The run completes when a
 FINISH has executed, fetch has dispatched every instruction, every command queue is empty and
 every unit is idle; then DONE and IRQ_STATUS.DONE rise and the cycle counter stops.
+
+Scratchpad faults: the first ``err`` pulse of a run from load, compute or store (compute
+first, then load, then store within one cycle) is latched as the ERROR / ERR_INSN /
+ERR_INDEX registers (:mod:`vtaforge.hw.regs`); from the next cycle every unit sees
+``halt`` and writes nothing more, while the program still runs to completion (tokens and
+DMA beats move as usual), so DONE rises and the host reads the report.  START clears it.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
 from ..config import MemType, VTAConfig
+from ..isa import Module as Unit
 from ..isa import Queue
+from ..regs import ErrorKind
 from .axi import AXILiteRegs, DMAEngine, axi_lite_members, axi_master_members
 from .compute import ComputeUnit
 from .fetch import FetchUnit
@@ -131,6 +139,44 @@ class VTACore(wiring.Component):
             out.r_addr.eq(store.out_r_addr), out.r_en.eq(store.out_r_en),
             store.out_r_data.eq(out.r_data),
         ]
+
+        # instructions each unit has taken this run (ERR_INSN counts in these)
+        taken = {}
+        for q, unit in (("ld", load), ("gm", comp), ("st", store)):
+            n = Signal(32, name=f"taken_{q}")
+            with m.If(start):
+                m.d.sync += n.eq(0)
+            with m.Elif(unit.cmd.ready):
+                m.d.sync += n.eq(n + 1)
+            taken[q] = n
+        m.d.comb += comp.ord_next.eq(taken["gm"])
+
+        # scratchpad faults: the first report of the run is kept
+        err_valid = Signal()
+        err_unit = Signal(2)
+        err_kind = Signal(4)
+        err_insn = Signal(32)
+        err_index = Signal(32)
+        m.d.comb += [load.halt.eq(err_valid), comp.halt.eq(err_valid),
+                     store.halt.eq(err_valid),
+                     regs.err.eq(Cat(err_valid, err_unit, Const(0, 1), err_kind)),
+                     regs.err_insn.eq(err_insn), regs.err_index.eq(err_index)]
+        with m.If(start):
+            m.d.sync += [err_valid.eq(0), err_unit.eq(0), err_kind.eq(0), err_insn.eq(0),
+                         err_index.eq(0)]
+        with m.Elif(~err_valid):
+            with m.If(comp.err):
+                m.d.sync += [err_valid.eq(1), err_unit.eq(Unit.COMPUTE),
+                             err_kind.eq(comp.err_kind), err_insn.eq(comp.err_ord),
+                             err_index.eq(comp.err_index)]
+            with m.Elif(load.err):
+                m.d.sync += [err_valid.eq(1), err_unit.eq(Unit.LOAD),
+                             err_kind.eq(ErrorKind.SRAM), err_insn.eq(taken["ld"] - 1),
+                             err_index.eq(load.err_index)]
+            with m.Elif(store.err):
+                m.d.sync += [err_valid.eq(1), err_unit.eq(Unit.STORE),
+                             err_kind.eq(ErrorKind.SRAM), err_insn.eq(taken["st"] - 1),
+                             err_index.eq(store.err_index)]
 
         # run control
         running = Signal()

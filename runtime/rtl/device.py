@@ -309,7 +309,9 @@ class RtlDevice(Device):
             msg = h.last_error
             self.close()
             raise DeviceError(f"cannot start {fmt.upper()} waveform {str(trace)!r}: {msg}")
-        self.driver = CoreDriver(h, where="RTL core")
+        # fault reports name the instruction: the driver reads the program back
+        self.driver = CoreDriver(h, where="RTL core", config=config,
+                                 read_program=self._read_mem)
         try:
             self.driver.identify(config)
         except CoreIdentityError:

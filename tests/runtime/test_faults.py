@@ -1,7 +1,9 @@
 """Regression tests for the faults of issue 10 (item 5), each with its reproduction.
 
 F1: a STORE over the program's own instructions is refused statically (fsim, the verifier
-and the rtl backend, one message).  F3: rtl runs images whose size is not a multiple of the
+and the rtl backend, one message).  F2: micro-ops the program STOREs and then LOADs index
+past a scratchpad: fsim refuses at run time, and the core reports it (STATUS.ERROR) with
+fsim's message instead of wrapping the index.  F3: rtl runs images whose size is not a multiple of the
 bus beat.  F4: ``--max-steps``/``timeout_cycles`` on rtl is exact.  F5: the builder honours
 the command- and token-queue capacities.  Bundles carry the config fingerprint.
 """
@@ -15,11 +17,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from progtools import Image, MemType, finish, ld, st
+from progtools import AluOp, Image, MemType, alu, finish, gemm, ld, st
 from vtaforge.cli import main
 from vtaforge.hw.config import preset
 from vtaforge.runtime.bundle import load_bundle
-from vtaforge.runtime.device import ProgramError
+from vtaforge.runtime.device import Buffer, ProgramError
 from vtaforge.runtime.fsim import simulate
 from vtaforge.runtime.verify import verify_program
 
@@ -127,6 +129,175 @@ def test_f1_rtl_refuses_with_fsim_message():
         simulate(TINY, ref, ia, n)
     assert str(e.value) == str(e2.value)
     np.testing.assert_array_equal(dram, before)
+
+
+# ------------------------------------------------------------------------------ F2
+F2_MSG = ("instruction 5 (ALU ADD   [---N] uop[1:2] out=2(d511,s0) in=1(d0,s0) imm=0): "
+          "computed dst index 768 is outside the ACC scratchpad (depth 512)")
+
+
+def self_made_uop_program(cfg):
+    """The F2 reproduction (tiny: an OUT element is one 4-byte micro-op word).
+
+    The program makes ACC 0 hold 1 in every lane, STOREs it over a zero micro-op word,
+    LOADs that word back as micro-op 1 (now ``dst = 0x101 & 0x1ff = 257``) and runs an
+    ALU over it with ``iter_out = 2``, ``dst_factor_out = 511``: the last iteration's
+    ``dst`` is 257 + 511 = 768, past the 512-entry ACC.  Against the initial image (a zero
+    word: ``dst`` 0 + 511) every index is in range, so the static verifier passes it.  A
+    last STORE (ACC 0 to ``probe``) comes after the fault.
+
+    Returns ``(dram, insn_addr, insn_count, probe_addr)``.
+    """
+    assert cfg.elem_bytes(MemType.OUT) == 4 == cfg.elem_bytes(MemType.UOP)
+    img = Image(cfg)
+    u0 = img.uops([0], [0])
+    u1 = img.zeros(64)
+    probe = img.put(np.full(64, 0xA5, np.uint8))
+    insns = [ld(MemType.UOP, 0, img.base(u0, MemType.UOP), 1, 1),
+             alu(AluOp.ADD, 0, 1, imm=0, reset=1),
+             alu(AluOp.ADD, 0, 1, imm=1, push_next=1),
+             st(0, img.base(u1, MemType.OUT), 1, 1, pop_prev=1, push_prev=1),
+             ld(MemType.UOP, 1, img.base(u1, MemType.UOP), 1, 1, pop_next=1),
+             alu(AluOp.ADD, 1, 2, iter_out=2, dfo=511, imm=0, push_next=1),
+             st(0, img.base(probe, MemType.OUT), 1, 1, pop_prev=1, push_prev=1),
+             finish(pop_next=1)]
+    dram, ia, n = img.build(insns)
+    return dram, ia, n, probe
+
+
+def test_f2_verifier_passes_fsim_refuses_at_run_time():
+    dram, ia, n, _ = self_made_uop_program(TINY)
+    verify_program(TINY, dram.copy(), ia, n)  # sees only the initial (zero) micro-op
+    with pytest.raises(ProgramError) as e:
+        simulate(TINY, dram.copy(), ia, n)
+    assert str(e.value) == F2_MSG
+
+
+@pytest.mark.rtl
+def test_f2_rtl_reports_the_fault_with_fsim_message():
+    rtl = _rtl()
+    dram, ia, n, probe = self_made_uop_program(TINY)
+    before = dram.copy()
+    with pytest.raises(ProgramError) as e:
+        rtl.run_raw(TINY, dram, ia, n, progress=False, timeout_cycles=100_000)
+    assert str(e.value) == F2_MSG
+    np.testing.assert_array_equal(dram, before)  # run_raw keeps the image on error
+    # on the device itself: the run completed, the report is in the registers, and
+    # nothing was written after the fault (the probe STORE left DRAM as it was)
+    dev = rtl.RtlDevice(TINY, 1 << 16, progress=False)
+    try:
+        dev.resize(dram.size + 64)
+        dev.mem[:dram.size] = dram
+        with pytest.raises(ProgramError) as e2:
+            dev.run(ia, n, regions=[Buffer(0, dram.size)])
+        assert str(e2.value) == F2_MSG
+        from vtaforge.hw.isa import Module
+        from vtaforge.hw.regs import ErrorKind
+        assert e2.value.unit == Module.COMPUTE and e2.value.kind == ErrorKind.ACC_DST
+        assert (e2.value.index, e2.value.insn_index) == (768, 5)
+        assert dev.reg_read("STATUS") & 0b110 == 0b110  # DONE and ERROR
+        np.testing.assert_array_equal(dev.mem[probe:probe + 64], before[probe:probe + 64])
+        # the micro-op word the program stored is there (the fault came after it)
+        assert dev.mem[probe - 64:probe - 60].tolist() == [1, 1, 1, 1]
+        # START clears the report: a clean program on the same core runs
+        ok, ia2, n2 = Image(TINY).build([finish()])
+        dev.mem[:ok.size] = ok
+        dev.run(ia2, n2, regions=[Buffer(0, ok.size)])
+        assert dev.reg_read("STATUS") & 0b100 == 0 and dev.reg_read("ERROR") == 0
+    finally:
+        dev.close()
+
+
+def _hw_fault_cases(cfg):
+    """Programs with an out-of-range index that the static verifier would refuse; run with
+    ``verify=False`` they show each hardware check: (name, dram, ia, n)."""
+    out = []
+
+    def case(name, uops, insns):
+        img = Image(cfg)
+        u = img.uops(*uops)
+        d = img.zeros(4 * cfg.elem_bytes(MemType.ACC))
+        body = [ld(MemType.UOP, 0, img.base(u, MemType.UOP), 1, len(uops[0]))]
+        body += [i(img.base(d, MemType.ACC), img.base(d, MemType.OUT)) for i in insns]
+        body.append(finish())
+        dram, ia, n = img.build(body)
+        out.append((name, dram, ia, n))
+
+    # GEMM dst: micro-ops dst [10, 500], iter_out 3, dst_factor_out 20: the first
+    # out-of-range index is 520 (i=1, k=1), not the largest (540)
+    case("gemm_dst_first_not_max", ([10, 500], [0, 0], [0, 0]),
+         [lambda a, o: gemm(0, 2, iter_out=3, d=(20, 0))])
+    case("gemm_src", ([0], [1000], [0]), [lambda a, o: gemm(0, 1, iter_in=2, s=(0, 30))])
+    case("gemm_wgt", ([0], [0], [500]), [lambda a, o: gemm(0, 1, iter_in=3, w=(0, 6))])
+    case("gemm_dst_and_src_same_uop", ([511], [1023], [0]),
+         [lambda a, o: gemm(0, 1, iter_out=2, d=(1, 0), s=(1, 0))])
+    case("alu_tensor_src", ([0], [510], [0]),
+         [lambda a, o: alu(AluOp.MAX, 0, 1, iter_in=4, sfi=1)])
+    case("alu_reset_dst", ([0], [0], [0]),
+         [lambda a, o: alu(AluOp.ADD, 0, 1, iter_out=3, iter_in=2, dfo=256, dfi=1,
+                           reset=1)])
+    case("uop_range", ([0], [0], [0]), [lambda a, o: gemm(1020, 1026)])
+    case("acc_load_range", ([0], [0], [0]), [lambda a, o: ld(MemType.ACC, 510, a, 1, 4)])
+    case("inp_load_range_pad", ([0], [0], [0]),
+         [lambda a, o: ld(MemType.INP, 1020, a, 1, 1, pads=(1, 0, 1, 1))])
+    case("store_range", ([0], [0], [0]),
+         [lambda a, o: ld(MemType.ACC, 0, a, 1, 4),
+          lambda a, o: gemm(0, 1, reset=1, push_next=1),
+          lambda a, o: st(509, o, 1, 4, pop_prev=1)])
+    return out
+
+
+def test_hw_fault_cases_are_refused_by_fsim():
+    for name, dram, ia, n in _hw_fault_cases(TINY):
+        with pytest.raises(ProgramError, match="index|range"):
+            simulate(TINY, dram.copy(), ia, n)
+    dram, ia, n = _hw_fault_cases(TINY)[0][1:]
+    with pytest.raises(ProgramError, match=r"computed dst index 520 is outside the ACC"):
+        simulate(TINY, dram, ia, n)
+
+
+@pytest.mark.rtl
+def test_hw_fault_checks_match_fsim_messages():
+    """Every unit's check, without the static verifier: the core's report formats to
+    fsim's message, word for word."""
+    rtl = _rtl()
+    for name, dram, ia, n in _hw_fault_cases(TINY):
+        with pytest.raises(ProgramError) as ref:
+            simulate(TINY, dram.copy(), ia, n)
+        with pytest.raises(ProgramError) as got:
+            rtl.run_raw(TINY, dram.copy(), ia, n, progress=False, verify=False,
+                        timeout_cycles=200_000)
+        assert str(got.value) == str(ref.value), name
+
+
+@pytest.mark.rtl
+def test_f2_simulated_pynq_board_reports_the_fault(tmp_path, monkeypatch):
+    """The unchanged pynq backend on the simulated board (fakepynq): the run ends in a
+    ProgramError carrying fsim's words for the fault (the backend gives the driver no
+    program reader, so the instruction is named by its unit and ordinal); with a reader
+    the text is fsim's exactly."""
+    _rtl()
+    pytest.importorskip("vtaforge.runtime.pynq")
+    import test_pynq_sim as ps  # noqa: PLC0415  (skips without the core)
+
+    monkeypatch.delenv("VTAFORGE_BITSTREAM", raising=False)
+    b = ps.fakepynq.SimBoard(*ps.model_of("tiny"))
+    ps.fakepynq.use(monkeypatch, b)
+    try:
+        bit = ps.write_overlay(tmp_path)
+        dram, ia, n, _ = self_made_uop_program(TINY)
+        dev = ps.device(TINY, bit)
+        with pytest.raises(ProgramError) as e:
+            ps.backend.run_raw(TINY, dram.copy(), ia, n, device=dev)
+        detail = F2_MSG.split(": ", 1)[1]
+        assert str(e.value) == f"compute instruction #4 of the run: {detail}"
+        dev.driver.read_program = lambda addr, nbytes: dev._program_bytes(addr, nbytes // 16)
+        with pytest.raises(ProgramError) as e2:
+            ps.backend.run_raw(TINY, dram.copy(), ia, n, device=dev)
+        assert str(e2.value) == F2_MSG
+    finally:
+        ps.fakepynq.detach()
+        b.close()
 
 
 # ------------------------------------------------------------------------------ F3

@@ -343,3 +343,26 @@ def test_static_error_leaves_dram_untouched():
     with pytest.raises(ProgramError):
         simulate(TINY, dram, ia, n)
     np.testing.assert_array_equal(dram, before)
+
+
+def test_first_out_of_range_is_the_first_in_execution_order():
+    """``first_out_of_range`` (the index fsim and the core report) against a brute-force
+    walk of the loop nest: i outer, j inner, micro-op innermost."""
+    from vtaforge.runtime.fsim import first_out_of_range
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        U = int(rng.integers(1, 5))
+        base = rng.integers(0, 64, U)
+        I, J = (int(x) for x in rng.integers(1, 6, 2))
+        fo, fi = (int(x) for x in rng.integers(0, 20, 2))
+        depth = int(rng.integers(8, 120))
+        want = None
+        for pos, (i, j, k) in enumerate((i, j, k) for i in range(I) for j in range(J)
+                                        for k in range(U)):
+            v = int(base[k]) + i * fo + j * fi
+            if v >= depth:
+                want = (pos, v)
+                break
+        assert first_out_of_range(base, I, J, fo, fi, depth) == want, (base, I, J, fo, fi,
+                                                                        depth)
