@@ -8,8 +8,12 @@ once), the minimum working set (the largest single step's device inputs + host-p
 inputs + output, below which no order fits), then per budget: peak device activation
 bytes, arena bytes, evictions, recomputed steps, and the overhead in estimated cycles
 (``Step.bounds``: max(MAC cycles, DRAM bytes / bus)) and in GEMM micro-ops the simulator
-executed (MAC cycles), each relative to the unbudgeted run.  A budget below the minimum
-is refused, as the executor refuses it.
+executed (MAC cycles), each relative to the unbudgeted run, for the executor's default
+rule (``auto``: the cheaper of DTR's two cost definitions); beside them the estimated
+overhead of each rule alone on the same budget (``dtr``: h_DTR, with the evicted
+neighbourhood's cost; ``local``: the producer's cost only; ``next_use``: an offline rule
+that knows each tensor's next read instead of its staleness).  A budget below the
+minimum is refused, as the executor refuses it.
 
 Models: ``compiler.zoo.resnet18(size)``; :func:`unet` (conv/ReLU/max-pool down, nearest
 Resize up, Add skips), with ``skips`` encoder convs per level each feeding a long skip
@@ -117,7 +121,8 @@ def measure(label: str, cm, x, fractions, *, run: bool = True) -> list[dict]:
           f"{free.free_peak_bytes:,} B; minimum working set {lo:,} B "
           f"({100 * lo / peak:.0f} % of the peak)")
     print(f"  {'budget':>14} {'peak':>10} {'arena':>10} {'evict':>5} {'recomp':>6} "
-          f"{'est cyc':>9} {'MAC cyc':>9} {'GEMM uops':>9}  exact  run s")
+          f"{'est cyc':>9} {'MAC cyc':>9} {'GEMM uops':>9}  exact  run s   "
+          f"est cyc by rule: dtr / local / next_use")
     ref = None
     if run:
         ref = Executor(cm, FsimDevice(cm.config, mem_bytes=1 << 29)).run(x)
@@ -146,11 +151,20 @@ def measure(label: str, cm, x, fractions, *, run: bool = True) -> list[dict]:
             print(f"{head}  refused: {e}")
             rows.append({"fraction": f, "budget": budget, "refused": str(e)})
             continue
+        alt = []
+        for h in ("dtr", "local", "next_use"):
+            try:
+                o = dtr.plan(nodes, budget, align=cm.config.dram_alignment,
+                             heuristic=h).overhead
+                alt.append(f"{100 * o:+.1f}%")
+            except dtr.BudgetError:
+                alt.append("none")
         print(f"{head} {r['peak']:>10,} {r['arena']:>10,} {r['evictions']:>5} "
               f"{r['recomputes']:>6} {100 * r['est_overhead']:>+8.1f}% "
               f"{100 * r['mac_overhead']:>+8.1f}% {100 * r['gemm_uops_overhead']:>+8.1f}%  "
-              f"{'yes' if exact else ('-' if exact is None else 'NO')}  {wall:5.1f}")
-        rows.append(dict(r, fraction=f, budget=budget, exact=exact))
+              f"{'yes' if exact else ('-' if exact is None else 'NO')}  {wall:5.1f}   "
+              f"{' / '.join(alt)}")
+        rows.append(dict(r, fraction=f, budget=budget, exact=exact, alternatives=alt))
     return rows
 
 

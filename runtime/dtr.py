@@ -23,10 +23,14 @@ The policy (:func:`plan`):
 
   first, where ``m(t)`` is its size in bytes, ``s(t)`` its staleness (actions since its
   last use, plus one) and ``c(t)`` the estimated cycles to recompute it: with
-  ``heuristic="dtr"`` (default) its producer's cost plus the costs of its evicted
+  ``heuristic="dtr"`` its producer's cost plus the costs of its evicted
   neighbourhood (the evicted ancestors its recomputation needs and the evicted
   descendants whose recomputation needs it), DTR's ``h_DTR``; with ``"local"`` its
-  producer's cost only.
+  producer's cost only.  ``"next_use"`` is an offline variant for comparison, not DTR:
+  the staleness is replaced by the number of model steps until the tensor's next device
+  read (known here because the schedule is planned ahead; Belady's rule weighted by
+  cost per byte).  ``"auto"`` (default) simulates both DTR rules (``"dtr"`` and
+  ``"local"``) and keeps the cheaper schedule: planning offline makes that affordable.
 - A tensor the host needs (a CPU step reads it, a consumer repacks it, or it is a graph
   output) is read back right after its first computation; the host copy lives for the
   run (host memory is not counted), so the device copy is needed only by device readers.
@@ -52,7 +56,7 @@ __all__ = ["Node", "Action", "Schedule", "BudgetError", "min_budget", "plan",
            "nodes_from_model", "HEURISTICS"]
 
 #: eviction heuristics of :func:`plan`
-HEURISTICS = ("dtr", "local")
+HEURISTICS = ("auto", "dtr", "local", "next_use")
 
 
 class BudgetError(DeviceError):
@@ -123,6 +127,8 @@ class Schedule:
         base_cost: estimated cycles of every device step once (the unbudgeted run).
         budget_used: the budget the policy was finally simulated under (smaller than
             ``budget`` when the arena placement needed room for fragmentation).
+        heuristic: the eviction rule of the kept schedule; keep_dead: whether dead tensors
+            that may serve a recomputation were kept until memory was needed.
     """
 
     budget: int
@@ -137,6 +143,8 @@ class Schedule:
     cost: int
     base_cost: int
     budget_used: int
+    heuristic: str = "dtr"
+    keep_dead: bool = False
 
     @property
     def overhead(self) -> float:
@@ -174,8 +182,10 @@ class _Infeasible(Exception):
 class _Sim:
     """One run of the policy under one budget (see the module docstring)."""
 
-    def __init__(self, nodes: list[Node], budget: int | None, align: int, heuristic: str):
+    def __init__(self, nodes: list[Node], budget: int | None, align: int, heuristic: str,
+                 keep_dead: bool = False):
         self.nodes = nodes
+        self.keep_dead = keep_dead
         self.budget = budget
         self.align = align
         self.heuristic = heuristic
@@ -216,6 +226,20 @@ class _Sim:
         if kind == "evict":
             self.evictions += 1
 
+    def useful(self, j: int) -> bool:
+        """A dead ``j`` may still serve the recomputation of a tensor a later step reads."""
+        seen = set()
+        stack = list(self.consumers[j])
+        while stack:
+            c = stack.pop()
+            if c in seen or c > self.pos:
+                continue
+            seen.add(c)
+            if self.alive(c):
+                return True
+            stack.extend(self.consumers[c])
+        return False
+
     # ---- heuristic
     def _neighbourhood_cost(self, t: int) -> int:
         seen = {t}
@@ -240,8 +264,11 @@ class _Sim:
 
     def score(self, t: int) -> float:
         c = max(self.nodes[t].cost, 1)
-        if self.heuristic == "dtr":
+        if self.heuristic != "local":
             c += self._neighbourhood_cost(t)
+        if self.heuristic == "next_use":        # offline: steps until the next device read
+            nxt = min((u for u in self.dev_uses[t] if u > self.pos), default=None)
+            return 0.0 if nxt is None else c / (self.size[t] * (nxt - self.pos))
         return c / (self.size[t] * (self.clock - self.last[t] + 1))
 
     def make_room(self, need: int) -> None:
@@ -307,8 +334,9 @@ class _Sim:
             self.pos = i
             if self.host_need[i]:
                 self.actions.append(Action("readback", i))
-            for j in list(dict.fromkeys(nd.dev_inputs)) + [i]:
-                if self.resident[j] and not self.alive(j):
+            for j in range(i + 1):
+                if self.resident[j] and not self.alive(j) and not (
+                        self.keep_dead and self.useful(j)):
                     self._drop(j, "free")
         for j in range(len(self.nodes)):
             if self.resident[j]:
@@ -363,12 +391,24 @@ def _place(actions: list[Action], align: int) -> tuple[list[Action], int]:
 
 
 def _attempt(nodes, budget, limit, lo, align, heuristic, retries):
+    """The cheapest schedule that fits ``budget`` over the freeing variants
+    (:func:`_attempt1`) and, for ``"auto"``, the heuristics ``"dtr"`` and ``"local"``."""
+    hs = ("dtr", "local") if heuristic == "auto" else (heuristic,)
+    got = [_attempt1(nodes, budget, limit, lo, align, h, retries, k)
+           for h in hs for k in (False, True)]
+    ok = [g for g in got if g is not None and g[1] <= budget]
+    if ok:
+        return min(ok, key=lambda g: (g[0].cost, g[1]))
+    return min((g for g in got if g is not None), key=lambda g: g[1], default=None)
+
+
+def _attempt1(nodes, budget, limit, lo, align, heuristic, retries, keep_dead):
     """Simulate under ``limit`` then smaller limits until the arena fits ``budget``;
     ``(sim, arena, actions, limit)`` of the smallest arena, or None."""
     best = None
     b = limit
     for _ in range(retries + 1):
-        sim = _Sim(nodes, b, align, heuristic)
+        sim = _Sim(nodes, b, align, heuristic, keep_dead)
         try:
             sim.run()
         except _Infeasible:
@@ -384,7 +424,7 @@ def _attempt(nodes, budget, limit, lo, align, heuristic, retries):
     return best
 
 
-def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "dtr",
+def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "auto",
          retries: int = 8) -> Schedule:
     """Plan the DTR schedule of ``nodes`` (model order) under ``budget`` bytes.
 
@@ -392,7 +432,9 @@ def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "dt
         nodes: the model's steps (:func:`nodes_from_model`).
         budget: device activation bytes that may be live at once (``int`` >= 1).
         align: every buffer's size and arena offset is a multiple of it (bytes).
-        heuristic: ``"dtr"`` or ``"local"`` (see the module docstring).
+        heuristic: ``"dtr"``, ``"local"``, ``"next_use"`` (see the module docstring) or
+            ``"auto"``: both DTR rules simulated, the cheaper schedule kept
+            (:attr:`Schedule.heuristic` says which).
         retries: re-plans under a smaller budget when the arena would not fit.
     Returns:
         The :class:`Schedule` (offsets in ``Action.offsets``).
@@ -412,7 +454,7 @@ def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "dt
         raise BudgetError(f"memory budget {budget} bytes is below the {lo} bytes that step "
                           f"{nodes[worst].name!r} alone needs (its device inputs, "
                           f"host-packed inputs and output); no evaluation order fits")
-    free = _Sim(nodes, None, align, heuristic)
+    free = _Sim(nodes, None, align, "local")
     free.run()
     base_cost = sum(nd.cost for nd in nodes if nd.device)
     best = _attempt(nodes, budget, budget, lo, align, heuristic, retries)
@@ -433,7 +475,8 @@ def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "dt
     return Schedule(budget=budget, actions=actions, arena_bytes=arena, peak_bytes=sim.peak,
                     min_bytes=lo, free_peak_bytes=free.peak, evictions=sim.evictions,
                     recomputes=sum(sim.recomputed.values()), recomputed=dict(sim.recomputed),
-                    cost=sim.cost, base_cost=base_cost, budget_used=b)
+                    cost=sim.cost, base_cost=base_cost, budget_used=b,
+                    heuristic=sim.heuristic, keep_dead=sim.keep_dead)
 
 
 def _ws(nodes: list[Node], i: int, align: int) -> int:

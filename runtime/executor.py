@@ -81,6 +81,16 @@ UNIT_COUNTERS = ("fetch_busy", "load_busy", "compute_busy", "store_busy", "load_
 _HOST = ("host copies",)       # env key of the per-run host cache (never a tensor name)
 
 
+@dataclass(frozen=True)
+class _Sub(Buffer):
+    """A slice of a DTR arena: programs address it directly; host reads and writes go
+    through the arena's own allocation (``parent`` at byte ``offset``), which every
+    backend knows (the board tracks caches per allocation)."""
+
+    parent: Buffer | None = None
+    offset: int = 0
+
+
 @dataclass
 class _Dev:
     buf: object                 # None: evicted under a memory budget (host copy or nothing)
@@ -198,7 +208,9 @@ class Executor:
             or programs) live at once: a DTR schedule (:mod:`.dtr`) evicts and recomputes
             tensors to stay under it, bit-exact.
         dtr_heuristic: the eviction heuristic under a budget (``"dtr"``: DTR's h_DTR with
-            the evicted neighbourhood's cost; ``"local"``: the producer's cost only).
+            the evicted neighbourhood's cost; ``"local"``: the producer's cost only;
+            ``"auto"``: both simulated, the cheaper schedule kept; ``"next_use"``: an
+            offline rule for comparison; see :mod:`.dtr`).
     Raises:
         DeviceError: the device's config differs from the model's; a budget below the
             smallest working set (the largest step's device inputs + host-packed inputs +
@@ -208,7 +220,7 @@ class Executor:
 
     def __init__(self, model: CompiledModel, device: Device, *,
                  max_insns_per_launch: int = 65536, memory_budget: int | None = None,
-                 dtr_heuristic: str = "dtr"):
+                 dtr_heuristic: str = "auto"):
         if device.config.fingerprint != model.config.fingerprint:
             raise DeviceError(
                 f"model '{model.name}' was compiled for {model.config.bitstream_name} "
@@ -291,6 +303,7 @@ class Executor:
         ``free_peak`` (the schedule's own peak with no budget: host reads done at once);
         ``min_working_set`` (no order fits below it); ``peak`` (most device activation
         bytes live at once, <= budget); ``arena`` (bytes allocated for them, <= budget);
+        ``heuristic`` (the eviction rule of the schedule kept);
         ``evictions``; ``recomputes`` (steps re-run) and ``recomputed`` (step name ->
         times); ``est_cycles`` / ``est_cycles_base`` (``Step.bounds`` max(compute, memory)
         summed over the device runs, budgeted / unbudgeted) and ``est_overhead`` (their
@@ -321,6 +334,7 @@ class Executor:
         rep = {"budget": sched.budget, "liveness_peak": plan_memory(self.model, nb).peak_live_bytes,
                "free_peak": sched.free_peak_bytes, "min_working_set": sched.min_bytes,
                "peak": sched.peak_bytes, "arena": sched.arena_bytes,
+               "heuristic": sched.heuristic,
                "evictions": sched.evictions, "recomputes": sched.recomputes,
                "recomputed": {steps[i].name: k for i, k in sorted(sched.recomputed.items())},
                "est_cycles": sched.cost, "est_cycles_base": sched.base_cost,
@@ -375,13 +389,24 @@ class Executor:
                                       f"read it (memory-budget schedule)")
                 lay = v.layout
                 c, h, w = lay.shape
-                raw = self.device.read(v.buf, lay.nbytes(v.n))
+                raw = self._read(v.buf, lay.nbytes(v.n))
                 x = unpack_act(raw, v.n, c, h, w, lay.batch, lay.cblk)
                 x = hc[tensor] = x.reshape(self._shape(tensor, n))
             return x
         return v
 
     # ----------------------------------------------------------------- running
+    def _read(self, b: Buffer, nbytes: int) -> np.ndarray:
+        if isinstance(b, _Sub):
+            return self.device.read(b.parent, nbytes, offset=b.offset)
+        return self.device.read(b, nbytes)
+
+    def _write(self, b: Buffer, data: np.ndarray) -> None:
+        if isinstance(b, _Sub):
+            self.device.write(b.parent, data, offset=b.offset)
+        else:
+            self.device.write(b, data)
+
     def _check_feeds(self, feeds) -> dict:
         m = self.model
         if isinstance(feeds, np.ndarray):
@@ -462,6 +487,7 @@ class Executor:
         """Replay the memory-budget schedule of ``nblk`` batch blocks (:mod:`.dtr`)."""
         sched, arena = self._schedule(nblk)
         m = self.model
+        uses = {i: sched.uses(i) for i in range(len(m.steps))}
         tot = {"cycles": 0, "cycles_base": 0, "gemm_uops": 0, "gemm_uops_base": 0}
         for act in sched.actions:
             step = m.steps[act.step]
@@ -469,11 +495,12 @@ class Executor:
                 self._cpu_step(step, env, n)
             elif act.kind in ("run", "recompute"):
                 ylay = step.layouts["y"]
-                views = {slot: Buffer(arena.addr + off, nblk * (ylay if slot == "y" else
-                                                                step.layouts[slot]).block_bytes)
+                views = {slot: _Sub(arena.addr + off,
+                                    nblk * (ylay if slot == "y" else step.layouts[slot]).block_bytes,
+                                    arena, off)
                          for slot, off in act.offsets.items()}
                 yb = views.pop("y")
-                res = self._vta_step(step, env, n, nblk, views, yb, sched.uses(act.step),
+                res = self._vta_step(step, env, n, nblk, views, yb, uses[act.step],
                                      recompute=act.kind == "recompute")
                 cyc, gu = int(res.cycles or 0), int(res.stats.get("gemm_counter", 0))
                 tot["cycles"] += cyc
@@ -534,7 +561,7 @@ class Executor:
                 # host layout step: (im2col and) packing, pure data movement
                 p = lay.pack(x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x)
                 b = packed[slot]
-                self.device.write(b, p)
+                self._write(b, p)
                 bufs[slot] = b
             elif slot != "y":
                 bufs[slot] = self._const_buf(src)

@@ -67,10 +67,12 @@ def check_schedule(nodes, sched, budget):
 
 # ---------------------------------------------------------------- the policy alone
 def chain():
-    """P (host-fed) feeds A (cheap), B (expensive) and M, all 8 bytes; M -> Y1; A + Y1 ->
-    Y2; B + Y2 -> Y3.  Under 24 bytes, when M is computed P, A, B and M (28 bytes) do not
-    fit: one of A and B must go.  Evicting A costs A + P again (1 + 5 = 6 cycles),
-    evicting B costs B + P (55): the optimum is A, 6 extra cycles."""
+    """P (host-fed, 4 bytes) feeds A (cheap), B (expensive) and M, 8 bytes each; M -> Y1;
+    A + Y1 -> Y2; B + Y2 -> Y3.  Under 24 bytes, when M is computed P, A, B and M (28
+    bytes) do not fit and P and M cannot go: one of A and B must, at least its own cost
+    again (1 or 50).  Keeping the dead P (P + B + Y1 + A = 24 bytes at Y2) A's recompute
+    needs nothing else: the optimum is 1 extra cycle.  Freeing P as soon as it is dead,
+    A's recompute needs P again: 1 + 5 = 6."""
     N = dtr.Node
     return [N("P", True, 4, (("x", 4),), (), (), 5),
             N("A", True, 8, (), (0,), (), 1),
@@ -87,10 +89,13 @@ def test_chain_evicts_the_cheap_tensor(heuristic):
     s = dtr.plan(nodes, 24, heuristic=heuristic)
     check_schedule(nodes, s, 24)
     assert s.evictions == 1
-    assert s.recomputed == {0: 1, 1: 1}               # P and A again, B never
-    assert s.cost - s.base_cost == 6
+    assert s.recomputed == {1: 1} and s.keep_dead     # A again, never B
+    assert s.cost - s.base_cost == 1
     assert s.peak_bytes <= 24 and s.arena_bytes <= 24
     assert s.free_peak_bytes == 28                    # P + A + B + M with no budget
+    eager = dtr._attempt1(nodes, 24, 24, 16, 1, "dtr" if heuristic == "auto" else heuristic,
+                          0, False)[0]               # the variant that frees P at once
+    assert eager.recomputed == {0: 1, 1: 1} and eager.cost - s.base_cost == 6
 
 
 def test_chain_unbudgeted_and_minimum():
@@ -233,3 +238,24 @@ def test_unet_too_small_budget_and_batches(unet4):
     assert sorted(ex._schedules) == [1, 2]
     with pytest.raises(DeviceError, match="below the"):   # 4 images: 2 blocks -> larger
         ex.run(np.concatenate([x, x, x]))
+
+
+def test_unet_budget_on_the_pynq_backend():
+    """The arena's slices through the board backend (fake PYNQ core over the functional
+    simulator, with its per-allocation cache states): bit-exact against fsim."""
+    from test_pynq_fake import board as fake_board
+
+    from vtaforge.hw.config import preset
+
+    cfg = preset("tiny")
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    cm = compile_model(_bench().unet(16, skips=4), x, cfg)
+    ref = Executor(cm, FsimDevice(cfg)).run(x)
+    budget = int(0.6 * plan_memory(cm, 1).peak_live_bytes)
+    dev, core, mem, log = fake_board(cfg)
+    ex = Executor(cm, dev, memory_budget=budget)
+    out = ex.run(x)
+    assert np.array_equal(out["y"], ref["y"])
+    r = ex.dtr_report()
+    assert r["recomputes"] > 0 and r["arena"] <= budget
+    assert not core.faults
