@@ -88,7 +88,7 @@ class DynamicModel:
     name: str
     inputs: list
     input_dims: dict
-    exps: dict
+    exps: dict = field(repr=False)
     calib_shapes: list
     calib_seconds: float
     quant_config: QuantConfig
@@ -239,6 +239,9 @@ def compile_dynamic(model, calib_data, config=None, *,
     t0 = time.perf_counter()
     cfg = load_config(config)
     proto = _load(model)
+    if proto is model:          # the caller's ModelProto: keep a copy it cannot change
+        proto = type(model)()
+        proto.CopyFrom(model)
     dims = declared_input_shapes(proto)
     inputs = list(dims)
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL))

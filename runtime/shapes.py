@@ -177,7 +177,12 @@ class ShapeRunner:
         capacity: shapes kept at most (LRU, default 8).
         share_constants: reuse a resident packed constant for another shape when its bytes
             are equal (default True).
-        executor_kwargs: forwarded to each :class:`Executor`.
+        executor_kwargs: forwarded to each :class:`Executor` (``memory_budget`` ...).
+    Attributes:
+        cache: the :class:`ShapeCache` of ``key -> (model, executor)``.
+        shared_bytes: packed-constant bytes not copied to the device thanks to sharing.
+        run_seconds: ``key -> [first run s, later runs s (sum), later runs]`` (wall seconds
+            of :meth:`Executor.run`; specialisation excluded).
     Raises:
         ValueError: ``capacity < 1``.
     """
