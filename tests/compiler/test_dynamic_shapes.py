@@ -281,3 +281,28 @@ def test_dynamic_sizes_rtl_equal_reference(which):
             assert runner.stats.misses == 3 and runner.stats.evictions == 1
     finally:
         dev.close()
+
+
+def test_cli_run_several_inputs_vtapkg(tmp_path):
+    """A ``.vtapkg`` has one static H x W: several inputs of that shape run through one
+    executor (batch sizes may differ); another size is the executor's one-line error."""
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.runtime.artifact import save_artifact
+
+    rng = np.random.default_rng(8)
+    cm = compile_model(str(TORCH_MODEL), rng.standard_normal((4, 3, 12, 12)).astype(np.float32),
+                       "tiny")
+    pkg = tmp_path / "m.vtapkg"
+    save_artifact(cm, pkg)
+    a, b, c = tmp_path / "a.npy", tmp_path / "b.npy", tmp_path / "c.npy"
+    np.save(a, rng.standard_normal((1, 3, 12, 12)).astype(np.float32))
+    np.save(b, rng.standard_normal((3, 3, 12, 12)).astype(np.float32))
+    np.save(c, rng.standard_normal((1, 3, 9, 9)).astype(np.float32))
+    r = _cli("run", "--model", str(pkg), "--input", str(a), "--input", str(b), "--config", "tiny")
+    assert r.returncode == 0, r.stderr
+    assert "a.npy: input 1x3x12x12 -> output [1, 10]" in r.stdout
+    assert "b.npy: input 3x3x12x12 -> output [3, 10]" in r.stdout
+    r = _cli("run", "--model", str(pkg), "--input", str(a), "--input", str(c), "--config", "tiny")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: input 'input' has shape [1, 3, 9, 9], expected"), lines
