@@ -130,6 +130,21 @@ def test_helper_net_one_compile_every_size_fsim(gap, monkeypatch):
         assert runner.memory_report()["constants_shared"] > 0   # weights copied once
 
 
+def test_calibration_at_several_sizes_takes_the_largest_exp():
+    """Exps are per tensor: calibrating at two sizes gives, per tensor, the larger of the
+    exps each size alone gives (the max statistic: the exp of the overall max)."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
+    b = 3 * rng.standard_normal((4, 3, 9, 13)).astype(np.float32)    # a wider range
+    m = _helper_model()
+    ea = compile_dynamic(m, a, "tiny").exps
+    eb = compile_dynamic(m, b, "tiny").exps
+    both = compile_dynamic(m, [a, b], "tiny")
+    assert set(ea) == set(eb) == set(both.exps)
+    assert both.exps == {t: max(ea[t], eb[t]) for t in ea}
+    assert ea != eb and both.calib_shapes == [((3, 16, 16),), ((3, 9, 13),)]
+
+
 def test_torch_export_dynamic_axes_fsim():
     dims = declared_input_shapes(__import__("onnx").load(str(TORCH_MODEL)))
     assert dims == {"input": (None, 3, None, None)}
