@@ -17,7 +17,7 @@ from vtaforge.hw.config import RANGES, ConfigError, MemType, VTAConfig, preset
 from vtaforge.hw.core import VTACore
 from vtaforge.hw.isa import AluOp
 
-from coreprogs import Image, alu, assert_same_dram, finish, ld, run_both, st
+from programs import Image, alu, assert_same_dram, finish, ld, run_both, st
 
 #: elaboration time grows with the multiplier count; the sample stays at or below this
 MAX_MACS = 256

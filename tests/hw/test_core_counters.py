@@ -18,7 +18,7 @@ from vtaforge.hw.isa import AluOp
 from vtaforge.runtime.device import ProgramError
 from randprog import generate
 
-from coreprogs import Image, alu, assert_same_dram, finish, gemm, ld, rand_elems, run_both, st
+from programs import Image, alu, assert_same_dram, finish, gemm, ld, rand_elems, run_both, st
 
 pytestmark = pytest.mark.rtl
 

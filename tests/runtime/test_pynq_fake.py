@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from progtools import record_dot_gemm
+from programs import record_dot_gemm
 from vtaforge.hw import regs
 from vtaforge.hw.config import MemType, preset
 from vtaforge.hw.isa import Insn, Module, Opcode, encode_program

@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover
     pytest.skip("the Amaranth core (vtaforge.hw.core) is not available", allow_module_level=True)
 
 import fakepynq  # noqa: E402
-from progtools import dot_gemm_oracle, finish, gemm, record_dot_gemm  # noqa: E402
+from programs import dot_gemm_oracle, finish, gemm, record_dot_gemm  # noqa: E402
 from test_rtl_programs import PROGRAMS  # noqa: E402
 from vtaforge.runtime import pynq as backend  # noqa: E402
 

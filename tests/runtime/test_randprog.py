@@ -12,7 +12,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from progtools import AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, nop, st
+from programs import AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, nop, st
 from vtaforge.hw.config import preset
 from vtaforge.hw.isa import INSN_BYTES, Opcode, decode_program, disassemble
 from vtaforge.runtime.device import ProgramError

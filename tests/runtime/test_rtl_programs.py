@@ -16,7 +16,7 @@ from vtaforge.hw.config import preset
 from vtaforge.runtime.device import Buffer
 from vtaforge.runtime.fsim import simulate
 
-from progtools import AluOp, Image, MemType, alu, finish, gemm, ld, nop, st
+from programs import AluOp, Image, MemType, alu, finish, gemm, ld, nop, st
 
 pytestmark = pytest.mark.rtl
 

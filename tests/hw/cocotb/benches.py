@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import sys
+from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -37,18 +39,22 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from vtaforge.hw import regs
 from vtaforge.hw.config import MemType, VTAConfig
-from vtaforge.hw.isa import AluOp, Insn, Opcode, encode_program, encode_uops
-from vtaforge.runtime.fsim import simulate
+from vtaforge.hw.isa import AluOp, Insn
+
+# The simulator process gets the pytest process's sys.path as PYTHONPATH; tests/support is
+# added here as well, so that the benches also import when run by hand.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+from programs import (A, Image, alu, assert_same_dram, bit, finish,  # noqa: E402
+                      fsim_expected, gemm, launch_writes, ld, nop, out_view, st)
 
 CLK_NS = 10
 RESET_CYCLES = 8
 #: Default run watchdog in cycles (each bench's programs finish far below this).
 RUN_WATCHDOG = 200_000
 
-L, S, G, F, A = Opcode.LOAD, Opcode.STORE, Opcode.GEMM, Opcode.FINISH, Opcode.ALU
 R = {r.name: r.offset for r in regs.REGISTERS}
-CTRL_START, CTRL_IRQ_EN = 1, 2
-STATUS_BUSY, STATUS_DONE = 1, 2
+CTRL_START, CTRL_IRQ_EN = bit("CTRL", "START"), bit("CTRL", "IRQ_EN")
+STATUS_BUSY, STATUS_DONE = bit("STATUS", "BUSY"), bit("STATUS", "DONE")
 
 
 def _cfg() -> VTAConfig:
@@ -236,11 +242,11 @@ class Tb:
 
     async def launch(self, insn_addr: int, count: int, irq_en: bool = False) -> int:
         """Write the launch registers and START; returns the cycle of the START write."""
-        await self.wr("INSN_ADDR_LO", insn_addr)
-        await self.wr("INSN_ADDR_HI", 0)
-        await self.wr("INSN_COUNT", count)
+        *setup, start = launch_writes(insn_addr, count, irq_en=irq_en)
+        for name, value in setup:
+            await self.wr(name, value)
         c = self.cycle
-        await self.wr("CTRL", CTRL_START | (CTRL_IRQ_EN if irq_en else 0))
+        await self.wr(*start)
         return c
 
     async def wait_done(self, watchdog: int = RUN_WATCHDOG, what: str = "run") -> int:
@@ -269,109 +275,11 @@ class Tb:
         return lo | (hi << 32)
 
 
-def first_diff(got: np.ndarray, exp: np.ndarray, what: str = "DRAM") -> str | None:
-    """None if equal, else a message naming the first differing byte address."""
-    n = min(got.size, exp.size)
-    bad = np.flatnonzero(got[:n] != exp[:n])
-    if bad.size == 0:
-        return None
-    a = int(bad[0])
-    lo = max(0, a - 8)
-    return (f"{what} differs at {bad.size} bytes; first at 0x{a:x}: got 0x{int(got[a]):02x}, "
-            f"expected 0x{int(exp[a]):02x} (got[0x{lo:x}:+24]={got[lo:lo + 24].tolist()}, "
-            f"expected {exp[lo:lo + 24].tolist()})")
-
-
-def assert_dram(got: np.ndarray, exp: np.ndarray, what: str) -> None:
-    msg = first_diff(got, exp, what)
-    assert msg is None, msg
-
-
 # ----------------------------------------------------------------------------- programs
-def int_dtype(bits: int) -> str:
-    return {8: "<i1", 16: "<i2", 32: "<i4"}[bits]
-
-
-class Image:
-    """A DRAM image under construction: data at chosen or allocated byte addresses,
-    background filled with seeded random bytes (guard bytes), instructions last."""
-
-    def __init__(self, cfg: VTAConfig, size: int, rng: np.random.Generator,
-                 start: int = 0x1000):
-        self.cfg = cfg
-        self.size = size
-        self.dram = rng.integers(0, 256, size, dtype=np.uint8)
-        self.cursor = start
-        self.align = cfg.dram_alignment
-
-    def alloc(self, nbytes: int, align: int | None = None) -> int:
-        al = align or self.align
-        self.cursor = -(-self.cursor // al) * al
-        a = self.cursor
-        self.cursor += nbytes + self.align  # leave a guard gap
-        assert self.cursor <= self.size, "test image too small"
-        return a
-
-    def put_at(self, addr: int, data) -> int:
-        b = np.frombuffer(np.ascontiguousarray(data).tobytes(), dtype=np.uint8)
-        self.dram[addr:addr + b.size] = b
-        return addr
-
-    def put(self, data, align: int | None = None) -> int:
-        b = np.ascontiguousarray(data).tobytes()
-        return self.put_at(self.alloc(len(b), align), np.frombuffer(b, dtype=np.uint8))
-
-    def elem(self, addr: int, mem) -> int:
-        eb = self.cfg.elem_bytes(mem)
-        assert addr % eb == 0, (addr, eb)
-        return addr // eb
-
-    def uops(self, dst, src, wgt=None) -> int:
-        dst = np.atleast_1d(np.asarray(dst))
-        wgt = np.zeros_like(dst) if wgt is None else wgt
-        return self.put(encode_uops(self.cfg, dst, src, wgt).astype("<u4"))
-
-    def program(self, insns: list[Insn]) -> tuple[np.ndarray, int, int]:
-        prog = encode_program(self.cfg, insns).reshape(-1)
-        ia = self.put(prog, align=16)
-        return self.dram, ia, len(insns)
-
-
-def ld(mem, sram, dram_base, y, x, stride=None, pads=(0, 0, 0, 0), **fl) -> Insn:
-    return Insn(L, memory_type=int(mem), sram_base=sram, dram_base=dram_base, y_size=y,
-                x_size=x, x_stride=x if stride is None else stride, y_pad_0=pads[0],
-                y_pad_1=pads[1], x_pad_0=pads[2], x_pad_1=pads[3], **fl)
-
-
-def st(sram, dram_base, y, x, stride=None, **fl) -> Insn:
-    return Insn(S, memory_type=int(MemType.OUT), sram_base=sram, dram_base=dram_base,
-                y_size=y, x_size=x, x_stride=x if stride is None else stride, **fl)
-
-
-def gemm(bgn, end, iter_out=1, iter_in=1, d=(0, 0), s=(0, 0), w=(0, 0), reset=0,
-         **fl) -> Insn:
-    return Insn(G, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in,
-                dst_factor_out=d[0], dst_factor_in=d[1], src_factor_out=s[0],
-                src_factor_in=s[1], wgt_factor_out=w[0], wgt_factor_in=w[1], reset=reset,
-                **fl)
-
-
-def alu(op, bgn, end, iter_out=1, iter_in=1, d=(0, 0), s=(0, 0), imm=None, reset=0,
-        **fl) -> Insn:
-    return Insn(A, alu_opcode=int(op), uop_bgn=bgn, uop_end=end, iter_out=iter_out,
-                iter_in=iter_in, dst_factor_out=d[0], dst_factor_in=d[1],
-                src_factor_out=s[0], src_factor_in=s[1], use_imm=0 if imm is None else 1,
-                imm=0 if imm is None else imm, reset=reset, **fl)
-
-
-def finish(**fl) -> Insn:
-    return Insn(F, **fl)
-
-
-def fsim_expected(cfg, dram, ia, n) -> np.ndarray:
-    exp = dram.copy()
-    simulate(cfg, exp, ia, n)
-    return exp
+def image(cfg: VTAConfig, size: int, rng: np.random.Generator, start: int = 0x1000) -> Image:
+    """A bench's DRAM image: ``size`` bytes of seeded random background, buffers from
+    ``start`` with a guard gap of one alignment between them, instructions last."""
+    return Image(cfg, size, rng, start=start, guard=cfg.dram_alignment)
 
 
 def identity_wgt(cfg) -> np.ndarray:
@@ -406,13 +314,6 @@ def acc_dump(cfg, img: Image, n: int, shift_uop: int):
     return ins, addrs
 
 
-def out_view(cfg, dram: np.ndarray, addr: int, n: int) -> np.ndarray:
-    """n OUT elements at byte ``addr`` as int64 (n, BATCH, BLOCK_OUT)."""
-    eb = cfg.elem_bytes(MemType.OUT)
-    return dram[addr:addr + n * eb].view(int_dtype(cfg.OUT_WIDTH)).reshape(
-        n, cfg.BATCH, cfg.BLOCK_OUT).astype(np.int64)
-
-
 def acc_from_dump(cfg, dram: np.ndarray, addrs: list[int], n: int) -> np.ndarray:
     """Rebuild int32 ACC values (n, BATCH, BLOCK_OUT) from an :func:`acc_dump`."""
     v = np.zeros((n, cfg.BATCH, cfg.BLOCK_OUT), dtype=np.int64)
@@ -429,7 +330,7 @@ def wrap32(x) -> np.ndarray:
 
 def check(tb: Tb, got: np.ndarray, exp_fsim: np.ndarray, what: str) -> None:
     tb.assert_bus_clean()
-    assert_dram(got, exp_fsim, f"{what}: DRAM vs fsim")
+    assert_same_dram(exp_fsim, got, f"{what}: DRAM vs fsim")
 
 
 def _np_rng() -> np.random.Generator:
@@ -479,7 +380,7 @@ async def test_dispatch(dut):
     cfg = tb.cfg
     rng = _np_rng()
     await tb.reset()
-    img = Image(cfg, 1 << 16, rng)
+    img = image(cfg, 1 << 16, rng)
     n = 6  # INP entries / ACC entries
     inp = rng.integers(-8, 8, (n, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
     wgt = rng.integers(-8, 8, (2, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
@@ -557,7 +458,7 @@ def _padded_windows(img, mem, a_src, src):
 async def _padding_inp(tb: Tb, rng) -> None:
     cfg = tb.cfg
     assert cfg.BLOCK_IN == cfg.BLOCK_OUT, "the INP check uses an identity weight"
-    img = Image(cfg, 1 << 16, rng, start=0x1000)
+    img = image(cfg, 1 << 16, rng, start=0x1000)
     ie = cfg.elem_bytes(MemType.INP)
     # source tensor 3 x 8 elements (x_stride 8), loads of a 3 x 5 window
     src_rows, src_cols = 3, 8
@@ -629,7 +530,7 @@ async def _padding_inp(tb: Tb, rng) -> None:
 
 async def _padding_acc(tb: Tb, rng) -> None:
     cfg = tb.cfg
-    img = Image(cfg, 1 << 16, rng, start=0x1000)
+    img = image(cfg, 1 << 16, rng, start=0x1000)
     ae = cfg.elem_bytes(MemType.ACC)
     src_rows, src_cols = 3, 8
     src = rng.integers(-(1 << 31), 1 << 31, (src_rows, src_cols, cfg.BATCH, cfg.BLOCK_OUT),
@@ -719,7 +620,7 @@ async def test_uop_loads(dut):
     counts = [c for c in (1, 2, 511, 512, 513, 1025) if c + 4 <= depth]
     n_acc = min(cfg.ACC_DEPTH, 256)
     half = n_acc // 2
-    img = Image(cfg, 1 << 18, rng)
+    img = image(cfg, 1 << 18, rng)
     init = rng.integers(0, 50, (n_acc, cfg.BATCH, cfg.BLOCK_OUT)).astype(np.int32)
     a_init = img.put(init)
     total_cycles = 0
@@ -761,7 +662,7 @@ async def test_uop_loads(dut):
                                f"{int(bad[0][0])} got {int(g[tuple(bad[0])])}, expected "
                                f"{int(e[tuple(bad[0])])}")
         check(tb, got, exp, f"uop load count {count} at {off}")
-        img = Image(cfg, 1 << 18, rng)
+        img = image(cfg, 1 << 18, rng)
         init = rng.integers(0, 50, (n_acc, cfg.BATCH, cfg.BLOCK_OUT)).astype(np.int32)
         a_init = img.put(init)
     dut._log.info("uop loads %s: %d cycles", counts, total_cycles)
@@ -777,7 +678,7 @@ async def test_gemm_accumulate(dut):
     cfg = tb.cfg
     rng = _np_rng()
     await tb.reset()
-    img = Image(cfg, 1 << 16, rng)
+    img = image(cfg, 1 << 16, rng)
     inp = rng.integers(-128, 128, (4, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
     wgt = rng.integers(-128, 128, (4, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
     ones_i = np.ones((1, cfg.BATCH, cfg.BLOCK_IN), np.int8)
@@ -855,7 +756,7 @@ async def test_alu_ops(dut):
     acc = np.stack([np.roll(vals.reshape(-1), i).reshape(cfg.BATCH, cfg.BLOCK_OUT)
                     for i in range(n)] + [np.roll(vals.reshape(-1), 5)
                                          .reshape(cfg.BATCH, cfg.BLOCK_OUT) // 3])
-    img = Image(cfg, 1 << 17, rng)
+    img = image(cfg, 1 << 17, rng)
     a_acc = img.put(acc.astype(np.int32))
     # uop k: (dst k, src n); uop n+... : shift uop (0, 0)
     u = img.uops(list(range(n)) + [0], [n] * n + [0])
@@ -923,7 +824,7 @@ async def test_store(dut):
     cfg = tb.cfg
     rng = _np_rng()
     await tb.reset()
-    img = Image(cfg, 1 << 16, rng)
+    img = image(cfg, 1 << 16, rng)
     oe = cfg.elem_bytes(MemType.OUT)
     n = 64
     acc = rng.integers(-(1 << 31), 1 << 31, (n, cfg.BATCH, cfg.BLOCK_OUT),
@@ -937,7 +838,7 @@ async def test_store(dut):
         (18, 40, 2, 7, 9),
         (32, 0x1000 // oe - 5, 1, 20, 20),  # crosses the 4 KiB boundary inside region
     ]
-    insns = [Insn(L, memory_type=int(MemType.UOP)),
+    insns = [nop(MemType.UOP),
              ld(MemType.ACC, 0, img.elem(a_acc, MemType.ACC), 1, n)]
     insns[-1].push_next = 1
     for i, (s0, off, y, x, stride) in enumerate(stores):
@@ -955,10 +856,10 @@ async def test_store(dut):
             for c in range(x):
                 a = region + (off + r * stride + c) * oe
                 want[a:a + oe] = np.frombuffer(lowb[s0 + r * x + c].tobytes(), np.uint8)
-    assert_dram(exp, want, "fsim vs numpy store oracle")
+    assert_same_dram(want, exp, "fsim vs numpy store oracle")
     await tb.run(dram, ia, cnt, what="stores")
     got = tb.read_dram(dram.size)
-    assert_dram(got, want, "stores (element bytes and guards) vs numpy")
+    assert_same_dram(want, got, "stores (element bytes and guards) vs numpy")
     check(tb, got, exp, "stores")
 
 
@@ -974,7 +875,7 @@ async def test_handshake(dut):
     await tb.reset()
 
     def program(long_load: bool):
-        img = Image(cfg, 1 << 17, rng)
+        img = image(cfg, 1 << 17, rng)
         inp = rng.integers(-4, 4, (8, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
         a_inp = img.put(inp)
         a_w = img.put(identity_wgt(cfg))
@@ -1006,7 +907,7 @@ async def test_handshake(dut):
     c1 = await tb.launch(ia1, n1, irq_en=False)
     done1 = await tb.wait_done(what="run 1")
     got = tb.read_dram(d1.size)
-    assert_dram(got, exp1, "run 1 vs fsim")
+    assert_same_dram(exp1, got, "run 1 vs fsim")
     assert np.array_equal(out_view(cfg, got, o1, 8), inp1.astype(np.int64)), "run 1 output"
     assert not any(tb.irq_trace[c1:]), "irq rose although CTRL.IRQ_EN was 0"
     irqs = await tb.rd("IRQ_STATUS")
@@ -1022,10 +923,7 @@ async def test_handshake(dut):
     exp2 = fsim_expected(cfg, d2, ia2, n2)
     tb.write_dram(d2)
     b_before = len(tb.b_cycles)
-    await tb.wr("INSN_ADDR_LO", ia2)
-    await tb.wr("INSN_COUNT", n2)
-    c2 = tb.cycle
-    await tb.wr("CTRL", CTRL_START | CTRL_IRQ_EN)
+    c2 = await tb.launch(ia2, n2, irq_en=True)
     c2_acc = tb.cycle
     # START while busy must be ignored (the run continues; one completion)
     await tb.wr("CTRL", CTRL_START | CTRL_IRQ_EN)
@@ -1040,7 +938,7 @@ async def test_handshake(dut):
                                  f"cycles ({tb.dbg()})")
     done_seen = tb.cycle
     got = tb.read_dram(d2.size)
-    assert_dram(got, exp2, "run 2 at the first DONE vs fsim (output must be final)")
+    assert_same_dram(exp2, got, "run 2 at the first DONE vs fsim (output must be final)")
     b_new = tb.b_cycles[b_before:]
     assert b_new, "run 2 wrote nothing"
     early = [(c, s) for c, s in polls[:-1] if s & STATUS_DONE]
@@ -1074,7 +972,7 @@ async def test_watchdog_on_deadlock(dut):
     cfg = tb.cfg
     rng = _np_rng()
     await tb.reset()
-    img = Image(cfg, 1 << 15, rng)
+    img = image(cfg, 1 << 15, rng)
     dram, ia, cnt = img.program([finish(pop_prev=1)])  # L2G is never pushed
     tb.write_dram(dram)
     await tb.launch(ia, cnt)
@@ -1088,6 +986,6 @@ async def test_watchdog_on_deadlock(dut):
     await tb.reset()
     v = await tb.rd("FINGERPRINT")
     assert v == cfg.fingerprint, f"FINGERPRINT 0x{v:08x} after reset"
-    img = Image(cfg, 1 << 15, rng)
+    img = image(cfg, 1 << 15, rng)
     dram, ia, cnt = img.program([finish()])
     await tb.run(dram, ia, cnt, watchdog=5000, what="FINISH-only program after reset")
