@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from progtools import (AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, nop,
+from programs import (AluOp, Image, MemType, acc_bytes, alu, finish, gemm, ld, nop,
                        read_out, st, wrap)
 from vtaforge.hw.config import preset
 from vtaforge.runtime.device import DeadlockError, DeviceError, ProgramError
@@ -21,15 +21,22 @@ UOP, INP, WGT, ACC, OUT, ACC8 = (MemType.UOP, MemType.INP, MemType.WGT, MemType.
 TINY = preset("tiny")
 
 
-def both(cfg, dram, ia, n, exc, pattern, regions=None, **kw):
-    """Assert that verify_program and simulate raise ``exc`` with matching one-line messages
-    and that verify did not touch the image."""
+def both(cfg, dram, ia, n, exc, pattern, regions=None, device=None, **kw):
+    """Assert that verify_program and the backend (``device``, default fsim) raise ``exc``
+    with matching one-line messages, that verify did not touch the image, and that a
+    Verilated backend (which refuses before launch) left it unchanged.  The Verilated
+    backends skip a case they cannot run (see tests/runtime/conftest.py)."""
+    if device is not None:
+        device.check(cfg, regions, **kw)
     before = dram.copy()
     with pytest.raises(exc) as ev:
         verify_program(cfg, dram, ia, n, regions, **kw)
     np.testing.assert_array_equal(dram, before)
+    run = simulate if device is None else device.run
     with pytest.raises(exc) as es:
-        simulate(cfg, dram, ia, n, regions=regions, **kw)
+        run(cfg, dram, ia, n, regions=regions, **kw)
+    if device is not None and device.verilated:  # refused before launch: image unchanged
+        np.testing.assert_array_equal(dram, before)
     assert str(ev.value) == str(es.value)
     msg = str(es.value)
     assert "\n" not in msg
@@ -59,7 +66,7 @@ def test_valid_baseline():
     simulate(TINY, dram, ia, n)
 
 
-def test_missing_token_deadlocks_quickly():
+def test_missing_token_deadlocks_quickly(device):
     # the store pops g2s, but compute never pushes it
     im = Image(TINY)
     o = im.zeros(64)
@@ -69,7 +76,7 @@ def test_missing_token_deadlocks_quickly():
              finish(pop_next=1)]
     dram, ia, n = im.build(insns)
     t0 = time.perf_counter()
-    msg = both(TINY, dram, ia, n, DeadlockError, r"^deadlock: ")
+    msg = both(TINY, dram, ia, n, DeadlockError, r"^deadlock: ", device=device)
     assert time.perf_counter() - t0 < 5
     assert "compute stalled at instruction 3 'FINISH" in msg
     assert "waits for a s2g token" in msg
@@ -79,7 +86,7 @@ def test_missing_token_deadlocks_quickly():
     assert msg.endswith("token queues l2g=0 g2l=0 g2s=0 s2g=0")
 
 
-def test_fetch_stall_deadlock():
+def test_fetch_stall_deadlock(device):
     """INSN_QUEUE_DEPTH 1: a load blocked on a full token queue blocks fetch of the compute
     instruction that would drain it."""
     cfg = TINY.replace(TOKEN_QUEUE_DEPTH=1, INSN_QUEUE_DEPTH=1)
@@ -90,7 +97,7 @@ def test_fetch_stall_deadlock():
              ld(INP, 2, im.base(d, INP), 1, 1, push_next=1),
              nop(UOP, pop_prev=1), nop(UOP, pop_prev=1), nop(UOP, pop_prev=1), finish()]
     dram, ia, n = im.build(insns)
-    msg = both(cfg, dram, ia, n, DeadlockError, r"l2g is full")
+    msg = both(cfg, dram, ia, n, DeadlockError, r"l2g is full", device=device)
     assert "fetch stalled at instruction 2" in msg and "l2g=1" in msg
     # one more slot in each queue and it completes
     ok = TINY.replace(TOKEN_QUEUE_DEPTH=2, INSN_QUEUE_DEPTH=1)
@@ -102,14 +109,14 @@ def test_fetch_stall_deadlock():
     verify_program(ok, dram2, ia2, n2, None)
 
 
-def test_unbalanced_tokens():
+def test_unbalanced_tokens(device):
     dram, ia, n, im, _ = simple(mid=[nop(UOP, push_prev=1)])  # g2l pushed, never popped
-    msg = both(TINY, dram, ia, n, ProgramError, r"unbalanced dependency tokens")
+    msg = both(TINY, dram, ia, n, ProgramError, r"unbalanced dependency tokens", device=device)
     assert "g2l: 1 pushes, 0 pops" in msg
 
 
 @pytest.mark.parametrize("what", ["load", "store", "uop", "fetch", "region"])
-def test_dma_out_of_range(what):
+def test_dma_out_of_range(what, device):
     im = Image(TINY)
     u = im.uops([0], [0])
     a = im.put(acc_bytes(TINY, np.ones((2, 1, 4), np.int64)))
@@ -123,29 +130,29 @@ def test_dma_out_of_range(what):
              finish(pop_next=1)]
     dram, ia, n = im.build(insns)
     if what == "fetch":
-        msg = both(TINY, dram, ia, n + 10, ProgramError, r"^instruction fetch of bytes")
+        msg = both(TINY, dram, ia, n + 10, ProgramError, r"^instruction fetch of bytes", device=device)
         assert "outside the memory the program may touch" in msg
         return
     if what == "region":  # inside the image, outside the given regions (store target)
         regions = [(u, 4), (a, 2 * TINY.elem_bytes(ACC)), (ia, 16 * n)]
         msg = both(TINY, dram, ia, n, ProgramError, r"^instruction 3 \(STORE .*DMA write of "
-                   r"OUT bytes", regions=regions)
+                   r"OUT bytes", regions=regions, device=device)
         assert f"[0x{o:x}, 0x{o + 2 * TINY.elem_bytes(OUT):x})" in msg
         return
     idx = {"uop": 0, "load": 1, "store": 3}[what]
     kind = {"uop": "read of UOP", "load": "read of ACC", "store": "write of OUT"}[what]
-    msg = both(TINY, dram, ia, n, ProgramError, rf"^instruction {idx} \(.*\): DMA {kind} bytes")
+    msg = both(TINY, dram, ia, n, ProgramError, rf"^instruction {idx} \(.*\): DMA {kind} bytes", device=device)
     assert "allowed: [0x0, " in msg
 
 
-def test_strided_dma_row_out_of_range():
+def test_strided_dma_row_out_of_range(device):
     """Only the last row of a strided load leaves the image (BR-03 class: stride in
     elements)."""
     im = Image(TINY)
     a = im.zeros(64)
     ab = im.base(a, ACC)
     dram, ia, n = im.build([ld(ACC, 0, ab, 3, 1, stride=100), finish()])
-    both(TINY, dram, ia, n, ProgramError, r"\(row 1\) is outside")
+    both(TINY, dram, ia, n, ProgramError, r"\(row 1\) is outside", device=device)
 
 
 def patch_field(dram, ia, i, lsb, width, value):
@@ -157,18 +164,18 @@ def patch_field(dram, ia, i, lsb, width, value):
 
 
 @pytest.mark.parametrize("opc", [5, 6, 7])
-def test_bad_opcode(opc):
+def test_bad_opcode(opc, device):
     dram, ia, n, *_ = simple()
     patch_field(dram, ia, 2, 0, 3, opc)
     both(TINY, dram, ia, n, ProgramError,
-         rf"^instruction 2 \(INVALID opcode={opc}\): unknown opcode {opc}")
+         rf"^instruction 2 \(INVALID opcode={opc}\): unknown opcode {opc}", device=device)
 
 
 @pytest.mark.parametrize("mt", [6, 7])
-def test_bad_memory_type(mt):
+def test_bad_memory_type(mt, device):
     dram, ia, n, *_ = simple()
     patch_field(dram, ia, 1, 7, 3, mt)
-    both(TINY, dram, ia, n, ProgramError, rf"^instruction 1 .*unknown memory type {mt}")
+    both(TINY, dram, ia, n, ProgramError, rf"^instruction 1 .*unknown memory type {mt}", device=device)
 
 
 @pytest.mark.parametrize("case,pattern", [
@@ -182,7 +189,7 @@ def test_bad_memory_type(mt):
     ("uop_range", r"micro-op range \[\d+, \d+\) exceeds the UOP depth"),
     ("pad", r"exceeds the ACC depth"),
 ])
-def test_scratchpad_index_out_of_range(case, pattern):
+def test_scratchpad_index_out_of_range(case, pattern, device):
     c = TINY
     D = c.ACC_DEPTH
     mid = {
@@ -199,22 +206,22 @@ def test_scratchpad_index_out_of_range(case, pattern):
     dram, ia, n, im, (u, a, o) = simple(mid=mid)
     if case == "store":
         dram, ia, n, *_ = simple(out_n=D + 1, acc_n=2)
-    both(c, dram, ia, n, ProgramError, pattern)
+    both(c, dram, ia, n, ProgramError, pattern, device=device)
 
 
-def test_no_finish():
+def test_no_finish(device):
     dram, ia, n, *_ = simple(tail=[nop(UOP, pop_next=1)])
-    both(TINY, dram, ia, n, ProgramError, r"^the program has no FINISH instruction")
+    both(TINY, dram, ia, n, ProgramError, r"^the program has no FINISH instruction", device=device)
 
 
 @pytest.mark.parametrize("insn,flag", [
     (ld(INP, 0, 1, 1, 1, pop_prev=1), "pop_prev"), (ld(WGT, 0, 1, 1, 1, push_prev=1), "push_prev"),
     (nop(INP, push_prev=1), "push_prev"), (st(0, 1, 1, 1, pop_next=1), "pop_next"),
     (nop(store=True, push_next=1), "push_next")])
-def test_invalid_flag_for_module(insn, flag):
+def test_invalid_flag_for_module(insn, flag, device):
     dram, ia, n, *_ = simple(mid=[insn])
     both(TINY, dram, ia, n, ProgramError,
-         rf"^instruction 2 .*: flag {flag} is invalid for a (load|store)-module instruction")
+         rf"^instruction 2 .*: flag {flag} is invalid for a (load|store)-module instruction", device=device)
 
 
 @pytest.mark.parametrize("case,pattern", [
@@ -225,7 +232,7 @@ def test_invalid_flag_for_module(insn, flag):
     ("mul", r"ALU MUL needs a config with ALU_MUL"),
     ("acc8", r"LOAD of memory type ACC8 needs a config with ACC_8BIT"),
 ])
-def test_invalid_instruction_forms(case, pattern):
+def test_invalid_instruction_forms(case, pattern, device):
     cfg = TINY.replace(ACC_8BIT=False) if case == "acc8" else TINY
     mid = {
         "store_acc": [st(0, 1, 1, 1)],
@@ -240,7 +247,7 @@ def test_invalid_instruction_forms(case, pattern):
     if case == "store_pad":
         mid[0].x_pad_1 = 1
     dram, ia, n, *_ = simple(cfg=cfg, mid=mid)
-    both(cfg, dram, ia, n, ProgramError, rf"^instruction 2 .*{pattern}")
+    both(cfg, dram, ia, n, ProgramError, rf"^instruction 2 .*{pattern}", device=device)
 
 
 def _mul_program(cfg, a, b, imm, shift):
@@ -290,7 +297,7 @@ def test_mul_allowed_with_alu_mul():
 
 
 @pytest.mark.parametrize("shift", [4, 8, 1])
-def test_misaligned_insn_addr_refused(shift):
+def test_misaligned_insn_addr_refused(shift, device):
     """The core fetches 16-byte instructions from aligned addresses; a program placed at a
     misaligned address must be refused (by fsim and the verifier alike), not decoded."""
     dram, ia, n, *_ = simple()
@@ -300,7 +307,7 @@ def test_misaligned_insn_addr_refused(shift):
     moved[ia + shift:ia + shift + prog.size] = prog
     assert simulate(TINY, dram, ia, n).stats["insn_count"] == n  # the aligned original runs
     both(TINY, moved, ia + shift, n, ProgramError,
-         rf"^insn_addr = 0x{ia + shift:x} is not a multiple of 16 bytes")
+         rf"^insn_addr = 0x{ia + shift:x} is not a multiple of 16 bytes", device=device)
 
 
 def test_generated_programs_are_aligned():
@@ -320,10 +327,10 @@ def test_nop_ignores_other_fields():
     assert simulate(TINY, dram, ia, n).stats["nop_insns"] == 2
 
 
-def test_watchdog():
+def test_watchdog(device):
     dram, ia, n, *_ = simple(mid=[gemm(0, 1, 100, 100, reset=1)])
     both(TINY, dram, ia, n, ProgramError, r"^timeout: instruction 2 would exceed the "
-         r"watchdog of 1000 steps", max_steps=1000)
+         r"watchdog of 1000 steps", max_steps=1000, device=device)
 
 
 def test_bad_image_and_regions():
