@@ -16,7 +16,7 @@ from vtaforge.hw.config import preset
 from vtaforge.runtime.device import Buffer
 from vtaforge.runtime.fsim import simulate
 
-from programs import AluOp, Image, MemType, alu, finish, gemm, ld, nop, st
+from programs import AluOp, Image, MemType, alu, finish, gemm, ld, nop, rand_elems, st
 
 pytestmark = pytest.mark.rtl
 
@@ -38,17 +38,6 @@ def cfg(request):
     c = preset(request.param)
     rtl.build_model(c)  # build once per preset (progress on stderr)
     return c
-
-
-def rand_elems(rng, cfg, mem, n, lo=None, hi=None):
-    """``n`` random elements of memory type ``mem`` as raw little-endian bytes."""
-    bits = {MemType.INP: cfg.INP_WIDTH, MemType.WGT: cfg.WGT_WIDTH,
-            MemType.ACC: cfg.ACC_WIDTH, MemType.ACC8: 8}[mem]
-    dt = {8: "<i1", 16: "<i2", 32: "<i4"}[bits]
-    count = n * cfg.elem_bytes(mem) // (bits // 8)
-    lo = -(1 << (bits - 1)) if lo is None else lo
-    hi = (1 << (bits - 1)) if hi is None else hi
-    return rng.integers(lo, hi, count).astype(dt)
 
 
 def compare(cfg, dram, ia, n, **bus):
