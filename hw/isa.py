@@ -75,16 +75,74 @@ class Queue(IntEnum):
     S2G = 3  # store -> compute (WAR: out buffer free)
 
 
-#: For each module, the queue each flag refers to (None: the flag is invalid there).
-#: Keys: pop_prev, pop_next, push_prev, push_next (vta-anchor.md §2.4).
-FLAG_QUEUES: dict[Module, dict[str, Queue | None]] = {
-    Module.LOAD: {"pop_prev": None, "pop_next": Queue.G2L, "push_prev": None,
-                  "push_next": Queue.L2G},
-    Module.COMPUTE: {"pop_prev": Queue.L2G, "pop_next": Queue.S2G, "push_prev": Queue.G2L,
-                     "push_next": Queue.G2S},
-    Module.STORE: {"pop_prev": Queue.G2S, "pop_next": None, "push_prev": Queue.S2G,
-                   "push_next": None},
+#: The four dependency flags of the instruction header, in header order.
+DEP_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+
+
+@dataclass(frozen=True)
+class TokenRoute:
+    """One dependency-token queue: the module that pushes onto it and the header flag it
+    pushes with, the module that pops it and the flag it pops with.
+
+    Upstream's prev/next naming is relative to the module carrying the flag, in the
+    order load → compute → store: ``*_next`` talks to the module after it, ``*_prev`` to
+    the one before (vta-anchor.md §2.4).
+    """
+
+    queue: Queue
+    producer: Module
+    push_flag: str
+    consumer: Module
+    pop_flag: str
+
+
+#: Producer/consumer table of the token queues: the one source of which module pushes or
+#: pops which queue with which flag.  :data:`FLAG_QUEUES`, the RTL units and ``top.py``,
+#: the program builder and fsim derive from it.
+TOKEN_ROUTES: dict[Queue, TokenRoute] = {
+    Queue.L2G: TokenRoute(Queue.L2G, Module.LOAD, "push_next", Module.COMPUTE, "pop_prev"),
+    Queue.G2L: TokenRoute(Queue.G2L, Module.COMPUTE, "push_prev", Module.LOAD, "pop_next"),
+    Queue.G2S: TokenRoute(Queue.G2S, Module.COMPUTE, "push_next", Module.STORE, "pop_prev"),
+    Queue.S2G: TokenRoute(Queue.S2G, Module.STORE, "push_prev", Module.COMPUTE, "pop_next"),
 }
+
+
+def token_route(producer: Module, consumer: Module) -> TokenRoute:
+    """The queue from ``producer`` to ``consumer``.
+
+    Raises:
+        ISAError: no queue links them (load and store never exchange tokens).
+    """
+    for r in TOKEN_ROUTES.values():
+        if r.producer == producer and r.consumer == consumer:
+            return r
+    raise ISAError(f"no token queue from {Module(producer).name} to {Module(consumer).name}")
+
+
+def module_tokens(module: Module) -> tuple[list[TokenRoute], list[TokenRoute]]:
+    """``(pops, pushes)``: the routes ``module`` consumes and the ones it produces, in
+    queue order."""
+    pops = [r for r in TOKEN_ROUTES.values() if r.consumer == module]
+    pushes = [r for r in TOKEN_ROUTES.values() if r.producer == module]
+    return pops, pushes
+
+
+def _flag_queues() -> dict[Module, dict[str, Queue | None]]:
+    out: dict[Module, dict[str, Queue | None]] = {}
+    for mod in Module:
+        pops, pushes = module_tokens(mod)
+        fq: dict[str, Queue | None] = {f: None for f in DEP_FLAGS}
+        for r in pops:
+            fq[r.pop_flag] = r.queue
+        for r in pushes:
+            fq[r.push_flag] = r.queue
+        out[mod] = fq
+    return out
+
+
+#: For each module, the queue each flag refers to (None: the flag is invalid there).
+#: Keys: pop_prev, pop_next, push_prev, push_next.  Derived from :data:`TOKEN_ROUTES`.
+FLAG_QUEUES: dict[Module, dict[str, Queue | None]] = _flag_queues()
 
 
 @dataclass(frozen=True)
@@ -106,7 +164,58 @@ class Field:
         return (1 << self.width) - 1
 
 
-HEADER = (("opcode", 3), ("pop_prev", 1), ("pop_next", 1), ("push_prev", 1), ("push_next", 1))
+@dataclass(frozen=True)
+class ISALimits:
+    """The fixed-width instruction fields, the same in every config (vta-anchor.md §2.2):
+    widths in bits, and the value ranges they allow (``*_max``, ``imm_min``)."""
+
+    opcode_bits: int = 3
+    memory_type_bits: int = 3
+    sram_base_bits: int = 16
+    dram_base_bits: int = 32
+    size_bits: int = 16       # y_size, x_size
+    stride_bits: int = 16     # x_stride
+    pad_bits: int = 4         # y_pad_0, y_pad_1, x_pad_0, x_pad_1
+    iter_bits: int = LOOP_ITER_BITS  # iter_out, iter_in
+    alu_opcode_bits: int = 3
+    imm_bits: int = 16        # signed ALU immediate
+
+    @property
+    def pad_max(self) -> int:
+        """Largest padding (15)."""
+        return (1 << self.pad_bits) - 1
+
+    @property
+    def size_max(self) -> int:
+        """Largest ``x_size``/``y_size`` (65535)."""
+        return (1 << self.size_bits) - 1
+
+    @property
+    def stride_max(self) -> int:
+        """Largest ``x_stride`` (65535)."""
+        return (1 << self.stride_bits) - 1
+
+    @property
+    def iter_max(self) -> int:
+        """Largest loop trip count (16383)."""
+        return (1 << self.iter_bits) - 1
+
+    @property
+    def imm_min(self) -> int:
+        """Smallest ALU immediate (-32768)."""
+        return -(1 << (self.imm_bits - 1))
+
+    @property
+    def imm_max(self) -> int:
+        """Largest ALU immediate (32767)."""
+        return (1 << (self.imm_bits - 1)) - 1
+
+
+#: The ISA's fixed field limits (one object; layouts, RTL and software read it).
+LIMITS = ISALimits()
+
+HEADER = (("opcode", LIMITS.opcode_bits), ("pop_prev", 1), ("pop_next", 1), ("push_prev", 1),
+          ("push_next", 1))
 
 #: Every field name an instruction may carry (the union over formats), in a stable order.
 INSN_FIELDS = (
@@ -187,18 +296,21 @@ class ISALayout:
 def _layout_spec(cfg: VTAConfig):
     uop_w = cfg.LOG_UOP_DEPTH
     acc_w, inp_w, wgt_w = cfg.LOG_ACC_DEPTH, cfg.LOG_INP_DEPTH, cfg.LOG_WGT_DEPTH
+    lim = LIMITS
     mem = HEADER + (
-        ("memory_type", 3), ("sram_base", 16), ("dram_base", 32), ("y_size", 16),
-        ("x_size", 16), ("x_stride", 16), ("y_pad_0", 4), ("y_pad_1", 4), ("x_pad_0", 4),
-        ("x_pad_1", 4))
+        ("memory_type", lim.memory_type_bits), ("sram_base", lim.sram_base_bits),
+        ("dram_base", lim.dram_base_bits), ("y_size", lim.size_bits),
+        ("x_size", lim.size_bits), ("x_stride", lim.stride_bits), ("y_pad_0", lim.pad_bits),
+        ("y_pad_1", lim.pad_bits), ("x_pad_0", lim.pad_bits), ("x_pad_1", lim.pad_bits))
     loop = (("reset", 1), ("uop_bgn", uop_w), ("uop_end", uop_w + 1),
-            ("iter_out", LOOP_ITER_BITS), ("iter_in", LOOP_ITER_BITS))
+            ("iter_out", lim.iter_bits), ("iter_in", lim.iter_bits))
     gemm = HEADER + loop + (
         ("dst_factor_out", acc_w), ("dst_factor_in", acc_w), ("src_factor_out", inp_w),
         ("src_factor_in", inp_w), ("wgt_factor_out", wgt_w), ("wgt_factor_in", wgt_w))
     alu = HEADER + loop + (
         ("dst_factor_out", acc_w), ("dst_factor_in", acc_w), ("src_factor_out", acc_w),
-        ("src_factor_in", acc_w), ("alu_opcode", 3), ("use_imm", 1), ("imm", 16, True))
+        ("src_factor_in", acc_w), ("alu_opcode", lim.alu_opcode_bits), ("use_imm", 1),
+        ("imm", lim.imm_bits, True))
     uop = (("dst", acc_w), ("src", max(acc_w, inp_w)), ("wgt", wgt_w))
     return {"mem": mem, "gemm": gemm, "alu": alu, "finish": HEADER}, uop
 

@@ -46,7 +46,7 @@ from typing import Any, Callable, Hashable, Iterator, Sequence
 import numpy as np
 
 from ..hw.config import LOOP_ITER_BITS, MemType, VTAConfig
-from ..hw.isa import (FLAG_QUEUES, INSN_BYTES, AluOp, Insn, Module, Opcode, Queue,
+from ..hw.isa import (FLAG_QUEUES, INSN_BYTES, AluOp, Insn, Module, Opcode, Queue, token_route,
                       encode_program, encode_uops, isa_layout)
 from .device import Buffer, Device, ProgramError, RunResult
 
@@ -360,10 +360,10 @@ class _Rec:
 
 
 def _flag_for(frm: Module, to: Module, push: bool) -> str:
-    """Upstream's prev/next naming: relative to the module carrying the flag."""
-    if push:
-        return "push_next" if frm < to else "push_prev"
-    return "pop_prev" if frm < to else "pop_next"
+    """The header flag for the token from ``frm`` to ``to``: the producer's push flag
+    (``push``), else the consumer's pop flag (``hw/isa.py`` TOKEN_ROUTES)."""
+    r = token_route(frm, to)
+    return r.push_flag if push else r.pop_flag
 
 
 @dataclass

@@ -34,24 +34,40 @@ Yosys maps them to LUTs.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import MemType, VTAConfig
-from ..isa import AluOp, Opcode
+from ..isa import LIMITS, AluOp, Opcode
 from ..regs import ErrorKind
 from .axi import ReadClientSignature
-from .load import CommandPortSignature, TensorLoader, insn_field
+from ..isa import Module as Unit
+from .fields import (header_view, insn_field, pop_tokens, push_tokens, pushes_any,
+                     token_members, tokens_ready)
+from .load import CommandPortSignature, TensorLoader
 from .scratchpad import Scratchpad
 
 __all__ = ["ComputeUnit", "AluLane", "alu_lane", "PackedMulPair", "packed_pair_model",
-           "lut_multiply", "COMPUTE_STATES", "PACK_SHIFT"]
+           "lut_multiply", "COMPUTE_STATES", "ComputeState", "PACK_SHIFT"]
 
-#: Compute unit FSM encodings (for ``dbg_state``).  WAIT_TOKEN: the next instruction waits for
-#: a token to pop or for room in a token queue it will push to.
-COMPUTE_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "LOAD", 3: "GEMM_ALU", 4: "PUSH",
-                  5: "FINISH", 6: "DECODE"}
+class ComputeState(IntEnum):
+    """Compute unit FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_TOKEN: the
+    next instruction waits for a token to pop or for room in a token queue it will push
+    to.  (Code 5 is unused: FINISH executes in DECODE and leaves through PUSH.)"""
+
+    IDLE = 0
+    WAIT_TOKEN = 1
+    LOAD = 2
+    GEMM_ALU = 3
+    PUSH = 4
+    DECODE = 6
+
+
+#: ``{code: name}`` of :class:`ComputeState`.
+COMPUTE_STATES = {s.value: s.name for s in ComputeState}
 
 #: Bit offset of the high weight in a packed DSP operand (hardware-notes.md).
 PACK_SHIFT = 16
@@ -174,8 +190,7 @@ class ComputeUnit(wiring.Component):
         self.cfg = cfg
         super().__init__({
             "cmd": In(CommandPortSignature()),
-            "l2g_nonempty": In(1), "l2g_pop": Out(1), "s2g_nonempty": In(1), "s2g_pop": Out(1),
-            "g2l_has_room": In(1), "g2l_push": Out(1), "g2s_has_room": In(1), "g2s_push": Out(1),
+            **token_members(Unit.COMPUTE),
             "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)),
             "inp_r_addr": Out(cfg.LOG_INP_DEPTH), "inp_r_data": In(cfg.elem_bits(MemType.INP)),
             "wgt_r_addr": Out(cfg.LOG_WGT_DEPTH), "wgt_r_data": In(cfg.elem_bits(MemType.WGT)),
@@ -215,7 +230,9 @@ class ComputeUnit(wiring.Component):
         head = self.cmd.data
         with m.If(self.cmd.ready):
             m.d.sync += insn_ord.eq(self.ord_next)
-        opcode = insn[:3]
+        ih = header_view(insn)
+        hh = header_view(head)
+        opcode = ih.opcode
 
         def mf(name):
             return insn_field(cfg, insn, "mem", name)
@@ -271,8 +288,8 @@ class ComputeUnit(wiring.Component):
         # ---------------------------------------------------------- stage A: sequencer
         LA, LS, LWd = cfg.LOG_ACC_DEPTH, max(cfg.LOG_ACC_DEPTH, cfg.LOG_INP_DEPTH), cfg.LOG_WGT_DEPTH
         k = Signal(cfg.LOG_UOP_DEPTH + 1)
-        i_cnt = Signal(14)
-        j_cnt = Signal(14)
+        i_cnt = Signal(LIMITS.iter_bits)
+        j_cnt = Signal(LIMITS.iter_bits)
         # loop offsets, two bits wider than the indices: up to the first out-of-range index
         # every offset is below twice the depth and the sequencer runs at most one offset
         # ahead of stage B, so the offsets that reach B before a fault are exact
@@ -305,8 +322,8 @@ class ComputeUnit(wiring.Component):
         # per-instruction controls travel with the micro-op, so the next GEMM/ALU can enter
         # stage A while the previous one's micro-ops are still in B..D
         b_alu, b_tensor, b_reset, b_imm_sel = Signal(), Signal(), Signal(), Signal()
-        b_op = Signal(3)
-        b_imm = Signal(signed(16))
+        b_op = Signal(LIMITS.alu_opcode_bits)
+        b_imm = Signal(signed(LIMITS.imm_bits))
         with m.If(advance_a):
             m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c), b_ord.eq(insn_ord),
                          b_alu.eq(is_alu), b_tensor.eq(alu_tensor), b_reset.eq(reset),
@@ -401,8 +418,8 @@ class ComputeUnit(wiring.Component):
                      acc_mem.r_en.eq(1),
                      self.inp_r_addr.eq(src[:cfg.LOG_INP_DEPTH]), self.wgt_r_addr.eq(wgt)]
         c_alu, c_reset, c_imm_sel = Signal(), Signal(), Signal()
-        c_op = Signal(3)
-        c_imm = Signal(signed(16))
+        c_op = Signal(LIMITS.alu_opcode_bits)
+        c_imm = Signal(signed(LIMITS.imm_bits))
         m.d.sync += [c_valid.eq(advance_b & ~kill_b), c_dst.eq(dst), c_alu.eq(b_alu), c_reset.eq(b_reset),
                      c_imm_sel.eq(b_imm_sel), c_op.eq(b_op), c_imm.eq(b_imm)]
 
@@ -497,16 +514,14 @@ class ComputeUnit(wiring.Component):
 
         # ---------------------------------------------------------- control FSM
         pipe_empty = ~gen_active & ~b_valid & ~c_valid & ~d_valid
-        head_exec = (head[:3] == Opcode.GEMM) | (head[:3] == Opcode.ALU)
-        head_ok = ((~head[3] | self.l2g_nonempty) & (~head[4] | self.s2g_nonempty) &
-                   (~head[5] | self.g2l_has_room) & (~head[6] | self.g2s_has_room))
+        head_exec = (hh.opcode == Opcode.GEMM) | (hh.opcode == Opcode.ALU)
+        head_ok = tokens_ready(self, Unit.COMPUTE, hh)
         with m.FSM(name="compute_fsm"):
             with m.State("IDLE"):
-                m.d.comb += self.state.eq(0)
+                m.d.comb += self.state.eq(ComputeState.IDLE)
                 with m.If(self.cmd.valid):
                     with m.If(head_ok):
-                        m.d.comb += [self.cmd.ready.eq(1), self.l2g_pop.eq(head[3]),
-                                     self.s2g_pop.eq(head[4])]
+                        m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.COMPUTE, hh)]
                         m.d.sync += insn.eq(head)
                         with m.If(head_exec):
                             m.d.comb += seq_start.eq(1)
@@ -514,9 +529,9 @@ class ComputeUnit(wiring.Component):
                         with m.Else():
                             m.next = "DECODE"
                     with m.Else():
-                        m.d.comb += [self.stall.eq(1), self.state.eq(1)]  # WAIT_TOKEN
+                        m.d.comb += [self.stall.eq(1), self.state.eq(ComputeState.WAIT_TOKEN)]
             with m.State("DECODE"):
-                m.d.comb += [self.state.eq(6), self.busy.eq(1)]
+                m.d.comb += [self.state.eq(ComputeState.DECODE), self.busy.eq(1)]
                 load_ok = (mt == MemType.UOP) | (mt == MemType.ACC)
                 if cfg.ACC_8BIT:
                     load_ok = load_ok | (mt == MemType.ACC8)
@@ -529,7 +544,7 @@ class ComputeUnit(wiring.Component):
                 with m.Else():
                     m.next = "PUSH"
             with m.State("LOAD"):
-                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
+                m.d.comb += [self.state.eq(ComputeState.LOAD), self.busy.eq(1)]
                 with m.If(ld.done):
                     m.next = "PUSH"
             with m.State("EXEC"):
@@ -537,18 +552,19 @@ class ComputeUnit(wiring.Component):
                 # accepted and started behind it, unless this instruction pushes a token
                 # (it must first drain: its writes have to land before the push).  The
                 # hazard check and the accumulator forwarding work across instructions.
-                m.d.comb += [self.state.eq(3), self.busy.eq(1)]
+                m.d.comb += [self.state.eq(ComputeState.GEMM_ALU), self.busy.eq(1)]
                 with m.If(~gen_active):
-                    with m.If(~insn[5] & ~insn[6] & self.cmd.valid & head_exec & head_ok):
-                        m.d.comb += [self.cmd.ready.eq(1), self.l2g_pop.eq(head[3]),
-                                     self.s2g_pop.eq(head[4]), seq_start.eq(1)]
+                    with m.If(~pushes_any(Unit.COMPUTE, ih) & self.cmd.valid & head_exec
+                              & head_ok):
+                        m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.COMPUTE, hh),
+                                     seq_start.eq(1)]
                         m.d.sync += insn.eq(head)
                     with m.Elif(pipe_empty):
-                        m.d.comb += [self.g2l_push.eq(insn[5]), self.g2s_push.eq(insn[6])]
+                        m.d.comb += push_tokens(self, Unit.COMPUTE, ih)
                         m.next = "IDLE"
             with m.State("PUSH"):
-                m.d.comb += [self.state.eq(4), self.busy.eq(1),
-                             self.g2l_push.eq(insn[5]), self.g2s_push.eq(insn[6])]
+                m.d.comb += [self.state.eq(ComputeState.PUSH), self.busy.eq(1),
+                             *push_tokens(self, Unit.COMPUTE, ih)]
                 m.next = "IDLE"
         return m
 

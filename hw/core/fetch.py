@@ -11,6 +11,8 @@ address must be 16-byte aligned.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib import wiring
@@ -19,14 +21,25 @@ from amaranth.lib.wiring import In, Out
 from ..config import MemType, VTAConfig
 from ..isa import Opcode
 from .axi import ReadClientSignature
-from .load import TensorLoader, insn_field
+from .fields import header_view, insn_field
+from .load import TensorLoader
 
-__all__ = ["FetchUnit", "FETCH_STATES"]
+__all__ = ["FetchUnit", "FETCH_STATES", "FetchState"]
 
-#: Fetch FSM encodings (for ``dbg_state``).  WAIT_QUEUE: no read in flight and the oldest
-#: fetched instruction waits for room in its command queue (its unit is not taking
-#: instructions, e.g. because it waits for a dependency token).
-FETCH_STATES = {0: "IDLE", 1: "READ", 2: "DRAIN", 3: "NEXT", 4: "WAIT_QUEUE"}
+class FetchState(IntEnum):
+    """Fetch FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_QUEUE: no read in
+    flight and the oldest fetched instruction waits for room in its command queue (its
+    unit is not taking instructions, e.g. because it waits for a dependency token)."""
+
+    IDLE = 0
+    READ = 1
+    DRAIN = 2
+    NEXT = 3
+    WAIT_QUEUE = 4
+
+
+#: ``{code: name}`` of :class:`FetchState`.
+FETCH_STATES = {s.value: s.name for s in FetchState}
 
 #: Instructions per fetch DMA request (the local buffer holds two batches).
 FETCH_BATCH = 4
@@ -72,7 +85,7 @@ class FetchUnit(wiring.Component):
         insn = buf.r_data
         for q in ("ld", "gm", "st"):
             m.d.comb += getattr(self, f"{q}_data").eq(insn)
-        op = insn[:3]
+        op = header_view(insn).opcode
         mt = insn_field(cfg, insn, "mem", "memory_type")
         to_st = op == Opcode.STORE
         to_ld = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
@@ -89,30 +102,30 @@ class FetchUnit(wiring.Component):
 
         with m.FSM(name="fetch_fsm"):
             with m.State("IDLE"):
-                m.d.comb += [self.state.eq(0), self.idle.eq(1)]
+                m.d.comb += [self.state.eq(FetchState.IDLE), self.idle.eq(1)]
                 with m.If(self.start):
                     m.d.sync += [base.eq(self.insn_addr[4:]), count.eq(self.insn_count),
                                  self.index.eq(0), req_index.eq(0)]
                     m.next = "NEXT"
             with m.State("NEXT"):
-                m.d.comb += [self.state.eq(3), self.busy.eq(1)]
+                m.d.comb += [self.state.eq(FetchState.NEXT), self.busy.eq(1)]
                 with m.If(left == 0):
                     with m.If(self.index == count):
                         m.next = "IDLE"
                     with m.Elif(buf.r_rdy & ~sent):
-                        m.d.comb += self.state.eq(4)  # WAIT_QUEUE
+                        m.d.comb += self.state.eq(FetchState.WAIT_QUEUE)
                     with m.Else():
-                        m.d.comb += self.state.eq(2)
+                        m.d.comb += self.state.eq(FetchState.DRAIN)
                 with m.Elif(buf.level <= K):
                     m.d.sync += batch.eq(Mux(left < K, left, K))
                     m.next = "START"
                 with m.Elif(buf.r_rdy & ~sent):
-                    m.d.comb += self.state.eq(4)  # WAIT_QUEUE
+                    m.d.comb += self.state.eq(FetchState.WAIT_QUEUE)
             with m.State("START"):
-                m.d.comb += [self.state.eq(1), self.busy.eq(1), rd.start.eq(1)]
+                m.d.comb += [self.state.eq(FetchState.READ), self.busy.eq(1), rd.start.eq(1)]
                 m.next = "READ"
             with m.State("READ"):
-                m.d.comb += [self.state.eq(1), self.busy.eq(1)]
+                m.d.comb += [self.state.eq(FetchState.READ), self.busy.eq(1)]
                 with m.If(rd.done):
                     m.d.sync += req_index.eq(req_index + batch)
                     m.next = "NEXT"

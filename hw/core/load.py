@@ -15,27 +15,33 @@ protocol (pop G2L before, push L2G after).
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import MemType, VTAConfig
-from ..isa import Opcode, isa_layout
+from ..isa import Module as Unit
+from ..isa import LIMITS, Opcode
 from .axi import ReadClientSignature
+from .fields import header_view, insn_field, pop_tokens, push_tokens, token_members, tokens_ready
 
-__all__ = ["TensorLoader", "LoadUnit", "insn_field", "LOAD_STATES"]
+__all__ = ["TensorLoader", "LoadUnit", "insn_field", "LOAD_STATES", "LoadState"]
 
-#: Load unit FSM state encodings (for ``dbg_state``).  WAIT_TOKEN: the next instruction is at
-#: the head of the command queue but waits for a token to pop or for room to push one.
-LOAD_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "EXEC", 3: "PUSH"}
+class LoadState(IntEnum):
+    """Load unit FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_TOKEN: the
+    next instruction is at the head of the command queue but waits for a token to pop or
+    for room to push one."""
+
+    IDLE = 0
+    WAIT_TOKEN = 1
+    EXEC = 2
+    PUSH = 3
 
 
-def insn_field(cfg: VTAConfig, insn, fmt: str, name: str):
-    """Slice field ``name`` of format ``fmt`` (``mem``, ``gemm``, ``alu``) out of a 128-bit
-    instruction value, with the bit positions of :func:`vtaforge.hw.isa.isa_layout`."""
-    f = isa_layout(cfg).field(fmt, name)
-    v = insn[f.lsb:f.lsb + f.width]
-    return v.as_signed() if f.signed else v
+#: ``{code: name}`` of :class:`LoadState`.
+LOAD_STATES = {s.value: s.name for s in LoadState}
 
 
 MEM_FIELDS = ("memory_type", "sram_base", "dram_base", "y_size", "x_size", "x_stride",
@@ -72,9 +78,11 @@ class TensorLoader(wiring.Component):
             raise ValueError(f"TensorLoader: {len(self.depths)} depths for "
                              f"{len(self.elems)} memories")
         members = {
-            "start": In(1), "sel": In(range(max(2, len(elems)))), "sram_base": In(16),
-            "dram_base": In(32), "y_size": In(16), "x_size": In(16), "x_stride": In(16),
-            "y_pad_0": In(4), "y_pad_1": In(4), "x_pad_0": In(4), "x_pad_1": In(4),
+            "start": In(1), "sel": In(range(max(2, len(elems)))),
+            "sram_base": In(LIMITS.sram_base_bits), "dram_base": In(LIMITS.dram_base_bits),
+            "y_size": In(LIMITS.size_bits), "x_size": In(LIMITS.size_bits),
+            "x_stride": In(LIMITS.stride_bits),
+            **{p: In(LIMITS.pad_bits) for p in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")},
             "busy": Out(1), "done": Out(1),
             "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)), "w_addr": Out(16),
             "rd_bytes": Out(32),
@@ -93,18 +101,18 @@ class TensorLoader(wiring.Component):
         lbb = bb.bit_length() - 1
 
         sel = Signal.like(self.sel)
-        y_size = Signal(16)
-        x_size = Signal(16)
-        x_pad_0 = Signal(4)
-        x_pad_1 = Signal(4)
-        ytop = Signal(4)
-        ybot = Signal(4)
+        y_size = Signal(LIMITS.size_bits)
+        x_size = Signal(LIMITS.size_bits)
+        x_pad_0 = Signal(LIMITS.pad_bits)
+        x_pad_1 = Signal(LIMITS.pad_bits)
+        ytop = Signal(LIMITS.pad_bits)
+        ybot = Signal(LIMITS.pad_bits)
         width = Signal(18)
         row_addr = Signal(32)
         row_step = Signal(32)
-        rows = Signal(16)
+        rows = Signal(LIMITS.size_bits)
         zc = Signal(18)
-        ecnt = Signal(16)
+        ecnt = Signal(LIMITS.size_bits)
         waddr = Signal(17)
         m.d.comb += self.w_addr.eq(waddr[:16])
 
@@ -288,7 +296,7 @@ class LoadUnit(wiring.Component):
         self.cfg = cfg
         super().__init__({
             "cmd": In(CommandPortSignature()),
-            "g2l_nonempty": In(1), "g2l_pop": Out(1), "l2g_has_room": In(1), "l2g_push": Out(1),
+            **token_members(Unit.LOAD),
             "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)),
             "inp_w_addr": Out(cfg.LOG_INP_DEPTH), "inp_w_data": Out(cfg.elem_bits(MemType.INP)),
             "inp_w_en": Out(1),
@@ -320,22 +328,22 @@ class LoadUnit(wiring.Component):
         m.d.comb += [ld.sel.eq(f(insn, "memory_type") == MemType.WGT)]
         for name in MEM_FIELDS[1:]:
             m.d.comb += getattr(ld, name).eq(f(insn, name))
-        push_next_l = insn[6]
+        ih = header_view(insn)
+        hh = header_view(head)
         with m.FSM(name="load_fsm"):
             with m.State("IDLE"):
-                m.d.comb += self.state.eq(0)
+                m.d.comb += self.state.eq(LoadState.IDLE)
                 with m.If(self.cmd.valid):
-                    ok = (~head[4] | self.g2l_nonempty) & (~head[6] | self.l2g_has_room)
-                    with m.If(ok):
-                        m.d.comb += [self.cmd.ready.eq(1), self.g2l_pop.eq(head[4])]
+                    with m.If(tokens_ready(self, Unit.LOAD, hh)):
+                        m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.LOAD, hh)]
                         m.d.sync += insn.eq(head)
                         m.next = "START"
                     with m.Else():
-                        m.d.comb += [self.stall.eq(1), self.state.eq(1)]  # WAIT_TOKEN
+                        m.d.comb += [self.stall.eq(1), self.state.eq(LoadState.WAIT_TOKEN)]
             with m.State("START"):
-                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
+                m.d.comb += [self.state.eq(LoadState.EXEC), self.busy.eq(1)]
                 mt = f(insn, "memory_type")
-                is_load = ((insn[:3] == Opcode.LOAD) & (f(insn, "x_size") != 0)
+                is_load = ((ih.opcode == Opcode.LOAD) & (f(insn, "x_size") != 0)
                            & ((mt == MemType.INP) | (mt == MemType.WGT)))
                 with m.If(is_load):
                     m.d.comb += ld.start.eq(1)
@@ -343,10 +351,10 @@ class LoadUnit(wiring.Component):
                 with m.Else():
                     m.next = "PUSH"
             with m.State("EXEC"):
-                m.d.comb += [self.state.eq(2), self.busy.eq(1)]
+                m.d.comb += [self.state.eq(LoadState.EXEC), self.busy.eq(1)]
                 with m.If(ld.done):
                     m.next = "PUSH"
             with m.State("PUSH"):
-                m.d.comb += [self.state.eq(3), self.busy.eq(1), self.l2g_push.eq(push_next_l)]
+                m.d.comb += [self.state.eq(LoadState.PUSH), self.busy.eq(1), *push_tokens(self, Unit.LOAD, ih)]
                 m.next = "IDLE"
         return m

@@ -15,22 +15,36 @@ memory.
 
 from __future__ import annotations
 
+from enum import IntEnum
+
 from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import MemType, VTAConfig
-from ..isa import Opcode
+from ..isa import Module as Unit
+from ..isa import LIMITS, Opcode
 from .axi import WriteClientSignature
-from .load import CommandPortSignature, insn_field
+from .fields import (header_layout, header_view, insn_field, pop_tokens, push_tokens,
+                     token_members, tokens_ready)
+from .load import CommandPortSignature
 
-__all__ = ["StoreUnit", "STORE_STATES"]
+__all__ = ["StoreUnit", "STORE_STATES", "StoreState"]
 
-#: Store unit FSM encodings (for ``dbg_state``).  WAIT_TOKEN: the next instruction waits for a
-#: token to pop or for room in a token queue it will push to.  STREAM: rows are being
-#: requested or their elements read and sent; WAIT_B: every beat is sent, write responses
-#: are outstanding.
-STORE_STATES = {0: "IDLE", 1: "WAIT_TOKEN", 2: "STREAM", 3: "WAIT_B"}
+class StoreState(IntEnum):
+    """Store unit FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_TOKEN: the
+    next instruction waits for a token to pop or for room in a token queue it will push
+    to.  STREAM: rows are being requested or their elements read and sent; WAIT_B: every
+    beat is sent, write responses are outstanding."""
+
+    IDLE = 0
+    WAIT_TOKEN = 1
+    STREAM = 2
+    WAIT_B = 3
+
+
+#: ``{code: name}`` of :class:`StoreState`.
+STORE_STATES = {s.value: s.name for s in StoreState}
 
 
 class StoreUnit(wiring.Component):
@@ -57,7 +71,7 @@ class StoreUnit(wiring.Component):
         self.cfg = cfg
         super().__init__({
             "cmd": In(CommandPortSignature()),
-            "g2s_nonempty": In(1), "g2s_pop": Out(1), "s2g_has_room": In(1), "s2g_push": Out(1),
+            **token_members(Unit.STORE),
             "out_r_addr": Out(cfg.LOG_ACC_DEPTH), "out_r_en": Out(1),
             "out_r_data": In(cfg.elem_bits(MemType.OUT)),
             "dma": Out(WriteClientSignature(cfg.BUS_WIDTH)),
@@ -80,11 +94,12 @@ class StoreUnit(wiring.Component):
         def hf(name):
             return insn_field(cfg, head, "mem", name)
 
-        push = Signal()       # the running instruction pushes S2G at its end
-        x_size = Signal(16)
+        hh = header_view(head)
+        hdr = Signal(header_layout())  # the running instruction's header (its pushes)
+        x_size = Signal(LIMITS.size_bits)
         row_step = Signal(32)  # bytes between row starts
         # row issuer
-        i_rows = Signal(16)
+        i_rows = Signal(LIMITS.size_bits)
         i_addr = Signal(32)
         m.d.comb += [self.dma.req_addr.eq(i_addr),
                      self.dma.req_beats.eq(
@@ -94,8 +109,8 @@ class StoreUnit(wiring.Component):
             m.d.sync += [i_rows.eq(i_rows - 1), i_addr.eq(i_addr + row_step)]
 
         # reader, stage R (address) and stage P (data)
-        p_rows = Signal(16)    # rows whose elements are not all read
-        p_ecnt = Signal(16)    # elements of the current row not yet read
+        p_rows = Signal(LIMITS.size_bits)  # rows whose elements are not all read
+        p_ecnt = Signal(LIMITS.size_bits)  # elements of the current row not yet read
         raddr = Signal(17)  # never wraps before it passes the depth (sram_base: 16 bits)
         p_valid = Signal()
         p_adv = Signal()       # stage P is free or frees up this cycle
@@ -158,15 +173,14 @@ class StoreUnit(wiring.Component):
         streaming = (i_rows != 0) | (p_rows != 0) | p_valid
         with m.FSM(name="store_fsm"):
             with m.State("IDLE"):
-                m.d.comb += self.state.eq(0)
+                m.d.comb += self.state.eq(StoreState.IDLE)
                 with m.If(self.cmd.valid):
-                    ok = (~head[3] | self.g2s_nonempty) & (~head[5] | self.s2g_has_room)
-                    with m.If(ok):
-                        m.d.comb += [self.cmd.ready.eq(1), self.g2s_pop.eq(head[3])]
-                        run = (head[:3] == Opcode.STORE) & (hf("x_size") != 0)
+                    with m.If(tokens_ready(self, Unit.STORE, hh)):
+                        m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.STORE, hh)]
+                        run = (hh.opcode == Opcode.STORE) & (hf("x_size") != 0)
                         base = Signal(32)
                         m.d.comb += base.eq(hf("dram_base") << leb)
-                        m.d.sync += [push.eq(head[5]), x_size.eq(hf("x_size")),
+                        m.d.sync += [hdr.eq(hh), x_size.eq(hf("x_size")),
                                      row_step.eq(hf("x_stride") << leb),
                                      i_addr.eq(base), raddr.eq(hf("sram_base")),
                                      p_ecnt.eq(hf("x_size")),
@@ -183,10 +197,10 @@ class StoreUnit(wiring.Component):
                                 m.d.sync += bc.eq(0)
                         m.next = "RUN"
                     with m.Else():
-                        m.d.comb += [self.stall.eq(1), self.state.eq(1)]  # WAIT_TOKEN
+                        m.d.comb += [self.stall.eq(1), self.state.eq(StoreState.WAIT_TOKEN)]
             with m.State("RUN"):
-                m.d.comb += [self.state.eq(Mux(streaming, 2, 3)), self.busy.eq(1)]
+                m.d.comb += [self.state.eq(Mux(streaming, StoreState.STREAM, StoreState.WAIT_B)), self.busy.eq(1)]
                 with m.If(~streaming & self.dma.idle):
-                    m.d.comb += self.s2g_push.eq(push)
+                    m.d.comb += push_tokens(self, Unit.STORE, hdr)
                     m.next = "IDLE"
         return m

@@ -31,15 +31,16 @@ from amaranth.lib.wiring import Out
 
 from ..config import MemType, VTAConfig
 from ..isa import Module as Unit
-from ..isa import Queue
+from ..isa import TOKEN_ROUTES, Queue
 from ..regs import ErrorKind
 from .axi import AXILiteRegs, DMAEngine, axi_lite_members, axi_master_members
-from .compute import ComputeUnit
+from .compute import ComputeState, ComputeUnit
 from .fetch import FetchUnit
-from .load import LoadUnit
+from .fields import port_name
+from .load import LoadState, LoadUnit
 from .queues import CommandQueue, TokenQueue
 from .scratchpad import Scratchpad
-from .store import StoreUnit
+from .store import StoreState, StoreUnit
 
 __all__ = ["VTACore"]
 
@@ -113,16 +114,14 @@ class VTACore(wiring.Component):
             m.submodules[f"tok_{q.name.lower()}"] = t
             tq[q] = t
         clear = Signal()
-        m.d.comb += [
-            tq[Queue.L2G].push.eq(load.l2g_push), tq[Queue.L2G].pop.eq(comp.l2g_pop),
-            comp.l2g_nonempty.eq(tq[Queue.L2G].nonempty), load.l2g_has_room.eq(tq[Queue.L2G].has_room),
-            tq[Queue.G2L].push.eq(comp.g2l_push), tq[Queue.G2L].pop.eq(load.g2l_pop),
-            load.g2l_nonempty.eq(tq[Queue.G2L].nonempty), comp.g2l_has_room.eq(tq[Queue.G2L].has_room),
-            tq[Queue.G2S].push.eq(comp.g2s_push), tq[Queue.G2S].pop.eq(store.g2s_pop),
-            store.g2s_nonempty.eq(tq[Queue.G2S].nonempty), comp.g2s_has_room.eq(tq[Queue.G2S].has_room),
-            tq[Queue.S2G].push.eq(store.s2g_push), tq[Queue.S2G].pop.eq(comp.s2g_pop),
-            comp.s2g_nonempty.eq(tq[Queue.S2G].nonempty), store.s2g_has_room.eq(tq[Queue.S2G].has_room),
-        ]
+        # each queue between its producer and its consumer (hw/isa.py TOKEN_ROUTES)
+        units = {Unit.LOAD: load, Unit.COMPUTE: comp, Unit.STORE: store}
+        for q, r in TOKEN_ROUTES.items():
+            prod, cons = units[r.producer], units[r.consumer]
+            m.d.comb += [tq[q].push.eq(getattr(prod, port_name(r, "push"))),
+                         tq[q].pop.eq(getattr(cons, port_name(r, "pop"))),
+                         getattr(cons, port_name(r, "nonempty")).eq(tq[q].nonempty),
+                         getattr(prod, port_name(r, "has_room")).eq(tq[q].has_room)]
         for t in tq.values():
             m.d.comb += t.clear.eq(clear)
 
@@ -192,7 +191,8 @@ class VTACore(wiring.Component):
         drained = Signal()
         m.d.comb += drained.eq(
             fetch.idle & (qs["ld"].level == 0) & (qs["gm"].level == 0) & (qs["st"].level == 0)
-            & (load.state == 0) & (comp.state == 0) & (store.state == 0)
+            & (load.state == LoadState.IDLE) & (comp.state == ComputeState.IDLE)
+            & (store.state == StoreState.IDLE)
             & ~load.busy & ~comp.busy & ~store.busy)
         complete = Signal()
         m.d.comb += complete.eq(running & finished & drained & ~start)

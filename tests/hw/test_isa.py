@@ -409,3 +409,97 @@ def test_disassemble_alu_shows_negative_imm():
                                       imm=-3, uop_end=1, iter_out=1, iter_in=1)])
     (line,) = disassemble(PYNQ, prog)
     assert "ALU SHR" in line and "imm=-3" in line
+
+
+# ------------------------------------------------------------------ token-queue table
+#: vta-anchor.md §2.4, written out independently of hw.isa: queue -> (producer, push flag,
+#: consumer, pop flag).
+UPSTREAM_TOKENS = {
+    "L2G": ("LOAD", "push_next", "COMPUTE", "pop_prev"),
+    "G2L": ("COMPUTE", "push_prev", "LOAD", "pop_next"),
+    "G2S": ("COMPUTE", "push_next", "STORE", "pop_prev"),
+    "S2G": ("STORE", "push_prev", "COMPUTE", "pop_next"),
+}
+
+
+def test_token_routes_are_upstreams():
+    from vtaforge.hw.isa import TOKEN_ROUTES
+
+    got = {q.name: (r.producer.name, r.push_flag, r.consumer.name, r.pop_flag)
+           for q, r in TOKEN_ROUTES.items()}
+    assert got == UPSTREAM_TOKENS
+    assert all(q == r.queue for q, r in TOKEN_ROUTES.items())
+
+
+def test_flag_queues_follow_token_routes():
+    from vtaforge.hw.isa import FLAG_QUEUES, Module, Queue
+
+    want = {m: {f: None for f in ("pop_prev", "pop_next", "push_prev", "push_next")}
+            for m in ("LOAD", "COMPUTE", "STORE")}
+    for q, (prod, push, cons, pop) in UPSTREAM_TOKENS.items():
+        want[prod][push] = q
+        want[cons][pop] = q
+    got = {Module(m).name: {f: (None if v is None else Queue(v).name) for f, v in fq.items()}
+           for m, fq in FLAG_QUEUES.items()}
+    assert got == want
+
+
+def test_builder_flags_follow_token_routes():
+    from vtaforge.hw.isa import Module, token_route
+    from vtaforge.runtime.builder import _flag_for
+
+    for prod, push, cons, pop in UPSTREAM_TOKENS.values():
+        a, b = Module[prod], Module[cons]
+        assert (_flag_for(a, b, push=True), _flag_for(a, b, push=False)) == (push, pop)
+        assert token_route(a, b).push_flag == push
+    with pytest.raises(ISAError, match="no token queue from LOAD to STORE"):
+        token_route(Module.LOAD, Module.STORE)
+
+
+def test_rtl_units_token_ports_follow_token_routes():
+    """Each unit has exactly the token ports its routes need, and the core elaborates
+    with every queue between its producer and consumer."""
+    pytest.importorskip("amaranth")
+    from amaranth.lib.wiring import In, Out
+
+    from vtaforge.hw.core.compute import ComputeUnit
+    from vtaforge.hw.core.load import LoadUnit
+    from vtaforge.hw.core.store import StoreUnit
+
+    cfg = preset("tiny")
+    units = {"LOAD": LoadUnit(cfg), "COMPUTE": ComputeUnit(cfg), "STORE": StoreUnit(cfg)}
+    for name, unit in units.items():
+        want = {}
+        for q, (prod, _, cons, _) in UPSTREAM_TOKENS.items():
+            q = q.lower()
+            if prod == name:
+                want.update({f"{q}_has_room": In, f"{q}_push": Out})
+            if cons == name:
+                want.update({f"{q}_nonempty": In, f"{q}_pop": Out})
+        tok = {n: m.flow for n, m in unit.signature.members.items()
+               if n.split("_")[0] in ("l2g", "g2l", "g2s", "s2g")}
+        assert tok == want, name
+
+
+def test_rtl_header_layout_is_the_isa_header():
+    """The typed views the RTL units read (hw/core/fields.py) put every field where
+    hw.isa's layout does (and so where upstream's C bit-fields do, checked above)."""
+    pytest.importorskip("amaranth")
+    from amaranth.hdl import Shape
+
+    from vtaforge.hw.core.fields import header_layout, insn_layout
+    from vtaforge.hw.isa import HEADER, isa_layout
+
+    pos = 0
+    for name, width in HEADER:
+        f = header_layout()[name]
+        assert (f.offset, f.width) == (pos, width)
+        pos += width
+    for cfg in (preset("pynq"), preset("tiny")):
+        for fmt, fields in isa_layout(cfg).formats().items():
+            lay = insn_layout(cfg, fmt)
+            assert lay.size == 128
+            for fld in fields:
+                m = lay[fld.name]
+                signed = Shape.cast(m.shape).signed
+                assert (m.offset, m.width, signed) == (fld.lsb, fld.width, fld.signed)
