@@ -19,8 +19,12 @@ Models: ``compiler.zoo.resnet18(size)``; :func:`unet` (conv/ReLU/max-pool down, 
 Resize up, Add skips), with ``skips`` encoder convs per level each feeding a long skip
 (1: the classic U-Net; 3: every conv of a triple-conv level skipped).
 
+With ``--optimum SECONDS``: the least estimated overhead over every sequence of eviction
+choices under the same budget (branch and bound, ``runtime.dtr.search_optimum``; ``<=``
+where the search did not finish), to judge how near the heuristic comes.
+
 Run: ``.venv/bin/python bench/dtr_budget.py [--resnet-size 224] [--unet-size 64]
-[--no-run]`` (``--no-run``: plans only, no simulation).
+[--no-run] [--optimum 60]`` (``--no-run``: plans only, no simulation).
 """
 
 from __future__ import annotations
@@ -103,9 +107,11 @@ def unet(size: int = 32, *, chans=(16, 32, 64), skips: int = 1, stem: int = 1, c
     return m
 
 
-def measure(label: str, cm, x, fractions, *, run: bool = True) -> list[dict]:
+def measure(label: str, cm, x, fractions, *, run: bool = True, optimum: float = 0.0) -> list[dict]:
     """Plan (and with ``run``, execute on fsim and check bit-exactness) ``cm`` at each
-    fraction of its liveness peak; print one line per budget and return the reports."""
+    fraction of its liveness peak; print one line per budget and return the reports.
+    ``optimum`` > 0: also search the least overhead over every eviction choice
+    (:func:`~vtaforge.runtime.dtr.search_optimum`, that many seconds per budget)."""
     from vtaforge.runtime import dtr
     from vtaforge.runtime.executor import Executor, plan_memory
     from vtaforge.runtime.fsim import FsimDevice
@@ -122,7 +128,7 @@ def measure(label: str, cm, x, fractions, *, run: bool = True) -> list[dict]:
           f"({100 * lo / peak:.0f} % of the peak)")
     print(f"  {'budget':>14} {'peak':>10} {'arena':>10} {'evict':>5} {'recomp':>6} "
           f"{'est cyc':>9} {'MAC cyc':>9} {'GEMM uops':>9}  exact  run s   "
-          f"est cyc by rule: dtr / local / next_use")
+          f"est cyc by rule: dtr / local / next_use" + ("; optimum" if optimum else ""))
     ref = None
     if run:
         ref = Executor(cm, FsimDevice(cm.config, mem_bytes=1 << 29)).run(x)
@@ -159,11 +165,18 @@ def measure(label: str, cm, x, fractions, *, run: bool = True) -> list[dict]:
                 alt.append(f"{100 * o:+.1f}%")
             except dtr.BudgetError:
                 alt.append("none")
+        opt = ""
+        if optimum and r["recomputes"]:
+            base = r["est_cycles_base"]
+            c, done = dtr.search_optimum(nodes, budget, align=cm.config.dram_alignment,
+                                         time_limit=optimum, upper=r["est_cycles"])
+            opt = f"; {'' if done else '<='}{100 * (c - base) / base:+.1f}%"
+            r = dict(r, optimum_overhead=(c - base) / base, optimum_complete=done)
         print(f"{head} {r['peak']:>10,} {r['arena']:>10,} {r['evictions']:>5} "
               f"{r['recomputes']:>6} {100 * r['est_overhead']:>+8.1f}% "
               f"{100 * r['mac_overhead']:>+8.1f}% {100 * r['gemm_uops_overhead']:>+8.1f}%  "
               f"{'yes' if exact else ('-' if exact is None else 'NO')}  {wall:5.1f}   "
-              f"{' / '.join(alt)}")
+              f"{' / '.join(alt)}{opt}")
         rows.append(dict(r, fraction=f, budget=budget, exact=exact, alternatives=alt))
     return rows
 
@@ -174,6 +187,8 @@ def main() -> None:
     ap.add_argument("--unet-size", type=int, default=64)
     ap.add_argument("--fractions", default="1.0,0.9,0.8,0.7,0.6,0.5")
     ap.add_argument("--no-run", action="store_true", help="plan only (no fsim run)")
+    ap.add_argument("--optimum", type=float, default=0.0, metavar="SECONDS",
+                    help="search the optimum over eviction choices, SECONDS per budget")
     args = ap.parse_args()
     from vtaforge.compiler.compile import compile_model
     from vtaforge.compiler.zoo import resnet18
@@ -185,12 +200,13 @@ def main() -> None:
           "ideal GEMM cycles; GEMM uops: micro-ops the simulator executed)")
     x = rng.standard_normal((1, 3, args.resnet_size, args.resnet_size)).astype(np.float32)
     cm = compile_model(resnet18(args.resnet_size), x, "pynq")
-    measure(f"ResNet-18 {args.resnet_size}x{args.resnet_size}", cm, x, fr, run=not args.no_run)
+    measure(f"ResNet-18 {args.resnet_size}x{args.resnet_size}", cm, x, fr, run=not args.no_run,
+            optimum=args.optimum)
     for skips in (1, 2, 4):
         x = rng.standard_normal((1, 3, args.unet_size, args.unet_size)).astype(np.float32)
         cm = compile_model(unet(args.unet_size, skips=skips), x, "pynq")
         measure(f"U-Net {args.unet_size}x{args.unet_size}, {skips} long skip(s) per level",
-                cm, x, fr, run=not args.no_run)
+                cm, x, fr, run=not args.no_run, optimum=args.optimum)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from .device import DeviceError
 
 __all__ = ["Node", "Action", "Schedule", "BudgetError", "min_budget", "plan",
-           "nodes_from_model", "HEURISTICS"]
+           "nodes_from_model", "HEURISTICS", "parse_bytes", "search_optimum"]
 
 #: eviction heuristics of :func:`plan`
 HEURISTICS = ("auto", "dtr", "local", "next_use")
@@ -61,6 +61,36 @@ HEURISTICS = ("auto", "dtr", "local", "next_use")
 
 class BudgetError(DeviceError):
     """A device-memory budget under which the model cannot run (names the bytes)."""
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gib": 1 << 30, "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9}
+
+
+def parse_bytes(text: str | int) -> int:
+    """A byte count from ``"3MiB"``, ``"2.5 MiB"``, ``"512k"``, ``"3000000"`` or an int.
+
+    Units (case-insensitive): none or ``B``; ``K``/``KiB``, ``M``/``MiB``, ``G``/``GiB``
+    (powers of 1024); ``KB``, ``MB``, ``GB`` (powers of 1000).  A fractional count is
+    allowed when the bytes come out whole.
+
+    Raises:
+        ValueError: not a number with a known unit, not a whole number of bytes, or < 1.
+    """
+    import re
+    from fractions import Fraction
+
+    if isinstance(text, int) and not isinstance(text, bool):
+        v = Fraction(text)
+    else:
+        mt = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", str(text))
+        unit = mt.group(2).lower() if mt else None
+        if mt is None or unit not in _UNITS:
+            raise ValueError(f"{text!r} is not a byte count (e.g. 3145728, 3MiB, 2.5MB, 512K)")
+        v = Fraction(mt.group(1)) * _UNITS[unit]
+    if v.denominator != 1 or v < 1:
+        raise ValueError(f"{text!r} is not a whole number of bytes >= 1")
+    return int(v)
 
 
 @dataclass(frozen=True)
@@ -280,8 +310,15 @@ class _Sim:
             pool = plain or cand
             if not pool:
                 raise _Infeasible(need)
-            victim = min(pool, key=lambda t: (self.score(t), t))
+            victim = self.choose(pool)
             self._drop(victim, "evict" if self.alive(victim) else "free")
+
+    def boundary(self, i: int) -> None:
+        """Called after model step ``i`` (a hook for :func:`search_optimum`)."""
+
+    def choose(self, pool: list[int]) -> int:
+        """The victim: the smallest h (ties: the lowest step index)."""
+        return min(pool, key=lambda t: (self.score(t), t))
 
     # ---- execution
     def materialize(self, i: int, kind: str, depth: int = 0) -> None:
@@ -338,9 +375,96 @@ class _Sim:
                 if self.resident[j] and not self.alive(j) and not (
                         self.keep_dead and self.useful(j)):
                     self._drop(j, "free")
+            self.boundary(i)
         for j in range(len(self.nodes)):
             if self.resident[j]:
                 self._drop(j, "free")
+
+
+class _Branch(Exception):
+    def __init__(self, n: int):
+        self.n = n
+
+
+class _Pruned(Exception):
+    pass
+
+
+class _ChoiceSim(_Sim):
+    """A simulation whose evictions follow ``prefix`` (indices into the candidates in h
+    order) and stop at the first choice beyond it (:func:`search_optimum`).  At each step
+    boundary the state (step, resident set) is looked up in ``memo``: reached before by
+    another choice sequence at no higher cost, this one cannot do better."""
+
+    def __init__(self, *a, prefix, memo, **kw):
+        super().__init__(*a, **kw)
+        self.prefix = prefix
+        self.d = 0
+        self.memo = memo
+
+    def boundary(self, i: int) -> None:
+        key = (i, self.keep_dead, tuple(self.resident))
+        path = tuple(self.prefix[:self.d])
+        seen = self.memo.get(key)
+        if seen is not None and seen[1] != path and seen[0] <= self.cost:
+            raise _Pruned
+        if seen is None or self.cost < seen[0]:
+            self.memo[key] = (self.cost, path)
+
+    def choose(self, pool: list[int]) -> int:
+        order = sorted(pool, key=lambda t: (self.score(t), t))
+        if self.d == len(self.prefix):
+            raise _Branch(len(order))
+        self.d += 1
+        return order[self.prefix[self.d - 1]]
+
+
+def search_optimum(nodes: list[Node], budget: int, *, align: int = 1, time_limit: float = 10.0,
+                   upper: int | None = None) -> tuple[int | None, bool]:
+    """The least total estimated cost (cycles) over every sequence of eviction choices
+    under ``budget`` bytes (live-sum accounting, arena placement not included), both
+    freeing variants, by depth-first branch and bound from the h_DTR order (``upper``: a
+    known schedule's cost to prune against), with states at step boundaries that another
+    choice sequence reached more cheaply cut off.  A reference
+    for judging the heuristic (exponential; for benchmarks), not used by the executor:
+    the order of steps and of recomputations is the policy's own, so this is the optimum
+    of the eviction choices, not of every possible schedule.
+
+    Returns:
+        ``(cost or None when nothing fits, True when the search finished within
+        time_limit seconds)``.
+    """
+    import time
+
+    t_end = time.perf_counter() + time_limit
+    suffix = [0] * (len(nodes) + 1)
+    for j in range(len(nodes) - 1, -1, -1):
+        suffix[j] = suffix[j + 1] + (nodes[j].cost if nodes[j].device else 0)
+    best = [upper]
+    done = [True]
+    memo: dict = {}
+
+    def dfs(prefix: list[int], keep_dead: bool) -> None:
+        if time.perf_counter() > t_end:
+            done[0] = False
+            return
+        sim = _ChoiceSim(nodes, budget, align, "dtr", keep_dead, prefix=prefix, memo=memo)
+        try:
+            sim.run()
+        except (_Infeasible, _Pruned):
+            return
+        except _Branch as b:
+            if best[0] is not None and sim.cost + suffix[sim.pos + 1] >= best[0]:
+                return
+            for k in range(b.n):
+                dfs(prefix + [k], keep_dead)
+            return
+        if best[0] is None or sim.cost < best[0]:
+            best[0] = sim.cost
+
+    for kd in (True, False):
+        dfs([], kd)
+    return best[0], done[0]
 
 
 def _place(actions: list[Action], align: int) -> tuple[list[Action], int]:

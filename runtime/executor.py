@@ -214,7 +214,10 @@ class Executor:
     Raises:
         DeviceError: the device's config differs from the model's; a budget below the
             smallest working set (the largest step's device inputs + host-packed inputs +
-            output at one batch block; :class:`~.dtr.BudgetError`, naming the bytes).
+            output, at the model's batch or one batch block when it is symbolic), or one
+            under which the policy finds no schedule (:class:`~.dtr.BudgetError`, naming
+            the bytes; planned here, so refused up front).  A larger symbolic batch is
+            planned at its first run and refused there the same way.
         ValueError: a budget that is not a positive int, an unknown heuristic.
     """
 
@@ -250,16 +253,16 @@ class Executor:
         self.memory_budget = None if memory_budget is None else int(memory_budget)
         self.dtr_heuristic = dtr_heuristic
         self._schedules: dict[int, tuple[dtr.Schedule, object]] = {}   # nblk -> (schedule, arena)
+        self._planned: dict[int, dtr.Schedule] = {}    # planned up front, arena not yet allocated
         self._last_nblk: int | None = None
         self._last_run: dict[int, dict] = {}       # nblk -> measured totals of the last run
         if self.memory_budget is not None:         # refuse a budget no order fits, up front
             first = model.types[model.inputs[0]][1] if model.inputs else ()
             nb = (-(-first[0] // self.cfg.BATCH) if first and isinstance(first[0], int)
                   else 1)
-            lo = dtr.min_budget(dtr.nodes_from_model(model, nb), self.cfg.dram_alignment)
-            if self.memory_budget < lo:
-                dtr.plan(dtr.nodes_from_model(model, nb), self.memory_budget,
-                         align=self.cfg.dram_alignment, heuristic=dtr_heuristic)
+            self._planned[nb] = dtr.plan(dtr.nodes_from_model(model, nb), self.memory_budget,
+                                         align=self.cfg.dram_alignment,
+                                         heuristic=dtr_heuristic)
 
     # ----------------------------------------------------------------- memory
     def _const_buf(self, name: str):
@@ -289,8 +292,9 @@ class Executor:
     def _schedule(self, nblk: int) -> tuple[dtr.Schedule, object]:
         sa = self._schedules.get(nblk)
         if sa is None:
-            sched = dtr.plan(dtr.nodes_from_model(self.model, nblk), self.memory_budget,
-                             align=self.cfg.dram_alignment, heuristic=self.dtr_heuristic)
+            sched = self._planned.pop(nblk, None) or dtr.plan(
+                dtr.nodes_from_model(self.model, nblk), self.memory_budget,
+                align=self.cfg.dram_alignment, heuristic=self.dtr_heuristic)
             arena = self.device.alloc(max(sched.arena_bytes, 1))
             sa = self._schedules[nblk] = (sched, arena)
         return sa

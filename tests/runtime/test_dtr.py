@@ -96,6 +96,7 @@ def test_chain_evicts_the_cheap_tensor(heuristic):
     eager = dtr._attempt1(nodes, 24, 24, 16, 1, "dtr" if heuristic == "auto" else heuristic,
                           0, False)[0]               # the variant that frees P at once
     assert eager.recomputed == {0: 1, 1: 1} and eager.cost - s.base_cost == 6
+    assert dtr.search_optimum(nodes, 24) == (s.base_cost + 1, True)
 
 
 def test_chain_unbudgeted_and_minimum():
@@ -127,6 +128,21 @@ def test_recursive_rematerialization():
     assert s.recomputed == {0: 1, 1: 1}
     rec = [a.step for a in s.actions if a.kind == "recompute"]
     assert rec == [0, 1]
+    # c0 cannot stay beside c1 + w + c2 (32 bytes): 3 + 3 is the least any choice costs
+    assert dtr.search_optimum(nodes, 24) == (s.base_cost + 6, True)
+
+
+@pytest.mark.parametrize("text,want", [("3MiB", 3 << 20), ("2.5 MiB", 5 << 19), ("512k", 512 * 1024),
+                                       ("3000000", 3000000), ("1.5KB", 1500), ("2GB", 2 * 10 ** 9),
+                                       (7, 7)])
+def test_parse_bytes(text, want):
+    assert dtr.parse_bytes(text) == want
+
+
+@pytest.mark.parametrize("text", ["0", "1.3B", "x", "3 MiBs", "-1", ""])
+def test_parse_bytes_refuses(text):
+    with pytest.raises(ValueError, match="byte"):
+        dtr.parse_bytes(text)
 
 
 # ---------------------------------------------------------------- models on fsim
