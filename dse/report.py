@@ -86,23 +86,47 @@ def _res(p: dict, k: str) -> float:
     return float((p.get("resources") or {}).get(k) or 0)
 
 
+def _band(p: dict, band: float) -> float:
+    """A point's latency error band: its own ``latency_band`` when set, else ``band``."""
+    b = p.get("latency_band")
+    return float(band if b is None else b)
+
+
 def latency_ties(points: Sequence[dict], band: float = MODEL_ERROR_BAND) -> list[dict]:
-    """The feasible points whose latency is within ``band`` (relative) of the lowest: the
-    model cannot tell them apart."""
+    """The feasible points the latency figures cannot tell from the fastest: latency
+    within ``max(own band, the fastest's band)`` (relative) of the lowest.  A point's band
+    is its ``latency_band`` (0 for RTL-measured latencies, the model's measured error band
+    for estimates) or ``band``."""
     feas = [p for p in points if p.get("feasible") and p.get("latency_us")]
     if not feas:
         return []
+    best = min(feas, key=lambda p: p["latency_us"])
+    lo, b0 = best["latency_us"], _band(best, band)
+    return [p for p in feas if p["latency_us"] <= lo * (1 + max(b0, _band(p, band)))]
+
+
+def smallest_within(points: Sequence[dict], pct: float) -> str | None:
+    """Fingerprint of the smallest design within ``pct`` % of the lowest latency: among
+    the feasible points with ``latency <= lowest × (1 + pct/100)``, the lowest binding
+    utilization, then the fewest DSPs, then LUTs, then the lowest latency."""
+    feas = [p for p in points if p.get("feasible") and p.get("latency_us")]
+    if not feas:
+        return None
     lo = min(p["latency_us"] for p in feas)
-    return [p for p in feas if p["latency_us"] <= lo * (1 + band)]
+    ok = [p for p in feas if p["latency_us"] <= lo * (1 + pct / 100.0)]
+    return min(ok, key=lambda p: (p["utilization"]["max"], _res(p, "dsp"), _res(p, "lut"),
+                                  p["latency_us"]))["fingerprint"]
 
 
-def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND) -> dict:
-    """Fingerprints of the best feasible point per objective: ``latency`` (among the points
-    within ``band`` of the lowest latency — the performance evaluator's stated error — the
-    one with the fewest DSPs, then LUTs, then the lowest latency, then BRAM; so a tie inside
+def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND,
+                 within: float | None = None) -> dict:
+    """Fingerprints of the best feasible point per objective: ``latency`` (among the
+    :func:`latency_ties` — points within the error band of the lowest latency — the one
+    with the fewest DSPs, then LUTs, then the lowest latency, then BRAM; so a tie inside
     the error band never goes to twice the DSPs), ``utilization`` (lowest binding-resource
-    utilization), and ``gops_per_utilization`` (highest GOPS / utilization).  Other ties:
-    first in point order."""
+    utilization), ``gops_per_utilization`` (highest GOPS / utilization), and with
+    ``within`` (percent) ``within`` (:func:`smallest_within`).  Other ties: first in
+    point order."""
     feas = [p for p in points if p.get("feasible") and p.get("latency_us")]
 
     def pick(key, sign=1):
@@ -113,22 +137,44 @@ def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND) -> dict
     ties = latency_ties(points, band)
     lat = min(ties, key=lambda p: (_res(p, "dsp"), _res(p, "lut"), p["latency_us"],
                                    _res(p, "bram36")))["fingerprint"] if ties else None
-    return {"latency": lat,
-            "utilization": pick(lambda p: p["utilization"]["max"]),
-            "gops_per_utilization": pick(lambda p: p["gops"] / p["utilization"]["max"], -1)}
+    out = {"latency": lat,
+           "utilization": pick(lambda p: p["utilization"]["max"]),
+           "gops_per_utilization": pick(lambda p: p["gops"] / p["utilization"]["max"], -1)}
+    if within is not None:
+        out["within"] = smallest_within(points, within)
+    return out
 
 
 def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload],
-                 evaluator: DesignEvaluator) -> dict:
-    """The JSON report (see module docstring)."""
+                 evaluator: DesignEvaluator, preset: Any = None, verify: dict | None = None,
+                 within: float | None = None) -> dict:
+    """The JSON report (see module docstring).  ``preset`` (a VTAConfig, e.g. the space's
+    base) is named in ``report["preset"]`` when one of the points is that config;
+    ``verify`` is :func:`~.promote.promote`'s section (promoted points then request the
+    verify rungs, and estimates carry the larger of the stated and the measured model
+    error as their band); ``within`` (percent) adds ``best["within"]``."""
     pts = [_point_dict(pr) for pr in results]
+    pre_fp = None
+    if preset is not None:
+        fp = f"0x{preset.fingerprint:08x}"
+        pre_fp = fp if any(p.get("fingerprint") == fp for p in pts) else None
     ev = evaluator
     perf = ev.perf_eval.name if ev.perf_eval is not None else "none"
+    vpts = {v["fingerprint"]: v for v in (verify or {}).get("points", [])}
     for p in pts:
         if p["valid"]:
             p["rungs"] = _rungs(p, ev.res_eval.name, perf)
+            v = vpts.get(p["fingerprint"])
+            if v is not None:  # a candidate: it requested the verify rungs
+                for rung, kind in (("rtl", "cycles"), ("yosys", "resources")):
+                    if rung in v:
+                        p["rungs"][kind]["requested"] = rung
+                        p["rungs"][kind]["status"] = v[rung]["status"]
+                p["verify"] = v
     ran = {k: {} for k in ("resources", "cycles")}
     for p in pts:
+        if "verify" in p:  # counted in the verification section instead
+            continue
         for k, r in (p.get("rungs") or {}).items():
             if r["ran"] is not None:
                 ran[k][r["ran"]] = ran[k].get(r["ran"], 0) + 1
@@ -136,7 +182,15 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
     if perf == "rtl" and any("cycles_measured" not in w for p in pts if p.get("feasible")
                              for w in (p.get("workloads") or {}).values()):
         band = MODEL_ERROR_BAND  # some latencies are the model's (rtl did not run there)
-    best = best_designs(pts, band)
+    measured = ((verify or {}).get("model_error") or {}).get("max_abs")
+    model_band = max(MODEL_ERROR_BAND, float(measured)) if measured is not None \
+        else MODEL_ERROR_BAND
+    if perf != "none":
+        for p in pts:
+            if p["valid"] and p.get("latency_us"):
+                p["latency_band"] = 0.0 if p["rungs"]["cycles"]["ran"] == "rtl" else (
+                    model_band if perf == "model" or verify else band)
+    best = best_designs(pts, band, within)
     byfp = {p.get("fingerprint"): p for p in pts if p["valid"]}
     return {
         "schema": SCHEMA, "part": ev.part, "capacity": ev.capacity,
@@ -160,15 +214,20 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
         "rungs": {"resources": {"requested": ev.res_eval.name, "ran": ran["resources"]},
                   "cycles": {"requested": perf, "ran": ran["cycles"]}},
         "points": pts,
+        "preset": pre_fp,
         "pareto": [p["fingerprint"] for p in pts if p["pareto"]],
         "best": best,
         "best_breakdown": layer_breakdown(byfp[best["latency"]]) if best["latency"] else [],
         "selection": {
             "latency_band": band,
             "latency_ties": [p["fingerprint"] for p in latency_ties(pts, band)],
-            "rule": (f"best latency: among the feasible points within {band * 100:g} % of the "
-                     f"lowest latency (the performance evaluator's stated error), the fewest "
-                     f"DSPs, then LUTs, then the lowest latency, then BRAM")},
+            "model_band": model_band, "within_pct": within,
+            "rule": (f"best latency: among the feasible points within their error band "
+                     f"({band * 100:g} % for estimates" + (
+                         f", {model_band * 100:.3g} % after verification" if verify else "")
+                     + ", 0 for RTL-measured latencies) of the lowest latency, the fewest "
+                     "DSPs, then LUTs, then the lowest latency, then BRAM")},
+        "verify": verify,
         "summary": {"points": len(pts), "valid": sum(p["valid"] for p in pts),
                     "fits": sum(bool(p.get("fits")) for p in pts),
                     "feasible": sum(p["feasible"] for p in pts),
@@ -344,6 +403,7 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
                      f"{_fmt(p['latency_us'])} us, {_fmt(p['gops'])} GOPS "
                      f"{p['throughput_label']}, binding resource "
                      f"{_fmt(p['utilization']['max'] * 100)} %")
+    lines += format_verify(report)
     bd = report.get("best_breakdown")
     if bd:
         lines.append(f"per-layer breakdown of the best-latency point {report['best']['latency']}:")
@@ -355,3 +415,39 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
                          f"{_fmt(L['cycles_upper'], '.0f'):>11} {_fmt(L['latency_us']):>9} "
                          f"{_fmt(L['gops']):>6}")
     return "\n".join(lines)
+
+
+def format_verify(report: dict) -> list[str]:
+    """Text lines of the verification section: per rung what ran, then per candidate the
+    model's cycles and resources next to the measured ones (RTL, Yosys) and the status of
+    each rung (``ran``, ``not run: budget exhausted``, ``not run: tool missing (...)``,
+    ``failed: ...``)."""
+    v = report.get("verify")
+    if not v:
+        return []
+    rungs = v["rungs"]
+    head = "; ".join(f"{r}: {d['status']} on {d['points']} point(s)" if d["status"] == "ran"
+                     else f"{r}: {d['status']}" for r, d in rungs.items())
+    me = v.get("model_error") or {}
+    out = [f"verification of {len(v['candidates'])} candidate(s) (Pareto front + points "
+           f"within the {100 * v['band']:g} % model band), budget {v['budget']}: {head}"]
+    if me.get("points"):
+        out.append(f"  cycle model vs RTL on {me['points']} point(s): mean |error| "
+                   f"{100 * me['mean_abs']:.2f} %, max {100 * me['max_abs']:.2f} %")
+    out.append(f"  {'fingerprint':<11} {'bitstream':<28} {'model cyc':>11} {'rtl cyc':>11} "
+               f"{'err%':>6} {'LUT a/y':>13} {'DSP a/y':>9} {'BRAM a/y':>11}  status")
+    for e in v["points"]:
+        m = e["model"]
+        rt = e.get("rtl") or {}
+        y = e.get("yosys") or {}
+
+        def ay(k, spec, m=m, y=y):
+            b = y.get(k) if y.get("status") == "ran" else None
+            return f"{_fmt(m.get(k), spec)}/{_fmt(b, spec)}"
+
+        st = "; ".join(f"{r} {(e.get(r) or {}).get('status', '-')}" for r in rungs)
+        out.append(f"  {e['fingerprint']:<11} {e['bitstream']:<28} "
+                   f"{_fmt(m.get('cycles'), '.0f'):>11} {_fmt(rt.get('cycles'), '.0f'):>11} "
+                   f"{_fmt(rt['error'] * 100 if rt.get('error') is not None else None, '+.2f'):>6} "
+                   f"{ay('lut', '.0f'):>13} {ay('dsp', '.0f'):>9} {ay('bram36', 'g'):>11}  {st}")
+    return out

@@ -4,7 +4,8 @@
   [--base pynq] [--workloads resnet18-c2,c5] [--size 14] [--part xc7z020] [--samples N]
   [--seed S] [--resources analytic|yosys]
   [--perf model|rtl|none] [--timing FILE.json] [--cache FILE.jsonl] [-o report.json]
-  [--csv points.csv] [--jobs N | --scheduler tcp://host:port]``:
+  [--csv points.csv] [--jobs N | --scheduler tcp://host:port] [--verify rtl,yosys]
+  [--budget N] [--within PCT] [--plot OUT.png]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
@@ -68,14 +69,27 @@ def dse_group() -> None:
                    "in process)")
 @click.option("--scheduler", default=None,
               help="evaluate on the Dask scheduler at this address (tcp://host:8786)")
+@click.option("--verify", "verify_spec", default=None,
+              help="promote the Pareto front and the points within the model's error band "
+                   "to these rungs: rtl, yosys or rtl,yosys (no MAC cap)")
+@click.option("--budget", type=click.IntRange(min=0), default=None,
+              help="at most N points promoted by --verify (default 4)")
+@click.option("--within", "within_pct", type=click.FloatRange(min=0), default=None,
+              help="also pick the smallest design within PCT % of the best latency")
+@click.option("--plot", "plot_file", default=None,
+              help="write a PNG: Pareto plot of the part (preset and pick marked), and "
+                   "model vs RTL when --verify rtl ran")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
             dram_latency, timing_file, cache_file, out_file, csv_file, limit, jobs, scheduler,
-            no_progress) -> None:
+            verify_spec, budget, within_pct, plot_file, no_progress) -> None:
     """Evaluate a space of configs against workloads and report the best designs."""
     from ..dse.evaluate import CycleModel, DesignEvaluator, DSEError, load_timing, \
         parse_workloads
     from ..dse.report import build_report, format_table, write_csv, write_report
+    from ..dse.parallel import make_executor
+    from ..dse.plot import plot_report
+    from ..dse.promote import parse_verify, promote
     from ..dse.search import SearchStats, run_search
     from ..dse.space import Space, SpaceError, board_setup, board_space, default_space
     from ..hw.config import ConfigError
@@ -88,7 +102,12 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         check_output_path(cache_file, "--cache")
     if csv_file:
         check_output_path(csv_file, "--csv")
+    if plot_file:
+        check_output_path(plot_file, "--plot")
     try:
+        verify = parse_verify(verify_spec)
+        if budget is not None and not verify:
+            raise DSEError("--budget needs --verify (e.g. --verify rtl --budget 4)")
         if size == "full":
             sz = None
         else:
@@ -136,18 +155,29 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
                f"x {len(wls)} workloads ({', '.join(w.name for w in wls)}), part {part}"
                + (f", board {board}" if board else ""), err=True)
     stats = SearchStats()
+    vsec = None
     try:
-        results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
-                             seed=seed, progress=not no_progress, jobs=jobs,
-                             scheduler=scheduler, stats=stats)
-    except ValueError as e:  # corrupt cache, bad scheduler
+        ex = make_executor(jobs, scheduler)
+    except ValueError as e:  # bad or unreachable scheduler
         _fail(str(e))
         return
-    click.echo(f"dse: {stats.perf_runs} performance and {stats.resource_runs} resource "
-               f"evaluations run ({stats.perf_cached + stats.resource_cached} from cache, "
-               f"{stats.perf_shared} shared) in {stats.seconds:.1f} s, {stats.executor}",
-               err=True)
-    rep = build_report(results, wls, ev)
+    try:
+        results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
+                             seed=seed, progress=not no_progress, executor=ex, stats=stats)
+        click.echo(f"dse: {stats.perf_runs} performance and {stats.resource_runs} resource "
+                   f"evaluations run ({stats.perf_cached + stats.resource_cached} from cache, "
+                   f"{stats.perf_shared} shared) in {stats.seconds:.1f} s, {ex.description}",
+                   err=True)
+        if verify:
+            vsec = promote(results, wls, ev, verify, 4 if budget is None else budget,
+                           cache=cache_file, timing=timing, executor=ex,
+                           progress=not no_progress)
+    except (ValueError, DSEError) as e:  # corrupt cache
+        _fail(str(e))
+        return
+    finally:
+        ex.close()
+    rep = build_report(results, wls, ev, preset=space.base, verify=vsec, within=within_pct)
     click.echo(format_table(rep, limit=limit))
     if out_file:
         write_report(rep, out_file)
@@ -155,6 +185,13 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     if csv_file:
         write_csv(rep, csv_file)
         click.echo(f"wrote {csv_file}", err=True)
+    if plot_file:
+        try:
+            plot_report(rep, plot_file)
+        except ValueError as e:  # matplotlib missing
+            _fail(str(e))
+            return
+        click.echo(f"wrote {plot_file}", err=True)
 
 
 @dse_group.command("show")
