@@ -189,6 +189,8 @@ def main() -> None:
     ap.add_argument("--no-run", action="store_true", help="plan only (no fsim run)")
     ap.add_argument("--optimum", type=float, default=0.0, metavar="SECONDS",
                     help="search the optimum over eviction choices, SECONDS per budget")
+    ap.add_argument("--json", default=None, metavar="PATH",
+                    help="also write every row (dtr_report keys) to this JSON file")
     args = ap.parse_args()
     from vtaforge.compiler.compile import compile_model
     from vtaforge.compiler.zoo import resnet18
@@ -200,13 +202,19 @@ def main() -> None:
           "ideal GEMM cycles; GEMM uops: micro-ops the simulator executed)")
     x = rng.standard_normal((1, 3, args.resnet_size, args.resnet_size)).astype(np.float32)
     cm = compile_model(resnet18(args.resnet_size), x, "pynq")
-    measure(f"ResNet-18 {args.resnet_size}x{args.resnet_size}", cm, x, fr, run=not args.no_run,
-            optimum=args.optimum)
+    rows = {}
+    label = f"ResNet-18 {args.resnet_size}x{args.resnet_size}"
+    rows[label] = measure(label, cm, x, fr, run=not args.no_run, optimum=args.optimum)
     for skips in (1, 2, 4):
         x = rng.standard_normal((1, 3, args.unet_size, args.unet_size)).astype(np.float32)
         cm = compile_model(unet(args.unet_size, skips=skips), x, "pynq")
-        measure(f"U-Net {args.unet_size}x{args.unet_size}, {skips} long skip(s) per level",
-                cm, x, fr, run=not args.no_run, optimum=args.optimum)
+        label = f"U-Net {args.unet_size}x{args.unet_size}, {skips} long skip(s) per level"
+        rows[label] = measure(label, cm, x, fr, run=not args.no_run, optimum=args.optimum)
+    if args.json:
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
 
 
 if __name__ == "__main__":
