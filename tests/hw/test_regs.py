@@ -96,3 +96,30 @@ def test_c_header_compiles(name, tmp_path):
     r = subprocess.run(["gcc", "-std=c11", "-Wall", "-Werror", "-fsyntax-only", str(src)],
                        capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_fault_registers_and_message():
+    """The scratchpad-fault report: STATUS.ERROR, ERROR (VALID/UNIT/KIND), ERR_INSN,
+    ERR_INDEX in the map and the header; fault_message in fsim's words."""
+    from vtaforge.hw.isa import Insn, Module, Opcode
+    from vtaforge.hw.regs import ErrorKind, fault_message, reg
+
+    cfg = preset("tiny")
+    st = {f.name: (f.lsb, f.width) for f in reg("STATUS").fields}
+    assert st["ERROR"] == (2, 1)
+    er = {f.name: (f.lsb, f.width) for f in reg("ERROR").fields}
+    assert er == {"VALID": (0, 1), "UNIT": (1, 2), "KIND": (4, 4)}
+    assert [reg(n).offset for n in ("ERROR", "ERR_INSN", "ERR_INDEX")] == [0x54, 0x58, 0x5C]
+    h = c_header(cfg)
+    assert "#define VTA_REG_ERROR 0x54u" in h and "#define VTA_STATUS_ERROR 0x00000004u" in h
+    assert max(k.value for k in ErrorKind) < 16  # fits KIND
+    g = Insn(Opcode.GEMM, uop_bgn=0, uop_end=1, iter_out=2, dst_factor_out=300)
+    assert fault_message(cfg, ErrorKind.ACC_DST, 600, g, 3) == (
+        "instruction 3 (GEMM      [----] uop[0:1] out=2(d300,s0,w0) in=0(d0,s0,w0)): "
+        "computed dst index 600 is outside the ACC scratchpad (depth 512)")
+    assert fault_message(cfg, ErrorKind.WGT, 512, None, None, Module.COMPUTE, 7) == (
+        "compute instruction #7 of the run: computed wgt index 512 is outside the WGT "
+        "scratchpad (depth 512)")
+    s = Insn(Opcode.STORE, memory_type=4, sram_base=509, y_size=1, x_size=4, x_stride=4)
+    assert fault_message(cfg, ErrorKind.SRAM, 512, s, 0).endswith(
+        "scratchpad range [509, 513) exceeds the OUT depth 512")
