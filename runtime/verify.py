@@ -16,6 +16,10 @@ addresses.
 
 Limitation: micro-ops are read from the DRAM image as given; a program whose own STOREs
 produce micro-ops that it later loads is checked against the image's initial contents.
+Such a program is still never silently wrong: fsim checks the computed indices when it
+runs, and the core checks every scratchpad index it forms and reports the first
+violation (``STATUS.ERROR``, ``hw/regs.py``), which the RTL and board backends raise with
+fsim's message (issue 10, F2).
 """
 
 from __future__ import annotations
