@@ -52,11 +52,11 @@ __all__ = [
     "memory_map", "AnalyticResources", "YosysResources", "ModelPerformance", "RtlPerformance",
     "AccSafety", "DesignEvaluator", "judge", "LUT_FF_CALIBRATION", "MODEL_VERSION",
     "UNVERIFIED_LABEL", "PROGRAM_NEUTRAL_FIELDS", "program_key", "MODEL_ERROR_BAND",
-    "compile_workload", "resource_record", "perf_record", "resources_fit",
+    "compile_workload", "resource_record", "perf_record", "resources_fit", "uop_loads_of",
 ]
 
 #: Bump when a model changes: cached results of another version are not reused.
-MODEL_VERSION = 1
+MODEL_VERSION = 2
 
 UNVERIFIED_LABEL = "at target clock, timing not verified"
 
@@ -473,23 +473,85 @@ class CycleModel:
     alu_tensor_uop_cycles: float = 2.0
     insn_overhead: float = 7.0
     dram_latency: float = 0.0
+    #: Stall cycles of an ALU micro-op that reads (dst or tensor src) the entry the
+    #: previous micro-op writes (pipeline B -> D: 2); one slot further back, that minus 1
+    #: minus the delay already paid.  Only with micro-ops (``uop_loads``).
+    alu_hazard_cycles: float = 2.0
+    #: Fixed cycles of a GEMM/ALU instruction (``None``: ``insn_overhead``): the sequencer
+    #: starts when the instruction is taken and the next GEMM/ALU enters behind the last
+    #: micro-op, so it is smaller than a DMA's.
+    compute_overhead: float | None = None
+    #: Fixed cycles of a GEMM/ALU that follows a GEMM/ALU pushing no token (``None``: the
+    #: compute overhead): the compute FSM starts it behind the previous one's last
+    #: micro-op (hw/core/compute.py "EXEC"), but the recorded pairs do not yet support a
+    #: smaller value (the schedule ignores bus contention; docs/dse.md "Calibration").
+    chain_overhead: float | None = None
 
     def __post_init__(self) -> None:
         """Raises :class:`DSEError` when a parameter is not a finite number >= 0 (a
         negative or NaN latency would silently rank designs wrongly)."""
         for name in ("gemm_uop_cycles", "alu_imm_uop_cycles", "alu_tensor_uop_cycles",
-                     "insn_overhead", "dram_latency"):
+                     "insn_overhead", "dram_latency", "alu_hazard_cycles") + tuple(
+                         k for k in ("compute_overhead", "chain_overhead")
+                         if getattr(self, k) is not None):
             v = getattr(self, name)
             opt = "--dram-latency" if name == "dram_latency" else name
             if isinstance(v, bool) or not isinstance(v, (int, float)) \
                     or not math.isfinite(float(v)) or float(v) < 0:
                 raise DSEError(f"{opt} = {v!r} must be a finite number of cycles >= 0")
 
-    def program_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray]) -> dict:
+    def alu_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], i: int,
+                   uops: np.ndarray) -> float:
+        """Micro-op cycles of ALU instruction ``i`` given the micro-op buffer (uint32
+        words): one per micro-op, plus ``alu_tensor_uop_cycles - 1`` per tensor operand
+        that misses the one-entry source cache (hit: same source as the previous
+        micro-op, not written by it), plus the read-after-write stalls
+        (:attr:`alu_hazard_cycles`).  Without overhead (cycles)."""
+        from ..hw.isa import decode_uops
+
+        b, e = int(cols["uop_bgn"][i]), int(cols["uop_end"][i])
+        I, J = int(cols["iter_out"][i]), int(cols["iter_in"][i])
+        if e <= b or I <= 0 or J <= 0:
+            return 0.0
+        u = decode_uops(cfg, uops[b:e])
+        oi = np.arange(I, dtype=np.int64)[:, None, None]
+        oj = np.arange(J, dtype=np.int64)[None, :, None]
+        dst = (u["dst"][None, None, :] + oi * int(cols["dst_factor_out"][i])
+               + oj * int(cols["dst_factor_in"][i])).ravel()
+        n = dst.size
+        tensor = not (cols["use_imm"][i] or cols["reset"][i])
+        c1 = np.zeros(n, bool)
+        c2 = np.zeros(n, bool)
+        c1[1:] = dst[1:] == dst[:-1]
+        c2[2:] = dst[2:] == dst[:-2]
+        miss = np.zeros(n, bool)
+        if tensor:
+            src = (u["src"][None, None, :] + oi * int(cols["src_factor_out"][i])
+                   + oj * int(cols["src_factor_in"][i])).ravel()
+            c1[1:] |= src[1:] == dst[:-1]
+            c2[2:] |= src[2:] == dst[:-2]
+            miss[:] = True
+            miss[1:] = ~((src[1:] == src[:-1]) & (dst[:-1] != src[1:]))
+        H = self.alu_hazard_cycles
+        d = miss * (self.alu_tensor_uop_cycles - self.alu_imm_uop_cycles) + c1 * H
+        for k in np.nonzero(c2 & ~c1)[0]:
+            d[k] += max(0.0, H - 1 - d[k - 1])
+        return float(n * self.alu_imm_uop_cycles + d.sum())
+
+    def program_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray],
+                       uop_loads: Sequence[tuple[int, np.ndarray]] | None = None) -> dict:
         """Cycles of a decoded program (``decode_program`` columns).
 
+        Args:
+            uop_loads: ``[(instruction index, uint32 micro-op words)]`` of the program's
+                UOP LOADs (in order): with them, ALU instructions are costed micro-op by
+                micro-op (:meth:`alu_cycles`: source cache and hazard stalls); without,
+                ``alu_imm_uop_cycles``/``alu_tensor_uop_cycles`` per micro-op.
+
         Returns ``{"cycles", "lower", "upper", "busy": {load, compute, store},
-        "read_beats", "write_beats"}`` (floats, cycles).
+        "read_beats", "write_beats"}`` (floats, cycles).  ``lower`` counts no overhead,
+        latency, padding or stall: one micro-op per cycle, one element or bus beat per
+        cycle, the busiest module or bus channel.
         """
         from ..hw.isa import Opcode
 
@@ -500,21 +562,46 @@ class CycleModel:
         bus = cfg.BUS_WIDTH // 8
         read_beats = math.ceil(16 * n / bus)
         write_beats = 0
+        floor = np.zeros(n, dtype=np.float64)  # cycles no instruction can beat
         # compute loops
+        co = self.insn_overhead if self.compute_overhead is None else self.compute_overhead
+        is_exec = (op == Opcode.GEMM) | (op == Opcode.ALU)
+        on_compute = ~((op == Opcode.STORE) | ((op == Opcode.LOAD) & (
+            (mt == MemType.INP) | (mt == MemType.WGT))))
+        pushes = (np.asarray(cols["push_prev"]) != 0) | (np.asarray(cols["push_next"]) != 0)
+        ci = np.nonzero(on_compute)[0]
+        chained = np.zeros(n, bool)
+        if len(ci) > 1:
+            prev = ci[:-1]
+            chained[ci[1:]] = is_exec[ci[1:]] & is_exec[prev] & ~pushes[prev]
         for o in (Opcode.GEMM, Opcode.ALU):
             sel = np.nonzero(op == o)[0]
             if not len(sel):
                 continue
-            I = cols["iter_out"][sel]
-            J = cols["iter_in"][sel]
+            cost[sel] = np.where(chained[sel], co if self.chain_overhead is None
+                                 else self.chain_overhead, co)
+            I = np.maximum(cols["iter_out"][sel], 0)
+            J = np.maximum(cols["iter_in"][sel], 0)
             U = np.maximum(cols["uop_end"][sel] - cols["uop_bgn"][sel], 0)
             N = (I * J * U).astype(np.float64)
+            floor[sel] = N
             if o == Opcode.GEMM:
-                per = np.full(len(sel), self.gemm_uop_cycles)
-            else:
+                cost[sel] += N * self.gemm_uop_cycles
+            elif uop_loads is None:
                 cheap = (cols["use_imm"][sel] != 0) | (cols["reset"][sel] != 0)
-                per = np.where(cheap, self.alu_imm_uop_cycles, self.alu_tensor_uop_cycles)
-            cost[sel] += N * per
+                cost[sel] += N * np.where(cheap, self.alu_imm_uop_cycles,
+                                          self.alu_tensor_uop_cycles)
+            else:
+                buf = np.zeros(cfg.UOP_DEPTH, np.uint32)
+                loads = sorted(uop_loads, key=lambda t: t[0])
+                li = 0
+                for i in sel:
+                    while li < len(loads) and loads[li][0] < i:
+                        j, words = loads[li]
+                        base = int(cols["sram_base"][j])
+                        buf[base:base + len(words)] = words[:max(0, cfg.UOP_DEPTH - base)]
+                        li += 1
+                    cost[i] += self.alu_cycles(cfg, cols, int(i), buf)
         # DMA, vectorised over every row of every LOAD/STORE
         sel = np.nonzero(((op == Opcode.LOAD) | (op == Opcode.STORE)) & (cols["x_size"] > 0))[0]
         if len(sel):
@@ -542,6 +629,8 @@ class CycleModel:
             b = np.bincount(ins, weights=beats, minlength=len(sel))
             xp = np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel]
             yp = np.asarray(cols["y_pad_0"])[sel] + np.asarray(cols["y_pad_1"])[sel]
+            floor[sel] = np.bincount(ins, weights=np.maximum(beats, x[ins]),
+                                     minlength=len(sel))
             c = c + np.where(is_load, xp * y + yp * (x + xp), 0)
             read_beats += int(round(b[is_load].sum()))
             write_beats += int(round(b[~is_load].sum()))
@@ -551,7 +640,8 @@ class CycleModel:
         load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
         module = np.where(store, 2, np.where(load, 0, 1))
         busy = [float(cost[module == k].sum()) for k in range(3)]
-        lower = max(max(busy), read_beats, write_beats)
+        lower = float(max(max(float(floor[module == k].sum()) for k in range(3)),
+                          read_beats, write_beats))
         upper = float(cost.sum()) + math.ceil(16 * n / bus)
         sched = self._schedule(cols, module, cost)
         return {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
@@ -604,6 +694,22 @@ class CycleModel:
         return asdict(self)
 
 
+def uop_loads_of(dev, cfg: VTAConfig, cols: Mapping[str, np.ndarray]) -> list:
+    """``[(instruction index, uint32 micro-op words)]`` of every UOP LOAD of a decoded
+    program, read from the device's memory before the run (what
+    :meth:`CycleModel.program_cycles` takes as ``uop_loads``)."""
+    from ..hw.isa import Opcode
+
+    eb = cfg.elem_bytes(MemType.UOP)
+    out = []
+    for i in np.nonzero((cols["opcode"] == Opcode.LOAD) & (cols["memory_type"] == MemType.UOP)
+                        & (cols["x_size"] > 0))[0]:
+        raw = np.asarray(dev._read_mem(int(cols["dram_base"][i]) * eb,
+                                       int(cols["x_size"][i]) * eb), np.uint8)
+        out.append((int(i), raw.view(np.uint32).copy()))
+    return out
+
+
 def _recording_device(base_cls, model: CycleModel):
     """A subclass of a Device backend that decodes each launched program, applies the cycle
     model and keeps the backend's RunResult."""
@@ -617,7 +723,8 @@ def _recording_device(base_cls, model: CycleModel):
         def run(self, insn_addr, insn_count, **kw):
             prog = self._read_mem(insn_addr, insn_count * INSN_BYTES)
             cols = decode_program(self.config, prog)
-            est = model.program_cycles(self.config, cols)
+            est = model.program_cycles(self.config, cols,
+                                       uop_loads=uop_loads_of(self, self.config, cols))
             res = super().run(insn_addr, insn_count, **kw)
             self.records.append({"model": est, "cycles": int(res.cycles or 0),
                                  "stats": dict(res.stats)})

@@ -1,0 +1,81 @@
+"""The cycle model against recorded RTL cycles (tests/dse/data/rtl_pairs*.json: (config,
+layer program, micro-op loads, Verilator cycles) pairs recorded by bench/dse_calibrate.py
+and ``python -m vtaforge.dse.calibrate record``; no build needed).  The oracle is the
+Verilator core's CYCLES register at recording time.
+
+The 3 % bound holds for the ResNet-18 conv layers (the issue's C2-C11).  The digits CNN
+on the tiny core (pools, tiny programs where fixed costs dominate) is off by -6.9 %: an
+open gap (strict xfail), not hidden."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vtaforge.dse import CycleModel
+from vtaforge.dse.calibrate import fit, layer_errors, load_pairs, model_cycles, pair_program
+
+DATA = Path(__file__).parent / "data"
+#: Per-layer bound on |model / RTL - 1| (issue 11: <= 3 % per layer).
+TOLERANCE = 0.03
+
+
+def _all_pairs():
+    out = []
+    for f in sorted(DATA.glob("rtl_pairs*.json")):
+        out += load_pairs(f)
+    return out
+
+
+@pytest.fixture(scope="module")
+def all_pairs():
+    p = _all_pairs()
+    assert p, f"{DATA} holds no pairs"
+    return p
+
+
+@pytest.fixture(scope="module")
+def pairs(all_pairs):
+    return [p for p in all_pairs if p["workload"].startswith("resnet18-")]
+
+
+def test_recorded_pairs_decode_for_their_config(all_pairs):
+    for p in all_pairs:
+        cfg, cols, uops = pair_program(p)
+        assert f"0x{cfg.fingerprint:08x}" == p["fingerprint"]
+        assert len(cols["opcode"]) == p["n_insns"]
+        assert all(len(w) <= cfg.UOP_DEPTH for _, w in uops)
+
+
+def test_cycle_model_within_3_percent_per_layer(pairs):
+    errs = layer_errors(CycleModel(), pairs)
+    bad = [f"{e['bitstream']} {e['workload']}: model {e['model']:.0f} vs rtl {e['rtl']} "
+           f"({100 * e['error']:+.2f} %)" for e in errs if abs(e["error"]) > TOLERANCE]
+    assert not bad, "\n".join(bad)
+
+
+def test_lower_bound_never_above_rtl(all_pairs):
+    for p in all_pairs:
+        est = model_cycles(CycleModel(), p)
+        assert est["lower"] <= p["rtl_cycles"], (p["workload"], p["fingerprint"], est["lower"],
+                                                 p["rtl_cycles"])
+
+
+def test_fit_does_not_worsen_the_worst_layer(pairs):
+    errs = layer_errors(CycleModel(), pairs)
+    worst = max(abs(e["error"]) for e in errs)
+    few = pairs[:3]
+    _, info = fit(few, params=("insn_overhead",), rounds=1)
+    assert info["layers"] >= 1 and info["max_abs_error"] <= max(
+        abs(e["error"]) for e in layer_errors(CycleModel(), few)) + 1e-12
+    assert worst <= TOLERANCE
+
+
+@pytest.mark.xfail(strict=True, reason="digits on tiny: -6.9 % (pool/ACC8-heavy programs of a "
+                   "few hundred cycles; the schedule ignores bus contention and fixed costs)")
+def test_digits_within_3_percent(all_pairs):
+    d = [p for p in all_pairs if p["workload"] == "digits"]
+    if not d:
+        pytest.skip("no digits pairs recorded")
+    assert all(abs(e["error"]) <= TOLERANCE for e in layer_errors(CycleModel(), d))
