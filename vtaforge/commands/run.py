@@ -129,6 +129,35 @@ def _main_job(config_spec: str, target: str) -> None:
         raise SystemExit(1)
 
 
+class _ByteSize(click.ParamType):
+    """A byte count: 3145728, 3MiB, 2.5MB, 512K (``runtime.dtr.parse_bytes``)."""
+
+    name = "BYTES"
+
+    def convert(self, value, param, ctx):
+        if value is None or isinstance(value, int):
+            return value
+        from ..runtime.dtr import parse_bytes
+
+        try:
+            return parse_bytes(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+def _budget_line(ex) -> str | None:
+    """One line of the DTR report of an executor built with a memory budget."""
+    if getattr(ex, "memory_budget", None) is None:
+        return None
+    r = ex.dtr_report()
+    extra = (f"{100 * r['cycles_overhead']:+.1f} % core cycles" if r.get("cycles_base")
+             else f"{100 * r['gemm_uops_overhead']:+.1f} % GEMM micro-ops")
+    return (f"memory budget {r['budget']:,} B: peak {r['peak']:,} B (liveness peak "
+            f"{r['liveness_peak']:,} B, minimum {r['min_working_set']:,} B); "
+            f"{r['evictions']} eviction(s), {r['recomputes']} recomputed step(s); "
+            f"overhead {100 * r['est_overhead']:+.1f} % estimated cycles, {extra}")
+
+
 @click.command("run")
 @click.option("--model", "model_path", default=None,
               help="FILE.onnx or MODEL.vtapkg (default: the main job on the bundled digits CNN)")
@@ -145,8 +174,12 @@ def _main_job(config_spec: str, target: str) -> None:
 @click.option("--target", default="fsim", show_default=True, help="backend: fsim, rtl or pynq (on the board)")
 @click.option("--cache-size", default=8, show_default=True, type=click.IntRange(min=1),
               help="input shapes kept specialised at once (several --input)")
+@click.option("--memory-budget", "memory_budget", default=None, type=_ByteSize(),
+              help="at most BYTES of device activation memory live at once (3MiB, 512K, "
+                   "2.5MB or a plain count): activations are evicted and recomputed (DTR) "
+                   "to stay under it, bit-exact; refused below the largest step's working set")
 def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, target,
-            cache_size) -> None:
+            cache_size, memory_budget) -> None:
     """Compile (if ONNX) and run a model on VTA; without --model, run the digits main job."""
     from ..hw.config import load_config
     from ..runtime.bundle import TARGETS, make_device
@@ -155,8 +188,8 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
     if model_path is None:
-        if input_paths or calib_path or output_path:
-            raise DeviceError("--input/--calibrate/--output need --model")
+        if input_paths or calib_path or output_path or memory_budget is not None:
+            raise DeviceError("--input/--calibrate/--output/--memory-budget need --model")
         _main_job(config_spec, target)
         return
     if not input_paths:
@@ -165,7 +198,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
         if output_path:
             raise DeviceError(f"--output takes one --input; got {len(input_paths)}")
         _run_many(model_path, load_config(config_spec), calib_path, input_paths, target,
-                  cache_size)
+                  cache_size, memory_budget)
         return
     input_path = input_paths[0]
     if output_path:
@@ -179,7 +212,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
 
     click.echo("placement:")
     click.echo(cm.placement_table())
-    ex = Executor(cm, make_device(target, cfg))
+    ex = Executor(cm, make_device(target, cfg), memory_budget=memory_budget)
     t0 = time.perf_counter()
     out = _run_chunked(ex, cm, x)
     dt = time.perf_counter() - t0
@@ -194,6 +227,9 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     click.echo(f"{cm.name}: {_n_samples(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
                f"{nv}/{len(cm.steps)} steps on VTA, {host:.3f} s in CPU steps; output "
                f"{cm.outputs[0]} {list(y.shape)}" + (f" -> {output_path}" if output_path else ""))
+    line = _budget_line(ex)
+    if line:
+        click.echo(line)
 
 
 def _describe(y: np.ndarray) -> str:
@@ -214,7 +250,7 @@ def _shape_of(x) -> str:
 
 
 def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
-              cache_size: int) -> None:
+              cache_size: int, memory_budget: int | None = None) -> None:
     """Several ``--input`` files from one compile in one process.
 
     An ONNX model is compiled once with :func:`~vtaforge.compiler.dynamic.compile_dynamic`
@@ -241,13 +277,16 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         click.echo("placement:")
         click.echo(cm.placement_table())
         dev = make_device(target, cfg)
-        ex = Executor(cm, dev)
+        ex = Executor(cm, dev, memory_budget=memory_budget)
         for path, x in zip(input_paths, xs):
             t0 = time.perf_counter()
             out = _run_chunked(ex, cm, x)
             y = np.asarray(out[cm.outputs[0]], np.float32)
             click.echo(f"  {path}: input {_shape_of(x)} -> {cm.outputs[0]} {_describe(y)} in "
                        f"{time.perf_counter() - t0:.3f} s")
+        line = _budget_line(ex)
+        if line:
+            click.echo(line)
         return
     if not p.exists():
         raise DeviceError(f"cannot read model {model_path!r}: no such file")
@@ -265,7 +304,8 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
                + ", ".join(f"{i} [{'x'.join('?' if d is None else str(d) for d in dm.input_dims[i])}]"
                            for i in dm.inputs))
     dev = make_device(target, cfg)
-    runner = ShapeRunner(dm, dev, capacity=cache_size)
+    runner = ShapeRunner(dm, dev, capacity=cache_size, **(
+        {"memory_budget": memory_budget} if memory_budget is not None else {}))
     try:
         first = True
         for path, x in zip(input_paths, xs):
@@ -288,6 +328,9 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
             click.echo(f"  {path}: input {_shape_of(x)} ({how}) -> {cm.outputs[0]} "
                        f"{_describe(y)}; {dt:.3f} s on {target}, {nv}/{len(cm.steps)} steps "
                        f"on VTA, {host:.3f} s in CPU steps (all runs of this shape)")
+            line = _budget_line(ex)
+            if line:
+                click.echo("    " + line)
         click.echo(str(runner.stats))
         mem = runner.memory_report()
         click.echo(f"device memory: {mem['shapes']} shape(s) cached, {mem['executors']} bytes; "
