@@ -167,7 +167,8 @@ class Field:
 @dataclass(frozen=True)
 class ISALimits:
     """The fixed-width instruction fields, the same in every config (vta-anchor.md §2.2):
-    widths in bits, and the value ranges they allow (``*_max``, ``imm_min``)."""
+    widths in bits, and the value ranges they allow (:meth:`max`, ``imm_min``,
+    ``imm_max``)."""
 
     opcode_bits: int = 3
     memory_type_bits: int = 3
@@ -180,25 +181,10 @@ class ISALimits:
     alu_opcode_bits: int = 3
     imm_bits: int = 16        # signed ALU immediate
 
-    @property
-    def pad_max(self) -> int:
-        """Largest padding (15)."""
-        return (1 << self.pad_bits) - 1
-
-    @property
-    def size_max(self) -> int:
-        """Largest ``x_size``/``y_size`` (65535)."""
-        return (1 << self.size_bits) - 1
-
-    @property
-    def stride_max(self) -> int:
-        """Largest ``x_stride`` (65535)."""
-        return (1 << self.stride_bits) - 1
-
-    @property
-    def iter_max(self) -> int:
-        """Largest loop trip count (16383)."""
-        return (1 << self.iter_bits) - 1
+    def max(self, kind: str) -> int:
+        """Largest value of the unsigned field kind ``kind`` (``"pad"``: 15, ``"size"``,
+        ``"stride"``: 65535, ``"iter"``: 16383, ...)."""
+        return (1 << getattr(self, f"{kind}_bits")) - 1
 
     @property
     def imm_min(self) -> int:

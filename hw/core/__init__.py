@@ -12,10 +12,10 @@ Public API:
 from __future__ import annotations
 
 from ..config import VTAConfig
-from .compute import COMPUTE_STATES
-from .fetch import FETCH_STATES
-from .load import LOAD_STATES
-from .store import STORE_STATES
+from .compute import ComputeState
+from .fetch import FetchState
+from .load import LoadState
+from .store import StoreState
 from .top import VTACore
 
 __all__ = ["VTACore", "emit_verilog", "DEBUG_STATE_NAMES"]
@@ -23,10 +23,9 @@ __all__ = ["VTACore", "emit_verilog", "DEBUG_STATE_NAMES"]
 #: Names of the FSM state codes in ``dbg_state`` ([3:0] fetch, [7:4] load, [11:8] compute,
 #: [15:12] store).
 DEBUG_STATE_NAMES: dict[str, dict[int, str]] = {
-    "fetch": dict(FETCH_STATES),
-    "load": dict(LOAD_STATES),
-    "compute": dict(COMPUTE_STATES),
-    "store": dict(STORE_STATES),
+    unit: {s.value: s.name for s in states}
+    for unit, states in (("fetch", FetchState), ("load", LoadState),
+                         ("compute", ComputeState), ("store", StoreState))
 }
 
 

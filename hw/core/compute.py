@@ -51,7 +51,7 @@ from .load import CommandPortSignature, TensorLoader
 from .scratchpad import Scratchpad
 
 __all__ = ["ComputeUnit", "AluLane", "alu_lane", "PackedMulPair", "packed_pair_model",
-           "lut_multiply", "COMPUTE_STATES", "ComputeState", "PACK_SHIFT"]
+           "lut_multiply", "ComputeState", "PACK_SHIFT"]
 
 class ComputeState(IntEnum):
     """Compute unit FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_TOKEN: the
@@ -65,9 +65,6 @@ class ComputeState(IntEnum):
     PUSH = 4
     DECODE = 6
 
-
-#: ``{code: name}`` of :class:`ComputeState`.
-COMPUTE_STATES = {s.value: s.name for s in ComputeState}
 
 #: Bit offset of the high weight in a packed DSP operand (hardware-notes.md).
 PACK_SHIFT = 16
@@ -170,7 +167,7 @@ class ComputeUnit(wiring.Component):
     ``s2g_nonempty``/``s2g_pop``, ``g2l_has_room``/``g2l_push``, ``g2s_has_room``/
     ``g2s_push``; ``dma`` (read client); INP/WGT scratchpad read ports ``inp_r_*``,
     ``wgt_r_*``; OUT view write port ``out_w_*``; ``finish`` (pulse when FINISH executes);
-    ``state`` (4, :data:`COMPUTE_STATES`), ``busy``, ``stall``, ``gemm_uop``/``alu_uop``
+    ``state`` (4, :class:`ComputeState`), ``busy``, ``stall``, ``gemm_uop``/``alu_uop``
     (pulse per executed non-reset micro-op: reset micro-ops count in neither, as in fsim's
     ``gemm_counter``/``alu_counter``), ``rd_bytes`` (bytes of DRAM elements its loads
     received this cycle).

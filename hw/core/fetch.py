@@ -24,7 +24,7 @@ from .axi import ReadClientSignature
 from .fields import header_view, insn_field
 from .load import TensorLoader
 
-__all__ = ["FetchUnit", "FETCH_STATES", "FetchState"]
+__all__ = ["FetchUnit", "FetchState"]
 
 class FetchState(IntEnum):
     """Fetch FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_QUEUE: no read in
@@ -37,9 +37,6 @@ class FetchState(IntEnum):
     NEXT = 3
     WAIT_QUEUE = 4
 
-
-#: ``{code: name}`` of :class:`FetchState`.
-FETCH_STATES = {s.value: s.name for s in FetchState}
 
 #: Instructions per fetch DMA request (the local buffer holds two batches).
 FETCH_BATCH = 4

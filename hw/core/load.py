@@ -27,7 +27,7 @@ from ..isa import LIMITS, Opcode
 from .axi import ReadClientSignature
 from .fields import header_view, insn_field, pop_tokens, push_tokens, token_members, tokens_ready
 
-__all__ = ["TensorLoader", "LoadUnit", "insn_field", "LOAD_STATES", "LoadState"]
+__all__ = ["TensorLoader", "LoadUnit", "insn_field", "LoadState"]
 
 class LoadState(IntEnum):
     """Load unit FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_TOKEN: the
@@ -39,9 +39,6 @@ class LoadState(IntEnum):
     EXEC = 2
     PUSH = 3
 
-
-#: ``{code: name}`` of :class:`LoadState`.
-LOAD_STATES = {s.value: s.name for s in LoadState}
 
 
 MEM_FIELDS = ("memory_type", "sram_base", "dram_base", "y_size", "x_size", "x_stride",
@@ -286,7 +283,7 @@ class LoadUnit(wiring.Component):
 
     Ports: ``cmd`` (command queue head), token ports ``g2l_nonempty``/``g2l_pop`` and
     ``l2g_has_room``/``l2g_push``, ``dma`` (read client), INP write port ``inp_w_*`` and WGT
-    write port ``wgt_w_*``, ``state`` (4 bits, :data:`LOAD_STATES`), ``busy``, ``stall``,
+    write port ``wgt_w_*``, ``state`` (4 bits, :class:`LoadState`), ``busy``, ``stall``,
     ``rd_bytes`` (32, bytes of DRAM elements received this cycle); scratchpad faults:
     ``err`` (pulse: a write past the INP/WGT depth, dropped) with ``err_index`` (32, the
     address), and ``halt`` (In: the core has faulted, write nothing).

@@ -29,7 +29,7 @@ from .fields import (header_layout, header_view, insn_field, pop_tokens, push_to
                      token_members, tokens_ready)
 from .load import CommandPortSignature
 
-__all__ = ["StoreUnit", "STORE_STATES", "StoreState"]
+__all__ = ["StoreUnit", "StoreState"]
 
 class StoreState(IntEnum):
     """Store unit FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_TOKEN: the
@@ -43,16 +43,13 @@ class StoreState(IntEnum):
     WAIT_B = 3
 
 
-#: ``{code: name}`` of :class:`StoreState`.
-STORE_STATES = {s.value: s.name for s in StoreState}
-
 
 class StoreUnit(wiring.Component):
     """Executes STOREs (and store-module NOPs) in order.
 
     Ports: ``cmd``; tokens ``g2s_nonempty``/``g2s_pop``, ``s2g_has_room``/``s2g_push``;
     OUT view read port ``out_r_addr``/``out_r_en``/``out_r_data``; ``dma`` (write client);
-    ``state`` (4, :data:`STORE_STATES`), ``busy``, ``stall``.
+    ``state`` (4, :class:`StoreState`), ``busy``, ``stall``.
 
     A STORE streams: a row issuer hands one DMA request per row to the engine (the next row's
     request is taken while this row's beats are still being sent), and a two-stage reader
