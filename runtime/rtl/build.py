@@ -44,7 +44,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from ...hw import regs
 from ...hw.config import VTAConfig
@@ -198,6 +198,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "vh_step": (i32, [vp, u64]),
         "vh_reg_write": (i32, [vp, u32, u32]),
         "vh_reg_read": (i32, [vp, u32, ctypes.POINTER(u32)]),
+        "vh_poll": (i32, [vp, u32, u32, u64, u64, ctypes.POINTER(u32)]),
         "vh_regmap_version": (u32, []),
         "vh_set_mem_base": (None, [vp, u64]),
         "vh_mem_base": (u64, [vp]),
@@ -364,32 +365,41 @@ def _patch_skip_ico(obj: Path) -> bool:
 
 
 def verilator_flags(trace: str | bool | None = None,
-                    params: Mapping[str, int | str] | None = None) -> list[str]:
-    """The Verilator command-line options of a build (without file names)."""
+                    params: Mapping[str, int | str] | None = None,
+                    extra: Sequence[str] = ()) -> list[str]:
+    """The Verilator command-line options of a build (without file names): the defaults
+    (:data:`VERILATOR_FLAGS`), the waveform option, ``extra`` (e.g. ``("-O3",)``), then
+    the ``-G`` parameter overrides."""
     fmt = trace_format(trace)
     gflags = [f"-G{k}={v}" for k, v in sorted((params or {}).items())]
-    return list(VERILATOR_FLAGS) + ([TRACE_FORMATS[fmt]] if fmt else []) + gflags
+    return (list(VERILATOR_FLAGS) + ([TRACE_FORMATS[fmt]] if fmt else []) + list(extra)
+            + gflags)
 
 
 def build_key(cfg: VTAConfig, verilog: str, *, trace: str | bool | None = None,
               params: Mapping[str, int | str] | None = None,
-              cxx_version: str | None = None) -> str:
+              cxx_version: str | None = None, extra_vflags: Sequence[str] = (),
+              cxx_opt: Sequence[str] | None = None) -> str:
     """The cache key (hex SHA-256) of a build: config fingerprint, Verilog text, harness
-    source, Verilator version, C++ compiler version, and every flag."""
+    source, Verilator version, C++ compiler version, and every flag (``extra_vflags`` and
+    ``cxx_opt`` as for :func:`build_model`)."""
     if cxx_version is None:
         cxx_version = _cxx_version(_cxx())
     return hashlib.sha256(json.dumps({
         "recipe": BUILD_RECIPE, "fingerprint": cfg.fingerprint, "verilog": verilog,
         "harness": HARNESS_SOURCE.read_text(), "regs_h": regs.c_header(cfg),
         "verilator": verilator_version(),
-        "cxx": cxx_version, "vflags": verilator_flags(trace, params), "fast": CXX_FAST,
+        "cxx": cxx_version, "vflags": verilator_flags(trace, params, extra_vflags),
+        "fast": list(CXX_FAST if cxx_opt is None else cxx_opt),
         "slow": CXX_SLOW, "common": CXX_COMMON, "trace": trace_format(trace),
         "bus_bytes": cfg.BUS_WIDTH // 8}, sort_keys=True).encode()).hexdigest()
 
 
 def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str | None = None,
                 params: Mapping[str, int | str] | None = None, cache_dir: str | Path | None = None,
-                jobs: int | None = None, progress: bool = True) -> RtlModel:
+                jobs: int | None = None, progress: bool = True,
+                extra_vflags: Sequence[str] = (), cxx_opt: Sequence[str] | None = None
+                ) -> RtlModel:
     """Build (or fetch from the cache) the Verilator model of ``cfg``'s core.
 
     Args:
@@ -403,6 +413,11 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         cache_dir: cache root instead of :func:`cache_root`.
         jobs: parallel compiler processes (default :func:`default_jobs`).
         progress: print build progress lines on stderr (only when a build runs).
+        extra_vflags: Verilator options added to :data:`VERILATOR_FLAGS` (speed
+            experiments, ``bench/rtl_speed.py --levers``; part of the key).
+        cxx_opt: C++ optimisation flags of the model's hot code and the harness instead of
+            :data:`CXX_FAST` (part of the key; Verilator's runtime objects keep
+            :data:`CXX_FAST`).
 
     Returns:
         an :class:`RtlModel`; ``.load()`` gives the ctypes library.
@@ -421,7 +436,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         # Emitting the Verilog takes seconds (Amaranth + Yosys); a hit in the source-stamp
         # index (every hw/ source file, the Amaranth and Yosys versions, the config, the
         # flags) finds the model without emitting it.
-        stamp = _source_stamp(cfg, trace)
+        stamp = _source_stamp(cfg, trace, extra_vflags, cxx_opt)
         hit = _index_lookup(cache, stamp)
         if hit is not None:
             try:
@@ -440,9 +455,11 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
     cxx = _cxx()
     cxx_ver = _cxx_version(cxx)
     bus_bytes = cfg.BUS_WIDTH // 8
-    vflags = verilator_flags(trace, params)
+    vflags = verilator_flags(trace, params, extra_vflags)
+    fast_opt = tuple(CXX_FAST if cxx_opt is None else cxx_opt)
     harness = HARNESS_SOURCE.read_text()
-    key = build_key(cfg, verilog, trace=trace, params=params, cxx_version=cxx_ver)
+    key = build_key(cfg, verilog, trace=trace, params=params, cxx_version=cxx_ver,
+                    extra_vflags=extra_vflags, cxx_opt=cxx_opt)
     cache.mkdir(parents=True, exist_ok=True)
     name = f"vta_core-{cfg.fingerprint:08x}-{key[:16]}" + (f"-{trace}" if trace else "")
     final = cache / name
@@ -492,7 +509,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         inc = [f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}"]
         defs = _defines(trace, bus_bytes)
         cmds = []
-        for group, opt in ((fast, CXX_FAST), (slow, CXX_SLOW)):
+        for group, opt in ((fast, fast_opt), (slow, CXX_SLOW)):
             for c in group:
                 src = obj / f"{c}.cpp"
                 cmds.append(([cxx, *CXX_COMMON, *opt, *defs, *inc, "-c", str(src),
@@ -500,7 +517,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         harness_copy = tmp / "harness.cpp"
         harness_copy.write_text(harness)
         (tmp / "vta_regs.h").write_text(regs.c_header(cfg))  # #include'd by the harness
-        cmds.append(([cxx, *CXX_COMMON, *CXX_FAST, *defs, *inc, "-c", str(harness_copy),
+        cmds.append(([cxx, *CXX_COMMON, *fast_opt, *defs, *inc, "-c", str(harness_copy),
                       "-o", str(tmp / "harness.o")], harness_copy))
         say(f"compiling {len(cmds)} C++ files ({sum(c[1].stat().st_size for c in cmds) / 1e6:.1f}"
             f" MB, {n_jobs} jobs)")
@@ -516,7 +533,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         total = time.monotonic() - t0
         (tmp / "build.json").write_text(json.dumps({
             "fingerprint": cfg.fingerprint, "key": key, "trace": trace,
-            "verilator": verilator_version(), "cxx": cxx_ver, "verilator_flags": vflags,
+            "verilator": verilator_version(), "cxx": cxx_ver, "verilator_flags": vflags, "cxx_opt": list(fast_opt),
             "verilate_seconds": round(verilate_s, 2), "compile_seconds": round(compile_s, 2),
             "build_seconds": round(total, 2), "ico_patched": ico_patched,
             "jobs": n_jobs}, indent=2) + "\n")
@@ -533,7 +550,8 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
     return RtlModel(lib_path, key, cfg, trace, bus_bytes, False, total, verilate_s)
 
 
-def _source_stamp(cfg: VTAConfig, trace: str) -> str:
+def _source_stamp(cfg: VTAConfig, trace: str, extra_vflags: Sequence[str] = (),
+                  cxx_opt: Sequence[str] | None = None) -> str:
     """Hash of everything the generated Verilog and the build depend on, short of the
     Verilog text itself: the hw/ package sources, Amaranth and Yosys versions, the config,
     the harness, Verilator and the flags."""
@@ -554,7 +572,8 @@ def _source_stamp(cfg: VTAConfig, trace: str) -> str:
     h.update(json.dumps([BUILD_RECIPE, cfg.to_dict(), cfg.fingerprint, trace, vers,
                          _cxx_version(_cxx()),
                          HARNESS_SOURCE.read_text(), verilator_version(),
-                         verilator_flags(trace), CXX_FAST, CXX_SLOW, CXX_COMMON],
+                         verilator_flags(trace, None, extra_vflags),
+                         list(CXX_FAST if cxx_opt is None else cxx_opt), CXX_SLOW, CXX_COMMON],
                         sort_keys=True, default=str).encode())
     return h.hexdigest()
 

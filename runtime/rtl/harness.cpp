@@ -417,6 +417,26 @@ struct Harness {
         return failed ? E_BUS : E_OK;
     }
 
+    // Clock the core in stretches of ``interval`` cycles (the last one shortened so that
+    // the cycle counter stops at ``stop``; at least one cycle), reading the register at
+    // ``addr`` over AXI4-Lite after each stretch, until a read has a bit of ``mask`` set or
+    // the counter reaches ``stop``.  The host's poll loop (runtime/mmio.py, CoreDriver.wait)
+    // made into one call: the same stretches and reads, in the same cycles, as that loop
+    // calling vh_step and vh_reg_read in turn, without a Python round trip per stretch.
+    int poll(uint32_t addr, uint32_t mask, uint64_t interval, uint64_t stop, uint32_t* out) {
+        *out = 0;
+        if (failed) return E_BUS;
+        if (check_reg(addr) != E_OK) return E_USAGE;
+        if (interval == 0) interval = 1;
+        for (;;) {
+            uint64_t n = stop > cycle ? stop - cycle : 1;
+            if (step(n < interval ? n : interval) != E_OK) return E_BUS;
+            if (cycle >= stop) return E_OK;
+            int rc = reg_read(addr, out);
+            if (rc != E_OK || (*out & mask)) return rc;
+        }
+    }
+
     int reg_read(uint32_t addr, uint32_t* out) {
         if (failed) return E_BUS;
         if (check_reg(addr) != E_OK) return E_USAGE;
@@ -507,6 +527,13 @@ int vh_reg_read(void* h, uint32_t addr, uint32_t* out) {
     return static_cast<Harness*>(h)->reg_read(addr, out);
 }
 
+/// Step ``interval`` cycles at a time, reading register ``addr`` after each stretch, until
+/// ``(value & mask) != 0`` or the cycle counter reaches ``stop`` (see Harness::poll);
+/// ``*out`` is the last value read (0 when none was).
+int vh_poll(void* h, uint32_t addr, uint32_t mask, uint64_t interval, uint64_t stop,
+            uint32_t* out) {
+    return static_cast<Harness*>(h)->poll(addr, mask, interval, stop, out);
+}
 
 const char* vh_last_error(void* h) { return static_cast<Harness*>(h)->err.c_str(); }
 

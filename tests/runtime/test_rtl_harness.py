@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vtaforge.hw import regs
 from vtaforge.hw.config import preset
 from vtaforge.runtime.device import DeviceError, ProgramError
 
@@ -240,6 +241,61 @@ def test_build_cache_hit(tiny, stub, cache_dir):
     assert rtl.build.build_key(tiny, text, params={"MAX_BURST": 8}) != k
     assert rtl.build.build_key(preset("pynq"), text) != k
     assert not list(cache_dir.glob(".tmp-*")), "temporary build directories left behind"
+
+
+def test_build_options_are_in_the_key(tiny):
+    text = STUB.read_text()
+    k = rtl.build.build_key(tiny, text)
+    assert rtl.build.build_key(tiny, text, extra_vflags=("-O3",)) != k
+    assert rtl.build.build_key(tiny, text, cxx_opt=("-O3",)) != k
+    assert rtl.build.build_key(tiny, text, cxx_opt=rtl.build.CXX_FAST) == k
+    assert rtl.build.verilator_flags(None, {"A": 1}, ("-O3",))[-2:] == ["-O3", "-GA=1"]
+
+
+# ------------------------------------------------------------------------ poll in the harness
+def python_poll(h, offset: int, mask: int, interval: int, stop: int) -> int:
+    """The oracle of ``Harness.poll``: the same loop from Python, one ctypes call per
+    stretch and per read."""
+    while True:
+        h.step(max(1, min(interval, stop - h.cycle)))
+        if h.cycle >= stop:
+            return 0
+        v = h.read(offset)
+        if v & mask:
+            return v
+
+
+@pytest.mark.parametrize("interval, latency", [(256, (0, 0)), (7, (3, 9)), (1, (0, 0))])
+def test_poll_in_the_harness_matches_the_python_loop(tiny, stub, interval, latency):
+    """vh_poll clocks and reads in exactly the cycles the Python loop does: DONE is seen
+    at the same cycle, the memory and the core's CYCLES agree."""
+    status, done = regs.offset("STATUS"), 2
+    seen = []
+    for poll in (python_poll, None):
+        with make_dev(tiny, stub, latency=latency, seed=5) as dev:
+            buf = dev.alloc(1024)
+            dev.write(buf, np.arange(1024, dtype=np.uint32).astype(np.uint8))
+            dev.launch(buf.addr, 24)
+            h = dev.harness
+            stop = h.cycle + 100_000
+            v = (poll(h, status, done, interval, stop) if poll else
+                 h.poll(status, done, interval, stop))
+            assert v & done
+            seen.append((h.cycle, dev.reg_read("CYCLES_LO"), dev.read(buf).tobytes()))
+    assert seen[0] == seen[1]
+
+
+def test_poll_stops_exactly_at_the_limit(tiny, stub):
+    status = regs.offset("STATUS")
+    with make_dev(tiny, stub) as dev:
+        dev.launch(0x1000, 0)  # the stub hangs
+        h = dev.harness
+        c0 = h.cycle
+        assert h.poll(status, 2, 300, c0 + 1000) == 1  # BUSY, not DONE, in the last read
+        assert h.cycle == c0 + 1000                     # the last stretch is shortened
+        assert h.poll(status, 2, 300, c0) == 0 and h.cycle == c0 + 1001  # at least one cycle
+        with pytest.raises(rtl.device.HarnessError, match="outside the 0x[0-9a-f]+-byte register map"):
+            h.poll(0x1001, 2, 300, c0 + 5000)
 
 
 def test_idle_cycles_skip_the_input_combinational_pass(tiny, stub):
