@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from vtaforge.cli import main
+from vtaforge.commands.profile import step_cycles_lines
 from vtaforge.hw.config import preset
 
 MODEL = Path(__file__).parent / "compiler" / "real_models" / "resnet_tiny.ts_op13.onnx"
@@ -198,3 +199,14 @@ def test_profile_missing_model_is_one_error_line(tmp_path):
     assert r.exit_code == 2 and r.output.startswith("error: cannot read model"), r.output
     r = CliRunner().invoke(main, ["profile", "--target", "fsim"])
     assert r.exit_code == 2 and r.output.startswith("error: missing argument MODEL"), r.output
+
+
+def test_step_cycles_lines_for_run():
+    from types import SimpleNamespace as NS
+
+    steps = [NS(name="q", target="cpu"), NS(name="conv", target="vta"),
+             NS(name="pool", target="vta")]
+    stats = {"q": NS(cycles=0), "conv": NS(cycles=300), "pool": NS(cycles=100)}
+    lines = step_cycles_lines(NS(steps=steps), stats)
+    assert lines[0] == "core cycles: 400 in 2 VTA step(s)"
+    assert [ln.split() for ln in lines[1:]] == [["conv", "300", "75%"], ["pool", "100", "25%"]]

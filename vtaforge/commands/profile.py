@@ -69,6 +69,20 @@ def profile_records(cm, stats: dict, cfg) -> dict:
     return {"config": cfg.to_dict(), "total_cycles": total, "steps": steps}
 
 
+def step_cycles_lines(cm, stats: dict) -> list[str]:
+    """Lines for ``vtaforge run --target rtl``: the total core cycles of the VTA steps,
+    then one line per VTA step with its cycles and share (``stats``: the executor's
+    ``stats``, step name -> ``StepStats``)."""
+    vta = [s for s in cm.steps if s.target == "vta"]
+    total = sum(int(stats[s.name].cycles) for s in vta)
+    w = max((len(s.name) for s in vta), default=4)
+    lines = [f"core cycles: {total} in {len(vta)} VTA step(s)"]
+    for s in vta:
+        c = int(stats[s.name].cycles)
+        lines.append(f"  {s.name:<{w}}  {c:>10}  {_pct(c, total)}")
+    return lines
+
+
 def model_cycles_device(cfg, **kw):
     """An fsim device whose runs report the DSE cycle model's estimate as their cycles,
     with the model's per-module busy cycles as ``load_busy``/``compute_busy``/
