@@ -192,28 +192,38 @@ def _float_tensors(fg) -> list[str]:
     return out
 
 
-def _calib_groups(inputs: list, calib) -> list[dict]:
-    """Calibration data as a list of ``{input: ndarray}``, one per size."""
-    items = calib if isinstance(calib, (list, tuple)) else [calib]
+def _calib_groups(inputs: list, calib, label) -> tuple[list[dict], list[str]]:
+    """Calibration data as a list of ``{input: ndarray}``, one per size, and how errors
+    name each (``label`` itself for one size given alone, ``label #k`` for a list, or the
+    k-th of a list of labels)."""
+    many = isinstance(calib, (list, tuple))
+    items = calib if many else [calib]
+    if isinstance(label, str):
+        labels = [f"{label} #{k + 1}" if many else label for k in range(len(items))]
+    else:
+        labels = list(label)
+        if len(labels) != len(items):
+            raise ValueError(f"calib_label: {len(labels)} label(s) for {len(items)} "
+                             f"calibration set(s)")
     if not items:
         raise CompileError("calibration data is empty (no arrays)")
     groups = []
-    for x in items:
+    for x, lab in zip(items, labels):
         if isinstance(x, np.ndarray):
             if len(inputs) != 1:
-                raise CompileError(f"model has {len(inputs)} inputs: calibration must be "
-                                   f"dicts {{input name: ndarray}}")
+                raise CompileError(f"{lab} is one array; the model has {len(inputs)} inputs "
+                                   f"{inputs}: pass {{input name: ndarray}} (an .npz)")
             x = {inputs[0]: x}
         if not isinstance(x, dict):
-            raise CompileError(f"calibration data must be ndarrays or dicts, not "
+            raise CompileError(f"{lab} must be an ndarray or a dict, not "
                                f"{type(x).__name__}")
         groups.append(x)
-    return groups
+    return groups, labels
 
 
 def compile_dynamic(model, calib_data, config=None, *,
                     quant_config: QuantConfig | None = None, fallback: bool = False,
-                    calib_label: str = "calibration data") -> DynamicModel:
+                    calib_label: str | list[str] = "calibration data") -> DynamicModel:
     """Compile an ONNX model whose input dims may be symbolic (``[N, 3, H, W]``) once.
 
     Args:
@@ -223,13 +233,16 @@ def compile_dynamic(model, calib_data, config=None, *,
         config: VTAConfig, preset name or JSON path (default ``pynq``).
         quant_config: as for :func:`~.compile.compile_model`.
         fallback: a VTA lowering that fails runs on the CPU instead.
-        calib_label: how error messages name the calibration data.
+        calib_label: how error messages name the calibration data: one name (a list of
+            sizes is then named ``NAME #k``), or a list of names, one per entry of a
+            ``calib_data`` list.
     Returns:
         A :class:`DynamicModel`; run it with :class:`~vtaforge.runtime.shapes.ShapeRunner`
         (or call :meth:`DynamicModel.specialise` and an ordinary executor).
     Raises:
         CompileError: malformed or unsupported model, bad calibration data (wrong rank,
             a fixed dim that differs, NaN ...), a calibration size the model cannot take.
+        ValueError: a list ``calib_label`` whose length differs from ``calib_data``'s.
     """
     from .compile import _check_calib_dict
     from .onnx_frontend import _load, import_onnx
@@ -248,9 +261,7 @@ def compile_dynamic(model, calib_data, config=None, *,
     name = proto.graph.name or "model"
     exps: dict = {}
     shapes = []
-    for k, data in enumerate(_calib_groups(inputs, calib_data)):
-        label = calib_label if len(shapes) == 0 and not isinstance(calib_data, (list, tuple)) \
-            else f"{calib_label} #{k + 1}"
+    for data, label in zip(*_calib_groups(inputs, calib_data, calib_label)):
         for i in inputs:
             if i in data and np.asarray(data[i]).ndim != len(dims[i]):
                 raise CompileError(f"{label} for {i!r} has shape {list(np.shape(data[i]))}, "

@@ -46,16 +46,11 @@ def _n_samples(x) -> int:
     return int(v.shape[0]) if getattr(v, "ndim", 0) else 1
 
 
-def _run_chunked(ex, cm, x) -> dict:
-    """Run ``x`` through the executor; a model with a fixed batch ``b`` (an exporter's
-    ``[1, 3, H, W]``) is run on ``b`` samples at a time and the outputs concatenated."""
-    name = cm.inputs[0]
-    b = cm.types[name][1][0] if cm.types[name][1] else None
-    n = _n_samples(x)
-    if not isinstance(b, int) or n == b or n % b or isinstance(x, dict) and len(x) > 1:
-        return ex.run(x)
-    outs = [ex.run(x[i:i + b]) for i in range(0, n, b)]
-    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+def _fixed_batch(cm) -> int | None:
+    """The fixed batch of a compiled model's first input (an exporter's ``[1, 3, H, W]``),
+    or ``None`` when it is symbolic."""
+    shape = cm.types[cm.inputs[0]][1]
+    return shape[0] if shape and isinstance(shape[0], int) else None
 
 
 def _main_job(config_spec: str, target: str) -> None:
@@ -214,7 +209,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     click.echo(cm.placement_table())
     ex = Executor(cm, make_device(target, cfg), memory_budget=memory_budget)
     t0 = time.perf_counter()
-    out = _run_chunked(ex, cm, x)
+    out = _run_batches(ex.run, _fixed_batch(cm), x)
     dt = time.perf_counter() - t0
     host = sum(st.host_seconds for st in ex.stats.values())
     y = np.asarray(out[cm.outputs[0]], np.float32)
@@ -280,7 +275,7 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         ex = Executor(cm, dev, memory_budget=memory_budget)
         for path, x in zip(input_paths, xs):
             t0 = time.perf_counter()
-            out = _run_chunked(ex, cm, x)
+            out = _run_batches(ex.run, _fixed_batch(cm), x)
             y = np.asarray(out[cm.outputs[0]], np.float32)
             click.echo(f"  {path}: input {_shape_of(x)} -> {cm.outputs[0]} {_describe(y)} in "
                        f"{time.perf_counter() - t0:.3f} s")
@@ -296,9 +291,9 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
     if calib_path:
         calib, label = _load_npy(calib_path, "calibration data"), "calibration data"
     else:
-        calib, label = _group_by_shape(xs), "input"
+        calib, label = _group_by_shape(xs, input_paths)
     dm = compile_dynamic(str(p), calib, cfg, calib_label=label)
-    sizes = ", ".join(format_key(k) for k in dm.calib_shapes)
+    sizes = ", ".join(dict.fromkeys(format_key(k) for k in dm.calib_shapes))
     click.echo(f"{dm.name}: compiled once in {dm.calib_seconds:.2f} s (imported and calibrated "
                f"at {sizes}); input(s) "
                + ", ".join(f"{i} [{'x'.join('?' if d is None else str(d) for d in dm.input_dims[i])}]"
@@ -344,31 +339,44 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
 
 def _run_batches(run, b, x) -> dict:
     """``run(x)``, or for a fixed model batch ``b`` (an int) and ``N`` samples, a multiple of
-    ``b``, ``run`` on ``b`` samples at a time with the outputs concatenated (as
-    :func:`_run_chunked`)."""
-    n = _n_samples(x)
-    if not isinstance(b, int) or n == b or n % b or isinstance(x, dict):
+    ``b`` larger than it, ``run`` on ``b`` samples at a time with the outputs concatenated.
+
+    ``x`` is an array (batch first) or ``{input: array}`` (an ``.npz``: every input is
+    sliced alike).  Anything else (``N`` not a multiple of ``b``, no samples, inputs that
+    disagree on ``N``) is passed to ``run`` whole, whose checks name the fault.
+    """
+    vals = list(x.values()) if isinstance(x, dict) else [x]
+    ns = {int(np.shape(v)[0]) if np.ndim(v) else None for v in vals}
+    n = ns.pop() if len(ns) == 1 else None
+    if not isinstance(b, int) or b < 1 or not n or n == b or n % b:
         return run(x)
-    outs = [run(x[i:i + b]) for i in range(0, n, b)]
+    outs = [run({k: v[i:i + b] for k, v in x.items()} if isinstance(x, dict) else x[i:i + b])
+            for i in range(0, n, b)]
     return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
 
-def _group_by_shape(xs: list) -> list:
-    """Calibration sets from the inputs: arrays of one shape (batch excluded) concatenated,
-    one entry per distinct shape, in first-seen order; ``.npz`` dicts kept as they are."""
+def _group_by_shape(xs: list, paths) -> tuple[list, list]:
+    """Calibration sets from the inputs and how errors name each: arrays of one dtype and
+    shape (batch excluded) concatenated, one entry per distinct shape, in first-seen order;
+    ``.npz`` dicts, and arrays holding NaN or infinity (so that the error names that one
+    file), kept as they are.  Returns ``(sets, labels)``, one label per set naming its
+    files (``input 'a.npy' + 'c.npy'``)."""
     groups: dict = {}
     out: list = []
-    for x in xs:
-        if isinstance(x, dict):
-            out.append(x)
-            continue
-        k = (x.dtype.str, tuple(x.shape[1:]) if x.ndim else ())
-        if k in groups and x.ndim:
+    names: list = []
+    for x, path in zip(xs, paths):
+        k = (x.dtype.str, tuple(x.shape[1:])) if isinstance(x, np.ndarray) and x.ndim else None
+        if k is not None and x.dtype.kind == "f" and not np.isfinite(x).all():
+            k = None
+        if k is not None and k in groups:
             out[groups[k]] = np.concatenate([out[groups[k]], x])
-        else:
+            names[groups[k]].append(path)
+            continue
+        if k is not None:
             groups[k] = len(out)
-            out.append(x)
-    return out
+        out.append(x)
+        names.append([path])
+    return out, ["input " + " + ".join(repr(p) for p in ps) for ps in names]
 
 
 def _get_model(model_path: str, cfg, calib_path, x):
