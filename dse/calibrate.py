@@ -143,7 +143,7 @@ def layer_errors(model: CycleModel, pairs: Iterable[Mapping]) -> list[dict]:
 
 
 #: The constants :func:`fit` adjusts.
-FIT_PARAMS = ("insn_overhead", "compute_overhead", "chain_overhead")
+FIT_PARAMS = ("insn_overhead", "compute_overhead", "row_overhead")
 
 
 def fit(pairs: Sequence[Mapping], start: CycleModel | None = None,

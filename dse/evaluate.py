@@ -471,7 +471,9 @@ class CycleModel:
     gemm_uop_cycles: float = 1.0
     alu_imm_uop_cycles: float = 1.0
     alu_tensor_uop_cycles: float = 2.0
-    insn_overhead: float = 7.0
+    #: Fitted (dse/calibrate.py ``fit``) on the recorded pairs of tests/dse/data with
+    #: ``compute_overhead`` and ``row_overhead``; was 7 / 7 / 0 (docs/dse.md "Calibration").
+    insn_overhead: float = 11.0
     dram_latency: float = 0.0
     #: Stall cycles of an ALU micro-op that reads (dst or tensor src) the entry the
     #: previous micro-op writes (pipeline B -> D: 2); one slot further back, that minus 1
@@ -480,18 +482,22 @@ class CycleModel:
     #: Fixed cycles of a GEMM/ALU instruction (``None``: ``insn_overhead``): the sequencer
     #: starts when the instruction is taken and the next GEMM/ALU enters behind the last
     #: micro-op, so it is smaller than a DMA's.
-    compute_overhead: float | None = None
+    compute_overhead: float | None = 10.125
     #: Fixed cycles of a GEMM/ALU that follows a GEMM/ALU pushing no token (``None``: the
     #: compute overhead): the compute FSM starts it behind the previous one's last
     #: micro-op (hw/core/compute.py "EXEC"), but the recorded pairs do not yet support a
     #: smaller value (the schedule ignores bus contention; docs/dse.md "Calibration").
     chain_overhead: float | None = None
+    #: Cycles per DMA row (one AXI burst) on top of its beats/elements, with the
+    #: zero-latency DRAM model (burst handshake); ``dram_latency`` adds a board's latency.
+    row_overhead: float = 3.0
 
     def __post_init__(self) -> None:
         """Raises :class:`DSEError` when a parameter is not a finite number >= 0 (a
         negative or NaN latency would silently rank designs wrongly)."""
         for name in ("gemm_uop_cycles", "alu_imm_uop_cycles", "alu_tensor_uop_cycles",
-                     "insn_overhead", "dram_latency", "alu_hazard_cycles") + tuple(
+                     "insn_overhead", "dram_latency", "alu_hazard_cycles",
+                     "row_overhead") + tuple(
                          k for k in ("compute_overhead", "chain_overhead")
                          if getattr(self, k) is not None):
             v = getattr(self, name)
@@ -624,7 +630,7 @@ class CycleModel:
             start = (base[ins] + r * stride[ins]) * eb[ins]
             end = start + x[ins] * eb[ins]
             beats = -(-end // bus) - start // bus
-            rows = np.maximum(beats, x[ins]) + self.dram_latency
+            rows = np.maximum(beats, x[ins]) + self.dram_latency + self.row_overhead
             c = np.bincount(ins, weights=rows, minlength=len(sel))
             b = np.bincount(ins, weights=beats, minlength=len(sel))
             xp = np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel]

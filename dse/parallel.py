@@ -80,6 +80,14 @@ class DaskExecutor:
             env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             for k, v in env.items():
                 os.environ.setdefault(k, v)
+            import dask
+
+            # the workers' own periodic work (stack profiler every 10 ms, system and memory
+            # monitors) costs CPU the evaluations need on a small machine; the Nanny hands
+            # this config to the worker processes
+            dask.config.set({"distributed.worker.profile.enabled": False,
+                             "distributed.admin.system-monitor.interval": "5s",
+                             "distributed.worker.memory.monitor-interval": "1s"})
             self._cluster = LocalCluster(n_workers=int(jobs or 1), threads_per_worker=1,
                                          processes=True, dashboard_address=None,
                                          silence_logs=40)

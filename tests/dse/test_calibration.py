@@ -3,9 +3,8 @@ layer program, micro-op loads, Verilator cycles) pairs recorded by bench/dse_cal
 and ``python -m vtaforge.dse.calibrate record``; no build needed).  The oracle is the
 Verilator core's CYCLES register at recording time.
 
-The 3 % bound holds for the ResNet-18 conv layers (the issue's C2-C11).  The digits CNN
-on the tiny core (pools, tiny programs where fixed costs dominate) is off by -6.9 %: an
-open gap (strict xfail), not hidden."""
+The 3 % bound is checked for the ResNet-18 layers (the issue's C2-C11) and, separately, for
+the digits CNN (pools, small programs)."""
 
 from __future__ import annotations
 
@@ -72,10 +71,11 @@ def test_fit_does_not_worsen_the_worst_layer(pairs):
     assert worst <= TOLERANCE
 
 
-@pytest.mark.xfail(strict=True, reason="digits on tiny: -6.9 % (pool/ACC8-heavy programs of a "
-                   "few hundred cycles; the schedule ignores bus contention and fixed costs)")
 def test_digits_within_3_percent(all_pairs):
+    """The digits CNN on the tiny core: pools (ALU MAX over windows), ACC8 loads and
+    programs of a few hundred cycles, where the fixed costs dominate (-6.9 % before the
+    fit)."""
     d = [p for p in all_pairs if p["workload"] == "digits"]
-    if not d:
-        pytest.skip("no digits pairs recorded")
-    assert all(abs(e["error"]) <= TOLERANCE for e in layer_errors(CycleModel(), d))
+    assert d, "no digits pairs recorded"
+    errs = layer_errors(CycleModel(), d)
+    assert all(abs(e["error"]) <= TOLERANCE for e in errs), [e["error"] for e in errs]

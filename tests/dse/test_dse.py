@@ -126,7 +126,7 @@ def _prog(rows):
 
 def test_cycle_model_hand_program():
     cfg = preset("pynq")   # 64-bit bus: 8 bytes per beat; INP element 16 B, WGT 256 B
-    cm = CycleModel(insn_overhead=7)
+    cm = CycleModel(insn_overhead=7, compute_overhead=7, row_overhead=0)
     G, L, F = int(Opcode.GEMM), int(Opcode.LOAD), int(Opcode.FINISH)
     cols = _prog([
         dict(opcode=L, memory_type=2, x_size=4, y_size=1, x_stride=4, push_next=1),  # INP
