@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import AluOp, Module
+from ..hw.isa import LIMITS, AluOp, Module
 from ..runtime.artifact import SlotLayout, Trace, TraceBuilder
 from .errors import CompileError
 from .ir import MultPlan, mult_plan
@@ -109,7 +109,7 @@ def plan_for(cfg: VTAConfig, uid: str, attrs: dict, acc_bound: int) -> MultPlan 
 
 def _add_imm(tb, loops, d, s, value: int) -> None:
     while value:
-        step = max(-(1 << 15), min((1 << 15) - 1, value))
+        step = max(LIMITS.imm_min, min(LIMITS.imm_max, value))
         emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=step)
         value -= step
 
@@ -120,8 +120,8 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
     MAX lo, MIN hi (skipping no-ops).  With a ``plan`` (multiplier): ``extra_round`` is
     the plan's ``pre_add`` when not already merged into the bias (ADD in 16-bit immediate
     steps), then pre-clip MAX/MIN, MUL, ADD ``post_add``, SHR, MAX, MIN."""
-    for e0 in range(0, n, 16383):
-        m = min(16383, n - e0)
+    for e0 in range(0, n, LIMITS.max("iter")):
+        m = min(LIMITS.max("iter"), n - e0)
         loops = [(m, 1, 1, 0)]
         d, s = [base + e0], [base + e0]
         if plan is not None:
@@ -198,8 +198,9 @@ def window_geometry(uid: str, in_chw: tuple[int, int, int], out_c: int,
     """
     (c, h, w), (kh, kw), (sh, sw) = in_chw, kernel, strides
     pt, pl, pb, pr = pads
-    if max(pt, pl, pb, pr) > 15:
-        raise CompileError(f"{uid}: pads {tuple(pads)} exceed the LOAD pad maximum 15")
+    if max(pt, pl, pb, pr) > LIMITS.max("pad"):
+        raise CompileError(f"{uid}: pads {tuple(pads)} exceed the LOAD pad maximum "
+                           f"{LIMITS.max('pad')}")
     if pre_pad is None:
         pre_pad = pt >= kh or pb >= kh or pl >= kw or pr >= kw
     ho = (h + pt + pb - kh) // sh + 1
@@ -289,8 +290,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         tb.load_2d("b", 0, MemType.ACC, 0, 1, nob, nob)
     n_wel = len(wpk.blocks) * kk
     if tl.resident:
-        for e0 in range(0, n_wel, 65535):
-            m = min(65535, n_wel - e0)
+        for e0 in range(0, n_wel, LIMITS.max("size")):
+            m = min(LIMITS.max("size"), n_wel - e0)
             tb.load_2d("w", e0, MemType.WGT, e0, 1, m, m)
     blk_index = {(int(a), int(b)): i for i, (a, b) in enumerate(wpk.blocks)}
     tiles = []

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import AluOp, Module
+from ..hw.isa import LIMITS, AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
 from .lower_conv import LoweredOp, emit_kernel, plan_for, requant_alu, window_geometry
@@ -168,7 +168,7 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     bound = 128 * ((1 << int(attrs["lshift_a"])) + (1 << int(attrs["lshift_b"]))) \
         if op == "qadd" else 128
     plan = plan_for(cfg, uid, attrs, bound)
-    if plan is None and int(attrs["round"]) > (1 << 15) - 1:
+    if plan is None and int(attrs["round"]) > LIMITS.imm_max:
         raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
     B, BO = cfg.BATCH, cfg.BLOCK_OUT
     lay = SlotLayout(tuple(chw), B, BO)
@@ -178,7 +178,7 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     n_el = lay.cb * h * w
     nops = 2 if op == "qadd" else 1
     nvt = 2 if cfg.ACC_DEPTH // (2 * nops) >= 1 else 1
-    chunk = max(1, min(MAX_EXTENT, 65535, cfg.ACC_DEPTH // (nvt * nops)))
+    chunk = max(1, min(MAX_EXTENT, LIMITS.max("size"), cfg.ACC_DEPTH // (nvt * nops)))
     half = cfg.ACC_DEPTH // nvt
     slots = {"a": lay.block_bytes, "y": lay.block_bytes}
     if nops == 2:
@@ -283,7 +283,7 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
     if not cfg.ACC_8BIT or not cfg.ALU_MUL:
         raise CompileError(f"{uid}: a tensor multiply on VTA needs ACC_8BIT and ALU_MUL")
     plan = plan_for(cfg, uid, attrs, 128 * 128)
-    if plan is None and int(attrs["round"]) > (1 << 15) - 1:
+    if plan is None and int(attrs["round"]) > LIMITS.imm_max:
         raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
     B, BO = cfg.BATCH, cfg.BLOCK_OUT
     lay, lay_b = SlotLayout(tuple(chw), B, BO), SlotLayout(tuple(chw_b), B, BO)
@@ -302,7 +302,7 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
             raise CompileError(f"{uid}: a {h}x{w} channel block does not fit half the accumulator")
         chunks = [(c0, min(k, lay.cb - c0)) for c0 in range(0, lay.cb, k)]
     else:
-        m_max = max(1, min(MAX_EXTENT, 65535, half // 2))
+        m_max = max(1, min(MAX_EXTENT, LIMITS.max("size"), half // 2))
         n_el = lay.cb * hw
         chunks = [(e0, min(m_max, n_el - e0)) for e0 in range(0, n_el, m_max)]
     tb = TraceBuilder(uid, {"a": lay.block_bytes, "b": lay_b.block_bytes, "y": lay.block_bytes})
@@ -352,20 +352,20 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
     vmax = int(np.abs(vals).max(initial=0))
     bound = 128 * vmax if alu == AluOp.MUL else 128 * (1 << la) + vmax
     plan = plan_for(cfg, uid, attrs, bound)
-    if plan is None and int(attrs["round"]) > (1 << 15) - 1:
+    if plan is None and int(attrs["round"]) > LIMITS.imm_max:
         raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
     B, BO = cfg.BATCH, cfg.BLOCK_OUT
     lay = SlotLayout(tuple(chw), B, BO)
     h, w = lay.hw
     hw = h * w
     scalar = vals.size == 1
-    if scalar and not -(1 << 15) <= int(vals[0]) < (1 << 15):
+    if scalar and not LIMITS.imm_min <= int(vals[0]) <= LIMITS.imm_max:
         raise CompileError(f"{uid}: the aligned constant {int(vals[0])} exceeds the ALU immediate")
     nvt = 2
     half = cfg.ACC_DEPTH // nvt
     consts = {}
     if scalar:
-        m_max = max(1, min(MAX_EXTENT, 65535, half))
+        m_max = max(1, min(MAX_EXTENT, LIMITS.max("size"), half))
         n_el = lay.cb * hw
         chunks = [(e0, min(m_max, n_el - e0)) for e0 in range(0, n_el, m_max)]
     else:

@@ -22,11 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hw.config import MemType, VTAConfig
+from ..hw.isa import LIMITS
 from .errors import CompileError
 
 __all__ = ["ConvTiling", "conv_tiling", "candidates", "MAX_EXTENT"]
 
-MAX_EXTENT = 16383          # loop extent field limit
+MAX_EXTENT = LIMITS.max("iter")  # loop extent field limit (14 bits)
 STEP_COST = 4096            # bytes-equivalent of one GEMM step (instructions, launches)
 
 

@@ -45,8 +45,8 @@ from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
-from ..hw.config import LOOP_ITER_BITS, MemType, VTAConfig
-from ..hw.isa import (FLAG_QUEUES, INSN_BYTES, AluOp, Insn, Module, Opcode, Queue, token_route,
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import (FLAG_QUEUES, INSN_BYTES, LIMITS, AluOp, Insn, Module, Opcode, Queue, token_route,
                       encode_program, encode_uops, isa_layout)
 from .device import Buffer, Device, ProgramError, RunResult
 
@@ -57,9 +57,9 @@ __all__ = ["ProgramBuilder", "KernelRecorder", "UopKernel", "BuilderError", "GEM
 GEMM = "gemm"
 ALU = "alu"
 
-_MAX_16 = (1 << 16) - 1
-_MAX_PAD = 15
-_MAX_ITER = (1 << LOOP_ITER_BITS) - 1
+_MAX_16 = LIMITS.max("size")      # sram_base, y_size, x_size, x_stride: 16-bit fields
+_MAX_PAD = LIMITS.max("pad")
+_MAX_ITER = LIMITS.max("iter")
 _DRAIN_INSNS = 3  # worst case drain: store NOP, load NOP, FINISH
 
 
@@ -645,7 +645,7 @@ class ProgramBuilder:
                                    f"{', '.join(o.name for o in AluOp)}") from None
             if alu_op == AluOp.MUL and not self.cfg.ALU_MUL:
                 raise BuilderError("ALU MUL needs a config with ALU_MUL enabled")
-            imm = _check_int("imm", imm, -(1 << 15), (1 << 15) - 1) if use_imm else 0
+            imm = _check_int("imm", imm, LIMITS.imm_min, LIMITS.imm_max) if use_imm else 0
             alu_op, use_imm = int(alu_op), bool(use_imm)
         else:
             alu_op, use_imm, imm = 0, False, 0
