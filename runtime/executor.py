@@ -111,7 +111,7 @@ class MemoryPlan:
             after the last step).
         unshared_bytes: bytes one buffer per ``(step, slot)`` would take (no sharing).
         peak_live_bytes: the largest sum of tensors live at one step (a lower bound of any
-            plan).
+            plan), each tensor's bytes rounded up to the plan's ``align``.
     """
 
     nblk: int
@@ -126,8 +126,11 @@ class MemoryPlan:
         return sum(self.sizes)
 
 
-def plan_memory(model: CompiledModel, nblk: int) -> MemoryPlan:
+def plan_memory(model: CompiledModel, nblk: int, align: int = 1) -> MemoryPlan:
     """Liveness plan of the activation buffers of ``model`` for ``nblk`` batch blocks.
+
+    ``align``: bytes each tensor is rounded up to in ``peak_live_bytes`` (a device's
+    ``dram_alignment``, as its allocator and :mod:`.dtr` count; default 1: exact bytes).
 
     A VTA step's input slot reads its producer's output buffer on the device when the
     producer is a VTA step with the same packed layout; otherwise the host packs the input
@@ -190,8 +193,8 @@ def plan_memory(model: CompiledModel, nblk: int) -> MemoryPlan:
             busy.append(-1)
         busy[b] = last
         assign[k] = b
-    peak = max((sum(size[k] for k in life if life[k][0] <= i <= life[k][1])
-                for i in range(end + 1)), default=0)
+    peak = max((sum(-(-size[k] // align) * align for k in life
+                    if life[k][0] <= i <= life[k][1]) for i in range(end + 1)), default=0)
     return MemoryPlan(nblk, assign, sizes, {k: tuple(v) for k, v in life.items()},
                       sum(size.values()), peak)
 
@@ -303,7 +306,8 @@ class Executor:
         """Figures of the memory-budget schedule of ``n_blocks`` batch blocks (default: the
         last run's), bytes and core cycles:
 
-        ``budget``; ``liveness_peak`` (``plan_memory``'s most bytes live at one step);
+        ``budget``; ``liveness_peak`` (``plan_memory``'s most bytes live at one step, each
+        tensor rounded up to the device's ``dram_alignment`` as every figure here is);
         ``free_peak`` (the schedule's own peak with no budget: host reads done at once);
         ``min_working_set`` (no order fits below it); ``peak`` (most device activation
         bytes live at once, <= budget); ``arena`` (bytes allocated for them, <= budget);
@@ -335,7 +339,9 @@ class Executor:
         def ratio(a, b):
             return (a - b) / b if b else 0.0
 
-        rep = {"budget": sched.budget, "liveness_peak": plan_memory(self.model, nb).peak_live_bytes,
+        al = self.cfg.dram_alignment
+        rep = {"budget": sched.budget,
+               "liveness_peak": plan_memory(self.model, nb, al).peak_live_bytes,
                "free_peak": sched.free_peak_bytes, "min_working_set": sched.min_bytes,
                "peak": sched.peak_bytes, "arena": sched.arena_bytes,
                "heuristic": sched.heuristic,
