@@ -429,3 +429,21 @@ def test_two_symbolic_inputs_every_size_bit_exact():
             np.testing.assert_array_equal(got, ref)
         with pytest.raises(CompileError, match="do not broadcast"):
             runner.run({"a": f["a"], "b": np.ones((2, 3, 5, 10), np.float32)})
+
+
+def test_cli_run_npz_with_an_unknown_name_is_one_error(tmp_path):
+    """With --calibrate, an .npz array under a name the model lacks was ignored (without
+    it calibration refused it): refused on both paths, before anything runs."""
+    rng = np.random.default_rng(14)
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_helper_model().SerializeToString())
+    good, bad = tmp_path / "good.npy", tmp_path / "bad.npz"
+    np.save(good, rng.standard_normal((1, 3, 8, 8)).astype(np.float32))
+    np.savez(bad, input=rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+             inptu=rng.standard_normal((1, 3, 8, 8)).astype(np.float32))
+    base = ["run", "--model", str(model), "--config", "tiny", "--calibrate", str(good)]
+    msg = f"error: input {str(bad)!r} has unknown input(s) ['inptu']; the model's inputs: ['input']"
+    for inputs in ([bad], [good, bad]):
+        r = _cli(*base, *[a for p in inputs for a in ("--input", str(p))])
+        _one_error(r, msg)
+        assert "->" not in r.stdout, r.stdout          # refused before any input ran

@@ -46,6 +46,19 @@ def _n_samples(x) -> int:
     return int(v.shape[0]) if getattr(v, "ndim", 0) else 1
 
 
+def _check_names(xs: list, paths, inputs: list) -> None:
+    """Every ``.npz`` input names only model inputs (an array under another name would be
+    ignored: a misnamed input is refused, as calibration refuses it).  Raises DeviceError
+    with one line naming the file, the unknown names and the model's inputs."""
+    from ..runtime.device import DeviceError
+
+    for x, path in zip(xs, paths):
+        extra = [k for k in x if k not in inputs] if isinstance(x, dict) else []
+        if extra:
+            raise DeviceError(f"input {path!r} has unknown input(s) {extra}; the model's "
+                              f"inputs: {list(inputs)}")
+
+
 def _fixed_batch(cm) -> int | None:
     """The fixed batch of a compiled model's first input (an exporter's ``[1, 3, H, W]``),
     or ``None`` when it is symbolic."""
@@ -203,6 +216,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     cfg = load_config(config_spec)
     x = _load_npy(input_path, "input")
     cm = _get_model(model_path, cfg, calib_path, x)
+    _check_names([x], [input_path], cm.inputs)
     from ..runtime.executor import Executor
 
     click.echo("placement:")
@@ -269,6 +283,7 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         from ..runtime.executor import Executor
 
         cm = load_artifact(p, cfg)
+        _check_names(xs, input_paths, cm.inputs)
         click.echo("placement:")
         click.echo(cm.placement_table())
         dev = make_device(target, cfg)
@@ -293,6 +308,7 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
     else:
         calib, label = _group_by_shape(xs, input_paths)
     dm = compile_dynamic(str(p), calib, cfg, calib_label=label)
+    _check_names(xs, input_paths, dm.inputs)
     sizes = ", ".join(dict.fromkeys(format_key(k) for k in dm.calib_shapes))
     click.echo(f"{dm.name}: compiled once in {dm.calib_seconds:.2f} s (imported and calibrated "
                f"at {sizes}); input(s) "
