@@ -74,6 +74,10 @@ INSN_BITS = 128
 UOP_BITS = 32
 #: Loop trip count field width (upstream VTA_LOOP_ITER_WIDTH).
 LOOP_ITER_BITS = 14
+#: Allowed ``INSN_RING`` sizes (instructions) when the ring is on: powers of two in this
+#: inclusive range (the low end holds two fetch batches; the high end keeps the ring a
+#: 1 MiB buffer).
+INSN_RING_RANGE = (16, 1 << 16)
 #: Smallest scratchpad depth accepted (entries).
 MIN_DEPTH = 2
 #: LOAD/STORE sram_base is 16 bits wide: no scratchpad may be deeper than this.
@@ -102,6 +106,10 @@ class VTAConfig:
     - ``DSP_PACKING``: int8 GEMM products per DSP48 slice (1 or 2).
     - ``LUT_MULTIPLIERS``: how many of the BATCH×BLOCK_IN×BLOCK_OUT GEMM multipliers are
       built from LUTs instead of DSPs.
+    - ``INSN_RING``: size in instructions of the streamed-execution instruction ring
+      (``docs/runtime.md`` "Streamed execution"; registers ``RING_*`` in ``hw/regs.py``);
+      0 (default) builds no ring: the core, its register map and its fingerprint are then
+      exactly those of a config without the key.
 
     Raises:
         ConfigError: any value out of range, with key, value and allowed range named; or
@@ -129,6 +137,7 @@ class VTAConfig:
     ALU_MUL: bool = False
     DSP_PACKING: int = 2
     LUT_MULTIPLIERS: int = 0
+    INSN_RING: int = 0
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
@@ -170,6 +179,14 @@ class VTAConfig:
             raise ConfigError(
                 f"LUT_MULTIPLIERS = {self.LUT_MULTIPLIERS!r} is out of range; allowed: "
                 f"integers 0..{n_mul} (BATCH*BLOCK_IN*BLOCK_OUT)")
+        r = self.INSN_RING
+        lo, hi = INSN_RING_RANGE
+        if isinstance(r, bool) or not isinstance(r, int):
+            raise ConfigError(f"INSN_RING = {r!r} must be an integer: 0 (off) or a power of "
+                              f"two in {lo}..{hi} (instructions)")
+        if r != 0 and not (lo <= r <= hi and r & (r - 1) == 0):
+            raise ConfigError(f"INSN_RING = {r!r} is out of range; allowed: 0 (off) or a "
+                              f"power of two in {lo}..{hi} (instructions)")
         # Scratchpad depths: each buffer must hold at least MIN_DEPTH elements and be
         # addressable by the 16-bit sram_base field.
         for key, mem in (("LOG_UOP_BUFF_SIZE", MemType.UOP), ("LOG_INP_BUFF_SIZE", MemType.INP),
@@ -365,6 +382,11 @@ class VTAConfig:
         d["CLOCK_MHZ"] = float(d["CLOCK_MHZ"])
         return d
 
+    @property
+    def ring(self) -> bool:
+        """True when the core has the streamed-execution instruction ring (``INSN_RING``)."""
+        return self.INSN_RING > 0
+
     @cached_property
     def fingerprint(self) -> int:
         """Stable 32-bit hash (CRC-32 of the canonical JSON of :meth:`hardware_dict`).
@@ -372,7 +394,10 @@ class VTAConfig:
         Stored in the core's read-only FINGERPRINT register and in every compiled program;
         equal fingerprints mean equal hardware and ISA.
         """
-        canon = json.dumps(self.hardware_dict(), sort_keys=True, separators=(",", ":"))
+        hw = self.hardware_dict()
+        if not hw["INSN_RING"]:     # off: the fingerprint of a config without the key
+            del hw["INSN_RING"]
+        canon = json.dumps(hw, sort_keys=True, separators=(",", ":"))
         return zlib.crc32(canon.encode()) & 0xFFFFFFFF
 
     # ------------------------------------------------------------------ JSON

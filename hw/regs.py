@@ -26,6 +26,25 @@ nothing (no scratchpad entry, no DRAM byte) but still moves every token and DMA 
 the run completes (``STATUS.DONE``) and the host never hangs.  START clears the report.
 :func:`fault_message` formats it exactly as the functional simulator reports the same
 fault (one formatter for both).
+
+Streamed execution (only in a core built with ``VTAConfig.INSN_RING > 0``; the
+:data:`RING_REGISTERS` exist only there, so a core without the option keeps the map above
+bit for bit): the host keeps a ring of ``RING_SIZE`` 16-byte instruction slots in DRAM at
+``RING_BASE``.  Instruction ``n`` of the session (0-based) lives in slot ``n mod
+RING_SIZE``.
+
+ 1. write ``RING_BASE_LO``/``RING_BASE_HI``, ``RING_TAIL = 0``, ``RING_CTRL.ENABLE = 1``,
+    then ``CTRL.START``: the session starts with ``RING_HEAD = 0`` and ``FINISH_COUNT =
+    0`` (``INSN_COUNT`` is ignored);
+ 2. to append a segment (a program of whole instructions ending with its one FINISH, its
+    tokens balanced): write its instructions into the free slots (at most ``RING_SIZE -
+    (TAIL - HEAD)``), then write the new ``RING_TAIL`` (the total number of instructions
+    appended, modulo 2**32): the doorbell;
+ 3. fetch reads while ``RING_HEAD != RING_TAIL``; ``RING_HEAD`` counts the instructions it
+    has read (their slots may be overwritten);
+ 4. segment ``k`` (1-based) is done when ``FINISH_COUNT >= k`` (its stores are in DRAM);
+ 5. ``RING_CTRL.ENABLE = 0`` closes the session: once the ring is empty and every unit
+    has drained, ``STATUS.DONE`` rises as at the end of a one-shot run.
 """
 
 from __future__ import annotations
@@ -102,6 +121,32 @@ REGISTERS: tuple[Register, ...] = (
              "micro-op index or scratchpad address)."),
 )
 
+
+#: Registers of the streamed-execution ring (present only when ``cfg.INSN_RING > 0``).
+RING_REGISTERS: tuple[Register, ...] = (
+    Register("RING_CTRL", 0x60, "rw", "Streamed-execution control.",
+             (BitField("ENABLE", 0, 1, "CTRL.START starts a ring session while set; "
+                       "clearing it closes the session once the ring is empty"),)),
+    Register("RING_BASE_LO", 0x64, "rw", "Byte address of ring slot 0, bits 31:0 (16-byte "
+             "aligned)."),
+    Register("RING_BASE_HI", 0x68, "rw", "Byte address of ring slot 0, bits 63:32."),
+    Register("RING_SIZE", 0x6C, "ro", "Ring slots (16-byte instructions): INSN_RING."),
+    Register("RING_TAIL", 0x70, "rw", "Doorbell: instructions appended this session "
+             "(modulo 2**32)."),
+    Register("RING_HEAD", 0x74, "ro", "Instructions fetch has read this session (their "
+             "slots are free again)."),
+    Register("FINISH_COUNT", 0x78, "ro", "FINISH instructions retired this session."),
+    Register("RING_IDLE", 0x7C, "ro", "Cycles of this session with the ring empty and "
+             "every unit drained (the core waiting for the host)."),
+)
+
+
+def registers(cfg: VTAConfig | None = None) -> tuple[Register, ...]:
+    """The registers of ``cfg``'s core: :data:`REGISTERS`, plus :data:`RING_REGISTERS`
+    when ``cfg.INSN_RING > 0`` (``None``: the base map)."""
+    if cfg is not None and cfg.INSN_RING:
+        return REGISTERS + RING_REGISTERS
+    return REGISTERS
 
 
 class ErrorKind(IntEnum):
@@ -201,7 +246,7 @@ def fault_message(cfg: VTAConfig, kind: int, index: int, insn: Insn | None,
 #: Size of the register window in bytes.
 REGMAP_SIZE = 0x100
 
-_BY_NAME = {r.name: r for r in REGISTERS}
+_BY_NAME = {r.name: r for r in REGISTERS + RING_REGISTERS}
 
 
 def reg(name: str) -> Register:
@@ -229,7 +274,7 @@ def regmap_dict(cfg: VTAConfig) -> dict:
             {"name": r.name, "offset": r.offset, "access": r.access, "doc": r.doc,
              "fields": [{"name": f.name, "lsb": f.lsb, "width": f.width, "doc": f.doc}
                         for f in r.fields]}
-            for r in REGISTERS
+            for r in registers(cfg)
         ],
     }
 
@@ -249,7 +294,7 @@ def c_header(cfg: VTAConfig) -> str:
         f"#define VTA_REGMAP_SIZE 0x{REGMAP_SIZE:x}u",
         f"#define VTA_FINGERPRINT 0x{cfg.fingerprint:08x}u", "",
     ]
-    for r in REGISTERS:
+    for r in registers(cfg):
         lines.append(f"#define VTA_REG_{r.name} 0x{r.offset:02x}u  /* {r.access}: {r.doc} */")
         for f in r.fields:
             mask = ((1 << f.width) - 1) << f.lsb
@@ -258,5 +303,7 @@ def c_header(cfg: VTAConfig) -> str:
     for k, v in cfg.derived().items():
         if isinstance(v, int):
             lines.append(f"#define VTA_{k} {v}")
+    if cfg.INSN_RING:
+        lines.append(f"#define VTA_INSN_RING {cfg.INSN_RING}")
     lines += ["", f"#endif /* {g} */", ""]
     return "\n".join(lines)

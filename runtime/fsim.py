@@ -310,8 +310,20 @@ class _Machine:
         return ProgramError(insn_fault_text(i, insn, msg))
 
     # ------------------------------------------------------------------ decode + static
-    def load_program(self, insn_addr: int, insn_count: int) -> None:
+    def load_program(self, insn_addr: int, insn_count: int, raw: np.ndarray | None = None
+                     ) -> None:
+        """Decode and check the program.  ``raw``: its bytes, fetched from a ring whose
+        slots span ``[insn_addr, insn_addr + 16 * insn_count)`` (streamed execution: the
+        fetch range is the ring, always in bounds) instead of read at ``insn_addr``."""
         insn_addr, insn_count = int(insn_addr), int(insn_count)
+        if raw is not None:
+            self.insn_span = (insn_addr, insn_addr + INSN_BYTES * insn_count)
+            self.n = raw.size // INSN_BYTES
+            self.arr = decode_program(self.cfg, raw)
+            self.cols = {k: v.tolist() for k, v in self.arr.items()}
+            self.stats["dram_read_nbytes"] += raw.size
+            self._static_checks()
+            return
         if insn_count <= 0:
             raise ProgramError(f"insn_count = {insn_count}: a program needs at least one "
                                f"instruction (and a FINISH)")
@@ -899,9 +911,10 @@ def _blas_one_thread():
     return ctl.limit(limits=1, user_api="blas")
 
 
-def _run_machine(cfg, dram, insn_addr, insn_count, regions, *, dry, max_steps) -> _Machine:
+def _run_machine(cfg, dram, insn_addr, insn_count, regions, *, dry, max_steps,
+                 raw=None) -> _Machine:
     m = _Machine(cfg, dram, regions, dry=dry, max_steps=max_steps)
-    m.load_program(insn_addr, insn_count)
+    m.load_program(insn_addr, insn_count, raw)
     if dry:
         m.run()
     else:
@@ -993,6 +1006,135 @@ class FsimDevice(Device):
         self._ensure(max(ends, default=0))
         return simulate(self.config, self.mem, insn_addr, insn_count, regions=regs,
                         max_steps=timeout_cycles)
+
+    # ------------------------------------------------------------------ streaming
+    def stream_open(self) -> None:
+        """Start a streamed-execution session (``hw/regs.py`` ring protocol): a ring of
+        ``INSN_RING`` instruction slots is allocated in device memory; HEAD, TAIL and the
+        FINISH count start at 0.
+
+        Raises:
+            DeviceError: the config has no ring (``INSN_RING = 0``), or a session is open.
+        """
+        _check_ring(self.config)
+        if getattr(self, "_stream", None) is not None:
+            raise DeviceError("fsim: a stream session is already open")
+        ring = self.alloc(self.config.INSN_RING * INSN_BYTES)
+        self._stream = {"ring": ring, "tail": 0, "head": 0, "finish": 0, "pending": deque(),
+                        "appended": 0, "failed": None}
+
+    def stream_append(self, insn_addr: int, insn_count: int, *,
+                      regions: Sequence[Buffer] | None = None,
+                      timeout_cycles: int | None = None) -> int:
+        """Verify one segment (``verify.verify_segment``: the whole static verifier, one
+        FINISH as its last instruction) and append it to the ring: its instructions, read
+        from device memory at ``insn_addr``, are copied into the ring's slots (wrapping);
+        the data it touches must lie in ``regions`` (default: every live buffer but the
+        ring).  The core model runs appended segments in order, lazily (at
+        :meth:`stream_wait`, or when the ring has no room for the next segment).
+
+        Returns:
+            the segment's number ``k`` (1-based).
+        Raises:
+            ProgramError: the verifier refused the segment (nothing is appended), or an
+                earlier segment failed when it ran.
+            DeviceError: no session is open.
+        """
+        st = self._session()
+        ring = st["ring"]
+        regs = [b for b in (self.buffers() if regions is None else list(regions))
+                if b is not ring]
+        _verify_segment(self.config, self.mem, insn_addr, insn_count, regs, timeout_cycles)
+        raw = self._read_mem(int(insn_addr), int(insn_count) * INSN_BYTES)
+        size = self.config.INSN_RING
+        while size - (st["tail"] - st["head"]) < min(insn_count, size) and st["pending"]:
+            self._run_segment(st)           # the core frees slots by fetching them
+        from .mmio import ring_pieces  # noqa: PLC0415
+        for slot, first, n in ring_pieces(st["tail"], insn_count, size):
+            self._write_mem(ring.addr + slot * INSN_BYTES,
+                            raw[first * INSN_BYTES:(first + n) * INSN_BYTES])
+        st["tail"] += insn_count
+        st["appended"] += 1
+        st["pending"].append((st["appended"], raw, regs, timeout_cycles))
+        return st["appended"]
+
+    def stream_wait(self, k: int, *, timeout_cycles: int | None = None) -> RunResult:
+        """Run appended segments until segment ``k`` is done (FINISH count >= ``k``).
+
+        Returns:
+            a :class:`RunResult` with the statistics of the segments run by this call
+            (summed per key).
+        Raises:
+            ProgramError / DeadlockError: a segment failed (the message starts with
+                ``segment <k>:``); the session then refuses further appends.
+            DeviceError: ``k`` was never appended.
+        """
+        st = self._session()
+        if not 1 <= int(k) <= st["appended"]:
+            raise DeviceError(f"fsim: segment {k} was not appended in this session")
+        total = RunResult(cycles=0, stats=stats_template())
+        while st["finish"] < k:
+            res = self._run_segment(st, timeout_cycles)
+            for key, v in res.stats.items():
+                if isinstance(v, (int, float)):
+                    total.stats[key] = total.stats.get(key, 0) + v
+        return total
+
+    @property
+    def finish_count(self) -> int:
+        """Segments completed in the open session (the ``FINISH_COUNT`` register)."""
+        return self._session()["finish"]
+
+    def stream_close(self) -> None:
+        """Run every pending segment and end the session (the ring is freed).
+
+        Raises:
+            ProgramError: a pending segment failed (the session is closed anyway).
+        """
+        st = self._session()
+        try:
+            if st["appended"] and st["failed"] is None:
+                self.stream_wait(st["appended"])
+        finally:
+            self.free(st["ring"])
+            self._stream = None
+
+    def _session(self) -> dict:
+        st = getattr(self, "_stream", None)
+        if st is None:
+            raise DeviceError("fsim: no stream session is open (stream_open first)")
+        if st["failed"] is not None:
+            raise ProgramError(f"fsim: the stream session stopped at a failed segment: "
+                               f"{st['failed']}")
+        return st
+
+    def _run_segment(self, st: dict, timeout_cycles: int | None = None) -> RunResult:
+        k, raw, regs, tmo = st["pending"].popleft()
+        ring = st["ring"]
+        ends = [(r.end if isinstance(r, Buffer) else int(r[0]) + int(r[1])) for r in regs]
+        self._ensure(max(ends + [ring.end]))
+        try:
+            m = _run_machine(self.config, self.mem, ring.addr, self.config.INSN_RING,
+                             list(regs), dry=False, max_steps=timeout_cycles or tmo, raw=raw)
+        except ProgramError as e:
+            st["failed"] = f"segment {k}: {e}"
+            raise type(e)(st["failed"]) from None
+        st["head"] += raw.size // INSN_BYTES
+        st["finish"] = k
+        return RunResult(cycles=0, stats=dict(m.stats))
+
+
+def _check_ring(cfg: VTAConfig) -> None:
+    """Raise :class:`DeviceError` unless ``cfg`` has the instruction ring."""
+    if not cfg.INSN_RING:
+        raise DeviceError(f"{cfg.bitstream_name} has no instruction ring (INSN_RING = 0): "
+                          f"streamed execution needs a core built with INSN_RING > 0")
+
+
+def _verify_segment(cfg, mem, insn_addr, insn_count, regions, max_steps) -> None:
+    from .verify import verify_segment  # noqa: PLC0415 - verify imports this module
+
+    verify_segment(cfg, mem, insn_addr, insn_count, regions, max_steps=max_steps)
 
 
 def _dry_run(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int, regions,

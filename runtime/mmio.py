@@ -28,6 +28,14 @@ The protocol (``docs/regs.md``):
 4. :meth:`CoreDriver.counters`: ``CYCLES_LO/HI`` and the per-unit counters, under the
    ``RunResult.stats`` keys shared with fsim (:data:`STAT_REGISTERS`).
 
+Streamed execution (cores with ``VTAConfig.INSN_RING > 0``; ``docs/runtime.md``
+"Streamed execution"): :meth:`CoreDriver.ring_open` starts a ring session,
+:meth:`CoreDriver.ring_append` writes a segment's instructions into the ring's free slots
+(through the backend's ``write_ring(addr, data)``, which flushes the CPU cache on a board)
+and rings the doorbell (``RING_TAIL``), :meth:`CoreDriver.ring_wait` polls
+``FINISH_COUNT`` under the same watchdog, fault report and timeout rules as
+:meth:`CoreDriver.wait`, and :meth:`CoreDriver.ring_close` ends the session.
+
 Scratchpad faults: when the core reports one (``STATUS.ERROR``; ``ERROR``, ``ERR_INSN``,
 ``ERR_INDEX``), :meth:`CoreDriver.wait` raises :class:`CoreFault` (a ``ProgramError``)
 instead of returning, also when the run then did not finish in time.  Its message is
@@ -52,7 +60,8 @@ from ..hw.isa import INSN_BYTES, INSN_FIELDS, Insn, Module, Opcode, decode_progr
 from .device import DeviceError, ProgramError
 
 __all__ = ["CoreDriver", "RegisterPort", "Watchdog", "CoreIdentityError", "CoreBusyError",
-           "CoreTimeout", "CoreFault", "STAT_REGISTERS", "reg_offset", "field_mask"]
+           "CoreTimeout", "CoreFault", "STAT_REGISTERS", "reg_offset", "field_mask",
+           "ring_pieces", "RingFull"]
 
 #: RunResult.stats key -> counter register (keys match fsim's where they overlap).
 STAT_REGISTERS = {
@@ -89,6 +98,24 @@ _DONE = field_mask("STATUS", "DONE")
 _IRQ_DONE = field_mask("IRQ_STATUS", "DONE")
 _ERROR = field_mask("STATUS", "ERROR")
 _ERR_VALID = field_mask("ERROR", "VALID")
+_RING_ENABLE = field_mask("RING_CTRL", "ENABLE")
+
+
+def ring_pieces(tail: int, count: int, size: int) -> list[tuple[int, int, int]]:
+    """Where ``count`` instructions appended after ``tail`` (instructions appended so far)
+    go in a ring of ``size`` slots: ``(slot, first instruction of the segment, n)`` runs,
+    split at the end of the ring (wrap-around)."""
+    out, done = [], 0
+    while done < count:
+        slot = (tail + done) % size
+        n = min(count - done, size - slot)
+        out.append((slot, done, n))
+        done += n
+    return out
+
+
+class RingFull(DeviceError):
+    """A segment does not fit the ring's free slots within the watchdog's limit."""
 
 
 class RegisterPort(Protocol):
@@ -222,6 +249,7 @@ class CoreDriver:
         self.config = config
         self.read_program = read_program
         self._launched: tuple[int, int] | None = None
+        self._ring: dict | None = None
 
     # ------------------------------------------------------------------ registers
     def read(self, name: str) -> int:
@@ -351,7 +379,24 @@ class CoreDriver:
         ordinal = self.read("ERR_INSN")
         index = self.read("ERR_INDEX")
         found = None
-        if self.read_program is not None and self._launched is not None and \
+        seg = None
+        if self._ring is not None and self.config is not None:
+            # a session: ERR_INSN counts the unit's instructions over every segment so far
+            segs = self._ring["segments"]
+            try:
+                found = unit_instruction(self.config, b"".join(b for _, b in segs), unit,
+                                         ordinal)
+            except ValueError:
+                found = None
+            if found is not None:
+                i = found[0]
+                for k, b in segs:
+                    n = len(b) // INSN_BYTES
+                    if i < n:
+                        seg, found = k, (i, found[1])
+                        break
+                    i -= n
+        elif self.read_program is not None and self._launched is not None and \
                 self.config is not None:
             addr, count = self._launched
             try:
@@ -369,7 +414,154 @@ class CoreDriver:
                    f"ERR_INDEX={index})")
         else:
             msg = regs.fault_message(self.config, kind_ok, index, insn, i, unit, ordinal)
+            if seg is not None:
+                msg = f"segment {seg}: {msg}"
         return CoreFault(msg, unit, kind, index, ordinal, i)
+
+    # ------------------------------------------------------------------ ring protocol
+    def ring_open(self, ring_addr: int, size: int, *, write_ring: Callable[[int, Any], None],
+                  irq: bool | None = False) -> None:
+        """Start a streamed-execution session on the ring of ``size`` instruction slots at
+        byte address ``ring_addr`` (16-byte aligned): ``RING_BASE``, ``RING_TAIL = 0``,
+        ``RING_CTRL.ENABLE``, then ``CTRL.START``.
+
+        Args:
+            write_ring: ``write_ring(addr, data)`` writes bytes into device memory where the
+                core reads them (a board flushes the CPU cache for the range).
+        Raises:
+            DeviceError: the core has no ring (``RING_SIZE`` reads another size), or a bad
+                address.
+            CoreBusyError: ``STATUS.BUSY`` (a run or session is going).
+        """
+        ring_addr, size = int(ring_addr), int(size)
+        if ring_addr % INSN_BYTES or not 0 <= ring_addr < 1 << 64:
+            raise DeviceError(f"ring address 0x{ring_addr:x} is not a 16-byte aligned address")
+        got = self.read("RING_SIZE")
+        if got != size:
+            raise DeviceError(f"{self.where}: RING_SIZE reads {got}, expected {size} (is the "
+                              f"core built with INSN_RING = {size}?)")
+        status = self.status()
+        if self.is_busy(status):
+            raise CoreBusyError(f"{self.where}: the core is still busy (STATUS=0x{status:x}); "
+                                f"cannot open a ring session", status)
+        if irq is None:
+            ctrl = self.read("CTRL") & _IRQ_EN
+        else:
+            ctrl = _IRQ_EN if irq else 0
+        self.write("RING_BASE_LO", ring_addr & _WORD)
+        self.write("RING_BASE_HI", ring_addr >> 32)
+        self.write("RING_TAIL", 0)
+        self.write("RING_CTRL", _RING_ENABLE)
+        self.write("CTRL", ctrl | _START)
+        self._ring = {"addr": ring_addr, "size": size, "tail": 0, "write": write_ring,
+                      "segments": [], "appended": 0}
+        self._launched = None
+
+    def ring_free(self) -> int:
+        """Ring slots the host may write now: ``RING_SIZE - (TAIL - HEAD)``."""
+        r = self._ring
+        head = self.read("RING_HEAD")
+        return r["size"] - ((r["tail"] - head) & _WORD)
+
+    def ring_append(self, program, watchdog: Watchdog) -> int:
+        """Append one segment (encoded instructions, a multiple of 16 bytes, ending with its
+        FINISH) to the open session: the instructions go into the free slots (a segment
+        longer than the free space is written in pieces as fetch frees slots), then
+        ``RING_TAIL`` is written after each piece.
+
+        Returns:
+            the segment's number ``k`` (1-based): it is done when ``FINISH_COUNT >= k``.
+        Raises:
+            DeviceError: no session is open, or the program is not whole instructions.
+            CoreFault: the core reported a fault while the host waited for free slots.
+            RingFull: no free slot appeared within ``watchdog.limit`` (the core stalls).
+        """
+        r = self._ring
+        if r is None:
+            raise DeviceError(f"{self.where}: no ring session is open")
+        raw = np.ascontiguousarray(np.frombuffer(bytes(program), dtype=np.uint8)
+                                   if not isinstance(program, np.ndarray) else program
+                                   ).reshape(-1).view(np.uint8)
+        if raw.size == 0 or raw.size % INSN_BYTES:
+            raise DeviceError(f"a segment is whole 16-byte instructions, got {raw.size} bytes")
+        count = raw.size // INSN_BYTES
+        done = 0
+        t0 = watchdog.now()
+        while done < count:
+            free = self.ring_free()
+            if free == 0:
+                elapsed = watchdog.now() - t0
+                fault = self.fault()
+                if fault is not None:
+                    raise fault
+                if elapsed >= watchdog.limit:
+                    raise RingFull(f"{self.where}: the ring stayed full for {watchdog.limit:g} "
+                                   f"{watchdog.unit} (HEAD={self.read('RING_HEAD')}, "
+                                   f"TAIL={r['tail']})")
+                watchdog.idle()
+                continue
+            n = min(free, count - done)
+            for slot, first, k in ring_pieces(r["tail"], n, r["size"]):
+                lo = (done + first) * INSN_BYTES
+                r["write"](r["addr"] + slot * INSN_BYTES, raw[lo:lo + k * INSN_BYTES])
+            r["tail"] = (r["tail"] + n) & _WORD
+            self.write("RING_TAIL", r["tail"])
+            done += n
+        r["appended"] += 1
+        r["segments"].append((r["appended"], bytes(raw)))
+        return r["appended"]
+
+    def finish_count(self) -> int:
+        """``FINISH_COUNT``: segments completed in this session."""
+        return self.read("FINISH_COUNT")
+
+    def ring_wait(self, k: int, watchdog: Watchdog) -> float:
+        """Poll ``FINISH_COUNT`` until segment ``k`` is done (``FINISH_COUNT >= k``).
+
+        Returns:
+            the time waited, in the watchdog's unit.
+        Raises:
+            DeviceError: ``k`` was never appended.
+            CoreFault: the core reported a scratchpad fault (checked when the segment is
+                seen done and before a timeout is reported; the message names the
+                instruction within its segment).
+            CoreTimeout: not done within ``watchdog.limit``.
+        """
+        r = self._ring
+        if r is None or not 1 <= int(k) <= r["appended"]:
+            raise DeviceError(f"{self.where}: segment {k} was not appended in this session")
+        t0 = watchdog.now()
+        while True:
+            fin = self.finish_count()
+            elapsed = watchdog.now() - t0
+            if fin >= k or elapsed >= watchdog.limit:
+                fault = self.fault()
+                if fault is not None:
+                    raise fault
+            if fin >= k:
+                return elapsed
+            if elapsed >= watchdog.limit:
+                status = self.status()
+                raise CoreTimeout(
+                    f"{self.where}: segment {k} not done after {watchdog.limit:g} "
+                    f"{watchdog.unit} (FINISH_COUNT={fin}, RING_HEAD="
+                    f"{self.read('RING_HEAD')}, RING_TAIL={r['tail']}, STATUS=0x{status:x})",
+                    status, watchdog.limit, elapsed, watchdog.unit)
+            watchdog.idle()
+
+    def ring_close(self, watchdog: Watchdog) -> float:
+        """End the session: clear ``RING_CTRL.ENABLE`` and wait for ``STATUS.DONE`` (the
+        ring drained) as :meth:`wait` does."""
+        self.write("RING_CTRL", 0)
+        try:
+            return self.wait(watchdog)
+        finally:
+            self._ring = None
+
+    @property
+    def ring_open_now(self) -> bool:
+        """A ring session is open on this driver."""
+        return self._ring is not None
 
     def counters(self) -> dict[str, int]:
         """``cycles`` (``CYCLES_HI:LO``) and every :data:`STAT_REGISTERS` counter of the

@@ -30,10 +30,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..hw.config import VTAConfig
-from .device import Buffer, DeviceError
+from ..hw.isa import INSN_BYTES, Opcode, decode_program
+from .device import Buffer, DeviceError, ProgramError
 from .fsim import Regions, _dry_run, _Machine
 
-__all__ = ["verify_program", "VerifyReport", "SparseImage"]
+__all__ = ["verify_program", "verify_segment", "VerifyReport", "SparseImage"]
 
 
 class SparseImage:
@@ -157,6 +158,39 @@ def verify_program(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count:
     return VerifyReport(insn_count=int(insn_count), stats=dict(m.stats),
                         pushes=tuple(m.pushes), pops=tuple(m.pops),
                         peak_tokens=tuple(m.peak), steps=m.steps)
+
+
+def verify_segment(cfg: VTAConfig, dram, insn_addr: int, insn_count: int,
+                   regions: Sequence[Buffer | tuple[int, int]] | None = None, *,
+                   max_steps: int | None = None) -> VerifyReport:
+    """Check one segment of a streamed session before it is appended to the ring.
+
+    A segment runs after the ones before it with no reset in between, so beyond
+    :func:`verify_program` (every static rule, DMA ranges inside ``regions``, no deadlock,
+    and each token queue balanced within the segment: it leaves every queue empty for the
+    next one) its last instruction must be its only FINISH: the host reads the segment's
+    results once ``FINISH_COUNT`` counts it, so nothing may run after it.
+
+    Args: as :func:`verify_program`.
+
+    Returns:
+        the :class:`VerifyReport`.
+    Raises:
+        ProgramError / DeadlockError: the segment is refused (the message names the rule).
+        DeviceError: as :func:`verify_program`.
+    """
+    n = int(insn_count)
+    if n > 0:
+        raw = np.asarray(dram[int(insn_addr):int(insn_addr) + n * INSN_BYTES])
+        if raw.size == n * INSN_BYTES:
+            op = decode_program(cfg, raw)["opcode"]
+            fin = np.flatnonzero(op == Opcode.FINISH)
+            if fin.size and (fin.size > 1 or fin[-1] != n - 1):
+                raise ProgramError(
+                    f"segment of {n} instructions: a streamed segment ends with its one "
+                    f"FINISH, found FINISH at {', '.join(str(int(i)) for i in fin[:4])}"
+                    f"{' ...' if fin.size > 4 else ''}")
+    return verify_program(cfg, dram, insn_addr, insn_count, regions, max_steps=max_steps)
 
 
 def _dry_run_sparse(cfg: VTAConfig, image: SparseImage, insn_addr: int, insn_count: int,
