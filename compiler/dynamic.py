@@ -262,10 +262,15 @@ def compile_dynamic(model, calib_data, config=None, *,
     exps: dict = {}
     shapes = []
     for data, label in zip(*_calib_groups(inputs, calib_data, calib_label)):
-        for i in inputs:
-            if i in data and np.asarray(data[i]).ndim != len(dims[i]):
-                raise CompileError(f"{label} for {i!r} has shape {list(np.shape(data[i]))}, "
-                                   f"expected {_fmt(dims[i])} (any number of samples first)")
+        for i in (i for i in inputs if i in data):
+            shp, want = tuple(np.shape(data[i])), dims[i]
+            if len(shp) != len(want) or any(w is not None and w != d
+                                            for w, d in zip(want[1:], shp[1:])):
+                raise CompileError(f"{label} for {i!r} has shape {list(shp)}, expected "
+                                   f"{_fmt(want)} (any number of samples first)")
+            if any(d < 1 for d in shp[1:]):
+                raise CompileError(f"{label} for {i!r} has shape {list(shp)}: dims after "
+                                   f"the batch must be >= 1")
         fixed = {i: (None,) + tuple(np.shape(data[i])[1:]) for i in inputs if i in data}
         try:
             fg = optimize(import_onnx(proto, name=name, input_shapes=fixed))

@@ -447,3 +447,18 @@ def test_cli_run_npz_with_an_unknown_name_is_one_error(tmp_path):
         r = _cli(*base, *[a for p in inputs for a in ("--input", str(p))])
         _one_error(r, msg)
         assert "->" not in r.stdout, r.stdout          # refused before any input ran
+
+
+def test_calibration_shape_checked_against_the_declaration():
+    """A zero spatial dim in the calibration data was imported and failed deep in a conv
+    ('kernel 3x3 larger than the padded input 2x7'); a wrong channel count was reported
+    against the shape the import inferred from the data.  Both are checked against the
+    declaration first."""
+    m = _helper_model()
+    with pytest.raises(CompileError, match=r"^calibration data for 'input' has shape "
+                       r"\[2, 3, 0, 5\]: dims after the batch must be >= 1$"):
+        compile_dynamic(m, np.ones((2, 3, 0, 5), np.float32), "tiny")
+    with pytest.raises(CompileError, match=r"^cal #2 for 'input' has shape \[1, 4, 8, 8\], "
+                       r"expected 1x3x\?x\? \(any number of samples first\)$"):
+        compile_dynamic(m, [np.ones((1, 3, 8, 8), np.float32), np.ones((1, 4, 8, 8), np.float32)],
+                        "tiny", calib_label="cal")
