@@ -181,7 +181,7 @@ def test_profile_on_rtl_reports_measured_cycles_and_counters(x_path, tmp_path):
     (["--plot", "{tmp}"], "is a directory, not a file"),
     (["--json", "{tmp}"], "is a directory, not a file"),
     (["--target", "gpu"], "error: unknown target 'gpu'"),
-    (["--target", "pynq"], "error: unknown target 'pynq'"),
+    (["--target", "pynq"], "error: profile runs on fsim or rtl, not on 'pynq'"),
     (["--input", "{tmp}/missing.npy"], "error: cannot read input"),
 ])
 def test_profile_bad_paths_and_options_are_one_error_line(tmp_path, extra, message):

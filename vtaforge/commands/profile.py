@@ -235,15 +235,18 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
     from ..runtime.device import DeviceError
     from ..runtime.executor import Executor
     from ._output import OutputPathError, check_output_path
-    from .run import _get_model, _load_npy, _run_chunked
+    from .run import _fixed_batch, _get_model, _load_npy, _run_batches
 
     if model and model_opt and model != model_opt:
         raise click.UsageError("give the model once: as MODEL or as --model")
     model = model or model_opt
     if not model:
         raise click.UsageError("missing argument MODEL (FILE.onnx or MODEL.vtapkg)")
-    if target not in TARGETS or target == "pynq":
+    if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: fsim, rtl")
+    if target not in ("fsim", "rtl"):
+        raise DeviceError(f"profile runs on fsim or rtl, not on {target!r} (on a board, "
+                          "vtaforge run reports the core's cycles)")
     if json_path is not None:
         check_output_path(json_path, "--json")
     if plot_path is not None:
@@ -278,7 +281,7 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
     dev = model_cycles_device(cfg) if target == "fsim" else make_device(target, cfg)
     ex = Executor(cm, dev)
     t0 = time.perf_counter()
-    _run_chunked(ex, cm, x)
+    _run_batches(ex.run, _fixed_batch(cm), x)
     wall = time.perf_counter() - t0
     prof = profile_records(cm, ex.stats, cfg)
     host = {s.name: ex.stats[s.name].host_seconds for s in cm.steps if s.target != "vta"}
