@@ -37,17 +37,23 @@ GEMM runs; build seconds under that load, verilate + compile with 2 jobs):
     C++ -O3                    0.51, 0.57                      1.06   594 (401) under load
     no --output-split          0.38 best of 4                  <1     371 (351): one big file
     --threads 2                0.008, 0.015                    0.02   481 (399) under load
-    (-fno-dfg, C++ -march=x86-64-v3: see --levers)
+    -fno-dfg                   0.50, 0.53                      0.87   205 (199)
+    C++ -O2 -march=x86-64-v3   0.54, 0.59                      1.02   301 (217); not portable
 
-(--threads 2: the worker threads wait for each other on two cores shared with other jobs,
-and process CPU time counts both.)
+(the last three rows against the vh_poll build, whose own median was 0.51-0.57 in those
+rounds; --threads 2: the worker threads wait for each other on two cores shared with
+other jobs, and process CPU time counts both.)
 
 Every variant gave the same cycles and final memory.  The build flags are within the
 noise, so the defaults stay (-O2, split output: the cheapest build).  Where the time goes
 (perf, GEMM run): ~80 % in Verilator's generated sequential logic (``nba_sequent``), ~2 %
 in the harness's per-cycle AXI model (``tick``), ~1.5 % in eval bookkeeping, the rest in
-Python (the poll loop, now in the harness).  1 M cycles/s therefore needs less logic
-evaluated per cycle in the core's RTL, not a faster harness.
+Python (the poll loop, now in the harness).  A DMA-bound run (64 INP loads of 2,048
+elements) simulates at 0.23-0.40 M cycles/s: every falling-edge eval with a new read beat
+runs Verilator's input-combinational pass (a quarter of the model's code); registering
+``rst`` in a wrapper would shrink that pass by only 15 % (measured on the generated C++).
+1 M cycles/s therefore needs less logic evaluated per cycle in the core's RTL, not a
+faster harness or other flags.
 
     python bench/rtl_speed.py [--preset pynq] [--gemms 2] [--rounds 9] [--levers]
 """
