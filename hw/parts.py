@@ -422,10 +422,17 @@ def reachable_pl_clocks(spec: BoardSpec, lo_mhz: float = 0.0,
 def pl_clock(spec: BoardSpec, requested_mhz: float) -> PLClock:
     """The PL clock for a request: the nearest reachable frequency at or below it.
 
+    Args:
+        spec: the board (its PLL and dividers).
+        requested_mhz: the clock asked for, in MHz (``cfg.CLOCK_MHZ``).
     Raises:
-        FlowError: the request is below the slowest clock the dividers make.
+        FlowError: the request is not a positive finite number of MHz, or is below the
+            slowest clock the dividers make.
     """
     req = float(requested_mhz)
+    if not req > 0 or req == float("inf"):
+        raise FlowError(f"PL clock request {requested_mhz!r} MHz is not a positive finite "
+                        f"frequency")
     pll = spec.pll_mhz
     ns = sorted(_DIVS)
     fits = [n for n in ns if pll / n <= req * (1 + _CLOCK_REL_TOL)]

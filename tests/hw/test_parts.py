@@ -160,3 +160,11 @@ def test_no_part_fact_is_written_twice():
             for c in _code_constants(f) & facts:
                 hits.append(f"{f.relative_to(ROOT)}: {c!r}")
     assert not hits, "part facts copied outside hw/parts.py:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize("mhz", [float("nan"), 0.0, -100.0, float("inf")])
+def test_pl_clock_refuses_a_request_that_is_not_a_frequency(mhz):
+    """NaN was reported as 'CLOCK_MHZ nan is below the slowest PL clock' and infinity
+    gave the PLL itself; both, zero and negatives are refused as what they are."""
+    with pytest.raises(parts.FlowError, match="not a positive finite frequency"):
+        parts.pl_clock(parts.BOARDS["pynq-z1"], mhz)
