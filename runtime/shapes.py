@@ -121,9 +121,10 @@ class ShapeCache:
         return list(self._d)
 
     def get(self, key, make: Callable):
-        """The value of ``key``; on a miss ``make(key)`` (timed) and, if the cache is full,
-        evict the least recently used entry first... after ``make`` succeeds (a failing
-        ``make`` evicts nothing and caches nothing; its exception propagates)."""
+        """The value of ``key``; on a miss ``make(key)`` (timed, in wall seconds) and, once
+        ``make`` has succeeded and if the cache is full, evict the least recently used
+        entry.  A failing ``make`` evicts nothing and caches nothing (counted in
+        ``failures``); its exception propagates."""
         pk = self.stats.per_key.setdefault(key, {"specialise_s": 0.0, "hits": 0, "misses": 0})
         if key in self._d:
             self._d.move_to_end(key)
@@ -264,7 +265,8 @@ class ShapeRunner:
     def executor(self, feeds_or_key) -> Executor:
         """The executor for the shapes of ``feeds_or_key`` (feeds, or a key tuple as
         :meth:`shape_key` gives), specialising on a miss (a cached one is not counted as a
-        hit: only :meth:`run` counts)."""
+        hit: only :meth:`run` counts).  Raises as :meth:`run` does for a shape the model
+        cannot take."""
         return self._entry(feeds_or_key).executor
 
     def compiled(self, feeds_or_key) -> CompiledModel:
