@@ -172,12 +172,15 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
                         p["rungs"][kind]["status"] = v[rung]["status"]
                 p["verify"] = v
     ran = {k: {} for k in ("resources", "cycles")}
+    base_rung = {"resources": ev.res_eval.name, "cycles": perf}
     for p in pts:
-        if "verify" in p:  # counted in the verification section instead
-            continue
         for k, r in (p.get("rungs") or {}).items():
-            if r["ran"] is not None:
-                ran[k][r["ran"]] = ran[k].get(r["ran"], 0) + 1
+            if r["ran"] is None:
+                continue
+            # a promoted candidate ran the sweep's rung first (the verification section
+            # says what the higher rung did)
+            name = base_rung[k] if "verify" in p else r["ran"]
+            ran[k][name] = ran[k].get(name, 0) + 1
     band = float(getattr(ev.perf_eval, "error_band", MODEL_ERROR_BAND))
     if perf == "rtl" and any("cycles_measured" not in w for p in pts if p.get("feasible")
                              for w in (p.get("workloads") or {}).values()):
