@@ -7,8 +7,14 @@
   the cycle model (:class:`ModelPerformance`, :class:`CycleModel`), Verilator
   (:class:`RtlPerformance`), accumulator safety (:class:`AccSafety`, BR-29), combined in
   :class:`DesignEvaluator`; :func:`judge` applies capacity and timing (BR-31).
-- :mod:`.search`: :func:`run_search` (progress bar, JSON result cache, Pareto front).
+- :mod:`.search`: :func:`run_search` (resource and performance evaluations, append-only
+  JSON-lines cache, Pareto front).
+- :mod:`.parallel`: where evaluations run (serial, a Dask LocalCluster, a scheduler).
+- :mod:`.promote`: ``--verify``: the Pareto front and the points within the model's band
+  re-evaluated on Verilator / Yosys, rungs that did not run labelled.
 - :mod:`.report`: :func:`build_report`, :func:`format_table`, :func:`load_report`.
+- :mod:`.plot`: the Pareto / model-vs-RTL PNG (matplotlib, lazily).
+- :mod:`.calibrate`: recorded (config, program, RTL cycles) pairs; fitting the cycle model.
 """
 
 from .evaluate import (AccSafety, AnalyticResources, CycleModel, DesignEvaluator, DSEError,
