@@ -210,3 +210,18 @@ def test_step_cycles_lines_for_run():
     lines = step_cycles_lines(NS(steps=steps), stats)
     assert lines[0] == "core cycles: 400 in 2 VTA step(s)"
     assert [ln.split() for ln in lines[1:]] == [["conv", "300", "75%"], ["pool", "100", "25%"]]
+
+
+@pytest.mark.rtl
+def test_run_on_rtl_prints_core_cycles_per_step(x_path):
+    """`vtaforge run --target rtl` ends with the core's cycles: a total and one line per
+    VTA step whose figures sum to it."""
+    pytest.importorskip("vtaforge.runtime.rtl")
+    r = CliRunner().invoke(main, ["run", "--model", str(MODEL), "--input", str(x_path),
+                                  "--config", "tiny", "--target", "rtl"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("core cycles: "))
+    total = int(lines[i].split()[2])
+    steps = [ln.split() for ln in lines[i + 1:] if ln.startswith("  ")]
+    assert total > 0 and steps and sum(int(s[1]) for s in steps) == total, r.output

@@ -236,6 +236,11 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     click.echo(f"{cm.name}: {_n_samples(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
                f"{nv}/{len(cm.steps)} steps on VTA, {host:.3f} s in CPU steps; output "
                f"{cm.outputs[0]} {list(y.shape)}" + (f" -> {output_path}" if output_path else ""))
+    if target in ("rtl", "pynq"):      # the core's cycle counter per step
+        from .profile import step_cycles_lines
+
+        for ln in step_cycles_lines(cm, ex.stats):
+            click.echo(ln)
     line = _budget_line(ex)
     if line:
         click.echo(line)
