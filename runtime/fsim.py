@@ -1043,7 +1043,7 @@ class FsimDevice(Device):
         st = self._session()
         ring = st["ring"]
         regs = [b for b in (self.buffers() if regions is None else list(regions))
-                if b is not ring]
+                if b != ring]
         _verify_segment(self.config, self.mem, insn_addr, insn_count, regs, timeout_cycles)
         raw = self._read_mem(int(insn_addr), int(insn_count) * INSN_BYTES)
         size = self.config.INSN_RING

@@ -615,10 +615,11 @@ class PynqDevice(Device):
         return e.view[insn_addr - e.addr:end - e.addr]
 
     def _verify(self, insn_addr: int, insn_count: int, regions: list[Buffer],
-                prog_bytes: np.ndarray, cols: dict) -> dict[str, Any]:
+                prog_bytes: np.ndarray, cols: dict, segment: bool = False) -> dict[str, Any]:
         """Static verifier on a sparse image: the instructions and the buffers the
-        program's micro-op loads read (all it reads), at their physical addresses."""
-        from .verify import SparseImage, verify_program  # noqa: PLC0415
+        program's micro-op loads read (all it reads), at their physical addresses
+        (``segment``: :func:`.verify.verify_segment`, for a streamed segment)."""
+        from .verify import SparseImage, verify_program, verify_segment  # noqa: PLC0415
 
         segs: dict[int, np.ndarray] = {}
         ue = self.config.elem_bytes(MemType.UOP)
@@ -630,7 +631,8 @@ class PynqDevice(Device):
                 segs[e.addr] = e.view[:e.nbytes]
         image = SparseImage([*segs.items(), (insn_addr, prog_bytes)])
         self.last_verify_image_bytes = image.nbytes
-        report = verify_program(self.config, image, insn_addr, insn_count, regions)
+        check = verify_segment if segment else verify_program
+        report = check(self.config, image, insn_addr, insn_count, regions)
         return dict(report.stats)
 
     def _store_targets(self, cols: dict) -> list[_Entry]:
@@ -719,6 +721,127 @@ class PynqDevice(Device):
         stats: dict[str, Any] = dict(self.driver.counters())
         stats["board_seconds"] = wall
         return RunResult(cycles=stats["cycles"], stats={**static, **stats})
+
+    # ------------------------------------------------------------------ streaming
+    def stream_open(self) -> None:
+        """Start a streamed-execution session: a ring of ``INSN_RING`` 16-byte slots is
+        allocated in device memory and opened (``CoreDriver.ring_open``); ring writes are
+        flushed from the CPU cache before the doorbell.
+
+        Raises:
+            DeviceError: the core has no ring (``INSN_RING = 0``), a session is open, or
+                the core is busy.
+        """
+        from .fsim import _check_ring  # noqa: PLC0415
+
+        _check_ring(self.config)
+        if getattr(self, "_stream", None) is not None:
+            raise DeviceError("board: a stream session is already open")
+        ring = self.alloc(self.config.INSN_RING * 16)
+        e = self._entry(ring)
+
+        def write_ring(addr: int, data: np.ndarray) -> None:
+            self.write(ring, data, offset=addr - ring.addr)
+            self._flush_chunk(e.chunk)
+
+        self._stream = {"ring": ring, "written": {}}
+        try:
+            self.driver.ring_open(ring.addr, self.config.INSN_RING, write_ring=write_ring)
+        except BaseException:
+            self._stream = None
+            self.free(ring)
+            raise
+
+    def _stream_limit(self, timeout_cycles: int | None) -> Watchdog:
+        limit = self.timeout_s
+        if timeout_cycles:
+            limit = max(0.01, float(timeout_cycles) / (self.clock_mhz * 1e6))
+        return Watchdog.wall_clock(limit, self.poll_s, sleep=self._sleep, clock=self._clock)
+
+    def stream_append(self, insn_addr: int, insn_count: int, *,
+                      regions: Sequence[Buffer] | None = None,
+                      timeout_cycles: int | None = None) -> int:
+        """Flush host-dirty buffers, verify the segment (``verify_segment``) and append it
+        to the ring.  Returns its number ``k``.
+
+        Raises:
+            ProgramError: refused by the verifier, or the ring stayed full past the
+                watchdog.
+            DeviceError: no session; a region outside the allocated buffers.
+        """
+        st = getattr(self, "_stream", None)
+        if st is None:
+            raise DeviceError("board: no stream session is open (stream_open first)")
+        regions = [b for b in (self.buffers() if regions is None else list(regions))
+                   if b != st["ring"]]
+        for r in regions:
+            if self._owner(r.addr, r.end) is None:
+                raise DeviceError(f"region [0x{r.addr:x}, 0x{r.end:x}) is not inside an "
+                                  f"allocated buffer; the core could DMA into foreign memory")
+        prog = np.array(self._program_bytes(insn_addr, insn_count), copy=True)
+        cols = decode_program(self.config, prog)
+        if self.auto_cache:
+            for c in list(self.pool.chunks):
+                if any(e.state is CacheState.HOST_DIRTY for e in c.entries.values()):
+                    self._flush_chunk(c)
+        if self.verify:
+            self._verify(insn_addr, insn_count, regions, prog, cols, segment=True)
+        try:
+            k = self.driver.ring_append(prog, self._stream_limit(timeout_cycles))
+        except DeviceError as e:
+            raise ProgramError(f"board: {e}") from None
+        st["written"][k] = self._store_targets(cols)
+        return k
+
+    def stream_wait(self, k: int, *, timeout_cycles: int | None = None) -> RunResult:
+        """Wait for segment ``k`` (``FINISH_COUNT >= k``); the buffers its segments stored
+        to become readable (invalidated).  Returns ``cycles`` so far and ``finish_count``.
+
+        Raises:
+            ProgramError: the watchdog fired (reprogram the bitstream), or a fault report.
+        """
+        st = getattr(self, "_stream", None)
+        if st is None:
+            raise DeviceError("board: no stream session is open (stream_open first)")
+        try:
+            self.driver.ring_wait(int(k), self._stream_limit(timeout_cycles))
+        except CoreTimeout as t:
+            raise ProgramError(f"board: {t}; the core is stalled: reprogram the bitstream "
+                               f"to reset it") from None
+        done = [j for j in st["written"] if j <= k]
+        written = {e.addr: e for j in done for e in st["written"].pop(j)}
+        for e in written.values():
+            e.state = CacheState.DEVICE_WRITTEN
+        if self.auto_cache:
+            for c in {id(e.chunk): e.chunk for e in written.values()}.values():
+                self._invalidate_chunk(c)
+        fin = self.driver.finish_count()
+        return RunResult(cycles=self.driver.read("CYCLES_LO"), stats={"finish_count": fin})
+
+    @property
+    def finish_count(self) -> int:
+        """``FINISH_COUNT`` of the open session."""
+        return self.driver.finish_count()
+
+    def stream_close(self, *, timeout_cycles: int | None = None) -> RunResult:
+        """End the session (the ring drains, DONE rises) and free the ring; returns the
+        session's counters plus ``ring_idle`` and ``finish_count``."""
+        st = getattr(self, "_stream", None)
+        if st is None:
+            raise DeviceError("board: no stream session is open (stream_open first)")
+        if st["written"]:
+            self.stream_wait(max(st["written"]), timeout_cycles=timeout_cycles)
+        try:
+            self.driver.ring_close(self._stream_limit(timeout_cycles))
+        except CoreTimeout as t:
+            raise ProgramError(f"board: {t}; reprogram the bitstream to reset it") from None
+        finally:
+            self._stream = None
+            self.free(st["ring"])
+        stats: dict[str, Any] = dict(self.driver.counters())
+        stats["ring_idle"] = self.driver.read("RING_IDLE")
+        stats["finish_count"] = self.driver.read("FINISH_COUNT")
+        return RunResult(cycles=stats["cycles"], stats=stats)
 
     def close(self) -> None:
         """Free every buffer and close the register port."""

@@ -277,6 +277,12 @@ class AXILiteRegs(wiring.Component):
         })
         for n in self.COUNTERS:
             members[f"cnt_{n.lower()}"] = In(32)
+        if cfg.INSN_RING:
+            # the ring registers (hw/regs.py RING_REGISTERS): ring_enable, ring_base (64),
+            # ring_tail out; ring_head, finish_count, ring_idle in
+            members.update({"ring_enable": Out(1), "ring_base": Out(64), "ring_tail": Out(32),
+                            "ring_head": In(32), "finish_count": In(32),
+                            "ring_idle": In(32)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -288,6 +294,10 @@ class AXILiteRegs(wiring.Component):
                      self.irq.eq(irq_status & self.irq_en)]
         with m.If(self.set_irq):
             m.d.sync += irq_status.eq(1)
+        if self.cfg.INSN_RING:
+            ring_lo = Signal(32)
+            ring_hi = Signal(32)
+            m.d.comb += self.ring_base.eq(Cat(ring_lo, ring_hi))
 
         # write channel
         bvalid = Signal()
@@ -314,6 +324,16 @@ class AXILiteRegs(wiring.Component):
                     m.d.sync += insn_hi.eq(wdata)
                 with m.Case(regmap.offset("INSN_COUNT") >> 2):
                     m.d.sync += self.insn_count.eq(wdata)
+                if self.cfg.INSN_RING:
+                    en = next(f for f in regmap.reg("RING_CTRL").fields if f.name == "ENABLE")
+                    with m.Case(regmap.offset("RING_CTRL") >> 2):
+                        m.d.sync += self.ring_enable.eq(wdata[en.lsb])
+                    with m.Case(regmap.offset("RING_BASE_LO") >> 2):
+                        m.d.sync += ring_lo.eq(wdata)
+                    with m.Case(regmap.offset("RING_BASE_HI") >> 2):
+                        m.d.sync += ring_hi.eq(wdata)
+                    with m.Case(regmap.offset("RING_TAIL") >> 2):
+                        m.d.sync += self.ring_tail.eq(wdata)
 
         # read channel
         rvalid = Signal()
@@ -334,6 +354,13 @@ class AXILiteRegs(wiring.Component):
         }
         for n in self.COUNTERS:
             values[n] = getattr(self, f"cnt_{n.lower()}")
+        if self.cfg.INSN_RING:
+            en = next(f for f in regmap.reg("RING_CTRL").fields if f.name == "ENABLE")
+            values.update({
+                "RING_CTRL": self.ring_enable << en.lsb, "RING_BASE_LO": ring_lo,
+                "RING_BASE_HI": ring_hi, "RING_SIZE": Const(self.cfg.INSN_RING, 32),
+                "RING_TAIL": self.ring_tail, "RING_HEAD": self.ring_head,
+                "FINISH_COUNT": self.finish_count, "RING_IDLE": self.ring_idle})
         with m.If(self.s_axi_arvalid & ~rvalid):
             m.d.sync += rvalid.eq(1)
             with m.Switch(self.s_axi_araddr[2:]):

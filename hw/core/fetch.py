@@ -7,6 +7,17 @@ and only when the buffer has room for the whole batch, so it never keeps the sha
 channel while waiting for command-queue space (which could deadlock against a unit whose own
 loads need that channel).  Dispatch from the buffer overlaps the next read.  The instruction
 address must be 16-byte aligned.
+
+Ring mode (only in a core with ``cfg.INSN_RING > 0``; ``hw/regs.py`` "Streamed
+execution"): a start with ``ring_enable`` set fetches from the instruction ring instead of
+``insn_count`` instructions at ``insn_addr``: while ``head != ring_tail`` it reads from
+``ring_base + (head mod INSN_RING) * 16`` (a batch never crosses the end of the ring, so
+reads wrap to slot 0), ``head`` counting the instructions read.  With the ring empty it
+waits (``RING_WAIT``, not busy); once ``ring_enable`` drops and every instruction read has
+been dispatched it returns to IDLE.  Segments do not overlap: after dispatching a FINISH,
+fetch dispatches nothing more until ``seg_done`` (that FINISH executed and every unit
+drained), so a segment's loads never pass the previous segment's stores (the same order as
+one launch after another).
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ class FetchState(IntEnum):
     DRAIN = 2
     NEXT = 3
     WAIT_QUEUE = 4
+    RING_WAIT = 5
 
 
 #: Instructions per fetch DMA request (the local buffer holds two batches).
@@ -58,6 +70,12 @@ class FetchUnit(wiring.Component):
             members[f"{q}_data"] = Out(128)
             members[f"{q}_en"] = Out(1)
             members[f"{q}_rdy"] = In(1)
+        if cfg.INSN_RING:
+            # ring mode: ring_enable (sampled at start, then "keep going"), ring_base (32,
+            # byte address of slot 0), ring_tail (32, instructions appended); head (32,
+            # instructions read), ring_empty (nothing to fetch and nothing buffered)
+            members.update({"ring_enable": In(1), "ring_base": In(32), "ring_tail": In(32),
+                            "head": Out(32), "ring_empty": Out(1), "seg_done": In(1)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -71,10 +89,30 @@ class FetchUnit(wiring.Component):
         count = Signal(32)
         req_index = Signal(32)
         batch = Signal(range(K + 1))
+        if cfg.INSN_RING:
+            in_ring = Signal()          # this run is a ring session
         left = Signal(32)
-        m.d.comb += left.eq(count - req_index)
-        m.d.comb += [rd.sel.eq(0), rd.dram_base.eq(base + req_index), rd.x_size.eq(batch),
-                     rd.y_size.eq(1), rd.x_stride.eq(K)]
+        ring = cfg.INSN_RING
+        if ring:
+            log_ring = ring.bit_length() - 1
+            slot = Signal(log_ring)
+            room = Signal(log_ring + 1)  # slots from ``slot`` to the end of the ring
+            m.d.comb += [slot.eq(req_index[:log_ring]), room.eq(ring - slot),
+                         self.head.eq(req_index),
+                         left.eq(Mux(in_ring, self.ring_tail - req_index, count - req_index))]
+            m.d.comb += rd.dram_base.eq(base + Mux(in_ring, slot, req_index))
+            batch_next = Mux(left < K, left, K)
+            batch_next = Mux(in_ring & (room < batch_next), room, batch_next)
+            # session over: ring closed, everything read has been dispatched
+            at_end = Mux(in_ring, ~self.ring_enable & (self.index == req_index),
+                         self.index == count)
+            m.d.comb += self.ring_empty.eq(in_ring & (left == 0) & (self.index == req_index))
+        else:
+            m.d.comb += left.eq(count - req_index)
+            batch_next = Mux(left < K, left, K)
+            at_end = self.index == count
+        m.d.comb += [rd.sel.eq(0)] + ([] if ring else [rd.dram_base.eq(base + req_index)])
+        m.d.comb += [rd.x_size.eq(batch), rd.y_size.eq(1), rd.x_stride.eq(K)]
         m.d.comb += [buf.w_data.eq(rd.w_data0), buf.w_en.eq(rd.w_en0),
                      self.rd_bytes.eq(rd.rd_bytes)]
 
@@ -88,11 +126,21 @@ class FetchUnit(wiring.Component):
         to_ld = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
         to_gm = ~to_st & ~to_ld
         sent = Signal()
-        m.d.comb += sent.eq(buf.r_rdy & ((to_ld & self.ld_rdy) | (to_gm & self.gm_rdy)
-                                         | (to_st & self.st_rdy)))
-        m.d.comb += [self.ld_en.eq(buf.r_rdy & to_ld & self.ld_rdy),
-                     self.gm_en.eq(buf.r_rdy & to_gm & self.gm_rdy),
-                     self.st_en.eq(buf.r_rdy & to_st & self.st_rdy),
+        if cfg.INSN_RING:
+            # segment barrier: nothing is dispatched between a FINISH and its seg_done
+            barrier = Signal()
+            ok = buf.r_rdy & ~barrier
+            with m.If(self.seg_done):
+                m.d.sync += barrier.eq(0)
+            with m.If(sent & (op == Opcode.FINISH) & in_ring):
+                m.d.sync += barrier.eq(1)
+        else:
+            ok = buf.r_rdy
+        m.d.comb += sent.eq(ok & ((to_ld & self.ld_rdy) | (to_gm & self.gm_rdy)
+                                  | (to_st & self.st_rdy)))
+        m.d.comb += [self.ld_en.eq(ok & to_ld & self.ld_rdy),
+                     self.gm_en.eq(ok & to_gm & self.gm_rdy),
+                     self.st_en.eq(ok & to_st & self.st_rdy),
                      buf.r_en.eq(sent)]
         with m.If(sent):
             m.d.sync += self.index.eq(self.index + 1)
@@ -101,20 +149,27 @@ class FetchUnit(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += [self.state.eq(FetchState.IDLE), self.idle.eq(1)]
                 with m.If(self.start):
-                    m.d.sync += [base.eq(self.insn_addr[4:]), count.eq(self.insn_count),
+                    first = (Mux(self.ring_enable, self.ring_base[4:], self.insn_addr[4:])
+                             if ring else self.insn_addr[4:])
+                    m.d.sync += [base.eq(first), count.eq(self.insn_count),
                                  self.index.eq(0), req_index.eq(0)]
+                    if ring:
+                        m.d.sync += in_ring.eq(self.ring_enable)
                     m.next = "NEXT"
             with m.State("NEXT"):
                 m.d.comb += [self.state.eq(FetchState.NEXT), self.busy.eq(1)]
                 with m.If(left == 0):
-                    with m.If(self.index == count):
+                    with m.If(at_end):
                         m.next = "IDLE"
                     with m.Elif(buf.r_rdy & ~sent):
                         m.d.comb += self.state.eq(FetchState.WAIT_QUEUE)
+                    if ring:
+                        with m.Elif(self.ring_empty):
+                            m.d.comb += [self.state.eq(FetchState.RING_WAIT), self.busy.eq(0)]
                     with m.Else():
                         m.d.comb += self.state.eq(FetchState.DRAIN)
                 with m.Elif(buf.level <= K):
-                    m.d.sync += batch.eq(Mux(left < K, left, K))
+                    m.d.sync += batch.eq(batch_next)
                     m.next = "START"
                 with m.Elif(buf.r_rdy & ~sent):
                     m.d.comb += self.state.eq(FetchState.WAIT_QUEUE)

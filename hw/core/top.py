@@ -21,6 +21,12 @@ first, then load, then store within one cycle) is latched as the ERROR / ERR_INS
 ERR_INDEX registers (:mod:`vtaforge.hw.regs`); from the next cycle every unit sees
 ``halt`` and writes nothing more, while the program still runs to completion (tokens and
 DMA beats move as usual), so DONE rises and the host reads the report.  START clears it.
+
+Streamed execution (only when ``cfg.INSN_RING > 0``; ``hw/regs.py``): a START with
+``RING_CTRL.ENABLE`` set opens a ring session: fetch reads the ring as the host rings the
+doorbell (``RING_TAIL``), ``FINISH_COUNT`` counts the FINISH instructions executed, and
+``RING_IDLE`` the cycles the ring was empty with every unit drained.  The session completes
+(DONE) when ENABLE has been cleared and the ring has drained; no FINISH is required then.
 """
 
 from __future__ import annotations
@@ -186,6 +192,27 @@ class VTACore(wiring.Component):
                      fetch.start.eq(start), fetch.insn_addr.eq(regs.insn_addr[:32]),
                      fetch.insn_count.eq(regs.insn_count),
                      regs.busy.eq(running), regs.done.eq(done), regs.cycles.eq(cycles)]
+        if cfg.INSN_RING:
+            session = Signal()      # this run is a ring session
+            finish_count = Signal(32)
+            ring_idle = Signal(32)
+            m.d.comb += [fetch.ring_enable.eq(regs.ring_enable),
+                         fetch.ring_base.eq(regs.ring_base[:32]),
+                         fetch.ring_tail.eq(regs.ring_tail), regs.ring_head.eq(fetch.head),
+                         regs.finish_count.eq(finish_count), regs.ring_idle.eq(ring_idle)]
+            with m.If(start):
+                m.d.sync += [session.eq(regs.ring_enable), finish_count.eq(0),
+                             ring_idle.eq(0)]
+            with m.Elif(comp.finish):
+                m.d.sync += finish_count.eq(finish_count + 1)
+            # segment barrier (fetch): released once the FINISH executed and all drained
+            fin_pending = Signal()
+            seg_done = Signal()
+            m.d.comb += fetch.seg_done.eq(seg_done)
+            with m.If(start | seg_done):
+                m.d.sync += fin_pending.eq(0)
+            with m.Elif(comp.finish):
+                m.d.sync += fin_pending.eq(1)
         with m.If(comp.finish):
             m.d.sync += finished.eq(1)
         drained = Signal()
@@ -195,7 +222,23 @@ class VTACore(wiring.Component):
             & (store.state == StoreState.IDLE)
             & ~load.busy & ~comp.busy & ~store.busy)
         complete = Signal()
-        m.d.comb += complete.eq(running & finished & drained & ~start)
+        if cfg.INSN_RING:
+            m.d.comb += complete.eq(running & (finished | session) & drained & ~start)
+            waiting = Signal()      # the ring is empty and every unit has drained
+            m.d.comb += waiting.eq(
+                fetch.ring_empty & (qs["ld"].level == 0) & (qs["gm"].level == 0)
+                & (qs["st"].level == 0) & (load.state == LoadState.IDLE)
+                & (comp.state == ComputeState.IDLE) & (store.state == StoreState.IDLE)
+                & ~load.busy & ~comp.busy & ~store.busy)
+            with m.If(~start & running & session & waiting):
+                m.d.sync += ring_idle.eq(ring_idle + 1)
+            m.d.comb += seg_done.eq(
+                fin_pending & (qs["ld"].level == 0) & (qs["gm"].level == 0)
+                & (qs["st"].level == 0) & (load.state == LoadState.IDLE)
+                & (comp.state == ComputeState.IDLE) & (store.state == StoreState.IDLE)
+                & ~load.busy & ~comp.busy & ~store.busy)
+        else:
+            m.d.comb += complete.eq(running & finished & drained & ~start)
         m.d.comb += regs.set_irq.eq(complete)
         with m.If(start):
             m.d.sync += [running.eq(1), done.eq(0), finished.eq(0), cycles.eq(0)]

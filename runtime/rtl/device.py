@@ -9,10 +9,18 @@ simulated cycles, clocking the core ``poll_interval`` cycles between two polls o
 
 :class:`Harness` (one simulated core with its DRAM model, as a register port with a
 clock) is also what ``tests/runtime/fakepynq`` builds its simulated PYNQ board on.
+
+Streamed execution (a core built with ``INSN_RING > 0``; :meth:`RtlDevice.stream_open`):
+the ring protocol of :class:`~vtaforge.runtime.mmio.CoreDriver`.  By default a clock
+thread runs the simulation freely while the session is open, as a board's clock runs: the
+host appends segments and does its own work while the core executes them (each
+``vh_step`` call releases the GIL).  One lock serialises the harness between the thread and
+the host's register and memory accesses.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Mapping, Sequence
 
@@ -22,7 +30,7 @@ import numpy as np
 from ...hw import regs
 from ...hw.config import VTAConfig
 from ..device import Buffer, Device, DeviceError, ProgramError, RunResult
-from ..mmio import STAT_REGISTERS, CoreDriver, CoreIdentityError, CoreTimeout, Watchdog, field_mask  # noqa: F401
+from ..mmio import STAT_REGISTERS, CoreDriver, CoreFault, CoreIdentityError, CoreTimeout, RingFull, Watchdog, field_mask  # noqa: F401
 from .build import TRACE_FORMATS, RtlModel, build_model
 
 #: Default watchdog, cycles from START (``timeout_cycles`` overrides it per device or run).
@@ -34,6 +42,9 @@ DEFAULT_POLL_INTERVAL = 256
 WATCHDOG_SLACK = 16
 #: Reset length in cycles.
 RESET_CYCLES = 8
+#: Cycles the stream clock thread runs per call into the harness (the lock is released
+#: between two calls, so the host waits at most this long for a register access).
+STREAM_CHUNK = 2048
 
 #: dbg_state fields: unit -> (lsb, width).
 DBG_FIELDS = {"fetch": (0, 4), "load": (4, 4), "compute": (8, 4), "store": (12, 4)}
@@ -389,6 +400,13 @@ class RtlDevice(Device):
         self.harness.resize(nbytes)
 
     def _write_mem(self, addr: int, data: np.ndarray) -> None:
+        st = getattr(self, "_stream", None)
+        if st is not None and st["thread"] is not None:
+            with st["lock"]:
+                return self._write_mem_now(addr, data)
+        return self._write_mem_now(addr, data)
+
+    def _write_mem_now(self, addr: int, data: np.ndarray) -> None:
         m = self.mem
         if addr < 0 or addr + data.size > m.size:
             raise DeviceError(f"write [0x{addr:x}, 0x{addr + data.size:x}) outside the "
@@ -396,6 +414,13 @@ class RtlDevice(Device):
         m[addr:addr + data.size] = data
 
     def _read_mem(self, addr: int, nbytes: int) -> np.ndarray:
+        st = getattr(self, "_stream", None)
+        if st is not None and st["thread"] is not None:
+            with st["lock"]:
+                return self._read_mem_now(addr, nbytes)
+        return self._read_mem_now(addr, nbytes)
+
+    def _read_mem_now(self, addr: int, nbytes: int) -> np.ndarray:
         m = self.mem
         if addr < 0 or addr + nbytes > m.size:
             raise DeviceError(f"read [0x{addr:x}, 0x{addr + nbytes:x}) outside the "
@@ -518,6 +543,197 @@ class RtlDevice(Device):
             self.close()
         except Exception:
             pass
+
+
+class _LockedPort:
+    """The harness as a register port, each access under the stream lock."""
+
+    def __init__(self, harness: Harness, lock: threading.RLock):
+        self.h, self.lock = harness, lock
+
+    def read(self, offset: int) -> int:
+        with self.lock:
+            return self.h.read(offset)
+
+    def write(self, offset: int, value: int) -> None:
+        with self.lock:
+            self.h.write(offset, value)
+
+
+def _stream_methods():
+    """The streamed-execution methods of :class:`RtlDevice` (kept together here)."""
+
+    def stream_open(self, *, clock: bool = True) -> None:
+        """Start a streamed-execution session: allocate the ring (``INSN_RING`` slots of
+        16 bytes) in device memory and open it (``CoreDriver.ring_open``).
+
+        Args:
+            clock: run the simulation in a background thread while the session is open
+                (the core executes while the host works, as on a board); False: the core
+                is clocked only while the host waits (:meth:`stream_wait`, a full ring).
+        Raises:
+            DeviceError: the core has no ring (``INSN_RING = 0``), or a session is open.
+        """
+        from ..fsim import _check_ring  # noqa: PLC0415
+
+        _check_ring(self.config)
+        if getattr(self, "_stream", None) is not None:
+            raise DeviceError("RTL core: a stream session is already open")
+        ring = self.alloc(self.config.INSN_RING * 16)
+        lock = threading.RLock()
+        drv = CoreDriver(_LockedPort(self.harness, lock), where="RTL core",
+                         config=self.config)
+        st = {"ring": ring, "lock": lock, "driver": drv, "stop": threading.Event(),
+              "thread": None, "c0": self.harness.cycle}
+        self._stream = st
+        try:
+            drv.ring_open(ring.addr, self.config.INSN_RING, write_ring=self._write_mem,
+                          irq=None)
+        except BaseException:
+            self._stream = None
+            self.free(ring)
+            raise
+        if clock:
+            t = threading.Thread(target=self._stream_clock, args=(st,), daemon=True,
+                                 name="vtaforge-rtl-clock")
+            st["thread"] = t
+            t.start()
+
+    def _stream_clock(self, st: dict) -> None:
+        h, lock, stop = self.harness, st["lock"], st["stop"]
+        while not stop.is_set():
+            with lock:
+                try:
+                    h.step(STREAM_CHUNK)
+                except HarnessError as e:
+                    st["error"] = e
+                    return
+            time.sleep(0)
+
+    def _stream_dog(self, st: dict, limit: int) -> Watchdog:
+        h = self.harness
+        if st["thread"] is not None:
+            def idle() -> None:
+                if "error" in st:
+                    raise st["error"]
+                time.sleep(50e-6)
+        else:
+            def idle() -> None:
+                with st["lock"]:
+                    h.step(self.poll_interval)
+        return Watchdog(limit, lambda: h.cycle, idle, "cycles")
+
+    def _stream_fail(self, st: dict, err: Exception, limit: int) -> None:
+        self._stream_stop(st)
+        self._stream = None
+        if isinstance(err, CoreFault):
+            self.reset()
+            raise err
+        self._raise_run_error(err, limit)
+
+    def _stream_stop(self, st: dict) -> None:
+        st["stop"].set()
+        t = st["thread"]
+        if t is not None:
+            t.join()
+            st["thread"] = None
+
+    def stream_append(self, insn_addr: int, insn_count: int, *,
+                      regions: Sequence[Buffer] | None = None,
+                      timeout_cycles: int | None = None) -> int:
+        """Verify a segment (``verify.verify_segment``, unless ``verify=False``) and append
+        it: its instructions, read from device memory at ``insn_addr``, are written into
+        the ring and the doorbell is rung.  Returns the segment's number ``k``.
+
+        Raises:
+            ProgramError: refused by the verifier (nothing appended); the ring stayed full
+                past the watchdog; a fault the core reported meanwhile.
+            DeviceError: no session is open.
+        """
+        st = self._stream_session()
+        if self.verify:
+            from ..verify import verify_segment  # noqa: PLC0415
+
+            regs = [b for b in (self.buffers() if regions is None else list(regions))
+                    if b != st["ring"]]
+            with st["lock"]:
+                verify_segment(self.config, self.mem, insn_addr, insn_count, regs)
+        prog = self._read_mem(int(insn_addr), int(insn_count) * 16)
+        limit = int(timeout_cycles or self.timeout_cycles)
+        try:
+            return st["driver"].ring_append(prog, self._stream_dog(st, limit))
+        except (HarnessError, RingFull, CoreFault) as e:
+            self._stream_fail(st, e if not isinstance(e, RingFull) else CoreTimeout(
+                str(e), 0, limit, limit, "cycles"), limit)
+
+    def stream_wait(self, k: int, *, timeout_cycles: int | None = None) -> RunResult:
+        """Wait until segment ``k`` is done (``FINISH_COUNT >= k``), with the cycle
+        watchdog (``timeout_cycles`` from this call, default the device's).
+
+        Returns:
+            a :class:`RunResult`: ``cycles`` = the session's CYCLES so far; ``stats``:
+            ``finish_count``, ``ring_head``, ``ring_idle`` (cycles the core waited for
+            the host).
+        Raises:
+            ProgramError: the watchdog (the session is closed and the core reset; the
+                message names each unit's state) or a fault report (``CoreFault``, its
+                message starts with ``segment <k>:``).
+        """
+        st = self._stream_session()
+        limit = int(timeout_cycles or self.timeout_cycles)
+        drv = st["driver"]
+        try:
+            drv.ring_wait(int(k), self._stream_dog(st, limit))
+            stats = {"finish_count": drv.finish_count(), "ring_head": drv.read("RING_HEAD"),
+                     "ring_idle": drv.read("RING_IDLE")}
+            cyc = drv.read("CYCLES_LO") | (drv.read("CYCLES_HI") << 32)
+        except (HarnessError, CoreTimeout, CoreFault) as e:
+            self._stream_fail(st, e, limit)
+        return RunResult(cycles=cyc, stats=stats)
+
+    @property
+    def finish_count(self) -> int:
+        """``FINISH_COUNT`` of the open session."""
+        return self._stream_session()["driver"].finish_count()
+
+    def stream_close(self, *, timeout_cycles: int | None = None) -> RunResult:
+        """End the session (``CoreDriver.ring_close``: the ring drains, DONE rises), stop
+        the clock thread and free the ring.  Returns the session's counters (``cycles``,
+        the unit counters, ``ring_idle``, ``finish_count``).
+
+        Raises:
+            ProgramError: as :meth:`stream_wait`.
+        """
+        st = self._stream_session()
+        limit = int(timeout_cycles or self.timeout_cycles)
+        drv = st["driver"]
+        try:
+            drv.ring_close(self._stream_dog(st, limit))
+        except (HarnessError, CoreTimeout, CoreFault) as e:
+            self._stream_fail(st, e, limit)
+        self._stream_stop(st)
+        stats: dict[str, Any] = dict(self.driver.counters())
+        stats["ring_idle"] = self.driver.read("RING_IDLE")
+        stats["finish_count"] = self.driver.read("FINISH_COUNT")
+        stats["sim_cycles"] = self.harness.cycle - st["c0"]
+        self._stream = None
+        self.free(st["ring"])
+        return RunResult(cycles=stats["cycles"], stats=stats)
+
+    def _stream_session(self) -> dict:
+        st = getattr(self, "_stream", None)
+        if st is None:
+            raise DeviceError("RTL core: no stream session is open (stream_open first)")
+        return st
+
+    return {f.__name__: f for f in (stream_open, _stream_clock, _stream_dog, _stream_fail,
+                                    _stream_stop, stream_append, stream_wait, stream_close,
+                                    _stream_session)} | {"finish_count": finish_count}
+
+
+for _name, _fn in _stream_methods().items():
+    setattr(RtlDevice, _name, _fn)
+del _name, _fn
 
 
 def _whole_beats(cfg: VTAConfig, nbytes: int) -> int:
