@@ -28,6 +28,16 @@
   several); results are bit-exact against the unbudgeted run.  :meth:`Executor.dtr_report`
   gives the figures.  ``None``: the liveness plan above, unchanged.
 
+- Streamed execution (``stream=True``, a core with ``INSN_RING > 0``): each run is one
+  ring session on the device (``stream_open`` ... ``stream_close``).  A VTA step's
+  program is appended to the ring as soon as it is built (each launch one segment) and the
+  executor goes on at once: the host waits (``stream_wait``) only before it reads a device
+  tensor (a CPU step's input, a repacked input, the outputs), before it writes a device
+  buffer an appended segment may still use (host packing into a reused buffer), and
+  before it frees a cached program; so CPU steps, packing and program building overlap
+  the core.  Per-step ``cycles`` are then not measured (the session's totals are in
+  :attr:`Executor.last_stream`); results are bit-exact against ``stream=False``.
+
 Errors: wrong input name, shape or dtype raise :class:`~.device.DeviceError` with one
 line; device faults propagate as :class:`~.device.ProgramError`.
 """
@@ -44,7 +54,7 @@ from .artifact import CompiledModel, SlotLayout, replay
 from .builder import ProgramBuilder
 from .cpu_float import REAL_OPS, run_float_op, run_onnx_node
 from .cpu_ops import run_cpu_op, unpack_act
-from .device import Buffer, Device, DeviceError
+from .device import Buffer, Device, DeviceError, RunResult
 
 __all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory", "UNIT_COUNTERS"]
 
@@ -214,6 +224,10 @@ class Executor:
             the evicted neighbourhood's cost; ``"local"``: the producer's cost only;
             ``"auto"``: both simulated, the cheaper schedule kept; ``"next_use"``: an
             offline rule for comparison; see :mod:`.dtr`).
+        stream: ``True``: streamed execution (see the module docstring); ``"step"``: the
+            same session, but the host waits for every step right after appending it (the
+            one-shot schedule, for measurements); ``False`` (default): one launch per
+            program.
     Raises:
         DeviceError: the device's config differs from the model's; a budget below the
             smallest working set (the largest step's device inputs + host-packed inputs +
@@ -221,12 +235,14 @@ class Executor:
             under which the policy finds no schedule (:class:`~.dtr.BudgetError`, naming
             the bytes; planned here, so refused up front).  A larger symbolic batch is
             planned at its first run and refused there the same way.
-        ValueError: a budget that is not a positive int, an unknown heuristic.
+        ValueError: a budget that is not a positive int, an unknown heuristic, an unknown
+            ``stream`` value, or ``stream`` with ``memory_budget``.
+        DeviceError (stream): the device has no streaming support or its core no ring.
     """
 
     def __init__(self, model: CompiledModel, device: Device, *,
                  max_insns_per_launch: int = 65536, memory_budget: int | None = None,
-                 dtr_heuristic: str = "auto"):
+                 dtr_heuristic: str = "auto", stream: bool | str = False):
         if device.config.fingerprint != model.config.fingerprint:
             raise DeviceError(
                 f"model '{model.name}' was compiled for {model.config.bitstream_name} "
@@ -255,6 +271,21 @@ class Executor:
                              f"{dtr_heuristic!r}")
         self.memory_budget = None if memory_budget is None else int(memory_budget)
         self.dtr_heuristic = dtr_heuristic
+        if stream not in (False, True, "step"):
+            raise ValueError(f"stream must be True, False or 'step', got {stream!r}")
+        if stream and memory_budget is not None:
+            raise ValueError("stream=True with a memory_budget is not supported (the DTR "
+                             "schedule runs one launch at a time)")
+        if stream and not hasattr(device, "stream_append"):
+            raise DeviceError(f"device {type(device).__name__} does not support streamed "
+                              f"execution")
+        if stream and not self.cfg.INSN_RING:
+            raise DeviceError(f"stream=True needs a core with an instruction ring; "
+                              f"{self.cfg.bitstream_name} has INSN_RING = 0")
+        self.stream = stream
+        self._inflight: list[tuple[int, list[tuple[int, int]]]] | None = None
+        #: the last streamed run's session figures (device counters, waits, host seconds)
+        self.last_stream: dict = {}
         self._schedules: dict[int, tuple[dtr.Schedule, object]] = {}   # nblk -> (schedule, arena)
         self._planned: dict[int, dtr.Schedule] = {}    # planned up front, arena not yet allocated
         self._last_nblk: int | None = None
@@ -399,11 +430,43 @@ class Executor:
                                       f"read it (memory-budget schedule)")
                 lay = v.layout
                 c, h, w = lay.shape
+                self._sync(v.buf)
                 raw = self._read(v.buf, lay.nbytes(v.n))
                 x = unpack_act(raw, v.n, c, h, w, lay.batch, lay.cblk)
                 x = hc[tensor] = x.reshape(self._shape(tensor, n))
             return x
         return v
+
+    # ----------------------------------------------------------------- streaming
+    def _sync(self, b: Buffer | None = None) -> None:
+        """Streamed runs: wait for the last appended segment that touches ``b``'s bytes
+        (``None``: every appended segment)."""
+        fl = self._inflight
+        if not fl:
+            return
+        if b is None:
+            k = fl[-1][0]
+        else:
+            lo, hi = b.addr, b.addr + b.nbytes
+            k = max((k for k, spans in fl if any(a < hi and lo < e for a, e in spans)),
+                    default=0)
+            if not k:
+                return
+        t0 = time.perf_counter()
+        self.device.stream_wait(k)
+        self.last_stream["waits"] = self.last_stream.get("waits", 0) + 1
+        self.last_stream["wait_seconds"] = (self.last_stream.get("wait_seconds", 0.0)
+                                            + time.perf_counter() - t0)
+        self._inflight = [f for f in fl if f[0] > k]
+
+    def _append(self, prog) -> None:
+        """Streamed runs: append each launch of ``prog`` as a ring segment."""
+        for addr, n, regions in prog.launches:
+            k = self.device.stream_append(addr, n, regions=regions,
+                                          timeout_cycles=prog.timeout_cycles)
+            self._inflight.append((k, [(r.addr, r.addr + r.nbytes) for r in regions]))
+        if self.stream == "step":
+            self._sync()
 
     # ----------------------------------------------------------------- running
     def _read(self, b: Buffer, nbytes: int) -> np.ndarray:
@@ -473,6 +536,8 @@ class Executor:
         m = self.model
         nblk = -(-n // self.cfg.BATCH)
         self._last_nblk = nblk
+        if self.stream:
+            return self._run_streamed(env, n, nblk, keep)
         if self.memory_budget is not None:
             self._run_schedule(env, n, nblk, keep)
         else:
@@ -491,6 +556,41 @@ class Executor:
         for k in names:
             if k in m.types:
                 out[k] = self._host(env, k, n)
+        return out
+
+    def _run_streamed(self, env: dict, n: int, nblk: int, keep: bool) -> dict:
+        """:meth:`run` as one ring session (``stream=True``)."""
+        m = self.model
+        t0 = time.perf_counter()
+        self.last_stream = {"waits": 0, "wait_seconds": 0.0}
+        self.device.stream_open()
+        self._inflight = []
+        try:
+            plan, pool = self._plan(nblk)
+            for i, step in enumerate(m.steps):
+                if step.target == "cpu":
+                    self._cpu_step(step, env, n)
+                    continue
+                packed = {slot: pool[plan.assign[(i, slot)]] for slot in step.layouts
+                          if (i, slot) in plan.assign and slot != "y"}
+                self._vta_step(step, env, n, nblk, packed, pool[plan.assign[(i, "y")]], 1)
+                if keep:
+                    self._host(env, step.outputs[0], n)
+            names = list(env) if keep else m.outputs
+            out = {k: self._host(env, k, n) for k in names if k in m.types}
+            self._sync()
+        except BaseException:
+            self._inflight = None
+            try:
+                self.device.stream_close()
+            except Exception:
+                pass
+            raise
+        self._inflight = None
+        res = self.device.stream_close()
+        self.last_stream.update(res.stats)
+        self.last_stream["cycles"] = res.cycles
+        self.last_stream["host_seconds"] = time.perf_counter() - t0
         return out
 
     def _run_schedule(self, env: dict, n: int, nblk: int, keep: bool) -> None:
@@ -571,6 +671,7 @@ class Executor:
                 # host layout step: (im2col and) packing, pure data movement
                 p = lay.pack(x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x)
                 b = packed[slot]
+                self._sync(b)       # streamed: an appended segment may still read it
                 self._write(b, p)
                 bufs[slot] = b
             elif slot != "y":
@@ -586,10 +687,15 @@ class Executor:
             while len(keys) >= max(keep_progs, 1):
                 old = self._progs.pop(keys.pop(0), None)
                 if old is not None:
+                    self._sync()    # streamed: its micro-ops may still be read
                     old.free()
             self._progs[key] = prog
             keys.append(key)
-        res = prog.run()
+        if self._inflight is not None:
+            self._append(prog)      # segments run in order: no wait for buffer reuse
+            res = RunResult(cycles=0, stats=dict(prog.counters))
+        else:
+            res = prog.run()
         s = res.stats
         if recompute:
             st.recomputes += 1

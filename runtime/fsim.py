@@ -1085,19 +1085,25 @@ class FsimDevice(Device):
         """Segments completed in the open session (the ``FINISH_COUNT`` register)."""
         return self._session()["finish"]
 
-    def stream_close(self) -> None:
+    def stream_close(self) -> RunResult:
         """Run every pending segment and end the session (the ring is freed).
 
+        Returns:
+            ``cycles = 0``, ``stats``: ``finish_count`` (segments run) and ``ring_head``.
         Raises:
             ProgramError: a pending segment failed (the session is closed anyway).
         """
-        st = self._session()
+        st = getattr(self, "_stream", None)
+        if st is None:
+            raise DeviceError("fsim: no stream session is open (stream_open first)")
         try:
             if st["appended"] and st["failed"] is None:
                 self.stream_wait(st["appended"])
         finally:
             self.free(st["ring"])
             self._stream = None
+        return RunResult(cycles=0, stats={"finish_count": st["finish"],
+                                          "ring_head": st["head"]})
 
     def _session(self) -> dict:
         st = getattr(self, "_stream", None)
