@@ -19,7 +19,7 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
 3. Requantize on the ALU: ADD bias (+round), SHR by ``shift`` (negative = left), MAX
    ``clip_lo``, MIN ``clip_hi``; STORE (the int8 truncation is lossless after the clip).
    With a multiplier (``mult != 1``, needs ``ALU_MUL``) the sequence is that of
-   :class:`~.ir.MultPlan`: ADD bias (+``pre_add``, merged into the packed bias), the exact
+   :class:`~.requant.MultPlan`: ADD bias (+``pre_add``, merged into the packed bias), the exact
    pre-clip MAX/MIN when the overflow proof needs it, MUL ``mult``, ADD ``post_add``, SHR
    ``shift``, MAX, MIN -- ``(acc*mult + round) >> shift`` with no intermediate beyond
    ``ACC_WIDTH``.
@@ -46,7 +46,7 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS, AluOp, Module
 from ..runtime.artifact import SlotLayout, Trace, TraceBuilder
 from .errors import CompileError
-from .ir import MultPlan, mult_plan
+from .requant import MultPlan, mult_plan
 from .pack import ceil_div, pack_bias, pack_weights
 from .tiling import conv_tiling
 
@@ -89,7 +89,7 @@ def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset
 
 
 def plan_for(cfg: VTAConfig, uid: str, attrs: dict, acc_bound: int) -> MultPlan | None:
-    """The :class:`~.ir.MultPlan` of a requantize with ``mult != 1`` (None for ``mult == 1``).
+    """The :class:`~.requant.MultPlan` of a requantize with ``mult != 1`` (None for ``mult == 1``).
 
     Raises:
         CompileError: ``ALU_MUL`` missing, or no overflow-free sequence at ``ACC_WIDTH``.

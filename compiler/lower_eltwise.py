@@ -9,7 +9,7 @@ Max: ALU reset of the output, ADD of the first window element (a copy), MAX of t
 Average: reset, ADD of every window element, ADD round, SHR shift, MAX/MIN clip; a window
 that is not a power of two (``mult`` set, ``ALU_MUL``): reset, ADD of the window, then the
 fixed-point reciprocal ``(sum*mult + round) >> shift`` as ADD ``round // mult``, MUL
-``mult``, ADD ``round % mult``, SHR ``shift``, MAX/MIN (exact: :func:`~.ir.avg_reciprocal`).
+``mult``, ADD ``round % mult``, SHR ``shift``, MAX/MIN (exact: :func:`~.requant.avg_reciprocal`).
 
 Window elements are outermost: one ALU instruction per window element over every
 destination of the tile, so consecutive micro-ops never write one entry (the ALU has no

@@ -20,11 +20,11 @@ conv/dense within ``ACC_WIDTH`` bits):
   LOAD pads with zeros while exact max-pool padding is -128;
 * ``qavg_pool``: ``ACC_8BIT``; a power-of-two window (``shift <= 15``), or any
   window with an exact fixed-point reciprocal (``mult``, see
-  :func:`~.ir.avg_reciprocal`) on a core with ``ALU_MUL``;
+  :func:`~.requant.avg_reciprocal`) on a core with ``ALU_MUL``;
 * ``qrequant`` (standalone ReLU / Clip / rescale): ``ACC_8BIT``, ``shift <= 15``;
 * ``qmul`` and any requantize with ``mult != 1``: need ``ALU_MUL``, and an
   overflow-free ALU sequence at the config's ``ACC_WIDTH``
-  (:func:`~.ir.mult_plan` from the worst-case accumulator bound);
+  (:func:`~.requant.mult_plan` from the worst-case accumulator bound);
 * ``quantize``, ``dequantize``, ``softmax``: CPU (float arithmetic);
 * ``flatten``, ``reshape``, ``transpose``, ``concat``: CPU (layout: the host
   rearranges the data between device calls; no arithmetic).
@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from ..hw.config import VTAConfig, load_config
 from .errors import CompileError
 from ..runtime.cpu_float import onnx_backend
-from .ir import REAL_OPS, Graph, Node, mult_plan
+from .ir import REAL_OPS, Graph, Node
+from .requant import mult_plan
 
 __all__ = ["Placement", "Region", "Partition", "capability_table", "vta_support", "partition",
            "VTA", "CPU", "acc_bound", "node_mult_plan", "node_macs"]
@@ -226,7 +227,7 @@ def acc_bound(node: Node, graph: Graph) -> int:
 
 
 def node_mult_plan(node: Node, graph: Graph, acc_width: int):
-    """The :class:`~.ir.MultPlan` of a node whose requantize has ``mult != 1`` (else None)."""
+    """The :class:`~.requant.MultPlan` of a node whose requantize has ``mult != 1`` (else None)."""
     a = node.attrs
     if a.get("mult") in (None, 1):
         return None

@@ -36,12 +36,12 @@ Scheme (exact integer rules in :mod:`.ir` and ``docs/compiler.md``):
   power of two gets an integer multiplier: ``r ~ mult * 2**-shift`` with
   ``1 <= mult <= 32767`` (a 16-bit ALU immediate) and the largest ``shift``
   whose products provably fit int32 (:func:`choose_multiplier`, using
-  :func:`~.ir.mult_plan`: from the worst-case accumulator bound, or, when that
+  :func:`~.requant.mult_plan`: from the worst-case accumulator bound, or, when that
   is too large, from an exact pre-clip of the accumulator to the range that
   does not saturate).  Every choice and its relative error is reported
   (:attr:`QuantReport.multipliers`).  Non-QDQ tensors keep power-of-two scales.
 * average pools whose window ``d`` is not a power of two get an exact
-  fixed-point reciprocal (:func:`~.ir.avg_reciprocal`): ``(sum*mult + round)
+  fixed-point reciprocal (:func:`~.requant.avg_reciprocal`): ``(sum*mult + round)
   >> shift`` equals the rounding division for every int8 window sum.
 
 The quantizer checks that no accumulator can overflow int32 (worst case
@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import (MULT_MAX, REAL_OPS, Graph, Node, TensorType, avg_reciprocal, mult_plan,
-                 requant_round, validate)
+from .ir import REAL_OPS, Graph, Node, TensorType, validate
+from .requant import MULT_MAX, avg_reciprocal, mult_plan, requant_round
 from .reference import run_float, run_quantized
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
@@ -180,7 +180,7 @@ def choose_multiplier(ratio: float, acc_bound: int, lo: int = -128, hi: int = 12
     """Integer multiplier for a requantize by ``ratio`` (> 0, not a power of two).
 
     Picks the largest ``shift`` (<= 31) with ``mult = round(ratio * 2**shift)`` in
-    ``[1, 32767]`` for which :func:`~.ir.mult_plan` proves that
+    ``[1, 32767]`` for which :func:`~.requant.mult_plan` proves that
     ``acc * mult + 2**(shift-1)`` fits int32 for ``|acc| <= acc_bound`` (directly, or after
     an exact pre-clip).  Returns ``(mult, shift, rel_error, pre_clip)``.
 

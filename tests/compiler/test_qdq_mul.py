@@ -13,7 +13,7 @@ import pytest
 from onnx import helper
 
 from vtaforge.compiler.compile import compile_model
-from vtaforge.compiler.ir import MULT_MAX, avg_reciprocal, mult_plan
+from vtaforge.compiler.requant import MULT_MAX, avg_reciprocal, mult_plan
 from vtaforge.compiler.quantize import QuantConfig
 from vtaforge.compiler.reference import run_quantized
 from vtaforge.compiler.zoo import resnet18
