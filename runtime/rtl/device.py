@@ -626,6 +626,7 @@ def _stream_methods():
     def _stream_fail(self, st: dict, err: Exception, limit: int) -> None:
         self._stream_stop(st)
         self._stream = None
+        self.free(st["ring"])
         if isinstance(err, CoreFault):
             self.reset()
             raise err
