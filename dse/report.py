@@ -420,11 +420,12 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
     return "\n".join(lines)
 
 
-def format_verify(report: dict) -> list[str]:
+def format_verify(report: dict, limit: int = 12) -> list[str]:
     """Text lines of the verification section: per rung what ran, then per candidate the
     model's cycles and resources next to the measured ones (RTL, Yosys) and the status of
     each rung (``ran``, ``not run: budget exhausted``, ``not run: tool missing (...)``,
-    ``failed: ...``)."""
+    ``failed: ...``); the points a rung ran on, then other candidates up to ``limit``
+    lines."""
     v = report.get("verify")
     if not v:
         return []
@@ -439,7 +440,11 @@ def format_verify(report: dict) -> list[str]:
                    f"{100 * me['mean_abs']:.2f} %, max {100 * me['max_abs']:.2f} %")
     out.append(f"  {'fingerprint':<11} {'bitstream':<28} {'model cyc':>11} {'rtl cyc':>11} "
                f"{'err%':>6} {'LUT a/y':>13} {'DSP a/y':>9} {'BRAM a/y':>11}  status")
-    for e in v["points"]:
+    ran = [e for e in v["points"] if any((e.get(r) or {}).get("status") == "ran"
+                                         for r in rungs)]
+    rest = [e for e in v["points"] if e not in ran]
+    shown = ran + rest[:max(0, limit - len(ran))]
+    for e in shown:
         m = e["model"]
         rt = e.get("rtl") or {}
         y = e.get("yosys") or {}
@@ -453,4 +458,8 @@ def format_verify(report: dict) -> list[str]:
                    f"{_fmt(m.get('cycles'), '.0f'):>11} {_fmt(rt.get('cycles'), '.0f'):>11} "
                    f"{_fmt(rt['error'] * 100 if rt.get('error') is not None else None, '+.2f'):>6} "
                    f"{ay('lut', '.0f'):>13} {ay('dsp', '.0f'):>9} {ay('bram36', 'g'):>11}  {st}")
+    if len(shown) < len(v["points"]):
+        sts = sorted({f"{r} {(e.get(r) or {}).get('status', '-')}" for e in rest for r in rungs})
+        out.append(f"  ... {len(v['points']) - len(shown)} more candidate(s) ({'; '.join(sts)}; "
+                   f"see the JSON report)")
     return out
