@@ -44,7 +44,7 @@ WATCHDOG_SLACK = 16
 RESET_CYCLES = 8
 #: Cycles the stream clock thread runs per call into the harness (the lock is released
 #: between two calls, so the host waits at most this long for a register access).
-STREAM_CHUNK = 2048
+STREAM_CHUNK = 256
 
 #: dbg_state fields: unit -> (lsb, width).
 DBG_FIELDS = {"fetch": (0, 4), "load": (4, 4), "compute": (8, 4), "store": (12, 4)}
@@ -563,14 +563,19 @@ class _LockedPort:
 def _stream_methods():
     """The streamed-execution methods of :class:`RtlDevice` (kept together here)."""
 
-    def stream_open(self, *, clock: bool = True) -> None:
+    def stream_open(self, *, clock: bool | str | None = None) -> None:
         """Start a streamed-execution session: allocate the ring (``INSN_RING`` slots of
         16 bytes) in device memory and open it (``CoreDriver.ring_open``).
 
         Args:
-            clock: run the simulation in a background thread while the session is open
-                (the core executes while the host works, as on a board); False: the core
-                is clocked only while the host waits (:meth:`stream_wait`, a full ring).
+            clock: ``True``/``"free"``: a background thread clocks the simulation freely
+                while the session is open (the core executes while the host works, and
+                idles as on a board: ``RING_IDLE`` counts the cycles it waited);
+                ``"busy"``: the thread parks while every appended segment is done (no
+                simulated idle cycles: the wall time the host would see if idle cycles
+                cost nothing); ``False``: no thread, the core is clocked only while the
+                host waits (:meth:`stream_wait`, a full ring).  ``None``: the device's
+                ``stream_clock`` attribute (default ``"free"``).
         Raises:
             DeviceError: the core has no ring (``INSN_RING = 0``), or a session is open.
         """
@@ -584,7 +589,8 @@ def _stream_methods():
         drv = CoreDriver(_LockedPort(self.harness, lock), where="RTL core",
                          config=self.config)
         st = {"ring": ring, "lock": lock, "driver": drv, "stop": threading.Event(),
-              "thread": None, "c0": self.harness.cycle}
+              "thread": None, "c0": self.harness.cycle, "work": threading.Event(),
+              "park": False, "appending": False}
         self._stream = st
         try:
             drv.ring_open(ring.addr, self.config.INSN_RING, write_ring=self._write_mem,
@@ -593,6 +599,11 @@ def _stream_methods():
             self._stream = None
             self.free(ring)
             raise
+        if clock is None:
+            clock = getattr(self, "stream_clock", "free")
+        if clock not in (True, False, "free", "busy"):
+            raise DeviceError(f"clock must be True, False, 'free' or 'busy', got {clock!r}")
+        st["park"] = clock == "busy"
         if clock:
             t = threading.Thread(target=self._stream_clock, args=(st,), daemon=True,
                                  name="vtaforge-rtl-clock")
@@ -600,15 +611,24 @@ def _stream_methods():
             t.start()
 
     def _stream_clock(self, st: dict) -> None:
-        h, lock, stop = self.harness, st["lock"], st["stop"]
+        h, lock, stop, work = self.harness, st["lock"], st["stop"], st["work"]
+        fin = regs.offset("FINISH_COUNT")
+        drv = st["driver"]
         while not stop.is_set():
             with lock:
                 try:
                     h.step(STREAM_CHUNK)
+                    idle = (st["park"] and not st.get("closing") and not st["appending"]
+                            and h.read(fin) >= drv._ring["appended"])
+                    if idle:
+                        work.clear()
                 except HarnessError as e:
                     st["error"] = e
                     return
-            time.sleep(0)
+            if idle:
+                work.wait()
+            else:
+                time.sleep(0)
 
     def _stream_dog(self, st: dict, limit: int) -> Watchdog:
         h = self.harness
@@ -632,8 +652,16 @@ def _stream_methods():
             raise err
         self._raise_run_error(err, limit)
 
+    def _stream_wake(self, st: dict, **flags: Any) -> None:
+        # under the lock: the clock thread decides to park (and clears ``work``) inside
+        # one locked block, so a wake-up is never lost between its check and its clear
+        with st["lock"]:
+            st.update(flags)
+            st["work"].set()
+
     def _stream_stop(self, st: dict) -> None:
         st["stop"].set()
+        st["work"].set()
         t = st["thread"]
         if t is not None:
             t.join()
@@ -662,7 +690,10 @@ def _stream_methods():
         prog = self._read_mem(int(insn_addr), int(insn_count) * 16)
         limit = int(timeout_cycles or self.timeout_cycles)
         try:
-            return st["driver"].ring_append(prog, self._stream_dog(st, limit))
+            self._stream_wake(st, appending=True)
+            k = st["driver"].ring_append(prog, self._stream_dog(st, limit))
+            self._stream_wake(st, appending=False)
+            return k
         except (HarnessError, RingFull, CoreFault) as e:
             self._stream_fail(st, e if not isinstance(e, RingFull) else CoreTimeout(
                 str(e), 0, limit, limit, "cycles"), limit)
@@ -708,6 +739,8 @@ def _stream_methods():
         st = self._stream_session()
         limit = int(timeout_cycles or self.timeout_cycles)
         drv = st["driver"]
+        st["closing"] = True
+        self._stream_wake(st)
         try:
             drv.ring_close(self._stream_dog(st, limit))
         except (HarnessError, CoreTimeout, CoreFault) as e:
@@ -728,7 +761,7 @@ def _stream_methods():
         return st
 
     return {f.__name__: f for f in (stream_open, _stream_clock, _stream_dog, _stream_fail,
-                                    _stream_stop, stream_append, stream_wait, stream_close,
+                                    _stream_wake, _stream_stop, stream_append, stream_wait, stream_close,
                                     _stream_session)} | {"finish_count": finish_count}
 
 

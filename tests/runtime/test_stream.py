@@ -245,7 +245,8 @@ def rtl_device(model, **kw):
 
 
 @rtl_mark
-@pytest.mark.parametrize("clock", [True, False], ids=["clock-thread", "clocked-in-wait"])
+@pytest.mark.parametrize("clock", ["free", "busy", False],
+                         ids=["clock-thread", "parking-clock-thread", "clocked-in-wait"])
 def test_rtl_vs_fsim_segments_wrap(ring_model, clock):
     dev = rtl_device(ring_model, latency=(0, 6), backpressure=0.2, seed=3)
     fs = FsimDevice(RING_CFG)
