@@ -52,7 +52,8 @@ __all__ = [
     "memory_map", "AnalyticResources", "YosysResources", "ModelPerformance", "RtlPerformance",
     "AccSafety", "DesignEvaluator", "judge", "LUT_FF_CALIBRATION", "MODEL_VERSION",
     "UNVERIFIED_LABEL", "PROGRAM_NEUTRAL_FIELDS", "program_key", "MODEL_ERROR_BAND",
-    "compile_workload", "resource_record", "perf_record", "resources_fit", "uop_loads_of",
+    "compile_workload", "resource_record", "perf_record", "perf_records", "resources_fit",
+    "uop_loads_of",
 ]
 
 #: Bump when a model changes: cached results of another version are not reused.
@@ -1079,6 +1080,12 @@ def perf_record(perf_eval: Any, cfg: VTAConfig, wl: DseWorkload) -> dict:
     """One performance evaluation as the cache stores it (a Dask task; see
     :meth:`ModelPerformance.workload_record`)."""
     return perf_eval.workload_record(cfg, wl)
+
+
+def perf_records(perf_eval: Any, cfg: VTAConfig, wls: Sequence[DseWorkload]) -> list[dict]:
+    """:func:`perf_record` of each workload of ``wls`` for one config, in order (one Dask
+    task per point instead of one per workload)."""
+    return [perf_record(perf_eval, cfg, wl) for wl in wls]
 
 
 def resources_fit(res: Mapping | None, capacity: Mapping) -> bool:
