@@ -16,7 +16,11 @@ JSON (``schema = "vtaforge.dse.report/1"``)::
      "pareto": [fingerprint, ...],
      "best": {"latency": fingerprint|null, "utilization": ..., "gops_per_utilization": ...},
      "selection": {"latency_band", "latency_ties": [fingerprint, ...], "rule"},
+     "preset": fingerprint|null, "verify": promote()'s section|null,
      "summary": {"points", "valid", "fits", "feasible", "pareto", "cached"}}
+
+Each valid point also has ``rungs`` (requested/ran per resources and cycles, and a
+``status`` for ``--verify`` candidates), ``latency_band`` and, for candidates, ``verify``.
 """
 
 from __future__ import annotations
