@@ -317,7 +317,7 @@ def test_rtl_executor_stream_bit_exact(ring_model, digits):
 
 
 @rtl_mark
-def test_simulated_board_streams(ring_model, monkeypatch, tmp_path):
+def test_simulated_board_streams(ring_model, digits, monkeypatch, tmp_path):
     import shutil
 
     fakepynq = pytest.importorskip("fakepynq")
@@ -338,6 +338,14 @@ def test_simulated_board_streams(ring_model, monkeypatch, tmp_path):
         res = dev.stream_close()
         assert res.stats["finish_count"] == len(ks)
         check_outputs(dev, segs)
+        # a compiled model, streamed on the board, against fsim one-shot
+        from vtaforge.runtime.executor import Executor
+
+        cm, x = digits
+        ref = Executor(cm, FsimDevice(RING_CFG)).run(x)
+        got = Executor(cm, dev, stream=True).run(x)
+        for k in ref:
+            np.testing.assert_array_equal(got[k], ref[k])
     finally:
         fakepynq.detach()
         board.close()
