@@ -309,6 +309,9 @@ class CoreDriver:
         Args:
             irq: ``CTRL.IRQ_EN`` for this run; ``None`` keeps the value the host last set.
 
+        On a core with the ring (``config.INSN_RING > 0``) ``RING_CTRL.ENABLE`` is cleared
+        first, so the start is a one-shot run.
+
         Raises:
             DeviceError: ``insn_addr`` or ``insn_count`` do not fit their registers.
             CoreBusyError: ``STATUS.BUSY`` is set (an earlier run is still going).
@@ -330,8 +333,11 @@ class CoreDriver:
         self.write("INSN_ADDR_LO", insn_addr & _WORD)
         self.write("INSN_ADDR_HI", insn_addr >> 32)
         self.write("INSN_COUNT", insn_count)
+        if self.config is not None and self.config.INSN_RING:
+            self.write("RING_CTRL", 0)    # a one-shot run, even after an aborted session
         self.write("CTRL", ctrl | _START)
         self._launched = (insn_addr, insn_count)
+        self._ring = None
 
     def wait(self, watchdog: Watchdog) -> float:
         """Poll ``STATUS.DONE`` until it is set.

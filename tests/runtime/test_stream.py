@@ -349,3 +349,14 @@ def test_simulated_board_streams(ring_model, digits, monkeypatch, tmp_path):
     finally:
         fakepynq.detach()
         board.close()
+
+
+@rtl_mark
+def test_rtl_one_shot_launch_clears_ring_enable(ring_model):
+    dev = rtl_device(ring_model)
+    segs = make_segments(dev, 1)
+    dev.reg_write("RING_CTRL", 1)        # left set, as after an aborted session
+    assert segs[0][0].run().cycles > 0   # still a one-shot run: DONE rises
+    assert dev.reg_read("RING_CTRL") == 0
+    assert dev.reg_read("RING_SIZE") == RING
+    check_outputs(dev, segs)
