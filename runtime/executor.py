@@ -541,22 +541,26 @@ class Executor:
         if self.memory_budget is not None:
             self._run_schedule(env, n, nblk, keep)
         else:
-            plan, pool = self._plan(nblk)
-            for i, step in enumerate(m.steps):
-                if step.target == "cpu":
-                    self._cpu_step(step, env, n)
-                    continue
-                packed = {slot: pool[plan.assign[(i, slot)]] for slot in step.layouts
-                          if (i, slot) in plan.assign and slot != "y"}
-                self._vta_step(step, env, n, nblk, packed, pool[plan.assign[(i, "y")]], 1)
-                if keep:        # read back before a later step may reuse the buffer
-                    self._host(env, step.outputs[0], n)
+            self._run_liveness(env, n, nblk, keep)
         names = list(env) if keep else m.outputs
         out = {}
         for k in names:
             if k in m.types:
                 out[k] = self._host(env, k, n)
         return out
+
+    def _run_liveness(self, env: dict, n: int, nblk: int, keep: bool) -> None:
+        """Every step in model order on the liveness-planned buffers of ``nblk`` blocks."""
+        plan, pool = self._plan(nblk)
+        for i, step in enumerate(self.model.steps):
+            if step.target == "cpu":
+                self._cpu_step(step, env, n)
+                continue
+            packed = {slot: pool[plan.assign[(i, slot)]] for slot in step.layouts
+                      if (i, slot) in plan.assign and slot != "y"}
+            self._vta_step(step, env, n, nblk, packed, pool[plan.assign[(i, "y")]], 1)
+            if keep:        # read back before a later step may reuse the buffer
+                self._host(env, step.outputs[0], n)
 
     def _run_streamed(self, env: dict, n: int, nblk: int, keep: bool) -> dict:
         """:meth:`run` as one ring session (``stream=True``)."""
@@ -566,16 +570,7 @@ class Executor:
         self.device.stream_open()
         self._inflight = []
         try:
-            plan, pool = self._plan(nblk)
-            for i, step in enumerate(m.steps):
-                if step.target == "cpu":
-                    self._cpu_step(step, env, n)
-                    continue
-                packed = {slot: pool[plan.assign[(i, slot)]] for slot in step.layouts
-                          if (i, slot) in plan.assign and slot != "y"}
-                self._vta_step(step, env, n, nblk, packed, pool[plan.assign[(i, "y")]], 1)
-                if keep:
-                    self._host(env, step.outputs[0], n)
+            self._run_liveness(env, n, nblk, keep)
             names = list(env) if keep else m.outputs
             out = {k: self._host(env, k, n) for k in names if k in m.types}
             self._sync()

@@ -412,7 +412,9 @@ class PynqDevice(Device):
                 raise DeviceError(f"cannot map the registers at 0x{self.reg_base:08x}: "
                                   f"{type(e).__name__}: {e}") from None
         self.mmio = mmio
-        self.driver = CoreDriver(mmio, where=f"register window 0x{self.reg_base:08x}")
+        # the program reader lets a fault report name the instruction as fsim does
+        self.driver = CoreDriver(mmio, where=f"register window 0x{self.reg_base:08x}",
+                                 read_program=lambda a, n: self._program_bytes(a, n // 16))
         self.driver.identify(config)
         self.pl_clock_mhz = pl_clock_mhz
         if self.pl_clock_mhz is None and check_clock and pynq is not None:

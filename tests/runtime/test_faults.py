@@ -272,10 +272,9 @@ def test_hw_fault_checks_match_fsim_messages():
 
 @pytest.mark.rtl
 def test_f2_simulated_pynq_board_reports_the_fault(tmp_path, monkeypatch):
-    """The unchanged pynq backend on the simulated board (fakepynq): the run ends in a
-    ProgramError carrying fsim's words for the fault (the backend gives the driver no
-    program reader, so the instruction is named by its unit and ordinal); with a reader
-    the text is fsim's exactly."""
+    """The pynq backend on the simulated board (fakepynq): the run ends in a ProgramError
+    with fsim's text exactly (the backend gives the driver its program reader); without a
+    reader the instruction is named by its unit and ordinal."""
     _rtl()
     pytest.importorskip("vtaforge.runtime.pynq")
     import test_pynq_sim as ps  # noqa: PLC0415  (skips without the core)
@@ -289,12 +288,12 @@ def test_f2_simulated_pynq_board_reports_the_fault(tmp_path, monkeypatch):
         dev = ps.device(TINY, bit)
         with pytest.raises(ProgramError) as e:
             ps.backend.run_raw(TINY, dram.copy(), ia, n, device=dev)
-        detail = F2_MSG.split(": ", 1)[1]
-        assert str(e.value) == f"compute instruction #4 of the run: {detail}"
-        dev.driver.read_program = lambda addr, nbytes: dev._program_bytes(addr, nbytes // 16)
+        assert str(e.value) == F2_MSG
+        dev.driver.read_program = None
         with pytest.raises(ProgramError) as e2:
             ps.backend.run_raw(TINY, dram.copy(), ia, n, device=dev)
-        assert str(e2.value) == F2_MSG
+        detail = F2_MSG.split(": ", 1)[1]
+        assert str(e2.value) == f"compute instruction #4 of the run: {detail}"
     finally:
         ps.fakepynq.detach()
         b.close()
