@@ -313,21 +313,16 @@ def bram36_for_memory(depth: int, width: int) -> float:
 def memory_map(cfg: VTAConfig) -> list[dict]:
     """The core's block-RAM candidates: ``name``, ``depth``, ``width`` (bits), ``bram36``.
 
-    Scratchpads (hw/core/top.py, compute.py): UOP (32-bit), INP, WGT, ACC, and the OUT view
-    (ACC depth × OUT element); three command queues of INSN_QUEUE_DEPTH × 128 bits
-    (``SyncFIFOBuffered``: one entry is a register, the memory holds depth − 1).
+    The core's inventory (:meth:`VTAConfig.memories`, what hw/core instantiates): the UOP,
+    INP, WGT, ACC and OUT scratchpads and three command queues of INSN_QUEUE_DEPTH × 128
+    bits (``SyncFIFOBuffered``: one entry is a register, the memory holds depth − 1).
     """
-    mems = [
-        ("uop", cfg.UOP_DEPTH, 32),
-        ("inp", cfg.INP_DEPTH, cfg.elem_bits(MemType.INP)),
-        ("wgt", cfg.WGT_DEPTH, cfg.elem_bits(MemType.WGT)),
-        ("acc", cfg.ACC_DEPTH, cfg.elem_bits(MemType.ACC)),
-        ("out", cfg.ACC_DEPTH, cfg.elem_bits(MemType.OUT)),
-    ]
-    qd = max(cfg.INSN_QUEUE_DEPTH - 1, 0)
-    mems += [(f"{q}_cmd_queue", qd, 128) for q in ("load", "compute", "store")]
-    return [{"name": n, "depth": d, "width": w, "bram36": bram36_for_memory(d, w)}
-            for n, d, w in mems]
+    out = []
+    for mem in cfg.memories():      # the core's own inventory (hw/config.py)
+        d = max(mem.depth - 1, 0) if mem.kind == "fifo" else mem.depth
+        out.append({"name": mem.name, "depth": d, "width": mem.width,
+                    "bram36": bram36_for_memory(d, mem.width)})
+    return out
 
 
 #: LUT/FF linear model ``c0 + c1 × MACs``, fitted exactly through the two Yosys points of

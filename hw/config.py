@@ -20,13 +20,24 @@ from dataclasses import dataclass
 from enum import IntEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from .parts import target_defaults
 
 
 class ConfigError(ValueError):
     """An invalid configuration value or file; the message names key, value and range."""
+
+
+class CoreMemory(NamedTuple):
+    """One memory of the core (:meth:`VTAConfig.memories`): ``depth`` entries of ``width``
+    bits; ``kind`` ``"scratchpad"`` (one write, one read port) or ``"fifo"`` (a command
+    queue)."""
+
+    name: str
+    depth: int
+    width: int
+    kind: str
 
 
 class MemType(IntEnum):
@@ -276,6 +287,30 @@ class VTAConfig:
         if m == MemType.ACC8:
             return self.BATCH * self.BLOCK_OUT * 8
         raise ConfigError(f"memory type {mem!r} is unknown; allowed: 0..5 (UOP..ACC8)")
+
+    def memories(self) -> tuple[CoreMemory, ...]:
+        """The core's memories, the one inventory the RTL instantiates and the DSE's
+        block-RAM estimate reads: the UOP, INP, WGT, ACC and OUT scratchpads (depth in
+        elements, width :meth:`elem_bits`; OUT is ACC_DEPTH deep) and the load, compute
+        and store command queues (INSN_QUEUE_DEPTH × 128-bit instructions)."""
+        sp = [("uop", self.UOP_DEPTH, MemType.UOP), ("inp", self.INP_DEPTH, MemType.INP),
+              ("wgt", self.WGT_DEPTH, MemType.WGT), ("acc", self.ACC_DEPTH, MemType.ACC),
+              ("out", self.ACC_DEPTH, MemType.OUT)]
+        return tuple([CoreMemory(n, d, self.elem_bits(t), "scratchpad") for n, d, t in sp]
+                     + [CoreMemory(f"{q}_cmd_queue", self.INSN_QUEUE_DEPTH, 128, "fifo")
+                        for q in ("load", "compute", "store")])
+
+    def memory(self, name: str) -> CoreMemory:
+        """The memory ``name`` of :meth:`memories` (``"inp"``, ``"load_cmd_queue"``, ...).
+
+        Raises:
+            ConfigError: no such memory.
+        """
+        for mem in self.memories():
+            if mem.name == name:
+                return mem
+        raise ConfigError(f"the core has no memory {name!r}; it has "
+                          f"{', '.join(m.name for m in self.memories())}")
 
     def elem_bytes(self, mem: MemType | int) -> int:
         """Bytes of one element of memory type ``mem`` (DRAM addresses count these)."""

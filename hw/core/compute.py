@@ -214,8 +214,8 @@ class ComputeUnit(wiring.Component):
         acc_bits = cfg.elem_bits(MemType.ACC)
 
         # ---------------------------------------------------------- memories
-        m.submodules.uop_mem = uop_mem = Scratchpad(32, cfg.UOP_DEPTH)
-        m.submodules.acc_mem = acc_mem = Scratchpad(acc_bits, cfg.ACC_DEPTH)
+        m.submodules.uop_mem = uop_mem = Scratchpad.of(cfg.memory("uop"))  # VTAConfig.memories
+        m.submodules.acc_mem = acc_mem = Scratchpad.of(cfg.memory("acc"))
         elems = [32, acc_bits] + ([cfg.elem_bits(MemType.ACC8)] if cfg.ACC_8BIT else [])
         depths = [cfg.UOP_DEPTH, cfg.ACC_DEPTH] + ([cfg.ACC_DEPTH] if cfg.ACC_8BIT else [])
         m.submodules.loader = ld = TensorLoader(cfg, elems, depths)

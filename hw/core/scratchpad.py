@@ -35,6 +35,11 @@ class Scratchpad(wiring.Component):
         super().__init__({"w_addr": In(aw), "w_data": In(width), "w_en": In(1),
                           "r_addr": In(aw), "r_en": In(1), "r_data": Out(width)})
 
+    @classmethod
+    def of(cls, mem) -> "Scratchpad":
+        """The scratchpad of one entry of :meth:`VTAConfig.memories` (a ``CoreMemory``)."""
+        return cls(mem.width, mem.depth)
+
     def elaborate(self, platform):
         m = Module()
         m.submodules.mem = mem = Memory(shape=self.width, depth=self.depth, init=[])

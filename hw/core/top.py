@@ -35,7 +35,7 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
-from ..config import MemType, VTAConfig
+from ..config import VTAConfig
 from ..isa import Module as Unit
 from ..isa import TOKEN_ROUTES, Queue
 from ..regs import ErrorKind
@@ -102,8 +102,10 @@ class VTACore(wiring.Component):
 
         # command queues
         qs = {}
-        for q, unit in (("ld", load), ("gm", comp), ("st", store)):
-            cq = CommandQueue(128, cfg.INSN_QUEUE_DEPTH)
+        for q, unit, qm in (("ld", load, "load"), ("gm", comp, "compute"),
+                            ("st", store, "store")):
+            mem = cfg.memory(f"{qm}_cmd_queue")
+            cq = CommandQueue(mem.width, mem.depth)
             m.submodules[f"{q}_queue"] = cq
             qs[q] = cq
             m.d.comb += [cq.w_data.eq(getattr(fetch, f"{q}_data")),
@@ -131,10 +133,10 @@ class VTACore(wiring.Component):
         for t in tq.values():
             m.d.comb += t.clear.eq(clear)
 
-        # scratchpads shared between units
-        m.submodules.inp_mem = inp = Scratchpad(cfg.elem_bits(MemType.INP), cfg.INP_DEPTH)
-        m.submodules.wgt_mem = wgt = Scratchpad(cfg.elem_bits(MemType.WGT), cfg.WGT_DEPTH)
-        m.submodules.out_mem = out = Scratchpad(cfg.elem_bits(MemType.OUT), cfg.ACC_DEPTH)
+        # scratchpads shared between units (their geometry: VTAConfig.memories)
+        m.submodules.inp_mem = inp = Scratchpad.of(cfg.memory("inp"))
+        m.submodules.wgt_mem = wgt = Scratchpad.of(cfg.memory("wgt"))
+        m.submodules.out_mem = out = Scratchpad.of(cfg.memory("out"))
         m.d.comb += [
             inp.w_addr.eq(load.inp_w_addr), inp.w_data.eq(load.inp_w_data), inp.w_en.eq(load.inp_w_en),
             wgt.w_addr.eq(load.wgt_w_addr), wgt.w_data.eq(load.wgt_w_data), wgt.w_en.eq(load.wgt_w_en),

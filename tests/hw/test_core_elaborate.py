@@ -92,3 +92,40 @@ def test_cli_hw_resources_unknown_part():
 
     res = CliRunner().invoke(main, ["hw", "resources", "--config", "tiny", "--part", "xc9"])
     assert res.exit_code != 0 and "unknown part" in res.output
+
+
+@pytest.mark.parametrize("name", ["tiny", "batch2"])
+def test_core_instantiates_exactly_the_memory_inventory(name, monkeypatch):
+    """The scratchpads and command queues the elaborated core builds are exactly
+    ``VTAConfig.memories()`` (the inventory the DSE's block-RAM estimate reads), counted
+    by hooking the two classes' constructors during elaboration."""
+    from vtaforge.hw.core import compute, queues, scratchpad, top
+
+    built = []
+    real_sp, real_cq = scratchpad.Scratchpad.__init__, queues.CommandQueue.__init__
+
+    def sp_init(self, width, depth):
+        built.append(("scratchpad", depth, width))
+        real_sp(self, width, depth)
+
+    def cq_init(self, width, depth):
+        built.append(("fifo", depth, width))
+        real_cq(self, width, depth)
+
+    monkeypatch.setattr(scratchpad.Scratchpad, "__init__", sp_init)
+    monkeypatch.setattr(queues.CommandQueue, "__init__", cq_init)
+    assert top.Scratchpad is compute.Scratchpad is scratchpad.Scratchpad
+    cfg = preset(name)
+    rtlil.convert(VTACore(cfg), name="vta_core")
+    want = sorted((m.kind, m.depth, m.width) for m in cfg.memories())
+    assert sorted(built) == want
+
+
+def test_dse_memory_map_reads_the_inventory():
+    """The DSE's memory map has one row per inventory entry (FIFOs hold depth - 1)."""
+    from vtaforge.dse.evaluate import memory_map
+
+    cfg = preset("pynq")
+    rows = {r["name"]: (r["depth"], r["width"]) for r in memory_map(cfg)}
+    assert rows == {m.name: (m.depth - (m.kind == "fifo"), m.width) for m in cfg.memories()}
+    assert rows["acc"] == (cfg.ACC_DEPTH, cfg.BATCH * cfg.BLOCK_OUT * cfg.ACC_WIDTH)
