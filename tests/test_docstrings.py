@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from vtaforge.compiler import passes
-from vtaforge.dse import evaluate, search
+from vtaforge.dse import evaluate, performance, resources, result, search, workloads
 from vtaforge.runtime import artifact, bundle, device
 
 
@@ -20,14 +20,15 @@ def _members():
     out += [getattr(passes, n) for n in
             ("FoldConstants", "FoldBatchNorm", "FoldAffineIntoConv", "FuseActivation",
              "DeadCode")]
-    for name, obj in vars(evaluate).items():
-        if name.startswith("_") or getattr(obj, "__module__", None) != evaluate.__name__:
-            continue
-        out.append(obj)
-        if inspect.isclass(obj):
-            out += [m for n, m in vars(obj).items()
-                    if not n.startswith("_") and (callable(m) or isinstance(
-                        m, (property, staticmethod, classmethod)))]
+    for mod in (evaluate, workloads, resources, performance, result):
+        for name, obj in vars(mod).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
+                continue
+            out.append(obj)
+            if inspect.isclass(obj):
+                out += [m for n, m in vars(obj).items()
+                        if not n.startswith("_") and (callable(m) or isinstance(
+                            m, (property, staticmethod, classmethod)))]
     return out
 
 

@@ -1,0 +1,511 @@
+"""Performance evaluators of one design point: the cycle model on the compiler's real
+programs (:class:`CycleModel`, :class:`ModelPerformance`), measured RTL cycles
+(:class:`RtlPerformance`) and accumulator safety (:class:`AccSafety`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..hw.config import MemType, VTAConfig
+
+
+from .result import DSEError, Result, _fp
+from .workloads import DseWorkload, compile_workload, workload_layers
+
+__all__ = [
+    "MODEL_ERROR_BAND", "CycleModel", "uop_loads_of", "ModelPerformance", "RtlPerformance",
+    "AccSafety", "perf_record", "perf_records",
+]
+
+
+#: The cycle model's stated error against the RTL: the recorded pairs of tests/dse/data
+#: (ResNet-18 C2-C11 at size 14 and the digits CNN on several cores) are within 2.42 %
+#: per layer after the fit (0.50 % mean over 82, 8 configs); latencies within this fraction
+#: of each other are ties for "best latency".
+MODEL_ERROR_BAND = 0.025
+
+
+# =============================================================================== cycles
+@dataclass(frozen=True)
+class CycleModel:
+    """Cycles of one instruction, and of a whole program through the token pipeline.
+
+    Per instruction (docs/hardware.md "Compute pipeline" and "Measured"):
+
+    - GEMM: ``insn_overhead + gemm_uop_cycles × iter_out × iter_in × (uop_end − uop_bgn)``
+      (one micro-op per cycle in steady state; ~8 cycles for a one-micro-op GEMM → 7
+      cycles of overhead).  Reset micro-ops count like GEMM micro-ops.
+    - ALU: ``insn_overhead + N × (alu_imm_uop_cycles if use_imm or reset else
+      alu_tensor_uop_cycles)`` (a tensor operand takes a second accumulator read: 2 cycles).
+    - LOAD/STORE (and UOP/ACC loads on compute): ``insn_overhead`` + per row ``dram_latency
+      + max(beats, elements)`` where beats are the bus beats covering the row's bytes at
+      its address (bus = BUS_WIDTH/8 bytes per cycle) and the scratchpad takes one element
+      per cycle; padding costs one cycle per padded element.  ``x_size == 0`` (token-only)
+      and FINISH cost ``insn_overhead``.
+
+    Per program: ``lower`` = max(busiest module, read-channel beats incl. instruction
+    fetch, write-channel beats) — perfect overlap; ``upper`` = the sum of every
+    instruction's cycles plus the instruction fetch — no overlap at all; ``cycles`` (the
+    estimate) = a list schedule of the three modules in program order, each instruction
+    starting when its module is free and its popped dependency tokens were pushed, raised
+    to at least the bus bound.  The schedule ignores token-queue and command-queue
+    capacity and bus contention between modules, so it is optimistic; the upper bound is
+    not.  ``dram_latency`` defaults to 0, like the Verilator harness's DRAM model: a board
+    has tens of cycles per burst.
+    """
+
+    gemm_uop_cycles: float = 1.0
+    alu_imm_uop_cycles: float = 1.0
+    alu_tensor_uop_cycles: float = 2.0
+    #: Fitted (dse/calibrate.py ``fit``) on the recorded pairs of tests/dse/data with
+    #: ``compute_overhead`` and ``row_overhead``; was 7 / 7 / 0 (docs/dse.md "Calibration").
+    insn_overhead: float = 11.0
+    dram_latency: float = 0.0
+    #: Stall cycles of an ALU micro-op that reads (dst or tensor src) the entry the
+    #: previous micro-op writes (pipeline B -> D: 2); one slot further back, that minus 1
+    #: minus the delay already paid.  Only with micro-ops (``uop_loads``).
+    alu_hazard_cycles: float = 2.0
+    #: Fixed cycles of a GEMM/ALU instruction (``None``: ``insn_overhead``): the sequencer
+    #: starts when the instruction is taken and the next GEMM/ALU enters behind the last
+    #: micro-op, so it is smaller than a DMA's.
+    compute_overhead: float | None = 10.125
+    #: Fixed cycles of a GEMM/ALU that follows a GEMM/ALU pushing no token (``None``: the
+    #: compute overhead): the compute FSM starts it behind the previous one's last
+    #: micro-op (hw/core/compute.py "EXEC"), but the recorded pairs do not yet support a
+    #: smaller value (the schedule ignores bus contention; docs/dse.md "Calibration").
+    chain_overhead: float | None = None
+    #: Cycles per DMA row (one AXI burst) on top of its beats/elements, with the
+    #: zero-latency DRAM model (burst handshake); ``dram_latency`` adds a board's latency.
+    row_overhead: float = 3.0
+
+    def __post_init__(self) -> None:
+        """Raises :class:`DSEError` when a parameter is not a finite number >= 0 (a
+        negative or NaN latency would silently rank designs wrongly)."""
+        for name in ("gemm_uop_cycles", "alu_imm_uop_cycles", "alu_tensor_uop_cycles",
+                     "insn_overhead", "dram_latency", "alu_hazard_cycles",
+                     "row_overhead") + tuple(
+                         k for k in ("compute_overhead", "chain_overhead")
+                         if getattr(self, k) is not None):
+            v = getattr(self, name)
+            opt = "--dram-latency" if name == "dram_latency" else name
+            if isinstance(v, bool) or not isinstance(v, (int, float)) \
+                    or not math.isfinite(float(v)) or float(v) < 0:
+                raise DSEError(f"{opt} = {v!r} must be a finite number of cycles >= 0")
+
+    def alu_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], i: int,
+                   uops: np.ndarray) -> float:
+        """Micro-op cycles of ALU instruction ``i`` given the micro-op buffer (uint32
+        words): one per micro-op, plus ``alu_tensor_uop_cycles - 1`` per tensor operand
+        that misses the one-entry source cache (hit: same source as the previous
+        micro-op, not written by it), plus the read-after-write stalls
+        (:attr:`alu_hazard_cycles`).  Without overhead (cycles)."""
+        from ..hw.isa import decode_uops
+
+        b, e = int(cols["uop_bgn"][i]), int(cols["uop_end"][i])
+        I, J = int(cols["iter_out"][i]), int(cols["iter_in"][i])
+        if e <= b or I <= 0 or J <= 0:
+            return 0.0
+        u = decode_uops(cfg, uops[b:e])
+        oi = np.arange(I, dtype=np.int64)[:, None, None]
+        oj = np.arange(J, dtype=np.int64)[None, :, None]
+        dst = (u["dst"][None, None, :] + oi * int(cols["dst_factor_out"][i])
+               + oj * int(cols["dst_factor_in"][i])).ravel()
+        n = dst.size
+        tensor = not (cols["use_imm"][i] or cols["reset"][i])
+        c1 = np.zeros(n, bool)
+        c2 = np.zeros(n, bool)
+        c1[1:] = dst[1:] == dst[:-1]
+        c2[2:] = dst[2:] == dst[:-2]
+        miss = np.zeros(n, bool)
+        if tensor:
+            src = (u["src"][None, None, :] + oi * int(cols["src_factor_out"][i])
+                   + oj * int(cols["src_factor_in"][i])).ravel()
+            c1[1:] |= src[1:] == dst[:-1]
+            c2[2:] |= src[2:] == dst[:-2]
+            miss[:] = True
+            miss[1:] = ~((src[1:] == src[:-1]) & (dst[:-1] != src[1:]))
+        H = self.alu_hazard_cycles
+        d = miss * (self.alu_tensor_uop_cycles - self.alu_imm_uop_cycles) + c1 * H
+        for k in np.nonzero(c2 & ~c1)[0]:
+            d[k] += max(0.0, H - 1 - d[k - 1])
+        return float(n * self.alu_imm_uop_cycles + d.sum())
+
+    def program_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray],
+                       uop_loads: Sequence[tuple[int, np.ndarray]] | None = None) -> dict:
+        """Cycles of a decoded program (``decode_program`` columns).
+
+        Args:
+            uop_loads: ``[(instruction index, uint32 micro-op words)]`` of the program's
+                UOP LOADs (in order): with them, ALU instructions are costed micro-op by
+                micro-op (:meth:`alu_cycles`: source cache and hazard stalls); without,
+                ``alu_imm_uop_cycles``/``alu_tensor_uop_cycles`` per micro-op.
+
+        Returns ``{"cycles", "lower", "upper", "busy": {load, compute, store},
+        "read_beats", "write_beats"}`` (floats, cycles).  ``lower`` counts no overhead,
+        latency, padding or stall: one micro-op per cycle, one element or bus beat per
+        cycle, the busiest module or bus channel.
+        """
+        from ..hw.isa import Opcode
+
+        op = np.asarray(cols["opcode"])
+        n = len(op)
+        mt = np.asarray(cols["memory_type"])
+        cost = np.full(n, self.insn_overhead, dtype=np.float64)
+        bus = cfg.BUS_WIDTH // 8
+        read_beats = math.ceil(16 * n / bus)
+        write_beats = 0
+        floor = np.zeros(n, dtype=np.float64)  # cycles no instruction can beat
+        # compute loops
+        co = self.insn_overhead if self.compute_overhead is None else self.compute_overhead
+        is_exec = (op == Opcode.GEMM) | (op == Opcode.ALU)
+        on_compute = ~((op == Opcode.STORE) | ((op == Opcode.LOAD) & (
+            (mt == MemType.INP) | (mt == MemType.WGT))))
+        pushes = (np.asarray(cols["push_prev"]) != 0) | (np.asarray(cols["push_next"]) != 0)
+        ci = np.nonzero(on_compute)[0]
+        chained = np.zeros(n, bool)
+        if len(ci) > 1:
+            prev = ci[:-1]
+            chained[ci[1:]] = is_exec[ci[1:]] & is_exec[prev] & ~pushes[prev]
+        for o in (Opcode.GEMM, Opcode.ALU):
+            sel = np.nonzero(op == o)[0]
+            if not len(sel):
+                continue
+            cost[sel] = np.where(chained[sel], co if self.chain_overhead is None
+                                 else self.chain_overhead, co)
+            I = np.maximum(cols["iter_out"][sel], 0)
+            J = np.maximum(cols["iter_in"][sel], 0)
+            U = np.maximum(cols["uop_end"][sel] - cols["uop_bgn"][sel], 0)
+            N = (I * J * U).astype(np.float64)
+            floor[sel] = N
+            if o == Opcode.GEMM:
+                cost[sel] += N * self.gemm_uop_cycles
+            elif uop_loads is None:
+                cheap = (cols["use_imm"][sel] != 0) | (cols["reset"][sel] != 0)
+                cost[sel] += N * np.where(cheap, self.alu_imm_uop_cycles,
+                                          self.alu_tensor_uop_cycles)
+            else:
+                buf = np.zeros(cfg.UOP_DEPTH, np.uint32)
+                loads = sorted(uop_loads, key=lambda t: t[0])
+                li = 0
+                for i in sel:
+                    while li < len(loads) and loads[li][0] < i:
+                        j, words = loads[li]
+                        base = int(cols["sram_base"][j])
+                        buf[base:base + len(words)] = words[:max(0, cfg.UOP_DEPTH - base)]
+                        li += 1
+                    cost[i] += self.alu_cycles(cfg, cols, int(i), buf)
+        # DMA, vectorised over every row of every LOAD/STORE
+        sel = np.nonzero(((op == Opcode.LOAD) | (op == Opcode.STORE)) & (cols["x_size"] > 0))[0]
+        if len(sel):
+            is_load = op[sel] == Opcode.LOAD
+            m = np.where(is_load, mt[sel], int(MemType.OUT))
+            eb_of = np.zeros(max(int(t) for t in MemType) + 1, np.int64)
+            for t in MemType:
+                try:
+                    eb_of[int(t)] = cfg.elem_bytes(t)
+                except Exception:  # noqa: BLE001 - a memory type the config lacks: never DMA'd
+                    pass
+            eb = eb_of[np.clip(m, 0, len(eb_of) - 1)]
+            y = np.asarray(cols["y_size"])[sel].astype(np.int64)
+            x = np.asarray(cols["x_size"])[sel].astype(np.int64)
+            stride = np.asarray(cols["x_stride"])[sel].astype(np.int64)
+            base = np.asarray(cols["dram_base"])[sel].astype(np.int64)
+            ins = np.repeat(np.arange(len(sel)), y)
+            first = np.concatenate(([0], np.cumsum(y)[:-1]))
+            r = np.arange(int(y.sum()), dtype=np.int64) - first[ins]
+            start = (base[ins] + r * stride[ins]) * eb[ins]
+            end = start + x[ins] * eb[ins]
+            beats = -(-end // bus) - start // bus
+            rows = np.maximum(beats, x[ins]) + self.dram_latency + self.row_overhead
+            c = np.bincount(ins, weights=rows, minlength=len(sel))
+            b = np.bincount(ins, weights=beats, minlength=len(sel))
+            xp = np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel]
+            yp = np.asarray(cols["y_pad_0"])[sel] + np.asarray(cols["y_pad_1"])[sel]
+            floor[sel] = np.bincount(ins, weights=np.maximum(beats, x[ins]),
+                                     minlength=len(sel))
+            c = c + np.where(is_load, xp * y + yp * (x + xp), 0)
+            read_beats += int(round(b[is_load].sum()))
+            write_beats += int(round(b[~is_load].sum()))
+            cost[sel] += c
+        # modules
+        store = op == Opcode.STORE
+        load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
+        module = np.where(store, 2, np.where(load, 0, 1))
+        busy = [float(cost[module == k].sum()) for k in range(3)]
+        lower = float(max(max(float(floor[module == k].sum()) for k in range(3)),
+                          read_beats, write_beats))
+        upper = float(cost.sum()) + math.ceil(16 * n / bus)
+        sched = self._schedule(cols, module, cost)
+        return {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
+                "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
+                "read_beats": read_beats, "write_beats": write_beats}
+
+    @staticmethod
+    def _schedule(cols, module: np.ndarray, cost: np.ndarray) -> float:
+        """List schedule of the three modules through the four token queues (module order =
+        program order; a pop takes the oldest pushed token)."""
+        from collections import deque
+
+        # queue ids: 0 l2g, 1 g2l, 2 g2s, 3 s2g (hw/isa.py FLAG_QUEUES)
+        pops_of = {0: (("pop_next", 1),), 1: (("pop_prev", 0), ("pop_next", 3)),
+                   2: (("pop_prev", 2),)}
+        push_of = {0: (("push_next", 0),), 1: (("push_prev", 1), ("push_next", 2)),
+                   2: (("push_prev", 3),)}
+        flags = {k: np.asarray(cols[k]) for k in ("pop_prev", "pop_next", "push_prev",
+                                                   "push_next")}
+        order = [np.nonzero(module == k)[0].tolist() for k in range(3)]
+        ptr = [0, 0, 0]
+        free = [0.0, 0.0, 0.0]
+        toks = [deque(), deque(), deque(), deque()]
+        while True:
+            progress = False
+            for m in range(3):
+                lst = order[m]
+                while ptr[m] < len(lst):
+                    i = lst[ptr[m]]
+                    need = [q for f, q in pops_of[m] if flags[f][i]]
+                    if any(not toks[q] for q in need):
+                        break
+                    start = free[m]
+                    for q in need:
+                        start = max(start, toks[q].popleft())
+                    end = start + cost[i]
+                    free[m] = end
+                    for f, q in push_of[m]:
+                        if flags[f][i]:
+                            toks[q].append(end)
+                    ptr[m] += 1
+                    progress = True
+            if all(ptr[m] == len(order[m]) for m in range(3)):
+                return max(free)
+            if not progress:  # the functional simulator would have reported the deadlock
+                return float(cost.sum())
+
+    def as_dict(self) -> dict:
+        """The parameters as a dict (cache key, report)."""
+        return asdict(self)
+
+
+def uop_loads_of(dev, cfg: VTAConfig, cols: Mapping[str, np.ndarray]) -> list:
+    """``[(instruction index, uint32 micro-op words)]`` of every UOP LOAD of a decoded
+    program, read from the device's memory before the run (what
+    :meth:`CycleModel.program_cycles` takes as ``uop_loads``)."""
+    from ..hw.isa import Opcode
+
+    eb = cfg.elem_bytes(MemType.UOP)
+    out = []
+    for i in np.nonzero((cols["opcode"] == Opcode.LOAD) & (cols["memory_type"] == MemType.UOP)
+                        & (cols["x_size"] > 0))[0]:
+        raw = np.asarray(dev._read_mem(int(cols["dram_base"][i]) * eb,
+                                       int(cols["x_size"][i]) * eb), np.uint8)
+        out.append((int(i), raw.view(np.uint32).copy()))
+    return out
+
+
+def _recording_device(base_cls, model: CycleModel):
+    """A subclass of a Device backend that decodes each launched program, applies the cycle
+    model and keeps the backend's RunResult."""
+    from ..hw.isa import INSN_BYTES, decode_program
+
+    class _Recording(base_cls):  # type: ignore[misc, valid-type]
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.records: list[dict] = []
+
+        def run(self, insn_addr, insn_count, **kw):
+            prog = self._read_mem(insn_addr, insn_count * INSN_BYTES)
+            cols = decode_program(self.config, prog)
+            est = model.program_cycles(self.config, cols,
+                                       uop_loads=uop_loads_of(self, self.config, cols))
+            res = super().run(insn_addr, insn_count, **kw)
+            self.records.append({"model": est, "cycles": int(res.cycles or 0),
+                                 "stats": dict(res.stats)})
+            return res
+
+    _Recording.__name__ = f"Recording{base_cls.__name__}"
+    return _Recording
+
+
+class ModelPerformance:
+    """Compile every workload for the config, run it on fsim (batch 1), and estimate cycles
+    with :class:`CycleModel`.
+
+    Per workload: ``cycles`` (estimate), ``cycles_lower``, ``cycles_upper``, fsim counters
+    summed over launches (``gemm_uops``, ``alu_uops``, ``insns``, ``launches``,
+    ``dram_read_bytes``, ``dram_write_bytes``, per-memory load bytes), ``macs`` of the
+    layers (per image) and ``cpu_compute_ops`` (conv/dense nodes the partitioner left on
+    the CPU: their time is *not* counted, so such a workload is marked incomplete).
+    """
+
+    name = "model"
+    backend = "fsim"
+    #: Relative error of its latency (see :data:`MODEL_ERROR_BAND`).
+    error_band = MODEL_ERROR_BAND
+    #: Points that differ only in :data:`PROGRAM_NEUTRAL_FIELDS` share one evaluation.
+    shares_programs = True
+
+    def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0):
+        self.cycle_model = cycle_model or CycleModel()
+        self.seed = seed
+
+    @property
+    def key(self) -> dict:
+        """The cache key part of this evaluator (backend, cycle-model parameters, seed)."""
+        return {"performance": self.name, "cycle_model": self.cycle_model.as_dict(),
+                "seed": self.seed}
+
+    def _device(self, cfg: VTAConfig):
+        from ..runtime.fsim import FsimDevice
+
+        return _recording_device(FsimDevice, self.cycle_model)(cfg)
+
+    def run_workload(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
+        """Compile ``wl`` for ``cfg``, run it on the backend and sum over launches:
+        ``cycles``/``cycles_lower``/``cycles_upper`` (cycle model, cycles), ``macs``,
+        micro-op and instruction counts, DRAM bytes per memory type, the GEMM layers left
+        on the CPU, and (rtl) ``cycles_measured``.
+
+        Raises:
+            whatever compilation or the run raises (:meth:`evaluate` records it).
+        """
+        from ..runtime.executor import Executor
+
+        cm, x = compile_workload(cfg, wl, self.seed)
+        dev = self._device(cfg)
+        ex = Executor(cm, dev)
+        try:
+            ex.run(x)
+        finally:
+            ex.close()
+            dev.close()
+        recs = dev.records
+        cpu_ops = [s.name for s in cm.steps if s.target == "cpu"
+                   and s.op in ("qconv2d", "qdense")]
+        tot = lambda k: int(sum(int(r["stats"].get(k, 0)) for r in recs))  # noqa: E731
+        out = {
+            "cycles": float(sum(r["model"]["cycles"] for r in recs)),
+            "cycles_lower": float(sum(r["model"]["lower"] for r in recs)),
+            "cycles_upper": float(sum(r["model"]["upper"] for r in recs)),
+            "macs": int(sum(L["macs"] for L in workload_layers(wl))),
+            "gemm_uops": tot("gemm_counter"), "alu_uops": tot("alu_counter"),
+            "insns": tot("insn_count"), "launches": len(recs),
+            "dram_read_bytes": tot("dram_read_nbytes"),
+            "dram_write_bytes": tot("dram_write_nbytes"),
+            "inp_load_bytes": tot("inp_load_nbytes"), "wgt_load_bytes": tot("wgt_load_nbytes"),
+            "acc_load_bytes": tot("acc_load_nbytes"), "uop_load_bytes": tot("uop_load_nbytes"),
+            "out_store_bytes": tot("out_store_nbytes"),
+            "cpu_compute_ops": cpu_ops,
+        }
+        if self.backend == "rtl":
+            out["cycles_measured"] = int(sum(r["cycles"] for r in recs))
+        return out
+
+    def workload_record(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
+        """One performance evaluation, the unit that runs on a Dask worker and that the
+        cache stores: ``{"source": evaluator name, "workload": run_workload's dict or
+        {"error": "<Type>: <first line>"}, "notes": [...], "by": fingerprint "0x…" of the
+        config that ran it}`` (a failure is recorded, never raised)."""
+        try:
+            w = self.run_workload(cfg, wl)
+        except Exception as e:  # noqa: BLE001 - recorded per workload, never a crash
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            w = {"error": f"{type(e).__name__}: {msg}"}
+        return {"source": self.name, "workload": w, "notes": [], "by": _fp(cfg)}
+
+    def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> Result:
+        """A :class:`Result` with ``workloads[name]`` = :meth:`run_workload`'s dict, or
+        ``{"error": "<Type>: <first line>"}`` for a workload that failed (never raised)."""
+        r = Result(_fp(cfg), cfg.to_dict(), performance_source=self.name)
+        for wl in workloads:
+            rec = self.workload_record(cfg, wl)
+            r.workloads[wl.name] = rec["workload"]
+            r.performance_source = rec["source"]
+            r.notes += [n for n in rec["notes"] if n not in r.notes]
+        return r
+
+
+class RtlPerformance(ModelPerformance):
+    """Like :class:`ModelPerformance` but on the Verilator backend: ``cycles_measured`` is
+    the core's CYCLES register summed over launches (zero-latency DRAM model).  Configs
+    with more than ``max_macs`` multipliers fall back to the model (a note says so): a
+    Verilator build of a large core takes minutes."""
+
+    name = "rtl"
+    backend = "rtl"
+    error_band = 0.0  # measured; a point that fell back to the model carries the model's
+    shares_programs = False
+
+    def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0,
+                 max_macs: int | None = 64):
+        super().__init__(cycle_model, seed)
+        self.max_macs = max_macs
+
+    @property
+    def key(self) -> dict:
+        """The cache key part of this evaluator (adds the MAC limit)."""
+        return {**super().key, "max_macs": self.max_macs}
+
+    def _device(self, cfg: VTAConfig):
+        from ..runtime.rtl.device import RtlDevice
+
+        return _recording_device(RtlDevice, self.cycle_model)(cfg, progress=False)
+
+    def workload_record(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
+        """As :meth:`ModelPerformance.workload_record` on Verilator; above ``max_macs``
+        (``None``: no cap) the cycle model's record instead, with a note."""
+        if self.max_macs is not None and cfg.macs_per_cycle > self.max_macs:
+            rec = ModelPerformance(self.cycle_model, self.seed).workload_record(cfg, wl)
+            rec["notes"].append(f"rtl skipped ({cfg.macs_per_cycle} MACs > {self.max_macs}): "
+                                f"cycle-model estimate")
+            return rec
+        return super().workload_record(cfg, wl)
+
+
+# =============================================================================== BR-29
+class AccSafety:
+    """Accumulator overflow check (BR-29).
+
+    A GEMM reduction of length ``K`` (input channels per group × kernel area, or input
+    features) of ``INP_WIDTH``-bit by ``WGT_WIDTH``-bit signed products reaches at worst
+    ``K × 2^(INP_WIDTH−1) × 2^(WGT_WIDTH−1)`` in magnitude (all operands at the negative
+    extreme), which needs ``bits_needed = ceil(log2(K × 2^(INP+WGT−2) + 1)) + 1`` signed
+    bits.  A workload is unsafe when ``bits_needed > ACC_WIDTH``: the accumulator wraps
+    (DESIGN.md semantics) and the result is silently wrong.  The bias added into the
+    accumulator and the requantization shift are not part of the bound.
+    """
+
+    @staticmethod
+    def bits_needed(k: int, inp_width: int, wgt_width: int) -> int:
+        """Signed bits to hold a reduction of ``k`` worst-case products (formula above)."""
+        worst = k * (1 << (inp_width - 1)) * (1 << (wgt_width - 1))
+        return math.ceil(math.log2(worst + 1)) + 1
+
+    def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> dict:
+        """``{"acc_width", "safe", "unsafe_workloads", "workloads": {name: {"max_reduction",
+        "bits_needed", "safe"}}}`` for ``cfg``."""
+        per = {}
+        for wl in workloads:
+            layers = workload_layers(wl)
+            kmax = max((L["k"] for L in layers), default=0)
+            need = self.bits_needed(kmax, cfg.INP_WIDTH, cfg.WGT_WIDTH) if kmax else 0
+            per[wl.name] = {"max_reduction": kmax, "bits_needed": need,
+                            "safe": need <= cfg.ACC_WIDTH}
+        unsafe = [n for n, v in per.items() if not v["safe"]]
+        return {"acc_width": cfg.ACC_WIDTH, "safe": not unsafe, "unsafe_workloads": unsafe,
+                "workloads": per}
+
+
+def perf_record(perf_eval: Any, cfg: VTAConfig, wl: DseWorkload) -> dict:
+    """One performance evaluation as the cache stores it (a Dask task; see
+    :meth:`ModelPerformance.workload_record`)."""
+    return perf_eval.workload_record(cfg, wl)
+
+
+def perf_records(perf_eval: Any, cfg: VTAConfig, wls: Sequence[DseWorkload]) -> list[dict]:
+    """:func:`perf_record` of each workload of ``wls`` for one config, in order (one Dask
+    task per point instead of one per workload)."""
+    return [perf_record(perf_eval, cfg, wl) for wl in wls]

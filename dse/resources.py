@@ -1,0 +1,201 @@
+"""Resource evaluators of one design point (docs/dse.md "Resource model"): block RAM from the
+core's memory inventory (:func:`memory_map`, :func:`bram36_for_memory`), DSPs from the
+MAC count and packing, LUT/FF from a calibrated linear model
+(:class:`AnalyticResources`), or Yosys counts (:class:`YosysResources`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from ..hw.config import VTAConfig
+from ..hw.estimate import EstimateError, part_info
+
+
+from .result import DSEError, Result, _fp
+from .workloads import DseWorkload
+
+__all__ = [
+    "BRAM_SHAPES", "LUTRAM_MAX_DEPTH", "bram36_for_memory", "memory_map",
+    "LUT_FF_CALIBRATION", "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
+    "AnalyticResources", "YosysResources", "resource_record", "resources_fit",
+]
+
+
+# =============================================================================== resources
+#: Block-RAM aspect ratios in simple dual-port mode (UG473): (depth, width, RAMB36 equiv.).
+BRAM_SHAPES: tuple[tuple[int, int, float], ...] = (
+    # RAMB36E1
+    (32768, 1, 1.0), (16384, 2, 1.0), (8192, 4, 1.0), (4096, 9, 1.0), (2048, 18, 1.0),
+    (1024, 36, 1.0), (512, 72, 1.0),
+    # RAMB18E1
+    (16384, 1, 0.5), (8192, 2, 0.5), (4096, 4, 0.5), (2048, 9, 0.5), (1024, 18, 0.5),
+    (512, 36, 0.5),
+)
+
+
+#: Memories at most this deep are assumed to map to LUT RAM / flip-flops, not block RAM
+#: (heuristic; e.g. fetch's 8-entry buffer).  Not exercised by the two calibration points.
+LUTRAM_MAX_DEPTH = 64
+
+
+def bram36_for_memory(depth: int, width: int) -> float:
+    """RAMB36 equivalents of a ``depth × width``-bit 1-write/1-read memory.
+
+    Rule (derived from hardware-notes.md "Scratchpads", the Yosys mapping of the pynq
+    core): Yosys tiles the memory with one block-RAM aspect ratio of :data:`BRAM_SHAPES`
+    and picks the cheapest, ``ceil(depth / d) × ceil(width / w) × size``; ties go to
+    RAMB36.  It reproduces every row of that table: 1024×2048 → 57 RAMB36 (1K×36);
+    2048×512 → 57 RAMB18 = 28.5 (2K×9); 2048×128 → 15 RAMB18 = 7.5; 8192×32 → 8 RAMB36
+    (8K×4).  Memories at most :data:`LUTRAM_MAX_DEPTH` deep cost 0 (LUT RAM).
+    """
+    if depth <= LUTRAM_MAX_DEPTH:
+        return 0.0
+    return min(math.ceil(depth / d) * math.ceil(width / w) * s for d, w, s in BRAM_SHAPES)
+
+
+def memory_map(cfg: VTAConfig) -> list[dict]:
+    """The core's block-RAM candidates: ``name``, ``depth``, ``width`` (bits), ``bram36``.
+
+    The core's inventory (:meth:`VTAConfig.memories`, what hw/core instantiates): the UOP,
+    INP, WGT, ACC and OUT scratchpads and three command queues of INSN_QUEUE_DEPTH × 128
+    bits (``SyncFIFOBuffered``: one entry is a register, the memory holds depth − 1).
+    """
+    out = []
+    for mem in cfg.memories():      # the core's own inventory (hw/config.py)
+        d = max(mem.depth - 1, 0) if mem.kind == "fifo" else mem.depth
+        out.append({"name": mem.name, "depth": d, "width": mem.width,
+                    "bram36": bram36_for_memory(d, mem.width)})
+    return out
+
+
+#: LUT/FF linear model ``c0 + c1 × MACs``, fitted exactly through the two Yosys points of
+#: docs/hardware.md (same Yosys flow, xc7 family): tiny (16 MACs, packing 1) 4,947 LUT /
+#: 3,008 FF and pynq (256 MACs, packing 2) 21,614 LUT / 11,428 FF.
+LUT_FF_CALIBRATION = {
+    "points": {"tiny": {"macs": 16, "lut": 4947, "ff": 3008},
+               "pynq": {"macs": 256, "lut": 21614, "ff": 11428}},
+}
+
+
+_C1_LUT = (21614 - 4947) / (256 - 16)
+
+
+_C0_LUT = 4947 - 16 * _C1_LUT
+
+
+_C1_FF = (11428 - 3008) / (256 - 16)
+
+
+_C0_FF = 3008 - 16 * _C1_FF
+
+
+#: LUTs of one int8×int8 multiplier built from LUTs: hardware-notes.md, 16×16 GEMM with
+#: DSPs disabled ≈ 66,000 LUTs / 256 products.
+LUTS_PER_LUT_MULTIPLIER = 66000 / 256
+
+
+#: DSP48E1 per ALU MUL lane by accumulator width (Yosys splits a 32×32 product into
+#: 18×25 tiles; an assumption, not measured here).
+ALU_MUL_DSP_PER_LANE = {16: 1, 32: 4}
+
+
+class AnalyticResources:
+    """The analytic resource model (see module docstring and docs/dse.md).
+
+    Result ``resources``: ``lut``, ``ff``, ``dsp`` (ints), ``bram36`` (float),
+    ``source = "analytic"``, ``breakdown`` (per-memory BRAM, DSP terms).
+    """
+
+    name = "analytic"
+    #: Microseconds per point: run in the driver process, never shipped to a worker.
+    cheap = True
+
+    def __init__(self, part: str = "xc7z020"):
+        try:
+            part_info(part)
+        except EstimateError as e:
+            raise DSEError(str(e)) from None
+        self.part = part
+
+    @property
+    def key(self) -> dict:
+        """The cache key part of this evaluator (model and part)."""
+        return {"resources": "analytic", "part": self.part}
+
+    def resources(self, cfg: VTAConfig) -> dict:
+        """Estimated ``{"lut", "ff", "dsp", "bram36", "source", "breakdown"}`` of ``cfg``
+        (counts; ``bram36`` in 36 Kb blocks, halves for 18 Kb) from the memory map and the
+        calibrated LUT/FF lines (module docstring)."""
+        mems = memory_map(cfg)
+        packing = 2 if (cfg.DSP_PACKING == 2 and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH == 8) else 1
+        n_dsp_mul = cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS
+        gemm_dsp = math.ceil(n_dsp_mul / packing)
+        lanes = cfg.BATCH * cfg.BLOCK_OUT
+        alu_dsp = lanes * ALU_MUL_DSP_PER_LANE[cfg.ACC_WIDTH] if cfg.ALU_MUL else 0
+        c0, c1 = LUT_FF_CALIBRATION["lut"]
+        lut = c0 + c1 * cfg.macs_per_cycle + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS
+        f0, f1 = LUT_FF_CALIBRATION["ff"]
+        ff = f0 + f1 * cfg.macs_per_cycle
+        return {
+            "lut": int(round(lut)), "ff": int(round(ff)), "dsp": gemm_dsp + alu_dsp,
+            "bram36": float(sum(m["bram36"] for m in mems)), "source": "analytic",
+            "breakdown": {"memories": mems, "gemm_dsp": gemm_dsp, "alu_mul_dsp": alu_dsp,
+                          "dsp_packing_effective": packing},
+        }
+
+    def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload] = ()) -> Result:
+        """A :class:`Result` with only ``resources`` set (workloads are ignored)."""
+        return Result(_fp(cfg), cfg.to_dict(), resources=self.resources(cfg))
+
+
+class YosysResources(AnalyticResources):
+    """Yosys ``synth_xilinx`` counts (``hw/estimate.py``) for configs with at most
+    ``max_macs`` GEMM multipliers; larger configs fall back to the analytic model with a
+    note (the pynq core takes ~13 minutes)."""
+
+    name = "yosys"
+    cheap = False
+
+    def __init__(self, part: str = "xc7z020", max_macs: int | None = 64):
+        super().__init__(part)
+        self.max_macs = max_macs
+
+    @property
+    def key(self) -> dict:
+        """The cache key part of this evaluator (part, MAC limit)."""
+        return {"resources": "yosys", "part": self.part, "max_macs": self.max_macs}
+
+    def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload] = ()) -> Result:
+        """A :class:`Result` with Yosys resources; a config above ``max_macs`` or a failed
+        Yosys run falls back to the analytic model (recorded in ``notes`` / ``errors``,
+        never raised)."""
+        from ..hw.estimate import estimate_resources
+
+        r = Result(_fp(cfg), cfg.to_dict())
+        if self.max_macs is not None and cfg.macs_per_cycle > self.max_macs:
+            r.resources = self.resources(cfg)
+            r.notes.append(f"yosys skipped ({cfg.macs_per_cycle} MACs > {self.max_macs}): "
+                           f"analytic resources")
+            return r
+        try:
+            res = estimate_resources(cfg, self.part)
+        except EstimateError as e:
+            r.resources = self.resources(cfg)
+            r.errors.append(f"yosys failed, analytic resources used: {str(e).splitlines()[0]}")
+            return r
+        r.resources = {"lut": res.lut, "ff": res.ff, "dsp": res.dsp, "bram36": res.bram36,
+                       "source": "yosys", "breakdown": {"cells": res.cells}}
+        return r
+
+
+def resource_record(res_eval: Any, cfg: VTAConfig) -> dict:
+    """One resource evaluation as the cache stores it: ``{"resources", "notes",
+    "errors"}`` (a Dask task: module-level so that workers can import it)."""
+    r = res_eval.evaluate(cfg, ())
+    return {"resources": r.resources, "notes": list(r.notes), "errors": list(r.errors)}
+
+
+def resources_fit(res: Mapping | None, capacity: Mapping) -> bool:
+    """Every resource within capacity."""
+    return bool(res) and all(res[k] <= capacity[k] for k in ("lut", "ff", "dsp", "bram36"))
