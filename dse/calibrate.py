@@ -33,6 +33,7 @@ import numpy as np
 
 from ..hw.config import VTAConfig
 from .evaluate import CycleModel, DseWorkload, compile_workload, parse_workloads, uop_loads_of
+from .performance import run_closing
 
 __all__ = ["PAIRS_SCHEMA", "record_pairs", "pair_program", "layer_errors", "fit",
            "load_pairs", "save_pairs", "main"]
@@ -87,12 +88,7 @@ def record_pairs(cfg: VTAConfig, workloads: Sequence[DseWorkload], seed: int = 0
         cm, x = compile_workload(cfg, wl, seed)
         recs: list[dict] = []
         dev = _recording_rtl(cfg, recs)
-        ex = Executor(cm, dev)
-        try:
-            ex.run(x)
-        finally:
-            ex.close()
-            dev.close()
+        run_closing(Executor(cm, dev), dev, x)
         dt = time.perf_counter() - t0
         for i, r in enumerate(recs):
             out.append({"config": cfg.to_dict(), "fingerprint": f"0x{cfg.fingerprint:08x}",

@@ -18,7 +18,7 @@ from .workloads import DseWorkload, compile_workload, workload_layers
 
 __all__ = [
     "MODEL_ERROR_BAND", "CycleModel", "uop_loads_of", "ModelPerformance", "RtlPerformance",
-    "AccSafety", "perf_record", "perf_records",
+    "AccSafety", "perf_record", "perf_records", "run_closing",
 ]
 
 
@@ -330,6 +330,16 @@ def _recording_device(base_cls, model: CycleModel):
     return _Recording
 
 
+def run_closing(ex, dev, x) -> None:
+    """Run ``x`` once through the executor ``ex`` on ``dev``, then close both (the device's
+    recorded programs stay readable)."""
+    try:
+        ex.run(x)
+    finally:
+        ex.close()
+        dev.close()
+
+
 class ModelPerformance:
     """Compile every workload for the config, run it on fsim (batch 1), and estimate cycles
     with :class:`CycleModel`.
@@ -376,12 +386,7 @@ class ModelPerformance:
 
         cm, x = compile_workload(cfg, wl, self.seed)
         dev = self._device(cfg)
-        ex = Executor(cm, dev)
-        try:
-            ex.run(x)
-        finally:
-            ex.close()
-            dev.close()
+        run_closing(Executor(cm, dev), dev, x)
         recs = dev.records
         cpu_ops = [s.name for s in cm.steps if s.target == "cpu"
                    and s.op in ("qconv2d", "qdense")]

@@ -303,6 +303,12 @@ class CoreDriver:
                 f"{self.where}: register-map version 0x{ver:08x} is incompatible with this "
                 f"runtime's 0x{regs.REGMAP_VERSION:08x}; refusing to run", fp, want)
 
+    def _irq_ctrl(self, irq: bool | None) -> int:
+        """The CTRL IRQ-enable bits for a start: kept as they are (``None``), set or clear."""
+        if irq is None:
+            return self.read("CTRL") & _IRQ_EN
+        return _IRQ_EN if irq else 0
+
     def launch(self, insn_addr: int, insn_count: int, *, irq: bool | None = False) -> None:
         """Start a run of ``insn_count`` instructions at byte address ``insn_addr``.
 
@@ -326,10 +332,7 @@ class CoreDriver:
             raise CoreBusyError(
                 f"{self.where}: the core is still busy (STATUS=0x{status:x}) from an earlier "
                 f"run; reset it (on a board: reprogram the bitstream)", status)
-        if irq is None:
-            ctrl = self.read("CTRL") & _IRQ_EN
-        else:
-            ctrl = _IRQ_EN if irq else 0
+        ctrl = self._irq_ctrl(irq)
         self.write("INSN_ADDR_LO", insn_addr & _WORD)
         self.write("INSN_ADDR_HI", insn_addr >> 32)
         self.write("INSN_COUNT", insn_count)
@@ -450,10 +453,7 @@ class CoreDriver:
         if self.is_busy(status):
             raise CoreBusyError(f"{self.where}: the core is still busy (STATUS=0x{status:x}); "
                                 f"cannot open a ring session", status)
-        if irq is None:
-            ctrl = self.read("CTRL") & _IRQ_EN
-        else:
-            ctrl = _IRQ_EN if irq else 0
+        ctrl = self._irq_ctrl(irq)
         self.write("RING_BASE_LO", ring_addr & _WORD)
         self.write("RING_BASE_HI", ring_addr >> 32)
         self.write("RING_TAIL", 0)
