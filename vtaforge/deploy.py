@@ -169,12 +169,15 @@ def read_bit_header(path: str | Path) -> dict[str, Any]:
 
 
 def _device(part: str | None) -> str | None:
-    """The device of a part name: ``xc7z020clg400-1`` / ``7z020clg400`` -> ``7z020``,
-    ``xczu3eg-sbva484-1-e`` -> ``zu3eg`` (None if not a Zynq name)."""
+    """The device of a part name, as ``hw.parts.device_of`` reads it: ``xc7z020clg400-1``
+    and a bitstream header's ``7z020clg400`` -> ``xc7z020``, ``xczu3eg-sbva484-1-e`` ->
+    ``xczu3eg`` (None if not a Zynq name)."""
+    from .hw.parts import device_of
+
     if not part:
         return None
-    m = re.match(r"(?:xc)?(7z\d{3}s?|zu\d+[a-z]{2})", part.strip().lower())
-    return m.group(1) if m else None
+    p = part.strip().lower()
+    return device_of(p if p.startswith("xc") else "xc" + p)
 
 
 #: PL-clock parameters of the PS in a .hwh (requested MHz): Zynq-7000, Zynq UltraScale+.
