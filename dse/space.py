@@ -16,7 +16,7 @@ that ``VTAConfig`` rejects is not dropped from the grid: it becomes a :class:`Po
 why it was skipped.  Sampling draws from the valid points only.
 
 :func:`board_space` (``vtaforge dse run --board``) is the space for one board of
-``hw/flow.py``'s :data:`~vtaforge.hw.flow.BOARDS`: its part, its memory port's width as the
+``hw/parts.py``'s :data:`~vtaforge.hw.parts.BOARDS`: its part, its memory port's width as the
 bus, its nearest reachable PL clock, and GEMM-shape and depth axes trimmed to the ISA field
 budget (every point valid).
 
@@ -260,7 +260,7 @@ class Space:
             raise SpaceError(f"{p}: {e}") from None
 
 
-#: Short board names accepted next to hw/flow.py's BOARDS keys.
+#: Short board names accepted next to hw/parts.py's BOARDS keys.
 BOARD_ALIASES: dict[str, str] = {"ultra96": "ultra96-v2"}
 
 #: Depth axes of the default and board spaces (log2 entries).  Every combination fits the
@@ -288,7 +288,7 @@ def _block_axis(part: str | None) -> list[int]:
 
 
 def _bus_for_part(base: VTAConfig, part: str) -> int:
-    """log2 of the data width of the PS memory port a core on ``part`` drives (hw/flow.py:
+    """log2 of the data width of the PS memory port a core on ``part`` drives (hw/parts.py:
     Zynq-7000 S_AXI_HP0 64 bits, ZynqMP S_AXI_HP0_FPD 128 bits): a wider core bus only adds
     a width converter."""
     from ..hw.estimate import EstimateError, part_info
@@ -318,7 +318,7 @@ def default_space(base: str | VTAConfig = "pynq", part: str | None = None) -> Sp
 
 
 def board_setup(board: str) -> dict:
-    """What ``--board`` sets, read from hw/flow.py: ``{"board", "title", "part",
+    """What ``--board`` sets, read from hw/parts.py: ``{"board", "title", "part",
     "base"}`` (the preset whose TARGET builds for that device), ``"log_bus_width"`` (the
     PS memory port's width) and ``"clock_mhz"`` (the PL clock the PS makes nearest at or
     below the preset's CLOCK_MHZ).
@@ -345,7 +345,7 @@ def board_setup(board: str) -> dict:
 
 def board_space(board: str) -> Space:
     """The space for ``board`` (``pynq-z2``, ``ultra96``/``ultra96-v2``, ``zcu104``, or
-    any hw/flow.py BOARDS key): :func:`board_setup`'s preset with the board's part, bus and
+    any hw/parts.py BOARDS key): :func:`board_setup`'s preset with the board's part, bus and
     PL clock, around it the GEMM shapes that fit the part's DSPs, the depth axes inside the
     ISA budget, and DSP packing fixed at 2 (int8 × int8: it halves the GEMM DSPs and
     leaves the programs, hence the cycles, unchanged; the resource model has no term that

@@ -32,7 +32,7 @@ def dse_group() -> None:
 
 @dse_group.command("run")
 @click.option("--board", default=None,
-              help="pynq-z2 | ultra96 | zcu104 (any hw/flow.py board): sets part, bus, "
+              help="pynq-z2 | ultra96 | zcu104 (any hw/parts.py board): sets part, bus, "
                    "clock and the space")
 @click.option("--space", "space_spec", default="default", show_default=True,
               help="'default' (around --base) or a space JSON file")
