@@ -37,16 +37,15 @@ and multiplied.
 
 from __future__ import annotations
 
-import hashlib
 from typing import NamedTuple
 
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import LIMITS, AluOp, Module
-from ..runtime.artifact import SlotLayout, Trace, TraceBuilder
+from ..hw.isa import LIMITS, Module
+from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
-from .requant import MultPlan, mult_plan
+from .lower_common import LoweredOp, emit_kernel, plan_for, requant_alu
 from .pack import ceil_div, pack_bias, pack_weights
 from .tiling import conv_tiling
 
@@ -54,92 +53,6 @@ __all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel", "requant_alu
            "use_im2col"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
-
-
-class LoweredOp:
-    """Result of a lowering: ``trace``, ``consts`` (slot -> packed array),
-    ``layouts`` (activation slot -> :class:`SlotLayout`)."""
-
-    def __init__(self, trace: Trace, consts: dict, layouts: dict):
-        self.trace, self.consts, self.layouts = trace, consts, layouts
-
-
-def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset=False,
-                op=0, imm=None):
-    """Emit a kernel whose cache key is derived from its content (never aliases)."""
-    dst = np.asarray(dst, np.int64)
-    src = np.asarray(src, np.int64)
-    wgt = np.zeros_like(dst) if wgt is None else np.asarray(wgt, np.int64)
-    h = hashlib.blake2b(digest_size=12)
-    for a in (dst, src, wgt):
-        h.update(a.tobytes())
-        h.update(b"|")
-    key = (mode, tuple(tuple(lp) for lp in loops), h.hexdigest())
-
-    def rec(k):
-        for lp in loops:
-            k.loop_begin(*lp)
-        k.uops(dst, src, wgt)
-        for _ in loops:
-            k.loop_end()
-    if mode == "gemm":
-        return tb.gemm(key, rec, reset=reset)
-    return tb.alu(key, rec, op, use_imm=imm is not None, imm=0 if imm is None else int(imm),
-                  reset=reset)
-
-
-def plan_for(cfg: VTAConfig, uid: str, attrs: dict, acc_bound: int) -> MultPlan | None:
-    """The :class:`~.requant.MultPlan` of a requantize with ``mult != 1`` (None for ``mult == 1``).
-
-    Raises:
-        CompileError: ``ALU_MUL`` missing, or no overflow-free sequence at ``ACC_WIDTH``.
-    """
-    m = attrs.get("mult")
-    if m in (None, 1):
-        return None
-    if not cfg.ALU_MUL:
-        raise CompileError(f"{uid}: requantize multiplier {m} needs ALU_MUL")
-    plan = mult_plan(int(m), int(attrs["shift"]), int(attrs["round"]), int(attrs["clip_lo"]),
-                     int(attrs["clip_hi"]), int(acc_bound), cfg.ACC_WIDTH)
-    if plan is None:
-        raise CompileError(f"{uid}: multiplier {m} (shift {attrs['shift']}) may overflow "
-                           f"ACC_WIDTH {cfg.ACC_WIDTH} for |acc| <= {acc_bound}")
-    return plan
-
-
-def _add_imm(tb, loops, d, s, value: int) -> None:
-    while value:
-        step = max(LIMITS.imm_min, min(LIMITS.imm_max, value))
-        emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=step)
-        value -= step
-
-
-def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: int,
-                extra_round: int = 0, plan: MultPlan | None = None) -> None:
-    """ALU requantize of ACC entries ``[base, base+n)``: ADD round (if given), SHR shift,
-    MAX lo, MIN hi (skipping no-ops).  With a ``plan`` (multiplier): ``extra_round`` is
-    the plan's ``pre_add`` when not already merged into the bias (ADD in 16-bit immediate
-    steps), then pre-clip MAX/MIN, MUL, ADD ``post_add``, SHR, MAX, MIN."""
-    for e0 in range(0, n, LIMITS.max("iter")):
-        m = min(LIMITS.max("iter"), n - e0)
-        loops = [(m, 1, 1, 0)]
-        d, s = [base + e0], [base + e0]
-        if plan is not None:
-            _add_imm(tb, loops, d, s, extra_round)
-            if plan.clip is not None:
-                emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX, imm=plan.clip[0])
-                emit_kernel(tb, "alu", loops, d, s, op=AluOp.MIN, imm=plan.clip[1])
-            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MUL, imm=plan.mult)
-            if plan.post_add:
-                emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=plan.post_add)
-        elif extra_round:
-            emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=extra_round)
-        if shift:
-            emit_kernel(tb, "alu", loops, d, s, op=AluOp.SHR, imm=shift)
-        if lo > -(1 << 31):
-            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX, imm=lo)
-        if hi < (1 << 31) - 1:
-            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MIN, imm=hi)
 
 
 def use_im2col(cfg: VTAConfig, c: int, groups: int, kh: int, kw: int) -> bool:
@@ -384,11 +297,10 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             s += 1
         # requantize
         n = obn * th * tw
-        if not bias_load:
-            emit_kernel(tb, "alu", [(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)], [acc_base],
-                        [ob0], op=AluOp.ADD)
+        bias_add = None if bias_load else ([(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)],
+                                           [acc_base], [ob0])
         requant_alu(tb, acc_base, n, int(attrs["shift"]), int(attrs["clip_lo"]),
-                    int(attrs["clip_hi"]), plan=plan)
+                    int(attrs["clip_hi"]), plan=plan, bias=bias_add)
         tb.dep_push(C, S)
         tb.dep_pop(C, S)
         if tw == wo:

@@ -1,0 +1,108 @@
+"""What every lowering shares: the :class:`LoweredOp` result, :func:`emit_kernel` (a micro-op
+kernel keyed by its content), the multiplier plan of a requantize (:func:`plan_for`) and the
+ALU requantize epilogue (:func:`requant_alu`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ..hw.config import VTAConfig
+from ..hw.isa import LIMITS, AluOp
+from ..runtime.artifact import Trace, TraceBuilder
+from .errors import CompileError
+from .requant import MultPlan, mult_plan
+
+__all__ = ["LoweredOp", "emit_kernel", "plan_for", "requant_alu"]
+
+
+class LoweredOp:
+    """Result of a lowering: ``trace``, ``consts`` (slot -> packed array),
+    ``layouts`` (activation slot -> :class:`SlotLayout`)."""
+
+    def __init__(self, trace: Trace, consts: dict, layouts: dict):
+        self.trace, self.consts, self.layouts = trace, consts, layouts
+
+
+def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset=False,
+                op=0, imm=None):
+    """Emit a kernel whose cache key is derived from its content (never aliases)."""
+    dst = np.asarray(dst, np.int64)
+    src = np.asarray(src, np.int64)
+    wgt = np.zeros_like(dst) if wgt is None else np.asarray(wgt, np.int64)
+    h = hashlib.blake2b(digest_size=12)
+    for a in (dst, src, wgt):
+        h.update(a.tobytes())
+        h.update(b"|")
+    key = (mode, tuple(tuple(lp) for lp in loops), h.hexdigest())
+
+    def rec(k):
+        for lp in loops:
+            k.loop_begin(*lp)
+        k.uops(dst, src, wgt)
+        for _ in loops:
+            k.loop_end()
+    if mode == "gemm":
+        return tb.gemm(key, rec, reset=reset)
+    return tb.alu(key, rec, op, use_imm=imm is not None, imm=0 if imm is None else int(imm),
+                  reset=reset)
+
+
+def plan_for(cfg: VTAConfig, uid: str, attrs: dict, acc_bound: int) -> MultPlan | None:
+    """The :class:`~.requant.MultPlan` of a requantize with ``mult != 1`` (None for ``mult == 1``).
+
+    Raises:
+        CompileError: ``ALU_MUL`` missing, or no overflow-free sequence at ``ACC_WIDTH``.
+    """
+    m = attrs.get("mult")
+    if m in (None, 1):
+        return None
+    if not cfg.ALU_MUL:
+        raise CompileError(f"{uid}: requantize multiplier {m} needs ALU_MUL")
+    plan = mult_plan(int(m), int(attrs["shift"]), int(attrs["round"]), int(attrs["clip_lo"]),
+                     int(attrs["clip_hi"]), int(acc_bound), cfg.ACC_WIDTH)
+    if plan is None:
+        raise CompileError(f"{uid}: multiplier {m} (shift {attrs['shift']}) may overflow "
+                           f"ACC_WIDTH {cfg.ACC_WIDTH} for |acc| <= {acc_bound}")
+    return plan
+
+
+def _add_imm(tb, loops, d, s, value: int) -> None:
+    while value:
+        step = max(LIMITS.imm_min, min(LIMITS.imm_max, value))
+        emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=step)
+        value -= step
+
+
+def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: int,
+                extra_round: int = 0, plan: MultPlan | None = None, bias=None) -> None:
+    """ALU requantize of ACC entries ``[base, base+n)``: ADD bias (a tensor operand, when
+    ``bias = (loops, dst, src)`` is given: the bias row of each entry), ADD round (if
+    given), SHR shift, MAX lo, MIN hi (skipping no-ops).  With a ``plan`` (multiplier):
+    ``extra_round`` is the plan's ``pre_add`` when not already merged into the bias (ADD
+    in 16-bit immediate steps), then pre-clip MAX/MIN, MUL, ADD ``post_add``, SHR, MAX,
+    MIN."""
+    if bias is not None:
+        emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.ADD)
+    for e0 in range(0, n, LIMITS.max("iter")):
+        m = min(LIMITS.max("iter"), n - e0)
+        loops = [(m, 1, 1, 0)]
+        d, s = [base + e0], [base + e0]
+        if plan is not None:
+            _add_imm(tb, loops, d, s, extra_round)
+            if plan.clip is not None:
+                emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX, imm=plan.clip[0])
+                emit_kernel(tb, "alu", loops, d, s, op=AluOp.MIN, imm=plan.clip[1])
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MUL, imm=plan.mult)
+            if plan.post_add:
+                emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=plan.post_add)
+        elif extra_round:
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=extra_round)
+        if shift:
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.SHR, imm=shift)
+        if lo > -(1 << 31):
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX, imm=lo)
+        if hi < (1 << 31) - 1:
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.MIN, imm=hi)
