@@ -10,7 +10,7 @@ import hashlib
 import numpy as np
 
 from ..hw.config import VTAConfig
-from ..hw.isa import LIMITS, AluOp
+from ..hw.isa import LIMITS, AluOp, req_imm
 from ..runtime.artifact import Trace, TraceBuilder
 from .errors import CompileError
 from .requant import MultPlan, mult_plan
@@ -27,8 +27,11 @@ class LoweredOp:
 
 
 def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset=False,
-                op=0, imm=None):
-    """Emit a kernel whose cache key is derived from its content (never aliases)."""
+                op=0, imm=None, params=None):
+    """Emit a kernel whose cache key is derived from its content (never aliases).
+
+    ALU: ``imm`` set → immediate operand (``use_imm``); ``params`` set (with ``imm`` None)
+    → a tensor operand and ``params`` in the immediate field (ALU REQ's parameters)."""
     dst = np.asarray(dst, np.int64)
     src = np.asarray(src, np.int64)
     wgt = np.zeros_like(dst) if wgt is None else np.asarray(wgt, np.int64)
@@ -46,7 +49,8 @@ def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset
             k.loop_end()
     if mode == "gemm":
         return tb.gemm(key, rec, reset=reset)
-    return tb.alu(key, rec, op, use_imm=imm is not None, imm=0 if imm is None else int(imm),
+    field = imm if imm is not None else params
+    return tb.alu(key, rec, op, use_imm=imm is not None, imm=0 if field is None else int(field),
                   reset=reset)
 
 
@@ -77,13 +81,27 @@ def _add_imm(tb, loops, d, s, value: int) -> None:
 
 
 def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: int,
-                extra_round: int = 0, plan: MultPlan | None = None, bias=None) -> None:
+                extra_round: int = 0, plan: MultPlan | None = None, bias=None,
+                fused: bool = False) -> None:
     """ALU requantize of ACC entries ``[base, base+n)``: ADD bias (a tensor operand, when
     ``bias = (loops, dst, src)`` is given: the bias row of each entry), ADD round (if
     given), SHR shift, MAX lo, MIN hi (skipping no-ops).  With a ``plan`` (multiplier):
     ``extra_round`` is the plan's ``pre_add`` when not already merged into the bias (ADD
     in 16-bit immediate steps), then pre-clip MAX/MIN, MUL, ADD ``post_add``, SHR, MAX,
-    MIN."""
+    MIN.
+
+    ``fused`` (the config's ``ALU_REQUANT``): SHR, MAX, MIN become one ``ALU REQ``
+    (:func:`vtaforge.hw.isa.req_imm`) when ``lo`` is -128 or 0 and ``hi`` an int8, and
+    with a bias and nothing between it and the shift (no plan, no ``extra_round``) the
+    bias ADD joins it: one tensor-operand micro-op per entry instead of four.  The result
+    is the same integers (REQ is defined as that sequence)."""
+    req = None
+    if fused and -32 <= shift <= 31 and lo in (-128, 0) and lo <= hi <= 127:
+        req = req_imm(shift, lo, hi)
+        if bias is not None and plan is None and not extra_round:
+            emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.REQ, imm=None,
+                        params=req)
+            return
     if bias is not None:
         emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.ADD)
     for e0 in range(0, n, LIMITS.max("iter")):
@@ -100,6 +118,9 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
                 emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=plan.post_add)
         elif extra_round:
             emit_kernel(tb, "alu", loops, d, s, op=AluOp.ADD, imm=extra_round)
+        if req is not None:
+            emit_kernel(tb, "alu", loops, d, s, op=AluOp.REQ, imm=req)
+            continue
         if shift:
             emit_kernel(tb, "alu", loops, d, s, op=AluOp.SHR, imm=shift)
         if lo > -(1 << 31):

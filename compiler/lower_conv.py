@@ -300,7 +300,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         bias_add = None if bias_load else ([(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)],
                                            [acc_base], [ob0])
         requant_alu(tb, acc_base, n, int(attrs["shift"]), int(attrs["clip_lo"]),
-                    int(attrs["clip_hi"]), plan=plan, bias=bias_add)
+                    int(attrs["clip_hi"]), plan=plan, bias=bias_add, fused=cfg.ALU_REQUANT)
         tb.dep_push(C, S)
         tb.dep_pop(C, S)
         if tw == wo:

@@ -127,7 +127,7 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
                 requant_alu(tb, out_base, n_cb * th * wo, int(attrs["shift"]),
                             int(attrs["clip_lo"]), int(attrs["clip_hi"]),
                             extra_round=int(attrs["round"]) if plan is None else plan.pre_add,
-                            plan=plan)
+                            plan=plan, fused=cfg.ALU_REQUANT)
             tb.dep_push(C, S)
             tb.dep_pop(C, S)
             for cb in range(cb0, cb1):
@@ -142,12 +142,14 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     return LoweredOp(tb.trace, {}, {"x": xl, "y": yl})
 
 
-def _requant_store(tb: TraceBuilder, base: int, e0: int, m: int, attrs: dict, plan) -> None:
+def _requant_store(tb: TraceBuilder, base: int, e0: int, m: int, attrs: dict, plan,
+                   fused: bool = False) -> None:
     """The tail of one element-wise tile: the ALU requantize of ACC ``[base, base+m)``, the
     compute->store token, STORE of the ``m`` elements to ``y`` at ``e0``, the store->compute
     token that frees the region."""
     requant_alu(tb, base, m, int(attrs["shift"]), int(attrs["clip_lo"]), int(attrs["clip_hi"]),
-                extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan)
+                extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan,
+                fused=fused)
     tb.dep_push(C, S)
     tb.dep_pop(C, S)
     tb.store_2d(base, "y", e0, 1, m, m)
@@ -203,7 +205,7 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
                 emit_kernel(tb, "alu", loops, [b_base], [b_base], op=AluOp.SHR,
                             imm=-int(attrs["lshift_b"]))
             emit_kernel(tb, "alu", loops, [a_base], [b_base], op=AluOp.ADD)
-        _requant_store(tb, a_base, e0, m, attrs, plan)
+        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
@@ -257,7 +259,7 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
         emit_kernel(tb, "gemm", [(m, 1, 1, 0)], [acc_base, acc_base],
                     [inp_base, inp_base + m], [wbase, wbase + 1])
         tb.dep_push(C, L)
-        _requant_store(tb, acc_base, e0, m, attrs, plan)
+        _requant_store(tb, acc_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(C, L)
@@ -322,7 +324,7 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
         else:
             tb.load_2d("b", e0, MemType.ACC8, b_base, 1, m, m)
             emit_kernel(tb, "alu", [(m, 1, 1, 0)], [a_base], [b_base], op=AluOp.MUL)
-        _requant_store(tb, a_base, e0, m, attrs, plan)
+        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
@@ -399,7 +401,7 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
         else:
             c_base = vt * half + half - lay.cb + s0
             emit_kernel(tb, "alu", [(cnt, hw, 1, 0), (hw, 1, 0, 0)], [a_base], [c_base], op=alu)
-        _requant_store(tb, a_base, e0, m, attrs, plan)
+        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)

@@ -114,6 +114,9 @@ class VTAConfig:
     - ``CLOCK_MHZ``: clock target; ``PART``: FPGA part name.
     - ``ACC_8BIT``: the ACC8 LOAD (int8 into the accumulator, sign-extended) exists.
     - ``ALU_MUL``: the ALU MUL opcode exists.
+    - ``ALU_REQUANT``: the ALU REQ opcode exists (the fused requantize: add, shift and
+      clip to int8 in one micro-op, :func:`vtaforge.hw.isa.req_imm`); off (default), the
+      core, its Verilog and its fingerprint are exactly those of a config without the key.
     - ``DSP_PACKING``: int8 GEMM products per DSP48 slice (1 or 2).
     - ``LUT_MULTIPLIERS``: how many of the BATCH×BLOCK_IN×BLOCK_OUT GEMM multipliers are
       built from LUTs instead of DSPs.
@@ -146,6 +149,7 @@ class VTAConfig:
     PART: str = None  # type: ignore[assignment]  # None: the TARGET's value
     ACC_8BIT: bool = True
     ALU_MUL: bool = False
+    ALU_REQUANT: bool = False
     DSP_PACKING: int = 2
     LUT_MULTIPLIERS: int = 0
     INSN_RING: int = 0
@@ -167,7 +171,7 @@ class VTAConfig:
                 raise ConfigError(f"{key} = {v!r} must be an integer in {lo}..{hi}")
             if not lo <= v <= hi:
                 raise ConfigError(f"{key} = {v!r} is out of range; allowed: integers {lo}..{hi}")
-        for key in ("ACC_8BIT", "ALU_MUL"):
+        for key in ("ACC_8BIT", "ALU_MUL", "ALU_REQUANT"):
             v = getattr(self, key)
             if not isinstance(v, bool):
                 raise ConfigError(f"{key} = {v!r} must be a boolean (true or false)")
@@ -430,8 +434,9 @@ class VTAConfig:
         equal fingerprints mean equal hardware and ISA.
         """
         hw = self.hardware_dict()
-        if not hw["INSN_RING"]:     # off: the fingerprint of a config without the key
-            del hw["INSN_RING"]
+        for key in ("INSN_RING", "ALU_REQUANT"):
+            if not hw[key]:     # off: the fingerprint of a config without the key
+                del hw[key]
         canon = json.dumps(hw, sort_keys=True, separators=(",", ":"))
         return zlib.crc32(canon.encode()) & 0xFFFFFFFF
 

@@ -28,7 +28,8 @@ __all__ = [
     "Opcode", "MemType", "AluOp", "Module", "Queue", "Field", "ISALayout", "Insn",
     "isa_layout", "check_layout_fits", "encode_insn", "decode_insn", "encode_program",
     "decode_program", "encode_uops", "decode_uops", "insn_module", "disassemble",
-    "ISAError", "INSN_BYTES", "INSN_FIELDS",
+    "ISAError", "INSN_BYTES", "INSN_FIELDS", "req_imm", "req_fields", "REQ_SHIFT_BITS",
+    "REQ_RESERVED_BIT",
 ]
 
 INSN_BYTES = INSN_BITS // 8
@@ -49,13 +50,65 @@ class Opcode(IntEnum):
 
 
 class AluOp(IntEnum):
-    """ALU opcodes (3 bits, HW_VER 0.0.2). MUL exists only when ``ALU_MUL`` is set."""
+    """ALU opcodes (3 bits, HW_VER 0.0.2). MUL exists only when ``ALU_MUL`` is set, REQ (the
+    fused requantize, :func:`req_imm`) only when ``ALU_REQUANT`` is set."""
 
     MIN = 0
     MAX = 1
     ADD = 2
     SHR = 3
     MUL = 4
+    REQ = 5
+
+
+#: REQ's immediate: bits [5:0] the shift (signed), bit 6 the lower bound (0: -128, 1: 0),
+#: bit 7 reserved (0), bits [15:8] the upper bound (signed 8 bits).
+REQ_SHIFT_BITS = 6
+REQ_RESERVED_BIT = 7
+
+
+def req_imm(shift: int, lo: int, hi: int) -> int:
+    """The signed 16-bit ALU immediate of a fused requantize ``REQ`` (needs ``ALU_REQUANT``).
+
+    ``ALU REQ`` computes, per lane and in the accumulator's wrapping ``ACC_WIDTH``-bit
+    arithmetic, exactly the four-instruction sequence it replaces::
+
+        dst = MIN(MAX(SHR(ADD(dst, b), shift), lo), hi)
+
+    with ``b`` the tensor operand ``acc[src]`` (``use_imm = 0``: the bias row) or 0
+    (``use_imm = 1``), and ``shift``, ``lo``, ``hi`` from this immediate (layout in
+    :data:`REQ_SHIFT_BITS`; SHR's rule: a negative shift shifts left).
+
+    Args:
+        shift: -32..31.  lo: -128 or 0 (a ReLU).  hi: -128..127, ``hi >= lo``.
+
+    Returns:
+        The immediate as a signed int16 (the ``imm`` field).
+
+    Raises:
+        ISAError: a value the layout cannot hold (names it).
+    """
+    half = 1 << (REQ_SHIFT_BITS - 1)
+    if not -half <= shift < half:
+        raise ISAError(f"REQ shift {shift} is out of range; allowed: {-half}..{half - 1}")
+    if lo not in (-128, 0):
+        raise ISAError(f"REQ lower bound {lo} is not encodable; allowed: -128 or 0")
+    if not lo <= hi <= 127:
+        raise ISAError(f"REQ upper bound {hi} is out of range; allowed: {lo}..127")
+    u = (shift & ((1 << REQ_SHIFT_BITS) - 1)) | ((lo == 0) << 6) | ((hi & 0xFF) << 8)
+    return u - (1 << 16) if u >= 1 << 15 else u
+
+
+def req_fields(imm: int) -> tuple[int, int, int, bool]:
+    """Decode a REQ immediate into ``(shift, lo, hi, reserved_ok)`` (inverse of
+    :func:`req_imm`; ``reserved_ok`` is False when bit 7 is set, which the verifier
+    rejects).  ``imm``: the signed or unsigned 16-bit field value."""
+    u = int(imm) & 0xFFFF
+    half = 1 << (REQ_SHIFT_BITS - 1)
+    shift = (u & ((1 << REQ_SHIFT_BITS) - 1) ^ half) - half
+    lo = 0 if u >> 6 & 1 else -128
+    hi = ((u >> 8) ^ 0x80) - 0x80
+    return shift, lo, hi, not (u >> REQ_RESERVED_BIT) & 1
 
 
 class Module(IntEnum):
@@ -641,6 +694,9 @@ def format_insn(insn: Insn) -> str:
             return f"GEMM      [{flags}] {loops}{rst}"
         alu = _ALU_NAMES.get(insn.alu_opcode, f"op{insn.alu_opcode}")
         operand = f" imm={insn.imm}" if insn.use_imm else " tensor"
+        if insn.alu_opcode == AluOp.REQ:
+            sh, lo, hi, _ = req_fields(insn.imm)
+            operand = (" imm" if insn.use_imm else " tensor") + f" shr={sh} clip=[{lo},{hi}]"
         return f"ALU {alu:<5} [{flags}] {loops}{operand}{rst}"
     if op == Opcode.FINISH:
         return f"FINISH    [{flags}]"

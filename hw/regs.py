@@ -305,5 +305,7 @@ def c_header(cfg: VTAConfig) -> str:
             lines.append(f"#define VTA_{k} {v}")
     if cfg.INSN_RING:
         lines.append(f"#define VTA_INSN_RING {cfg.INSN_RING}")
+    if cfg.ALU_REQUANT:
+        lines.append("#define VTA_ALU_REQUANT 1  /* ALU opcode 5: REQ, the fused requantize */")
     lines += ["", f"#endif /* {g} */", ""]
     return "\n".join(lines)

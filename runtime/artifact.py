@@ -341,7 +341,7 @@ class TraceBuilder:
     def alu(self, key, record_fn, op, use_imm: bool = False, imm: int = 0,
             reset: bool = False) -> TraceKernel:
         return self._kernel(key, record_fn, "alu", reset, int(op), use_imm,
-                            imm if use_imm else 0)
+                            imm if use_imm or int(op) == AluOp.REQ else 0)
 
     def dep_push(self, frm, to) -> None:
         self.trace.ops.append(("P", int(frm), int(to)))

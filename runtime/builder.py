@@ -365,9 +365,10 @@ class ProgramBuilder:
         the builder re-records on every hit and raises if the code differs.
 
         Raises:
-            BuilderError: unknown mode/opcode, MUL without ``ALU_MUL``, imm outside int16,
-                a malformed loop nest, indices outside the scratchpads, an unhashable key, a
-                missing ``record_fn`` for a key never recorded, a kernel that cannot fit.
+            BuilderError: unknown mode/opcode, MUL without ``ALU_MUL``, REQ without
+                ``ALU_REQUANT``, imm outside int16, a malformed loop nest, indices outside
+                the scratchpads, an unhashable key, a missing ``record_fn`` for a key never
+                recorded, a kernel that cannot fit.
         """
         if mode not in (GEMM, ALU):
             raise BuilderError(f"kernel mode {mode!r} is unknown; allowed: 'gemm', 'alu'")
@@ -379,7 +380,11 @@ class ProgramBuilder:
                                    f"{', '.join(o.name for o in AluOp)}") from None
             if alu_op == AluOp.MUL and not self.cfg.ALU_MUL:
                 raise BuilderError("ALU MUL needs a config with ALU_MUL enabled")
-            imm = _check_int("imm", imm, LIMITS.imm_min, LIMITS.imm_max) if use_imm else 0
+            if alu_op == AluOp.REQ and not self.cfg.ALU_REQUANT:
+                raise BuilderError("ALU REQ needs a config with ALU_REQUANT enabled")
+            # REQ keeps its parameters in the immediate field with a tensor operand too
+            imm = (_check_int("imm", imm, LIMITS.imm_min, LIMITS.imm_max)
+                   if use_imm or alu_op == AluOp.REQ else 0)
             alu_op, use_imm = int(alu_op), bool(use_imm)
         else:
             alu_op, use_imm, imm = 0, False, 0

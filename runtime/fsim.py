@@ -58,8 +58,8 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.regs import ErrorKind, index_fault_text, insn_fault_text, sram_range_text, \
     uop_range_text
 from ..hw.isa import (
-    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, AluOp, Insn, Module, Opcode, decode_program,
-    decode_uops, format_insn,
+    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, REQ_RESERVED_BIT, AluOp, Insn, Module, Opcode,
+    decode_program, decode_uops, format_insn, req_fields,
 )
 from .device import Buffer, DeadlockError, Device, DeviceError, ProgramError, RunResult
 
@@ -398,11 +398,17 @@ class _Machine:
         first(st & (pads != 0), lambda i: "STORE padding must be zero")
         is_alu = op == Opcode.ALU
         aop = a["alu_opcode"]
-        first(is_alu & (aop > 4), lambda i: f"unknown ALU opcode {int(aop[i])}; allowed: "
-                                            f"0..4 (MIN, MAX, ADD, SHR, MUL)")
+        first(is_alu & (aop > 5), lambda i: f"unknown ALU opcode {int(aop[i])}; allowed: "
+                                            f"0..5 (MIN, MAX, ADD, SHR, MUL, REQ)")
         if not cfg.ALU_MUL:
             first(is_alu & (aop == AluOp.MUL),
                   lambda i: "ALU MUL needs a config with ALU_MUL")
+        if not cfg.ALU_REQUANT:
+            first(is_alu & (aop == AluOp.REQ),
+                  lambda i: "ALU REQ needs a config with ALU_REQUANT")
+        first(is_alu & (aop == AluOp.REQ) & ((a["imm"] >> REQ_RESERVED_BIT) & 1 != 0),
+              lambda i: f"ALU REQ immediate {int(a['imm'][i])}: bit {REQ_RESERVED_BIT} is "
+                        f"reserved and must be 0")
         # micro-op range of GEMM/ALU with work
         loop = (op == Opcode.GEMM) | is_alu
         work = loop & (a["iter_out"] > 0) & (a["iter_in"] > 0) & (a["uop_end"] > a["uop_bgn"])
@@ -829,8 +835,12 @@ class _Machine:
             return True
         return int(np.bincount(dst, minlength=1).max()) <= 1
 
-    def _alu_op(self, aop: int, a: np.ndarray, b) -> np.ndarray:
+    def _alu_op(self, aop: int, a: np.ndarray, b, imm: int = 0) -> np.ndarray:
         bits = self.acc_bits
+        if aop == AluOp.REQ:    # b: the tensor operand, or 0 with use_imm (hw.isa.req_imm)
+            shift, lo, hi, _ = req_fields(imm)
+            t = self._alu_op(AluOp.SHR, self._alu_op(AluOp.ADD, a, b), np.int64(shift))
+            return np.minimum(np.maximum(t, lo), hi)
         if aop == AluOp.MIN:
             return np.minimum(a, b)
         if aop == AluOp.MAX:
@@ -850,9 +860,9 @@ class _Machine:
     def _alu_chunk(self, aop: int, dst: np.ndarray, src: np.ndarray | None, imm: int) -> None:
         acc = self.acc
         if src is None:
-            b = np.int64(imm)
+            b = np.int64(0 if aop == AluOp.REQ else imm)
             if self._unique(dst):
-                acc[dst] = self._alu_op(aop, acc[dst], b)
+                acc[dst] = self._alu_op(aop, acc[dst], b, imm)
                 return
             if aop in (AluOp.MIN, AluOp.MAX):
                 u = np.unique(dst)  # idempotent: once per entry
@@ -870,12 +880,13 @@ class _Machine:
                 firstw = np.full(depth, dst.size, dtype=np.int64)
                 firstw[dst] = np.arange(dst.size, dtype=np.int64)
                 if not (firstw[src] < np.arange(dst.size, dtype=np.int64)).any():
-                    acc[dst] = self._alu_op(aop, acc[dst], acc[src])
+                    acc[dst] = self._alu_op(aop, acc[dst], acc[src], imm)
                     return
             else:
                 written = np.zeros(depth, dtype=bool)
                 written[dst] = True
-                if not written[src].any() and aop != AluOp.SHR:
+                if not written[src].any() and aop in (AluOp.MIN, AluOp.MAX, AluOp.ADD,
+                                                      AluOp.MUL):
                     uf = {AluOp.MIN: np.minimum, AluOp.MAX: np.maximum, AluOp.ADD: np.add,
                           AluOp.MUL: np.multiply}[aop]
                     uf.at(acc, dst, acc[src])
@@ -886,8 +897,9 @@ class _Machine:
             prev = _prev_conflict(dst, src)
         for a, b_ in _waves(prev):
             d = dst[a:b_]
-            operand = np.int64(imm) if src is None else acc[src[a:b_]]
-            acc[d] = self._alu_op(aop, acc[d], operand)
+            operand = (np.int64(0 if aop == AluOp.REQ else imm) if src is None
+                       else acc[src[a:b_]])
+            acc[d] = self._alu_op(aop, acc[d], operand, imm)
 
 
 # ---------------------------------------------------------------------------- public API

@@ -41,7 +41,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import MemType, VTAConfig
-from ..isa import LIMITS, AluOp, Opcode
+from ..isa import LIMITS, REQ_SHIFT_BITS, AluOp, Opcode
 from ..regs import ErrorKind
 from .axi import ReadClientSignature
 from ..isa import Module as Unit
@@ -50,7 +50,7 @@ from .fields import (header_view, insn_field, pop_tokens, push_tokens, pushes_an
 from .load import CommandPortSignature, TensorLoader
 from .scratchpad import Scratchpad
 
-__all__ = ["ComputeUnit", "AluLane", "alu_lane", "PackedMulPair", "packed_pair_model",
+__all__ = ["ComputeUnit", "AluLane", "alu_lane", "req_clip", "PackedMulPair", "packed_pair_model",
            "lut_multiply", "ComputeState", "PACK_SHIFT"]
 
 class ComputeState(IntEnum):
@@ -124,24 +124,50 @@ def _packed_mul(m, a, w_lo, w_hi):
     return lo, hi
 
 
-def alu_lane(cfg: VTAConfig, op, a, b):
-    """The ALU function on one lane (DESIGN.md "Semantics"): signed ``a``, ``b`` of
-    ACC_WIDTH bits, 3-bit ``op`` → ACC_WIDTH-bit result expression.  MIN/MAX signed; ADD
-    (and MUL when ``cfg.ALU_MUL``) wrap; SHR shifts by the low LOG_ACC_WIDTH+1 bits of ``b``
-    as a signed amount (negative: left shift)."""
+def _shr(cfg: VTAConfig, a, b):
+    """SHR of signed ``a`` by the low LOG_ACC_WIDTH+1 bits of ``b`` read as a signed amount
+    (negative: left shift), ACC_WIDTH bits."""
     w = cfg.ACC_WIDTH
-    a = a.as_signed()
-    b = b.as_signed()
     sbits = cfg.LOG_ACC_WIDTH + 1
     s = b[:sbits].as_signed()
     right = (a >> s[:sbits - 1])[:w]
     neg = (-s)[:sbits]
     left = (a << neg)[:w]
-    shr = Mux(s[sbits - 1], left, right)
+    return Mux(s[sbits - 1], left, right)
+
+
+def req_clip(cfg: VTAConfig, x, imm):
+    """The clip of ALU REQ: signed ACC_WIDTH ``x`` clipped to ``[lo, hi]`` of the 16-bit
+    immediate ``imm`` (:func:`vtaforge.hw.isa.req_imm`: bit 6 lo = 0 else -128, bits
+    [15:8] hi signed) → ACC_WIDTH-bit expression."""
+    w = cfg.ACC_WIDTH
+    x = x.as_signed()
+    lo = Mux(imm[6], Const(0, signed(w)), Const(-128, signed(w)))
+    hi = imm[8:16].as_signed()
+    return Mux(x > hi, hi, Mux(x < lo, lo, x))[:w]
+
+
+def alu_lane(cfg: VTAConfig, op, a, b, imm=None, clip=True):
+    """The ALU function on one lane (DESIGN.md "Semantics"): signed ``a``, ``b`` of
+    ACC_WIDTH bits, 3-bit ``op`` → ACC_WIDTH-bit result expression.  MIN/MAX signed; ADD
+    (and MUL when ``cfg.ALU_MUL``) wrap; SHR shifts by the low LOG_ACC_WIDTH+1 bits of ``b``
+    as a signed amount (negative: left shift).  REQ (``cfg.ALU_REQUANT``; ``imm`` the
+    instruction's 16-bit immediate, ``b`` the tensor operand or 0): ``SHR(ADD(a, b),
+    imm[5:0])`` then :func:`req_clip` (``clip=False``: the unclipped value, which the
+    pipeline clips one stage later)."""
+    w = cfg.ACC_WIDTH
+    a = a.as_signed()
+    b = b.as_signed()
+    shr = _shr(cfg, a, b)
     res = Mux(op == AluOp.MIN, Mux(a < b, a, b),
           Mux(op == AluOp.MAX, Mux(a > b, a, b),
           Mux(op == AluOp.ADD, (a + b)[:w],
           shr if not cfg.ALU_MUL else Mux(op == AluOp.SHR, shr, (a * b)[:w]))))
+    if cfg.ALU_REQUANT:
+        req = _shr(cfg, (a + b)[:w].as_signed(), imm[:REQ_SHIFT_BITS].as_signed())
+        if clip:
+            req = req_clip(cfg, req, imm)
+        res = Mux(op == AluOp.REQ, req, res)
     return res[:w]
 
 
@@ -152,11 +178,12 @@ class AluLane(wiring.Component):
     def __init__(self, cfg: VTAConfig):
         self.cfg = cfg
         super().__init__({"op": In(3), "a": In(signed(cfg.ACC_WIDTH)),
-                          "b": In(signed(cfg.ACC_WIDTH)), "res": Out(signed(cfg.ACC_WIDTH))})
+                          "b": In(signed(cfg.ACC_WIDTH)), "imm": In(LIMITS.imm_bits),
+                          "res": Out(signed(cfg.ACC_WIDTH))})
 
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += self.res.eq(alu_lane(self.cfg, self.op, self.a, self.b))
+        m.d.comb += self.res.eq(alu_lane(self.cfg, self.op, self.a, self.b, self.imm))
         return m
 
 
@@ -429,10 +456,15 @@ class ComputeUnit(wiring.Component):
         b_elem = Signal(acc_bits)
         imm_ext = Signal(signed(AW))
         m.d.comb += imm_ext.eq(c_imm)
-        m.d.comb += b_elem.eq(Mux(c_imm_sel, Cat(*([imm_ext] * lanes)), src_reg))
+        if cfg.ALU_REQUANT:     # REQ's immediate is its parameters: with use_imm, b = 0
+            imm_lanes = Mux(c_op == AluOp.REQ, 0, Cat(*([imm_ext] * lanes)))
+        else:
+            imm_lanes = Cat(*([imm_ext] * lanes))
+        m.d.comb += b_elem.eq(Mux(c_imm_sel, imm_lanes, src_reg))
         for ln in range(lanes):
             m.d.sync += d_res.word_select(ln, AW).eq(
-                alu_lane(cfg, c_op, acc_in.word_select(ln, AW), b_elem.word_select(ln, AW)))
+                alu_lane(cfg, c_op, acc_in.word_select(ln, AW), b_elem.word_select(ln, AW),
+                         c_imm, clip=False))
         # GEMM products
         inp_e = self.inp_r_data
         wgt_e = self.wgt_r_data
@@ -497,8 +529,17 @@ class ComputeUnit(wiring.Component):
                     terms = nxt
                 lane = d_base.word_select(b * BO + o, AW).as_signed()
                 m.d.comb += gemm_res.word_select(b * BO + o, AW).eq((lane + terms[0])[:AW])
+        alu_res = d_res
+        if cfg.ALU_REQUANT:     # REQ: C shifted the sum, D clips it (two shorter paths)
+            d_req = Signal()
+            d_imm = Signal(LIMITS.imm_bits)
+            m.d.sync += [d_req.eq(c_alu & (c_op == AluOp.REQ)), d_imm.eq(c_imm)]
+            alu_res = Signal(acc_bits)
+            m.d.comb += alu_res.eq(Mux(d_req, Cat(*[req_clip(cfg, d_res.word_select(ln, AW),
+                                                             d_imm) for ln in range(lanes)]),
+                                       d_res))
         result = Signal(acc_bits)
-        m.d.comb += result.eq(Mux(d_reset, 0, Mux(d_alu, d_res, gemm_res)))
+        m.d.comb += result.eq(Mux(d_reset, 0, Mux(d_alu, alu_res, gemm_res)))
         m.d.comb += [
             acc_mem.w_en.eq(Mux(ld_acc_en, 1, d_valid)),
             acc_mem.w_addr.eq(Mux(ld_acc_en, ld.w_addr, d_dst)),
