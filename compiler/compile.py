@@ -18,6 +18,12 @@ Host layout steps: a conv lowered over an im2col'd input (few input channels, se
 :func:`~.lower_conv.lower_conv`) has its patch tensor built by the executor on the host;
 its placement reason and the placement report say "im2col on host".
 
+Row bands (``row_bands=True``, default): a ``qconv2d`` whose only activation input the host
+packs (an im2col conv, or a 1x1 stride-1 unpadded conv fed by a CPU step or a graph input)
+also gets :class:`~vtaforge.runtime.artifact.RowBands` variants
+(:func:`~.lower_conv.lower_conv_bands`, ``Step.bands``): the executor runs it a band of
+output rows at a time when a memory budget is below its whole working set.
+
 A VTA node whose lowering fails is not dropped silently: the error propagates
 (:class:`CompileError`), unless ``fallback=True``, in which case the node runs on the CPU
 and its placement reason says why.
@@ -37,7 +43,7 @@ from .ir import Graph
 from .partition import Partition, partition
 from .quantize import QuantConfig, quantize
 from .onnx_frontend import import_onnx
-from .lower_conv import lower_conv, lower_dense
+from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
 
 __all__ = ["compile_model", "lower_graph", "lower_node"]
@@ -123,11 +129,30 @@ def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
     return d.lower(cfg, graph, node, uid)
 
 
+def _bands(cfg: VTAConfig, graph: Graph, node, lo, uid: str, vta_y: dict) -> list:
+    """The row-band variants of a VTA-placed ``qconv2d`` whose input the host packs (its
+    producer is not a VTA step with the same packed layout), else ``[]``."""
+    if node.op != "qconv2d" or vta_y.get(node.inputs[0]) == lo.layouts.get("x"):
+        return []
+    if lo.layouts["x"].pre_pad != (0, 0, 0, 0):
+        return []
+    x, w, b = node.inputs
+    chw, wt = _chw(graph, x), graph.constants[w]
+    if not bandable(cfg, chw, wt.shape, node.attrs):
+        return []
+    try:
+        return lower_conv_bands(cfg, uid, chw, wt, graph.constants[b], node.attrs)
+    except CompileError:        # optional: the step still runs whole
+        return []
+
+
 def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
-                name: str | None = None) -> CompiledModel:
-    """Back half: lower a quantized, partitioned graph to a :class:`CompiledModel`."""
+                name: str | None = None, row_bands: bool = True) -> CompiledModel:
+    """Back half: lower a quantized, partitioned graph to a :class:`CompiledModel`
+    (``row_bands``: add row-band variants, see the module docstring)."""
     cfg = part.config
     steps, consts = [], {}
+    vta_y: dict = {}                    # tensor -> packed layout of the VTA step writing it
     host_notes: list[str] = []
     for node in graph.nodes:
         pl = part.placements[node.name]
@@ -154,8 +179,12 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
                         f"per pixel instead of {-(-c // cfg.BLOCK_IN) * ic[0] * ic[1]})")
                 reason = f"{reason}; {note}"
                 host_notes.append(f"  host layout step before VTA '{node.name}': {note}")
+            bands = (_bands(cfg, graph, node, lo, f"{graph.name}/{node.name}", vta_y)
+                     if row_bands else [])
             steps.append(Step(node.name, node.op, "vta", list(node.inputs), list(node.outputs),
-                              dict(node.attrs), [], slots, lo.layouts, lo.trace, reason))
+                              dict(node.attrs), [], slots, lo.layouts, lo.trace, reason,
+                              bands))
+            vta_y[node.outputs[0]] = lo.layouts["y"]
         else:
             cs = [i for i in node.inputs if i in graph.constants]
             for c in cs:
@@ -177,8 +206,8 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
 
 
 def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig | None = None,
-                  fallback: bool = False, calib_label: str = "calibration data"
-                  ) -> CompiledModel:
+                  fallback: bool = False, calib_label: str = "calibration data",
+                  row_bands: bool = True) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for a VTA config.
 
     Args:
@@ -187,6 +216,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL)``
             (exact non-power-of-two QDQ scales where the core has ALU MUL, nearest powers of
             two otherwise).
+        row_bands: give convs with a host-packed input row-band variants (see the module
+            docstring; they let a memory budget go below such a step's working set).
     Returns:
         The :class:`CompiledModel`; its attributes ``qgraph`` (quantized graph) and
         ``partition`` are set for in-process use (not saved in artifacts).
@@ -236,7 +267,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         qc = replace(qc, batch_size=b0)
     q = quantize(fg, calib, qc)
     part = partition(q, cfg)
-    cm = lower_graph(q, part, fallback=fallback)
+    cm = lower_graph(q, part, fallback=fallback, row_bands=row_bands)
     cm.qgraph = q
     cm.partition = part
     return cm

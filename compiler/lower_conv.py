@@ -43,14 +43,14 @@ import numpy as np
 
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS, Module
-from ..runtime.artifact import SlotLayout, TraceBuilder
+from ..runtime.artifact import RowBands, SlotLayout, TraceBuilder
 from .errors import CompileError
 from .lower_common import LoweredOp, emit_kernel, plan_for, requant_alu
 from .pack import ceil_div, pack_bias, pack_weights
 from .tiling import conv_tiling
 
 __all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel", "requant_alu", "plan_for",
-           "use_im2col"]
+           "use_im2col", "lower_conv_bands", "band_rows", "bandable"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
@@ -126,7 +126,8 @@ def window_geometry(uid: str, in_chw: tuple[int, int, int], out_c: int,
 
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
                attrs: dict, *, pre_pad: bool | None = None,
-               im2col: bool | None = None, bias_load: bool = False) -> LoweredOp:
+               im2col: bool | None = None, bias_load: bool = False,
+               out_rows: int | None = None) -> LoweredOp:
     """Lower one ``qconv2d`` (one batch block) to a :class:`LoweredOp`.
 
     Args:
@@ -149,9 +150,15 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             the compute unit waits for its own loads, against 2 micro-op cycles for reset +
             ADD (pynq rtl: C4 60,774 -> 132,407 cycles, C5 507,797 -> 580,448, C10 54,561 ->
             73,317).  Default off; kept for cores with a wider bus or a broadcast load.
+        out_rows: the height (rows) of the destination's channel planes, ``>=`` this conv's
+            output height ``Ho`` (default ``Ho``): the program stores its ``Ho`` rows at the
+            top of planes of ``out_rows`` rows (the ``y`` slot and its batch-block
+            relocation are of that taller tensor), so a row band's program writes into the
+            full output once its ``y`` slot is pointed at the band's first row
+            (:func:`lower_conv_bands`).
     Raises:
         CompileError: ``mult != 1`` without ``ALU_MUL`` or without an overflow-free
-            sequence, pads > 15, no tile fits.
+            sequence, pads > 15, no tile fits, ``out_rows < Ho``.
     """
     k_red = int(np.prod(w.shape[1:]))
     plan = plan_for(cfg, uid, attrs, k_red * 128 * 128 + int(np.abs(
@@ -172,7 +179,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         wo = (wd + pl + pr - kw) // sw + 1
         a1 = dict(attrs, kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), groups=1)
         lo = lower_conv(cfg, uid, (k, ho, wo), np.ascontiguousarray(w.reshape(o, k, 1, 1)),
-                        bias, a1, pre_pad=False, im2col=False, bias_load=bias_load)
+                        bias, a1, pre_pad=False, im2col=False, bias_load=bias_load,
+                        out_rows=out_rows)
         xl = SlotLayout((c, h, wd), B, BI, im2col=(kh, kw, sh, sw, pt, pl, pb, pr))
         assert xl.block_bytes == lo.layouts["x"].block_bytes
         lo.layouts["x"] = xl
@@ -184,6 +192,11 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     geo = window_geometry(uid, (c, h, wd), o, (kh, kw), (sh, sw), (pt, pl, pb, pr), B, BI, BO,
                           pre_pad)
     xl, yl, ho, wo, pre_pad = geo.xl, geo.yl, geo.ho, geo.wo, geo.pre_pad
+    hpl = ho if out_rows is None else int(out_rows)
+    if hpl < ho:
+        raise CompileError(f"{uid}: out_rows {hpl} is below the output height {ho}")
+    if hpl != ho:
+        yl = SlotLayout((o, hpl, wo), B, BO)
     pt, pl, pb, pr = geo.pads
     hp, wp = xl.hw
     wpk = pack_weights(w, groups, BO, BI)
@@ -231,7 +244,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         if ry1 <= ry0 or rx1 <= rx0:
             if not pre_pad:
                 return lower_conv(cfg, uid, in_chw, w, bias, attrs, pre_pad=True, im2col=False,
-                                  bias_load=bias_load)
+                                  bias_load=bias_load, out_rows=out_rows)
             raise CompileError(f"{uid}: empty input window")  # pragma: no cover
         padv = (ry0 - iy0, iy0 + rows - ry1, rx0 - ix0, ix0 + cols - rx1)
         for r, (i0, i1) in enumerate(reds):
@@ -305,11 +318,11 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         tb.dep_pop(C, S)
         if tw == wo:
             for ob in range(ob0, ob1):
-                tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * ho + y0) * wo, 1,
+                tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * hpl + y0) * wo, 1,
                             th * wo, th * wo)
         else:
             for ob in range(ob0, ob1):
-                tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * ho + y0) * wo + x0,
+                tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * hpl + y0) * wo + x0,
                             th, tw, wo)
         tb.dep_push(S, C)
     for _ in range(min(s, nvt)):
@@ -327,6 +340,95 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     rnd = int(attrs["round"]) if plan is None else plan.pre_add
     consts = {"w": wpk.data, "b": pack_bias(bias, rnd, B, BO)}
     return LoweredOp(tr, consts, {"x": xl, "y": yl})
+
+
+def bandable(cfg: VTAConfig, in_chw: tuple, w_shape: tuple, attrs: dict) -> bool:
+    """Whether a conv can run in output row bands that each need only their own rows of
+    the host-packed input (:func:`lower_conv_bands`): an im2col conv (:func:`use_im2col`;
+    a band's patch rows are built alone) or a 1x1 conv with stride 1 and no padding (a
+    band reads the same rows of the input), with at least 2 output rows.  Convs with a
+    window halo are not banded."""
+    c, h, _ = in_chw
+    o, cg, kh, kw = w_shape
+    groups = int(attrs.get("groups", 1))
+    if use_im2col(cfg, c, groups, kh, kw):
+        sh = attrs["strides"][0]
+        pt, _, pb, _ = attrs["pads"]
+        return (h + pt + pb - kh) // sh + 1 >= 2
+    return ((kh, kw) == (1, 1) and tuple(attrs["strides"]) == (1, 1)
+            and tuple(attrs["pads"]) == (0, 0, 0, 0) and h >= 2)
+
+
+def band_rows(height: int) -> list[int]:
+    """Band heights offered for an output of ``height`` rows: ``ceil(height / 2**k)`` for
+    ``k = 1, 2, ...`` down to 1 row, distinct, largest (fewest bands) first."""
+    out: list[int] = []
+    k = 2
+    while True:
+        r = -(-height // k)
+        if r < height and r not in out:
+            out.append(r)
+        if r == 1:
+            return out
+        k *= 2
+
+
+def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
+                     bias: np.ndarray, attrs: dict, rows: list[int] | None = None
+                     ) -> list[RowBands]:
+    """Row-band variants of a :func:`bandable` conv (:class:`~.artifact.RowBands`).
+
+    A band of ``r`` output rows is the same conv lowered as a 1x1 conv over ``r`` rows of
+    its (im2col'd) input, ``[K, r, Wo]`` (``K = C*kh*kw``, or ``C`` for a 1x1 conv), with
+    ``out_rows = Ho`` so it stores into the full ``[O, Ho, Wo]`` output; its packed
+    constants are those of :func:`lower_conv` of the whole conv (the same reshaped
+    weights and bias).  Trace statistics per band: ``gemm_uops_ideal`` of the band's MACs
+    and ``min_dram_bytes`` of the input rows it reads (raw input rows for im2col),
+    weights, bias and its output rows.
+
+    Args:
+        in_chw, w, bias, attrs: as for :func:`lower_conv`.
+        rows: band heights (default :func:`band_rows` of ``Ho``), each ``1 <= r < Ho``.
+    Returns:
+        One :class:`RowBands` per height, in the order given.
+    Raises:
+        CompileError: the conv is not :func:`bandable`, a height out of range, or the
+            band's lowering fails.
+    """
+    c, h, wd = in_chw
+    o, cg, kh, kw = w.shape
+    if not bandable(cfg, in_chw, w.shape, attrs):
+        raise CompileError(f"{uid}: only im2col convs and 1x1 stride-1 unpadded convs run "
+                           f"in row bands")
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["pads"]
+    ho = (h + pt + pb - kh) // sh + 1
+    wo = (wd + pl + pr - kw) // sw + 1
+    groups = int(attrs.get("groups", 1))
+    k = c * kh * kw if kh * kw > 1 else c          # channels of the 1x1 conv's input
+    w1 = np.ascontiguousarray(w.reshape(o, cg * kh * kw, 1, 1))
+    a1 = dict(attrs, kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
+              groups=1 if kh * kw > 1 else groups)
+    B = cfg.BATCH
+    out = []
+    for r in (band_rows(ho) if rows is None else rows):
+        r = int(r)
+        if not 1 <= r < ho:
+            raise CompileError(f"{uid}: band of {r} rows is not within 1 .. {ho - 1}")
+        traces = {}
+        for n in dict.fromkeys((r, ho % r)):
+            if n == 0:
+                continue
+            lo = lower_conv(cfg, f"{uid}@rows{r}x{n}", (k, n, wo), w1, bias, a1,
+                            pre_pad=False, im2col=False, out_rows=ho)
+            st = lo.trace.stats
+            in_rows = min(h, (n - 1) * sh + kh) if kh * kw > 1 else n
+            st["band"] = [r, n]
+            st["gemm_uops_ideal"] = -(-o * cg * kh * kw * n * wo * B // cfg.macs_per_cycle)
+            st["min_dram_bytes"] = int(B * c * in_rows * wd + w.size + 4 * o + B * o * n * wo)
+            traces[n] = lo.trace
+        out.append(RowBands(r, traces[r], traces.get(ho % r)))
+    return out
 
 
 def lower_dense(cfg: VTAConfig, uid: str, k: int, w: np.ndarray, bias: np.ndarray,

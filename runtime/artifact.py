@@ -19,8 +19,8 @@ Artifact (``.vtapkg``)
 ======================
 A ``numpy.savez`` zip archive (no pickle):
 
-- ``manifest``: a JSON string: ``format`` (``"vtapkg"``), ``version`` (3,
-  :data:`FORMAT_VERSION`; any other version is refused), ``requires`` (``{"onnxruntime":
+- ``manifest``: a JSON string: ``format`` (``"vtapkg"``), ``version`` (4,
+  :data:`FORMAT_VERSION`; 3 is read too, any other version is refused), ``requires`` (``{"onnxruntime":
   [ONNX op types]}`` when CPU steps need onnxruntime; a runtime without it refuses the
   artifact up front, naming the ops), ``arrays`` (dtype, shape and sha256 of every array:
   a constant edited, truncated or of another dtype is refused before anything runs),
@@ -50,15 +50,20 @@ from .device import DeviceError
 from .npz import atomic_open, open_npz, read_npz
 
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
-           "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
+           "RowBands", "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Version history: 1 -- tensor types ``(dtype, shape, exp)`` with a float ``log2(scale)``
 in the exponent slot for non-power-of-two scales; 2 -- tensor types ``(dtype, shape, exp,
 scale)`` with an explicit float real scale, slot layouts may carry ``im2col``; 3 -- CPU
 steps may be real-valued IR ops or ``onnx`` nodes kept as is (several outputs, any dtype),
-and the manifest lists the CPU backends the model needs (``requires``).  Older versions are
-refused (recompile the model)."""
+and the manifest lists the CPU backends the model needs (``requires``); 4 -- a VTA step may
+carry row-band variants (``bands``: :class:`RowBands`, for memory budgets below its working
+set).  Version 3 is still read (no bands); older versions are refused (recompile the
+model)."""
+
+#: versions :func:`load_artifact` reads
+READ_VERSIONS = (3, 4)
 
 
 class ArtifactError(DeviceError):
@@ -146,6 +151,35 @@ class SlotLayout:
             kh, kw, sh, sw, pt, pl, pb, pr = self.im2col
             x = im2col(x, (kh, kw), (sh, sw), (pt, pl, pb, pr))
         return pack_act(x, self.batch, self.cblk, self.pre_pad)
+
+    def rows_block_bytes(self, n_rows: int) -> int:
+        """Bytes of one batch block of ``n_rows`` rows of the packed tensor (a row band,
+        :meth:`pack_rows`): ``cb * n_rows * W * batch * cblk``."""
+        return self.cb * int(n_rows) * self.hw[1] * self.batch * self.cblk
+
+    def pack_rows(self, x: np.ndarray, r0: int, r1: int) -> np.ndarray:
+        """Rows ``[r0, r1)`` of the packed tensor alone, packed as a tensor of ``r1 - r0``
+        rows (``[ceil(N/batch), cb, r1 - r0, W, batch, cblk]``): of the patch tensor for an
+        im2col slot (only those patch rows are built), else of the logical tensor.
+
+        Raises:
+            ArtifactError: a pre-padded layout (its rows are not the tensor's), or rows
+                not a non-empty range of the packed rows.
+        """
+        from .cpu_ops import im2col, pack_act
+
+        h = self.packed_chw[1]
+        if self.pre_pad != (0, 0, 0, 0) or not 0 <= r0 < r1 <= h:
+            raise ArtifactError(f"slot layout {self.to_json()}: rows [{r0}, {r1}) are not a "
+                                f"row band of its {h} rows (or it is pre-padded)")
+        if x.ndim == 2:
+            x = x[:, :, None, None]
+        if self.im2col is not None:
+            kh, kw, sh, sw, pt, pl, pb, pr = self.im2col
+            x = im2col(x, (kh, kw), (sh, sw), (pt, pl, pb, pr), rows=(r0, r1))
+        else:
+            x = x[:, :, r0:r1]
+        return pack_act(x, self.batch, self.cblk)
 
     def to_json(self) -> list:
         """``[shape, batch, cblk, pre_pad, im2col or None]`` (the artifact manifest form)."""
@@ -416,6 +450,69 @@ def replay(builder, trace: Trace, buffers: dict, n_blocks: int) -> None:
 
 
 @dataclass
+class RowBands:
+    """A row-band variant of a VTA conv step: the same conv computed ``rows`` output rows
+    at a time, so that only one band of its host-packed input (``x``) is in device memory
+    at once (a memory budget below the step's working set).
+
+    Each band's program stores into the step's full output tensor: its trace is the conv
+    lowered for a band's shape with the output's full plane height, and the executor
+    points its ``y`` slot ``r0 * W`` OUT elements into the output for the band of rows
+    ``[r0, r1)``; its ``x`` slot holds that band alone (:meth:`SlotLayout.pack_rows` of the
+    step's ``x`` layout).  Results are identical to the whole step (the same integer sums
+    per output element).
+
+    Attributes:
+        rows: output rows of every band but the last (``>= 1``).
+        trace: the program of a band of ``rows`` rows (one batch block).
+        tail: the program of the last band (``H % rows`` rows), or ``None`` when ``rows``
+            divides the output height ``H``.
+    """
+
+    rows: int
+    trace: Trace
+    tail: Trace | None = None
+
+    def spans(self, height: int) -> list[tuple[int, int]]:
+        """The bands ``[(r0, r1), ...]`` of an output of ``height`` rows."""
+        return [(r0, min(height, r0 + self.rows)) for r0 in range(0, height, self.rows)]
+
+    def trace_of(self, n_rows: int) -> Trace:
+        """The program of a band of ``n_rows`` rows (``rows`` or the tail's)."""
+        return self.trace if n_rows == self.rows or self.tail is None else self.tail
+
+    def bounds(self, cfg: VTAConfig, height: int, blocks: int = 1) -> int:
+        """Estimated core cycles of every band over ``blocks`` batch blocks: the sum over
+        bands of ``max(compute, memory)`` (:meth:`Step.bounds` of each band program)."""
+        bus = cfg.BUS_WIDTH // 8
+        tot = 0
+        for r0, r1 in self.spans(height):
+            st = self.trace_of(r1 - r0).stats
+            comp = int(st.get("gemm_uops_ideal", 0)) * blocks
+            mem = -(-int(st.get("min_dram_bytes", 0)) * blocks // bus)
+            tot += max(comp, mem, 1)
+        return tot
+
+    def to_json(self) -> dict:
+        return {"rows": self.rows, "trace": self.trace.to_json(),
+                "tail": None if self.tail is None else self.tail.to_json()}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = self.trace.arrays()
+        if self.tail is not None:
+            out.update(self.tail.arrays())
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict, arrays) -> "RowBands":
+        rows = int(d["rows"])
+        if rows < 1:
+            raise ArtifactError(f"row bands of {rows} rows")
+        return cls(rows, Trace.from_json(d["trace"], arrays),
+                   None if d.get("tail") is None else Trace.from_json(d["tail"], arrays))
+
+
+@dataclass
 class Step:
     """One operator of a compiled model, in execution order.
 
@@ -425,7 +522,9 @@ class Step:
         consts: constant tensor names the step reads (CPU steps: in logical layout);
         slots: VTA steps: ``slot -> tensor name`` for activation slots and
         ``slot -> constant name`` for packed constants; layouts: ``slot ->``
-        :class:`SlotLayout` of activation slots; trace: the VTA :class:`Trace`.
+        :class:`SlotLayout` of activation slots; trace: the VTA :class:`Trace`;
+        bands: :class:`RowBands` variants of a VTA conv whose only activation input is
+        host-packed, fewest bands first (empty: none).
     """
 
     name: str
@@ -439,6 +538,7 @@ class Step:
     layouts: dict = field(default_factory=dict)
     trace: Trace | None = None
     reason: str = ""
+    bands: list = field(default_factory=list)
 
     def bounds(self, cfg: VTAConfig, blocks: int = 1) -> tuple[int, int]:
         """``(compute, memory)`` lower bounds in core cycles of this VTA step over ``blocks``
@@ -530,7 +630,8 @@ class CompiledModel:
                           "consts": s.consts, "slots": s.slots,
                           "layouts": {k: v.to_json() for k, v in s.layouts.items()},
                           "trace": s.trace.to_json() if s.trace else None,
-                          "reason": s.reason})
+                          "reason": s.reason,
+                          **({"bands": [b.to_json() for b in s.bands]} if s.bands else {})})
         return {"name": self.name, "inputs": self.inputs, "outputs": self.outputs,
                 "types": {k: [t[0], list(t[1]), t[2], t[3]] for k, t in self.types.items()},
                 "steps": steps, "meta": _jsonable(self.meta)}
@@ -559,6 +660,8 @@ def save_artifact(model: CompiledModel, path: str | Path) -> None:
     for s in model.steps:
         if s.trace is not None:
             arrays.update(s.trace.arrays())
+        for b in s.bands:
+            arrays.update(b.arrays())
     manifest = {"format": "vtapkg", "version": FORMAT_VERSION, "requires": model.requires(),
                 "config": model.config.to_dict(), "fingerprint": model.config.fingerprint,
                 "arrays": {k: _array_record(v) for k, v in arrays.items()},
@@ -592,12 +695,12 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
             raise ArtifactError(f"artifact {p!r}: unknown format "
                                 f"{man.get('format') if isinstance(man, dict) else man!r} (expected vtapkg)")
         ver = man.get("version")
-        if ver != FORMAT_VERSION:
+        if ver not in READ_VERSIONS:
             why = ("an older vtaforge wrote it; " if isinstance(ver, int) and ver < FORMAT_VERSION
                    else "")
             raise ArtifactError(f"artifact {p!r} has vtapkg format version {ver!r}, this "
-                                f"runtime reads version {FORMAT_VERSION} only ({why}recompile "
-                                f"the model)")
+                                f"runtime reads version {FORMAT_VERSION} (and 3) only "
+                                f"({why}recompile the model)")
         try:
             cfg = VTAConfig.from_dict(dict(man["config"]))
             fp = man["fingerprint"]
@@ -674,7 +777,8 @@ def _model_from_json(cfg: VTAConfig, m: dict, arrays: dict) -> CompiledModel:
                           s["consts"], s["slots"],
                           {k: SlotLayout.from_json(v) for k, v in s["layouts"].items()},
                           Trace.from_json(s["trace"], arrays) if s["trace"] else None,
-                          s.get("reason", "")))
+                          s.get("reason", ""),
+                          [RowBands.from_json(b, arrays) for b in s.get("bands", [])]))
     try:
         types = {k: (t[0], tuple(t[1]), t[2], None if t[3] is None else float(t[3]))
                  for k, t in m["types"].items()}

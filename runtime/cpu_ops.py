@@ -37,21 +37,35 @@ def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0)) -> np.n
     return np.ascontiguousarray(buf.transpose(0, 2, 4, 5, 1, 3))
 
 
-def im2col(x: np.ndarray, kernel, strides, pads) -> np.ndarray:
+def im2col(x: np.ndarray, kernel, strides, pads, rows: tuple[int, int] | None = None
+           ) -> np.ndarray:
     """Patch tensor of a convolution input (host-side data movement, no arithmetic).
 
     Args:
         x: int8 ``[N, C, H, W]``; kernel ``(kh, kw)``; strides ``(sh, sw)``; pads
             ``(top, left, bottom, right)`` (zero padding).
+        rows: ``(r0, r1)``: only output rows ``r0 <= oy < r1`` (a row band; only the
+            input rows they read are windowed).  Default: every output row.
     Returns:
-        int8 ``[N, C*kh*kw, Ho, Wo]`` with channel ``(c*kh + i)*kw + j`` at ``(oy, ox)``
-        equal to the zero-padded ``x[:, c, oy*sh + i - top, ox*sw + j - left]``, so that a
-        conv with weights ``w[O, C, kh, kw]`` equals the 1x1 conv of this tensor with
+        int8 ``[N, C*kh*kw, Ho, Wo]`` (``Ho = r1 - r0`` with ``rows``) with channel
+        ``(c*kh + i)*kw + j`` at ``(oy, ox)`` equal to the zero-padded
+        ``x[:, c, (r0 + oy)*sh + i - top, ox*sw + j - left]``, so that a conv with weights
+        ``w[O, C, kh, kw]`` equals the 1x1 conv of this tensor with
         ``w.reshape(O, C*kh*kw, 1, 1)``.
+    Raises:
+        ValueError: ``rows`` not within ``[0, Ho]`` or empty.
     """
     n, c = x.shape[:2]
     kh, kw = kernel
-    xw = _win(_pad(x, pads, 0), (kh, kw), strides)          # n c ho wo kh kw
+    xp = _pad(x, pads, 0)
+    if rows is not None:
+        ho = (xp.shape[2] - kh) // strides[0] + 1
+        r0, r1 = (int(v) for v in rows)
+        if not 0 <= r0 < r1 <= ho:
+            raise ValueError(f"im2col rows {tuple(rows)} are not a band of the {ho} output "
+                             f"rows")
+        xp = xp[:, :, r0 * strides[0]:(r1 - 1) * strides[0] + kh]
+    xw = _win(xp, (kh, kw), strides)                         # n c ho wo kh kw
     ho, wo = xw.shape[2:4]
     return np.ascontiguousarray(xw.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c * kh * kw, ho, wo)
 

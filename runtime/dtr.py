@@ -35,6 +35,13 @@ The policy (:func:`plan`):
   output) is read back right after its first computation; the host copy lives for the
   run (host memory is not counted), so the device copy is needed only by device readers.
 - A tensor no later step reads on the device is freed (liveness).
+- Row bands: a step with row-band variants (``Node.bands``: a conv whose host-packed input
+  is packed and run one band of output rows at a time, :class:`~.artifact.RowBands`)
+  needs only its output plus one band of that input.  It runs whole when that fits
+  without evicting anything; else with the fewest bands that fit without eviction; else
+  with the fewest bands whose working set fits beside its locked inputs (evicting as
+  above).  A banded run costs the sum of its bands' estimates (each band reloads the
+  weights).
 
 Accounting: every device buffer counts ``align``-rounded bytes; the live sum never
 exceeds the budget (checked again on the finished schedule).  The arena placement
@@ -109,6 +116,9 @@ class Node:
             host (a CPU step, or a repacking device step).
         cost: estimated cycles of one execution (the recomputation cost).
         output: the output is a graph output (read back to the host).
+        bands: row-band variants, fewest bands first: ``(rows, n_bands, staged, cost)``
+            each (band height in output rows, number of bands, the host-packed input
+            buffers of one band replacing ``staged``, estimated cycles of every band).
     """
 
     name: str
@@ -119,6 +129,12 @@ class Node:
     host_inputs: tuple = ()
     cost: int = 0
     output: bool = False
+    bands: tuple = ()
+
+    def variants(self) -> list[tuple]:
+        """``(rows, n_bands, staged, cost)`` of the whole step (``rows`` 0) then of each
+        row-band variant."""
+        return [(0, 1, self.staged, self.cost)] + list(self.bands)
 
 
 @dataclass(frozen=True)
@@ -130,13 +146,16 @@ class Action:
     tensor to the host), ``"evict"`` (drop a tensor that a later step still needs),
     ``"free"`` (drop a tensor nothing needs any more).  ``step``: the step index.
     ``offsets`` / ``sizes``: for run/recompute of a device step, ``slot ->`` arena byte
-    offset / ``align``-rounded bytes of the output (``"y"``) and of each host-packed input.
+    offset / ``align``-rounded bytes of the output (``"y"``) and of each host-packed input
+    (of one band when banded).  ``rows``: 0, or the band height of a run in row bands
+    (:attr:`Node.bands`).
     """
 
     kind: str
     step: int
     offsets: dict = field(default_factory=dict)
     sizes: dict = field(default_factory=dict)
+    rows: int = 0
 
 
 @dataclass
@@ -159,6 +178,8 @@ class Schedule:
             ``budget`` when the arena placement needed room for fragmentation).
         heuristic: the eviction rule of the kept schedule; keep_dead: whether dead tensors
             that may serve a recomputation were kept until memory was needed.
+        bands: ``step index -> bands`` of the steps run in row bands (the most bands of
+            any of its runs); banded_runs: runs and recomputes done in row bands.
     """
 
     budget: int
@@ -175,6 +196,8 @@ class Schedule:
     budget_used: int
     heuristic: str = "dtr"
     keep_dead: bool = False
+    bands: dict = field(default_factory=dict)
+    banded_runs: int = 0
 
     @property
     def overhead(self) -> float:
@@ -193,16 +216,11 @@ def _round(n: int, align: int) -> int:
 
 def min_budget(nodes: list[Node], align: int = 1) -> int:
     """The smallest device working set any evaluation order needs, in bytes: the largest,
-    over device steps, of its distinct device inputs + host-packed inputs + output (each
-    rounded up to ``align``).  0 when no step runs on the device."""
-    best = 0
-    for nd in nodes:
-        if not nd.device:
-            continue
-        ws = _round(nd.out_bytes, align) + sum(_round(b, align) for _, b in nd.staged)
-        ws += sum(_round(nodes[j].out_bytes, align) for j in set(nd.dev_inputs))
-        best = max(best, ws)
-    return best
+    over device steps, of its distinct device inputs + host-packed inputs (of one band,
+    for its variant in the most row bands) + output (each rounded up to ``align``).  0
+    when no step runs on the device."""
+    return max((_ws(nodes, i, align)[0] for i, nd in enumerate(nodes) if nd.device),
+               default=0)
 
 
 class _Infeasible(Exception):
@@ -243,6 +261,8 @@ class _Sim:
         self.evictions = 0
         self.recomputed: dict[int, int] = {}
         self.cost = 0
+        self.bands: dict[int, int] = {}
+        self.banded_runs = 0
 
     # ---- liveness
     def alive(self, j: int) -> bool:
@@ -320,6 +340,24 @@ class _Sim:
         """The victim: the smallest h (ties: the lowest step index)."""
         return min(pool, key=lambda t: (self.score(t), t))
 
+    def variant(self, i: int) -> tuple:
+        """How step ``i`` runs (its inputs locked): whole when that fits without eviction;
+        else in the fewest row bands that fit without eviction; else in the fewest that
+        fit beside the locked tensors (see the module docstring)."""
+        vs = self.nodes[i].variants()
+        if self.budget is None or len(vs) == 1:
+            return vs[0]
+        needs = [self.size[i] + sum(_round(b, self.align) for _, b in v[2]) for v in vs]
+        for v, need in zip(vs, needs):
+            if self.live + need <= self.budget:
+                return v
+        locked = sum(self.size[t] for t in range(len(self.nodes))
+                     if self.resident[t] and self.lock[t])
+        for v, need in zip(vs, needs):
+            if locked + need <= self.budget:
+                return v
+        return vs[needs.index(min(needs))]
+
     # ---- execution
     def materialize(self, i: int, kind: str, depth: int = 0) -> None:
         nd = self.nodes[i]
@@ -343,20 +381,25 @@ class _Sim:
                 self.soft[p] -= 1
         for p in ins:
             self.lock[p] += 1
-        staged = [(s, _round(b, self.align)) for s, b in nd.staged]
+        rows, nb, staged, cost = self.variant(i)
+        staged = [(s, _round(b, self.align)) for s, b in staged]
         need = self.size[i] + sum(b for _, b in staged)
         self.make_room(need)
         self.clock += 1
         self.live += need
         self.peak = max(self.peak, self.live)
-        self.actions.append(Action(kind, i, sizes={"y": self.size[i], **dict(staged)}))
+        self.actions.append(Action(kind, i, sizes={"y": self.size[i], **dict(staged)},
+                                   rows=rows))
         self.live -= sum(b for _, b in staged)
         for p in ins:
             self.lock[p] -= 1
             self.last[p] = self.clock
         self.resident[i] = True
         self.last[i] = self.clock
-        self.cost += nd.cost
+        self.cost += cost
+        if rows:
+            self.bands[i] = max(self.bands.get(i, 0), nb)
+            self.banded_runs += 1
         if kind == "recompute":
             self.recomputed[i] = self.recomputed.get(i, 0) + 1
 
@@ -510,7 +553,8 @@ def _place(actions: list[Action], align: int) -> tuple[list[Action], int]:
     out = list(actions)
     for q, (_, _, _, k, slot) in enumerate(allocs):
         a = out[k]
-        out[k] = Action(a.kind, a.step, dict(a.offsets, **{slot: offs[q]}), a.sizes)
+        out[k] = Action(a.kind, a.step, dict(a.offsets, **{slot: offs[q]}), a.sizes,
+                        a.rows)
     return out, top
 
 
@@ -574,9 +618,11 @@ def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "au
     lo = min_budget(nodes, align)
     if budget < lo:
         worst = max((i for i, nd in enumerate(nodes) if nd.device),
-                    key=lambda i: _ws(nodes, i, align))
+                    key=lambda i: _ws(nodes, i, align)[0])
+        _, rows, nb = _ws(nodes, worst, align)
+        how = f" in {nb} row bands of {rows} rows" if rows else ""
         raise BudgetError(f"memory budget {budget} bytes is below the {lo} bytes that step "
-                          f"{nodes[worst].name!r} alone needs (its device inputs, "
+                          f"{nodes[worst].name!r} alone needs{how} (its device inputs, "
                           f"host-packed inputs and output); no evaluation order fits")
     free = _Sim(nodes, None, align, "local")
     free.run()
@@ -600,13 +646,19 @@ def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "au
                     min_bytes=lo, free_peak_bytes=free.peak, evictions=sim.evictions,
                     recomputes=sum(sim.recomputed.values()), recomputed=dict(sim.recomputed),
                     cost=sim.cost, base_cost=base_cost, budget_used=b,
-                    heuristic=sim.heuristic, keep_dead=sim.keep_dead)
+                    heuristic=sim.heuristic, keep_dead=sim.keep_dead, bands=dict(sim.bands),
+                    banded_runs=sim.banded_runs)
 
 
-def _ws(nodes: list[Node], i: int, align: int) -> int:
+def _ws(nodes: list[Node], i: int, align: int) -> tuple[int, int, int]:
+    """``(bytes, rows, bands)``: the smallest working set of step ``i`` over its variants
+    (device inputs + host-packed inputs + output) and the variant's band height and count
+    (``0, 1``: whole)."""
     nd = nodes[i]
-    return (_round(nd.out_bytes, align) + sum(_round(b, align) for _, b in nd.staged)
-            + sum(_round(nodes[j].out_bytes, align) for j in set(nd.dev_inputs)))
+    dev = _round(nd.out_bytes, align) + sum(_round(nodes[j].out_bytes, align)
+                                            for j in set(nd.dev_inputs))
+    return min((dev + sum(_round(b, align) for _, b in v[2]), v[0], v[1])
+               for v in nd.variants())
 
 
 def nodes_from_model(model, nblk: int) -> list[Node]:
@@ -615,7 +667,10 @@ def nodes_from_model(model, nblk: int) -> list[Node]:
     A VTA step reads a VTA producer's output in device memory when the packed layouts
     agree (as :func:`~.executor.plan_memory` and the executor decide); otherwise the host
     packs that input (``staged``).  Cost: ``max(compute, memory)`` of
-    :meth:`~.artifact.Step.bounds` (core cycles over ``nblk`` blocks), at least 1.
+    :meth:`~.artifact.Step.bounds` (core cycles over ``nblk`` blocks), at least 1.  A step
+    with :attr:`~.artifact.Step.bands` whose ``x`` input the host packs gets one
+    :attr:`Node.bands` entry per variant (one band's ``x`` bytes,
+    :meth:`~.artifact.RowBands.bounds` as its cost).
     """
     cfg = model.config
     steps = model.steps
@@ -643,7 +698,15 @@ def nodes_from_model(model, nblk: int) -> list[Node]:
                 host_in.append(j)
             staged.append((slot, nblk * lay.block_bytes))
         comp, mem = st.bounds(cfg, nblk)
+        bands = []
+        if getattr(st, "bands", None) and any(s == "x" for s, _ in staged):
+            ho = st.layouts["y"].shape[1]
+            xl = st.layouts["x"]
+            for b in st.bands:
+                bs = tuple((s, nblk * xl.rows_block_bytes(b.rows)) if s == "x" else (s, v)
+                           for s, v in staged)
+                bands.append((b.rows, len(b.spans(ho)), bs, b.bounds(cfg, ho, nblk)))
         nodes.append(Node(st.name, True, nblk * st.layouts["y"].block_bytes, tuple(staged),
                           tuple(dev_in), tuple(host_in), max(comp, mem, 1),
-                          output=any(t in outs for t in st.outputs)))
+                          output=any(t in outs for t in st.outputs), bands=tuple(bands)))
     return nodes

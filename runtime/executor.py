@@ -25,8 +25,12 @@
   when a tensor would not fit, others are evicted and rematerialized later by re-running
   their producer steps.  Every tensor the host reads is read back right after it is first
   computed.  Programs are cached per address set as above (a recomputed step may have
-  several); results are bit-exact against the unbudgeted run.  :meth:`Executor.dtr_report`
-  gives the figures.  ``None``: the liveness plan above, unchanged.
+  several); results are bit-exact against the unbudgeted run.  A step with row-band
+  variants (:class:`~.artifact.RowBands`, a conv whose input the host packs) may run in
+  row bands where the schedule says so: one band buffer holds each band's packed input in
+  turn, and each band's program writes its rows of the full output.
+  :meth:`Executor.dtr_report` gives the figures.  ``None``: the liveness plan above,
+  unchanged.
 
 - Streamed execution (``stream=True``, a core with ``INSN_RING > 0``): each run is one
   ring session on the device (``stream_open`` ... ``stream_close``).  A VTA step's
@@ -50,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dtr
+from ..hw.config import MemType
 from .artifact import CompiledModel, SlotLayout, replay
 from .builder import ProgramBuilder
 from .cpu_float import REAL_OPS, run_float_op, run_onnx_node
@@ -344,13 +349,18 @@ class Executor:
         bytes live at once, <= budget); ``arena`` (bytes allocated for them, <= budget);
         ``heuristic`` (the eviction rule of the schedule kept);
         ``evictions``; ``recomputes`` (steps re-run) and ``recomputed`` (step name ->
-        times); ``est_cycles`` / ``est_cycles_base`` (``Step.bounds`` max(compute, memory)
-        summed over the device runs, budgeted / unbudgeted) and ``est_overhead`` (their
-        ratio - 1); ``mac_cycles`` / ``mac_cycles_base`` / ``mac_overhead`` (the ideal
-        GEMM cycles alone); and of the last run measured on the device: ``cycles`` and
-        ``cycles_base`` (every VTA launch / the first run of each step: rtl and board;
-        0 on fsim), ``gemm_uops`` / ``gemm_uops_base`` (GEMM micro-ops executed), with
-        ``cycles_overhead`` and ``gemm_uops_overhead``.
+        times); ``bands`` (step name -> row bands, for steps run in row bands) and
+        ``banded_runs`` (runs and recomputes done in row bands); ``est_cycles`` /
+        ``est_cycles_base`` (``Step.bounds`` max(compute, memory) summed over the device
+        runs, a banded run as the sum over its bands; budgeted / unbudgeted) and
+        ``est_overhead`` (their ratio - 1); ``mac_cycles`` / ``mac_cycles_base`` /
+        ``mac_overhead`` (the ideal GEMM cycles alone); and of the last run measured on
+        the device: ``cycles`` and ``cycles_base`` (every VTA launch / the first run of
+        each step: rtl and board; 0 on fsim), ``gemm_uops`` / ``gemm_uops_base`` (GEMM
+        micro-ops executed), ``dram_bytes`` / ``dram_bytes_base`` (bytes the core read and
+        wrote), with ``cycles_overhead``, ``gemm_uops_overhead`` and
+        ``dram_bytes_overhead``.  The ``_base`` figures count each step's first run as
+        scheduled (banded where it ran banded).
 
         Raises:
             DeviceError: no memory budget, or no run at that batch-block count yet.
@@ -378,10 +388,12 @@ class Executor:
                "heuristic": sched.heuristic,
                "evictions": sched.evictions, "recomputes": sched.recomputes,
                "recomputed": {steps[i].name: k for i, k in sorted(sched.recomputed.items())},
+               "bands": {steps[i].name: k for i, k in sorted(sched.bands.items())},
+               "banded_runs": sched.banded_runs,
                "est_cycles": sched.cost, "est_cycles_base": sched.base_cost,
                "est_overhead": sched.overhead, "mac_cycles": mac_all,
                "mac_cycles_base": mac_base, "mac_overhead": ratio(mac_all, mac_base)}
-        for k in ("cycles", "gemm_uops"):
+        for k in ("cycles", "gemm_uops", "dram_bytes"):
             a, b = meas.get(k, 0), meas.get(k + "_base", 0)
             rep[k], rep[k + "_base"], rep[k + "_overhead"] = a, b, ratio(a, b)
         return rep
@@ -592,27 +604,32 @@ class Executor:
         """Replay the memory-budget schedule of ``nblk`` batch blocks (:mod:`.dtr`)."""
         sched, arena = self._schedule(nblk)
         m = self.model
-        uses = {i: sched.uses(i) for i in range(len(m.steps))}
-        tot = {"cycles": 0, "cycles_base": 0, "gemm_uops": 0, "gemm_uops_base": 0}
+        uses: dict[int, int] = {}       # step -> programs its runs need (one per band)
+        for a in sched.actions:
+            if a.kind in ("run", "recompute") and m.steps[a.step].target == "vta":
+                k = len(self._band(m.steps[a.step], a.rows).spans(
+                    m.steps[a.step].layouts["y"].shape[1])) if a.rows else 1
+                uses[a.step] = uses.get(a.step, 0) + k
+        tot = {"cycles": 0, "cycles_base": 0, "gemm_uops": 0, "gemm_uops_base": 0,
+               "dram_bytes": 0, "dram_bytes_base": 0}
         for act in sched.actions:
             step = m.steps[act.step]
             if act.kind == "run" and step.target == "cpu":
                 self._cpu_step(step, env, n)
             elif act.kind in ("run", "recompute"):
-                ylay = step.layouts["y"]
-                views = {slot: _Sub(arena.addr + off,
-                                    nblk * (ylay if slot == "y" else step.layouts[slot]).block_bytes,
-                                    arena, off)
+                views = {slot: _Sub(arena.addr + off, act.sizes[slot], arena, off)
                          for slot, off in act.offsets.items()}
                 yb = views.pop("y")
                 res = self._vta_step(step, env, n, nblk, views, yb, uses[act.step],
-                                     recompute=act.kind == "recompute")
-                cyc, gu = int(res.cycles or 0), int(res.stats.get("gemm_counter", 0))
-                tot["cycles"] += cyc
-                tot["gemm_uops"] += gu
-                if act.kind == "run":
-                    tot["cycles_base"] += cyc
-                    tot["gemm_uops_base"] += gu
+                                     recompute=act.kind == "recompute", rows=act.rows)
+                got = {"cycles": int(res.cycles or 0),
+                       "gemm_uops": int(res.stats.get("gemm_counter", 0)),
+                       "dram_bytes": int(res.stats.get("dram_read_nbytes", 0))
+                       + int(res.stats.get("dram_write_nbytes", 0))}
+                for k, v in got.items():
+                    tot[k] += v
+                    if act.kind == "run":
+                        tot[k + "_base"] += v
                     if keep:
                         self._host(env, step.outputs[0], n)
             elif act.kind == "readback":
@@ -645,13 +662,23 @@ class Executor:
         st.host_seconds += time.perf_counter() - t0
         st.runs += 1
 
+    @staticmethod
+    def _band(step, rows: int):
+        for b in step.bands:
+            if b.rows == rows:
+                return b
+        raise DeviceError(f"internal: step {step.name!r} has no row bands of {rows} rows")
+
     def _vta_step(self, step, env: dict, n: int, nblk: int, packed: dict, yb, keep_progs: int,
-                  recompute: bool = False):
+                  recompute: bool = False, rows: int = 0):
         """Run one VTA step: inputs in device memory are used in place, the others packed
-        by the host into ``packed[slot]``; the output goes to ``yb``.  Programs are cached
-        per address set, at most ``keep_progs`` per (step, batch blocks)."""
+        by the host into ``packed[slot]``; the output goes to ``yb``.  ``rows``: run it in
+        row bands of that height (:class:`~.artifact.RowBands`): ``packed["x"]`` holds one
+        band's packed input at a time.  Programs are cached per address set, at most
+        ``keep_progs`` per (step, batch blocks)."""
         st = self.stats[step.name]
         bufs = {}
+        banded = {}                 # slot -> (layout, host value) packed per band
         for slot, src in step.slots.items():
             if slot in step.layouts and slot != "y":
                 lay = step.layouts[slot]
@@ -663,34 +690,40 @@ class Executor:
                     bufs[slot] = v.buf
                     continue
                 x = self._host(env, src, n)
+                x = x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x
+                if rows:
+                    banded[slot] = (lay, x)
+                    continue
                 # host layout step: (im2col and) packing, pure data movement
-                p = lay.pack(x.reshape((n,) + tuple(lay.shape)) if x.ndim == 2 else x)
+                p = lay.pack(x)
                 b = packed[slot]
                 self._sync(b)       # streamed: an appended segment may still read it
                 self._write(b, p)
                 bufs[slot] = b
             elif slot != "y":
                 bufs[slot] = self._const_buf(src)
-        bufs["y"] = yb
-        key = (step.name, nblk, tuple(sorted((k, b.addr, b.nbytes)
-                                             for k, b in bufs.items())))
-        prog = self._progs.get(key)
-        if prog is None:
-            replay(self.builder, step.trace, bufs, nblk)
-            prog = self.builder.record_program()
-            keys = self._prog_keys.setdefault((step.name, nblk), [])
-            while len(keys) >= max(keep_progs, 1):
-                old = self._progs.pop(keys.pop(0), None)
-                if old is not None:
-                    self._sync()    # streamed: its micro-ops may still be read
-                    old.free()
-            self._progs[key] = prog
-            keys.append(key)
-        if self._inflight is not None:
-            self._append(prog)      # segments run in order: no wait for buffer reuse
-            res = RunResult(cycles=0, stats=dict(prog.counters))
+        if not rows:
+            bufs["y"] = yb
+            res = self._launch(step, step.trace, bufs, nblk, keep_progs)
         else:
-            res = prog.run()
+            band = self._band(step, rows)
+            ylay = step.layouts["y"]
+            eb = self.cfg.elem_bytes(MemType.OUT)
+            parent, base = (yb.parent, yb.offset) if isinstance(yb, _Sub) else (yb, 0)
+            res = RunResult(cycles=0, stats={})
+            for r0, r1 in band.spans(ylay.shape[1]):
+                for slot, (lay, x) in banded.items():
+                    b = packed[slot]
+                    self._sync(b)
+                    self._write(b, lay.pack_rows(x, r0, r1))
+                    bufs[slot] = b
+                sh = r0 * ylay.hw[1] * eb       # the band's first row in every plane
+                bufs["y"] = _Sub(yb.addr + sh, yb.nbytes - sh, parent, base + sh)
+                r = self._launch(step, band.trace_of(r1 - r0), bufs, nblk, keep_progs)
+                res.cycles += int(r.cycles or 0)
+                for k, v in r.stats.items():
+                    if isinstance(v, (int, np.integer)):
+                        res.stats[k] = res.stats.get(k, 0) + int(v)
         s = res.stats
         if recompute:
             st.recomputes += 1
@@ -709,6 +742,28 @@ class Executor:
                 st.extra[k] = st.extra.get(k, 0) + int(s[k])
         env[step.outputs[0]] = _Dev(yb, step.layouts["y"], n)
         return res
+
+    def _launch(self, step, trace, bufs: dict, nblk: int, keep_progs: int) -> RunResult:
+        """Run ``trace`` on ``bufs`` (its program instantiated once per address set, at
+        most ``keep_progs`` kept per (step, batch blocks))."""
+        key = (step.name, trace.uid, nblk, tuple(sorted((k, b.addr, b.nbytes)
+                                                        for k, b in bufs.items())))
+        prog = self._progs.get(key)
+        if prog is None:
+            replay(self.builder, trace, bufs, nblk)
+            prog = self.builder.record_program()
+            keys = self._prog_keys.setdefault((step.name, nblk), [])
+            while len(keys) >= max(keep_progs, 1):
+                old = self._progs.pop(keys.pop(0), None)
+                if old is not None:
+                    self._sync()    # streamed: its micro-ops may still be read
+                    old.free()
+            self._progs[key] = prog
+            keys.append(key)
+        if self._inflight is not None:
+            self._append(prog)      # segments run in order: no wait for buffer reuse
+            return RunResult(cycles=0, stats=dict(prog.counters))
+        return prog.run()
 
     def close(self) -> None:
         """Free the device buffers this executor allocated (cached programs included)."""

@@ -146,19 +146,34 @@ def test_parse_bytes_refuses(text):
 
 
 # ---------------------------------------------------------------- models on fsim
+def _band_bytes(lay, rows):
+    """Bytes of one batch block of ``rows`` output rows of a conv's packed input (its
+    patch tensor for an im2col layout), from the layout's fields."""
+    c, _, w = lay.shape
+    if lay.im2col is not None:
+        kh, kw, _, sw, _, pl, _, pr = lay.im2col
+        c, w = c * kh * kw, (w + pl + pr - kw) // sw + 1
+    return -(-c // lay.cblk) * lay.cblk * rows * w * lay.batch
+
+
 def _working_set(cm, nblk):
-    """The largest VTA step's device inputs + host-packed inputs + output, in bytes
+    """The largest VTA step's device inputs + host-packed inputs (of its thinnest row
+    band when it has row bands and the host packs its input) + output, in bytes
     (computed here from the step layouts)."""
     al = cm.config.dram_alignment
     best = 0
+    ylay = {s.outputs[0]: s.layouts["y"] for s in cm.steps if s.target == "vta"}
     for s in cm.steps:
         if s.target != "vta":
             continue
         srcs = {}
         for slot, lay in s.layouts.items():
             srcs.setdefault(s.slots[slot] if slot != "y" else "<y>", []).append(lay)
-        best = max(best, sum(-(-nblk * max(l.block_bytes for l in ls) // al) * al
-                             for ls in srcs.values()))
+        size = {k: nblk * max(l.block_bytes for l in ls) for k, ls in srcs.items()}
+        x = s.slots.get("x")
+        if s.bands and ylay.get(x) != s.layouts["x"]:
+            size[x] = nblk * min(_band_bytes(s.layouts["x"], b.rows) for b in s.bands)
+        best = max(best, sum(-(-v // al) * al for v in size.values()))
     return best
 
 
@@ -209,12 +224,19 @@ def resnet():
 
 def test_resnet18_budgets(resnet):
     """ResNet-18's liveness peak is the stem's working set (the im2col'd input + the
-    conv's output): 100 % runs without eviction, 70 % and 50 % are refused up front."""
+    conv's output): 100 % runs the stem whole, without eviction; 70 % and 50 % run it in
+    row bands (one band of the patch tensor at a time), still without eviction; 30 % is
+    below the max-pool's working set (its input and output) and refused up front."""
     cm, x = resnet
-    peak, lo, got = _run_budgets(cm, x, (1.0, 0.7, 0.5))
-    assert lo == peak
-    assert got[1.0]["evictions"] == 0 and got[1.0]["peak"] == peak
-    assert got[0.7] is None and got[0.5] is None
+    stem = next(s for s in cm.steps if s.target == "vta")
+    assert stem.layouts["x"].im2col is not None and stem.bands
+    peak, lo, got = _run_budgets(cm, x, (1.0, 0.7, 0.5, 0.3))
+    assert lo < 0.5 * peak
+    assert got[1.0]["evictions"] == 0 and got[1.0]["peak"] == peak and got[1.0]["bands"] == {}
+    for f in (0.7, 0.5):
+        assert got[f]["bands"].keys() == {stem.name} and got[f]["evictions"] == 0, got[f]
+    assert got[0.5]["bands"][stem.name] > got[0.7]["bands"][stem.name] >= 2
+    assert got[0.3] is None
 
 
 @pytest.fixture(scope="module")
