@@ -17,7 +17,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from vtaforge.compiler.compile import compile_model
-from vtaforge.hw.config import preset
+from vtaforge.hw.config import load_config
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
@@ -47,12 +47,14 @@ def _add_model(c, h):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="pynq",
+                    help="preset name or vta_config.json (e.g. pynq with ALU_REQUANT)")
     ap.add_argument("--div", type=int, default=1)
     args = ap.parse_args()
-    cfg = preset("pynq")
+    cfg = load_config(args.config)
     bus = (1 << cfg.LOG_BUS_WIDTH) // 8
     dev = RecordingRtl(cfg, 256 << 20, progress=False)
-    print(f"pynq, ideal bus, spatial size / {args.div}")
+    print(f"{args.config} (0x{cfg.fingerprint:08x}), ideal bus, spatial size / {args.div}")
     print(f"{'step':<26} {'op':<10} {'cycles':>9} {'bound':>9} {'eff':>6} exact")
     cases = [("maxpool 64x112", _pool_model(64, 112 // args.div))]
     cases += [(f"add {c}x{h}", _add_model(c, h // args.div))

@@ -24,7 +24,7 @@ import numpy as np
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.zoo import resnet18
-from vtaforge.hw.config import preset
+from vtaforge.hw.config import load_config
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 from vtaforge.runtime.rtl import RtlDevice
@@ -50,10 +50,12 @@ def step_bound(cfg, step) -> tuple[int, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="pynq",
+                    help="preset name or vta_config.json (e.g. pynq with ALU_REQUANT)")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--steps", action="store_true")
     args = ap.parse_args()
-    cfg = preset("pynq")
+    cfg = load_config(args.config)
     x = np.random.default_rng(0).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
     t0 = time.perf_counter()
     cm = compile_model(resnet18(args.size), x, cfg)
@@ -72,7 +74,8 @@ def main() -> None:
     dev.close()
     assert len(dev.log) == len(vta), (len(dev.log), len(vta))
     ref = Executor(cm, FsimDevice(cfg, mem_bytes=512 << 20)).run(x, keep=True)
-    print(f"ResNet-18 {args.size}x{args.size}, pynq ({cfg.bitstream_name}), batch 1, ideal bus; "
+    print(f"ResNet-18 {args.size}x{args.size}, {args.config} ({cfg.bitstream_name}, "
+          f"0x{cfg.fingerprint:08x}), batch 1, ideal bus; "
           f"{len(vta)} of {len(cm.steps)} steps on VTA; compile {tc:.1f} s, rtl run {wall:.1f} s")
     kinds = defaultdict(lambda: [0, 0, 0, 0])
     tot = [0, 0, 0]

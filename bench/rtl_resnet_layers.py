@@ -26,7 +26,7 @@ import numpy as np
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.zoo import RESNET18_WORKLOADS, Workload, workload_model
-from vtaforge.hw.config import preset
+from vtaforge.hw.config import load_config
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 from vtaforge.runtime.rtl import RtlDevice
@@ -60,13 +60,16 @@ def _scaled(wl: Workload, div: int) -> Workload:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="pynq",
+                    help="preset name or vta_config.json (e.g. pynq with ALU_REQUANT)")
     ap.add_argument("--div", type=int, default=1)
     ap.add_argument("layers", nargs="*")
     args = ap.parse_args()
-    cfg = preset("pynq")
+    cfg = load_config(args.config)
     wls = [w for w in RESNET18_WORKLOADS[1:] if not args.layers or w.name in args.layers]
     dev = CountingRtl(cfg, 256 << 20, progress=True)
-    print(f"pynq ({cfg.bitstream_name}), spatial size / {args.div}, batch 1, ideal bus")
+    print(f"{args.config} ({cfg.bitstream_name}, 0x{cfg.fingerprint:08x}), "
+          f"spatial size / {args.div}, batch 1, ideal bus")
     hdr = (f"{'layer':<5} {'HxW':>7} {'cycles':>10} {'ideal':>9} {'ratio':>6} {'gemm/id':>7} "
            + " ".join(f"{u[:5] + ' b/s %':>12}" for u in UNITS)
            + f" {'launch':>6} {'Mcyc/s':>6} exact")
