@@ -620,7 +620,7 @@ def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "au
         worst = max((i for i, nd in enumerate(nodes) if nd.device),
                     key=lambda i: _ws(nodes, i, align)[0])
         _, rows, nb = _ws(nodes, worst, align)
-        how = f" in {nb} row bands of {rows} rows" if rows else ""
+        how = f" in {nb} row bands of {rows} row{'s' if rows > 1 else ''}" if rows else ""
         raise BudgetError(f"memory budget {budget} bytes is below the {lo} bytes that step "
                           f"{nodes[worst].name!r} alone needs{how} (its device inputs, "
                           f"host-packed inputs and output); no evaluation order fits")

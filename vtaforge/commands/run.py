@@ -160,9 +160,12 @@ def _budget_line(ex) -> str | None:
     r = ex.dtr_report()
     extra = (f"{100 * r['cycles_overhead']:+.1f} % core cycles" if r.get("cycles_base")
              else f"{100 * r['gemm_uops_overhead']:+.1f} % GEMM micro-ops")
+    b = r.get("bands") or {}
+    bands = (f", {len(b)} step(s) in row bands ("
+             + ", ".join(f"{k}: {v} bands" for k, v in b.items()) + ")") if b else ""
     return (f"memory budget {r['budget']:,} B: peak {r['peak']:,} B (liveness peak "
             f"{r['liveness_peak']:,} B, minimum {r['min_working_set']:,} B); "
-            f"{r['evictions']} eviction(s), {r['recomputes']} recomputed step(s); "
+            f"{r['evictions']} eviction(s), {r['recomputes']} recomputed step(s){bands}; "
             f"overhead {100 * r['est_overhead']:+.1f} % estimated cycles, {extra}")
 
 
