@@ -5,10 +5,15 @@ For each model and budget: the planned schedule (``runtime/dtr.py``) and a run t
 ``Executor(memory_budget=...)``, checked bit for bit against the unbudgeted run.  Printed:
 the liveness peak, the policy's own peak with no budget (graph-output/host reads done at
 once), the minimum working set (the largest single step's device inputs + host-packed
-inputs + output, below which no order fits), then per budget: peak device activation
-bytes, arena bytes, evictions, recomputed steps, and the overhead in estimated cycles
+inputs + output, a step with row bands counted at its thinnest band, below which no order
+fits), then per budget: peak device activation bytes, arena bytes, evictions, recomputed
+steps, the steps run in row bands (``name:bands``; a conv whose input the host packs,
+such as ResNet-18's im2col stem, computed a band of output rows at a time so that only
+one band of its input is in device memory), and the overhead in estimated cycles
 (``Step.bounds``: max(MAC cycles, DRAM bytes / bus)) and in GEMM micro-ops the simulator
-executed (MAC cycles), each relative to the unbudgeted run, for the executor's default
+executed (MAC cycles) and in DRAM bytes the simulator moved (each band reloads the
+weights), each relative to the unbudgeted run (the GEMM micro-ops and DRAM bytes as the
+simulator counted them in both runs), for the executor's default
 rule (``auto``: the cheaper of DTR's two cost definitions); beside them the estimated
 overhead of each rule alone on the same budget (``dtr``: h_DTR, with the evicted
 neighbourhood's cost; ``local``: the producer's cost only; ``next_use``: an offline rule
@@ -107,6 +112,13 @@ def unet(size: int = 32, *, chans=(16, 32, 64), skips: int = 1, stem: int = 1, c
     return m
 
 
+def _totals(ex) -> dict:
+    """GEMM micro-ops and DRAM bytes the simulator counted over every step of ``ex``'s
+    runs (recomputes and every band included)."""
+    return {"gemm_uops": sum(st.gemm_uops for st in ex.stats.values()),
+            "dram_bytes": sum(st.dram_bytes for st in ex.stats.values())}
+
+
 def measure(label: str, cm, x, fractions, *, run: bool = True, optimum: float = 0.0) -> list[dict]:
     """Plan (and with ``run``, execute on fsim and check bit-exactness) ``cm`` at each
     fraction of its liveness peak; print one line per budget and return the reports.
@@ -127,11 +139,14 @@ def measure(label: str, cm, x, fractions, *, run: bool = True, optimum: float = 
           f"{free.free_peak_bytes:,} B; minimum working set {lo:,} B "
           f"({100 * lo / peak:.0f} % of the peak)")
     print(f"  {'budget':>14} {'peak':>10} {'arena':>10} {'evict':>5} {'recomp':>6} "
-          f"{'est cyc':>9} {'MAC cyc':>9} {'GEMM uops':>9}  exact  run s   "
+          f"{'bands':>9} {'est cyc':>9} {'MAC cyc':>9} {'GEMM uops':>9} {'DRAM B':>8}  "
+          f"exact  run s   "
           f"est cyc by rule: dtr / local / next_use" + ("; optimum" if optimum else ""))
     ref = None
     if run:
-        ref = Executor(cm, FsimDevice(cm.config, mem_bytes=1 << 29)).run(x)
+        ref_ex = Executor(cm, FsimDevice(cm.config, mem_bytes=1 << 29))
+        ref = ref_ex.run(x)
+        ref_tot = _totals(ref_ex)
     rows = []
     for f in fractions:
         budget = int(f * peak)
@@ -146,12 +161,18 @@ def measure(label: str, cm, x, fractions, *, run: bool = True, optimum: float = 
                 wall = time.perf_counter() - t0
                 exact = all(np.array_equal(out[k], ref[k]) for k in cm.outputs)
                 r = ex.dtr_report()
+                tot = _totals(ex)           # measured against the unbudgeted run's
+                r = dict(r, **{f"{k}_overhead": (tot[k] - ref_tot[k]) / ref_tot[k]
+                               for k in tot}, dram_bytes_extra=tot["dram_bytes"]
+                         - ref_tot["dram_bytes"])
                 ex.close()
             else:
                 s = dtr.plan(nodes, budget, align=cm.config.dram_alignment)
                 r = {"peak": s.peak_bytes, "arena": s.arena_bytes, "evictions": s.evictions,
                      "recomputes": s.recomputes, "est_overhead": s.overhead,
-                     "mac_overhead": float("nan"), "gemm_uops_overhead": float("nan")}
+                     "bands": {cm.steps[i].name: k for i, k in s.bands.items()},
+                     "mac_overhead": float("nan"), "gemm_uops_overhead": float("nan"),
+                     "dram_bytes_overhead": float("nan")}
                 exact, wall = None, 0.0
         except dtr.BudgetError as e:
             print(f"{head}  refused: {e}")
@@ -172,9 +193,11 @@ def measure(label: str, cm, x, fractions, *, run: bool = True, optimum: float = 
                                          time_limit=optimum, upper=r["est_cycles"])
             opt = f"; {'' if done else '<='}{100 * (c - base) / base:+.1f}%"
             r = dict(r, optimum_overhead=(c - base) / base, optimum_complete=done)
+        bands = ",".join(f"{k}:{v}" for k, v in r["bands"].items()) or "-"
         print(f"{head} {r['peak']:>10,} {r['arena']:>10,} {r['evictions']:>5} "
-              f"{r['recomputes']:>6} {100 * r['est_overhead']:>+8.1f}% "
-              f"{100 * r['mac_overhead']:>+8.1f}% {100 * r['gemm_uops_overhead']:>+8.1f}%  "
+              f"{r['recomputes']:>6} {bands:>9} {100 * r['est_overhead']:>+8.1f}% "
+              f"{100 * r['mac_overhead']:>+8.1f}% {100 * r['gemm_uops_overhead']:>+8.1f}% "
+              f"{100 * r['dram_bytes_overhead']:>+7.2f}%  "
               f"{'yes' if exact else ('-' if exact is None else 'NO')}  {wall:5.1f}   "
               f"{' / '.join(alt)}{opt}")
         rows.append(dict(r, fraction=f, budget=budget, exact=exact, alternatives=alt))
