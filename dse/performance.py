@@ -4,6 +4,7 @@ programs (:class:`CycleModel`, :class:`ModelPerformance`), measured RTL cycles
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
@@ -18,7 +19,8 @@ from .workloads import DseWorkload, compile_workload, workload_layers
 
 __all__ = [
     "MODEL_ERROR_BAND", "CycleModel", "uop_loads_of", "ModelPerformance", "RtlPerformance",
-    "AccSafety", "perf_record", "perf_records", "run_closing",
+    "AccSafety", "perf_record", "perf_records", "run_closing", "TRACE_BOUND_FIELDS",
+    "program_memo_key", "scratchpad_extents_fit",
 ]
 
 
@@ -330,6 +332,35 @@ def _recording_device(base_cls, model: CycleModel):
     return _Recording
 
 
+_COUNTING_FSIM: list = []
+
+
+def _counting_fsim():
+    """``CountingFsimDevice``: the fsim backend whose :meth:`run` is fsim's data-free
+    machine (``runtime.verify.verify_program``: the same decoder, static and computed-index
+    checks, command/token-queue scheduler, deadlock detection and counters as
+    ``fsim.simulate``, with the same fault messages) instead of the data path.  Nothing the
+    cycle model or the performance record reads depends on data — the counters are
+    data-independent and the micro-ops the builder wrote are in device memory — so the
+    records equal a data-path run's; the outputs in device memory are not computed (the
+    executor's later CPU steps see zeros)."""
+    if not _COUNTING_FSIM:
+        from ..runtime.device import RunResult
+        from ..runtime.fsim import FsimDevice
+        from ..runtime.verify import verify_program
+
+        class CountingFsimDevice(FsimDevice):
+            def run(self, insn_addr, insn_count, *, regions=None, timeout_cycles=None):
+                regs = self.buffers() if regions is None else list(regions)
+                self._ensure(max((r.end for r in regs), default=0))
+                rep = verify_program(self.config, self.mem, insn_addr, insn_count, regs,
+                                     max_steps=timeout_cycles)
+                return RunResult(cycles=0, stats=dict(rep.stats))
+
+        _COUNTING_FSIM.append(CountingFsimDevice)
+    return _COUNTING_FSIM[0]
+
+
 def run_closing(ex, dev, x) -> None:
     """Run ``x`` once through the executor ``ex`` on ``dev``, then close both (the device's
     recorded programs stay readable)."""
@@ -338,6 +369,122 @@ def run_closing(ex, dev, x) -> None:
     finally:
         ex.close()
         dev.close()
+
+
+#: ``VTAConfig`` fields a compiled model's programs depend on only through the lowering
+#: (the tiles and placement it chose, so through the traces :func:`program_memo_key`
+#: hashes) and through range checks (:func:`scratchpad_extents_fit`): the scratchpad and
+#: micro-op buffer sizes.
+TRACE_BOUND_FIELDS = ("LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE",
+                      "LOG_ACC_BUFF_SIZE")
+
+
+#: Per process (a Dask worker keeps its own): :func:`program_memo_key` -> the
+#: :meth:`ModelPerformance.run_workload` dict of the first config that ran those programs.
+_PROGRAM_MEMO: dict[str, dict] = {}
+
+
+_PROGRAM_MEMO_MAX = 4096
+
+
+def _trace_part(t) -> tuple | None:
+    if t is None:
+        return None
+    return (t.uid, t.ops, [(k.mode, k.reset, k.alu_op, k.use_imm, k.imm, k.loops)
+                           for k in t.kernels], t.block_bytes, t.stats)
+
+
+def program_memo_key(cfg: VTAConfig, cm, seed: int, model: CycleModel) -> str:
+    """Key of everything a functional-simulator run of the compiled model ``cm`` and its
+    cycle model depend on, except the buffer sizes of :data:`TRACE_BOUND_FIELDS`: the
+    config without those and without ``PROGRAM_NEUTRAL_FIELDS`` (DSP_PACKING,
+    LUT_MULTIPLIERS, CLOCK_MHZ, PART), the cycle model's parameters, the seed, and the
+    compiled model itself (steps with their targets, slots, layouts and traces — every
+    LOAD, STORE, token move and micro-op kernel with its index arrays, row-band variants
+    too —, tensor types, constant shapes and dtypes; not the constants' values, which no
+    instruction, counter or cycle depends on, nor ``meta``).  Two configs whose lowerings
+    chose the same tiles and placement (e.g. a larger accumulator the tiling does not use)
+    get the same key; under :func:`scratchpad_extents_fit` their programs are instruction
+    for instruction the same, and so are the simulator's counters and the cycle model's
+    figures.  A 40-character hex string (SHA-1); equal models built differently (another
+    dict order) may get different keys, never the reverse."""
+    import hashlib
+    import pickle
+
+    from .evaluate import PROGRAM_NEUTRAL_FIELDS
+
+    d = {k: v for k, v in asdict(cfg).items()
+         if k not in PROGRAM_NEUTRAL_FIELDS and k not in TRACE_BOUND_FIELDS}
+    steps = [(s.name, s.op, s.target, s.inputs, s.outputs, s.attrs, s.consts, s.slots,
+              {k: v.to_json() for k, v in s.layouts.items()}, _trace_part(s.trace),
+              [(b.rows, _trace_part(b.trace), _trace_part(b.tail)) for b in s.bands])
+             for s in cm.steps]
+    head = (sorted(d.items()), seed, sorted(model.as_dict().items()), cm.name, cm.inputs,
+            cm.outputs, cm.types, steps,
+            sorted((k, v.shape, str(v.dtype)) for k, v in cm.constants.items()))
+    h = hashlib.sha1(pickle.dumps(head, protocol=4))
+    for s in cm.steps:
+        for t in [s.trace] + [t for b in s.bands for t in (b.trace, b.tail)]:
+            for k in (t.kernels if t is not None else ()):
+                for a in (k.dst, k.src, k.wgt):
+                    a = np.ascontiguousarray(a)
+                    h.update(f"{a.dtype}{a.shape}".encode())
+                    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _trace_extents(trace) -> dict[MemType, int]:
+    """One past the largest index each scratchpad of ``trace`` touches (LOADs with their
+    padding, STOREs in the OUT view, every micro-op of every loop iteration as the
+    builder's kernel check counts them) and, under ``MemType.UOP``, its kernels' micro-ops
+    summed (the most micro-op buffer one launch of it can use); raises ValueError on a
+    negative index."""
+    top = {MemType.UOP: 0, MemType.INP: 0, MemType.WGT: 0, MemType.ACC: 0, MemType.OUT: 0}
+    for o in trace.ops:
+        if o[0] == "L":
+            _, _, _, mem, sb, y, x, _, (y0, y1, x0, x1) = o
+            mem = MemType.ACC if MemType(mem) == MemType.ACC8 else MemType(mem)
+            top[mem] = max(top[mem], sb + (y0 + y + y1) * (x0 + x + x1))
+        elif o[0] == "S":
+            top[MemType.OUT] = max(top[MemType.OUT], o[1] + o[4] * o[5])
+    for k in trace.kernels:
+        top[MemType.UOP] += int(k.dst.size)
+        if not k.dst.size:
+            continue
+        # as the builder's kernel check (runtime/kernels.py): GEMM dst/src/wgt into
+        # ACC/INP/WGT, ALU dst/src into ACC, whatever reset or use_imm say
+        mems = ((0, k.dst, MemType.ACC), (1, k.src, MemType.INP), (2, k.wgt, MemType.WGT)) \
+            if k.mode == "gemm" else ((0, k.dst, MemType.ACC), (1, k.src, MemType.ACC))
+        for j, arr, mem in mems:
+            lo = int(arr.min()) + sum((lp[0] - 1) * min(lp[1 + j], 0) for lp in k.loops)
+            hi = int(arr.max()) + sum((lp[0] - 1) * max(lp[1 + j], 0) for lp in k.loops)
+            if lo < 0:
+                raise ValueError("negative scratchpad index")
+            top[mem] = max(top[mem], hi + 1)
+    return top
+
+
+def scratchpad_extents_fit(cm, cfg: VTAConfig) -> bool:
+    """True when every trace of the compiled model (row-band variants included) fits
+    ``cfg``'s buffers: every INP, WGT, ACC and OUT index it touches is within the depth
+    (the builder and the simulator fault exactly when one is not), and all micro-ops of
+    its kernels fit the micro-op buffer at once (so the builder splits no kernel into
+    chunks and never wraps its micro-op placement: the program does not depend on
+    ``UOP_DEPTH``).  The condition under which a :func:`program_memo_key` hit stands for
+    a run."""
+    depth = {m: cfg.depth(m) for m in (MemType.INP, MemType.WGT, MemType.ACC, MemType.OUT)}
+    depth[MemType.UOP] = cfg.UOP_DEPTH
+    for s in cm.steps:
+        traces = ([s.trace] if s.trace is not None else []) + [
+            t for b in s.bands for t in (b.trace, b.tail) if t is not None]
+        for t in traces:
+            try:
+                top = _trace_extents(t)
+            except ValueError:
+                return False
+            if any(top[m] > depth[m] for m in top):
+                return False
+    return True
 
 
 class ModelPerformance:
@@ -369,9 +516,7 @@ class ModelPerformance:
                 "seed": self.seed}
 
     def _device(self, cfg: VTAConfig):
-        from ..runtime.fsim import FsimDevice
-
-        return _recording_device(FsimDevice, self.cycle_model)(cfg)
+        return _recording_device(_counting_fsim(), self.cycle_model)(cfg)
 
     def run_workload(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
         """Compile ``wl`` for ``cfg``, run it on the backend and sum over launches:
@@ -385,6 +530,14 @@ class ModelPerformance:
         from ..runtime.executor import Executor
 
         cm, x = compile_workload(cfg, wl, self.seed)
+        memo = None
+        # the same programs as a config run before (only when they fit this config's
+        # buffers, and were memoised only where they fitted that one's): its record
+        if self.backend == "fsim" and scratchpad_extents_fit(cm, cfg):
+            memo = program_memo_key(cfg, cm, self.seed, self.cycle_model)
+            hit = _PROGRAM_MEMO.get(memo)
+            if hit is not None:
+                return copy.deepcopy(hit)
         dev = self._device(cfg)
         run_closing(Executor(cm, dev), dev, x)
         recs = dev.records
@@ -407,6 +560,10 @@ class ModelPerformance:
         }
         if self.backend == "rtl":
             out["cycles_measured"] = int(sum(r["cycles"] for r in recs))
+        if memo is not None:
+            if len(_PROGRAM_MEMO) >= _PROGRAM_MEMO_MAX:
+                _PROGRAM_MEMO.pop(next(iter(_PROGRAM_MEMO)))
+            _PROGRAM_MEMO[memo] = copy.deepcopy(out)
         return out
 
     def workload_record(self, cfg: VTAConfig, wl: DseWorkload) -> dict:
