@@ -32,22 +32,24 @@ from vtaforge.runtime.fsim import FsimDevice
 
 def _model(kind: str):
     """``"stem"``: a 7x7/2 pad-3 conv 3 -> 16 channels (im2col on the host) + ReLU, then a
-    2x2 max-pool, on ``[N, 3, 32, 32]``; ``"1x1"``: a 1x1 conv 16 -> 16 + ReLU fed by the
-    graph input ``[N, 16, 16, 16]`` (the host packs it)."""
+    2x2 max-pool, on ``[N, 3, 32, 32]`` (16 output rows); ``"stem13"``: the same on
+    ``[N, 3, 26, 26]`` (13 output rows: bands with a shorter last band); ``"1x1"``: a 1x1
+    conv 16 -> 16 + ReLU fed by the graph input ``[N, 16, 16, 16]`` (the host packs it)."""
     rng = np.random.default_rng(7)
-    cin, k, s, p, size = (3, 7, 2, 3, 32) if kind == "stem" else (16, 1, 1, 0, 16)
+    cin, k, s, p, size = {"stem": (3, 7, 2, 3, 32), "stem13": (3, 7, 2, 3, 26),
+                          "1x1": (16, 1, 1, 0, 16)}[kind]
     w = rng.normal(0, np.sqrt(2 / (cin * k * k)), (16, cin, k, k)).astype(np.float32)
     b = rng.normal(0, 0.1, 16).astype(np.float32)
     nodes = [helper.make_node("Conv", ["input", "w", "b"], ["c"], kernel_shape=[k, k],
                               strides=[s, s], pads=[p] * 4),
-             helper.make_node("Relu", ["c"], ["r" if kind == "stem" else "y"])]
+             helper.make_node("Relu", ["c"], ["r" if kind != "1x1" else "y"])]
     ho = (size + 2 * p - k) // s + 1
-    if kind == "stem":
+    if kind != "1x1":
         nodes.append(helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2],
                                       strides=[2, 2]))
         ho //= 2
     g = helper.make_graph(
-        nodes, kind, [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+        nodes, kind.replace("1x1", "pointwise"), [helper.make_tensor_value_info("input", TensorProto.FLOAT,
                                                     ["N", cin, size, size])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, ho, ho])],
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
@@ -56,7 +58,7 @@ def _model(kind: str):
     return m, cin, size
 
 
-@pytest.fixture(scope="module", params=["stem", "1x1"])
+@pytest.fixture(scope="module", params=["stem", "stem13", "1x1"])
 def compiled(request):
     m, cin, size = _model(request.param)
     x = np.random.default_rng(3).standard_normal((2, cin, size, size)).astype(np.float32)
@@ -86,10 +88,16 @@ def test_bands_offered(compiled):
     kind, _, cm, _ = compiled
     st = _conv(cm)
     ho = st.layouts["y"].shape[1]
-    assert [b.rows for b in st.bands] == [8, 4, 2, 1] == band_rows(ho)
-    assert (st.layouts["x"].im2col is not None) == (kind == "stem")
+    assert [b.rows for b in st.bands] == band_rows(ho)
+    assert band_rows(16) == [8, 4, 2, 1] and band_rows(13) == [7, 4, 2, 1]
+    assert (st.layouts["x"].im2col is not None) == (kind != "1x1")
     for b in st.bands:
-        assert b.tail is None and len(b.spans(ho)) == ho // b.rows
+        assert (b.tail is None) == (ho % b.rows == 0)
+        spans = b.spans(ho)
+        assert spans[0][0] == 0 and spans[-1][1] == ho and len(spans) == -(-ho // b.rows)
+        assert all(a1 == b0 for (_, a1), (b0, _) in zip(spans, spans[1:]))
+    if kind == "stem13":
+        assert [b.tail is not None for b in st.bands] == [True, True, True, False]
     odd = band_rows(7)                 # 7 rows: 4 + 3, 2 x 3 + 1, 1 x 7
     assert odd == [4, 2, 1]
     # a VTA step fed in place (the max-pool) and a dense layer get none
@@ -142,7 +150,7 @@ def test_budget_below_the_step_runs_in_bands_bit_exact(compiled, n):
         r = ex.dtr_report()
         assert r["peak"] == budget and r["arena"] <= budget
         assert r["evictions"] == 0 and r["recomputes"] == 0
-        assert r["bands"] == ({} if not want else {st.name: ho // want}), (budget, r)
+        assert r["bands"] == ({} if not want else {st.name: -(-ho // want)}), (budget, r)
         assert r["gemm_uops"] == r["gemm_uops_base"]     # the same MACs, banded or not
         seen.append(want)
         ex.close()
