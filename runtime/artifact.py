@@ -807,6 +807,8 @@ def _check_steps(cm: CompiledModel) -> None:
             raise ArtifactError(f"{where}: unknown target {s.target!r}")
         if s.target == "vta" and s.trace is None:
             raise ArtifactError(f"{where}: a VTA step without a program trace")
+        if s.bands and (s.target != "vta" or "x" not in s.layouts):
+            raise ArtifactError(f"{where}: row bands on a step without a packed input 'x'")
         if s.target == "cpu" and s.op not in CPU_OPS and s.op not in REAL_OPS and s.op != "onnx":
             raise ArtifactError(f"{where}: no CPU kernel for op {s.op!r}")
         if s.target == "vta":       # activation slots are tensors, the others packed constants
