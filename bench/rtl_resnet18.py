@@ -1,5 +1,6 @@
-"""ResNet-18 whole network (batch 1, ``pynq``) on the Verilator simulation of the core:
-cycles per VTA step beside its bound, and the totals.
+"""ResNet-18 (or MobileNet-v1: ``--model mobilenet_v1``) whole network (batch 1, ``pynq``
+or ``--config``) on the Verilator simulation of the core: cycles per VTA step beside its
+bound, and the totals.
 
 The model is ``compiler.zoo.resnet18(size)`` compiled with ``compile_model`` (calibrated on
 one seeded N(0,1) input), run through the executor on ``RtlDevice`` once to record the
@@ -10,8 +11,8 @@ Bound per step: convs ``max(MACs / (BATCH*BLOCK_IN*BLOCK_OUT), min DRAM bytes / 
 bytes)``; pooling and element-wise steps ``min DRAM bytes / bus bytes`` (each operand read
 and the output written once, at the bus width per cycle).
 
-Run: ``.venv/bin/python bench/rtl_resnet18.py [--size 224] [--steps]`` (``--steps`` prints
-every step, otherwise one line per op kind).
+Run: ``.venv/bin/python bench/rtl_resnet18.py [--size 224] [--steps] [--config FILE]
+[--model mobilenet_v1]`` (``--steps`` prints every step, otherwise one line per op kind).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections import defaultdict
 import numpy as np
 
 from vtaforge.compiler.compile import compile_model
-from vtaforge.compiler.zoo import resnet18
+from vtaforge.compiler.zoo import mobilenet_v1, resnet18
 from vtaforge.hw.config import load_config
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
@@ -54,11 +55,13 @@ def main() -> None:
                     help="preset name or vta_config.json (e.g. pynq with ALU_REQUANT)")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--steps", action="store_true")
+    ap.add_argument("--model", choices=["resnet18", "mobilenet_v1"], default="resnet18")
     args = ap.parse_args()
     cfg = load_config(args.config)
     x = np.random.default_rng(0).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
     t0 = time.perf_counter()
-    cm = compile_model(resnet18(args.size), x, cfg)
+    build = {"resnet18": resnet18, "mobilenet_v1": mobilenet_v1}[args.model]
+    cm = compile_model(build(args.size), x, cfg)
     tc = time.perf_counter() - t0
     vta = [s for s in cm.steps if s.target == "vta"]
     dev = RecordingRtl(cfg, 512 << 20, progress=False)
@@ -74,7 +77,7 @@ def main() -> None:
     dev.close()
     assert len(dev.log) == len(vta), (len(dev.log), len(vta))
     ref = Executor(cm, FsimDevice(cfg, mem_bytes=512 << 20)).run(x, keep=True)
-    print(f"ResNet-18 {args.size}x{args.size}, {args.config} ({cfg.bitstream_name}, "
+    print(f"{args.model} {args.size}x{args.size}, {args.config} ({cfg.bitstream_name}, "
           f"0x{cfg.fingerprint:08x}), batch 1, ideal bus; "
           f"{len(vta)} of {len(cm.steps)} steps on VTA; compile {tc:.1f} s, rtl run {wall:.1f} s")
     kinds = defaultdict(lambda: [0, 0, 0, 0])
