@@ -50,18 +50,20 @@ from ..hw.estimate import PARTS, part_info
 from .result import DSEError, Result, _fp  # noqa: F401
 from .workloads import DseWorkload, compile_workload, parse_workloads  # noqa: F401
 from .resources import (  # noqa: F401
-    AnalyticResources, LUT_FF_CALIBRATION, YosysResources, _C0_FF, _C0_LUT, _C1_FF, _C1_LUT,
+    AnalyticResources, LUT_FF_CALIBRATION, YosysResources,
     bram36_for_memory, memory_map, resource_record, resources_fit)
 from .performance import (  # noqa: F401
     AccSafety, CycleModel, MODEL_ERROR_BAND, ModelPerformance, RtlPerformance,
-    _recording_device, perf_record, perf_records, uop_loads_of)
+    TRACE_BOUND_FIELDS, _recording_device, perf_record, perf_records, perf_records_of,
+    uop_loads_of)
 
 __all__ = [
     "DSEError", "Result", "DseWorkload", "parse_workloads", "CycleModel", "bram36_for_memory",
     "memory_map", "AnalyticResources", "YosysResources", "ModelPerformance", "RtlPerformance",
     "AccSafety", "DesignEvaluator", "judge", "LUT_FF_CALIBRATION", "MODEL_VERSION",
     "UNVERIFIED_LABEL", "PROGRAM_NEUTRAL_FIELDS", "program_key", "MODEL_ERROR_BAND",
-    "compile_workload", "resource_record", "perf_record", "perf_records", "resources_fit",
+    "compile_workload", "resource_record", "perf_record", "perf_records", "perf_records_of",
+    "program_family", "resources_fit",
     "uop_loads_of",
 ]
 
@@ -83,6 +85,14 @@ def program_key(cfg: VTAConfig) -> str:
     """Key of what the compiled programs depend on: the config without
     :data:`PROGRAM_NEUTRAL_FIELDS`."""
     d = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in PROGRAM_NEUTRAL_FIELDS}
+    return json.dumps(d, sort_keys=True)
+
+
+def program_family(cfg: VTAConfig) -> str:
+    """:func:`program_key` without the buffer sizes (``TRACE_BOUND_FIELDS``): configs of one
+    family often compile to the same programs (``performance.program_memo_key``)."""
+    d = {k: v for k, v in dataclasses.asdict(cfg).items()
+         if k not in PROGRAM_NEUTRAL_FIELDS and k not in TRACE_BOUND_FIELDS}
     return json.dumps(d, sort_keys=True)
 
 
@@ -111,7 +121,6 @@ def program_key(cfg: VTAConfig) -> str:
 
 
 
-LUT_FF_CALIBRATION.update(lut=(_C0_LUT, _C1_LUT), ff=(_C0_FF, _C1_FF))
 
 
 

@@ -19,7 +19,8 @@ from .workloads import DseWorkload, compile_workload, workload_layers
 
 __all__ = [
     "MODEL_ERROR_BAND", "CycleModel", "uop_loads_of", "ModelPerformance", "RtlPerformance",
-    "AccSafety", "perf_record", "perf_records", "run_closing", "TRACE_BOUND_FIELDS",
+    "AccSafety", "perf_record", "perf_records", "perf_records_of", "run_closing",
+    "TRACE_BOUND_FIELDS",
     "program_memo_key", "scratchpad_extents_fit",
 ]
 
@@ -671,3 +672,11 @@ def perf_records(perf_eval: Any, cfg: VTAConfig, wls: Sequence[DseWorkload]) -> 
     """:func:`perf_record` of each workload of ``wls`` for one config, in order (one Dask
     task per point instead of one per workload)."""
     return [perf_record(perf_eval, cfg, wl) for wl in wls]
+
+
+def perf_records_of(perf_eval: Any, jobs: Sequence[tuple[VTAConfig, Sequence[DseWorkload]]]
+                    ) -> list[list[dict]]:
+    """:func:`perf_records` of each ``(config, workloads)`` of ``jobs``, in order (one Dask
+    task for several configs of a program family: the worker's program memo shares what
+    their lowerings have in common)."""
+    return [perf_records(perf_eval, cfg, wls) for cfg, wls in jobs]

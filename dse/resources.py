@@ -17,7 +17,8 @@ from .workloads import DseWorkload
 
 __all__ = [
     "BRAM_SHAPES", "LUTRAM_MAX_DEPTH", "bram36_for_memory", "memory_map",
-    "LUT_FF_CALIBRATION", "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
+    "LUT_FF_CALIBRATION", "LUT_FF_TERMS", "LUT_COEFFS", "FF_COEFFS", "lut_ff_features",
+    "gemm_dsp", "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
     "AnalyticResources", "YosysResources", "resource_record", "resources_fit",
 ]
 
@@ -69,25 +70,48 @@ def memory_map(cfg: VTAConfig) -> list[dict]:
     return out
 
 
-#: LUT/FF linear model ``c0 + c1 × MACs``, fitted exactly through the two Yosys points of
-#: docs/hardware.md (same Yosys flow, xc7 family): tiny (16 MACs, packing 1) 4,947 LUT /
-#: 3,008 FF and pynq (256 MACs, packing 2) 21,614 LUT / 11,428 FF.
+#: Terms of the LUT/FF model, in the order of :data:`LUT_COEFFS` / :data:`FF_COEFFS`
+#: (:func:`lut_ff_features`): a constant (control, fetch, the queues' logic), the GEMM
+#: multipliers (their adder trees), the GEMM DSP slices (per-slice glue: with packing 2 one
+#: slice serves two products), the ALU lane bits (BATCH × BLOCK_OUT lanes × ACC_WIDTH:
+#: the ALU datapath and the accumulator read/write ports), the input element bits
+#: (BATCH × BLOCK_IN × INP_WIDTH: the input operand path) and the AXI data width.
+LUT_FF_TERMS = ("1", "macs", "gemm_dsp", "lane_bits", "inp_bits", "bus_bits")
+
+
+#: Coefficients of the terms.  For now the two-point line through tiny (4,947 LUT / 3,008
+#: FF) and pynq (21,614 / 11,428) of docs/hardware.md, ``c0 + c1 × MACs``; the refit on
+#: tests/dse/data/yosys_points.json (``bench/dse_resource_fit.py fit``) replaces them.
+LUT_COEFFS = (4947 - 16 * (21614 - 4947) / 240, (21614 - 4947) / 240, 0.0, 0.0, 0.0, 0.0)
+
+
+FF_COEFFS = (3008 - 16 * (11428 - 3008) / 240, (11428 - 3008) / 240, 0.0, 0.0, 0.0, 0.0)
+
+
+#: Where the LUT/FF constants come from (the cache key of :class:`AnalyticResources`
+#: names it: a refit is a new key).
 LUT_FF_CALIBRATION = {
-    "points": {"tiny": {"macs": 16, "lut": 4947, "ff": 3008},
-               "pynq": {"macs": 256, "lut": 21614, "ff": 11428}},
+    "points": "tests/dse/data/yosys_points.json", "fit": "bench/dse_resource_fit.py",
+    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 2,
 }
 
 
-_C1_LUT = (21614 - 4947) / (256 - 16)
+def gemm_dsp(cfg: VTAConfig) -> tuple[int, int]:
+    """``(DSP48 slices of the GEMM array, effective packing)``: ``ceil((MACs −
+    LUT_MULTIPLIERS) / p)`` with ``p = DSP_PACKING`` when both operands are int8, else 1
+    (hw/core/compute.py's packing rule)."""
+    packing = 2 if (cfg.DSP_PACKING == 2 and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH == 8) else 1
+    return math.ceil((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) / packing), packing
 
 
-_C0_LUT = 4947 - 16 * _C1_LUT
-
-
-_C1_FF = (11428 - 3008) / (256 - 16)
-
-
-_C0_FF = 3008 - 16 * _C1_FF
+def lut_ff_features(cfg: VTAConfig) -> tuple[float, ...]:
+    """The values of :data:`LUT_FF_TERMS` for ``cfg`` (floats: 1, multipliers, GEMM DSP
+    slices, ALU lane bits, input element bits, bus bits); the LUT/FF estimate is their dot
+    product with :data:`LUT_COEFFS` / :data:`FF_COEFFS`."""
+    lanes = cfg.BATCH * cfg.BLOCK_OUT
+    return (1.0, float(cfg.macs_per_cycle), float(gemm_dsp(cfg)[0]),
+            float(lanes * cfg.ACC_WIDTH), float(cfg.BATCH * cfg.BLOCK_IN * cfg.INP_WIDTH),
+            float(cfg.BUS_WIDTH))
 
 
 #: LUTs of one int8×int8 multiplier built from LUTs: hardware-notes.md, 16×16 GEMM with
@@ -121,26 +145,25 @@ class AnalyticResources:
     @property
     def key(self) -> dict:
         """The cache key part of this evaluator (model and part)."""
-        return {"resources": "analytic", "part": self.part}
+        return {"resources": "analytic", "part": self.part,
+                "lut_ff": LUT_FF_CALIBRATION["version"]}
 
     def resources(self, cfg: VTAConfig) -> dict:
         """Estimated ``{"lut", "ff", "dsp", "bram36", "source", "breakdown"}`` of ``cfg``
         (counts; ``bram36`` in 36 Kb blocks, halves for 18 Kb) from the memory map and the
         calibrated LUT/FF lines (module docstring)."""
         mems = memory_map(cfg)
-        packing = 2 if (cfg.DSP_PACKING == 2 and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH == 8) else 1
-        n_dsp_mul = cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS
-        gemm_dsp = math.ceil(n_dsp_mul / packing)
+        g_dsp, packing = gemm_dsp(cfg)
         lanes = cfg.BATCH * cfg.BLOCK_OUT
         alu_dsp = lanes * ALU_MUL_DSP_PER_LANE[cfg.ACC_WIDTH] if cfg.ALU_MUL else 0
-        c0, c1 = LUT_FF_CALIBRATION["lut"]
-        lut = c0 + c1 * cfg.macs_per_cycle + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS
-        f0, f1 = LUT_FF_CALIBRATION["ff"]
-        ff = f0 + f1 * cfg.macs_per_cycle
+        f = lut_ff_features(cfg)
+        lut = sum(c * x for c, x in zip(LUT_COEFFS, f)) \
+            + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS
+        ff = sum(c * x for c, x in zip(FF_COEFFS, f))
         return {
-            "lut": int(round(lut)), "ff": int(round(ff)), "dsp": gemm_dsp + alu_dsp,
+            "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp,
             "bram36": float(sum(m["bram36"] for m in mems)), "source": "analytic",
-            "breakdown": {"memories": mems, "gemm_dsp": gemm_dsp, "alu_mul_dsp": alu_dsp,
+            "breakdown": {"memories": mems, "gemm_dsp": g_dsp, "alu_mul_dsp": alu_dsp,
                           "dsp_packing_effective": packing},
         }
 
@@ -164,7 +187,8 @@ class YosysResources(AnalyticResources):
     @property
     def key(self) -> dict:
         """The cache key part of this evaluator (part, MAC limit)."""
-        return {"resources": "yosys", "part": self.part, "max_macs": self.max_macs}
+        return {"resources": "yosys", "part": self.part, "max_macs": self.max_macs,
+                "lut_ff": LUT_FF_CALIBRATION["version"]}
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload] = ()) -> Result:
         """A :class:`Result` with Yosys resources; a config above ``max_macs`` or a failed

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .evaluate import DesignEvaluator, DseWorkload, judge, perf_records, resource_record
+from .evaluate import (DesignEvaluator, DseWorkload, judge, perf_records_of, program_family,
+                       resource_record)
 from .parallel import SerialExecutor, TaskFailure, make_executor
 from .space import Point, Space
 
@@ -40,6 +41,9 @@ __all__ = ["PointResult", "ResultCache", "run_search", "pareto_front", "PARETO_K
 
 #: Objectives of the Pareto front (both minimised).
 PARETO_KEYS = ("latency_us", "utilization_max")
+
+#: Most configs in one worker task of a program family (:func:`run_search`).
+_FAMILY_TASK = 16
 
 #: First line of a cache file.
 CACHE_FORMAT = "vtaforge.dse.cache/2"
@@ -298,14 +302,24 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
             bar.total = (bar.total or 0) + len(keys)
             bar.refresh()
         # one task per config (its missing workloads): 10x fewer Dask tasks than one per
-        # (config, workload), each record still cached on its own
+        # (config, workload), each record still cached on its own.  On workers, one task per
+        # program family (configs that differ only in buffer sizes, whose programs are
+        # often the same: a worker's program memo shares them), at most _FAMILY_TASK
+        # configs each, longest first
         groups: dict[int, list[str]] = {}
         for k in keys:
             groups.setdefault(id(ptodo[k][0]), []).append(k)
         glist = list(groups.values())
-        for gi, recs in ex.map_unordered(perf_records, [
-                (ev.perf_eval, ptodo[g[0]][0], [ptodo[k][1] for k in g]) for g in glist]):
-            g = glist[gi]
+        tasks = [[g] for g in glist]
+        if getattr(ex, "workers", 1) > 1:
+            fams: dict[str, list[list[str]]] = {}
+            for g in glist:
+                fams.setdefault(program_family(ptodo[g[0]][0]), []).append(g)
+            tasks = [f[i:i + _FAMILY_TASK] for f in fams.values()
+                     for i in range(0, len(f), _FAMILY_TASK)]
+            tasks.sort(key=lambda t: -sum(len(g) for g in t))
+
+        def _store_perf(g: list[str], recs) -> None:
             if isinstance(recs, TaskFailure):
                 cfg = ptodo[g[0]][0]
                 recs = [{"source": ev.perf_eval.name, "workload": {"error": recs.message},
@@ -318,6 +332,12 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
                     store.put("perf", k, rec)
                 if bar is not None:
                     bar.update(1)
+
+        for ti, trecs in ex.map_unordered(perf_records_of, [
+                (ev.perf_eval, [(ptodo[g[0]][0], [ptodo[k][1] for k in g]) for g in t])
+                for t in tasks]):
+            for gi, g in enumerate(tasks[ti]):
+                _store_perf(g, trecs if isinstance(trecs, TaskFailure) else trecs[gi])
     finally:
         if bar is not None:
             bar.close()
