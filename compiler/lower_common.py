@@ -82,7 +82,7 @@ def _add_imm(tb, loops, d, s, value: int) -> None:
 
 def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: int,
                 extra_round: int = 0, plan: MultPlan | None = None, bias=None,
-                fused: bool = False) -> None:
+                fused: bool = False, clear: bool = False) -> bool:
     """ALU requantize of ACC entries ``[base, base+n)``: ADD bias (a tensor operand, when
     ``bias = (loops, dst, src)`` is given: the bias row of each entry), ADD round (if
     given), SHR shift, MAX lo, MIN hi (skipping no-ops).  With a ``plan`` (multiplier):
@@ -94,14 +94,21 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
     (:func:`vtaforge.hw.isa.req_imm`) when ``lo`` is -128 or 0 and ``hi`` an int8, and
     with a bias and nothing between it and the shift (no plan, no ``extra_round``) the
     bias ADD joins it: one tensor-operand micro-op per entry instead of four.  The result
-    is the same integers (REQ is defined as that sequence)."""
+    is the same integers (REQ is defined as that sequence).
+
+    ``clear`` (with that one bias-fused REQ only): the REQ is a *clearing* REQ (the reset
+    flag, docs/isa.md "REQ"): its results go to OUT only and the ACC entries it covers
+    become 0, so the next tile accumulating there needs no reset.  The bias ``dst``/loops
+    must then cover the entries ``[base, base+n)`` exactly once each.
+
+    Returns whether the entries were cleared (a clearing REQ was emitted)."""
     req = None
     if fused and -32 <= shift <= 31 and lo in (-128, 0) and lo <= hi <= 127:
         req = req_imm(shift, lo, hi)
         if bias is not None and plan is None and not extra_round:
             emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.REQ, imm=None,
-                        params=req)
-            return
+                        params=req, reset=clear)
+            return clear
     if bias is not None:
         emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.ADD)
     for e0 in range(0, n, LIMITS.max("iter")):
@@ -127,3 +134,4 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
             emit_kernel(tb, "alu", loops, d, s, op=AluOp.MAX, imm=lo)
         if hi < (1 << 31) - 1:
             emit_kernel(tb, "alu", loops, d, s, op=AluOp.MIN, imm=hi)
+    return False

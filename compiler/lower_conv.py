@@ -13,11 +13,14 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
 2. For each output tile (output block chunk x row chunk x column chunk) and each reduction
    step (input block chunk): LOAD the input window of each input block (2-D load, zero
    padding at the borders, pads <= 15), LOAD the tile's weights unless resident, GEMM
-   (reset on the tile's first step; one micro-op per (ob, ib, kh, kw) stored block under a
-   (rows x cols) loop nest).  INP/WGT regions alternate between two virtual threads per step
-   and ACC regions per tile, with the token pattern of docs/runtime.md.
+   (reset on the tile's first step, unless the previous tile of its ACC region ended with a
+   clearing REQ that left its entries at 0; one micro-op per (ob, ib, kh, kw) stored block
+   under a (rows x cols) loop nest).  INP/WGT regions alternate between two virtual threads
+   per step and ACC regions per tile, with the token pattern of docs/runtime.md.
 3. Requantize on the ALU: ADD bias (+round), SHR by ``shift`` (negative = left), MAX
    ``clip_lo``, MIN ``clip_hi``; STORE (the int8 truncation is lossless after the clip).
+   With ``ALU_REQUANT`` the four are one bias-fused ALU REQ, a clearing one
+   (:data:`CLEARING_REQ`): results to OUT for the STORE, the tile's ACC entries to 0.
    With a multiplier (``mult != 1``, needs ``ALU_MUL``) the sequence is that of
    :class:`~.requant.MultPlan`: ADD bias (+``pre_add``, merged into the packed bias), the exact
    pre-clip MAX/MIN when the overflow proof needs it, MUL ``mult``, ADD ``post_add``, SHR
@@ -53,6 +56,11 @@ __all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel", "requant_alu
            "use_im2col", "lower_conv_bands", "band_rows", "bandable"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
+
+#: End each tile's bias-fused ALU REQ as a *clearing* REQ (docs/isa.md "REQ", with
+#: ``ALU_REQUANT``) and skip the GEMM reset of the next tile of the same ACC region when
+#: the clear covered its entries.  False lowers every tile with its reset (for comparison).
+CLEARING_REQ = True
 
 
 def _runs(ids) -> list[tuple[int, int]]:
@@ -254,6 +262,10 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         tiles[0] = t0[:6] + ([(i, i + 1) for a, b in t0[6] for i in range(a, b)],)
     s = 0
     gemm_uops_ideal = 0
+    # per ACC region (virtual thread): entries [acc_base, acc_base + n) its last tile left
+    # at 0 with a clearing REQ (0: none), so a tile of at most n entries needs no reset
+    cleared = [0] * nvt
+    resets_skipped = 0
     for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
         avt = t % nvt
         obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
@@ -312,6 +324,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                     for ob in range(ob0, ob1):
                         tb.load_2d("b", ob, MemType.ACC, acc_base + (ob - ob0) * th * tw,
                                    th * tw, 1, 0)
+                elif obn * th * tw <= cleared[avt]:
+                    resets_skipped += 1
                 else:
                     emit_kernel(tb, "gemm", [(th, tw, 0, 0), (tw, 1, 0, 0)],
                                 acc_base + np.arange(obn) * th * tw, np.zeros(obn), reset=True)
@@ -332,8 +346,10 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         n = obn * th * tw
         bias_add = None if bias_load else ([(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)],
                                            [acc_base], [ob0])
-        requant_alu(tb, acc_base, n, int(attrs["shift"]), int(attrs["clip_lo"]),
-                    int(attrs["clip_hi"]), plan=plan, bias=bias_add, fused=cfg.ALU_REQUANT)
+        clr = requant_alu(tb, acc_base, n, int(attrs["shift"]), int(attrs["clip_lo"]),
+                          int(attrs["clip_hi"]), plan=plan, bias=bias_add,
+                          fused=cfg.ALU_REQUANT, clear=CLEARING_REQ and not bias_load)
+        cleared[avt] = n if clr else 0
         tb.dep_push(C, S)
         tb.dep_pop(C, S)
         if tw == wo:
@@ -354,7 +370,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     tr.stats = {"tiling": [tl.obn, tl.ibn, tl.th, tl.tw, tl.nvt, int(tl.resident)],
                 "tiles": len(tiles), "steps": s, "pre_pad": bool(pre_pad),
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
-                "gemm_uops_planned": gemm_uops_ideal,
+                "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped,
                 "min_dram_bytes": int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)}
     # the bias carries the rounding constant (the plan's pre_add with a multiplier)
     rnd = int(attrs["round"]) if plan is None else plan.pre_add

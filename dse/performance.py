@@ -43,7 +43,8 @@ class CycleModel:
       (one micro-op per cycle in steady state; ~8 cycles for a one-micro-op GEMM → 7
       cycles of overhead).  Reset micro-ops count like GEMM micro-ops.
     - ALU: ``insn_overhead + N × (alu_imm_uop_cycles if use_imm or reset else
-      alu_tensor_uop_cycles)`` (a tensor operand takes a second accumulator read: 2 cycles).
+      alu_tensor_uop_cycles)`` (a tensor operand takes a second accumulator read: 2 cycles;
+      a clearing REQ, reset on ALU REQ, is no reset: it reads like REQ).
     - LOAD/STORE (and UOP/ACC loads on compute): ``insn_overhead`` + per row ``dram_latency
       + max(beats, elements)`` where beats are the bus beats covering the row's bytes at
       its address (bus = BUS_WIDTH/8 bytes per cycle) and the scratchpad takes one element
@@ -106,7 +107,7 @@ class CycleModel:
         that misses the one-entry source cache (hit: same source as the previous
         micro-op, not written by it), plus the read-after-write stalls
         (:attr:`alu_hazard_cycles`).  Without overhead (cycles)."""
-        from ..hw.isa import decode_uops
+        from ..hw.isa import AluOp, decode_uops
 
         b, e = int(cols["uop_bgn"][i]), int(cols["uop_end"][i])
         I, J = int(cols["iter_out"][i]), int(cols["iter_in"][i])
@@ -118,7 +119,9 @@ class CycleModel:
         dst = (u["dst"][None, None, :] + oi * int(cols["dst_factor_out"][i])
                + oj * int(cols["dst_factor_in"][i])).ravel()
         n = dst.size
-        tensor = not (cols["use_imm"][i] or cols["reset"][i])
+        # a clearing REQ (reset on ALU REQ) reads dst/src like REQ: not a reset
+        clear = cols["reset"][i] and cols["alu_opcode"][i] == AluOp.REQ
+        tensor = not (cols["use_imm"][i] or (cols["reset"][i] and not clear))
         c1 = np.zeros(n, bool)
         c2 = np.zeros(n, bool)
         c1[1:] = dst[1:] == dst[:-1]
@@ -152,7 +155,7 @@ class CycleModel:
         latency, padding or stall: one micro-op per cycle, one element or bus beat per
         cycle, the busiest module or bus channel.
         """
-        from ..hw.isa import Opcode
+        from ..hw.isa import AluOp, Opcode
 
         op = np.asarray(cols["opcode"])
         n = len(op)
@@ -187,7 +190,8 @@ class CycleModel:
             if o == Opcode.GEMM:
                 cost[sel] += N * self.gemm_uop_cycles
             elif uop_loads is None:
-                cheap = (cols["use_imm"][sel] != 0) | (cols["reset"][sel] != 0)
+                cheap = (cols["use_imm"][sel] != 0) | ((cols["reset"][sel] != 0)
+                                                       & (cols["alu_opcode"][sel] != AluOp.REQ))
                 cost[sel] += N * np.where(cheap, self.alu_imm_uop_cycles,
                                           self.alu_tensor_uop_cycles)
             else:

@@ -635,7 +635,8 @@ class ProgramBuilder:
                 jj = np.arange(ei)[None, :, None]
                 dst = (k.dst[sl][None, None, :] + ii * do + jj * di).reshape(-1)
                 live[MemType.ACC][dst] = False
-                if not k.reset:
+                # a clearing REQ (reset on ALU REQ) reads dst and src like REQ: no reset
+                if not k.reset or (k.mode == ALU and k.alu_opcode == AluOp.REQ):
                     src = (k.src[sl][None, None, :] + ii * so + jj * si).reshape(-1)
                     live[MemType.ACC][dst] = True
                     if k.mode == GEMM:

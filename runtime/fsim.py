@@ -299,6 +299,12 @@ class _Machine:
             # weights stored transposed, (depth, BLOCK_IN, BLOCK_OUT), ready for matmul
             self.wgt_t = np.zeros((cfg.WGT_DEPTH, BI, BO), dtype=self.fdt)
             self.acc = np.zeros((cfg.ACC_DEPTH, B, BO), dtype=np.int64)
+            # OUT apart from ACC (only after a clearing REQ, docs/semantics.md "Instructions"):
+            # ``out_set[e]`` marks an entry whose OUT is ``out_val[e]``; any later write to
+            # the entry clears the mark (OUT is the view of ACC again).  None until the
+            # first clearing REQ, so programs without one pay nothing.
+            self.out_set: np.ndarray | None = None
+            self.out_val: np.ndarray | None = None
         self.stats = {k: 0 for k in STAT_KEYS}
         self.pushes = [0, 0, 0, 0]
         self.pops = [0, 0, 0, 0]
@@ -638,6 +644,8 @@ class _Machine:
         vals = raw.reshape(-1).view(dt).reshape((y, x) + shape)
         if mt == MemType.WGT:
             vals = vals.swapaxes(-1, -2)
+        if sp is self.acc and self.out_set is not None:
+            self.out_set[sram:sram + R * C] = False
         blk = sp[sram:sram + R * C].reshape((R, C) + sp.shape[1:])
         if yp0 or yp1 or xp0 or xp1:
             blk[...] = 0
@@ -654,6 +662,10 @@ class _Machine:
             return
         sram = c["sram_base"][i]
         vals = self.acc[sram:sram + y * x]
+        if self.out_set is not None:
+            mark = self.out_set[sram:sram + y * x]
+            if mark.any():
+                vals = np.where(mark[:, None, None], self.out_val[sram:sram + y * x], vals)
         ow = cfg.OUT_WIDTH
         out = (vals & np.int64((1 << ow) - 1)).astype(_uint_dtype(ow))
         raw = out.reshape(-1).view(np.uint8).reshape(y, x * eb)
@@ -679,7 +691,9 @@ class _Machine:
             return
         N = I * J * U
         self._step(i, 1 + N)
-        reset = bool(c["reset"][i])
+        # a clearing REQ (reset on ALU REQ, docs/isa.md "REQ") reads like REQ: not a reset
+        clear = (not gemm) and bool(c["reset"][i]) and c["alu_opcode"][i] == AluOp.REQ
+        reset = bool(c["reset"][i]) and not clear
         use_imm = (not gemm) and bool(c["use_imm"][i])
         # index bounds (computed indices never wrap: out of range is an error).  The
         # report names the first offending micro-op in execution order (the hardware's
@@ -706,6 +720,12 @@ class _Machine:
         dst_b = self.uop_dst[bgn:end]
         dfo, dfi = c["dst_factor_out"][i], c["dst_factor_in"][i]
         acc = self.acc
+        if self.out_set is not None and not clear:    # every other write: OUT follows ACC
+            lo_ = int(dst_b.min())
+            hi_ = int(dst_b.max()) + (I - 1) * int(dfo) + (J - 1) * int(dfi) + 1
+            if self.out_set[lo_:hi_].any():
+                for box in _nest_boxes(I, J, U):
+                    self.out_set[_box_index(dst_b, box, dfo, dfi)] = False
         if reset:
             for box in _nest_boxes(I, J, U):
                 acc[_box_index(dst_b, box, dfo, dfi)] = 0
@@ -718,10 +738,13 @@ class _Machine:
             return
         aop = c["alu_opcode"][i]
         imm = c["imm"][i]
+        if clear and self.out_set is None:
+            self.out_set = np.zeros(cfg.ACC_DEPTH, dtype=bool)
+            self.out_val = np.zeros_like(acc)
         for box in _nest_boxes(I, J, U):
             dst = _box_index(dst_b, box, dfo, dfi)
             src = None if use_imm else _box_index(src_b, box, sfo, sfi)
-            self._alu_chunk(aop, dst, src, imm)
+            self._alu_chunk(aop, dst, src, imm, clear)
 
     def _gemm(self, I: int, J: int, dst_b: np.ndarray, src_b: np.ndarray, wgt_b: np.ndarray,
               dfo: int, dfi: int, sfo: int, sfi: int, wfo: int, wfi: int) -> None:
@@ -857,12 +880,24 @@ class _Machine:
         left = _wrap(a << np.clip(-s, 0, 63), bits)
         return np.where(s >= 0, right, left)
 
-    def _alu_chunk(self, aop: int, dst: np.ndarray, src: np.ndarray | None, imm: int) -> None:
+    def _put(self, dst: np.ndarray, res: np.ndarray, clear: bool) -> None:
+        """Write ALU results of distinct entries ``dst``: into ACC (OUT follows), or with
+        ``clear`` (a clearing REQ) into OUT alone, ACC set to 0."""
+        if clear:
+            self.out_val[dst] = res
+            self.out_set[dst] = True
+            self.acc[dst] = 0
+        else:
+            self.acc[dst] = res
+
+    def _alu_chunk(self, aop: int, dst: np.ndarray, src: np.ndarray | None, imm: int,
+                   clear: bool = False) -> None:
+        """One chunk of an ALU nest (``clear``: a clearing REQ, :meth:`_put`)."""
         acc = self.acc
         if src is None:
             b = np.int64(0 if aop == AluOp.REQ else imm)
             if self._unique(dst):
-                acc[dst] = self._alu_op(aop, acc[dst], b, imm)
+                self._put(dst, self._alu_op(aop, acc[dst], b, imm), clear)
                 return
             if aop in (AluOp.MIN, AluOp.MAX):
                 u = np.unique(dst)  # idempotent: once per entry
@@ -880,7 +915,7 @@ class _Machine:
                 firstw = np.full(depth, dst.size, dtype=np.int64)
                 firstw[dst] = np.arange(dst.size, dtype=np.int64)
                 if not (firstw[src] < np.arange(dst.size, dtype=np.int64)).any():
-                    acc[dst] = self._alu_op(aop, acc[dst], acc[src], imm)
+                    self._put(dst, self._alu_op(aop, acc[dst], acc[src], imm), clear)
                     return
             else:
                 written = np.zeros(depth, dtype=bool)
@@ -899,7 +934,7 @@ class _Machine:
             d = dst[a:b_]
             operand = (np.int64(0 if aop == AluOp.REQ else imm) if src is None
                        else acc[src[a:b_]])
-            acc[d] = self._alu_op(aop, acc[d], operand, imm)
+            self._put(d, self._alu_op(aop, acc[d], operand, imm), clear)
 
 
 # ---------------------------------------------------------------------------- public API

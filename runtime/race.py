@@ -21,7 +21,7 @@ import numpy as np
 
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import (
-    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, Insn, Module, Opcode, decode_program,
+    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, AluOp, Insn, Module, Opcode, decode_program,
     decode_uops, insn_module,
 )
 from .device import ProgramError
@@ -206,7 +206,8 @@ def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
                                     f"{int(slots[~written['UOP'][slots]][0])} is read before "
                                     f"any UOP load wrote it")
                 writes.append(("ACC", dst))
-                if not i.reset:
+                # a clearing REQ (reset on ALU REQ) reads dst and src like REQ: no reset
+                if not i.reset or (op == Opcode.ALU and i.alu_opcode == AluOp.REQ):
                     reads.append(("ACC", dst))
                     if op == Opcode.GEMM:
                         reads += [("INP", src), ("WGT", wgt)]

@@ -13,7 +13,8 @@ cycles, since both operands come from the one accumulator read port):
 - C: multiplies (GEMM) or evaluates the ALU lanes; registers the result.
 - D: sums each dot product into the accumulator value, which is forwarded from the two
   newest accumulator writes when they hit the same entry (so consecutive GEMM micro-ops
-  updating one entry give the sum of both at one micro-op per cycle); writes ACC and OUT.
+  updating one entry give the sum of both at one micro-op per cycle); writes ACC and OUT
+  (the same value, except a clearing REQ: its result to OUT, 0 to ACC; ``ALU_REQUANT``).
 
 A tensor-operand ALU micro-op whose source entry equals the last one read (and not written
 since) reuses the kept value and runs at one micro-op per cycle.  The sequencer starts in
@@ -196,7 +197,7 @@ class ComputeUnit(wiring.Component):
     ``wgt_r_*``; OUT view write port ``out_w_*``; ``finish`` (pulse when FINISH executes);
     ``state`` (4, :class:`ComputeState`), ``busy``, ``stall``, ``gemm_uop``/``alu_uop``
     (pulse per executed non-reset micro-op: reset micro-ops count in neither, as in fsim's
-    ``gemm_counter``/``alu_counter``), ``rd_bytes`` (bytes of DRAM elements its loads
+    ``gemm_counter``/``alu_counter``; a clearing REQ is no reset), ``rd_bytes`` (bytes of DRAM elements its loads
     received this cycle).
 
     Scratchpad faults (``hw/regs.py``): ``err`` pulses on the first violation this unit
@@ -307,6 +308,12 @@ class ComputeUnit(wiring.Component):
         alu_op = af("alu_opcode")
         use_imm = af("use_imm")
         imm = af("imm")
+        if cfg.ALU_REQUANT:
+            # A clearing REQ (reset on ALU REQ, docs/isa.md "REQ") reads dst/src like REQ and
+            # is no reset anywhere (hazards, index checks, source cache, counters); only its
+            # stage-D write differs: the result goes to OUT, 0 to ACC.
+            clear = is_alu & reset & (alu_op == AluOp.REQ)
+            reset = reset & ~clear
         alu_tensor = is_alu & ~use_imm & ~reset
 
         # ---------------------------------------------------------- stage A: sequencer
@@ -348,6 +355,10 @@ class ComputeUnit(wiring.Component):
         b_alu, b_tensor, b_reset, b_imm_sel = Signal(), Signal(), Signal(), Signal()
         b_op = Signal(LIMITS.alu_opcode_bits)
         b_imm = Signal(signed(LIMITS.imm_bits))
+        if cfg.ALU_REQUANT:
+            b_clear = Signal()
+            with m.If(advance_a):
+                m.d.sync += b_clear.eq(clear)
         with m.If(advance_a):
             m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c), b_ord.eq(insn_ord),
                          b_alu.eq(is_alu), b_tensor.eq(alu_tensor), b_reset.eq(reset),
@@ -446,6 +457,9 @@ class ComputeUnit(wiring.Component):
         c_imm = Signal(signed(LIMITS.imm_bits))
         m.d.sync += [c_valid.eq(advance_b & ~kill_b), c_dst.eq(dst), c_alu.eq(b_alu), c_reset.eq(b_reset),
                      c_imm_sel.eq(b_imm_sel), c_op.eq(b_op), c_imm.eq(b_imm)]
+        if cfg.ALU_REQUANT:
+            c_clear = Signal()
+            m.d.sync += c_clear.eq(b_clear)
 
         # ---------------------------------------------------------- stage C: multiply / ALU
         acc_in = acc_mem.r_data
@@ -532,21 +546,29 @@ class ComputeUnit(wiring.Component):
         alu_res = d_res
         if cfg.ALU_REQUANT:     # REQ: C shifted the sum, D clips it (two shorter paths)
             d_req = Signal()
+            d_clear = Signal()
             d_imm = Signal(LIMITS.imm_bits)
-            m.d.sync += [d_req.eq(c_alu & (c_op == AluOp.REQ)), d_imm.eq(c_imm)]
+            m.d.sync += [d_req.eq(c_alu & (c_op == AluOp.REQ)), d_clear.eq(c_clear),
+                         d_imm.eq(c_imm)]
             alu_res = Signal(acc_bits)
             m.d.comb += alu_res.eq(Mux(d_req, Cat(*[req_clip(cfg, d_res.word_select(ln, AW),
                                                              d_imm) for ln in range(lanes)]),
                                        d_res))
         result = Signal(acc_bits)
         m.d.comb += result.eq(Mux(d_reset, 0, Mux(d_alu, alu_res, gemm_res)))
+        acc_w_data = Mux(ld_acc_en, ld_acc_data, result)
+        if cfg.ALU_REQUANT:     # OUT gets every write's value; ACC gets 0 from a clearing REQ
+            out_data = Signal(acc_bits)
+            m.d.comb += out_data.eq(acc_w_data)
+            acc_w_data = Mux(ld_acc_en, ld_acc_data, Mux(d_clear, 0, result))
         m.d.comb += [
             acc_mem.w_en.eq(Mux(ld_acc_en, 1, d_valid)),
             acc_mem.w_addr.eq(Mux(ld_acc_en, ld.w_addr, d_dst)),
-            acc_mem.w_data.eq(Mux(ld_acc_en, ld_acc_data, result)),
+            acc_mem.w_data.eq(acc_w_data),
         ]
         m.d.comb += [self.out_w_en.eq(acc_mem.w_en), self.out_w_addr.eq(acc_mem.w_addr),
-                     self.out_w_data.eq(self._truncate(acc_mem.w_data))]
+                     self.out_w_data.eq(self._truncate(out_data if cfg.ALU_REQUANT
+                                                       else acc_mem.w_data))]
         m.d.comb += [self.gemm_uop.eq(d_valid & ~d_alu & ~d_reset),
                      self.alu_uop.eq(d_valid & d_alu & ~d_reset)]
 

@@ -185,3 +185,53 @@ def test_layers_tiny_fused_requantize_rtl_equals_fsim():
         if s.target == "vta" and s.op in ("qconv2d", "qadd", "qdense"):
             a, b = ex.stats[s.name], ex0.stats[s.name]
             assert a.alu_uops < b.alu_uops and a.cycles < b.cycles, (s.name, a, b)
+
+
+def _conv_model(c: int = 8, o: int = 16, hw: int = 16, seed: int = 0):
+    """input [N,c,hw,hw] -> Conv 3x3 pad 1 (o) -> Relu: on tiny, more output tiles than
+    virtual threads (tiles of one ACC region follow each other)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((o, c, 3, 3)) * 0.2)
+                                     .astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal(o) * 0.1).astype(np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["input", "w", "b"], ["c"], kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(
+        nodes, "rtl_clear_conv",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", o, hw, hw])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_clearing_req_conv_tiny_rtl_equals_fsim(monkeypatch):
+    """With ``ALU_REQUANT`` each conv tile ends with a clearing REQ (OUT gets the result,
+    ACC 0), so a tile whose entries the previous tile of its ACC region cleared skips its
+    GEMM reset: rtl equals fsim, the outputs equal those of the lowering without the clear
+    (``lower_conv.CLEARING_REQ = False``), the same GEMM and ALU micro-ops run, and the
+    core takes fewer cycles."""
+    import vtaforge.compiler.lower_conv as lc
+    from vtaforge.hw.config import preset
+
+    cfg = preset("tiny").replace(ALU_REQUANT=True)
+    rng = np.random.default_rng(2)
+    calib = rng.standard_normal((8, 8, 16, 16)).astype(np.float32)
+    x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
+    clear = compile_model(_conv_model(), calib, cfg)
+    monkeypatch.setattr(lc, "CLEARING_REQ", False)
+    plain = compile_model(_conv_model(), calib, cfg)
+    conv = [s for s in clear.steps if s.target == "vta" and s.op == "qconv2d"]
+    assert len(conv) == 1 and conv[0].trace.stats["resets_skipped"] >= 2
+    assert [s.trace.stats["resets_skipped"] for s in plain.steps
+            if s.target == "vta" and s.op == "qconv2d"] == [0]
+    f, r, ex = _run_both(clear, x)
+    _assert_equal_outputs(f, r)
+    f0, _r0, ex0 = _run_both(plain, x)
+    _assert_equal_outputs(f0, f)
+    a, b = ex.stats[conv[0].name], ex0.stats[conv[0].name]
+    assert (a.gemm_uops, a.alu_uops) == (b.gemm_uops, b.alu_uops)
+    assert a.cycles < b.cycles, (a, b)
