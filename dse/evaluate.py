@@ -16,8 +16,10 @@ Resources (docs/dse.md "Resource model"):
   geometry with the RAMB18/RAMB36 aspect-ratio rule of :func:`bram36_for_memory`
   (derived from hardware-notes.md "Scratchpads"; reproduces the measured Yosys figures
   exactly for pynq, 114.5, and tiny, 12.5); DSP = ceil((MACs − LUT_MULTIPLIERS) /
-  packing); LUT and FF from a linear model in MACs calibrated on the two measured Yosys
-  points (a *calibrated estimate*, two points, two coefficients).
+  packing); LUT and FF a linear model in MACs, GEMM DSP slices, ALU lane bits, input
+  element bits and bus width, least-squares fitted on recorded Yosys points
+  (tests/dse/data/yosys_points.json; a *calibrated estimate*, docs/dse.md has its error on
+  held-out configs).
 - :class:`YosysResources`: real Yosys ``synth_xilinx`` counts via ``hw/estimate.py`` for
   configs up to ``max_macs`` multipliers (minutes each; larger ones fall back to the
   analytic model and say so).

