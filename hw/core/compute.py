@@ -159,16 +159,19 @@ def alu_lane(cfg: VTAConfig, op, a, b, imm=None, clip=True):
     w = cfg.ACC_WIDTH
     a = a.as_signed()
     b = b.as_signed()
-    shr = _shr(cfg, a, b)
+    total = (a + b)[:w]
+    if cfg.ALU_REQUANT:     # one shifter: SHR shifts a by b, REQ the sum by imm[5:0]
+        is_req = op == AluOp.REQ
+        shr = _shr(cfg, Mux(is_req, total.as_signed(), a),
+                   Mux(is_req, imm[:REQ_SHIFT_BITS].as_signed(), b))
+    else:
+        shr = _shr(cfg, a, b)
     res = Mux(op == AluOp.MIN, Mux(a < b, a, b),
           Mux(op == AluOp.MAX, Mux(a > b, a, b),
-          Mux(op == AluOp.ADD, (a + b)[:w],
+          Mux(op == AluOp.ADD, total,
           shr if not cfg.ALU_MUL else Mux(op == AluOp.SHR, shr, (a * b)[:w]))))
     if cfg.ALU_REQUANT:
-        req = _shr(cfg, (a + b)[:w].as_signed(), imm[:REQ_SHIFT_BITS].as_signed())
-        if clip:
-            req = req_clip(cfg, req, imm)
-        res = Mux(op == AluOp.REQ, req, res)
+        res = Mux(is_req, req_clip(cfg, shr, imm) if clip else shr, res)
     return res[:w]
 
 
