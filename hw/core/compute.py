@@ -138,14 +138,24 @@ def _shr(cfg: VTAConfig, a, b):
 
 
 def req_clip(cfg: VTAConfig, x, imm):
-    """The clip of ALU REQ: signed ACC_WIDTH ``x`` clipped to ``[lo, hi]`` of the 16-bit
-    immediate ``imm`` (:func:`vtaforge.hw.isa.req_imm`: bit 6 lo = 0 else -128, bits
-    [15:8] hi signed) → ACC_WIDTH-bit expression."""
+    """The clip of ALU REQ: ``MIN(MAX(x, lo), hi)`` of signed ACC_WIDTH ``x`` with ``lo``,
+    ``hi`` from the 16-bit immediate ``imm`` (:func:`vtaforge.hw.isa.req_imm`: bit 6 lo = 0
+    else -128, bits [15:8] hi signed) → ACC_WIDTH-bit expression, exact for every
+    immediate (``hi < lo`` gives ``hi``, as the MAX/MIN pair does).  The result is always an
+    int8 value, so the comparisons and muxes are 8 bits wide plus one range test of
+    ``x[7:]`` (sign-extended 8-bit ``x``)."""
     w = cfg.ACC_WIDTH
-    x = x.as_signed()
-    lo = Mux(imm[6], Const(0, signed(w)), Const(-128, signed(w)))
+    sign = x[w - 1]
+    top = x[7:]
+    in8 = (top == 0) | (top == (1 << (w - 7)) - 1)
+    x8 = x[:8].as_signed()
     hi = imm[8:16].as_signed()
-    return Mux(x > hi, hi, Mux(x < lo, lo, x))[:w]
+    relu = imm[6]
+    below = Mux(relu, sign, ~in8 & sign)            # x < lo
+    above = Mux(in8, x8 > hi, ~sign)                # x > hi
+    over = Mux(below, relu & imm[15], above)        # MAX(x, lo) > hi
+    r8 = Mux(over, hi, Mux(below, Mux(relu, Const(0, signed(8)), Const(-128, signed(8))), x8))
+    return Cat(r8, *([r8[7]] * (w - 8)))
 
 
 def alu_lane(cfg: VTAConfig, op, a, b, imm=None, clip=True):
