@@ -53,13 +53,17 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     ("pynq", "fit", {"preset": "pynq"}),
     ("1x16x16_p2", "held-out", {"LOG_BLOCK": 4, "DSP_PACKING": 2, **_D}),
     ("1x8x32_p2", "held-out", {"LOG_BLOCK_IN": 3, "LOG_BLOCK_OUT": 5, "DSP_PACKING": 2, **_D}),
+    # the fused requantize against its base (dse/resources.py ALU_REQUANT_*; not in the fit)
+    ("tiny_alu_requant", "option", {"preset": "tiny", "ALU_REQUANT": True}),
+    ("pynq_alu_requant", "option", {"preset": "pynq", "ALU_REQUANT": True}),
 )
 
 
 def plan_config(params: dict) -> VTAConfig:
     """The config of one :data:`PLAN` entry (a preset, or a PYNQ-Z2 board-space point)."""
     if "preset" in params:
-        return preset(params["preset"])
+        extra = {k: v for k, v in params.items() if k != "preset"}
+        return preset(params["preset"]).replace(**extra)
     base = board_space("pynq-z2").base
     pt = Space(base, {}).make_point(params)
     if pt.cfg is None:
@@ -109,7 +113,8 @@ def record(only: list[str] | None, path: Path = DATA) -> None:
 def fit(path: Path = DATA, write_roles: bool = False) -> None:
     """Least-squares fit of the LUT and FF terms on the ``fit`` points; print constants
     and the per-point error (fit and held-out) with the current model's next to it."""
-    from vtaforge.dse.resources import LUT_FF_TERMS, AnalyticResources, lut_ff_features
+    from vtaforge.dse.resources import (ALU_REQUANT_FF, ALU_REQUANT_LUT_PER_LANE, LUT_FF_TERMS,
+                                        AnalyticResources, lut_ff_features)
 
     data = load(path)
     roles = {name: role for name, role, _ in PLAN}
@@ -140,11 +145,14 @@ def fit(path: Path = DATA, write_roles: bool = False) -> None:
     print("\n| config | MACs | role | Yosys LUT | model LUT | error | Yosys FF | model FF | "
           "error | DSP | BRAM36 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    errs: dict[str, list] = {"fit": [], "held-out": []}
+    errs: dict[str, list] = {"fit": [], "held-out": [], "option": []}
     old = []
     for p, c in pts:
         f = np.array(lut_ff_features(c), dtype=float)
         lut, ff = float(f @ coef["lut"]), float(f @ coef["ff"])
+        if c.ALU_REQUANT:   # the option's own term (dse/resources.py), not part of the fit
+            lut += ALU_REQUANT_LUT_PER_LANE * c.BATCH * c.BLOCK_OUT
+            ff += ALU_REQUANT_FF
         el, ef = lut / p["lut"] - 1, ff / p["ff"] - 1
         errs[p["role"]].append((abs(el), abs(ef)))
         # the previous model: the two-point line through an older core's tiny and pynq

@@ -18,6 +18,7 @@ from .workloads import DseWorkload
 __all__ = [
     "BRAM_SHAPES", "LUTRAM_MAX_DEPTH", "bram36_for_memory", "memory_map",
     "LUT_FF_CALIBRATION", "LUT_FF_TERMS", "LUT_COEFFS", "FF_COEFFS", "lut_ff_features",
+    "ALU_REQUANT_LUT_PER_LANE", "ALU_REQUANT_FF",
     "gemm_dsp", "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
     "AnalyticResources", "YosysResources", "resource_record", "resources_fit",
 ]
@@ -89,11 +90,21 @@ LUT_COEFFS = (2390.99, 58.09, -28.63, -218.87, 22.79, -1.68, 9.56)
 FF_COEFFS = (2565.01, 42.55, -33.99, -25.63, 6.24, -0.52, -1.71)
 
 
+#: What the fused requantize (``ALU_REQUANT``) adds: LUTs per ALU lane (BATCH × BLOCK_OUT:
+#: the shifter's input muxes and the 8-bit clip of hw/core/compute.py) and FFs in all (the
+#: immediate and opcode carried to stage D).  Fitted through the origin on the Yosys
+#: differences of tests/dse/data/yosys_points.json's ``option`` points against their bases:
+#: tiny +479 LUT / +13 FF (4 lanes), pynq +2,361 / +13 (16 lanes).
+ALU_REQUANT_LUT_PER_LANE = 146.0
+ALU_REQUANT_FF = 13.0
+
+
 #: Where the LUT/FF constants come from (the cache key of :class:`AnalyticResources`
 #: names it: a refit is a new key).
 LUT_FF_CALIBRATION = {
     "points": "tests/dse/data/yosys_points.json", "fit": "bench/dse_resource_fit.py",
-    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 2,
+    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 3,
+    "alu_requant": [ALU_REQUANT_LUT_PER_LANE, ALU_REQUANT_FF],
 }
 
 
@@ -159,8 +170,9 @@ class AnalyticResources:
         alu_dsp = lanes * ALU_MUL_DSP_PER_LANE[cfg.ACC_WIDTH] if cfg.ALU_MUL else 0
         f = lut_ff_features(cfg)
         lut = sum(c * x for c, x in zip(LUT_COEFFS, f)) \
-            + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS
-        ff = sum(c * x for c, x in zip(FF_COEFFS, f))
+            + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS \
+            + (ALU_REQUANT_LUT_PER_LANE * lanes if cfg.ALU_REQUANT else 0.0)
+        ff = sum(c * x for c, x in zip(FF_COEFFS, f)) + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0)
         return {
             "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp,
             "bram36": float(sum(m["bram36"] for m in mems)), "source": "analytic",
