@@ -16,8 +16,9 @@ Resources (docs/dse.md "Resource model"):
   geometry with the RAMB18/RAMB36 aspect-ratio rule of :func:`bram36_for_memory`
   (derived from hardware-notes.md "Scratchpads"; reproduces the measured Yosys figures
   exactly for pynq, 114.5, and tiny, 12.5); DSP = ceil((MACs − LUT_MULTIPLIERS) /
-  packing); LUT and FF a linear model in MACs, GEMM DSP slices, ALU lane bits, input
-  element bits and bus width, least-squares fitted on recorded Yosys points
+  packing); LUT and FF a linear model in MACs, GEMM DSP slices, ALU lanes, ALU lane bits,
+  input element bits and bus width (plus LUT multipliers and the fused requantize as
+  terms of their own), least-squares fitted on recorded Yosys points
   (tests/dse/data/yosys_points.json; a *calibrated estimate*, docs/dse.md has its error on
   held-out configs).
 - :class:`YosysResources`: real Yosys ``synth_xilinx`` counts via ``hw/estimate.py`` for
@@ -82,7 +83,6 @@ UNVERIFIED_LABEL = "at target clock, timing not verified"
 PROGRAM_NEUTRAL_FIELDS = ("DSP_PACKING", "LUT_MULTIPLIERS", "CLOCK_MHZ", "PART")
 
 
-
 def program_key(cfg: VTAConfig) -> str:
     """Key of what the compiled programs depend on: the config without
     :data:`PROGRAM_NEUTRAL_FIELDS`."""
@@ -96,55 +96,6 @@ def program_family(cfg: VTAConfig) -> str:
     d = {k: v for k, v in dataclasses.asdict(cfg).items()
          if k not in PROGRAM_NEUTRAL_FIELDS and k not in TRACE_BOUND_FIELDS}
     return json.dumps(d, sort_keys=True)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # =============================================================================== combined
@@ -270,14 +221,6 @@ class DesignEvaluator:
                     self._perf_memo[k] = self.run_perf(cfg, wl)
                 perf[wl.name] = self._perf_memo[k]
         return self.assemble(cfg, res, perf, workloads)
-
-
-
-
-
-
-
-
 
 
 # =============================================================================== judge

@@ -333,11 +333,18 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
                 if bar is not None:
                     bar.update(1)
 
-        for ti, trecs in ex.map_unordered(perf_records_of, [
-                (ev.perf_eval, [(ptodo[g[0]][0], [ptodo[k][1] for k in g]) for g in t])
-                for t in tasks]):
+        def _args(t: list[list[str]]):
+            return (ev.perf_eval, [(ptodo[g[0]][0], [ptodo[k][1] for k in g]) for g in t])
+
+        retry: list[list[str]] = []
+        for ti, trecs in ex.map_unordered(perf_records_of, [_args(t) for t in tasks]):
+            if isinstance(trecs, TaskFailure) and len(tasks[ti]) > 1:
+                retry += tasks[ti]      # a lost worker must not fail the family's other configs
+                continue
             for gi, g in enumerate(tasks[ti]):
                 _store_perf(g, trecs if isinstance(trecs, TaskFailure) else trecs[gi])
+        for ti, trecs in ex.map_unordered(perf_records_of, [_args([g]) for g in retry]):
+            _store_perf(retry[ti], trecs if isinstance(trecs, TaskFailure) else trecs[0])
     finally:
         if bar is not None:
             bar.close()

@@ -80,7 +80,10 @@ def req_imm(shift: int, lo: int, hi: int) -> int:
     :data:`REQ_SHIFT_BITS`; SHR's rule: a negative shift shifts left).
 
     Args:
-        shift: -32..31.  lo: -128 or 0 (a ReLU).  hi: -128..127, ``hi >= lo``.
+        shift: -32..31 (the field); the core applies it with SHR's rule, its low
+            ``LOG_ACC_WIDTH + 1`` bits as a signed amount, so a 16-bit accumulator takes
+            -16..15 and wraps the rest, exactly as an ALU SHR of the same value does.
+        lo: -128 or 0 (a ReLU).  hi: -128..127, ``hi >= lo``.
 
     Returns:
         The immediate as a signed int16 (the ``imm`` field).

@@ -712,10 +712,13 @@ def load_artifact(path: str | Path, config: VTAConfig | None = None) -> Compiled
         if cfg.fingerprint != fp:
             raise ArtifactError(f"artifact {p!r}: config does not match its fingerprint")
         if config is not None and config.fingerprint != cfg.fingerprint:
+            a, b = cfg.hardware_dict(), config.hardware_dict()
+            diff = ", ".join(f"{k} {a[k]!r} vs {b[k]!r}" for k in sorted(a) if a[k] != b.get(k))
             raise ArtifactError(
                 f"artifact {p!r} was compiled for config {cfg.bitstream_name} (fingerprint "
                 f"0x{cfg.fingerprint:08x}) but the device is {config.bitstream_name} "
-                f"(fingerprint 0x{config.fingerprint:08x}); recompile it for this config")
+                f"(fingerprint 0x{config.fingerprint:08x}; differs in {diff or 'nothing'}); "
+                f"recompile it for this config")
         arrays = read_npz(z, p, "artifact", ArtifactError, skip=("manifest",))
     _check_arrays(p, arrays, table)
     try:
@@ -809,6 +812,13 @@ def _check_steps(cm: CompiledModel) -> None:
             raise ArtifactError(f"{where}: a VTA step without a program trace")
         if s.bands and (s.target != "vta" or "x" not in s.layouts):
             raise ArtifactError(f"{where}: row bands on a step without a packed input 'x'")
+        if s.bands and "y" in s.layouts:
+            h = s.layouts["y"].shape[1]
+            for b in s.bands:       # a tail program exactly when the bands do not divide H
+                if b.rows >= h or (b.tail is None) != (h % b.rows == 0):
+                    raise ArtifactError(f"{where}: row bands of {b.rows} rows "
+                                        f"{'with' if b.tail is not None else 'without'} a "
+                                        f"last-band program for an output of {h} rows")
         if s.target == "cpu" and s.op not in CPU_OPS and s.op not in REAL_OPS and s.op != "onnx":
             raise ArtifactError(f"{where}: no CPU kernel for op {s.op!r}")
         if s.target == "vta":       # activation slots are tensors, the others packed constants

@@ -653,12 +653,12 @@ def plan(nodes: list[Node], budget: int, *, align: int = 1, heuristic: str = "au
 def _ws(nodes: list[Node], i: int, align: int) -> tuple[int, int, int]:
     """``(bytes, rows, bands)``: the smallest working set of step ``i`` over its variants
     (device inputs + host-packed inputs + output) and the variant's band height and count
-    (``0, 1``: whole)."""
+    (``0, 1``: whole); of variants with equal bytes, the one with the fewest bands."""
     nd = nodes[i]
     dev = _round(nd.out_bytes, align) + sum(_round(nodes[j].out_bytes, align)
                                             for j in set(nd.dev_inputs))
-    return min((dev + sum(_round(b, align) for _, b in v[2]), v[0], v[1])
-               for v in nd.variants())
+    return min(((dev + sum(_round(b, align) for _, b in v[2]), v[0], v[1])
+                for v in nd.variants()), key=lambda t: (t[0], t[2]))
 
 
 def nodes_from_model(model, nblk: int) -> list[Node]:

@@ -328,6 +328,29 @@ class Executor:
             pb = self._plans[nblk] = (plan, bufs)
         return pb
 
+    def plan_budget(self, n_images: int) -> dtr.Schedule:
+        """Plan now (and keep for the run) the memory-budget schedule of a run of
+        ``n_images`` images (``ceil(n_images / BATCH)`` batch blocks), so a budget too small
+        for that run is refused before any work with the figure for that many images
+        (the constructor checks only the model's declared batch; a symbolic one counts 1).
+
+        Raises:
+            BudgetError: the budget is below what the run needs (names the step, bytes).
+            DeviceError: the executor has no memory budget, or ``n_images < 1``.
+        """
+        if self.memory_budget is None:
+            raise DeviceError("plan_budget needs an executor with a memory_budget")
+        if isinstance(n_images, bool) or not isinstance(n_images, int) or n_images < 1:
+            raise DeviceError(f"plan_budget: n_images = {n_images!r} must be a positive integer")
+        nblk = -(-n_images // self.cfg.BATCH)
+        if nblk in self._schedules:
+            return self._schedules[nblk][0]
+        if nblk not in self._planned:
+            self._planned[nblk] = dtr.plan(dtr.nodes_from_model(self.model, nblk),
+                                           self.memory_budget, align=self.cfg.dram_alignment,
+                                           heuristic=self.dtr_heuristic)
+        return self._planned[nblk]
+
     def _schedule(self, nblk: int) -> tuple[dtr.Schedule, object]:
         sa = self._schedules.get(nblk)
         if sa is None:
@@ -630,8 +653,8 @@ class Executor:
                     tot[k] += v
                     if act.kind == "run":
                         tot[k + "_base"] += v
-                    if keep:
-                        self._host(env, step.outputs[0], n)
+                if act.kind == "run" and keep:   # read back before the arena slot is reused
+                    self._host(env, step.outputs[0], n)
             elif act.kind == "readback":
                 self._host(env, step.outputs[0], n)
             else:                                   # evict / free: the buffer may be reused

@@ -133,3 +133,29 @@ def test_board_timing_binary_file(tmp_path):
     p = tmp_path / "r.rpt"
     p.write_bytes(bytes(range(256)) * 4)
     _error(_run("board", "timing", str(p)), "not a text file")
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["--within", "nan"], "--within nan must be a finite percentage"),
+    (["--within", "inf"], "--within inf must be a finite percentage"),
+    (["--jobs", "1000000"], "is not in the range 0<=x<=256"),
+])
+def test_dse_run_refuses_before_the_sweep(args, pattern, tmp_path):
+    """Found in review: --within nan failed after the whole sweep with an internal error;
+    --jobs 1000000 hung starting a LocalCluster.  Both are refused before any evaluation."""
+    out = tmp_path / "r.json"
+    r = _run("dse", "run", "--board", "pynq-z2", "--workloads", "resnet18-c2", "--size", "7",
+             "--no-progress", "-o", str(out), *args)
+    _error(r, pattern)
+    assert not out.exists()
+
+
+def test_dse_plot_without_matplotlib_refused_up_front(tmp_path):
+    """Found in review: --plot without matplotlib failed after the sweep, leaving the report
+    and the cache behind."""
+    out = tmp_path / "r.json"
+    block = "import sys\nsys.modules['matplotlib'] = None"    # import matplotlib fails
+    r = _run("dse", "run", "--board", "pynq-z2", "--workloads", "resnet18-c2", "--size", "7",
+             "--no-progress", "-o", str(out), "--plot", str(tmp_path / "p.png"), pre=block)
+    _error(r, "--plot needs matplotlib")
+    assert not out.exists() and not list(tmp_path.glob("*.jsonl"))

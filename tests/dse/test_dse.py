@@ -524,3 +524,42 @@ def test_rung_that_did_not_run_is_labelled(tmp_path, monkeypatch):
     assert "model!" in format_table(rep) and "analytic!" in format_table(rep)
     assert "rtl did not run" in rep["labels"]["cycles"]
     assert rep["selection"]["latency_band"] > 0  # model latencies keep the model's band
+
+
+class _LosesFamilyTasks:
+    """An executor with two 'workers' whose tasks of several configs all die (a lost
+    worker); single-config tasks run in process."""
+
+    workers = 2
+    description = "fake: family tasks fail"
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def map_unordered(self, fn, args_list):
+        from vtaforge.dse.parallel import TaskFailure
+
+        for i, args in enumerate(args_list):
+            self.calls.append(len(args[1]))
+            if len(args[1]) > 1:
+                yield i, TaskFailure(RuntimeError("worker lost"))
+            else:
+                yield i, fn(*args)
+
+    def close(self):
+        pass
+
+
+def test_a_failed_family_task_is_retried_one_config_at_a_time():
+    """Found in review: a failed worker task of a program family (up to 16 configs) marked
+    every config of it failed; now each is re-run on its own, as the serial sweep is."""
+    from vtaforge.dse import Space, parse_workloads, run_search
+
+    sp = Space(preset("tiny"), {"LOG_ACC_BUFF_SIZE": [12, 13], "LOG_INP_BUFF_SIZE": [11, 12]})
+    wls = parse_workloads("resnet18-c2", 4)
+    serial = run_search(sp, wls, DesignEvaluator(), progress=False)
+    ex = _LosesFamilyTasks()
+    got = run_search(sp, wls, DesignEvaluator(), progress=False, executor=ex)
+    assert max(ex.calls) > 1 and ex.calls.count(1) >= 4     # a family task, then retries
+    assert [r.result.workloads for r in got] == [r.result.workloads for r in serial]
+    assert not any(w.get("error") for r in got for w in r.result.workloads.values())

@@ -276,6 +276,19 @@ def test_unet_too_small_budget_and_batches(unet4):
     assert sorted(ex._schedules) == [1, 2]
     with pytest.raises(DeviceError, match="below the"):   # 4 images: 2 blocks -> larger
         ex.run(np.concatenate([x, x, x]))
+    # plan_budget refuses up front with the figure of the run's own batch (the
+    # constructor could only check the declared one)
+    lo1 = _working_set(cm, 1)
+    lo4 = _working_set(cm, -(-4 // cm.config.BATCH))
+    assert lo4 > lo1
+    ex1 = Executor(cm, FsimDevice(cm.config), memory_budget=lo1)
+    with pytest.raises(DeviceError, match=rf"below the {lo4} bytes"):
+        ex1.plan_budget(4)
+    assert ex1.plan_budget(1).peak_bytes <= lo1
+    with pytest.raises(DeviceError, match="positive integer"):
+        ex1.plan_budget(0)
+    with pytest.raises(DeviceError, match="needs an executor with a memory_budget"):
+        ref.plan_budget(1)
 
 
 def test_unet_budget_on_the_pynq_backend():

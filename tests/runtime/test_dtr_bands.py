@@ -313,3 +313,27 @@ def test_bands_on_the_pynq_backend():
     assert np.array_equal(ex.run(x)["y"], ref["y"])
     assert ex.dtr_report()["bands"] == {st.name: len(st.bands[1].spans(16))}
     assert not core.faults
+
+
+def test_artifact_with_inconsistent_bands_refused(compiled, tmp_path):
+    """Found in review: a manifest whose bands do not divide the output height but carry no
+    last-band program loaded, and failed later inside the builder."""
+    _, _, cm, _ = compiled
+    p = tmp_path / "m.vtapkg"
+    save_artifact(cm, p)
+    with np.load(p) as z:
+        arrays = {k: z[k] for k in z.files}
+    man = json.loads(str(arrays["manifest"]))
+    step = next(s for s in man["model"]["steps"] if s.get("bands"))
+    h = _conv(cm).layouts["y"].shape[1]
+    b = step["bands"][0]
+    if b["tail"] is not None:       # bands that leave a remainder, its program dropped
+        b["tail"] = None
+    else:                           # bands that divide H made into ones that do not
+        b["rows"] = next(r for r in range(2, h) if h % r)
+    arrays["manifest"] = np.array(json.dumps(man))
+    bad = tmp_path / "bad.vtapkg"
+    with open(bad, "wb") as f:
+        np.savez(f, **arrays)
+    with pytest.raises(ArtifactError, match="last-band program for an output of"):
+        load_artifact(bad, cm.config)

@@ -15,9 +15,15 @@ line, exit status 2.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import click
+
+
+#: The largest ``--jobs``: a LocalCluster on one machine (Dask starts every worker process
+#: up front; a million of them never came up).  More workers: a ``--scheduler``.
+MAX_JOBS = 256
 
 
 def _fail(msg: str) -> None:
@@ -64,9 +70,10 @@ def dse_group() -> None:
 @click.option("--csv", "csv_file", default=None, help="write every point as a CSV row here")
 @click.option("--limit", type=click.IntRange(min=1), default=30, show_default=True,
               help="table rows shown (>= 1)")
-@click.option("--jobs", "-j", type=click.IntRange(min=0), default=None,
-              help="evaluate on a Dask LocalCluster of N worker processes (default: serial, "
-                   "in process)")
+@click.option("--jobs", "-j", type=click.IntRange(min=0, max=MAX_JOBS), default=None,
+              help=f"evaluate on a Dask LocalCluster of N worker processes (0 or 1, or no "
+                   f"--jobs: serial, in process; at most {MAX_JOBS}: a larger pool is a "
+                   f"--scheduler's job)")
 @click.option("--scheduler", default=None,
               help="evaluate on the Dask scheduler at this address (tcp://host:8786)")
 @click.option("--verify", "verify_spec", default=None,
@@ -75,7 +82,8 @@ def dse_group() -> None:
 @click.option("--budget", type=click.IntRange(min=0), default=None,
               help="at most N points promoted by --verify (default 4)")
 @click.option("--within", "within_pct", type=click.FloatRange(min=0), default=None,
-              help="also pick the smallest design within PCT % of the best latency")
+              help="also pick the smallest design within PCT % of the best latency "
+                   "(finite, >= 0)")
 @click.option("--plot", "plot_file", default=None,
               help="write a PNG: Pareto plot of the part (preset and pick marked), and "
                    "model vs RTL when --verify rtl ran")
@@ -104,6 +112,12 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         check_output_path(csv_file, "--csv")
     if plot_file:
         check_output_path(plot_file, "--plot")
+        try:    # before the sweep, not after it
+            import matplotlib  # noqa: F401
+        except ImportError:
+            _fail("--plot needs matplotlib: pip install 'vtaforge[dse]'")
+    if within_pct is not None and not math.isfinite(within_pct):
+        _fail(f"--within {within_pct} must be a finite percentage (>= 0)")
     try:
         verify = parse_verify(verify_spec)
         if budget is not None and not verify:

@@ -225,6 +225,8 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     click.echo("placement:")
     click.echo(cm.placement_table())
     ex = Executor(cm, make_device(target, cfg), memory_budget=memory_budget)
+    if memory_budget is not None:   # refuse with the figure for this input, before any work
+        ex.plan_budget(_fixed_batch(cm) or _n_samples(x))
     t0 = time.perf_counter()
     out = _run_batches(ex.run, _fixed_batch(cm), x)
     dt = time.perf_counter() - t0
@@ -296,6 +298,9 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         click.echo(cm.placement_table())
         dev = make_device(target, cfg)
         ex = Executor(cm, dev, memory_budget=memory_budget)
+        if memory_budget is not None:
+            for x in xs:
+                ex.plan_budget(_fixed_batch(cm) or _n_samples(x))
         for path, x in zip(input_paths, xs):
             t0 = time.perf_counter()
             out = _run_batches(ex.run, _fixed_batch(cm), x)
