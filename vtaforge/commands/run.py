@@ -188,7 +188,8 @@ def _budget_line(ex) -> str | None:
 @click.option("--memory-budget", "memory_budget", default=None, type=_ByteSize(),
               help="at most BYTES of device activation memory live at once (3MiB, 512K, "
                    "2.5MB or a plain count): activations are evicted and recomputed (DTR) "
-                   "to stay under it, bit-exact; refused below the largest step's working set")
+                   "to stay under it, bit-exact; refused below the largest step's working set "
+                   "(needs --model)")
 def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, target,
             cache_size, memory_budget) -> None:
     """Compile (if ONNX) and run a model on VTA; without --model, run the digits main job."""
