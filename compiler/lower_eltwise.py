@@ -40,6 +40,10 @@ __all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
+#: Max-pool windows with ``k < 2·s`` on both axes run as a row pass in place, then a column
+#: pass (:func:`_max_pool_separable`); False: reset, copy and MAX per window element.
+SEPARABLE_MAX_POOL = True
+
 
 def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) -> LoweredOp:
     """Lower ``qmax_pool`` (``kind="max"``) or ``qavg_pool`` (``kind="avg"``) for one batch
@@ -68,6 +72,7 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     hp, wp = xl.hw
     cols = wp + pl + pr
     ncb = xl.cb
+    sep = SEPARABLE_MAX_POOL and kind == "max" and kw < 2 * sw and kh < 2 * sh
     best = None
     for nvt in (2, 1):
         half = cfg.ACC_DEPTH // nvt
@@ -115,14 +120,16 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
             dst = out_base + np.arange(n_cb) * th * wo
             src0 = in_base + np.arange(n_cb) * rows * cols
             emit_kernel(tb, "alu", loops, dst, np.zeros(n_cb), op=AluOp.ADD, reset=True)
-            ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
-            offs = (ki * cols + kj).reshape(-1)
-            # Window-outermost: one ALU pass over every destination per window element,
-            # so consecutive micro-ops never write the same entry (the ALU has no
-            # forwarding: a micro-op waits for an older write to its destination).
-            for j, off in enumerate(offs):
-                op = AluOp.MAX if kind == "max" and j > 0 else AluOp.ADD
-                emit_kernel(tb, "alu", loops, dst, src0 + off, op=op)
+            if sep:
+                _max_pool_separable(tb, (kh, kw), (sh, sw), rows, cols, th, wo, dst, src0)
+            else:
+                # Window-outermost: one ALU pass over every destination per window element,
+                # so consecutive micro-ops never write the same entry (the ALU has no
+                # forwarding: a micro-op waits for an older write to its destination).
+                ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+                for j, off in enumerate((ki * cols + kj).reshape(-1)):
+                    op = AluOp.MAX if kind == "max" and j > 0 else AluOp.ADD
+                    emit_kernel(tb, "alu", loops, dst, src0 + off, op=op)
             if kind != "max":
                 requant_alu(tb, out_base, n_cb * th * wo, int(attrs["shift"]),
                             int(attrs["clip_lo"]), int(attrs["clip_hi"]),
@@ -140,6 +147,59 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": t, "gemm_uops_ideal": 0,
                       "min_dram_bytes": int(B * c * (h * w + ho * wo))}
     return LoweredOp(tb.trace, {}, {"x": xl, "y": yl})
+
+
+def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int, th: int,
+                        wo: int, dst, src0) -> None:
+    """The ALU part of one max-pool tile as a row pass then a column pass (``k < 2·s`` on
+    both axes), after the reset of the outputs.
+
+    The tile's input is ``rows × cols`` accumulator entries per channel block at ``src0``
+    (array over blocks), its ``th × wo`` outputs at ``dst``.  With ``kw < 2·sw`` every window
+    has a column ``u = max(0, kw - sw)`` no neighbour covers, so the row pass maxes each row's
+    column ``j·sw + u`` with the window's other columns in place (the input is not needed
+    after); the column pass then copies row ``i·sh + v`` (``v = max(0, kh - sh)``) into
+    output ``(i, j)`` (ADD onto the reset) and maxes the other rows in.  Micro-ops: for a
+    3×3/2 window 2 per row-pass entry and 3 per output, against 9 per output.
+
+    Window offsets shared by neighbours (``o < k - s`` with ``o + s`` of the previous
+    window) are issued as micro-op pairs reading one source for two destinations
+    (``[j+1], [j]``): the second hits the tensor-operand cache (1 cycle instead of 2), and
+    no two micro-ops closer than 3 write one entry, so the ALU's hazard check never waits.
+    """
+    (kh, kw), (sh, sw) = kernel, strides
+    u, v = max(0, kw - sw), max(0, kh - sh)
+    # row pass in place: lines = the tile's input rows, outputs j at columns j*sw + u
+    _window_pass(tb, kw, sw, wo, rows, src0 + u, cols, sw, lambda o: src0 + o, cols, sw, skip=u)
+    # column pass: lines = output columns j, outputs i; row i*sh + o, column j*sw + u
+    col = lambda o: src0 + o * cols + u  # noqa: E731 - one-line address map
+    emit_kernel(tb, "alu", [(wo, 1, sw, 0), (th, wo, sh * cols, 0)], dst, col(v), op=AluOp.ADD)
+    _window_pass(tb, kh, sh, th, wo, dst, 1, wo, col, sw, sh * cols, skip=v)
+
+
+def _window_pass(tb: TraceBuilder, k: int, s: int, n_out: int, lines: int, dst0, line_dst: int,
+                 dstep: int, src_of, line_src: int, sstep: int, skip: int) -> None:
+    """MAX over one window axis (``k`` taps, stride ``s``, ``k < 2·s``) for ``lines`` lines of
+    ``n_out`` outputs: entry ``dst0 + l·line_dst + j·dstep`` |= ``src_of(o) + l·line_src +
+    j·sstep`` for every offset ``o != skip`` (``dst0``, ``src_of(o)``: arrays over channel
+    blocks; ``src_of(o + s) == src_of(o) + sstep``).
+
+    Offsets ``o < k - s`` are issued with ``o + s`` as pairs ``(j+1, o), (j, o + s)`` on one
+    source entry, then the two edge outputs ``(0, o)`` and ``(n_out - 1, o + s)``; the offsets
+    in ``[k - s, s)`` other than ``skip`` as plain passes."""
+    outer = (lines, line_dst, line_src, 0)
+    for o in range(max(0, k - s), min(k, s)):
+        if o != skip:
+            emit_kernel(tb, "alu", [outer, (n_out, dstep, sstep, 0)], dst0, src_of(o),
+                        op=AluOp.MAX)
+    for o in range(max(0, k - s)):
+        if n_out > 1:
+            pair = np.stack([dst0 + dstep, dst0], axis=1).reshape(-1)
+            emit_kernel(tb, "alu", [outer, (n_out - 1, dstep, sstep, 0)], pair,
+                        np.repeat(src_of(o) + sstep, 2), op=AluOp.MAX)
+        ends = np.stack([dst0, dst0 + (n_out - 1) * dstep], axis=1).reshape(-1)
+        srcs = np.stack([src_of(o), src_of(o + s) + (n_out - 1) * sstep], axis=1).reshape(-1)
+        emit_kernel(tb, "alu", [outer], ends, srcs, op=AluOp.MAX)
 
 
 def _requant_store(tb: TraceBuilder, base: int, e0: int, m: int, attrs: dict, plan,

@@ -100,3 +100,34 @@ def test_requant(cfg, shift, lo, hi):
                "y")
     out, _, _ = run_graph(qg.finish(y), cfg, x.astype(np.float32))
     np.testing.assert_array_equal(out["y"], requant(x, shift, lo, hi))
+
+
+@pytest.mark.parametrize("cfg", ("tiny", "pynq"))
+@pytest.mark.parametrize("k,s,pads,c,hw", [
+    ((3, 3), (2, 2), (1, 1, 1, 1), 16, (30, 23)),   # ResNet's 3x3/2, several tiles (tiny)
+    ((3, 2), (2, 2), (1, 0, 0, 1), 5, (11, 8)),      # non-square window, asymmetric pads
+    ((2, 3), (2, 2), (0, 1, 1, 1), 20, (9, 10)),
+    ((5, 5), (3, 3), (2, 2, 2, 2), 3, (13, 14)),     # paired offsets 0,1 / 3,4; unique 2
+    ((3, 3), (2, 2), (2, 2, 2, 2), 16, (7, 7)),      # output row 0's unique row is padding
+    ((3, 3), (3, 3), (0, 0, 0, 0), 8, (9, 12)),      # non-overlapping windows
+    ((1, 3), (1, 2), (0, 1, 0, 1), 16, (4, 9)),      # one axis trivial
+    ((3, 3), (2, 2), (1, 1, 1, 1), 16, (3, 3)),      # one output per axis
+])
+@pytest.mark.parametrize("sep", (True, False))
+def test_max_pool_separable_shapes(cfg, k, s, pads, c, hw, sep, monkeypatch):
+    """The separable max-pool (row pass in place, column pass; ``sep``) and the per-window
+    one against the numpy window oracle, on non-square windows, windows that start in
+    padding, several tiles, one output per axis."""
+    from vtaforge.compiler import lower_eltwise
+    monkeypatch.setattr(lower_eltwise, "SEPARABLE_MAX_POOL", sep)
+    h, w = hw
+    rng = np.random.default_rng(c * h + w)
+    x = rng.integers(-128, 128, (1, c, h, w)).astype(np.int8)
+    qg = QG(("N", c, h, w))
+    src = qg.add("qrequant", ["xq"], qg.req(0, 0, 127), TensorType("int8", ("N", c, h, w), 0), "r")
+    pt, pl, pb, pr = pads
+    ho, wo = (h + pt + pb - k[0]) // s[0] + 1, (w + pl + pr - k[1]) // s[1] + 1
+    y = qg.add("qmax_pool", [src], {"kernel": k, "strides": s, "pads": pads},
+               TensorType("int8", ("N", c, ho, wo), 0), "y")
+    out, _, _ = run_graph(qg.finish(y), cfg, x.astype(np.float32))
+    np.testing.assert_array_equal(out["y"], maxpool_oracle(np.maximum(x, 0), k, s, pads))
