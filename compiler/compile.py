@@ -46,7 +46,7 @@ from .onnx_frontend import import_onnx
 from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
 
-__all__ = ["compile_model", "lower_graph", "lower_node"]
+__all__ = ["compile_model", "lower_graph", "lower_node", "quant_widths"]
 
 
 def _chw(graph: Graph, tensor: str) -> tuple:
@@ -215,7 +215,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         config: VTAConfig, preset name or JSON path (default ``pynq``).
         quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL)``
             (exact non-power-of-two QDQ scales where the core has ALU MUL, nearest powers of
-            two otherwise).
+            two otherwise) with the config's widths (:func:`quant_widths`: int16
+            activations / weights on a ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4 core).
         row_bands: give convs with a host-packed input row-band variants (see the module
             docstring; they let a memory budget go below such a step's working set).
     Returns:
@@ -252,7 +253,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     else:
         raise CompileError(f"{calib_label} must be an ndarray or a dict {{input name: "
                            f"ndarray}}, not {type(calib).__name__}")
-    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL))
+    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL),
+                                     **quant_widths(cfg, fg))
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
     if n_samples is None:
         qc = replace(qc, batch_size=1 << 62)
@@ -271,6 +273,16 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     cm.qgraph = q
     cm.partition = part
     return cm
+
+
+def quant_widths(cfg: VTAConfig, fg: Graph | None = None) -> dict:
+    """``{"act_bits", "wgt_bits"}`` for quantizing to ``cfg``: its ``INP_WIDTH`` and
+    ``WGT_WIDTH`` (8 or 16).  A QDQ float graph (``fake_quant`` nodes: int8 scales) gets 8
+    and 8 whatever the core: its int8 nodes then run on the CPU of a 16-bit core, each with
+    the width reason (a valid model is never refused)."""
+    if fg is not None and any(n.op == "fake_quant" for n in fg.nodes):
+        return {"act_bits": 8, "wgt_bits": 8}
+    return {"act_bits": int(cfg.INP_WIDTH), "wgt_bits": int(cfg.WGT_WIDTH)}
 
 
 def _one_static_sample(fg, calib: dict) -> bool:

@@ -65,7 +65,11 @@ Quantized-graph format (``kind == "quantized"``) -- the back half's input
 =========================================================================
 All activations between ``quantize`` and ``dequantize`` are ``int8`` with an
 ``exp``; weights are ``int8`` constants with an ``exp``; biases are ``int32``
-constants at ``exp = exp_in + exp_w``. Integer rules, exact (``>>`` is an
+constants at ``exp = exp_in + exp_w``.  A graph quantized for 16-bit cores
+(``QuantConfig.act_bits`` / ``wgt_bits`` 16) has ``int16`` activations (``quantize``
+carries ``dtype="int16"``; every integer op's output has its activation input's dtype)
+and ``int16`` (or ``int8``) weights; clips and the max-pool padding then use the int16
+range (:func:`qrange`), and the sentences below that say int8 read int16. Integer rules, exact (``>>`` is an
 arithmetic shift right, i.e. floor division by a power of two;
 ``clip(v, lo, hi) = min(max(v, lo), hi)``; all intermediate values fit int32
 -- the quantizer checks the worst case and refuses otherwise):
@@ -168,7 +172,7 @@ from .requant import (IMM_MIN, MULT_MAX, MultPlan, avg_exact,  # noqa: F401
 __all__ = [
     "Dim", "TensorType", "Node", "Graph", "OPS", "FLOAT_OPS", "QUANT_OPS", "LAYOUT_OPS",
     "REAL_OPS", "infer_types", "validate", "dump", "requant_round", "MultPlan", "mult_plan",
-    "avg_reciprocal", "MULT_MAX",
+    "avg_reciprocal", "MULT_MAX", "QINT_DTYPES", "qrange",
 ]
 
 Dim = Union[int, str]
@@ -176,7 +180,24 @@ DTYPES = ("float32", "int8", "int32", "int64", "uint8", "int16", "uint16", "uint
           "float16", "float64")
 #: dtypes the quantized VTA path and the integer rules use; the others only flow through
 #: CPU ``onnx`` nodes (shape computations, indices, masks, a QOperator model's uint8 tensors).
-CORE_DTYPES = ("float32", "int8", "int32", "int64")
+CORE_DTYPES = ("float32", "int8", "int16", "int32", "int64")
+#: activation / weight dtypes of a quantized graph (``QuantConfig.act_bits`` / ``wgt_bits``:
+#: int8 for the int8 cores, int16 for ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4)
+QINT_DTYPES = ("int8", "int16")
+
+
+def qrange(dtype: str) -> tuple[int, int]:
+    """``(min, max)`` of a quantized integer dtype: int8 ``(-128, 127)``, int16
+    ``(-32768, 32767)``.
+
+    Raises:
+        CompileError: ``dtype`` not in :data:`QINT_DTYPES`.
+    """
+    if dtype not in QINT_DTYPES:
+        raise CompileError(f"{dtype!r} is not a quantized activation/weight dtype "
+                           f"{QINT_DTYPES}")
+    b = 8 if dtype == "int8" else 16
+    return -(1 << (b - 1)), (1 << (b - 1)) - 1
 
 
 @dataclass(frozen=True)
@@ -384,12 +405,14 @@ def _infer_conv(node, ts, quant):
     shape = (x.shape[0], o, ho, wo)
     if quant:
         _check_q(node, ts, ("int8", "int8", "int32"))
-        return [_qout(node, shape)]
+        return [_qout(node, shape, x.dtype)]
     return [TensorType("float32", shape)]
 
 
-def _qout(node, shape) -> TensorType:
-    return TensorType("int8", shape, node.attrs.get("exp_out"), node.attrs.get("scale_out"))
+def _qout(node, shape, dtype: str = "int8") -> TensorType:
+    """The output type of a requantizing node: the dtype of its activation input (int8, or
+    int16 in an int16 graph), ``exp_out``, ``scale_out``."""
+    return TensorType(dtype, shape, node.attrs.get("exp_out"), node.attrs.get("scale_out"))
 
 
 def _infer_dense(node, ts, quant):
@@ -403,13 +426,15 @@ def _infer_dense(node, ts, quant):
     shape = (x.shape[0], w.shape[0])
     if quant:
         _check_q(node, ts, ("int8", "int8", "int32"))
-        return [_qout(node, shape)]
+        return [_qout(node, shape, x.dtype)]
     return [TensorType("float32", shape)]
 
 
 def _check_q(node, ts, dtypes):
+    """Quantized operands: ``"int8"`` in ``dtypes`` stands for any of :data:`QINT_DTYPES`
+    (an int16 graph has int16 activations and int8 or int16 weights)."""
     for t, d in zip(ts, dtypes):
-        if t.dtype != d:
+        if t.dtype != d and not (d == "int8" and t.dtype in QINT_DTYPES):
             raise _err(node, f"operand dtype {t.dtype}, expected {d}")
         if t.exp is None:
             raise _err(node, f"quantized operand {t} has no scale exponent")
@@ -440,7 +465,7 @@ def _infer_add(node, ts, quant):
         _check_q(node, ts, ("int8", "int8"))
         if a.shape != b.shape and _broadcast(node, a.shape, b.shape) != tuple(a.shape):
             raise _err(node, f"quantized add needs b equal to or broadcast against a, got {a} and {b}")
-        return [_qout(node, a.shape)]
+        return [_qout(node, a.shape, a.dtype)]
     return [TensorType("float32", _broadcast(node, a.shape, b.shape))]
 
 
@@ -451,7 +476,7 @@ def _infer_mul(node, ts, quant):
         raise _err(node, f"the operand {list(b.shape)} may not enlarge the tensor {list(a.shape)}")
     if quant:
         _check_q(node, ts, ("int8", "int8"))
-        return [_qout(node, a.shape)]
+        return [_qout(node, a.shape, a.dtype)]
     return [TensorType("float32", a.shape)]
 
 
@@ -572,18 +597,21 @@ def _infer_softmax(node, ts, quant):
 def _infer_quantize(node, ts, quant):
     if ts[0].dtype != "float32":
         raise _err(node, f"quantize expects float32, got {ts[0]}")
-    return [TensorType("int8", ts[0].shape, node.attrs["exp"], node.attrs.get("scale"))]
+    dt = node.attrs.get("dtype", "int8")
+    if dt not in QINT_DTYPES:
+        raise _err(node, f"quantize dtype {dt!r} is not one of {QINT_DTYPES}")
+    return [TensorType(dt, ts[0].shape, node.attrs["exp"], node.attrs.get("scale"))]
 
 
 def _infer_dequantize(node, ts, quant):
-    if ts[0].dtype not in ("int8", "int32") or ts[0].exp is None:
+    if ts[0].dtype not in QINT_DTYPES + ("int32",) or ts[0].exp is None:
         raise _err(node, f"dequantize expects a quantized int tensor, got {ts[0]}")
     return [TensorType("float32", ts[0].shape)]
 
 
 def _infer_requant(node, ts, quant):
     _check_q(node, ts, ("int8",))
-    return [_qout(node, ts[0].shape)]
+    return [_qout(node, ts[0].shape, ts[0].dtype)]
 
 
 def _infer_onnx(node, ts, quant):
@@ -744,8 +772,10 @@ def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
                     (acc * m + a["round"]) >> a["shift"], want):
                 raise _err(node, f"reciprocal (acc*{m} + {a['round']}) >> {a['shift']} is not "
                            f"the rounding division by {d} for every int8 window sum")
-    if "clip_lo" in a and not -128 <= a["clip_lo"] <= a["clip_hi"] <= 127:
-        raise _err(node, f"clip [{a['clip_lo']}, {a['clip_hi']}] outside the int8 range")
+    odt = types[node.outputs[0]].dtype if node.outputs[0] in types else "int8"
+    qlo, qhi = qrange(odt) if odt in QINT_DTYPES else (-128, 127)
+    if "clip_lo" in a and not qlo <= a["clip_lo"] <= a["clip_hi"] <= qhi:
+        raise _err(node, f"clip [{a['clip_lo']}, {a['clip_hi']}] outside the {odt} range")
     if node.op == "qconv2d" or node.op == "qdense":
         x, w, b = (types[i] for i in node.inputs)
         if b.exp != x.exp + w.exp:

@@ -94,7 +94,9 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
     (:func:`vtaforge.hw.isa.req_imm`) when ``lo`` is -128 or 0 and ``hi`` an int8, and
     with a bias and nothing between it and the shift (no plan, no ``extra_round``) the
     bias ADD joins it: one tensor-operand micro-op per entry instead of four.  The result
-    is the same integers (REQ is defined as that sequence).
+    is the same integers (REQ is defined as that sequence).  An int16 output's clip
+    (``hi`` 32767, ``lo`` 0 or -32768: 16-bit activation cores) never qualifies, since
+    REQ's clip immediates are 8-bit: it takes SHR, MAX, MIN (16-bit immediates).
 
     ``clear`` (with that one bias-fused REQ only): the REQ is a *clearing* REQ (the reset
     flag, docs/isa.md "REQ"): its results go to OUT only and the ACC entries it covers

@@ -18,7 +18,8 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
    under a (rows x cols) loop nest).  INP/WGT regions alternate between two virtual threads
    per step and ACC regions per tile, with the token pattern of docs/runtime.md.
 3. Requantize on the ALU: ADD bias (+round), SHR by ``shift`` (negative = left), MAX
-   ``clip_lo``, MIN ``clip_hi``; STORE (the int8 truncation is lossless after the clip).
+   ``clip_lo``, MIN ``clip_hi``; STORE (the truncation to ``OUT_WIDTH`` is lossless after
+   the clip).
    With ``ALU_REQUANT`` the four are one bias-fused ALU REQ, a clearing one
    (:data:`CLEARING_REQ`): results to OUT for the STORE, the tile's ACC entries to 0.
    With a multiplier (``mult != 1``, needs ``ALU_MUL``) the sequence is that of
@@ -33,6 +34,14 @@ padded to a multiple of ``BLOCK_IN`` instead of every tap's channels), weights r
 ``[O, C*kh*kw, 1, 1]``; the ``x`` slot's layout carries ``im2col`` and the executor builds
 the patch tensor on the host (data movement only).
 
+Widths: int8 cores (``LOG_INP_WIDTH`` = ``LOG_WGT_WIDTH`` = 3) take int8 activations and
+weights; a ``LOG_INP_WIDTH`` 4 core int16 activations (``x`` and ``y`` slots of 2-byte
+values, :attr:`~vtaforge.runtime.artifact.SlotLayout.elem_bytes`), a ``LOG_WGT_WIDTH`` 4
+core int16 weights.  The weight array's dtype must match the config's ``WGT_WIDTH``
+(:class:`CompileError` otherwise).  The fused REQ's clip immediates are 8-bit, so an int16
+output's clip (``[-32768, 32767]`` or ``[0, 32767]``) always takes the SHR/MAX/MIN path
+(:func:`~.lower_common.requant_alu`).
+
 Dense layers are 1x1 convs on a 1x1 image.  Grouped and depthwise convs use the
 block-compressed weights: only blocks the group structure can make non-zero are stored
 and multiplied.
@@ -40,6 +49,7 @@ and multiplied.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -180,8 +190,12 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             sequence, pads > 15, no tile fits, ``out_rows < Ho``.
     """
     k_red = int(np.prod(w.shape[1:]))
-    plan = plan_for(cfg, uid, attrs, k_red * 128 * 128 + int(np.abs(
-        np.asarray(bias, np.int64)).max(initial=0)))
+    if np.dtype(w.dtype).itemsize * 8 != cfg.WGT_WIDTH or w.dtype.kind != "i":
+        raise CompileError(f"{uid}: {w.dtype} weights on a core with WGT_WIDTH "
+                           f"{cfg.WGT_WIDTH}")
+    eb = cfg.INP_WIDTH // 8                 # bytes per activation value (1 or 2)
+    plan = plan_for(cfg, uid, attrs, k_red * (1 << (cfg.INP_WIDTH - 1)) * (
+        1 << (cfg.WGT_WIDTH - 1)) + int(np.abs(np.asarray(bias, np.int64)).max(initial=0)))
     B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
     c, h, wd = in_chw
     o, cg, kh, kw = w.shape
@@ -200,22 +214,25 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         lo = lower_conv(cfg, uid, (k, ho, wo), np.ascontiguousarray(w.reshape(o, k, 1, 1)),
                         bias, a1, pre_pad=False, im2col=False, bias_load=bias_load,
                         out_rows=out_rows)
-        xl = SlotLayout((c, h, wd), B, BI, im2col=(kh, kw, sh, sw, pt, pl, pb, pr))
+        xl = SlotLayout((c, h, wd), B, BI, im2col=(kh, kw, sh, sw, pt, pl, pb, pr),
+                        elem_bytes=eb)
         assert xl.block_bytes == lo.layouts["x"].block_bytes
         lo.layouts["x"] = xl
         st = lo.trace.stats
         st["im2col"] = [c, kh, kw]
-        st["min_dram_bytes"] = int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)
+        st["min_dram_bytes"] = int((B * c * h * wd + B * o * ho * wo) * eb + w.nbytes + 4 * o)
         st["host_im2col_bytes"] = int(xl.block_bytes)
         return lo
     geo = window_geometry(uid, (c, h, wd), o, (kh, kw), (sh, sw), (pt, pl, pb, pr), B, BI, BO,
                           pre_pad)
     xl, yl, ho, wo, pre_pad = geo.xl, geo.yl, geo.ho, geo.wo, geo.pre_pad
+    if eb != 1:
+        xl, yl = replace(xl, elem_bytes=eb), replace(yl, elem_bytes=eb)
     hpl = ho if out_rows is None else int(out_rows)
     if hpl < ho:
         raise CompileError(f"{uid}: out_rows {hpl} is below the output height {ho}")
     if hpl != ho:
-        yl = SlotLayout((o, hpl, wo), B, BO)
+        yl = SlotLayout((o, hpl, wo), B, BO, elem_bytes=eb)
     pt, pl, pb, pr = geo.pads
     hp, wp = xl.hw
     wpk = pack_weights(w, groups, BO, BI)
@@ -256,7 +273,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # steps: more, smaller loads only add per-request overhead there (pynq rtl, fc:
     # 70,338 -> 80,648 cycles split; C10, 1.04x: 49,807 -> 43,246).
     mac_cycles = o * (c // groups) * kh * kw * ho * wo * B // cfg.macs_per_cycle
-    bus_cycles = (B * c * h * wd + w.size + 4 * o + B * o * ho * wo) * 8 // cfg.BUS_WIDTH
+    bus_cycles = ((B * c * h * wd + B * o * ho * wo) * eb + w.nbytes + 4 * o) * 8 // cfg.BUS_WIDTH
     t0 = tiles[0]
     if bus_cycles <= 2 * mac_cycles and len(t0[6]) and max(b - a for a, b in t0[6]) > 1:
         tiles[0] = t0[:6] + ([(i, i + 1) for a, b in t0[6] for i in range(a, b)],)
@@ -461,7 +478,8 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
             in_rows = min(h, (n - 1) * sh + kh) if kh * kw > 1 else n
             st["band"] = [r, n]
             st["gemm_uops_ideal"] = -(-o * cg * kh * kw * n * wo * B // cfg.macs_per_cycle)
-            st["min_dram_bytes"] = int(B * c * in_rows * wd + w.size + 4 * o + B * o * n * wo)
+            st["min_dram_bytes"] = int((B * c * in_rows * wd + B * o * n * wo) * (cfg.INP_WIDTH // 8)
+                                       + w.nbytes + 4 * o)
             traces[n] = lo.trace
         out.append(RowBands(r, traces[r], traces.get(ho % r)))
     return out

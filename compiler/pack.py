@@ -1,4 +1,4 @@
-"""Packing: logical int8/int32 tensors to VTA's blocked DRAM layouts and back.
+"""Packing: logical int8 (int16 on 16-bit cores) / int32 tensors to VTA's blocked DRAM layouts and back.
 
 Layouts (elements as the ISA sees them; sources: vta-anchor.md §2 memory types):
 
@@ -40,7 +40,7 @@ class WeightPack:
     """Block-compressed conv weights.
 
     Attributes:
-        data: int8 ``[n_blocks, KH, KW, BO, BI]``.
+        data: int8 (int16 weights: int16) ``[n_blocks, KH, KW, BO, BI]``.
         blocks: int64 ``[n_blocks, 2]``: ``(ob, ib)`` of each stored block, sorted.
         ob_ranges: ``ob -> (first, end)`` indices into ``blocks`` for that output block.
         n_ob, n_ib: block counts of the output / input channels (padded).
@@ -72,7 +72,8 @@ def block_mask(o: int, c: int, groups: int, bo: int, bi: int) -> np.ndarray:
 
 
 def pack_weights(w: np.ndarray, groups: int, bo: int, bi: int) -> WeightPack:
-    """Pack int8 OIHW weights (``I = C/groups``) into :class:`WeightPack`.
+    """Pack int8 (or int16, for a ``LOG_WGT_WIDTH`` 4 core) OIHW weights (``I = C/groups``)
+    into :class:`WeightPack` (of the same dtype).
 
     Raises:
         ValueError: not 4-D, or channels not divisible by ``groups``.
@@ -85,7 +86,7 @@ def pack_weights(w: np.ndarray, groups: int, bo: int, bi: int) -> WeightPack:
         raise ValueError(f"{o} output channels not divisible by groups {groups}")
     nob, nib = ceil_div(o, bo), ceil_div(c, bi)
     og = o // groups
-    full = np.zeros((nob * bo, nib * bi, kh, kw), np.int8)
+    full = np.zeros((nob * bo, nib * bi, kh, kw), w.dtype if w.dtype == np.int16 else np.int8)
     for g in range(groups):
         full[g * og:(g + 1) * og, g * cg:(g + 1) * cg] = w[g * og:(g + 1) * og]
     blk = full.reshape(nob, bo, nib, bi, kh, kw).transpose(0, 2, 4, 5, 1, 3)  # ob ib kh kw bo bi

@@ -6,9 +6,16 @@ reason; :func:`partition` places every node and groups the VTA nodes into
 maximal regions. Nothing is placed on the CPU silently: every CPU placement
 carries its reason, and :meth:`Partition.report` prints them node by node.
 
-Rules (all need int8 inputs/weights and int8 outputs: ``INP_WIDTH``,
-``WGT_WIDTH`` and ``OUT_WIDTH`` equal to 8, and the worst-case accumulator of
-conv/dense within ``ACC_WIDTH`` bits):
+Rules (all need the graph's activation and weight dtypes to be the core's widths: int8
+activations for ``INP_WIDTH`` = ``OUT_WIDTH`` 8, int16 for 16; int8 / int16 weights for
+``WGT_WIDTH`` 8 / 16; and the worst-case accumulator of conv/dense within ``ACC_WIDTH``
+bits: ``K*128*128 + max|bias|`` for int8, else ``max_o sum_k |w[o,k]| * 2**(INP_WIDTH-1)
++ max|bias|`` from the actual weights):
+
+* 16-bit activations (``LOG_INP_WIDTH`` 4): only ``qconv2d`` / ``qdense`` run on VTA.
+  Every other integer op (``qadd``, ``qmax_pool``, ``qavg_pool``, ``qrequant``, ``qmul``)
+  runs on the CPU with the reason that ACC8 loads int8 values only, so int16 operands
+  cannot reach the accumulator;
 
 * ``qconv2d`` (groups 1, grouped and depthwise; any kernel and stride; each pad
   <= 15, the LOAD pad field width) and ``qdense``: GEMM, then ALU
@@ -45,7 +52,7 @@ from .ir import REAL_OPS, Graph, Node
 from .requant import mult_plan
 
 __all__ = ["Placement", "Region", "Partition", "capability_table", "vta_support", "partition",
-           "VTA", "CPU", "acc_bound", "node_mult_plan", "node_macs"]
+           "VTA", "CPU", "acc_bound", "linear_acc_bound", "node_mult_plan", "node_macs"]
 
 VTA = "vta"
 CPU = "cpu"
@@ -183,16 +190,20 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
     mul = "" if cfg.ALU_MUL else " [unavailable: ALU_MUL off]"
     widths = (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) == (8, 8, 8)
     base = "" if widths else " [unavailable: needs INP/WGT/OUT width 8]"
+    lin = "" if widths else (f" [int{cfg.INP_WIDTH} activations, int{cfg.WGT_WIDTH} "
+                             f"weights: SHR/MAX/MIN requantize, no fused REQ]")
+    elt = base if widths or cfg.INP_WIDTH == 8 else (
+        f" [unavailable: int{cfg.INP_WIDTH} activations, ACC8 loads int8 only: cpu]")
     return {
-        "qconv2d": f"vta: GEMM + ALU requantize; groups/depthwise ok; pads <= {MAX_PAD}; mult 1 unless ALU_MUL{base}",
-        "qdense": f"vta: GEMM + ALU requantize{base}",
-        "qadd": f"vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{base}",
-        "qmax_pool": f"vta: ACC8 loads + ALU MAX; padding only on non-negative inputs{acc8}{base}",
+        "qconv2d": f"vta: GEMM + ALU requantize; groups/depthwise ok; pads <= {MAX_PAD}; mult 1 unless ALU_MUL{lin}",
+        "qdense": f"vta: GEMM + ALU requantize{lin}",
+        "qadd": f"vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{elt}",
+        "qmax_pool": f"vta: ACC8 loads + ALU MAX; padding only on non-negative inputs{acc8}{elt}",
         "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; other windows: "
-                     f"ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{base}",
-        "qrequant": f"vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{base}",
+                     f"ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{elt}",
+        "qrequant": f"vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{elt}",
         "qmul": f"vta: by a tensor (same shape or per channel) or a scalar / per-channel constant: ACC8 "
-                f"loads + ALU MUL{mul}{acc8}{base}",
+                f"loads + ALU MUL{mul}{acc8}{elt}",
         "quantize": "cpu: float input",
         "dequantize": "cpu: float output",
         "softmax": "cpu: float exponentials",
@@ -203,27 +214,50 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
     }
 
 
-def acc_bound(node: Node, graph: Graph) -> int:
-    """Worst-case ``|acc|`` entering the requantize of ``node`` (over all int8 inputs).
+def _in_half(node: Node, graph: Graph) -> int:
+    """``2**(bits-1)`` of ``node``'s activation input: 128 (int8) or 32768 (int16)."""
+    t = graph.types.get(node.inputs[0]) if node.inputs else None
+    return 32768 if t is not None and t.dtype == "int16" else 128
 
-    conv/dense: ``K*128*128 + max|bias|``; qadd: ``128*(2**lshift_a + 2**lshift_b)``;
-    qmul: ``128*max|c|``; qrequant: 128; qavg_pool: ``128*divisor``.
+
+def linear_acc_bound(node: Node, graph: Graph) -> int:
+    """Worst-case ``|acc|`` of a ``qconv2d`` / ``qdense`` before its requantize (bias
+    included, rounding constant not): int8 operands ``K*128*128 + max|bias|`` (the
+    data-independent bound of the int8 path); any other width ``max_o sum_k |w[o, k]| *
+    2**(in_bits-1) + max|bias|``, the exact worst case over all inputs of the input dtype
+    for the constant weights."""
+    k = 1
+    for d in graph.types[node.inputs[1]].shape[1:]:
+        k *= d
+    b = graph.constants.get(node.inputs[2])
+    bmax = int(abs(b.astype("int64")).max()) if b is not None and b.size else 0
+    w = graph.constants.get(node.inputs[1])
+    half = _in_half(node, graph)
+    if half == 128 and (w is None or w.dtype == "int8"):
+        return k * 128 * 128 + bmax
+    l1 = int(abs(w.astype("int64")).reshape(w.shape[0], -1).sum(1).max(initial=0))
+    return l1 * half + bmax
+
+
+def acc_bound(node: Node, graph: Graph) -> int:
+    """Worst-case ``|acc|`` entering the requantize of ``node`` (over all inputs of its
+    dtype; ``h = 2**(bits-1)``: 128 for int8, 32768 for int16).
+
+    conv/dense: :func:`linear_acc_bound`; qadd: ``h*(2**lshift_a + 2**lshift_b)``;
+    qmul: ``h*max|c|``; qrequant: h; qavg_pool: ``h*divisor``.
     """
     a = node.attrs
+    h = _in_half(node, graph)
     if node.op in ("qconv2d", "qdense"):
-        k = 1
-        for d in graph.types[node.inputs[1]].shape[1:]:
-            k *= d
-        b = graph.constants.get(node.inputs[2])
-        return k * 128 * 128 + (int(abs(b.astype("int64")).max()) if b is not None and b.size else 0)
+        return linear_acc_bound(node, graph)
     if node.op == "qadd":
-        return 128 * ((1 << a["lshift_a"]) + (1 << a["lshift_b"]))
+        return h * ((1 << a["lshift_a"]) + (1 << a["lshift_b"]))
     if node.op == "qmul":
         c = graph.constants.get(node.inputs[1])
-        return 128 * (int(abs(c.astype("int64")).max()) if c is not None and c.size else 128)
+        return h * (int(abs(c.astype("int64")).max()) if c is not None and c.size else h)
     if node.op == "qavg_pool":
-        return 128 * a["divisor"]
-    return 128
+        return h * a["divisor"]
+    return h
 
 
 def node_mult_plan(node: Node, graph: Graph, acc_width: int):
@@ -275,12 +309,7 @@ def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[boo
     """``qconv2d`` / ``qdense``: the worst-case accumulator fits ``ACC_WIDTH``; conv pads fit
     the LOAD pad field."""
     a, op = node.attrs, node.op
-    k = 1
-    for d in graph.types[node.inputs[1]].shape[1:]:
-        k *= d
-    bias = graph.constants.get(node.inputs[2])
-    bmax = int(abs(bias.astype("int64")).max()) if bias is not None and bias.size else 0
-    worst = k * 128 * 128 + bmax + a["round"]
+    worst = linear_acc_bound(node, graph) + a["round"]
     if worst >= 1 << (cfg.ACC_WIDTH - 1):
         return False, f"worst-case accumulator {worst} does not fit ACC_WIDTH {cfg.ACC_WIDTH}"
     if op == "qconv2d" and max(a["pads"]) > MAX_PAD:
@@ -411,9 +440,9 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
     d = REGISTRY.get(node.op)
     if d is None or d.vta is None:
         return False, cpu_reason(node, graph)
-    if (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) != (8, 8, 8):
-        return False, (f"the core's widths INP {cfg.INP_WIDTH} / WGT {cfg.WGT_WIDTH} / OUT "
-                       f"{cfg.OUT_WIDTH} are not the int8 of the quantized graph")
+    why = _width_mismatch(node, graph, cfg)
+    if why:
+        return False, why
     if node.op == "qavg_pool" and a.get("mult") not in (None, 1) and not cfg.ALU_MUL:
         return False, (f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power "
                        f"of two: its reciprocal multiply needs ALU_MUL, which this config lacks")
@@ -424,6 +453,36 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
             return False, (f"requantize multiplier {a['mult']} (shift {a['shift']}) may overflow "
                            f"ACC_WIDTH {cfg.ACC_WIDTH} (worst case |acc| {acc_bound(node, graph)})")
     return d.vta(node, graph, cfg, producers)
+
+
+def _bits(dtype: str) -> int:
+    return {"int8": 8, "int16": 16}.get(dtype, 0)
+
+
+def _width_mismatch(node: Node, graph: Graph, cfg: VTAConfig) -> str | None:
+    """Why the node's dtypes do not fit the core's widths (None when they do).  int8 graph
+    on an int8 core: None; an int16 graph on a ``LOG_INP_WIDTH`` 4 core: conv/dense fit
+    (their weights must have ``WGT_WIDTH`` bits), every other integer op runs on the CPU
+    (ACC8 loads int8 values only)."""
+    t = graph.types[node.inputs[0]]
+    w = graph.types[node.inputs[1]] if node.op in ("qconv2d", "qdense") else None
+    if t.dtype == "int8" and (w is None or w.dtype == "int8") and \
+            (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) == (8, 8, 8):
+        return None
+    if t.dtype == "int8" and (w is None or w.dtype == "int8"):
+        return (f"the core's widths INP {cfg.INP_WIDTH} / WGT {cfg.WGT_WIDTH} / OUT "
+                f"{cfg.OUT_WIDTH} are not the int8 of the quantized graph")
+    ab = _bits(t.dtype)
+    if ab != cfg.INP_WIDTH:
+        return (f"{t.dtype} activations on a core with INP_WIDTH {cfg.INP_WIDTH}: quantize "
+                f"for the core's widths")
+    if w is not None and _bits(w.dtype) != cfg.WGT_WIDTH:
+        return (f"{w.dtype} weights on a core with WGT_WIDTH {cfg.WGT_WIDTH}: quantize for "
+                f"the core's widths")
+    if w is None and ab != 8:
+        return (f"{t.dtype} operands: ACC8 loads int8 values only, so {t.dtype} activations "
+                f"cannot reach the accumulator for this element-wise op (CPU, exact)")
+    return None
 
 
 def partition(graph: Graph, config: VTAConfig | str | None = None) -> Partition:

@@ -1,4 +1,4 @@
-"""Post-training int8 quantization with power-of-two scales.
+"""Post-training int8 (or int16) quantization with power-of-two scales.
 
 :func:`quantize` turns a float graph (after :func:`~.passes.optimize`) into a
 quantized graph (format: :mod:`.ir` docstring) using calibration data.
@@ -46,6 +46,19 @@ Scheme (exact integer rules in :mod:`.ir` and ``docs/compiler.md``):
 
 The quantizer checks that no accumulator can overflow int32 (worst case
 ``K * 127 * 128 + max|bias|``) and raises :class:`CompileError` otherwise.
+
+Widths (``QuantConfig.act_bits`` / ``wgt_bits``, 8 or 16; ``compile_model`` takes them from
+the config's ``INP_WIDTH`` / ``WGT_WIDTH``): with 16-bit activations every activation is
+int16 (``exp = smallest e with r / 2**e <= 32767``, clips in ``[-32768, 32767]``, ReLU
+``[0, 32767]``); with 16-bit weights ``w_q`` is in ``[-32767, 32767]``.  Then the int8
+worst case ``K*128*128`` is replaced by the exact one for the constant weights,
+``max_o sum_k |w_q[o,k]| * 2**(act_bits-1) + max|b_q|``, and where that exceeds int32 the
+weight grid is coarsened (``exp_w + 1``, reported in ``QuantReport.notes``) until it fits:
+the result never overflows a 32-bit accumulator, for any input.  Average pools whose window
+is not a power of two divide on the CPU at 16 bits (the exact reciprocal is proved for int8
+window sums only).  QDQ models carry int8 scales and are quantized at 8 bits only
+(:class:`CompileError` otherwise).  At ``act_bits = wgt_bits = 8`` every rule above is the
+int8 one, unchanged.
 """
 
 from __future__ import annotations
@@ -82,6 +95,11 @@ class QuantConfig:
             integer multiplier (``mult``, ALU MUL on VTA); ``False`` approximates every QDQ
             scale by the nearest power of two.  ``compile_model`` sets it from the
             config's ``ALU_MUL`` unless a QuantConfig is given.
+        act_bits: activation width, 8 (int8) or 16 (int16); ``compile_model`` uses the
+            config's ``INP_WIDTH``.
+        wgt_bits: conv/dense weight width, 8 or 16; ``compile_model`` uses ``WGT_WIDTH``.
+    Raises:
+        CompileError: ``act_bits`` / ``wgt_bits`` not 8 or 16.
     """
 
     calibration: str = "max"
@@ -89,6 +107,20 @@ class QuantConfig:
     batch_size: int = 256
     max_samples: int = 200_000
     exact_multiply: bool = False
+    act_bits: int = 8
+    wgt_bits: int = 8
+
+    def __post_init__(self) -> None:
+        for k in ("act_bits", "wgt_bits"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or v not in (8, 16):
+                raise CompileError(f"QuantConfig.{k} = {v!r}: only 8 (int8) and 16 (int16) "
+                                   f"are supported")
+
+    @property
+    def qmax(self) -> int:
+        """Largest activation value: 127 (int8) or 32767 (int16)."""
+        return (1 << (self.act_bits - 1)) - 1
 
 
 @dataclass(frozen=True)
@@ -159,14 +191,16 @@ class QuantReport:
         return "\n".join(lines)
 
 
-def exp_for_range(r: float) -> int:
-    """Smallest ``e`` with ``r / 2**e <= 127`` (``-7`` for ``r == 0``)."""
+def exp_for_range(r: float, qmax: int = 127) -> int:
+    """Smallest ``e`` with ``r / 2**e <= qmax`` (``qmax`` 127 for int8, 32767 for int16;
+    ``-7`` for ``r == 0`` at int8, ``-15`` at int16)."""
     if not r > 0 or not math.isfinite(r):
-        return -7
-    e = math.ceil(math.log2(r / 127.0))
-    while r / 2.0 ** e > 127.0:
+        return -7 if qmax == 127 else -(int(qmax).bit_length())
+    q = float(qmax)
+    e = math.ceil(math.log2(r / q))
+    while r / 2.0 ** e > q:
         e += 1
-    while r / 2.0 ** (e - 1) <= 127.0:
+    while r / 2.0 ** (e - 1) <= q:
         e -= 1
     return e
 
@@ -240,15 +274,16 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
                 k = min(a.size, max(1, config.max_samples // 8))
                 samples.setdefault(name, []).append(a if a.size <= k else rng.choice(a, k, replace=False))
     exps = {}
+    qm = config.qmax
     for name, m in maxabs.items():
-        e = exp_for_range(m)
+        e = exp_for_range(m, qm)
         if config.calibration == "percentile":
-            e = exp_for_range(float(np.percentile(np.concatenate(samples[name]), config.percentile)))
+            e = exp_for_range(float(np.percentile(np.concatenate(samples[name]), config.percentile)), qm)
         elif config.calibration == "mse":
             a = np.concatenate(samples[name])
             best = None
             for cand in range(e - 3, e + 1):
-                q = np.clip(np.floor(a / 2.0 ** cand + 0.5), -128, 127) * 2.0 ** cand
+                q = np.clip(np.floor(a / 2.0 ** cand + 0.5), -qm - 1, qm) * 2.0 ** cand
                 err = float(np.mean((q - a) ** 2))
                 if best is None or err < best[0]:
                     best = (err, cand)
@@ -259,24 +294,26 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
     return exps
 
 
-def _act_bounds(node: Node, exp_out: int, scale: float | None = None) -> tuple[int, int]:
+def _act_bounds(node: Node, exp_out: int, scale: float | None = None, qmax: int = 127
+                ) -> tuple[int, int]:
     a = node.attrs
     sc = 2.0 ** exp_out if scale is None else scale
     act = a.get("act", "none")
+    qmin = -qmax - 1
     if act == "relu":
-        return 0, 127
+        return 0, qmax
     if act == "clip":
-        lo, hi = -128, 127
+        lo, hi = qmin, qmax
         if a.get("act_min") is not None:
             lo = max(lo, math.ceil(a["act_min"] / sc))
         if a.get("act_max") is not None:
             hi = min(hi, math.floor(a["act_max"] / sc))
-        lo, hi = min(lo, 127), max(hi, -128)
+        lo, hi = min(lo, qmax), max(hi, qmin)
         if lo > hi:
             raise node_error(node.name, node.op, f"clip [{a.get('act_min')}, {a.get('act_max')}] "
                              f"is empty at scale 2^{exp_out}")
         return lo, hi
-    return -128, 127
+    return qmin, qmax
 
 
 class _Quantizer:
@@ -290,15 +327,24 @@ class _Quantizer:
         self.fname: dict[str, str] = {}   # float tensor -> float tensor in q graph
         self.hints = fg.meta.get("scale_hints", {})
         self.scales: dict[str, float] = {}   # float tensor -> exact non-power-of-two scale
+        self.adt = "int8" if config.act_bits == 8 else "int16"     # activation dtype
+        self.qhi = config.qmax
+        self.qlo = -self.qhi - 1
+        self.half = self.qhi + 1                                  # 2**(act_bits-1)
+        self.wdt = "int8" if config.wgt_bits == 8 else "int16"
+        self.wmax = (1 << (config.wgt_bits - 1)) - 1
+        if self.adt != "int8" and any(n.op == "fake_quant" for n in fg.nodes):
+            raise CompileError(f"a QDQ model carries int8 scales: quantize it with act_bits 8, "
+                               f"not {config.act_bits}")
 
     def otype(self, out: str, shape) -> TensorType:
-        """int8 type of the quantized value of float tensor ``out``."""
-        return TensorType("int8", shape, self.exps[out], self.scales.get(out))
+        """int8 (int16) type of the quantized value of float tensor ``out``."""
+        return TensorType(self.adt, shape, self.exps[out], self.scales.get(out))
 
     def rscale(self, qt: str) -> float:
         return self.q.types[qt].real_scale
 
-    def requant_for(self, node: Node, ratio: float, acc_bound: int, out: str, lo=-128, hi=127
+    def requant_for(self, node: Node, ratio: float, acc_bound: int, out: str, lo=None, hi=None
                     ) -> dict:
         """Requantize attributes for ``ratio = scale_acc / scale_out`` (float tensor ``out``)."""
         eo, so = self.exps[out], self.scales.get(out)
@@ -306,7 +352,8 @@ class _Quantizer:
         if e.is_integer():
             attrs = self._requant_attrs(node, -int(e), eo, lo, hi)
         else:
-            m, k, rel, clip = choose_multiplier(ratio, acc_bound, lo, hi)
+            m, k, rel, clip = choose_multiplier(ratio, acc_bound, -128 if lo is None else lo,
+                                                127 if hi is None else hi)
             self.rep.multipliers.append(MultChoice(node.name, ratio, m, k, rel, acc_bound, clip))
             attrs = self._requant_attrs(node, k, eo, lo, hi, mult=m)
         if so is not None:
@@ -352,6 +399,8 @@ class _Quantizer:
             attrs = {"exp": e}
             if t in self.scales:
                 attrs["scale"] = self.scales[t]
+            if self.adt != "int8":
+                attrs["dtype"] = self.adt
             self.add(self.q.fresh(f"{t}_quantize"), "quantize", [self.fname[t]], out, attrs,
                      self.otype(t, self.q.types[self.fname[t]].shape))
             self.qname[t] = out
@@ -370,7 +419,7 @@ class _Quantizer:
 
     def weight_exp(self, wname: str, w: np.ndarray) -> tuple[int, float | None]:
         """``(exp, scale)`` of a weight: ``scale`` is the exact QDQ scale (exact mode) or None."""
-        e = exp_for_range(float(np.abs(w).max()))
+        e = exp_for_range(float(np.abs(w).max()), self.wmax)
         hint = self.hints.get(wname)
         if hint is not None:
             if isinstance(hint, tuple):
@@ -396,9 +445,14 @@ class _Quantizer:
         return e, None
 
     def const_int8(self, base: str, v: np.ndarray, e: int, lo: int = -127,
-                   scale: float | None = None) -> str:
+                   scale: float | None = None, dtype: str = "int8") -> str:
+        """A quantized constant ``clip(rint(v / scale), lo, max)`` of ``dtype`` (int8: max
+        127; int16: max 32767, ``lo`` scaled alike: -127 -> -32767, -128 -> -32768)."""
         sc = 2.0 ** e if scale is None else scale
-        q = np.clip(np.rint(v.astype(np.float64) / sc), lo, 127).astype(np.int8)
+        hi = 127 if dtype == "int8" else 32767
+        if dtype != "int8":
+            lo = -hi if lo == -127 else -hi - 1
+        q = np.clip(np.rint(v.astype(np.float64) / sc), lo, hi).astype(dtype)
         name = self.q.fresh(base)
         self.q.add_constant(name, q, e, scale)
         return name
@@ -502,7 +556,9 @@ class _Quantizer:
         name = self.q.fresh(n.name) if n.name in {m.name for m in self.q.nodes} else n.name
         self.q.nodes.append(Node(name, n.op, ins, list(n.outputs), dict(n.attrs)))
 
-    def _requant_attrs(self, node, shift, exp_out, lo=-128, hi=127, mult=1):
+    def _requant_attrs(self, node, shift, exp_out, lo=None, hi=None, mult=1):
+        lo = self.qlo if lo is None else lo
+        hi = self.qhi if hi is None else hi
         if not 1 <= mult <= MULT_MAX:
             raise node_error(node.name, node.op, f"multiplier {mult} outside [1, {MULT_MAX}]")
         if abs(shift) > 31:
@@ -518,20 +574,24 @@ class _Quantizer:
             raise node_error(n.name, n.op, "weight must be a constant")
         w = fg.constants[n.inputs[1]]
         ew, sw = self.weight_exp(n.inputs[1], w)
-        wq = self.const_int8(f"{n.inputs[1]}_q", w, ew, lo=-127 if sw is None else -128, scale=sw)
         b = fg.constants[n.inputs[2]] if len(n.inputs) > 2 else np.zeros(w.shape[0], np.float32)
         sx = self.q.types[x].scale
-        s_acc = None if sx is None and sw is None else self.rscale(x) * self.q.types[wq].real_scale
-        bq = np.rint(b.astype(np.float64) / (2.0 ** (ex + ew) if s_acc is None else s_acc))
         k = int(np.prod(w.shape[1:]))
-        worst = k * 128 * 128 + float(np.abs(bq).max(initial=0))
-        if worst > INT32_MAX:
-            raise node_error(n.name, n.op, f"accumulator may overflow int32 (worst case {worst:.3g})")
+        if self.adt == "int8" and self.wdt == "int8":
+            wq = self.const_int8(f"{n.inputs[1]}_q", w, ew, lo=-127 if sw is None else -128, scale=sw)
+            s_acc = None if sx is None and sw is None else self.rscale(x) * self.q.types[wq].real_scale
+            bq = np.rint(b.astype(np.float64) / (2.0 ** (ex + ew) if s_acc is None else s_acc))
+            worst = k * 128 * 128 + float(np.abs(bq).max(initial=0))
+            if worst > INT32_MAX:
+                raise node_error(n.name, n.op, f"accumulator may overflow int32 (worst case {worst:.3g})")
+        else:
+            wq, ew, bq, worst = self._wide_weights(n, w, b, ex, ew)
+            s_acc = None
         bname = self.q.fresh(f"{n.name}_bias_q")
         self.q.add_constant(bname, bq.astype(np.int32), ex + ew, s_acc)
         out = n.outputs[0]
         eo = self.exps[out]
-        lo, hi = _act_bounds(n, eo, self.scales.get(out))
+        lo, hi = _act_bounds(n, eo, self.scales.get(out), self.qhi)
         attrs = {}
         if qop == "qconv2d":
             attrs = {k2: n.attrs[k2] for k2 in ("kernel", "strides", "pads", "groups")}
@@ -541,6 +601,38 @@ class _Quantizer:
         qo = self.int_name(out)
         self.add(n.name, qop, [x, wq, bname], qo, attrs, self.otype(out, fg.types[out].shape))
         self.qname[out] = qo
+
+    def _wide_weights(self, n: Node, w: np.ndarray, b: np.ndarray, ex: int, ew: int):
+        """Weights and bias of a conv/dense with int16 activations or weights: the finest
+        weight grid ``exp_w >= ew`` whose exact worst case ``max_o sum_k |w_q[o,k]| * 2**(act_bits-1)
+        + max|b_q|`` fits int32 (coarser grids noted in the report).  Returns
+        ``(weight constant name, exp_w, b_q, worst)``.
+
+        Raises:
+            CompileError: no grid fits (the bias alone overflows).
+        """
+        wf = w.astype(np.float64)
+        lo_w = -self.wmax
+        e0 = ew
+        for _ in range(40):
+            wq = np.clip(np.rint(wf / 2.0 ** ew), lo_w, self.wmax).astype(np.int64)
+            bq = np.rint(b.astype(np.float64) / 2.0 ** (ex + ew))
+            l1 = int(np.abs(wq).reshape(wq.shape[0], -1).sum(1).max(initial=0))
+            worst = l1 * self.half + float(np.abs(bq).max(initial=0))
+            if worst <= INT32_MAX:
+                break
+            ew += 1
+        else:
+            raise node_error(n.name, n.op, f"accumulator may overflow int32 at every weight "
+                             f"grid (worst case {worst:.3g})")
+        if ew != e0:
+            self.rep.notes.append(
+                f"'{n.name}': weight grid 2^{e0} -> 2^{ew} ({ew - e0} bit(s) coarser) so that "
+                f"{self.adt} inputs cannot overflow the int32 accumulator (worst case "
+                f"{int(worst)})")
+        name = self.q.fresh(f"{n.inputs[1]}_q")
+        self.q.add_constant(name, wq.astype(self.wdt), ew, None)
+        return name, ew, bq, worst
 
     def q_conv2d(self, n):
         self._linear(n, "qconv2d")
@@ -560,8 +652,9 @@ class _Quantizer:
             ta = self.q.types[a]
             if cv.ndim > ta.rank or any(d not in (1, s) for d, s in zip(cv.shape[::-1], ta.shape[::-1])):
                 raise node_error(n.name, n.op, f"constant {list(cv.shape)} does not broadcast to {ta}")
-            b = self.const_int8(f"{n.inputs[1]}_q", cv, exp_for_range(float(np.abs(cv).max(initial=0))),
-                                lo=-128)
+            b = self.const_int8(f"{n.inputs[1]}_q", cv,
+                                exp_for_range(float(np.abs(cv).max(initial=0)), self.qhi),
+                                lo=-128, dtype=self.adt)
         else:
             b = self.to_p2(n, self.qin(n.inputs[1]))
             if self.q.types[a].shape != self.q.types[b].shape:
@@ -570,10 +663,10 @@ class _Quantizer:
         c = min(ea, eb)
         out = n.outputs[0]
         eo = self.exps[out]
-        lo, hi = _act_bounds(n, eo, self.scales.get(out))
+        lo, hi = _act_bounds(n, eo, self.scales.get(out), self.qhi)
         attrs = {"lshift_a": ea - c, "lshift_b": eb - c}
         so = 2.0 ** eo if out not in self.scales else self.scales[out]
-        attrs.update(self.requant_for(n, 2.0 ** c / so, 128 * ((1 << (ea - c)) + (1 << (eb - c))),
+        attrs.update(self.requant_for(n, 2.0 ** c / so, self.half * ((1 << (ea - c)) + (1 << (eb - c))),
                                       out, lo, hi))
         qo = self.int_name(out)
         self.add(n.name, "qadd", [a, b], qo, attrs, self.otype(out, fg.types[out].shape))
@@ -589,7 +682,7 @@ class _Quantizer:
             so = 2.0 ** self.exps[out] if out not in self.scales else self.scales[out]
             qo = self.int_name(out)
             self.add(n.name, "qmul", [x, y], qo,
-                     self.requant_for(n, 2.0 ** (ex + self.q.types[y].exp) / so, 128 * 128, out),
+                     self.requant_for(n, 2.0 ** (ex + self.q.types[y].exp) / so, self.half * self.half, out),
                      self.otype(out, fg.types[out].shape))
             self.qname[out] = qo
             return
@@ -599,14 +692,14 @@ class _Quantizer:
         if c.size == 1 and c.reshape(()) > 0 and math.log2(float(c.reshape(()))).is_integer():
             eo = ex + int(math.log2(float(c.reshape(()))))
             self.add(n.name, "qrequant", [x], qo, self._requant_attrs(n, 0, eo),
-                     TensorType("int8", fg.types[out].shape, eo))
+                     TensorType(self.adt, fg.types[out].shape, eo))
         else:
-            ec = exp_for_range(float(np.abs(c).max()))
-            cq = self.const_int8(f"{n.inputs[1]}_q", c, ec)
+            ec = exp_for_range(float(np.abs(c).max()), self.qhi)
+            cq = self.const_int8(f"{n.inputs[1]}_q", c, ec, dtype=self.adt)
             so = 2.0 ** self.exps[out] if out not in self.scales else self.scales[out]
             cmax = int(np.abs(self.q.constants[cq].astype(np.int64)).max(initial=1))
             self.add(n.name, "qmul", [x, cq], qo,
-                     self.requant_for(n, 2.0 ** (ex + ec) / so, 128 * cmax, out),
+                     self.requant_for(n, 2.0 ** (ex + ec) / so, self.half * cmax, out),
                      self.otype(out, fg.types[out].shape))
         self.qname[out] = qo
 
@@ -614,14 +707,15 @@ class _Quantizer:
         x = self.qin(n.inputs[0])
         t = self.q.types[x]
         ex, sx = t.exp, t.real_scale
-        lo = -128 if lo_f is None else max(-128, math.ceil(lo_f / sx))
-        hi = 127 if hi_f is None else min(127, math.floor(hi_f / sx))
+        ql, qh = self.qlo, self.qhi
+        lo = ql if lo_f is None else max(ql, math.ceil(lo_f / sx))
+        hi = qh if hi_f is None else min(qh, math.floor(hi_f / sx))
         out = n.outputs[0]
         qo = self.int_name(out)
-        attrs = self._requant_attrs(n, 0, ex, min(lo, 127), max(hi, -128))
+        attrs = self._requant_attrs(n, 0, ex, min(lo, qh), max(hi, ql))
         if t.scale is not None:
             attrs["scale_out"] = t.scale
-        self.add(n.name, "qrequant", [x], qo, attrs, TensorType("int8", t.shape, ex, t.scale))
+        self.add(n.name, "qrequant", [x], qo, attrs, TensorType(t.dtype, t.shape, ex, t.scale))
         self.qname[out] = qo
 
     def q_relu(self, n):
@@ -635,7 +729,7 @@ class _Quantizer:
         out = n.outputs[0]
         qo = self.int_name(out)
         t = self.q.types[x]
-        self.add(n.name, op, [x], qo, attrs, TensorType("int8", shape, t.exp, t.scale))
+        self.add(n.name, op, [x], qo, attrs, TensorType(t.dtype, shape, t.exp, t.scale))
         self.qname[out] = qo
 
     def q_max_pool(self, n):
@@ -646,13 +740,18 @@ class _Quantizer:
         p2 = d & (d - 1) == 0
         if p2:
             mult, shift, rnd = 1, d.bit_length() - 1, d // 2
+        elif self.adt != "int8":
+            mult, shift, rnd = None, None, None
+            self.rep.notes.append(f"'{n.name}': window size {d} is not a power of two and the "
+                                  f"exact reciprocal is proved for int8 sums only; it divides "
+                                  f"on the CPU")
         else:
             mult, shift, rnd = avg_reciprocal(d) or (None, None, None)
             if mult is None:
                 self.rep.notes.append(f"'{n.name}': no exact 16-bit reciprocal of the window "
                                       f"size {d}; it divides on the CPU")
         attrs = {"kernel": tuple(kernel), "strides": tuple(strides), "pads": tuple(pads), "divisor": d,
-                 "shift": shift, "round": rnd, "mult": mult, "clip_lo": -128, "clip_hi": 127}
+                 "shift": shift, "round": rnd, "mult": mult, "clip_lo": self.qlo, "clip_hi": self.qhi}
         self._same_exp(n, "qavg_pool", attrs, self.fg.types[n.outputs[0]].shape)
 
     def q_avg_pool(self, n):
@@ -679,12 +778,12 @@ class _Quantizer:
             if ei != eo:
                 r = self.q.fresh(f"{i}_align")
                 self.add(self.q.fresh(f"{n.name}_align"), "qrequant", [i], r,
-                         self._requant_attrs(n, eo - ei, eo), TensorType("int8", self.q.types[i].shape, eo))
+                         self._requant_attrs(n, eo - ei, eo), TensorType(self.adt, self.q.types[i].shape, eo))
                 i = r
             aligned.append(i)
         out = n.outputs[0]
         qo = self.int_name(out)
-        self.add(n.name, "concat", aligned, qo, dict(n.attrs), TensorType("int8", self.fg.types[out].shape, eo))
+        self.add(n.name, "concat", aligned, qo, dict(n.attrs), TensorType(self.adt, self.fg.types[out].shape, eo))
         self.qname[out] = qo
 
     def q_softmax(self, n: Node):

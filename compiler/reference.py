@@ -9,11 +9,13 @@ against bit for bit.  Real-valued nodes the BYOC fallback keeps on the CPU (floa
 ``runtime/float_ops.py``), which are tested against onnxruntime on their own.
 
 Exactness note: the convolution / dense sums are formed with a float64 BLAS
-matrix product of int8 values and then converted to int64. This is exact:
-each product is at most 128*128 = 2**14 in magnitude, and every partial sum
-of K products is an integer of magnitude <= K * 2**14 < 2**53 for any
-K < 2**39, so float64 represents every intermediate exactly (checked at run
-time). Everything after the sum (bias, multiplier, rounding, shifts, clips,
+matrix product of int8 (or int16) values and then converted to int64. This is exact:
+each product is at most 128*128 = 2**14 (int16: 2**30) in magnitude, and every partial
+sum of K products is an integer of magnitude <= K * 2**14 < 2**53 for any
+K < 2**39 (int16: K < 2**23), so float64 represents every intermediate exactly (checked
+at run time).  Every quantized tensor keeps its dtype (int8, or int16 in a graph quantized
+with ``act_bits`` / ``wgt_bits`` 16); clips and the max-pool padding use that dtype's
+range. Everything after the sum (bias, multiplier, rounding, shifts, clips,
 pooling, adds) is int64; the quantizer proves every product ``acc * mult``
 fits int32, so int64 and VTA's wrapping 32-bit ALU agree.
 
@@ -34,7 +36,7 @@ import numpy as np
 
 from ..runtime.cpu_float import REAL_OPS, _pad, _windows, conv2d_nchw, run_float_op, run_onnx_node
 from .errors import CompileError, node_error
-from .ir import LAYOUT_OPS, Graph, Node
+from .ir import LAYOUT_OPS, Graph, Node, qrange
 
 __all__ = ["run_float", "run_quantized", "conv2d_nchw", "requantize"]
 
@@ -43,13 +45,15 @@ __all__ = ["run_float", "run_quantized", "conv2d_nchw", "requantize"]
 # Kernels
 # ---------------------------------------------------------------------------
 
-def _int_sum_check(k: int) -> None:
-    if k * (1 << 14) >= (1 << 53):
+def _int_sum_check(k: int, x: np.ndarray | None = None, w: np.ndarray | None = None) -> None:
+    bits = sum(8 * (a.dtype.itemsize if a is not None else 1) - 1 for a in (x, w))
+    if k * (1 << bits) >= (1 << 53):
         raise CompileError(f"reduction length {k} too long for an exact float64 integer sum")
 
 
-def requantize(acc: np.ndarray, attrs: dict) -> np.ndarray:
-    """The requantize rule of :mod:`.ir`, int64: ``*mult``, ``(+round) >> shift`` or ``<< -shift``, clip."""
+def requantize(acc: np.ndarray, attrs: dict, dtype: str = "int8") -> np.ndarray:
+    """The requantize rule of :mod:`.ir`, int64: ``*mult``, ``(+round) >> shift`` or ``<< -shift``,
+    clip; the result as ``dtype`` (the node's output dtype, int8 or int16)."""
     acc = acc.astype(np.int64)
     if attrs["mult"] != 1:
         acc = acc * np.int64(attrs["mult"])
@@ -58,7 +62,11 @@ def requantize(acc: np.ndarray, attrs: dict) -> np.ndarray:
         acc = (acc + np.int64(attrs["round"])) >> np.int64(s)
     elif s < 0:
         acc = acc << np.int64(-s)
-    return np.clip(acc, attrs["clip_lo"], attrs["clip_hi"]).astype(np.int8)
+    return np.clip(acc, attrs["clip_lo"], attrs["clip_hi"]).astype(dtype)
+
+
+def _odt(node: Node, graph: Graph) -> str:
+    return graph.types[node.outputs[0]].dtype
 
 
 def _layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
@@ -137,10 +145,13 @@ def _bind(graph: Graph, feeds) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------
 
 def ref_quantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``quantize``: ``clip(floor(x * 2**-e + 0.5), -128, 127)``, ``e`` the output's scale exp."""
-    e = graph.types[node.outputs[0]].scale_exp
+    """``quantize``: ``clip(floor(x * 2**-e + 0.5), lo, hi)``, ``e`` the output's scale exp,
+    ``[lo, hi]`` the output dtype's range (int8 ``[-128, 127]``, int16 ``[-32768, 32767]``)."""
+    t = graph.types[node.outputs[0]]
+    e = t.scale_exp
     q = np.floor(x[0].astype(np.float64) * 2.0 ** (-e) + 0.5)
-    return np.clip(q, -128, 127).astype(np.int8)
+    lo, hi = qrange(t.dtype)
+    return np.clip(q, lo, hi).astype(t.dtype)
 
 
 def ref_dequantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
@@ -152,16 +163,16 @@ def ref_dequantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
 def ref_qconv2d(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     """``qconv2d``: exact int64 cross-correlation + bias, then requantize."""
     a, w = node.attrs, x[1]
-    _int_sum_check(w.shape[1] * w.shape[2] * w.shape[3])
+    _int_sum_check(w.shape[1] * w.shape[2] * w.shape[3], x[0], w)
     acc = np.rint(conv2d_nchw(x[0], w, a["strides"], a["pads"], a["groups"])).astype(np.int64)
-    return requantize(acc + x[2].astype(np.int64).reshape(1, -1, 1, 1), a)
+    return requantize(acc + x[2].astype(np.int64).reshape(1, -1, 1, 1), a, _odt(node, graph))
 
 
 def ref_qdense(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     """``qdense``: ``x @ w.T + bias`` (exact), then requantize."""
-    _int_sum_check(x[1].shape[1])
+    _int_sum_check(x[1].shape[1], x[0], x[1])
     acc = np.rint(x[0].astype(np.float64) @ x[1].astype(np.float64).T).astype(np.int64)
-    return requantize(acc + x[2].astype(np.int64), node.attrs)
+    return requantize(acc + x[2].astype(np.int64), node.attrs, _odt(node, graph))
 
 
 def ref_qadd(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
@@ -169,24 +180,25 @@ def ref_qadd(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     a = node.attrs
     acc = (x[0].astype(np.int64) << np.int64(a["lshift_a"])) + (
         x[1].astype(np.int64) << np.int64(a["lshift_b"]))
-    return requantize(acc, a)
+    return requantize(acc, a, _odt(node, graph))
 
 
 def ref_qmul(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     """``qmul``: ``x * c``, then requantize."""
-    return requantize(x[0].astype(np.int64) * x[1].astype(np.int64), node.attrs)
+    return requantize(x[0].astype(np.int64) * x[1].astype(np.int64), node.attrs, _odt(node, graph))
 
 
 def ref_qrequant(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     """``qrequant``: requantize alone."""
-    return requantize(x[0].astype(np.int64), node.attrs)
+    return requantize(x[0].astype(np.int64), node.attrs, _odt(node, graph))
 
 
 def ref_qmax_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``qmax_pool``: window max with -128 padding."""
+    """``qmax_pool``: window max with the dtype's minimum as padding (int8 -128)."""
     a = node.attrs
-    xp = _pad(x[0].astype(np.int64), a["pads"], -128)
-    return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(np.int8)
+    dt = _odt(node, graph)
+    xp = _pad(x[0].astype(np.int64), a["pads"], qrange(dt)[0])
+    return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(dt)
 
 
 def ref_qavg_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
@@ -200,7 +212,7 @@ def ref_qavg_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
         y = (acc * np.int64(a["mult"]) + np.int64(a["round"])) >> np.int64(a["shift"])
     else:
         y = np.floor_divide(2 * acc + d, 2 * d)
-    return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(np.int8)
+    return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(_odt(node, graph))
 
 
 def ref_layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:

@@ -92,8 +92,11 @@ class SlotLayout:
         cblk: channel block (BLOCK_IN for GEMM inputs, BLOCK_OUT for outputs and ACC8).
         pre_pad: host-side spatial padding.
         im2col: ``None`` or the conv window ``(kh, kw, sh, sw, pt, pl, pb, pr)``.
+        elem_bytes: bytes per value: 1 (int8, every int8 core) or 2 (int16 activations of a
+            ``LOG_INP_WIDTH`` 4 core); :attr:`block_bytes` counts bytes.
     Raises:
-        ArtifactError: a malformed ``im2col`` or ``im2col`` with ``pre_pad``.
+        ArtifactError: a malformed ``im2col`` or ``im2col`` with ``pre_pad``; ``elem_bytes``
+            not 1 or 2.
     """
 
     shape: tuple[int, int, int]
@@ -101,8 +104,17 @@ class SlotLayout:
     cblk: int
     pre_pad: tuple[int, int, int, int] = (0, 0, 0, 0)
     im2col: tuple[int, ...] | None = None
+    elem_bytes: int = 1
+
+    @property
+    def dtype(self):
+        """numpy dtype of the packed values: int8 or int16."""
+        return np.int16 if self.elem_bytes == 2 else np.int8
 
     def __post_init__(self) -> None:
+        if self.elem_bytes not in (1, 2):
+            raise ArtifactError(f"slot layout: elem_bytes {self.elem_bytes!r} must be 1 (int8) "
+                                f"or 2 (int16)")
         if self.im2col is not None:
             if len(self.im2col) != 8 or self.pre_pad != (0, 0, 0, 0):
                 raise ArtifactError(f"slot layout: im2col {self.im2col!r} needs 8 values "
@@ -135,7 +147,7 @@ class SlotLayout:
     def block_bytes(self) -> int:
         """Bytes of one batch block."""
         h, w = self.hw
-        return self.cb * h * w * self.batch * self.cblk
+        return self.cb * h * w * self.batch * self.cblk * self.elem_bytes
 
     def nbytes(self, n: int) -> int:
         """Bytes of the slot for ``n`` samples: ``ceil(n / batch)`` batch blocks of
@@ -150,12 +162,12 @@ class SlotLayout:
         if self.im2col is not None:
             kh, kw, sh, sw, pt, pl, pb, pr = self.im2col
             x = im2col(x, (kh, kw), (sh, sw), (pt, pl, pb, pr))
-        return pack_act(x, self.batch, self.cblk, self.pre_pad)
+        return pack_act(x, self.batch, self.cblk, self.pre_pad, self.dtype)
 
     def rows_block_bytes(self, n_rows: int) -> int:
         """Bytes of one batch block of ``n_rows`` rows of the packed tensor (a row band,
         :meth:`pack_rows`): ``cb * n_rows * W * batch * cblk``."""
-        return self.cb * int(n_rows) * self.hw[1] * self.batch * self.cblk
+        return self.cb * int(n_rows) * self.hw[1] * self.batch * self.cblk * self.elem_bytes
 
     def pack_rows(self, x: np.ndarray, r0: int, r1: int) -> np.ndarray:
         """Rows ``[r0, r1)`` of the packed tensor alone, packed as a tensor of ``r1 - r0``
@@ -179,12 +191,14 @@ class SlotLayout:
             x = im2col(x, (kh, kw), (sh, sw), (pt, pl, pb, pr), rows=(r0, r1))
         else:
             x = x[:, :, r0:r1]
-        return pack_act(x, self.batch, self.cblk)
+        return pack_act(x, self.batch, self.cblk, dtype=self.dtype)
 
     def to_json(self) -> list:
-        """``[shape, batch, cblk, pre_pad, im2col or None]`` (the artifact manifest form)."""
-        return [list(self.shape), self.batch, self.cblk, list(self.pre_pad),
-                None if self.im2col is None else list(self.im2col)]
+        """``[shape, batch, cblk, pre_pad, im2col or None]`` (the artifact manifest form),
+        then ``elem_bytes`` when it is not 1 (so int8 manifests are unchanged)."""
+        v = [list(self.shape), self.batch, self.cblk, list(self.pre_pad),
+             None if self.im2col is None else list(self.im2col)]
+        return v if self.elem_bytes == 1 else v + [self.elem_bytes]
 
     @classmethod
     def from_json(cls, v) -> "SlotLayout":
@@ -195,7 +209,7 @@ class SlotLayout:
         """
         ic = v[4] if len(v) > 4 else None
         return cls(tuple(v[0]), int(v[1]), int(v[2]), tuple(v[3]),
-                   None if ic is None else tuple(ic))
+                   None if ic is None else tuple(ic), int(v[5]) if len(v) > 5 else 1)
 
 
 @dataclass

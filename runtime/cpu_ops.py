@@ -5,10 +5,13 @@ The executor runs every step placed on the CPU with these kernels: float ``quant
 ``concat``), and integer fallbacks for quantized ops the partitioner kept off VTA
 (``qconv2d``, ``qdense``, ``qadd``, ``qmul``, ``qrequant``, ``qmax_pool``, ``qavg_pool``).
 The integer rules are those of the quantized-graph format (docs/compiler.md): int64
-sums, ``requantize = clip((acc*mult + round) >> shift)``.  This module is independent of
+sums, ``requantize = clip((acc*mult + round) >> shift)``.  Activations are int8, or int16
+for a model compiled for ``LOG_INP_WIDTH`` 4: an integer kernel's output has the dtype of
+its activation input (``quantize``: the ``dtype`` attribute, default int8), and the
+max-pool padding is that dtype's minimum.  This module is independent of
 the compiler (the runtime never imports it) and of the compiler's reference executor.
 
-Activation packing (:func:`pack_act` / :func:`unpack_act`): NCHW int8 to the VTA layout
+Activation packing (:func:`pack_act` / :func:`unpack_act`): NCHW int8 (or int16) to the VTA layout
 ``[ceil(N/B), ceil(C/cblk), H', W', B, cblk]`` (see
 :class:`~vtaforge.runtime.artifact.SlotLayout`).
 """
@@ -23,15 +26,25 @@ from numpy.lib.stride_tricks import sliding_window_view
 __all__ = ["pack_act", "unpack_act", "im2col", "run_cpu_op", "CPU_OPS", "CPU_KERNELS", "scale_factor"]
 
 
-def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0)) -> np.ndarray:
-    """int8 ``[N, C, H, W]`` (or ``[N, C]``) -> packed int8
-    ``[ceil(N/batch), ceil(C/cblk), H+pt+pb, W+pl+pr, batch, cblk]``, zero padded."""
+def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0), dtype=np.int8
+             ) -> np.ndarray:
+    """int8 ``[N, C, H, W]`` (or ``[N, C]``) -> packed ``dtype`` (int8; int16 for 16-bit
+    activations) ``[ceil(N/batch), ceil(C/cblk), H+pt+pb, W+pl+pr, batch, cblk]``, zero padded.
+
+    Raises:
+        ValueError: ``x`` has values outside ``dtype``'s range (never silently truncated).
+    """
     if x.ndim == 2:
         x = x[:, :, None, None]
     n, c, h, w = x.shape
     pt, pb, pl, pr = pre_pad
     nb, cb = -(-n // batch), -(-c // cblk)
-    buf = np.zeros((nb * batch, cb * cblk, h + pt + pb, w + pl + pr), np.int8)
+    if np.dtype(x.dtype).itemsize > np.dtype(dtype).itemsize and x.size:
+        ii = np.iinfo(dtype)
+        if x.min() < ii.min or x.max() > ii.max:
+            raise ValueError(f"packing {x.dtype} values in [{x.min()}, {x.max()}] as "
+                             f"{np.dtype(dtype).name}: out of range")
+    buf = np.zeros((nb * batch, cb * cblk, h + pt + pb, w + pl + pr), dtype)
     buf[:n, :c, pt:pt + h, pl:pl + w] = x
     buf = buf.reshape(nb, batch, cb, cblk, h + pt + pb, w + pl + pr)
     return np.ascontiguousarray(buf.transpose(0, 2, 4, 5, 1, 3))
@@ -70,24 +83,30 @@ def im2col(x: np.ndarray, kernel, strides, pads, rows: tuple[int, int] | None = 
     return np.ascontiguousarray(xw.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c * kh * kw, ho, wo)
 
 
-def unpack_act(p: np.ndarray, n: int, c: int, h: int, w: int, batch: int, cblk: int
-               ) -> np.ndarray:
-    """Inverse of :func:`pack_act` (no pre-padding): packed bytes -> int8 ``[n, c, h, w]``."""
+def unpack_act(p: np.ndarray, n: int, c: int, h: int, w: int, batch: int, cblk: int,
+               dtype=np.int8) -> np.ndarray:
+    """Inverse of :func:`pack_act` (no pre-padding): packed bytes -> ``dtype`` (int8, or
+    int16 for 16-bit activations) ``[n, c, h, w]``."""
     nb, cb = -(-n // batch), -(-c // cblk)
-    a = np.asarray(p).view(np.int8).reshape(-1)[:nb * cb * h * w * batch * cblk]
+    a = np.asarray(p).reshape(-1).view(dtype)[:nb * cb * h * w * batch * cblk]
     a = a.reshape(nb, cb, h, w, batch, cblk).transpose(0, 4, 1, 5, 2, 3)
     return np.ascontiguousarray(a.reshape(nb * batch, cb * cblk, h, w)[:n, :c])
 
 
 # ------------------------------------------------------------------ integer helpers
-def _requant(acc: np.ndarray, a: dict) -> np.ndarray:
+def _requant(acc: np.ndarray, a: dict, dtype=np.int8) -> np.ndarray:
     acc = acc.astype(np.int64) * int(a.get("mult", 1))
     s = int(a["shift"])
     if s > 0:
         acc = (acc + int(a["round"])) >> s
     elif s < 0:
         acc = acc << (-s)
-    return np.clip(acc, a["clip_lo"], a["clip_hi"]).astype(np.int8)
+    return np.clip(acc, a["clip_lo"], a["clip_hi"]).astype(dtype)
+
+
+def _qdt(x: np.ndarray):
+    """The dtype of an integer kernel's output: its activation input's (int8 or int16)."""
+    return np.int16 if x.dtype == np.int16 else np.int8
 
 
 def _pad(x, pads, value):
@@ -139,7 +158,11 @@ def _attr_scale(a: dict) -> float:
 def _quantize(a, ins, scales):
     f = scale_factor(_attr_scale(a), inverse=True)
     q = np.floor(ins[0].astype(np.float64) * f + 0.5)
-    return np.clip(q, -128, 127).astype(np.int8)
+    dt = np.dtype(a.get("dtype", "int8"))
+    if dt not in (np.int8, np.int16):
+        raise ValueError(f"quantize to {dt.name}: only int8 and int16 activations")
+    ii = np.iinfo(dt)
+    return np.clip(q, ii.min, ii.max).astype(dt)
 
 
 def _dequantize(a, ins, scales):
@@ -165,28 +188,30 @@ def _softmax(a, ins, scales):
 
 def _qconv2d(a, ins, scales):
     acc = _conv_int(ins[0], ins[1], a["strides"], a["pads"], a["groups"])
-    return _requant(acc + ins[2].astype(np.int64).reshape(1, -1, 1, 1), a)
+    return _requant(acc + ins[2].astype(np.int64).reshape(1, -1, 1, 1), a, _qdt(ins[0]))
 
 
 def _qdense(a, ins, scales):
-    return _requant(ins[0].astype(np.int64) @ ins[1].astype(np.int64).T + ins[2].astype(np.int64), a)
+    return _requant(ins[0].astype(np.int64) @ ins[1].astype(np.int64).T + ins[2].astype(np.int64), a,
+                    _qdt(ins[0]))
 
 
 def _qadd(a, ins, scales):
     acc = (ins[0].astype(np.int64) << int(a["lshift_a"])) + (ins[1].astype(np.int64) << int(a["lshift_b"]))
-    return _requant(acc, a)
+    return _requant(acc, a, _qdt(ins[0]))
 
 
 def _qmax_pool(a, ins, scales):
-    xp = _pad(ins[0].astype(np.int64), a["pads"], -128)
-    return _win(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(np.int8)
+    dt = _qdt(ins[0])
+    xp = _pad(ins[0].astype(np.int64), a["pads"], np.iinfo(dt).min)
+    return _win(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(dt)
 
 
 def _qavg_pool(a, ins, scales):
     xp = _pad(ins[0].astype(np.int64), a["pads"], 0)
     acc = _win(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1))
     d = int(a["divisor"])
-    return np.clip(np.floor_divide(2 * acc + d, 2 * d), a["clip_lo"], a["clip_hi"]).astype(np.int8)
+    return np.clip(np.floor_divide(2 * acc + d, 2 * d), a["clip_lo"], a["clip_hi"]).astype(_qdt(ins[0]))
 
 
 #: ``op -> kernel(attrs, inputs, scales)``: every CPU step that is not a real-valued IR op or
@@ -205,8 +230,9 @@ CPU_KERNELS = {
     "qconv2d": _qconv2d,
     "qdense": _qdense,
     "qadd": _qadd,
-    "qmul": lambda a, ins, sc: _requant(ins[0].astype(np.int64) * ins[1].astype(np.int64), a),
-    "qrequant": lambda a, ins, sc: _requant(ins[0].astype(np.int64), a),
+    "qmul": lambda a, ins, sc: _requant(ins[0].astype(np.int64) * ins[1].astype(np.int64), a,
+                                        _qdt(ins[0])),
+    "qrequant": lambda a, ins, sc: _requant(ins[0].astype(np.int64), a, _qdt(ins[0])),
     "qmax_pool": _qmax_pool,
     "qavg_pool": _qavg_pool,
 }

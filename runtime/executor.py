@@ -452,7 +452,7 @@ class Executor:
         return tuple(n if not isinstance(d, int) else d for d in shape)
 
     def _host(self, env: dict, tensor: str, n: int) -> np.ndarray:
-        """The host (logical int8) value of ``tensor``; a device tensor is read back once per
+        """The host (logical int8, or int16 for 16-bit activations) value of ``tensor``; a device tensor is read back once per
         run (the host copy is cached in ``env[_HOST]``; the device copy stays valid
         for its planned lifetime)."""
         v = env[tensor]
@@ -467,7 +467,7 @@ class Executor:
                 c, h, w = lay.shape
                 self._sync(v.buf)
                 raw = self._read(v.buf, lay.nbytes(v.n))
-                x = unpack_act(raw, v.n, c, h, w, lay.batch, lay.cblk)
+                x = unpack_act(raw, v.n, c, h, w, lay.batch, lay.cblk, lay.dtype)
                 x = hc[tensor] = x.reshape(self._shape(tensor, n))
             return x
         return v
