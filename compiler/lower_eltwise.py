@@ -40,7 +40,7 @@ __all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
-#: Max-pool windows with ``k < 2·s`` on both axes run as a row pass in place, then a column
+#: Max-pool windows with ``k < 2·s`` on both axes run as a column pass in place, then a row
 #: pass (:func:`_max_pool_separable`); False: reset, copy and MAX per window element.
 SEPARABLE_MAX_POOL = True
 
@@ -151,16 +151,18 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
 
 def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int, th: int,
                         wo: int, dst, src0) -> None:
-    """The ALU part of one max-pool tile as a row pass then a column pass (``k < 2·s`` on
+    """The ALU part of one max-pool tile as a column pass then a row pass (``k < 2·s`` on
     both axes), after the reset of the outputs.
 
     The tile's input is ``rows × cols`` accumulator entries per channel block at ``src0``
-    (array over blocks), its ``th × wo`` outputs at ``dst``.  With ``kw < 2·sw`` every window
-    has a column ``u = max(0, kw - sw)`` no neighbour covers, so the row pass maxes each row's
-    column ``j·sw + u`` with the window's other columns in place (the input is not needed
-    after); the column pass then copies row ``i·sh + v`` (``v = max(0, kh - sh)``) into
-    output ``(i, j)`` (ADD onto the reset) and maxes the other rows in.  Micro-ops: for a
-    3×3/2 window 2 per row-pass entry and 3 per output, against 9 per output.
+    (array over blocks), its ``th × wo`` outputs at ``dst``.  With ``kh < 2·sh`` every window
+    has a row ``v = max(0, kh - sh)`` no neighbour covers, so the column pass maxes row
+    ``i·sh + v`` of every column with the window's other rows in place (the input is not
+    needed after); the row pass then copies column ``j·sw + u`` (``u = max(0, kw - sw)``)
+    of that row into output ``(i, j)`` (ADD onto the reset) and maxes the other columns in.
+    Micro-ops for a 3×3/2 window: 2 per column-pass entry (two per output) and 3 per output,
+    against 9 per output; column first, because the input has more columns per output than
+    rows (a tile's rows overlap its neighbour's by ``kh - sh``).
 
     Window offsets shared by neighbours (``o < k - s`` with ``o + s`` of the previous
     window) are issued as micro-op pairs reading one source for two destinations
@@ -169,13 +171,13 @@ def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int,
     """
     (kh, kw), (sh, sw) = kernel, strides
     u, v = max(0, kw - sw), max(0, kh - sh)
-    # row pass in place: lines = the tile's input rows, outputs j at columns j*sw + u
-    _window_pass(tb, kw, sw, wo, rows, src0 + u, cols, sw, lambda o: src0 + o, cols, sw, skip=u)
-    # column pass: lines = output columns j, outputs i; row i*sh + o, column j*sw + u
-    col = lambda o: src0 + o * cols + u  # noqa: E731 - one-line address map
-    emit_kernel(tb, "alu", [(wo, 1, sw, 0), (th, wo, sh * cols, 0)], dst, col(v), op=AluOp.ADD)
-    _window_pass(tb, kh, sh, th, wo, dst, 1, wo, col, sw, sh * cols, skip=v)
-
+    # column pass in place: lines = the tile's columns, outputs i at rows i*sh + v
+    _window_pass(tb, kh, sh, th, cols, src0 + v * cols, 1, sh * cols,
+                 lambda o: src0 + o * cols, 1, sh * cols, skip=v)
+    # row pass over rows i*sh + v: output (i, j) = copy of column j*sw + u, then MAX
+    row = lambda o: src0 + v * cols + o  # noqa: E731 - one-line address map
+    emit_kernel(tb, "alu", [(th, wo, sh * cols, 0), (wo, 1, sw, 0)], dst, row(u), op=AluOp.ADD)
+    _window_pass(tb, kw, sw, wo, th, dst, wo, 1, row, sh * cols, sw, skip=u)
 
 def _window_pass(tb: TraceBuilder, k: int, s: int, n_out: int, lines: int, dst0, line_dst: int,
                  dstep: int, src_of, line_src: int, sstep: int, skip: int) -> None:
