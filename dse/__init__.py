@@ -15,6 +15,8 @@
 - :mod:`.report`: :func:`build_report`, :func:`format_table`, :func:`load_report`.
 - :mod:`.plot`: the Pareto / model-vs-RTL PNG (matplotlib, lazily).
 - :mod:`.calibrate`: recorded (config, program, RTL cycles) pairs; fitting the cycle model.
+- :mod:`.accuracy`: top-1 accuracy on a labelled set per width (:class:`AccuracyEvaluator`,
+  ``--accuracy digits``), an objective next to latency and resources.
 """
 
 from .evaluate import (AccSafety, AnalyticResources, CycleModel, DesignEvaluator, DSEError,
@@ -22,10 +24,12 @@ from .evaluate import (AccSafety, AnalyticResources, CycleModel, DesignEvaluator
                        bram36_for_memory, judge, memory_map, parse_workloads)
 from .report import build_report, format_table, load_report, write_report
 from .search import PointResult, ResultCache, SearchStats, mark_pareto, pareto_front, run_search
-from .space import Point, Space, SpaceError, default_space
+from .space import Point, Space, SpaceError, default_space, with_width_axis
+from .accuracy import AccuracyEvaluator, accuracy_key
 
 __all__ = [
-    "Space", "Point", "SpaceError", "default_space",
+    "Space", "Point", "SpaceError", "default_space", "with_width_axis",
+    "AccuracyEvaluator", "accuracy_key",
     "DseWorkload", "parse_workloads", "Result", "DSEError", "CycleModel", "bram36_for_memory",
     "memory_map", "AnalyticResources", "YosysResources", "ModelPerformance", "RtlPerformance",
     "AccSafety", "DesignEvaluator", "judge",

@@ -108,15 +108,23 @@ class DesignEvaluator:
         resources: ``"analytic"`` or ``"yosys"`` (or an evaluator object).
         performance: ``"model"``, ``"rtl"``, ``"none"`` (or an evaluator object).
         cycle_model: parameters of :class:`CycleModel`.
+        accuracy: ``None`` (default: not measured), a data set name (``"digits"``) or an
+            :class:`~.accuracy.AccuracyEvaluator`: each point also gets the top-1 accuracy
+            of that labelled model compiled for its widths (one fsim measurement per
+            :func:`~.accuracy.accuracy_key`, shared by the points with that key).
 
     Raises:
-        DSEError: unknown part or mode.
+        DSEError: unknown part, mode or accuracy data set.
     """
 
     def __init__(self, part: str = "xc7z020", resources: Any = "analytic",
                  performance: Any = "model", cycle_model: CycleModel | None = None,
-                 perf_when_unfit: bool = False, max_macs: int | None = 64):
+                 perf_when_unfit: bool = False, max_macs: int | None = 64,
+                 accuracy: Any = None):
+        from .accuracy import make_accuracy
+
         self.part = part
+        self.accuracy_eval = make_accuracy(accuracy)
         self.cycle_model = cycle_model or CycleModel()
         if resources == "analytic":
             resources = AnalyticResources(part)
@@ -159,6 +167,14 @@ class DesignEvaluator:
             else json.dumps(dataclasses.asdict(cfg), sort_keys=True)
         d = {"v": MODEL_VERSION, "perf": pe.key if pe else None, "cfg": cfgk,
              "wl": wl.describe()}
+        return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
+
+    def accuracy_key(self, cfg: VTAConfig) -> str:
+        """Cache key of an accuracy measurement: the model version, the accuracy
+        evaluator's settings and :func:`~.accuracy.accuracy_key` of the config (its widths)."""
+        from .accuracy import accuracy_key
+
+        d = {"v": MODEL_VERSION, "accuracy": self.accuracy_eval.key, "cfg": accuracy_key(cfg)}
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
     def run_resources(self, cfg: VTAConfig) -> dict:
@@ -206,6 +222,8 @@ class DesignEvaluator:
         d = {"v": MODEL_VERSION, "res": self.res_eval.key,
              "perf": self.perf_eval.key if self.perf_eval else None,
              "unfit": self.perf_when_unfit, "workloads": [w.describe() for w in workloads]}
+        if self.accuracy_eval is not None:
+            d["accuracy"] = self.accuracy_eval.key
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload]) -> Result:
@@ -220,7 +238,13 @@ class DesignEvaluator:
                 if k not in self._perf_memo:
                     self._perf_memo[k] = self.run_perf(cfg, wl)
                 perf[wl.name] = self._perf_memo[k]
-        return self.assemble(cfg, res, perf, workloads)
+        r = self.assemble(cfg, res, perf, workloads)
+        if self.accuracy_eval is not None:
+            k = "acc:" + self.accuracy_key(cfg)
+            if k not in self._perf_memo:
+                self._perf_memo[k] = self.accuracy_eval.measure(cfg)
+            r.accuracy = copy.deepcopy(self._perf_memo[k])
+        return r
 
 
 # =============================================================================== judge

@@ -500,7 +500,10 @@ class ModelPerformance:
     summed over launches (``gemm_uops``, ``alu_uops``, ``insns``, ``launches``,
     ``dram_read_bytes``, ``dram_write_bytes``, per-memory load bytes), ``macs`` of the
     layers (per image) and ``cpu_compute_ops`` (conv/dense nodes the partitioner left on
-    the CPU: their time is *not* counted, so such a workload is marked incomplete).
+    the CPU: their time is *not* counted, so such a workload is marked incomplete).  Other
+    integer steps on the CPU (an int16 core's max-pools and adds: ACC8 loads int8 only) are
+    listed in ``cpu_integer_ops`` (only when there are any); their time is not counted
+    either, but the workload stays complete (no MACs).
     """
 
     name = "model"
@@ -563,6 +566,10 @@ class ModelPerformance:
             "out_store_bytes": tot("out_store_nbytes"),
             "cpu_compute_ops": cpu_ops,
         }
+        cpu_int = [s.name for s in cm.steps if s.target == "cpu" and s.op.startswith("q")
+                   and s.op not in ("quantize", "qconv2d", "qdense")]
+        if cpu_int:
+            out["cpu_integer_ops"] = cpu_int
         if self.backend == "rtl":
             out["cycles_measured"] = int(sum(r["cycles"] for r in recs))
         if memo is not None:
@@ -643,6 +650,14 @@ class AccSafety:
     bits.  A workload is unsafe when ``bits_needed > ACC_WIDTH``: the accumulator wraps
     (DESIGN.md semantics) and the result is silently wrong.  The bias added into the
     accumulator and the requantization shift are not part of the bound.
+
+    Wider operands (``INP_WIDTH`` or ``WGT_WIDTH`` 16) with a 32-bit accumulator: the
+    data-independent bound above fails for any ``K >= 2``, but the compiler does not rely
+    on it there: the quantizer coarsens each layer's weight grid until the exact worst case
+    for its constant weights, ``max_o sum_k |w[o,k]| * 2**(INP_WIDTH-1) + max|bias|``,
+    fits int32, and the partitioner re-checks it (docs/compiler.md "Widths").  Such a
+    workload is ``safe`` with ``"proof": "weights"``; the int8 rule is unchanged
+    (``"proof": "widths"``).
     """
 
     @staticmethod
@@ -661,6 +676,9 @@ class AccSafety:
             need = self.bits_needed(kmax, cfg.INP_WIDTH, cfg.WGT_WIDTH) if kmax else 0
             per[wl.name] = {"max_reduction": kmax, "bits_needed": need,
                             "safe": need <= cfg.ACC_WIDTH}
+            if need > cfg.ACC_WIDTH and cfg.ACC_WIDTH == 32 and \
+                    (cfg.INP_WIDTH, cfg.WGT_WIDTH) != (8, 8):
+                per[wl.name].update(safe=True, proof="weights")
         unsafe = [n for n, v in per.items() if not v["safe"]]
         return {"acc_width": cfg.ACC_WIDTH, "safe": not unsafe, "unsafe_workloads": unsafe,
                 "workloads": per}

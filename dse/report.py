@@ -58,6 +58,9 @@ def _point_dict(pr: PointResult) -> dict:
             "performance_source": r.performance_source if r else None,
             "notes": r.notes if r else [], "errors": r.errors if r else [],
         })
+        if r is not None and r.accuracy is not None:
+            d["accuracy"] = r.accuracy.get("accuracy")
+            d["accuracy_detail"] = r.accuracy
     d.update({"feasible": bool(v.get("feasible")), "reasons": v.get("reasons", []),
               "pareto": pr.pareto, "cached": pr.cached})
     return d
@@ -129,8 +132,9 @@ def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND,
     with the fewest DSPs, then LUTs, then the lowest latency, then BRAM; so a tie inside
     the error band never goes to twice the DSPs), ``utilization`` (lowest binding-resource
     utilization), ``gops_per_utilization`` (highest GOPS / utilization), and with
-    ``within`` (percent) ``within`` (:func:`smallest_within`).  Other ties: first in
-    point order."""
+    ``within`` (percent) ``within`` (:func:`smallest_within`), and when any point has a
+    measured ``accuracy``, ``accuracy`` (the highest accuracy, then the lowest latency,
+    then the lowest binding utilization).  Other ties: first in point order."""
     feas = [p for p in points if p.get("feasible") and p.get("latency_us")]
 
     def pick(key, sign=1):
@@ -146,6 +150,11 @@ def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND,
            "gops_per_utilization": pick(lambda p: p["gops"] / p["utilization"]["max"], -1)}
     if within is not None:
         out["within"] = smallest_within(points, within)
+    if any(p.get("accuracy") is not None for p in points):
+        acc = [p for p in feas if p.get("accuracy") is not None]
+        out["accuracy"] = min(acc, key=lambda p: (-p["accuracy"], p["latency_us"],
+                                                  p["utilization"]["max"]))["fingerprint"] \
+            if acc else None
     return out
 
 
@@ -236,12 +245,38 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
                      + ", 0 for RTL-measured latencies) of the lowest latency, the fewest "
                      "DSPs, then LUTs, then the lowest latency, then BRAM")},
         "verify": verify,
+        "accuracy": accuracy_by_width(pts),
         "summary": {"points": len(pts), "valid": sum(p["valid"] for p in pts),
                     "fits": sum(bool(p.get("fits")) for p in pts),
                     "feasible": sum(p["feasible"] for p in pts),
                     "pareto": sum(p["pareto"] for p in pts),
                     "cached": sum(p["cached"] for p in pts)},
     }
+
+
+def accuracy_by_width(points: Sequence[dict]) -> list[dict] | None:
+    """One entry per measured width (``None`` when accuracy was not measured):
+    ``widths`` (``i16w16a32``), ``accuracy``, ``float_accuracy``, ``samples``, ``exact``,
+    ``cpu_steps`` (or ``error``), ``points`` (how many points have these widths),
+    ``feasible``, and the fastest feasible point of those widths: ``fastest`` (its
+    fingerprint), ``latency_us``, ``utilization``."""
+    groups: dict[str, dict] = {}
+    for p in points:
+        det = p.get("accuracy_detail")
+        if not det:
+            continue
+        g = groups.setdefault(det["widths"], {
+            **{k: det.get(k) for k in ("widths", "accuracy", "float_accuracy", "samples",
+                                       "exact", "cpu_steps", "error") if k in det},
+            "points": 0, "feasible": 0, "fastest": None, "latency_us": None,
+            "utilization": None})
+        g["points"] += 1
+        if p.get("feasible") and p.get("latency_us"):
+            g["feasible"] += 1
+            if g["latency_us"] is None or p["latency_us"] < g["latency_us"]:
+                g.update(fastest=p["fingerprint"], latency_us=p["latency_us"],
+                         utilization=p["utilization"]["max"])
+    return list(groups.values()) or None
 
 
 def layer_breakdown(p: dict) -> list[dict]:
@@ -268,7 +303,7 @@ CSV_COLUMNS = ("fingerprint", "bitstream", "valid", "feasible", "pareto", "best_
                "clock_mhz", "bus_bits", "dsp_packing", "lut", "ff", "dsp", "bram36",
                "resources_source", "util_lut", "util_ff", "util_dsp", "util_bram36",
                "util_max", "cycles_total", "cycles_source", "latency_us", "gops",
-               "timing", "cached", "reasons")
+               "timing", "cached", "reasons", "accuracy")
 
 
 def write_csv(report: dict, path: str | Path) -> None:
@@ -306,7 +341,7 @@ def write_csv(report: dict, path: str | Path) -> None:
                "cycles_source": (r.get("cycles") or {}).get("ran"),
                "latency_us": p.get("latency_us"), "gops": p.get("gops"),
                "timing": (p.get("timing") or {}).get("status"), "cached": p.get("cached"),
-               "reasons": "; ".join(reasons)}
+               "reasons": "; ".join(reasons), "accuracy": p.get("accuracy")}
         w.writerow(["" if row[c] is None else row[c] for c in CSV_COLUMNS]
                    + ["" if p["params"].get(a) is None else p["params"][a] for a in axes])
     with atomic_open(path) as f:
@@ -368,11 +403,17 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
              f"{'fingerprint':<11} {'bitstream':<28} {'bus':>4} {'pk':>2} {'LUT%':>5} "
              f"{'DSP%':>5} {'BRAM%':>6} {'fits':>4} {'cycles':>11} {'lat_us':>9} "
              f"{'GOPS':>6} {'P':>1} {'res':<9} {'cyc':<6} status"]
+    has_acc = bool(report.get("accuracy"))
+    if has_acc:
+        lines[-1] = lines[-1].replace(" status", f" {'acc%':>5} status")
     shown = rows if limit is None else rows[:limit]
     for p in shown:
         u = p.get("utilization") or {}
         pct = lambda k: _fmt(u.get(k) * 100 if u.get(k) is not None else None)  # noqa: E731, B023 (used at once)
         status = "ok" if p["feasible"] else "; ".join(p["reasons"])[:70]
+        if has_acc:
+            a = p.get("accuracy")
+            status = f"{_fmt(a * 100 if a is not None else None):>5} {status}"
         lines.append(
             f"{p['fingerprint']:<11} {p['bitstream']:<28} {p.get('bus_bits', '-'):>4} "
             f"{p.get('dsp_packing', '-'):>2} {pct('lut'):>5} {pct('dsp'):>5} {pct('bram36'):>6} "
@@ -406,11 +447,25 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
             lines.append(f"best {obj}: none feasible")
             continue
         p = byfp[fp]
+        acc = (f", accuracy {p['accuracy'] * 100:.1f} %" if p.get("accuracy") is not None
+               else "")
         lines.append(f"best {obj}: {fp} {p['bitstream']} "
                      f"({' '.join(f'{k}={v}' for k, v in p['params'].items())}): "
                      f"{_fmt(p['latency_us'])} us, {_fmt(p['gops'])} GOPS "
                      f"{p['throughput_label']}, binding resource "
-                     f"{_fmt(p['utilization']['max'] * 100)} %")
+                     f"{_fmt(p['utilization']['max'] * 100)} %{acc}")
+    for g in report.get("accuracy") or []:
+        if "error" in g:
+            lines.append(f"accuracy {g['widths']}: not measured ({g['error']})")
+            continue
+        fast = (f"fastest feasible {g['fastest']} {_fmt(g['latency_us'])} us, binding "
+                f"resource {_fmt(g['utilization'] * 100)} %" if g["fastest"] else
+                "no feasible point")
+        cpu = f"; on the CPU: {', '.join(g['cpu_steps'])}" if g.get("cpu_steps") else ""
+        lines.append(f"accuracy {g['widths']}: {g['accuracy'] * 100:.1f} % on {g['samples']} "
+                     f"labelled images (float {g['float_accuracy'] * 100:.1f} %; VTA steps "
+                     f"bit-exact: {'yes' if g['exact'] else 'NO'}{cpu}); {g['points']} "
+                     f"point(s), {g['feasible']} feasible; {fast}")
     lines += format_verify(report)
     bd = report.get("best_breakdown")
     if bd:

@@ -27,6 +27,8 @@ class Result:
       "dram_read_bytes", "dram_write_bytes", "cpu_compute_ops"}``, or ``{"error": msg}``.
     - ``acc``: accumulator-safety verdict (:class:`AccSafety`), or None.
     - ``notes``: strings explaining fallbacks; ``errors``: evaluation failures.
+    - ``accuracy``: the accuracy measurement of the point's widths
+      (:meth:`~.accuracy.AccuracyEvaluator.measure`), or None when not asked for.
     """
 
     fingerprint: str
@@ -37,6 +39,7 @@ class Result:
     performance_source: str | None = None
     notes: list = field(default_factory=list)
     errors: list = field(default_factory=list)
+    accuracy: dict | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict of every field (the cache and report form)."""
@@ -46,7 +49,8 @@ class Result:
     def from_dict(cls, d: Mapping) -> "Result":
         """Inverse of :meth:`to_dict` (unknown keys ignored, missing ones defaulted)."""
         return cls(**{k: d[k] for k in ("fingerprint", "config", "resources", "workloads",
-                                        "acc", "performance_source", "notes", "errors")
+                                        "acc", "performance_source", "notes", "errors",
+                                        "accuracy")
                       if k in d})
 
 

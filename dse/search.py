@@ -21,6 +21,12 @@ marked among the feasible points.
 
 Resource use is the utilization of the binding resource: ``max(LUT, FF, DSP, BRAM36
 fractions of the part)``.
+
+With an accuracy evaluator (``DesignEvaluator(accuracy="digits")``, ``vtaforge dse run
+--accuracy digits``) there is a third kind of evaluation: one **accuracy** measurement per
+:func:`~.accuracy.accuracy_key` (the widths), in the driver, cached like the others; every
+point gets its key's measurement, and the Pareto front is over (latency, resource use,
+``-accuracy``) (:data:`PARETO_KEYS_ACCURACY`).
 """
 
 from __future__ import annotations
@@ -37,10 +43,12 @@ from .parallel import SerialExecutor, TaskFailure, make_executor
 from .space import Point, Space
 
 __all__ = ["PointResult", "ResultCache", "run_search", "pareto_front", "PARETO_KEYS",
-           "CACHE_FORMAT", "SearchStats"]
+           "PARETO_KEYS_ACCURACY", "CACHE_FORMAT", "SearchStats"]
 
 #: Objectives of the Pareto front (both minimised).
 PARETO_KEYS = ("latency_us", "utilization_max")
+#: ... when accuracy is measured (``accuracy_neg`` = -accuracy, minimised).
+PARETO_KEYS_ACCURACY = PARETO_KEYS + ("accuracy_neg",)
 
 #: Most configs in one worker task of a program family (:func:`run_search`).
 _FAMILY_TASK = 16
@@ -71,9 +79,13 @@ class PointResult:
         return bool(self.verdict.get("feasible"))
 
     def objective(self, key: str) -> float | None:
-        """``latency_us`` or ``utilization_max`` (or another verdict key) of the point."""
+        """``latency_us``, ``utilization_max``, ``accuracy`` / ``accuracy_neg`` (or another
+        verdict key) of the point."""
         if key == "utilization_max":
             return (self.verdict.get("utilization") or {}).get("max")
+        if key in ("accuracy", "accuracy_neg"):
+            a = (getattr(self.result, "accuracy", None) or {}).get("accuracy")
+            return None if a is None else (a if key == "accuracy" else -a)
         return self.verdict.get(key)
 
 
@@ -87,6 +99,8 @@ class SearchStats:
     perf_runs: int = 0
     perf_cached: int = 0
     perf_shared: int = 0
+    accuracy_runs: int = 0
+    accuracy_cached: int = 0
     seconds: float = 0.0
     executor: str = "serial, in process"
     workers: int = 1
@@ -96,7 +110,7 @@ class ResultCache:
     """An append-only JSON-lines file of evaluation records.
 
     Line 1 is ``{"format": CACHE_FORMAT}``; every further line is one evaluation,
-    ``{"kind": "res" | "perf", "key": str, "value": record}``, appended (and flushed) when
+    ``{"kind": "res" | "perf" | "accu", "key": str, "value": record}``, appended (and flushed) when
     it finishes; a later line for the same key wins.  A missing file starts empty.  A
     truncated last line (a run killed mid-write) is ignored (``skipped`` counts it).
 
@@ -345,6 +359,24 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
                 _store_perf(g, trecs if isinstance(trecs, TaskFailure) else trecs[gi])
         for ti, trecs in ex.map_unordered(perf_records_of, [_args([g]) for g in retry]):
             _store_perf(retry[ti], trecs if isinstance(trecs, TaskFailure) else trecs[0])
+        # ---- accuracy: one fsim measurement per width key, in the driver
+        accu: dict[str, dict] = {}
+        akey: dict[int, str] = {}
+        if ev.accuracy_eval is not None:
+            for p in valid:
+                k = akey[id(p)] = ev.accuracy_key(p.cfg)
+                if k in accu:
+                    continue
+                rec = store.get("accu", k)
+                if rec is not None:
+                    accu[k] = rec
+                    st.accuracy_cached += 1
+                    continue
+                accu[k] = rec = ev.accuracy_eval.measure(p.cfg)
+                fresh.add(("accu", k))
+                st.accuracy_runs += 1
+                if "error" not in rec:
+                    store.put("accu", k, rec)
     finally:
         if bar is not None:
             bar.close()
@@ -359,6 +391,9 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
             pk = pkeys.get(id(p), {})
             r = ev.assemble(p.cfg, res[rk], {n: perf[k] for n, k in pk.items()}, workloads)
             used = [("res", rk)] + [("perf", k) for k in pk.values()]
+            if id(p) in akey:
+                r.accuracy = dict(accu[akey[id(p)]])
+                used.append(("accu", akey[id(p)]))
             pr.cached = not any(u in fresh for u in used)
             pr.result = r
             pr.verdict = judge(r, float(p.cfg.CLOCK_MHZ), ev.capacity, timing,
@@ -374,11 +409,14 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
 
 
 def mark_pareto(results: Sequence[PointResult]) -> list[int]:
-    """Set ``pareto`` on the feasible results not dominated in :data:`PARETO_KEYS`;
-    returns their indices."""
+    """Set ``pareto`` on the feasible results not dominated in :data:`PARETO_KEYS`
+    (:data:`PARETO_KEYS_ACCURACY` when any point has a measured accuracy); returns their
+    indices."""
+    keys = PARETO_KEYS_ACCURACY if any(r.objective("accuracy") is not None
+                                       for r in results) else PARETO_KEYS
     idx = [i for i, r in enumerate(results)
-           if r.feasible and all(r.objective(k) is not None for k in PARETO_KEYS)]
-    vals = [[results[i].objective(k) for k in PARETO_KEYS] for i in idx]
+           if r.feasible and all(r.objective(k) is not None for k in keys)]
+    vals = [[results[i].objective(k) for k in keys] for i in idx]
     front = [idx[j] for j in pareto_front(vals)]
     for i, r in enumerate(results):
         r.pareto = i in set(front)

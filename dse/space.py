@@ -3,7 +3,9 @@
 A :class:`Space` is a base config plus ordered axes ``name -> candidate values``.  An axis
 name is a ``VTAConfig`` field (``LOG_BATCH``, ``LOG_BLOCK_IN``, ``LOG_INP_BUFF_SIZE``,
 ``LOG_BUS_WIDTH``, ``DSP_PACKING``, ``CLOCK_MHZ`` ...), ``LOG_BLOCK``, which sets
-``LOG_BLOCK_IN`` and ``LOG_BLOCK_OUT`` together (upstream's key), or a depth axis
+``LOG_BLOCK_IN`` and ``LOG_BLOCK_OUT`` together (upstream's key), ``LOG_WIDTH``, which sets
+``LOG_INP_WIDTH`` and ``LOG_WGT_WIDTH`` together (3: int8, 4: int16; ``vtaforge dse run
+--widths 8,16``), or a depth axis
 ``LOG_UOP_DEPTH`` / ``LOG_INP_DEPTH`` / ``LOG_WGT_DEPTH`` / ``LOG_ACC_DEPTH`` (log2
 scratchpad entries; sets the matching ``LOG_*_BUFF_SIZE`` from the point's element size).
 The ISA's index fields are sized by depths, not bytes, so depth axes keep a space inside
@@ -41,10 +43,11 @@ import numpy as np
 from ..hw.config import ConfigError, VTAConfig, load_config
 
 __all__ = ["Space", "Point", "SpaceError", "default_space", "board_space", "board_setup",
-           "BOARD_ALIASES", "AXIS_ALIASES", "DEPTH_AXES", "valid_fraction"]
+           "BOARD_ALIASES", "AXIS_ALIASES", "DEPTH_AXES", "valid_fraction", "with_width_axis"]
 
 #: Axis names that expand to several VTAConfig fields.
-AXIS_ALIASES: dict[str, tuple[str, ...]] = {"LOG_BLOCK": ("LOG_BLOCK_IN", "LOG_BLOCK_OUT")}
+AXIS_ALIASES: dict[str, tuple[str, ...]] = {"LOG_BLOCK": ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"),
+                                            "LOG_WIDTH": ("LOG_INP_WIDTH", "LOG_WGT_WIDTH")}
 
 #: Depth axes (log2 entries) -> the buffer-size field they set (log2 bytes).
 DEPTH_AXES: dict[str, str] = {"LOG_UOP_DEPTH": "LOG_UOP_BUFF_SIZE",
@@ -112,7 +115,7 @@ class Space:
             if name not in _FIELDS and name not in AXIS_ALIASES and name not in DEPTH_AXES:
                 raise SpaceError(f"unknown axis {name!r}; allowed: VTAConfig fields "
                                  f"({', '.join(sorted(_FIELDS - {'TARGET', 'HW_VER'}))}), "
-                                 f"LOG_BLOCK or {', '.join(DEPTH_AXES)}")
+                                 f"LOG_BLOCK, LOG_WIDTH or {', '.join(DEPTH_AXES)}")
             if isinstance(vals, (str, bytes)) or not isinstance(vals, Sequence):
                 raise SpaceError(f"axis {name!r} must be a list of values, got {vals!r}")
             vals = list(vals)
@@ -371,3 +374,29 @@ def board_space(board: str) -> Space:
 def valid_fraction(space: Space) -> float:
     """Fraction of the grid that VTAConfig accepts."""
     return space.n_valid / space.size if space.size else 0.0
+
+
+def with_width_axis(space: Space, widths: str | Sequence[int]) -> Space:
+    """``space`` with a ``LOG_WIDTH`` axis (activation and weight widths together) of the
+    operand widths ``widths`` (``"8,16"`` or ``[8, 16]``: ``LOG_WIDTH`` 3 / 4), appended
+    as the last axis.
+
+    Raises:
+        SpaceError: a width other than 8 or 16, a repeated or empty list, or a space that
+            already has a width axis (``LOG_WIDTH``, ``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``).
+    """
+    if isinstance(widths, str):
+        try:
+            vals = [int(v) for v in widths.split(",") if v.strip()]
+        except ValueError:
+            raise SpaceError(f"--widths {widths!r} must be comma-separated integers, e.g. "
+                             f"8,16") from None
+    else:
+        vals = [int(v) for v in widths]
+    if not vals or any(v not in (8, 16) for v in vals) or len(set(vals)) != len(vals):
+        raise SpaceError(f"--widths {widths!r}: give 8 and/or 16 (int8 / int16 operands), "
+                         f"each once")
+    have = [a for a in ("LOG_WIDTH", "LOG_INP_WIDTH", "LOG_WGT_WIDTH") if a in space.axes]
+    if have:
+        raise SpaceError(f"the space already has the width axis {have[0]}; drop --widths")
+    return Space(space.base, {**space.axes, "LOG_WIDTH": [v.bit_length() - 1 for v in vals]})

@@ -183,7 +183,8 @@ _FRONT_CACHE_MAX = 64
 def compile_workload(cfg: VTAConfig, wl: DseWorkload, seed: int = 0):
     """``(CompiledModel, run input)`` of ``wl`` for ``cfg``: ``compile_model`` on the first
     call for a workload; later calls in the same process reuse its quantized graph (ONNX
-    import and quantization depend on the workload, the seed and ``ALU_MUL`` only: ~20 %
+    import and quantization depend on the workload, the seed, ``ALU_MUL`` and the
+    input/weight widths only: ~20 %
     of a point's time) and redo only partitioning and lowering for the new config.
 
     Raises:
@@ -192,7 +193,8 @@ def compile_workload(cfg: VTAConfig, wl: DseWorkload, seed: int = 0):
     from ..compiler.compile import compile_model, lower_graph
     from ..compiler.partition import partition
 
-    key = (json.dumps(wl.describe(), sort_keys=True), seed, bool(cfg.ALU_MUL))
+    key = (json.dumps(wl.describe(), sort_keys=True), seed, bool(cfg.ALU_MUL),
+           int(cfg.INP_WIDTH), int(cfg.WGT_WIDTH))
     hit = _FRONT_CACHE.get(key)
     if hit is None:
         model, calib, x = wl.model_and_inputs(seed)

@@ -5,7 +5,7 @@
   [--seed S] [--resources analytic|yosys]
   [--perf model|rtl|none] [--timing FILE.json] [--cache FILE.jsonl] [-o report.json]
   [--csv points.csv] [--jobs N | --scheduler tcp://host:port] [--verify rtl,yosys]
-  [--budget N] [--within PCT] [--plot OUT.png]``:
+  [--budget N] [--within PCT] [--plot OUT.png] [--accuracy digits] [--widths 8,16]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
@@ -87,10 +87,17 @@ def dse_group() -> None:
 @click.option("--plot", "plot_file", default=None,
               help="write a PNG: Pareto plot of the part (preset and pick marked), and "
                    "model vs RTL when --verify rtl ran")
+@click.option("--accuracy", "accuracy_set", default=None,
+              help="also measure top-1 accuracy on this labelled set per width (digits: "
+                   "the bundled digits CNN, 500 held-out images, on fsim): an objective")
+@click.option("--widths", "widths_spec", default=None,
+              help="add a width axis: comma-separated operand widths, 8 and/or 16 (int8 / "
+                   "int16 activations and weights: LOG_WIDTH 3 / 4)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
             dram_latency, timing_file, cache_file, out_file, csv_file, limit, jobs, scheduler,
-            verify_spec, budget, within_pct, plot_file, no_progress) -> None:
+            verify_spec, budget, within_pct, plot_file, accuracy_set, widths_spec,
+            no_progress) -> None:
     """Evaluate a space of configs against workloads and report the best designs."""
     from ..dse.evaluate import CycleModel, DesignEvaluator, DSEError, load_timing, \
         parse_workloads
@@ -99,7 +106,8 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     from ..dse.plot import plot_report
     from ..dse.promote import parse_verify, promote
     from ..dse.search import SearchStats, run_search
-    from ..dse.space import Space, SpaceError, board_setup, board_space, default_space
+    from ..dse.space import Space, SpaceError, board_setup, board_space, default_space, \
+        with_width_axis
     from ..hw.config import ConfigError
 
     from ._output import check_output_path
@@ -151,8 +159,11 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             part = part or "xc7z020"
             space = default_space(base, part) if space_spec == "default" \
                 else Space.from_json(space_spec)
+        if widths_spec is not None:
+            space = with_width_axis(space, widths_spec)
         wls = parse_workloads(wl_spec, sz)
-        ev = DesignEvaluator(part, res_mode, perf_mode, CycleModel(dram_latency=dram_latency))
+        ev = DesignEvaluator(part, res_mode, perf_mode, CycleModel(dram_latency=dram_latency),
+                             accuracy=accuracy_set)
         timing = load_timing(timing_file) if timing_file else None
     except (DSEError, SpaceError, ConfigError) as e:
         _fail(str(e))
@@ -178,8 +189,11 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     try:
         results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
                              seed=seed, progress=not no_progress, executor=ex, stats=stats)
+        acc = (f", {stats.accuracy_runs} accuracy measurement(s)" if ev.accuracy_eval
+               else "")
+        ncached = stats.perf_cached + stats.resource_cached + stats.accuracy_cached
         click.echo(f"dse: {stats.perf_runs} performance and {stats.resource_runs} resource "
-                   f"evaluations run ({stats.perf_cached + stats.resource_cached} from cache, "
+                   f"evaluations run{acc} ({ncached} from cache, "
                    f"{stats.perf_shared} shared) in {stats.seconds:.1f} s, {ex.description}",
                    err=True)
         if verify:
