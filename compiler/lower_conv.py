@@ -255,6 +255,15 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # request before the first GEMM (pynq rtl, C5: 18,400 beats the compute unit waited).
     w_loaded = np.zeros(len(wpk.blocks), dtype=bool)
     blk_index = {(int(a), int(b)): i for i, (a, b) in enumerate(wpk.blocks)}
+    # Resident weights are stored input-block-major ((ib, ob) order, in DRAM and WGT): the
+    # first tile's steps each need one input block's weights for every output block, one
+    # contiguous run (one LOAD) instead of one LOAD per output block (pynq C10: 32 LOADs of
+    # one block per step, the first tile load-bound).  Depends on the weights only, so row
+    # bands lowered separately agree with the whole conv's constants.
+    order = (np.lexsort((wpk.blocks[:, 0], wpk.blocks[:, 1])) if tl.resident
+             else np.arange(len(wpk.blocks)))
+    wpos = np.empty(len(order), np.int64)
+    wpos[order] = np.arange(len(order))
     tiles = []
     for ob0 in range(0, nob, tl.obn):
         ob1 = min(nob, ob0 + tl.obn)
@@ -315,9 +324,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             sel = [(ob, ib, blk_index[(ob, ib)]) for ob in range(ob0, ob1)
                    for ib in wpk.ibs(ob) if i0 <= ib < i1]
             if tl.resident:
-                widx = {bi: bi * kk for _, _, bi in sel}
+                widx = {bi: int(wpos[bi]) * kk for _, _, bi in sel}
                 new_blocks = sorted({bi for _, _, bi in sel if not w_loaded[bi]})
-                for a, b in _runs(new_blocks):
+                for a, b in _runs(sorted(int(wpos[bi]) for bi in new_blocks)):
                     for e0 in range(a * kk, b * kk, LIMITS.max("size")):
                         m = min(LIMITS.max("size"), b * kk - e0)
                         tb.load_2d("w", e0, MemType.WGT, e0, 1, m, m)
@@ -391,7 +400,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 "min_dram_bytes": int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)}
     # the bias carries the rounding constant (the plan's pre_add with a multiplier)
     rnd = int(attrs["round"]) if plan is None else plan.pre_add
-    consts = {"w": wpk.data, "b": pack_bias(bias, rnd, B, BO)}
+    consts = {"w": np.ascontiguousarray(wpk.data[order]), "b": pack_bias(bias, rnd, B, BO)}
     return LoweredOp(tr, consts, {"x": xl, "y": yl})
 
 
