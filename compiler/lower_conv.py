@@ -72,6 +72,10 @@ L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 #: the clear covered its entries.  False lowers every tile with its reset (for comparison).
 CLEARING_REQ = True
 
+#: Resident weight LOADs are split into requests of at most this many bus beats (whole
+#: weight blocks, at least one): a request holds the read channel until its last beat.
+W_CHUNK_BEATS = 256
+
 
 def _runs(ids) -> list[tuple[int, int]]:
     """Maximal runs ``[a, b)`` of consecutive integers in ``ids``, in order."""
@@ -264,6 +268,10 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
              else np.arange(len(wpk.blocks)))
     wpos = np.empty(len(order), np.int64)
     wpos[order] = np.arange(len(order))
+    # ... in requests of whole blocks up to W_CHUNK_BEATS bus beats, so the compute unit's
+    # own loads (micro-op kernels) wait at most that long for the read channel
+    w_beats = max(1, cfg.elem_bytes(MemType.WGT) * 8 // cfg.BUS_WIDTH)
+    w_chunk = min(LIMITS.max("size"), max(1, W_CHUNK_BEATS // (w_beats * kk)) * kk)
     tiles = []
     for ob0 in range(0, nob, tl.obn):
         ob1 = min(nob, ob0 + tl.obn)
@@ -327,8 +335,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 widx = {bi: int(wpos[bi]) * kk for _, _, bi in sel}
                 new_blocks = sorted({bi for _, _, bi in sel if not w_loaded[bi]})
                 for a, b in _runs(sorted(int(wpos[bi]) for bi in new_blocks)):
-                    for e0 in range(a * kk, b * kk, LIMITS.max("size")):
-                        m = min(LIMITS.max("size"), b * kk - e0)
+                    for e0 in range(a * kk, b * kk, w_chunk):
+                        m = min(w_chunk, b * kk - e0)
                         tb.load_2d("w", e0, MemType.WGT, e0, 1, m, m)
                 w_loaded[new_blocks] = True
             else:
