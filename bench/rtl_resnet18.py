@@ -12,7 +12,8 @@ bytes)``; pooling and element-wise steps ``min DRAM bytes / bus bytes`` (each op
 and the output written once, at the bus width per cycle).
 
 Run: ``.venv/bin/python bench/rtl_resnet18.py [--size 224] [--steps] [--config FILE]
-[--model mobilenet_v1]`` (``--steps`` prints every step, otherwise one line per op kind).
+[--model mobilenet_v1] [--latency 40,60]`` (``--steps`` prints every step, otherwise one
+line per op kind; ``--latency`` sets the DRAM model's random first-beat latency per burst).
 """
 
 from __future__ import annotations
@@ -56,7 +57,12 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--steps", action="store_true")
     ap.add_argument("--model", choices=["resnet18", "mobilenet_v1"], default="resnet18")
+    ap.add_argument("--latency", default="0,0", metavar="MIN,MAX",
+                    help="DRAM model's random first-beat latency per burst, cycles "
+                         "(board-like: 40,60; default 0,0 = ideal bus)")
     args = ap.parse_args()
+    lat = tuple(int(v) for v in args.latency.split(","))
+    bus = "ideal bus" if lat == (0, 0) else f"DRAM latency {lat[0]}-{lat[1]} cycles per burst"
     cfg = load_config(args.config)
     x = np.random.default_rng(0).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
     t0 = time.perf_counter()
@@ -64,7 +70,7 @@ def main() -> None:
     cm = compile_model(build(args.size), x, cfg)
     tc = time.perf_counter() - t0
     vta = [s for s in cm.steps if s.target == "vta"]
-    dev = RecordingRtl(cfg, 512 << 20, progress=False)
+    dev = RecordingRtl(cfg, 512 << 20, progress=False, latency=lat)
     ex = Executor(cm, dev)
     ex.run(x)                                         # record the programs
     dev.log = []
@@ -78,7 +84,7 @@ def main() -> None:
     assert len(dev.log) == len(vta), (len(dev.log), len(vta))
     ref = Executor(cm, FsimDevice(cfg, mem_bytes=512 << 20)).run(x, keep=True)
     print(f"{args.model} {args.size}x{args.size}, {args.config} ({cfg.bitstream_name}, "
-          f"0x{cfg.fingerprint:08x}), batch 1, ideal bus; "
+          f"0x{cfg.fingerprint:08x}), batch 1, {bus}; "
           f"{len(vta)} of {len(cm.steps)} steps on VTA; compile {tc:.1f} s, rtl run {wall:.1f} s")
     kinds = defaultdict(lambda: [0, 0, 0, 0])
     tot = [0, 0, 0]
