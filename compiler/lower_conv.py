@@ -249,7 +249,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     nvt = tl.nvt
     inp_half = cfg.INP_DEPTH // nvt
     wgt_half = cfg.WGT_DEPTH // nvt
-    acc_half = (cfg.ACC_DEPTH - nob) // nvt
+    acc_half = (cfg.ACC_DEPTH - nob) // tl.acc_nvt
     tb = TraceBuilder(uid, {"x": xl.block_bytes, "y": yl.block_bytes})
     bias_load = bool(bias_load)
     if not bias_load:
@@ -298,10 +298,10 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     gemm_uops_ideal = 0
     # per ACC region (virtual thread): entries [acc_base, acc_base + n) its last tile left
     # at 0 with a clearing REQ (0: none), so a tile of at most n entries needs no reset
-    cleared = [0] * nvt
+    cleared = [0] * tl.acc_nvt
     resets_skipped = 0
     for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
-        avt = t % nvt
+        avt = t % tl.acc_nvt
         obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
         acc_base = nob + avt * acc_half
         rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
@@ -352,7 +352,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             tb.dep_push(L, C)
             tb.dep_pop(L, C)
             if r == 0:
-                if t >= nvt:
+                if t >= tl.acc_nvt:
                     tb.dep_pop(S, C)
                 if bias_load:
                     for ob in range(ob0, ob1):
@@ -397,12 +397,13 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         tb.dep_push(S, C)
     for _ in range(min(s, nvt)):
         tb.dep_pop(C, L)
-    for _ in range(min(len(tiles), nvt)):
+    for _ in range(min(len(tiles), tl.acc_nvt)):
         tb.dep_pop(S, C)
     tr = tb.trace
     macs = o * (c // groups) * kh * kw * ho * wo
     tr.stats = {"tiling": [tl.obn, tl.ibn, tl.th, tl.tw, tl.nvt, int(tl.resident)],
                 "tiles": len(tiles), "steps": s, "pre_pad": bool(pre_pad),
+                "acc_regions": tl.acc_nvt,
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
                 "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped,
                 "min_dram_bytes": int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)}

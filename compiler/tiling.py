@@ -29,6 +29,7 @@ __all__ = ["ConvTiling", "conv_tiling", "candidates", "MAX_EXTENT"]
 
 MAX_EXTENT = LIMITS.max("iter")  # loop extent field limit (14 bits)
 STEP_COST = 4096            # bytes-equivalent of one GEMM step (instructions, launches)
+SINGLE_TILE_ACC = True      # allow ConvTiling.acc_nvt = 1 (see there)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,13 @@ class ConvTiling:
     nvt: int
     resident: bool
     cost: float
+    #: ACC regions (virtual threads of the accumulator): ``nvt``, or 1 when the whole
+    #: output fits the accumulator in one tile while INP/WGT stay double-buffered.
+    acc_nvt: int = 0
+
+    def __post_init__(self):
+        if not self.acc_nvt:
+            object.__setattr__(self, "acc_nvt", self.nvt)
 
 
 def candidates(n: int, limit: int = 24) -> list[int]:
@@ -92,6 +100,12 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     # largest th fitting INP and ACC
                     th_inp = ((inp_d // nvt) // (ibn * cols) - kh) // sh + 1 if ibn * cols else 0
                     th_acc = (acc_free // nvt) // (obn * tw)
+                    acc_nvt = nvt
+                    if (SINGLE_TILE_ACC and nvt > 1 and obn == nob and tw == wo
+                            and th_acc < ho <= acc_free // (obn * tw)):
+                        # the whole output in one tile of the full accumulator: nothing
+                        # to overlap its ACC with, so one ACC region (INP stays doubled)
+                        th_acc, acc_nvt = ho, 1
                     th = min(ho, th_inp, th_acc, MAX_EXTENT // tw if tw else 0)
                     if th < 1:
                         continue
@@ -106,7 +120,8 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     uops = obn * min(ibn, blocks_per_ob) * kh * kw
                     cost = inp_bytes + wgt_bytes + STEP_COST * steps * (1 + ibn / 8 + obn / 16)
                     cost += 2 * max(0, uops - uop_d // 2) * steps   # split kernels reload
-                    cand = ConvTiling(obn, ibn, th, tw, nvt, resident, float(cost))
+                    cand = ConvTiling(obn, ibn, th, tw, nvt, resident, float(cost),
+                                      acc_nvt if th == ho else nvt)
                     if best is None or cand.cost < best.cost:
                         best = cand
         if best is not None:

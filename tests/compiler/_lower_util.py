@@ -88,7 +88,9 @@ class QG:
         return validate(self.g)
 
 
-def run_graph(g, cfg_name, x, *, expect_vta=True):
+def run_graph(g, cfg_name, x, *, expect_vta=True, device=None):
+    """Partition, lower and run ``g`` at preset ``cfg_name`` on ``device`` (default fsim);
+    returns ``(outputs incl. intermediates, executor, compiled model)``."""
     cfg = preset(cfg_name)
     part = partition(g, cfg)
     cm = lower_graph(g, part)
@@ -96,6 +98,6 @@ def run_graph(g, cfg_name, x, *, expect_vta=True):
         for s in cm.steps:
             if s.op.startswith("q") and s.op not in ("quantize",):
                 assert s.target == "vta", (s.name, s.reason)
-    ex = Executor(cm, FsimDevice(cfg))
+    ex = Executor(cm, FsimDevice(cfg) if device is None else device)
     out = ex.run(x.astype(np.float32), keep=True)
     return out, ex, cm

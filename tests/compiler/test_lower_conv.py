@@ -107,3 +107,50 @@ def test_conv_grid_full(cfg):
         k, s, p, cin, h, n, g = case
         cout = {3: 8, 16: 16, 17: 20, 64: 32, 255: 24}[cin] if g != 2 else 2 * ((cin + 3) // 4)
         _conv_case(cfg, k, s, p, cin, cout, h, n, g, seed=3, w_=h + 1 - (h % 2))
+
+
+@pytest.mark.parametrize("cfg", ("tiny", "pynq"))
+@pytest.mark.parametrize("k,s", [(1, 1), (3, 1), (1, 2)])
+def test_conv_whole_output_in_one_acc_region(cfg, k, s):
+    """A conv whose output fits the whole accumulator but not half of it runs as one tile
+    in one ACC region (``acc_regions`` 1, INP still double-buffered), exact."""
+    _one_acc_region_case(cfg, k, s)
+
+
+@pytest.mark.rtl
+def test_conv_one_acc_region_on_rtl():
+    """The same on the Verilator core (tiny): the tokens and regions hold on hardware."""
+    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    from vtaforge.hw.config import preset
+    dev = rtl.RtlDevice(preset("tiny"), 16 << 20, progress=False)
+    try:
+        _one_acc_region_case("tiny", 3, 1, device=dev)
+    finally:
+        dev.close()
+
+
+def _one_acc_region_case(cfg, k, s, device=None):
+    from vtaforge.hw.config import preset
+    c = preset(cfg)
+    nob = 16
+    cout = nob * c.BLOCK_OUT
+    # output pixels: over half of the free accumulator, within all of it
+    free = c.ACC_DEPTH - nob
+    side = int(np.sqrt(0.8 * free / nob))
+    assert free // 2 < side * side * nob <= free
+    h = (side - 1) * s + k
+    rng = np.random.default_rng(k * 10 + s)
+    cin = 2 * c.BLOCK_IN
+    x = rng.integers(-128, 128, (1, cin, h, h)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin, k, k)).astype(np.int8)
+    b = rng.integers(-5000, 5000, cout).astype(np.int32)
+    qg = QG(("N", cin, h, h))
+    wn, bn = qg.const("w", w), qg.const("b", b)
+    a = {"kernel": (k, k), "strides": (s, s), "pads": (0, 0, 0, 0), "groups": 1}
+    a.update(qg.req(9, -128, 127))
+    y = qg.add("qconv2d", ["xq", wn, bn], a, TensorType("int8", ("N", cout, side, side), 9), "y")
+    out, ex, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32), device=device)
+    want = requant(conv_oracle(x, w, b, (s, s), (0, 0, 0, 0), 1), 9, -128, 127)
+    np.testing.assert_array_equal(out["y"], want)
+    st = [s_ for s_ in cm.steps if s_.op == "qconv2d"][0].trace.stats
+    assert st["acc_regions"] == 1 and st["tiles"] == 1, st
