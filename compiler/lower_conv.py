@@ -76,6 +76,10 @@ CLEARING_REQ = True
 #: weight blocks, at least one): a request holds the read channel until its last beat.
 W_CHUNK_BEATS = 256
 
+#: Compute-bound convs with streamed (non-resident) weights reduce one input block per step
+#: in every tile, not only the first (False: the first tile only, for comparison).
+STREAM_ALL_TILES = True
+
 
 def _runs(ids) -> list[tuple[int, int]]:
     """Maximal runs ``[a, b)`` of consecutive integers in ``ids``, in order."""
@@ -288,12 +292,20 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # to hide that load); later tiles' loads run ahead during the previous tile.  A layer
     # whose DRAM traffic takes over twice its MAC cycles (ResNet-18's fc: 32x) keeps its
     # steps: more, smaller loads only add per-request overhead there (pynq rtl, fc:
-    # 70,338 -> 80,648 cycles split; C10, 1.04x: 49,807 -> 43,246).
+    # 70,338 -> 80,648 cycles split; C10, 1.04x: 49,807 -> 43,246).  With streamed
+    # (non-resident) weights every tile does: after a one-block step, a step of ``ibn``
+    # blocks loads ``ibn`` blocks' weights behind one block's GEMMs (C11: 13.8 k load
+    # cycles behind 7.1 k; 470,886 -> 463,199 cycles, C9 245,713 -> 237,704).
     mac_cycles = o * (c // groups) * kh * kw * ho * wo * B // cfg.macs_per_cycle
     bus_cycles = ((B * c * h * wd + B * o * ho * wo) * eb + w.nbytes + 4 * o) * 8 // cfg.BUS_WIDTH
-    t0 = tiles[0]
-    if bus_cycles <= 2 * mac_cycles and len(t0[6]) and max(b - a for a, b in t0[6]) > 1:
-        tiles[0] = t0[:6] + ([(i, i + 1) for a, b in t0[6] for i in range(a, b)],)
+    def one_block_steps(tile):
+        return tile[:6] + ([(i, i + 1) for a, b in tile[6] for i in range(a, b)],)
+
+    if bus_cycles <= 2 * mac_cycles and len(tiles[0][6]) and max(
+            b - a for a, b in tiles[0][6]) > 1:
+        tiles[0] = one_block_steps(tiles[0])
+        if not tl.resident and STREAM_ALL_TILES:
+            tiles = [one_block_steps(tile) for tile in tiles]
     s = 0
     gemm_uops_ideal = 0
     # per ACC region (virtual thread): entries [acc_base, acc_base + n) its last tile left
