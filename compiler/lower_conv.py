@@ -77,8 +77,28 @@ CLEARING_REQ = True
 W_CHUNK_BEATS = 256
 
 #: Compute-bound convs with streamed (non-resident) weights reduce one input block per step
-#: in every tile, not only the first (False: the first tile only, for comparison).
+#: in every tile, not only the first, when such a step hides its load (False: the first
+#: tile only, for comparison).
 STREAM_ALL_TILES = True
+#: Cycles allowed per DMA request when judging whether a one-block step hides its load
+#: (``_one_block_step_hides``): a board's DRAM latency, 40-60 cycles per burst measured.
+STREAM_REQUEST_CYCLES = 64
+
+
+def _one_block_step_hides(cfg: VTAConfig, tile, kk: int, sh: int, sw: int, kh: int,
+                          kw: int) -> bool:
+    """Whether a one-input-block step of ``tile`` (streamed weights) loads its weights and
+    input window in no more cycles than its GEMMs take, allowing STREAM_REQUEST_CYCLES per
+    DMA request (one weight run per output block, one input LOAD) for a board's DRAM
+    latency.  Cycles: bus beats (``BUS_WIDTH`` bits each) against one GEMM micro-op per
+    cycle."""
+    ob0, ob1, y0, y1, x0, x1, _ = tile
+    obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
+    beats = lambda mem: max(1, cfg.elem_bytes(mem) * 8 // cfg.BUS_WIDTH)  # noqa: E731
+    rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
+    load = (obn * kk * beats(MemType.WGT) + rows * cols * beats(MemType.INP)
+            + (obn + rows) * STREAM_REQUEST_CYCLES)
+    return load <= obn * kk * th * tw
 
 
 def _runs(ids) -> list[tuple[int, int]]:
@@ -304,7 +324,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     if bus_cycles <= 2 * mac_cycles and len(tiles[0][6]) and max(
             b - a for a, b in tiles[0][6]) > 1:
         tiles[0] = one_block_steps(tiles[0])
-        if not tl.resident and STREAM_ALL_TILES:
+        if not tl.resident and STREAM_ALL_TILES and _one_block_step_hides(cfg, tiles[0], kk, sh,
+                                                                          sw, kh, kw):
             tiles = [one_block_steps(tile) for tile in tiles]
     s = 0
     gemm_uops_ideal = 0
