@@ -318,6 +318,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # cycles behind 7.1 k; 470,886 -> 463,199 cycles, C9 245,713 -> 237,704).
     mac_cycles = o * (c // groups) * kh * kw * ho * wo * B // cfg.macs_per_cycle
     bus_cycles = ((B * c * h * wd + B * o * ho * wo) * eb + w.nbytes + 4 * o) * 8 // cfg.BUS_WIDTH
+
     def one_block_steps(tile):
         return tile[:6] + ([(i, i + 1) for a, b in tile[6] for i in range(a, b)],)
 
@@ -439,7 +440,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 "acc_regions": tl.acc_nvt,
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
                 "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped,
-                "min_dram_bytes": int(B * c * h * wd + w.size + 4 * o + B * o * ho * wo)}
+                "min_dram_bytes": int((B * c * h * wd + B * o * ho * wo) * eb + w.nbytes + 4 * o)}
     # the bias carries the rounding constant (the plan's pre_add with a multiplier)
     rnd = int(attrs["round"]) if plan is None else plan.pre_add
     consts = {"w": np.ascontiguousarray(wpk.data[order]), "b": pack_bias(bias, rnd, B, BO)}

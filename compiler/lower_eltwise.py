@@ -179,6 +179,7 @@ def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int,
     emit_kernel(tb, "alu", [(th, wo, sh * cols, 0), (wo, 1, sw, 0)], dst, row(u), op=AluOp.ADD)
     _window_pass(tb, kw, sw, wo, th, dst, wo, 1, row, sh * cols, sw, skip=u)
 
+
 def _window_pass(tb: TraceBuilder, k: int, s: int, n_out: int, lines: int, dst0, line_dst: int,
                  dstep: int, src_of, line_src: int, sstep: int, skip: int) -> None:
     """MAX over one window axis (``k`` taps, stride ``s``, ``k < 2·s``) for ``lines`` lines of

@@ -100,13 +100,13 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     # largest th fitting INP and ACC
                     th_inp = ((inp_d // nvt) // (ibn * cols) - kh) // sh + 1 if ibn * cols else 0
                     th_acc = (acc_free // nvt) // (obn * tw)
-                    acc_nvt = nvt
+                    th_max = min(ho, th_inp, MAX_EXTENT // tw if tw else 0)
+                    th, acc_nvt = min(th_max, th_acc), nvt
                     if (SINGLE_TILE_ACC and nvt > 1 and obn == nob and tw == wo
-                            and th_acc < ho <= acc_free // (obn * tw)):
+                            and th < th_max == ho and ho * obn * tw <= acc_free):
                         # the whole output in one tile of the full accumulator: nothing
                         # to overlap its ACC with, so one ACC region (INP stays doubled)
-                        th_acc, acc_nvt = ho, 1
-                    th = min(ho, th_inp, th_acc, MAX_EXTENT // tw if tw else 0)
+                        th, acc_nvt = ho, 1
                     if th < 1:
                         continue
                     rows = (th - 1) * sh + kh
@@ -120,8 +120,7 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     uops = obn * min(ibn, blocks_per_ob) * kh * kw
                     cost = inp_bytes + wgt_bytes + STEP_COST * steps * (1 + ibn / 8 + obn / 16)
                     cost += 2 * max(0, uops - uop_d // 2) * steps   # split kernels reload
-                    cand = ConvTiling(obn, ibn, th, tw, nvt, resident, float(cost),
-                                      acc_nvt if th == ho else nvt)
+                    cand = ConvTiling(obn, ibn, th, tw, nvt, resident, float(cost), acc_nvt)
                     if best is None or cand.cost < best.cost:
                         best = cand
         if best is not None:

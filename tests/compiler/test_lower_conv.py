@@ -154,3 +154,29 @@ def _one_acc_region_case(cfg, k, s, device=None):
     np.testing.assert_array_equal(out["y"], want)
     st = [s_ for s_ in cm.steps if s_.op == "qconv2d"][0].trace.stats
     assert st["acc_regions"] == 1 and st["tiles"] == 1, st
+
+
+@pytest.mark.parametrize("cfg", ("tiny", "pynq", "batch2"))
+def test_conv_tiling_fits_its_acc_region(cfg):
+    """Every tiling the chooser returns fits INP and its ACC region per virtual thread
+    (the ACC bound checked independently of the chooser), and one ACC region only for a
+    single tile of the whole output."""
+    from vtaforge.compiler.tiling import conv_tiling
+    from vtaforge.hw.config import preset
+    c = preset(cfg)
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        k = int(rng.choice([1, 3, 5, 7]))
+        s = int(rng.choice([1, 2]))
+        nob, nib = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+        ho, wo = int(rng.integers(1, 60)), int(rng.integers(1, 60))
+        try:
+            tl = conv_tiling(c, nob, nib, ho, wo, k, k, s, s, nob * nib, nib)
+        except Exception:
+            continue
+        free = c.ACC_DEPTH - nob
+        assert tl.obn * tl.th * tl.tw <= free // tl.acc_nvt, (cfg, nob, nib, ho, wo, k, s, tl)
+        rows, cols = (tl.th - 1) * s + k, (tl.tw - 1) * s + k
+        assert tl.ibn * rows * cols <= c.INP_DEPTH // tl.nvt, tl
+        if tl.acc_nvt == 1 and tl.nvt == 2:
+            assert (tl.obn, tl.th, tl.tw) == (nob, ho, wo), tl
