@@ -51,11 +51,14 @@ def test_avg_pool(cfg, k, c, h):
     np.testing.assert_array_equal(out["y"], want)
 
 
-@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("cfg", CONFIGS + ("pynq+req", "tiny+req"))
 @pytest.mark.parametrize("shape,la,lb,shift,lo", [((16, 5, 5), 0, 1, 1, 0), ((3, 7, 7), 2, 0, 3, -128),
                                                    ((255, 3, 3), 0, 0, 0, -128),
                                                    ((64, 40, 40), 1, 0, 2, 0)])
 def test_residual_add(cfg, shape, la, lb, shift, lo):
+    """qadd against the integer oracle; ``+req``: with ``ALU_REQUANT`` the GEMM add's
+    rounding constant is an ACC row and each chunk ends with a clearing REQ (the next chunk
+    of its region skips the reset)."""
     rng = np.random.default_rng(sum(shape))
     n = 2
     a = rng.integers(-128, 128, (n,) + shape).astype(np.int8)
@@ -81,9 +84,12 @@ def test_residual_add(cfg, shape, la, lb, shift, lo):
     from vtaforge.hw.config import preset
     from vtaforge.runtime.executor import Executor
     from vtaforge.runtime.fsim import FsimDevice
-    cm = lower_graph(gr, partition(gr, preset(cfg)))
+    core = preset(cfg.split("+")[0]).replace(ALU_REQUANT=cfg.endswith("+req"))
+    cm = lower_graph(gr, partition(gr, core))
     assert [s.target for s in cm.steps if s.op == "qadd"] == ["vta"]
-    ex = Executor(cm, FsimDevice(preset(cfg)))
+    st = [s for s in cm.steps if s.op == "qadd"][0].trace.stats
+    assert st.get("round_row", False) == (cfg.endswith("+req") and st.get("gemm_add", False))
+    ex = Executor(cm, FsimDevice(core))
     out = ex.run({"ia": a.astype(np.float32) * 2.0 ** ea, "ib": b.astype(np.float32) * 2.0 ** eb},
                  keep=True)
     acc = (a.astype(np.int64) << (ea - c)) + (b.astype(np.int64) << (eb - c))
@@ -115,7 +121,7 @@ def test_requant(cfg, shift, lo, hi):
 ])
 @pytest.mark.parametrize("sep", (True, False))
 def test_max_pool_separable_shapes(cfg, k, s, pads, c, hw, sep, monkeypatch):
-    """The separable max-pool (row pass in place, column pass; ``sep``) and the per-window
+    """The separable max-pool (column pass in place, then row pass; ``sep``) and the per-window
     one against the numpy window oracle, on non-square windows, windows that start in
     padding, several tiles, one output per axis."""
     from vtaforge.compiler import lower_eltwise
