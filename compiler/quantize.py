@@ -352,8 +352,8 @@ class _Quantizer:
         if e.is_integer():
             attrs = self._requant_attrs(node, -int(e), eo, lo, hi)
         else:
-            m, k, rel, clip = choose_multiplier(ratio, acc_bound, -128 if lo is None else lo,
-                                                127 if hi is None else hi)
+            m, k, rel, clip = choose_multiplier(ratio, acc_bound, self.qlo if lo is None else lo,
+                                                self.qhi if hi is None else hi)
             self.rep.multipliers.append(MultChoice(node.name, ratio, m, k, rel, acc_bound, clip))
             attrs = self._requant_attrs(node, k, eo, lo, hi, mult=m)
         if so is not None:

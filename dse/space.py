@@ -392,7 +392,10 @@ def with_width_axis(space: Space, widths: str | Sequence[int]) -> Space:
             raise SpaceError(f"--widths {widths!r} must be comma-separated integers, e.g. "
                              f"8,16") from None
     else:
-        vals = [int(v) for v in widths]
+        try:
+            vals = [int(v) for v in widths]
+        except (TypeError, ValueError):
+            raise SpaceError(f"widths {widths!r} must be integers, e.g. [8, 16]") from None
     if not vals or any(v not in (8, 16) for v in vals) or len(set(vals)) != len(vals):
         raise SpaceError(f"--widths {widths!r}: give 8 and/or 16 (int8 / int16 operands), "
                          f"each once")

@@ -452,9 +452,9 @@ class Executor:
         return tuple(n if not isinstance(d, int) else d for d in shape)
 
     def _host(self, env: dict, tensor: str, n: int) -> np.ndarray:
-        """The host (logical int8, or int16 for 16-bit activations) value of ``tensor``; a device tensor is read back once per
-        run (the host copy is cached in ``env[_HOST]``; the device copy stays valid
-        for its planned lifetime)."""
+        """The host (logical int8, or int16 for 16-bit activations) value of ``tensor``; a
+        device tensor is read back once per run (the host copy is cached in
+        ``env[_HOST]``; the device copy stays valid for its planned lifetime)."""
         v = env[tensor]
         if isinstance(v, _Dev):
             hc = env[_HOST]

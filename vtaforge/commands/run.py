@@ -112,7 +112,10 @@ def _main_job(config_spec: str, target: str) -> None:
             exact[s.name] = bool(np.array_equal(got, ref[s.outputs[0]]))
     all_exact = all(exact.values()) and np.array_equal(vta_q, ref[q_name])
     n = len(xte)
-    click.echo(f"accuracy on {n} held-out images: int8 on VTA {acc_v:.2%}   "
+    c = cm.config
+    wl = (f"int{c.INP_WIDTH}" if c.INP_WIDTH == c.WGT_WIDTH
+          else f"int{c.INP_WIDTH} (weights int{c.WGT_WIDTH})")
+    click.echo(f"accuracy on {n} held-out images: {wl} on VTA {acc_v:.2%}   "
                f"float (onnxruntime) {acc_f:.2%}   difference {100 * (acc_v - acc_f):+.1f} points")
     click.echo(f"VTA outputs equal the numpy integer reference bit for bit: "
                f"{'yes' if all_exact else 'NO'} "
