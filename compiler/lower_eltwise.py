@@ -71,9 +71,15 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     xl, yl, ho, wo = geo.xl, geo.yl, geo.ho, geo.wo
     pt, pl, pb, pr = geo.pads
     hp, wp = xl.hw
-    cols = wp + pl + pr
+    # the columns the windows read: the padded row, less a right pad (or a floor-mode
+    # remainder) no window reaches (3x3/2 pad 1 on 112: 113 of 114)
+    cols = min(wp + pl + pr, (wo - 1) * sw + kw)
+    xs = min(wp, cols - pl)                  # input columns loaded per row
     ncb = xl.cb
     sep = SEPARABLE_MAX_POOL and kind == "max" and kw < 2 * sw and kh < 2 * sh
+    # overlapping rows (kh > sh): output row i goes to input row i*sh, dead after the
+    # column pass, so the tile needs no output region (larger tiles, fewer reloaded rows)
+    in_rows = sep and kh > sh
     best = None
     for nvt in (2, 1):
         half = cfg.ACC_DEPTH // nvt
@@ -81,7 +87,8 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
             th = 0
             for cand in range(ho, 0, -1):
                 rows = (cand - 1) * sh + kh
-                if cbn * rows * cols + cbn * cand * wo <= half and cand * wo <= MAX_EXTENT:
+                out_n = 0 if in_rows else cbn * cand * wo
+                if cbn * rows * cols + out_n <= half and cand * wo <= MAX_EXTENT:
                     th = cand
                     break
             if th:
@@ -113,16 +120,19 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
             ry0, ry1 = max(0, iy0), min(hp, iy0 + rows)
             if ry1 <= ry0:
                 raise CompileError(f"{uid}: empty pooling window")  # pragma: no cover
-            padv = (ry0 - iy0, iy0 + rows - ry1, pl, pr)
+            padv = (ry0 - iy0, iy0 + rows - ry1, pl, cols - pl - xs)
             for cb in range(cb0, cb1):
                 tb.load_2d("x", (cb * hp + ry0) * wp, MemType.ACC8,
-                           in_base + (cb - cb0) * rows * cols, ry1 - ry0, wp, wp, pad=padv)
-            loops = [(th, wo, sh * cols, 0), (wo, 1, sw, 0)]
-            dst = out_base + np.arange(n_cb) * th * wo
+                           in_base + (cb - cb0) * rows * cols, ry1 - ry0, xs, wp, pad=padv)
             src0 = in_base + np.arange(n_cb) * rows * cols
-            emit_kernel(tb, "alu", loops, dst, np.zeros(n_cb), op=AluOp.ADD, reset=True)
+            # output (i, j) of block b at dst[b] + i*pitch + j
+            dst, pitch = (src0, sh * cols) if in_rows else (out_base + np.arange(n_cb) * th * wo, wo)
+            loops = [(th, pitch, sh * cols, 0), (wo, 1, sw, 0)]
+            if not in_rows:     # (in the input rows: reset after the column pass)
+                emit_kernel(tb, "alu", loops, dst, np.zeros(n_cb), op=AluOp.ADD, reset=True)
             if sep:
-                _max_pool_separable(tb, (kh, kw), (sh, sw), rows, cols, th, wo, dst, src0)
+                _max_pool_separable(tb, (kh, kw), (sh, sw), rows, cols, th, wo, dst, pitch, src0,
+                                    in_rows)
             else:
                 # Window-outermost: one ALU pass over every destination per window element,
                 # so consecutive micro-ops never write the same entry (the ALU has no
@@ -139,8 +149,13 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
             tb.dep_push(C, S)
             tb.dep_pop(C, S)
             for cb in range(cb0, cb1):
-                tb.store_2d(out_base + (cb - cb0) * th * wo, "y", (cb * ho + y0) * wo, 1,
-                            th * wo, th * wo)
+                if in_rows:       # one STORE per output row (rows sh*cols apart)
+                    for i in range(th):
+                        tb.store_2d(int(dst[cb - cb0]) + i * pitch, "y",
+                                    (cb * ho + y0 + i) * wo, 1, wo, wo)
+                else:
+                    tb.store_2d(out_base + (cb - cb0) * th * wo, "y", (cb * ho + y0) * wo, 1,
+                                th * wo, th * wo)
             tb.dep_push(S, C)
             t += 1
     for _ in range(min(t, nvt)):
@@ -151,12 +166,16 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
 
 
 def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int, th: int,
-                        wo: int, dst, src0) -> None:
+                        wo: int, dst, pitch: int, src0, in_rows: bool = False) -> None:
     """The ALU part of one max-pool tile as a column pass then a row pass (``k < 2·s`` on
     both axes), after the reset of the outputs.
 
     The tile's input is ``rows × cols`` accumulator entries per channel block at ``src0``
-    (array over blocks), its ``th × wo`` outputs at ``dst``.  With ``kh < 2·sh`` every window
+    (array over blocks), its ``th × wo`` outputs at ``dst + i·pitch + j``: a separate region
+    reset by the caller (``pitch = wo``), or with ``in_rows`` (rows overlap, ``kh > sh``)
+    input row ``i·sh`` itself (``dst = src0``, ``pitch = sh·cols``), which the column pass
+    leaves dead; the row pass then starts with a reset of those entries.  With
+    ``kh < 2·sh`` every window
     has a row ``v = max(0, kh - sh)`` no neighbour covers, so the column pass maxes row
     ``i·sh + v`` of every column with the window's other rows in place (the input is not
     needed after); the row pass then copies column ``j·sw + u`` (``u = max(0, kw - sw)``)
@@ -177,8 +196,11 @@ def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int,
                  lambda o: src0 + o * cols, 1, sh * cols, skip=v)
     # row pass over rows i*sh + v: output (i, j) = copy of column j*sw + u, then MAX
     row = lambda o: src0 + v * cols + o  # noqa: E731 - one-line address map
-    emit_kernel(tb, "alu", [(th, wo, sh * cols, 0), (wo, 1, sw, 0)], dst, row(u), op=AluOp.ADD)
-    _window_pass(tb, kw, sw, wo, th, dst, wo, 1, row, sh * cols, sw, skip=u)
+    if in_rows:          # outputs in the dead rows i*sh: reset them now (they were sources)
+        emit_kernel(tb, "alu", [(th, pitch, 0, 0), (wo, 1, 0, 0)], dst, np.zeros_like(dst),
+                    op=AluOp.ADD, reset=True)
+    emit_kernel(tb, "alu", [(th, pitch, sh * cols, 0), (wo, 1, sw, 0)], dst, row(u), op=AluOp.ADD)
+    _window_pass(tb, kw, sw, wo, th, dst, pitch, 1, row, sh * cols, sw, skip=u)
 
 
 def _window_pass(tb: TraceBuilder, k: int, s: int, n_out: int, lines: int, dst0, line_dst: int,
