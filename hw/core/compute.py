@@ -116,12 +116,17 @@ class PackedMulPair(wiring.Component):
 
 
 def _packed_mul(m, a, w_lo, w_hi):
+    # w_hi above 16 zero bits as a 24-bit signed value (not a shift, which Amaranth
+    # sign-extends to 39 bits first: the same adder after synthesis, a longer one in
+    # Verilator's C++); P is the 33-bit product
     packed = Signal(signed(25))
-    m.d.comb += packed.eq((w_hi.as_signed() << PACK_SHIFT) + w_lo.as_signed())
-    p = Signal(signed(34))
+    m.d.comb += packed.eq(Cat(Const(0, PACK_SHIFT), w_hi).as_signed() + w_lo.as_signed())
+    p = Signal(signed(33))
     m.d.comb += p.eq(packed * a.as_signed())
     lo = p[:PACK_SHIFT].as_signed()
-    hi = (p[PACK_SHIFT:].as_signed() + p[PACK_SHIFT - 1])[:16].as_signed()
+    # the low 16 bits of (P >> 16) + P[15]: an unsigned 16-bit add, the same cell after
+    # synthesis as the signed form and cheaper to simulate (no sign extensions)
+    hi = (p[PACK_SHIFT:PACK_SHIFT + 16] + p[PACK_SHIFT - 1])[:16].as_signed()
     return lo, hi
 
 
@@ -475,9 +480,15 @@ class ComputeUnit(wiring.Component):
             m.d.sync += c_clear.eq(b_clear)
 
         # ---------------------------------------------------------- stage C: multiply / ALU
+        # Datapath registers (products, lane results, read and forwarded values) have no
+        # reset: every use is qualified by a valid bit that has one.  The products load
+        # only when C holds a GEMM micro-op and the lane results only for an ALU one (D
+        # reads each only for that kind), so an idle or other-kind cycle evaluates neither.
         acc_in = acc_mem.r_data
-        d_acc = Signal(acc_bits)
-        d_res = Signal(acc_bits)
+        d_acc = Signal(acc_bits, reset_less=True)
+        d_res = Signal(acc_bits, reset_less=True)
+        c_gemm = Signal()
+        m.d.comb += c_gemm.eq(c_valid & ~c_alu & ~c_reset)
         m.d.sync += [d_valid.eq(c_valid), d_dst.eq(c_dst), d_acc.eq(acc_in)]
         # ALU lanes
         b_elem = Signal(acc_bits)
@@ -488,10 +499,11 @@ class ComputeUnit(wiring.Component):
         else:
             imm_lanes = Cat(*([imm_ext] * lanes))
         m.d.comb += b_elem.eq(Mux(c_imm_sel, imm_lanes, src_reg))
-        for ln in range(lanes):
-            m.d.sync += d_res.word_select(ln, AW).eq(
-                alu_lane(cfg, c_op, acc_in.word_select(ln, AW), b_elem.word_select(ln, AW),
-                         c_imm, clip=False))
+        with m.If(c_valid & c_alu):
+            for ln in range(lanes):
+                m.d.sync += d_res.word_select(ln, AW).eq(
+                    alu_lane(cfg, c_op, acc_in.word_select(ln, AW), b_elem.word_select(ln, AW),
+                             c_imm, clip=False))
         # GEMM products
         inp_e = self.inp_r_data
         wgt_e = self.wgt_r_data
@@ -511,18 +523,20 @@ class ComputeUnit(wiring.Component):
                         wh = wgt_e.word_select((o + 1) * BI + i, WW).as_signed()
                         lo, hi = _packed_mul(m, a, wl, wh)
                         for oo, v in ((o, lo), (o + 1, hi)):
-                            r = Signal(signed(pw), name=f"p_{b}_{oo}_{i}")
-                            m.d.sync += r.eq(v)
+                            r = Signal(signed(pw), name=f"p_{b}_{oo}_{i}", reset_less=True)
+                            with m.If(c_gemm):
+                                m.d.sync += r.eq(v)
                             prod[(b, oo, i)] = r
                         idx += 2
                         o += 2
                         continue
                     w_ = wgt_e.word_select(o * BI + i, WW).as_signed()
-                    r = Signal(signed(pw), name=f"p_{b}_{o}_{i}")
-                    if idx < n_lut:
-                        m.d.sync += r.eq(lut_multiply(a, w_))
-                    else:
-                        m.d.sync += r.eq(a * w_)
+                    r = Signal(signed(pw), name=f"p_{b}_{o}_{i}", reset_less=True)
+                    with m.If(c_gemm):
+                        if idx < n_lut:
+                            m.d.sync += r.eq(lut_multiply(a, w_))
+                        else:
+                            m.d.sync += r.eq(a * w_)
                     prod[(b, o, i)] = r
                     idx += 1
                     o += 1
