@@ -78,8 +78,9 @@ GEMM program (133 k cycles, 11 rounds) 0.42, 0.51 -> 0.54, 0.63 (ratio 1.24); DM
 (264 k cycles, 7 rounds) 0.27, 0.32 -> 0.36, 0.44 (ratio 1.30).  Same cycles and final
 memory throughout.  Short of 1 M: a whole ResNet-18 is still about 15-17 CPU-seconds.
 Verilator's C++ for the core shrank from 5.9 MB to 3.8 MB; the build took 362 s under load
-11 (471 s recorded for the old one under load; 57 s for a 4.1 MB build on an idle machine).  In the DMA run the ico pass still evaluates
-the adder tree: the accumulator write-data mux takes the loader's data (an input cone),
+11 (471 s recorded for the old one under load; 57 s for a 4.1 MB build on an idle
+machine).  In the DMA run the ico pass still evaluates the adder tree: the accumulator
+write-data mux takes the loader's data (an input cone),
 and Verilator inlines the GEMM result into that assignment.
 
 Where the rest goes (callgrind of the offset-binary variant, GEMM run): the 128 packed

@@ -12,6 +12,7 @@ from vtaforge.compiler.compile import lower_graph
 from vtaforge.compiler.ir import Graph, Node, TensorType, requant_round, validate
 from vtaforge.compiler.partition import partition
 from vtaforge.hw.config import preset
+from vtaforge.hw.isa import Opcode, decode_program
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
@@ -101,3 +102,17 @@ def run_graph(g, cfg_name, x, *, expect_vta=True, device=None):
     ex = Executor(cm, FsimDevice(cfg) if device is None else device)
     out = ex.run(x.astype(np.float32), keep=True)
     return out, ex, cm
+
+
+class RecordingFsim(FsimDevice):
+    """fsim that records the ALU opcodes of every program it runs."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.alu_ops: set[int] = set()
+
+    def run(self, insn_addr, insn_count, **kw):
+        f = decode_program(self.config, self._read_mem(insn_addr, insn_count * 16))
+        alu = f["opcode"] == int(Opcode.ALU)
+        self.alu_ops |= set(int(v) for v in f["alu_opcode"][alu])
+        return super().run(insn_addr, insn_count, **kw)

@@ -18,28 +18,16 @@ from vtaforge.compiler.quantize import QuantConfig
 from vtaforge.compiler.reference import run_quantized
 from vtaforge.compiler.zoo import resnet18
 from vtaforge.hw.config import preset
-from vtaforge.hw.isa import AluOp, Opcode, decode_program
+from vtaforge.hw.isa import AluOp
 from vtaforge.runtime.executor import Executor
-from vtaforge.runtime.fsim import FsimDevice
 
+from _lower_util import RecordingFsim
 from _onnx_util import make_model, rand, run_ort
 
 SX, SW1, SH, SW2, SY = 0.0137, 0.0071, 0.05, 0.0093, 0.0611
 MUL_CFG = preset("pynq").replace(ALU_MUL=True)
 
 
-class RecordingFsim(FsimDevice):
-    """fsim that records the ALU opcodes of every program it runs."""
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.alu_ops: set[int] = set()
-
-    def run(self, insn_addr, insn_count, **kw):
-        f = decode_program(self.config, self._read_mem(insn_addr, insn_count * 16))
-        alu = f["opcode"] == int(Opcode.ALU)
-        self.alu_ops |= set(int(v) for v in f["alu_opcode"][alu])
-        return super().run(insn_addr, insn_count, **kw)
 
 
 def _qdq_model():

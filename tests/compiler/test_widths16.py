@@ -20,11 +20,12 @@ from vtaforge.compiler.partition import partition
 from vtaforge.compiler.quantize import QuantConfig, quantize
 from vtaforge.compiler.onnx_frontend import import_onnx
 from vtaforge.hw.config import preset
-from vtaforge.hw.isa import AluOp, Opcode, decode_program
+from vtaforge.hw.isa import AluOp
 from vtaforge.runtime.artifact import SlotLayout, load_artifact, save_artifact
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
+from _lower_util import RecordingFsim, conv_oracle
 from _onnx_util import make_model, rand
 
 TINY16 = preset("tiny").replace(LOG_INP_WIDTH=4, LOG_WGT_WIDTH=4, LOG_INP_BUFF_SIZE=13,
@@ -33,18 +34,6 @@ TINY16_REQ = TINY16.replace(ALU_REQUANT=True)
 TINY_I16W8 = preset("tiny").replace(LOG_INP_WIDTH=4, LOG_INP_BUFF_SIZE=13)
 
 
-class RecordingFsim(FsimDevice):
-    """fsim that records the ALU opcodes of every program it runs."""
-
-    def __init__(self, cfg):
-        super().__init__(cfg)
-        self.alu_ops: set[int] = set()
-
-    def run(self, insn_addr, insn_count, **kw):
-        f = decode_program(self.config, self._read_mem(insn_addr, insn_count * 16))
-        alu = f["opcode"] == int(Opcode.ALU)
-        self.alu_ops |= set(int(v) for v in f["alu_opcode"][alu])
-        return super().run(insn_addr, insn_count, **kw)
 
 
 # ------------------------------------------------------------------ independent oracle
@@ -59,22 +48,6 @@ def _requant(acc, a, lo_dt, hi_dt):
     return np.clip(acc, a["clip_lo"], a["clip_hi"])
 
 
-def _conv(x, w, b, strides, pads):
-    n, c, h, wd = x.shape
-    o, _, kh, kw = w.shape
-    pt, pl, pb, pr = pads
-    xp = np.zeros((n, c, h + pt + pb, wd + pl + pr), np.int64)
-    xp[:, :, pt:pt + h, pl:pl + wd] = x
-    ho = (h + pt + pb - kh) // strides[0] + 1
-    wo = (wd + pl + pr - kw) // strides[1] + 1
-    acc = np.zeros((n, o, ho, wo), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            win = xp[:, :, i:i + ho * strides[0]:strides[0], j:j + wo * strides[1]:strides[1]]
-            acc += np.einsum("nchw,oc->nohw", win, w[:, :, i, j].astype(np.int64))
-    return acc + b.astype(np.int64).reshape(1, -1, 1, 1)
-
-
 def _oracle(qgraph, x):
     """int64 execution of the quantized graph's integer steps (conv, dense, max-pool,
     flatten), from its constants and attributes; int16 range ``[-32768, 32767]``."""
@@ -87,7 +60,7 @@ def _oracle(qgraph, x):
             q = np.floor(x.astype(np.float64) * 2.0 ** -a["exp"] + 0.5)
             y = np.clip(q, lo16, hi16)
         elif n.op == "qconv2d":
-            y = _requant(_conv(ins[0], ins[1], ins[2], a["strides"], a["pads"]), a, lo16, hi16)
+            y = _requant(conv_oracle(ins[0], ins[1], ins[2], a["strides"], a["pads"], 1), a, lo16, hi16)
         elif n.op == "qdense":
             acc = ins[0].astype(np.int64) @ ins[1].astype(np.int64).T + ins[2].astype(np.int64)
             y = _requant(acc, a, lo16, hi16)
@@ -260,7 +233,7 @@ def test_worst_case_inputs_do_not_overflow():
     x[2] = rng.integers(-32768, 32768, (4, 5, 5))
     out = Executor(cm, FsimDevice(TINY16)).run(x, keep=True)
     xq = np.clip(x, -32768, 32767).astype(np.int64)     # quantize at exp 0 saturates
-    acc = _conv(xq, w, b, (1, 1), (1, 1, 1, 1))
+    acc = conv_oracle(xq, w, b, (1, 1), (1, 1, 1, 1), 1)
     assert abs(acc).max() > 2 ** 29                     # the extremes were reached
     want = np.clip((acc + (1 << (sh - 1))) >> sh, -32768, 32767)
     np.testing.assert_array_equal(out["y"].astype(np.int64), want)
