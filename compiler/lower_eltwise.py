@@ -168,15 +168,14 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
 def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int, th: int,
                         wo: int, dst, pitch: int, src0, in_rows: bool = False) -> None:
     """The ALU part of one max-pool tile as a column pass then a row pass (``k < 2·s`` on
-    both axes), after the reset of the outputs.
+    both axes).
 
     The tile's input is ``rows × cols`` accumulator entries per channel block at ``src0``
     (array over blocks), its ``th × wo`` outputs at ``dst + i·pitch + j``: a separate region
     reset by the caller (``pitch = wo``), or with ``in_rows`` (rows overlap, ``kh > sh``)
     input row ``i·sh`` itself (``dst = src0``, ``pitch = sh·cols``), which the column pass
-    leaves dead; the row pass then starts with a reset of those entries.  With
-    ``kh < 2·sh`` every window
-    has a row ``v = max(0, kh - sh)`` no neighbour covers, so the column pass maxes row
+    leaves dead; the row pass then starts with a reset of those entries.  With ``kh < 2·sh``
+    every window has a row ``v = max(0, kh - sh)`` no neighbour covers, so the column pass maxes row
     ``i·sh + v`` of every column with the window's other rows in place (the input is not
     needed after); the row pass then copies column ``j·sw + u`` (``u = max(0, kw - sw)``)
     of that row into output ``(i, j)`` (ADD onto the reset) and maxes the other columns in.
@@ -230,12 +229,17 @@ def _window_pass(tb: TraceBuilder, k: int, s: int, n_out: int, lines: int, dst0,
 
 def _requant_store(tb: TraceBuilder, base: int, e0: int, m: int, attrs: dict, plan,
                    fused: bool = False) -> None:
-    """The tail of one element-wise tile: the ALU requantize of ACC ``[base, base+m)``, the
-    compute->store token, STORE of the ``m`` elements to ``y`` at ``e0``, the store->compute
-    token that frees the region."""
+    """The tail of one element-wise tile: the ALU requantize of ACC ``[base, base+m)``, then
+    :func:`_store_tail`."""
     requant_alu(tb, base, m, int(attrs["shift"]), int(attrs["clip_lo"]), int(attrs["clip_hi"]),
                 extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan,
                 fused=fused)
+    _store_tail(tb, base, e0, m)
+
+
+def _store_tail(tb: TraceBuilder, base: int, e0: int, m: int) -> None:
+    """The compute->store token, STORE of OUT ``[base, base+m)`` to ``y`` at element ``e0``,
+    the store->compute token that frees the region."""
     tb.dep_push(C, S)
     tb.dep_pop(C, S)
     tb.store_2d(base, "y", e0, 1, m, m)
@@ -366,10 +370,7 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
             clr = requant_alu(tb, acc_base, m, shift, lo, hi,
                               bias=([(m, 1, 0, 0)], [acc_base], [rrow]), fused=True, clear=True)
             cleared[vt] = m if clr else 0
-            tb.dep_push(C, S)
-            tb.dep_pop(C, S)
-            tb.store_2d(acc_base, "y", e0, 1, m, m)
-            tb.dep_push(S, C)
+            _store_tail(tb, acc_base, e0, m)
         else:
             _requant_store(tb, acc_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
         t += 1
