@@ -108,13 +108,14 @@ class DesignEvaluator:
         resources: ``"analytic"`` or ``"yosys"`` (or an evaluator object).
         performance: ``"model"``, ``"rtl"``, ``"none"`` (or an evaluator object).
         cycle_model: parameters of :class:`CycleModel`.
-        accuracy: ``None`` (default: not measured), a data set name (``"digits"``) or an
-            :class:`~.accuracy.AccuracyEvaluator`: each point also gets the top-1 accuracy
-            of that labelled model compiled for its widths (one fsim measurement per
-            :func:`~.accuracy.accuracy_key`, shared by the points with that key).
+        accuracy: ``None`` (default: not measured), a data set name (``"digits"``), a
+            user's ``"MODEL.onnx:DATA.npz"`` or an :class:`~.accuracy.AccuracyEvaluator`:
+            each point also gets the top-1 accuracy of that labelled model compiled for its
+            widths (one fsim measurement per :func:`~.accuracy.accuracy_key`, shared by the
+            points with that key).
 
     Raises:
-        DSEError: unknown part, mode or accuracy data set.
+        DSEError: unknown part, mode or accuracy data set, or a bad accuracy model / data file.
     """
 
     def __init__(self, part: str = "xc7z020", resources: Any = "analytic",

@@ -2,7 +2,11 @@
 
 Oracles: the labels of the digits held-out set against argmax of the logits this test
 computes itself (an fsim run of the model compiled here, and the onnxruntime float model);
-the accumulator bound from numpy on the quantized weights.
+the accumulator bound from numpy on the quantized weights.  A user's model (``--accuracy
+MODEL.onnx:DATA.npz``): a small MLP built here with onnx.helper, its labels the argmax of
+numpy float logits on inputs whose top-two logit margin is far above the quantization error,
+then ``K`` labels deliberately wrong: the expected accuracy is exactly ``(N - K) / N`` by
+construction, float and on fsim, int8 and int16.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from click.testing import CliRunner
 from vtaforge.cli import main
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
-from vtaforge.dse.accuracy import AccuracyEvaluator, accuracy_key
+from vtaforge.dse.accuracy import AccuracyEvaluator, accuracy_key, width_label
 from vtaforge.dse.evaluate import AccSafety, DesignEvaluator, DSEError, parse_workloads
 from vtaforge.dse.report import build_report, format_table, write_csv
 from vtaforge.dse.search import PointResult, SearchStats, mark_pareto, run_search
@@ -52,7 +56,8 @@ def test_measure_matches_an_fsim_run_and_labels(cfg):
 
 
 def test_accuracy_evaluator_bad_input():
-    with pytest.raises(DSEError, match=r"^unknown accuracy data set 'mnist'; allowed: digits$"):
+    with pytest.raises(DSEError, match=r"^unknown accuracy data set 'mnist'; allowed: digits, or "
+                                         r"MODEL\.onnx:DATA\.npz \(a model and its labelled inputs\)$"):
         AccuracyEvaluator("mnist")
     with pytest.raises(DSEError, match="positive int"):
         AccuracyEvaluator("digits", samples=0)
@@ -164,4 +169,182 @@ def test_cli_bad_width_and_accuracy_one_line():
                                   "--no-progress"])
     assert r.exit_code == 2
     assert r.output.strip().splitlines() == [
-        "error: unknown accuracy data set 'mnist'; allowed: digits"]
+        "error: unknown accuracy data set 'mnist'; allowed: digits, or MODEL.onnx:DATA.npz "
+        "(a model and its labelled inputs)"]
+
+
+# ------------------------------------------------------------ a user's model and labelled data
+NU, KU = 48, 6          # labelled inputs, and how many of their labels are made wrong
+
+
+def _mlp(path, batch="N", inputs=("x",)):
+    """A 16 -> 24 -> 10 MLP (Gemm, Relu, Gemm) written to ``path``; returns its float weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w1, w2 = rng.normal(0, 0.5, (16, 24)), rng.normal(0, 0.5, (24, 10))
+    w1, w2 = w1.astype(np.float32), (w2 - w2.mean(0)).astype(np.float32)    # balanced classes
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2"], ["logits"])]
+    if len(inputs) > 1:
+        nodes.insert(0, helper.make_node("Add", ["x0", "x1"], ["x"]))
+    g = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info(i, TensorProto.FLOAT, [batch, 16])
+                       for i in inputs],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path.write_bytes(m.SerializeToString())
+    return w1, w2
+
+
+def _labelled(w1, w2, n=NU, seed=0):
+    """``(x [n, 16] float32, y [n] labels with the first KU wrong, calib [256, 16])``:
+    inputs whose numpy float logits have a top-two margin over 10 % of the logit range,
+    taken round-robin over the classes."""
+    rng = np.random.default_rng(seed)
+    pool = rng.normal(0, 1, (4000, 16)).astype(np.float32)
+    lg = np.maximum(pool.astype(np.float64) @ w1, 0) @ w2
+    s = np.sort(lg, 1)
+    ok = (s[:, -1] - s[:, -2]) > 0.1 * (lg.max() - lg.min())
+    cls = [list(np.flatnonzero(ok & (lg.argmax(1) == c))) for c in range(10)]
+    pick = []
+    while len(pick) < n:
+        pick += [c.pop(0) for c in cls if c][:n - len(pick)]
+    x, y = pool[pick], lg[pick].argmax(1)
+    assert len(set(y.tolist())) >= 8
+    y[:KU] = (y[:KU] + 1) % 10
+    return x, y, pool[:256]
+
+
+@pytest.fixture
+def user_set(tmp_path):
+    w = _mlp(tmp_path / "m.onnx")
+    x, y, calib = _labelled(*w)
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    return tmp_path
+
+
+@pytest.mark.parametrize("cfg", [preset("tiny"), TINY16], ids=["int8", "int16"])
+def test_user_model_accuracy_by_construction(user_set, cfg):
+    ev = AccuracyEvaluator(f"{user_set / 'm.onnx'}:{user_set / 'd.npz'}")
+    rec = ev.measure(cfg)
+    assert "error" not in rec, rec
+    want = (NU - KU) / NU
+    assert rec["accuracy"] == want and rec["float_accuracy"] == want
+    assert rec["exact"] is True and rec["samples"] == NU and rec["vta_steps"] >= 2
+    assert rec["calibration"] == f"x[:{NU}]" and rec["dataset"] == "m.onnx:d.npz"
+    assert rec["widths"] == width_label(accuracy_key(cfg))
+
+
+def test_user_model_fixed_batch_and_calib(tmp_path):
+    w = _mlp(tmp_path / "m.onnx", batch=8)
+    x, y, calib = _labelled(*w)
+    np.savez(tmp_path / "d.npz", x=x, y=y, calib=calib)
+    ev = AccuracyEvaluator(model=tmp_path / "m.onnx", data=tmp_path / "d.npz", samples=40)
+    rec = ev.measure(preset("tiny"))
+    assert "error" not in rec, rec
+    assert rec["samples"] == 40 and rec["calibration"] == "calib" and rec["exact"] is True
+    assert rec["accuracy"] == rec["float_accuracy"] == (40 - KU) / 40
+    with pytest.raises(DSEError, match="multiple of the model's batch 8"):
+        AccuracyEvaluator(model=tmp_path / "m.onnx", data=tmp_path / "d.npz", samples=41)
+
+
+def test_user_cache_key_is_the_contents(user_set, tmp_path_factory):
+    spec = f"{user_set / 'm.onnx'}:{user_set / 'd.npz'}"
+    k1 = DesignEvaluator(accuracy=spec).accuracy_key(preset("tiny"))
+    other = tmp_path_factory.mktemp("copy")     # same bytes elsewhere: the same key
+    for f in ("m.onnx", "d.npz"):
+        (other / f).write_bytes((user_set / f).read_bytes())
+    assert DesignEvaluator(accuracy=f"{other / 'm.onnx'}:{other / 'd.npz'}").accuracy_key(
+        preset("tiny")) == k1
+    ev = AccuracyEvaluator(spec)
+    assert ev.key["model_sha256"] == __import__("hashlib").sha256(
+        (user_set / "m.onnx").read_bytes()).hexdigest()
+    with np.load(user_set / "d.npz") as z:      # other labels, same path: another key
+        x, y = z["x"], z["y"]
+    np.savez(user_set / "d.npz", x=x, y=(y + 1) % 10)
+    k2 = DesignEvaluator(accuracy=spec).accuracy_key(preset("tiny"))
+    assert k2 != k1
+    assert DesignEvaluator(accuracy=spec).accuracy_key(TINY16) != k2
+    assert DesignEvaluator(accuracy="digits").accuracy_key(preset("tiny")) not in (k1, k2)
+
+
+def test_cli_user_accuracy_sweep(user_set):
+    (user_set / "s.json").write_text('{"base": "tiny", "axes": {"LOG_BLOCK": [2]}}')
+    out = user_set / "r.json"
+    r = CliRunner().invoke(main, ["dse", "run", "--space", str(user_set / "s.json"),
+                                  "--widths", "8,16", "--workloads", "digits", "--accuracy",
+                                  f"{user_set / 'm.onnx'}:{user_set / 'd.npz'}",
+                                  "--no-progress", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    pct = f"{(NU - KU) / NU * 100:.1f} %"
+    assert f"accuracy i8w8a32: {pct} on {NU} labelled" in r.output
+    assert f"accuracy i16w16a32: {pct} on {NU} labelled" in r.output
+    import json
+
+    rep = json.loads(out.read_text())
+    assert {g["widths"]: g["accuracy"] for g in rep["accuracy"]} == {
+        "i8w8a32": (NU - KU) / NU, "i16w16a32": (NU - KU) / NU}
+    assert all(g["exact"] for g in rep["accuracy"])
+
+
+def _bad_sets(d):
+    """``name -> (spec, expected error line)`` for the CLI's bad-input cases."""
+    w = _mlp(d / "m.onnx")
+    _mlp(d / "two.onnx", inputs=("x0", "x1"))
+    x, y, _ = _labelled(*w)
+    (d / "junk.onnx").write_bytes(b"this is not a model\n" * 4)
+    np.savez(d / "noy.npz", x=x)
+    np.savez(d / "shape.npz", x=x[:, :12], y=y)
+    np.savez(d / "range.npz", x=x, y=np.where(np.arange(NU) == 3, 10, y))
+    np.savez(d / "empty.npz", x=x[:0], y=y[:0])
+    np.savez(d / "ylen.npz", x=x, y=y[:-1])
+    np.savez(d / "yfloat.npz", x=x, y=y.astype(np.float32))
+    np.savez(d / "ok.npz", x=x, y=y)
+    np.save(d / "arr.npy", x)
+    (d / "txt.npz").write_text("x,y\n")
+    (d / "zip.npz").write_bytes((d / "ok.npz").read_bytes()[:200])     # truncated
+    m, ok = d / "m.onnx", d / "ok.npz"
+    return {
+        "no model": (f"{d / 'nope.onnx'}:{ok}", f"accuracy model '{d / 'nope.onnx'}': no such file"),
+        "no data": (f"{m}:{d / 'nope.npz'}", f"accuracy data '{d / 'nope.npz'}': no such file"),
+        "not onnx": (f"{d / 'junk.onnx'}:{ok}", f"accuracy model '{d / 'junk.onnx'}': not an ONNX "
+                     f"model (no graph with nodes could be read)"),
+        "no y": (f"{m}:{d / 'noy.npz'}", f"accuracy data '{d / 'noy.npz'}' has no array 'y' (it "
+                 f"has: x); it needs x (inputs [N, ...]) and y (integer labels [N])"),
+        "shape": (f"{m}:{d / 'shape.npz'}", f"accuracy data '{d / 'shape.npz'}': x has shape "
+                  f"[{NU}, 12]; the model's input is [N, 16] (samples first)"),
+        "range": (f"{m}:{d / 'range.npz'}", f"accuracy data '{d / 'range.npz'}': labels y span "
+                  f"0..10; the model's first output 'logits' has 10 classes, so labels must be "
+                  f"in 0..9"),
+        "N=0": (f"{m}:{d / 'empty.npz'}", f"accuracy data '{d / 'empty.npz'}': x has no samples "
+                f"(shape [0, 16])"),
+        "y length": (f"{m}:{d / 'ylen.npz'}", f"accuracy data '{d / 'ylen.npz'}': y has shape "
+                     f"[{NU - 1}]; expected [{NU}] (one label per input of x)"),
+        "y float": (f"{m}:{d / 'yfloat.npz'}", f"accuracy data '{d / 'yfloat.npz'}': y has dtype "
+                    f"float32; expected integer class labels"),
+        "two inputs": (f"{d / 'two.onnx'}:{ok}", f"accuracy model '{d / 'two.onnx'}' has 2 inputs "
+                       f"(x0, x1); accuracy needs a model with one input"),
+        "npy": (f"{m}:{d / 'arr.npy'}", f"accuracy data '{d / 'arr.npy'}': not a .npz archive (a "
+                f"single .npy array); write it with numpy.savez(path, x=..., y=...)"),
+        "not npz": (f"{m}:{d / 'txt.npz'}", f"accuracy data '{d / 'txt.npz'}': not a .npz archive "
+                    f"(no zip header); write it with numpy.savez(path, x=..., y=...)"),
+        "bad zip": (f"{m}:{d / 'zip.npz'}", None),
+        "no colon": (str(m), f"--accuracy {str(m)!r}: give the model and its labelled data as "
+                     f"MODEL.onnx:DATA.npz"),
+    }
+
+
+def test_cli_user_accuracy_bad_input_one_line(tmp_path):
+    for name, (spec, want) in _bad_sets(tmp_path).items():
+        r = CliRunner().invoke(main, ["dse", "run", "--accuracy", spec, "--workloads", "digits",
+                                      "--no-progress"])
+        lines = r.output.strip().splitlines()
+        assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (name, r.output)
+        if want is None:
+            assert lines[0].startswith(f"error: accuracy data '{tmp_path / 'zip.npz'}': not a "
+                                       f"readable .npz archive ("), (name, lines)
+        else:
+            assert lines[0] == f"error: {want}", name

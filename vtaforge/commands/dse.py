@@ -5,12 +5,13 @@
   [--seed S] [--resources analytic|yosys]
   [--perf model|rtl|none] [--timing FILE.json] [--cache FILE.jsonl] [-o report.json]
   [--csv points.csv] [--jobs N | --scheduler tcp://host:port] [--verify rtl,yosys]
-  [--budget N] [--within PCT] [--plot OUT.png] [--accuracy digits] [--widths 8,16]``:
+  [--budget N] [--within PCT] [--plot OUT.png] [--accuracy digits|MODEL.onnx:DATA.npz]
+  [--widths 8,16]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
-See docs/dse.md.  Bad input (space, workload list, part, timing file) is one ``error:``
-line, exit status 2.
+See docs/dse.md.  Bad input (space, workload list, part, timing file, accuracy model or
+labelled data) is one ``error:`` line, exit status 2.
 """
 
 from __future__ import annotations
@@ -87,9 +88,13 @@ def dse_group() -> None:
 @click.option("--plot", "plot_file", default=None,
               help="write a PNG: Pareto plot of the part (preset and pick marked), and "
                    "model vs RTL when --verify rtl ran")
-@click.option("--accuracy", "accuracy_set", default=None,
-              help="also measure top-1 accuracy on this labelled set per width (digits: "
-                   "the bundled digits CNN, 500 held-out images, on fsim): an objective")
+@click.option("--accuracy", "accuracy_set", default=None, metavar="digits|MODEL.onnx:DATA.npz",
+              help="also measure top-1 accuracy per width on fsim (an objective): 'digits' "
+                   "(the bundled digits CNN, 500 held-out images) or your single-input ONNX "
+                   "model with a .npz of labelled inputs: x [N, ...] (the model's input), y "
+                   "(integer labels [N], against the argmax over the first output's last axis), "
+                   "optional "
+                   "calib [M, ...] (default: the first 256 of x)")
 @click.option("--widths", "widths_spec", default=None,
               help="add a width axis: comma-separated operand widths, 8 and/or 16 (int8 / "
                    "int16 activations and weights: LOG_WIDTH 3 / 4)")
