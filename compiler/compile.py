@@ -277,7 +277,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
 
 def quant_widths(cfg: VTAConfig, fg: Graph | None = None) -> dict:
     """``{"act_bits", "wgt_bits"}`` for quantizing to ``cfg``: its ``INP_WIDTH`` and
-    ``WGT_WIDTH`` (8 or 16).  A QDQ float graph (``fake_quant`` nodes: int8 scales) gets 8
+    ``WGT_WIDTH`` (8 or 16; weights also 4).  A QDQ float graph (``fake_quant`` nodes: int8 scales) gets 8
     and 8 whatever the core: its int8 nodes then run on the CPU of a 16-bit core, each with
     the width reason (a valid model is never refused)."""
     if fg is not None and any(n.op == "fake_quant" for n in fg.nodes):

@@ -37,8 +37,10 @@ the patch tensor on the host (data movement only).
 Widths: int8 cores (``LOG_INP_WIDTH`` = ``LOG_WGT_WIDTH`` = 3) take int8 activations and
 weights; a ``LOG_INP_WIDTH`` 4 core int16 activations (``x`` and ``y`` slots of 2-byte
 values, :attr:`~vtaforge.runtime.artifact.SlotLayout.elem_bytes`), a ``LOG_WGT_WIDTH`` 4
-core int16 weights.  The weight array's dtype must match the config's ``WGT_WIDTH``
-(:class:`CompileError` otherwise).  The fused REQ's clip immediates are 8-bit, so an int16
+core int16 weights, a ``LOG_WGT_WIDTH`` 2 core int4 weights (int8 arrays with values in
+``[-8, 7]``, packed two per byte into the ``w`` constant, :func:`~vtaforge.runtime.cpu_ops.pack_int4`).
+The weight array must fit the config's ``WGT_WIDTH`` (:func:`weights_fit`; :class:`CompileError`
+otherwise).  The fused REQ's clip immediates are 8-bit, so an int16
 output's clip (``[-32768, 32767]`` or ``[0, 32767]``) always takes the SHR/MAX/MIN path
 (:func:`~.lower_common.requant_alu`).
 
@@ -57,6 +59,7 @@ import numpy as np
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS, Module
 from ..runtime.artifact import RowBands, SlotLayout, TraceBuilder
+from ..runtime.cpu_ops import pack_int4
 from .errors import CompileError
 from .lower_common import LoweredOp, emit_kernel, plan_for, requant_alu
 from .pack import ceil_div, pack_bias, pack_weights
@@ -218,9 +221,10 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             sequence, pads > 15, no tile fits, ``out_rows < Ho``.
     """
     k_red = int(np.prod(w.shape[1:]))
-    if np.dtype(w.dtype).itemsize * 8 != cfg.WGT_WIDTH or w.dtype.kind != "i":
+    if not weights_fit(cfg, w):
         raise CompileError(f"{uid}: {w.dtype} weights on a core with WGT_WIDTH "
-                           f"{cfg.WGT_WIDTH}")
+                           f"{cfg.WGT_WIDTH}" + (" (int4: int8 values in [-8, 7])"
+                                                 if cfg.WGT_WIDTH == 4 else ""))
     eb = cfg.INP_WIDTH // 8                 # bytes per activation value (1 or 2)
     plan = plan_for(cfg, uid, attrs, k_red * (1 << (cfg.INP_WIDTH - 1)) * (
         1 << (cfg.WGT_WIDTH - 1)) + int(np.abs(np.asarray(bias, np.int64)).max(initial=0)))
@@ -248,7 +252,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         lo.layouts["x"] = xl
         st = lo.trace.stats
         st["im2col"] = [c, kh, kw]
-        st["min_dram_bytes"] = int((B * c * h * wd + B * o * ho * wo) * eb + w.nbytes + 4 * o)
+        st["min_dram_bytes"] = int((B * c * h * wd + B * o * ho * wo) * eb + weight_bytes(cfg, w) + 4 * o)
         st["host_im2col_bytes"] = int(xl.block_bytes)
         return lo
     geo = window_geometry(uid, (c, h, wd), o, (kh, kw), (sh, sw), (pt, pl, pb, pr), B, BI, BO,
@@ -317,7 +321,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # blocks loads ``ibn`` blocks' weights behind one block's GEMMs (C11: 13.8 k load
     # cycles behind 7.1 k; 470,886 -> 463,199 cycles, C9 245,713 -> 237,704).
     mac_cycles = o * (c // groups) * kh * kw * ho * wo * B // cfg.macs_per_cycle
-    bus_cycles = ((B * c * h * wd + B * o * ho * wo) * eb + w.nbytes + 4 * o) * 8 // cfg.BUS_WIDTH
+    bus_cycles = ((B * c * h * wd + B * o * ho * wo) * eb + weight_bytes(cfg, w) + 4 * o) * 8 // cfg.BUS_WIDTH
 
     def one_block_steps(tile):
         return tile[:6] + ([(i, i + 1) for a, b in tile[6] for i in range(a, b)],)
@@ -440,11 +444,27 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 "acc_regions": tl.acc_nvt,
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
                 "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped,
-                "min_dram_bytes": int((B * c * h * wd + B * o * ho * wo) * eb + w.nbytes + 4 * o)}
+                "min_dram_bytes": int((B * c * h * wd + B * o * ho * wo) * eb + weight_bytes(cfg, w) + 4 * o)}
     # the bias carries the rounding constant (the plan's pre_add with a multiplier)
     rnd = int(attrs["round"]) if plan is None else plan.pre_add
-    consts = {"w": np.ascontiguousarray(wpk.data[order]), "b": pack_bias(bias, rnd, B, BO)}
+    wdata = np.ascontiguousarray(wpk.data[order])
+    consts = {"w": pack_int4(wdata) if cfg.WGT_WIDTH == 4 else wdata,
+              "b": pack_bias(bias, rnd, B, BO)}
     return LoweredOp(tr, consts, {"x": xl, "y": yl})
+
+
+def weights_fit(cfg: VTAConfig, w: np.ndarray) -> bool:
+    """Whether conv/dense weights ``w`` can be packed for ``cfg``: a signed integer array
+    of ``WGT_WIDTH`` bits, or for ``WGT_WIDTH`` 4 (int4) an int8 array whose values all
+    lie in ``[-8, 7]`` (numpy has no int4 dtype; the lowering packs two per byte)."""
+    if cfg.WGT_WIDTH == 4:
+        return w.dtype == np.int8 and (w.size == 0 or (int(w.min()) >= -8 and int(w.max()) <= 7))
+    return np.dtype(w.dtype).itemsize * 8 == cfg.WGT_WIDTH and w.dtype.kind == "i"
+
+
+def weight_bytes(cfg: VTAConfig, w: np.ndarray) -> int:
+    """DRAM bytes of the weights ``w`` at ``WGT_WIDTH`` bits per value (unpadded)."""
+    return int(w.size) * cfg.WGT_WIDTH // 8
 
 
 def bandable(cfg: VTAConfig, in_chw: tuple, w_shape: tuple, attrs: dict) -> bool:
@@ -531,7 +551,7 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
             st["band"] = [r, n]
             st["gemm_uops_ideal"] = -(-o * cg * kh * kw * n * wo * B // cfg.macs_per_cycle)
             st["min_dram_bytes"] = int((B * c * in_rows * wd + B * o * n * wo) * (cfg.INP_WIDTH // 8)
-                                       + w.nbytes + 4 * o)
+                                       + weight_bytes(cfg, w) + 4 * o)
             traces[n] = lo.trace
         out.append(RowBands(r, traces[r], traces.get(ho % r)))
     return out

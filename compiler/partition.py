@@ -49,6 +49,7 @@ from ..hw.config import VTAConfig, load_config
 from .errors import CompileError
 from ..runtime.cpu_float import onnx_backend
 from .ir import REAL_OPS, Graph, Node
+from .lower_conv import weights_fit
 from .requant import mult_plan
 
 __all__ = ["Placement", "Region", "Partition", "capability_table", "vta_support", "partition",
@@ -192,6 +193,9 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
     base = "" if widths else " [unavailable: needs INP/WGT/OUT width 8]"
     lin = "" if widths else (f" [int{cfg.INP_WIDTH} activations, int{cfg.WGT_WIDTH} "
                              f"weights: SHR/MAX/MIN requantize, no fused REQ]")
+    if (cfg.INP_WIDTH, cfg.WGT_WIDTH) == (8, 4):
+        base = ""
+        lin = " [int4 weights: int8 constants in [-8, 7], else cpu]"
     elt = base if widths or cfg.INP_WIDTH == 8 else (
         f" [unavailable: int{cfg.INP_WIDTH} activations, ACC8 loads int8 only: cpu]")
     return {
@@ -459,13 +463,26 @@ def _bits(dtype: str) -> int:
     return {"int8": 8, "int16": 16}.get(dtype, 0)
 
 
+def _int4_weights(name: str, graph: Graph, cfg: VTAConfig) -> bool:
+    """Whether constant ``name`` fits a ``WGT_WIDTH`` 4 core (int8 values in ``[-8, 7]``)."""
+    w = graph.constants.get(name)
+    return w is not None and weights_fit(cfg, w)
+
+
 def _width_mismatch(node: Node, graph: Graph, cfg: VTAConfig) -> str | None:
     """Why the node's dtypes do not fit the core's widths (None when they do).  int8 graph
     on an int8 core: None; an int16 graph on a ``LOG_INP_WIDTH`` 4 core: conv/dense fit
     (their weights must have ``WGT_WIDTH`` bits), every other integer op runs on the CPU
-    (ACC8 loads int8 values only)."""
+    (ACC8 loads int8 values only).  A ``LOG_WGT_WIDTH`` 2 core (int4 weights, int8
+    activations) takes conv/dense whose int8 weight constants all lie in ``[-8, 7]``
+    (checked on the values) and every int8 element-wise op."""
     t = graph.types[node.inputs[0]]
     w = graph.types[node.inputs[1]] if node.op in ("qconv2d", "qdense") else None
+    if cfg.WGT_WIDTH == 4 and cfg.INP_WIDTH == 8 and t.dtype == "int8":
+        if w is not None and not _int4_weights(node.inputs[1], graph, cfg):
+            return (f"{w.dtype} weights outside int4 [-8, 7] on a core with WGT_WIDTH 4: "
+                    f"quantize for the core's widths")
+        return None
     if t.dtype == "int8" and (w is None or w.dtype == "int8") and \
             (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) == (8, 8, 8):
         return None

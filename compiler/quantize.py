@@ -50,7 +50,10 @@ The quantizer checks that no accumulator can overflow int32 (worst case
 Widths (``QuantConfig.act_bits`` / ``wgt_bits``, 8 or 16; ``compile_model`` takes them from
 the config's ``INP_WIDTH`` / ``WGT_WIDTH``): with 16-bit activations every activation is
 int16 (``exp = smallest e with r / 2**e <= 32767``, clips in ``[-32768, 32767]``, ReLU
-``[0, 32767]``); with 16-bit weights ``w_q`` is in ``[-32767, 32767]``.  Then the int8
+``[0, 32767]``); with 16-bit weights ``w_q`` is in ``[-32767, 32767]``, with 4-bit weights
+(``LOG_WGT_WIDTH`` 2) in ``[-7, 7]``, one power-of-two grid per tensor (the exponent of
+least squared error among the max-range one and the two finer ones, which clip), stored as
+int8 constants (the lowering packs them two per byte).  Then the int8
 worst case ``K*128*128`` is replaced by the exact one for the constant weights,
 ``max_o sum_k |w_q[o,k]| * 2**(act_bits-1) + max|b_q|``, and where that exceeds int32 the
 weight grid is coarsened (``exp_w + 1``, reported in ``QuantReport.notes``) until it fits:
@@ -97,9 +100,11 @@ class QuantConfig:
             config's ``ALU_MUL`` unless a QuantConfig is given.
         act_bits: activation width, 8 (int8) or 16 (int16); ``compile_model`` uses the
             config's ``INP_WIDTH``.
-        wgt_bits: conv/dense weight width, 8 or 16; ``compile_model`` uses ``WGT_WIDTH``.
+        wgt_bits: conv/dense weight width, 4, 8 or 16; ``compile_model`` uses ``WGT_WIDTH``.
+            int4 weights are int8 constants with values in ``[-7, 7]`` (numpy has no int4;
+            the lowering packs them two per byte).
     Raises:
-        CompileError: ``act_bits`` / ``wgt_bits`` not 8 or 16.
+        CompileError: ``act_bits`` not 8 or 16, ``wgt_bits`` not 4, 8 or 16.
     """
 
     calibration: str = "max"
@@ -111,11 +116,11 @@ class QuantConfig:
     wgt_bits: int = 8
 
     def __post_init__(self) -> None:
-        for k in ("act_bits", "wgt_bits"):
+        for k, ok in (("act_bits", (8, 16)), ("wgt_bits", (4, 8, 16))):
             v = getattr(self, k)
-            if isinstance(v, bool) or v not in (8, 16):
-                raise CompileError(f"QuantConfig.{k} = {v!r}: only 8 (int8) and 16 (int16) "
-                                   f"are supported")
+            if isinstance(v, bool) or v not in ok:
+                names = " and ".join(f"{b} (int{b})" for b in ok)
+                raise CompileError(f"QuantConfig.{k} = {v!r}: only {names} are supported")
 
     @property
     def qmax(self) -> int:
@@ -331,7 +336,7 @@ class _Quantizer:
         self.qhi = config.qmax
         self.qlo = -self.qhi - 1
         self.half = self.qhi + 1                                  # 2**(act_bits-1)
-        self.wdt = "int8" if config.wgt_bits == 8 else "int16"
+        self.wdt = "int16" if config.wgt_bits == 16 else "int8"    # int4: int8 storage
         self.wmax = (1 << (config.wgt_bits - 1)) - 1
         if self.adt != "int8" and any(n.op == "fake_quant" for n in fg.nodes):
             raise CompileError(f"a QDQ model carries int8 scales: quantize it with act_bits 8, "
@@ -421,6 +426,20 @@ class _Quantizer:
         """``(exp, scale)`` of a weight: ``scale`` is the exact QDQ scale (exact mode) or None."""
         e = exp_for_range(float(np.abs(w).max()), self.wmax)
         hint = self.hints.get(wname)
+        if hint is None and self.cfg.wgt_bits == 4:
+            # 15 levels: a finer grid that clips the few largest weights usually loses less
+            # than the max-range grid; take the exponent of least squared error
+            wf = w.astype(np.float64)
+
+            def err4(ex):
+                q = np.clip(np.rint(wf / 2.0 ** ex), -self.wmax, self.wmax) * 2.0 ** ex
+                return float(np.mean((q - wf) ** 2))
+
+            best = min((e, e - 1, e - 2), key=err4)
+            if best != e:
+                self.rep.notes.append(f"'{wname}': int4 weight grid 2^{best} (least squared "
+                                      f"error; max-range grid 2^{e} clips none)")
+            e = best
         if hint is not None:
             if isinstance(hint, tuple):
                 self.rep.notes.append(f"per-channel QDQ scales of '{wname}' replaced by one "
@@ -577,7 +596,7 @@ class _Quantizer:
         b = fg.constants[n.inputs[2]] if len(n.inputs) > 2 else np.zeros(w.shape[0], np.float32)
         sx = self.q.types[x].scale
         k = int(np.prod(w.shape[1:]))
-        if self.adt == "int8" and self.wdt == "int8":
+        if self.adt == "int8" and self.cfg.wgt_bits == 8:
             wq = self.const_int8(f"{n.inputs[1]}_q", w, ew, lo=-127 if sw is None else -128, scale=sw)
             s_acc = None if sx is None and sw is None else self.rscale(x) * self.q.types[wq].real_scale
             bq = np.rint(b.astype(np.float64) / (2.0 ** (ex + ew) if s_acc is None else s_acc))

@@ -65,7 +65,7 @@ TARGETS: dict[str, dict[str, Any]] = target_defaults()
 #: Allowed inclusive integer ranges of the integer keys.
 RANGES: dict[str, tuple[int, int]] = {
     "LOG_INP_WIDTH": (3, 4),
-    "LOG_WGT_WIDTH": (3, 4),
+    "LOG_WGT_WIDTH": (2, 4),
     "LOG_ACC_WIDTH": (4, 5),
     "LOG_BATCH": (0, 4),
     "LOG_BLOCK_IN": (1, 7),
@@ -105,7 +105,10 @@ class VTAConfig:
 
     Integer fields are log2 values as in upstream's JSON: widths in bits
     (``LOG_INP_WIDTH = 3`` is int8), tensor-intrinsic dims, and buffer sizes in bytes
-    (``LOG_INP_BUFF_SIZE = 15`` is 32 KiB).  Non-upstream knobs:
+    (``LOG_INP_BUFF_SIZE = 15`` is 32 KiB).  Operand widths: ``LOG_INP_WIDTH`` 3..4 (int8,
+    int16; outputs have the input width), ``LOG_WGT_WIDTH`` 2..4 (int4, int8, int16
+    weights; an int4 weight element packs two weights per byte, lane ``2k`` in the low
+    nibble, as every element packs its lanes from bit 0).  Non-upstream knobs:
 
     - ``LOG_BUS_WIDTH``: log2 of the AXI4 master data width in bits (6 = 64 bits).
     - ``INSN_QUEUE_DEPTH``: depth of each of the three command queues (instructions).

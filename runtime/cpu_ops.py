@@ -23,7 +23,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-__all__ = ["pack_act", "unpack_act", "im2col", "run_cpu_op", "CPU_OPS", "CPU_KERNELS", "scale_factor"]
+__all__ = ["pack_act", "unpack_act", "pack_int4", "unpack_int4", "im2col", "run_cpu_op", "CPU_OPS",
+           "CPU_KERNELS", "scale_factor"]
 
 
 def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0), dtype=np.int8
@@ -48,6 +49,35 @@ def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0), dtype=n
     buf[:n, :c, pt:pt + h, pl:pl + w] = x
     buf = buf.reshape(nb, batch, cb, cblk, h + pt + pb, w + pl + pr)
     return np.ascontiguousarray(buf.transpose(0, 2, 4, 5, 1, 3))
+
+
+def pack_int4(a: np.ndarray) -> np.ndarray:
+    """int4 values (any integer dtype, in ``[-8, 7]``) ``[..., L]`` -> uint8 ``[..., L/2]``:
+    two values per byte, lane ``2k`` in bits [3:0] and lane ``2k+1`` in bits [7:4] (the
+    scratchpad element layout: lanes packed from bit 0, docs/config.md ``LOG_WGT_WIDTH``).
+
+    Raises:
+        ValueError: ``L`` odd, or a value outside ``[-8, 7]`` (never silently truncated).
+    """
+    a = np.asarray(a)
+    if a.shape[-1] % 2:
+        raise ValueError(f"int4 packing needs an even last axis, got shape {a.shape}")
+    if a.size and (a.min() < -8 or a.max() > 7):
+        raise ValueError(f"packing values in [{a.min()}, {a.max()}] as int4: out of range "
+                         f"[-8, 7]")
+    n = (a.astype(np.int64) & 0xF).astype(np.uint8)
+    return np.ascontiguousarray(n[..., 0::2] | (n[..., 1::2] << 4))
+
+
+def unpack_int4(raw: np.ndarray) -> np.ndarray:
+    """uint8 ``[..., n]`` (the :func:`pack_int4` layout) -> int8 ``[..., 2n]`` in
+    ``[-8, 7]``."""
+    raw = np.asarray(raw, np.uint8)
+    out = np.empty(raw.shape[:-1] + (2 * raw.shape[-1],), np.int8)
+    out[..., 0::2] = (raw & 0xF).astype(np.int8)
+    out[..., 1::2] = (raw >> 4).astype(np.int8)
+    out[out > 7] -= 16
+    return out
 
 
 def im2col(x: np.ndarray, kernel, strides, pads, rows: tuple[int, int] | None = None

@@ -25,7 +25,8 @@ Model (DESIGN.md "Semantics", vta-anchor.md §2.3-§3.3):
 Data (element layouts, little-endian two's complement in DRAM):
 
 - INP element: ``BATCH x BLOCK_IN`` values of INP_WIDTH bits; WGT element:
-  ``BLOCK_OUT x BLOCK_IN`` (one row per output channel); ACC element ``BATCH x BLOCK_OUT`` of
+  ``BLOCK_OUT x BLOCK_IN`` of WGT_WIDTH bits (one row per output channel; int4: two per
+  byte, lane ``2k`` in the low nibble, :func:`~.cpu_ops.unpack_int4`); ACC element ``BATCH x BLOCK_OUT`` of
   ACC_WIDTH bits; OUT element ``BATCH x BLOCK_OUT`` of OUT_WIDTH bits; ACC8 element
   ``BATCH x BLOCK_OUT`` int8 values (sign-extended into the accumulator); UOP element one
   32-bit micro-op.
@@ -61,6 +62,7 @@ from ..hw.isa import (
     FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, REQ_RESERVED_BIT, AluOp, Insn, Module, Opcode,
     decode_program, decode_uops, format_insn, req_fields,
 )
+from .cpu_ops import unpack_int4
 from .device import Buffer, DeadlockError, Device, DeviceError, ProgramError, RunResult
 
 __all__ = ["simulate", "FsimDevice", "STAT_KEYS", "DEFAULT_MAX_STEPS", "Regions"]
@@ -154,7 +156,7 @@ def _wrap(x: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _int_dtype(bits: int) -> str:
-    return {8: "<i1", 16: "<i2", 32: "<i4"}[bits]
+    return {4: "int4", 8: "<i1", 16: "<i2", 32: "<i4"}[bits]
 
 
 def _uint_dtype(bits: int) -> str:
@@ -641,7 +643,10 @@ class _Machine:
             sp, shape, dt = self.acc, (B, BO), _int_dtype(cfg.ACC_WIDTH)
         else:  # ACC8
             sp, shape, dt = self.acc, (B, BO), "<i1"
-        vals = raw.reshape(-1).view(dt).reshape((y, x) + shape)
+        if dt == "int4":    # two weights per byte, lane 2k in the low nibble
+            vals = unpack_int4(raw.reshape(-1)).reshape((y, x) + shape)
+        else:
+            vals = raw.reshape(-1).view(dt).reshape((y, x) + shape)
         if mt == MemType.WGT:
             vals = vals.swapaxes(-1, -2)
         if sp is self.acc and self.out_set is not None:

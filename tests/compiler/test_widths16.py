@@ -48,11 +48,12 @@ def _requant(acc, a, lo_dt, hi_dt):
     return np.clip(acc, a["clip_lo"], a["clip_hi"])
 
 
-def _oracle(qgraph, x):
+def _oracle(qgraph, x, bits=16):
     """int64 execution of the quantized graph's integer steps (conv, dense, max-pool,
-    flatten), from its constants and attributes; int16 range ``[-32768, 32767]``."""
+    flatten), from its constants and attributes; activations of ``bits`` bits (int16 range
+    ``[-32768, 32767]`` by default)."""
     env = {}
-    lo16, hi16 = -32768, 32767
+    lo16, hi16 = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     for n in qgraph.nodes:
         a = n.attrs
         ins = [env.get(i, qgraph.constants.get(i)) for i in n.inputs]
@@ -91,14 +92,14 @@ def _run(cm, x, cfg):
     return Executor(cm, dev).run(x, keep=True), dev
 
 
-def _assert_exact(cm, out, x, min_vta=2):
-    ref = _oracle(cm.qgraph, x)
+def _assert_exact(cm, out, x, min_vta=2, bits=16):
+    ref = _oracle(cm.qgraph, x, bits)
     n = 0
     for s in cm.steps:
         if s.op == "dequantize":
             continue
         got = out[s.outputs[0]]
-        assert got.dtype == np.int16, (s.name, got.dtype)
+        assert got.dtype == (np.int16 if bits == 16 else np.int8), (s.name, got.dtype)
         np.testing.assert_array_equal(got.astype(np.int64), ref[s.outputs[0]], err_msg=s.name)
         n += s.target == "vta"
     assert n >= min_vta
