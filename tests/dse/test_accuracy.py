@@ -42,8 +42,15 @@ def _accuracy_oracle(cfg):
 
 
 @pytest.mark.parametrize("cfg", [preset("tiny"), TINY16], ids=["int8", "int16"])
-def test_measure_matches_an_fsim_run_and_labels(cfg):
+def test_measure_matches_an_fsim_run_and_labels(cfg, tmp_path):
     rec = AccuracyEvaluator("digits", samples=N).measure(cfg)
+    if cfg.INP_WIDTH == 8:      # the same model and data given as a user's: the same figures
+        xtr, _, xte, yte = load_digits_split()
+        np.savez(tmp_path / "digits.npz", x=xte[:N], y=yte[:N], calib=xtr)
+        urec = AccuracyEvaluator(f"{DIGITS_ONNX}:{tmp_path / 'digits.npz'}").measure(cfg)
+        for k in ("accuracy", "float_accuracy", "samples", "exact", "cpu_steps", "widths"):
+            assert urec[k] == rec[k], k
+        assert urec["calibration"] == "calib" and urec["dataset"] == "digits.onnx:digits.npz"
     assert "error" not in rec, rec
     assert rec["samples"] == N and rec["exact"] is True
     assert rec["accuracy"] == pytest.approx(_accuracy_oracle(cfg), abs=0)
@@ -177,8 +184,9 @@ def test_cli_bad_width_and_accuracy_one_line():
 NU, KU = 48, 6          # labelled inputs, and how many of their labels are made wrong
 
 
-def _mlp(path, batch="N", inputs=("x",)):
-    """A 16 -> 24 -> 10 MLP (Gemm, Relu, Gemm) written to ``path``; returns its float weights."""
+def _mlp(path, batch="N", inputs=("x",), out_shape=None):
+    """A 16 -> 24 -> 10 MLP (Gemm, Relu, Gemm) written to ``path`` (``out_shape``: reshape
+    the logits to it); returns its float weights."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(7)
@@ -188,11 +196,16 @@ def _mlp(path, batch="N", inputs=("x",)):
              helper.make_node("Gemm", ["r", "w2"], ["logits"])]
     if len(inputs) > 1:
         nodes.insert(0, helper.make_node("Add", ["x0", "x1"], ["x"]))
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")]
+    if out_shape is not None:
+        nodes[-1].output[0] = "flat"
+        nodes.append(helper.make_node("Reshape", ["flat", "shape"], ["logits"]))
+        inits.append(numpy_helper.from_array(np.array(out_shape, np.int64), "shape"))
     g = helper.make_graph(
         nodes, "mlp", [helper.make_tensor_value_info(i, TensorProto.FLOAT, [batch, 16])
                        for i in inputs],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT,
+                                       [batch, 10] if out_shape is None else None)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     path.write_bytes(m.SerializeToString())
@@ -294,6 +307,7 @@ def _bad_sets(d):
     """``name -> (spec, expected error line)`` for the CLI's bad-input cases."""
     w = _mlp(d / "m.onnx")
     _mlp(d / "two.onnx", inputs=("x0", "x1"))
+    _mlp(d / "per2.onnx", out_shape=[-1, 2, 5])
     x, y, _ = _labelled(*w)
     (d / "junk.onnx").write_bytes(b"this is not a model\n" * 4)
     np.savez(d / "noy.npz", x=x)
@@ -327,6 +341,9 @@ def _bad_sets(d):
                     f"float32; expected integer class labels"),
         "two inputs": (f"{d / 'two.onnx'}:{ok}", f"accuracy model '{d / 'two.onnx'}' has 2 inputs "
                        f"(x0, x1); accuracy needs a model with one input"),
+        "2 per sample": (f"{d / 'per2.onnx'}:{ok}", f"accuracy model '{d / 'per2.onnx'}': first "
+                         f"output 'logits' has shape [{NU}, 2, 5]; the argmax over its last axis "
+                         f"gives 2 values per sample, accuracy needs one (e.g. [N, classes])"),
         "npy": (f"{m}:{d / 'arr.npy'}", f"accuracy data '{d / 'arr.npy'}': not a .npz archive (a "
                 f"single .npy array); write it with numpy.savez(path, x=..., y=...)"),
         "not npz": (f"{m}:{d / 'txt.npz'}", f"accuracy data '{d / 'txt.npz'}': not a .npz archive "
