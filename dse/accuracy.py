@@ -84,7 +84,7 @@ def split_user_spec(spec: str) -> tuple[str, str]:
             raise DSEError(f"--accuracy {spec!r}: give the model and its labelled data as "
                            f"{USER_SPEC}")
         raise _unknown(spec)
-    i = next((i for i in cuts if Path(spec[:i]).is_file()), cuts[-1])
+    i = next((i for i in cuts if Path(spec[:i]).expanduser().is_file()), cuts[-1])
     model, data = spec[:i], spec[i + 1:]
     if not model or not data:
         raise DSEError(f"--accuracy {spec!r}: give the model and its labelled data as "
@@ -141,7 +141,7 @@ def _load_user(model_path: str, data_path: str) -> dict:
     """
     import onnx
 
-    mp, dp = Path(model_path), Path(data_path)
+    mp, dp = Path(model_path).expanduser(), Path(data_path).expanduser()
     ml, dl = f"accuracy model '{mp}'", f"accuracy data '{dp}'"
     for p, lab in ((mp, ml), (dp, dl)):
         if not p.exists():
