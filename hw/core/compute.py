@@ -24,7 +24,8 @@ pushes no token, the next GEMM/ALU enters behind it (its controls travel with ea
 Element layouts (little-endian, row-major, as numpy arrays of the element): INP
 ``[BATCH][BLOCK_IN]``, WGT ``[BLOCK_OUT][BLOCK_IN]``, ACC/OUT ``[BATCH][BLOCK_OUT]``.
 
-DSP packing (``cfg.DSP_PACKING == 2``, 8-bit operands): two weights that share an activation
+DSP packing (``cfg.DSP_PACKING == 2``, 8-bit activations, 8-bit or 4-bit weights, the latter
+used sign-extended, so the same multiplier): two weights that share an activation
 go into one multiplier as ``A = (w_hi << 16) + w_lo``; with ``P = A × a``, the low product is
 ``sext16(P[0:16])`` and the high one ``(P >> 16) + P[15]``; k = 17 would overflow the 25-bit
 A port for ``w_hi = -128, w_lo < 0`` (hardware-notes.md "Multipliers";
@@ -510,7 +511,7 @@ class ComputeUnit(wiring.Component):
         prod = {}  # (b, o, i) -> registered signed product
         pw = IW + WW
         n_lut = cfg.LUT_MULTIPLIERS
-        packing = cfg.DSP_PACKING == 2 and IW == 8 and WW == 8
+        packing = cfg.DSP_PACKING == 2 and IW == 8 and WW in (4, 8)    # int4: sign-extended
         idx = 0
         for b in range(B):
             for i in range(BI):

@@ -1,4 +1,4 @@
-"""An int4-weight core (``LOG_WGT_WIDTH`` 2) on Verilator: the raw int4 GEMM of
+"""An int4-weight core (``LOG_WGT_WIDTH`` 2, DSP-packed multiplier pairs) on Verilator: the raw int4 GEMM of
 test_widths4.py against its einsum oracle, and a small conv model compiled for the core
 equal to fsim step for step and to the int64 oracle of test_widths16.py."""
 
@@ -25,7 +25,9 @@ from test_widths4 import gemm_int4_program  # noqa: E402
 from _onnx_util import rand  # noqa: E402
 from programs import read_out  # noqa: E402
 
-CFG = preset("tiny").replace(LOG_WGT_WIDTH=2, LOG_INP_BUFF_SIZE=9, LOG_WGT_BUFF_SIZE=9)
+#: DSP_PACKING 2 (tiny has 1): the int4 weights go through the packed multiplier pair
+CFG = preset("tiny").replace(LOG_WGT_WIDTH=2, LOG_INP_BUFF_SIZE=9, LOG_WGT_BUFF_SIZE=9,
+                             DSP_PACKING=2)
 
 
 @pytest.fixture(scope="module")
