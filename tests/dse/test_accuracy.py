@@ -88,13 +88,14 @@ def test_width_axis():
     c8, c16 = (p.cfg for p in sd.grid())
     assert c8.INP_DEPTH == c16.INP_DEPTH == 512
     assert c16.LOG_INP_BUFF_SIZE == c8.LOG_INP_BUFF_SIZE + 1
-    with pytest.raises(SpaceError, match=r"give 8 and/or 16"):
+    # (the wording lists the allowed widths: 8 and 16, and more where dse/space.py has them)
+    with pytest.raises(SpaceError, match=r"^--widths '4': give 8(,| and/or) 16"):
         with_width_axis(sp, "4")
-    with pytest.raises(SpaceError, match=r"give 8 and/or 16"):
+    with pytest.raises(SpaceError, match=r"^--widths '8,8': give 8(,| and/or) 16.*each once"):
         with_width_axis(Space(preset("tiny"), {}), "8,8")
     with pytest.raises(SpaceError, match="already has the width axis LOG_WIDTH"):
         with_width_axis(sp, "8")
-    with pytest.raises(SpaceError, match="comma-separated integers"):
+    with pytest.raises(SpaceError, match=r"^--widths '8,x'"):
         with_width_axis(Space(preset("tiny"), {}), "8,x")
 
 
@@ -170,8 +171,9 @@ def test_cli_bad_width_and_accuracy_one_line():
     r = CliRunner().invoke(main, ["dse", "run", "--widths", "12", "--workloads", "digits",
                                   "--no-progress"])
     assert r.exit_code == 2
-    assert r.output.strip().splitlines() == [
-        "error: --widths '12': give 8 and/or 16 (int8 / int16 operands), each once"]
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --widths '12': give 8") \
+        and lines[0].endswith("each once"), lines
     r = CliRunner().invoke(main, ["dse", "run", "--accuracy", "mnist", "--workloads", "digits",
                                   "--no-progress"])
     assert r.exit_code == 2
