@@ -4,8 +4,9 @@ A :class:`Space` is a base config plus ordered axes ``name -> candidate values``
 name is a ``VTAConfig`` field (``LOG_BATCH``, ``LOG_BLOCK_IN``, ``LOG_INP_BUFF_SIZE``,
 ``LOG_BUS_WIDTH``, ``DSP_PACKING``, ``CLOCK_MHZ`` ...), ``LOG_BLOCK``, which sets
 ``LOG_BLOCK_IN`` and ``LOG_BLOCK_OUT`` together (upstream's key), ``LOG_WIDTH``, which sets
-``LOG_INP_WIDTH`` and ``LOG_WGT_WIDTH`` together (3: int8, 4: int16; ``vtaforge dse run
---widths 8,16``), or a depth axis
+``LOG_INP_WIDTH`` and ``LOG_WGT_WIDTH`` together (3: int8, 4: int16; a two-element list
+``[inp, wgt]`` sets them apart, ``[3, 2]``: int8 activations, int4 weights; ``vtaforge dse
+run --widths 8,16,w4``), or a depth axis
 ``LOG_UOP_DEPTH`` / ``LOG_INP_DEPTH`` / ``LOG_WGT_DEPTH`` / ``LOG_ACC_DEPTH`` (log2
 scratchpad entries; sets the matching ``LOG_*_BUFF_SIZE`` from the point's element size).
 The ISA's index fields are sized by depths, not bytes, so depth axes keep a space inside
@@ -149,6 +150,9 @@ class Space:
         changes: dict[str, Any] = {}
         for k, v in params.items():
             if k in DEPTH_AXES:
+                continue
+            if k == "LOG_WIDTH" and isinstance(v, (list, tuple)) and len(v) == 2:
+                changes["LOG_INP_WIDTH"], changes["LOG_WGT_WIDTH"] = v    # [inp, wgt]
                 continue
             for f in AXIS_ALIASES.get(k, (k,)):
                 changes[f] = v
@@ -376,30 +380,24 @@ def valid_fraction(space: Space) -> float:
     return space.n_valid / space.size if space.size else 0.0
 
 
-def with_width_axis(space: Space, widths: str | Sequence[int]) -> Space:
-    """``space`` with a ``LOG_WIDTH`` axis (activation and weight widths together) of the
-    operand widths ``widths`` (``"8,16"`` or ``[8, 16]``: ``LOG_WIDTH`` 3 / 4), appended
-    as the last axis.
+def with_width_axis(space: Space, widths: str | Sequence) -> Space:
+    """``space`` with a ``LOG_WIDTH`` axis of the operand widths ``widths`` (``"8,16,w4"`` or
+    ``[8, 16, "w4"]``), appended as the last axis: ``8`` int8 activations and weights
+    (``LOG_WIDTH`` 3), ``16`` int16 (4), ``w4`` int8 activations with int4 weights
+    (``[3, 2]``: ``LOG_INP_WIDTH`` 3, ``LOG_WGT_WIDTH`` 2).
 
     Raises:
-        SpaceError: a width other than 8 or 16, a repeated or empty list, or a space that
+        SpaceError: a width other than 8, 16 or w4, a repeated or empty list, or a space that
             already has a width axis (``LOG_WIDTH``, ``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``).
     """
-    if isinstance(widths, str):
-        try:
-            vals = [int(v) for v in widths.split(",") if v.strip()]
-        except ValueError:
-            raise SpaceError(f"--widths {widths!r} must be comma-separated integers, e.g. "
-                             f"8,16") from None
-    else:
-        try:
-            vals = [int(v) for v in widths]
-        except (TypeError, ValueError):
-            raise SpaceError(f"widths {widths!r} must be integers, e.g. [8, 16]") from None
-    if not vals or any(v not in (8, 16) for v in vals) or len(set(vals)) != len(vals):
-        raise SpaceError(f"--widths {widths!r}: give 8 and/or 16 (int8 / int16 operands), "
-                         f"each once")
+    codes = {"8": 3, "16": 4, "w4": [3, 2]}
+    toks = ([v.strip().lower() for v in widths.split(",") if v.strip()] if isinstance(widths, str)
+            else [str(v).strip().lower() for v in widths]
+            if isinstance(widths, Sequence) else None)
+    if not toks or any(t not in codes for t in toks) or len(set(toks)) != len(toks):
+        raise SpaceError(f"--widths {widths!r}: give 8, 16 and/or w4 (int8 / int16 operands, "
+                         f"int8 activations with int4 weights), comma-separated, each once")
     have = [a for a in ("LOG_WIDTH", "LOG_INP_WIDTH", "LOG_WGT_WIDTH") if a in space.axes]
     if have:
         raise SpaceError(f"the space already has the width axis {have[0]}; drop --widths")
-    return Space(space.base, {**space.axes, "LOG_WIDTH": [v.bit_length() - 1 for v in vals]})
+    return Space(space.base, {**space.axes, "LOG_WIDTH": [codes[t] for t in toks]})

@@ -95,6 +95,12 @@ def test_width_axis():
         with_width_axis(Space(preset("tiny"), {}), "8,8")
     with pytest.raises(SpaceError, match="already has the width axis LOG_WIDTH"):
         with_width_axis(sp, "8")
+    # w4: int8 activations with int4 weights; a depth axis keeps the depth, half the bytes
+    s4 = with_width_axis(Space(preset("tiny"), {"LOG_WGT_DEPTH": [8]}), "8,w4")
+    assert s4.axes["LOG_WIDTH"] == [3, [3, 2]]
+    c8, c4 = (p.cfg for p in s4.grid())
+    assert (c4.INP_WIDTH, c4.WGT_WIDTH) == (8, 4) and c4.WGT_DEPTH == c8.WGT_DEPTH == 256
+    assert c4.LOG_WGT_BUFF_SIZE == c8.LOG_WGT_BUFF_SIZE - 1
     with pytest.raises(SpaceError, match=r"^--widths '8,x'"):
         with_width_axis(Space(preset("tiny"), {}), "8,x")
 

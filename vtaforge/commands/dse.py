@@ -96,8 +96,9 @@ def dse_group() -> None:
                    "optional "
                    "calib [M, ...] (default: the first 256 of x)")
 @click.option("--widths", "widths_spec", default=None,
-              help="add a width axis: comma-separated operand widths, 8 and/or 16 (int8 / "
-                   "int16 activations and weights: LOG_WIDTH 3 / 4)")
+              help="add a width axis: comma-separated operand widths, 8, 16 and/or w4 (int8 / "
+                   "int16 activations and weights: LOG_WIDTH 3 / 4; w4: int8 activations, "
+                   "int4 weights: LOG_INP_WIDTH 3, LOG_WGT_WIDTH 2)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
             dram_latency, timing_file, cache_file, out_file, csv_file, limit, jobs, scheduler,
