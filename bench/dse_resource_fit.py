@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -56,6 +57,11 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     # the fused requantize against its base (dse/resources.py ALU_REQUANT_*; not in the fit)
     ("tiny_alu_requant", "option", {"preset": "tiny", "ALU_REQUANT": True}),
     ("pynq_alu_requant", "option", {"preset": "pynq", "ALU_REQUANT": True}),
+    # int16 operands (LOG_WIDTH 4: INP/WGT elements twice as wide, one DSP per product)
+    ("tiny_w16", "held-out", {"preset": "tiny", "LOG_INP_WIDTH": 4, "LOG_WGT_WIDTH": 4}),
+    ("1x8x8_w16", "held-out", {"LOG_BLOCK": 3, "LOG_WIDTH": 4, "ALU_REQUANT": False, **_D}),
+    ("1x16x8_w16", "held-out", {"LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 3, "LOG_WIDTH": 4,
+                                "ALU_REQUANT": False, **_D}),
 )
 
 
@@ -94,27 +100,31 @@ def record(only: list[str] | None, path: Path = DATA) -> None:
             continue
         cfg = plan_config(params)
         t0 = time.perf_counter()
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         load0 = os.getloadavg()[0]
         print(f"{name}: {cfg.macs_per_cycle} MACs, synthesizing ...", flush=True)
         res = estimate_resources(cfg, "xc7z020")
         dt = time.perf_counter() - t0
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
         data["points"].append({
             "name": name, "role": role, "params": params, "config": cfg.to_dict(),
             "fingerprint": f"0x{cfg.fingerprint:08x}", "macs": cfg.macs_per_cycle,
             "lut": res.lut, "ff": res.ff, "dsp": res.dsp, "bram36": res.bram36,
-            "yosys": data["yosys"], "synth_s": round(dt, 1),
-            "load": round(max(load0, os.getloadavg()[0]), 1)})
+            "yosys": data["yosys"], "synth_s": round(dt, 1), "cpu_s": round(cpu, 1),
+            "load": round(max(load0, os.getloadavg()[0]), 1),
+            "cells": {k: v for k, v in sorted(res.cells.items()) if not k.startswith("$")}})
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=1) + "\n")
         print(f"{name}: LUT {res.lut} FF {res.ff} DSP {res.dsp} BRAM36 {res.bram36} "
-              f"({dt:.0f} s, load {os.getloadavg()[0]:.1f})", flush=True)
+              f"({dt:.0f} s wall, {cpu:.0f} CPU-s, load {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def fit(path: Path = DATA, write_roles: bool = False) -> None:
     """Least-squares fit of the LUT and FF terms on the ``fit`` points; print constants
     and the per-point error (fit and held-out) with the current model's next to it."""
     from vtaforge.dse.resources import (ALU_REQUANT_FF, ALU_REQUANT_LUT_PER_LANE, LUT_FF_TERMS,
-                                        AnalyticResources, lut_ff_features)
+                                        AnalyticResources, lut_ff_features, width_terms)
 
     data = load(path)
     roles = {name: role for name, role, _ in PLAN}
@@ -127,11 +137,13 @@ def fit(path: Path = DATA, write_roles: bool = False) -> None:
     pts = [(p, VTAConfig.from_dict(p["config"])) for p in data["points"]]
     fitp = [(p, c) for p, c in pts if p["role"] == "fit"]
     X = np.array([lut_ff_features(c) for _, c in fitp], dtype=float)
+    W = np.array([width_terms(c) for _, c in fitp], dtype=float)     # structural, not fitted
     coef = {}
-    for kind in ("lut", "ff"):
+    for col, kind in enumerate(("lut", "ff")):
         y = np.array([p[kind] for p, _ in fitp], dtype=float)
+        y = y - W[:, col]
         # relative least squares: weight each point by 1 / y (errors are judged in %)
-        w = 1.0 / y
+        w = 1.0 / (y + W[:, col])
         sol, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
         coef[kind] = sol
     print(f"{len(fitp)} fit points, {len(pts) - len(fitp)} held out; yosys {data.get('yosys')}")
@@ -149,7 +161,8 @@ def fit(path: Path = DATA, write_roles: bool = False) -> None:
     old = []
     for p, c in pts:
         f = np.array(lut_ff_features(c), dtype=float)
-        lut, ff = float(f @ coef["lut"]), float(f @ coef["ff"])
+        w_lut, w_ff = width_terms(c)
+        lut, ff = float(f @ coef["lut"]) + w_lut, float(f @ coef["ff"]) + w_ff
         if c.ALU_REQUANT:   # the option's own term (dse/resources.py), not part of the fit
             lut += ALU_REQUANT_LUT_PER_LANE * c.BATCH * c.BLOCK_OUT
             ff += ALU_REQUANT_FF

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from ..hw.config import VTAConfig
+from ..hw.config import MemType, VTAConfig
 from ..hw.estimate import EstimateError, part_info
 
 
@@ -18,7 +18,7 @@ from .workloads import DseWorkload
 __all__ = [
     "BRAM_SHAPES", "LUTRAM_MAX_DEPTH", "bram36_for_memory", "memory_map",
     "LUT_FF_CALIBRATION", "LUT_FF_TERMS", "LUT_COEFFS", "FF_COEFFS", "lut_ff_features",
-    "ALU_REQUANT_LUT_PER_LANE", "ALU_REQUANT_FF",
+    "ALU_REQUANT_LUT_PER_LANE", "ALU_REQUANT_FF", "width_terms",
     "gemm_dsp", "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
     "AnalyticResources", "YosysResources", "resource_record", "resources_fit",
 ]
@@ -99,12 +99,44 @@ ALU_REQUANT_LUT_PER_LANE = 146.0
 ALU_REQUANT_FF = 13.0
 
 
+def _loader_shreg_bits(cfg: VTAConfig) -> int:
+    """Flip-flops of the INP and WGT loaders' beat-assembly registers (hw/core/load.py: an
+    element wider than the bus is gathered from ``elem_bits / BUS_WIDTH`` beats in an
+    ``elem_bits − BUS_WIDTH``-bit shift register; narrower elements need none)."""
+    return sum(max(0, cfg.elem_bits(m) - cfg.BUS_WIDTH) for m in (MemType.INP, MemType.WGT))
+
+
+def width_terms(cfg: VTAConfig) -> tuple[int, int]:
+    """``(LUT, FF)`` that ``cfg``'s operand widths add to the same config with int8
+    operands (the fitted terms of :data:`LUT_FF_TERMS` were measured on int8 cores; both
+    are 0 for ``INP_WIDTH = WGT_WIDTH = 8`` and negative for narrower operands).
+
+    Not fitted, counted from the RTL's structure (hw/core/compute.py, hw/core/load.py):
+
+    * LUT: the GEMM adder trees, ``BATCH × BLOCK_OUT × (BLOCK_IN − 1)`` adders whose
+      operands are ``INP_WIDTH + WGT_WIDTH``-bit products instead of 16-bit ones, one LUT
+      (and a quarter CARRY4) per bit: ``BATCH·BLOCK_OUT·(BLOCK_IN − 1)·(INP_WIDTH +
+      WGT_WIDTH − 16)``.  The final add into the ACC_WIDTH lane does not change.
+    * FF: the loaders' beat-assembly registers of INP and WGT elements
+      (:func:`_loader_shreg_bits`) minus those of the int8 config.  The products
+      themselves stay in the DSP48's P register (a 16×16 product fits a DSP48E1's 25×18
+      multiplier) as they do for unpacked int8.
+
+    Checked on held-out Yosys points (tests/dse/data/yosys_points.json ``*_w16``)."""
+    c8 = cfg.replace(LOG_INP_WIDTH=3, LOG_WGT_WIDTH=3)
+    adders = cfg.BATCH * cfg.BLOCK_OUT * (cfg.BLOCK_IN - 1)
+    lut = adders * (cfg.INP_WIDTH + cfg.WGT_WIDTH - 16)
+    ff = _loader_shreg_bits(cfg) - _loader_shreg_bits(c8)
+    return lut, ff
+
+
 #: Where the LUT/FF constants come from (the cache key of :class:`AnalyticResources`
 #: names it: a refit is a new key).
 LUT_FF_CALIBRATION = {
     "points": "tests/dse/data/yosys_points.json", "fit": "bench/dse_resource_fit.py",
-    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 3,
+    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 4,
     "alu_requant": [ALU_REQUANT_LUT_PER_LANE, ALU_REQUANT_FF],
+    "width_terms": "structural (width_terms) v1",
 }
 
 
@@ -169,15 +201,18 @@ class AnalyticResources:
         lanes = cfg.BATCH * cfg.BLOCK_OUT
         alu_dsp = lanes * ALU_MUL_DSP_PER_LANE[cfg.ACC_WIDTH] if cfg.ALU_MUL else 0
         f = lut_ff_features(cfg)
-        lut = sum(c * x for c, x in zip(LUT_COEFFS, f)) \
+        w_lut, w_ff = width_terms(cfg)
+        lut = sum(c * x for c, x in zip(LUT_COEFFS, f)) + w_lut \
             + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS \
             + (ALU_REQUANT_LUT_PER_LANE * lanes if cfg.ALU_REQUANT else 0.0)
-        ff = sum(c * x for c, x in zip(FF_COEFFS, f)) + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0)
+        ff = sum(c * x for c, x in zip(FF_COEFFS, f)) + w_ff \
+            + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0)
         return {
             "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp,
             "bram36": float(sum(m["bram36"] for m in mems)), "source": "analytic",
             "breakdown": {"memories": mems, "gemm_dsp": g_dsp, "alu_mul_dsp": alu_dsp,
-                          "dsp_packing_effective": packing},
+                          "dsp_packing_effective": packing,
+                          "width_lut_ff": [w_lut, w_ff]},
         }
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload] = ()) -> Result:

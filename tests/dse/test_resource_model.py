@@ -2,7 +2,8 @@
 yosys_points.json, written by ``bench/dse_resource_fit.py record``: hw/estimate.py's
 ``synth_xilinx`` of each config), without running Yosys: BRAM and DSP exact on every point,
 LUT and FF within 10 % on the points the constants were fitted on and on the held-out
-ones."""
+ones, among them cores with int16 operands (``*_w16``: the structural width terms, fitted on
+no 16-bit point)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from vtaforge.dse.resources import (FF_COEFFS, LUT_COEFFS, LUT_FF_TERMS, AnalyticResources,
-                                    lut_ff_features)
+                                    lut_ff_features, width_terms)
 from vtaforge.hw.config import VTAConfig
 
 DATA = json.loads((Path(__file__).parent / "data" / "yosys_points.json").read_text())
@@ -47,8 +48,29 @@ def test_analytic_model_against_yosys(p):
 def test_constants_are_the_least_squares_fit_of_the_fit_points():
     fit = [p for p in POINTS if p["role"] == "fit"]
     X = np.array([lut_ff_features(_cfg(p)) for p in fit])
-    for kind, coeffs in (("lut", LUT_COEFFS), ("ff", FF_COEFFS)):
+    W = np.array([width_terms(_cfg(p)) for p in fit], dtype=float)    # structural, not fitted
+    for col, (kind, coeffs) in enumerate((("lut", LUT_COEFFS), ("ff", FF_COEFFS))):
         y = np.array([p[kind] for p in fit], dtype=float)
-        sol = np.linalg.lstsq(X / y[:, None], np.ones_like(y), rcond=None)[0]
+        sol = np.linalg.lstsq(X / y[:, None], (y - W[:, col]) / y, rcond=None)[0]
         # the model's estimates equal the refit's within rounding of the printed constants
         assert np.allclose(X @ np.array(coeffs), X @ sol, rtol=1e-3), kind
+
+
+def _widths(p):
+    c = _cfg(p)
+    return c.INP_WIDTH, c.WGT_WIDTH
+
+
+def test_wide_operand_cores_are_measured_and_held_out():
+    # int16 cores: never used to fit a constant, and at least one beyond the tiny preset
+    wide = [p for p in POINTS if _widths(p) == (16, 16)]
+    assert len(wide) >= 2 and all(p["role"] == "held-out" for p in wide)
+    assert any(p["macs"] >= 64 for p in wide)
+    for p in wide:      # a 16x16 product fits one DSP48E1 (25x18): one slice per MAC, no packing
+        assert p["dsp"] == p["macs"]
+
+
+def test_width_terms_vanish_for_int8():
+    for p in POINTS:
+        if _widths(p) == (8, 8):
+            assert width_terms(_cfg(p)) == (0, 0)
