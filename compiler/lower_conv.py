@@ -75,6 +75,11 @@ L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 #: the clear covered its entries.  False lowers every tile with its reset (for comparison).
 CLEARING_REQ = True
 
+#: A 1x1 conv of vertical stride > 1 without vertical padding loads only the input rows
+#: its output rows read (DRAM row stride ``sh`` rows), so a tile of ``th`` output rows holds
+#: ``th`` input rows instead of ``(th-1)*sh + 1`` (False: every row of the window).
+ROW_SKIP = True
+
 #: Resident weight LOADs are split into requests of at most this many bus beats (whole
 #: weight blocks, at least one): a request holds the read channel until its last beat.
 W_CHUNK_BEATS = 256
@@ -273,7 +278,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     per_ob = max(b - a for a, b in wpk.ob_ranges)
     span = nib if groups == 1 else max(int(wpk.ibs(ob).max() - wpk.ibs(ob).min() + 1)
                                        for ob in range(nob) if wpk.ob_ranges[ob][1] > 0)
-    tl = conv_tiling(cfg, nob, span, ho, wo, kh, kw, sh, sw, len(wpk.blocks), per_ob)
+    row_skip = ROW_SKIP and kh == 1 and sh > 1 and pt == 0 and pb == 0
+    tl = conv_tiling(cfg, nob, span, ho, wo, kh, kw, sh, sw, len(wpk.blocks), per_ob, row_skip)
     nvt = tl.nvt
     inp_half = cfg.INP_DEPTH // nvt
     wgt_half = cfg.WGT_DEPTH // nvt
@@ -352,20 +358,24 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                                   bias_load=bias_load, out_rows=out_rows)
             raise CompileError(f"{uid}: empty input window")  # pragma: no cover
         padv = (ry0 - iy0, iy0 + rows - ry1, rx0 - ix0, ix0 + cols - rx1)
+        # rows held per input block: with row_skip the window's every sh-th row (padv has no
+        # vertical padding then), one per output row
+        rows_l, ystep = (th, cols) if row_skip else (rows, sh * cols)
         for r, (i0, i1) in enumerate(reds):
             ivt = s % nvt
             ibn = i1 - i0
             inp_base = ivt * inp_half
             if s >= nvt:
                 tb.dep_pop(C, L)
-            full = padv == (0, 0, 0, 0) and rows == hp and cols == wp
+            full = padv == (0, 0, 0, 0) and rows_l == hp and cols == wp
             if full:
                 tb.load_2d("x", i0 * hp * wp, MemType.INP, inp_base, ibn, hp * wp, hp * wp)
             else:
                 for ib in range(i0, i1):
                     tb.load_2d("x", (ib * hp + ry0) * wp + rx0, MemType.INP,
-                               inp_base + (ib - i0) * rows * cols, ry1 - ry0, rx1 - rx0, wp,
-                               pad=padv)
+                               inp_base + (ib - i0) * rows_l * cols,
+                               th if row_skip else ry1 - ry0, rx1 - rx0,
+                               sh * wp if row_skip else wp, pad=padv)
             # stored weight blocks of this step
             sel = [(ob, ib, blk_index[(ob, ib)]) for ob in range(ob0, ob1)
                    for ib in wpk.ibs(ob) if i0 <= ib < i1]
@@ -407,9 +417,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 ki, kj = ki.reshape(-1), kj.reshape(-1)
                 for ob, ib, bi in sel:
                     d.append(np.full(kk, acc_base + (ob - ob0) * th * tw))
-                    sr.append(inp_base + (ib - i0) * rows * cols + ki * cols + kj)
+                    sr.append(inp_base + (ib - i0) * rows_l * cols + ki * cols + kj)
                     wg.append(widx[bi] + ki * kw + kj)
-                emit_kernel(tb, "gemm", [(th, tw, sh * cols, 0), (tw, 1, sw, 0)],
+                emit_kernel(tb, "gemm", [(th, tw, ystep, 0), (tw, 1, sw, 0)],
                             np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
                 gemm_uops_ideal += len(sel) * kk * th * tw
             tb.dep_push(C, L)
@@ -440,7 +450,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     tr = tb.trace
     macs = o * (c // groups) * kh * kw * ho * wo
     tr.stats = {"tiling": [tl.obn, tl.ibn, tl.th, tl.tw, tl.nvt, int(tl.resident)],
-                "tiles": len(tiles), "steps": s, "pre_pad": bool(pre_pad),
+                "tiles": len(tiles), "steps": s, "pre_pad": bool(pre_pad), "row_skip": row_skip,
                 "acc_regions": tl.acc_nvt,
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
                 "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped,

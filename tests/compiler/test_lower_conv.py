@@ -180,3 +180,49 @@ def test_conv_tiling_fits_its_acc_region(cfg):
         assert tl.ibn * rows * cols <= c.INP_DEPTH // tl.nvt, tl
         if tl.acc_nvt == 1 and tl.nvt == 2:
             assert (tl.obn, tl.th, tl.tw) == (nob, ho, wo), tl
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("s,p", [(2, 0), (3, 0), (2, 1)])
+def test_strided_1x1_loads_only_the_rows_it_reads(cfg, s, p):
+    """A 1x1 conv of stride > 1 without vertical padding loads every s-th input row
+    (``row_skip``): exact against the oracle, and its INP loads hold no more rows than the
+    output has (per input block, batch block and output-block group); with padding it
+    loads pad rows through the LOAD, so keeps the whole window, unless the host pads the
+    packed input (exact either way)."""
+    from vtaforge.hw.config import MemType, preset
+    from vtaforge.runtime.fsim import FsimDevice
+
+    class Counting(FsimDevice):
+        inp_bytes = 0
+
+        def run(self, *a, **kw):
+            r = super().run(*a, **kw)
+            Counting.inp_bytes += int(r.stats.get("inp_load_nbytes", 0))
+            return r
+
+    c = preset(cfg)
+    cin, cout, h, n = 40, 24, 23, 2
+    rng = np.random.default_rng(s)
+    x = rng.integers(-128, 128, (n, cin, h, h)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin, 1, 1)).astype(np.int8)
+    b = rng.integers(-5000, 5000, cout).astype(np.int32)
+    qg = QG(("N", cin, h, h))
+    a = {"kernel": (1, 1), "strides": (s, s), "pads": (p,) * 4, "groups": 1}
+    a.update(qg.req(9, -128, 127))
+    ho = (h + 2 * p - 1) // s + 1
+    y = qg.add("qconv2d", ["xq", qg.const("w", w), qg.const("b", b)], a,
+               TensorType("int8", ("N", cout, ho, ho), 9), "y")
+    out, ex, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32), device=Counting(c))
+    np.testing.assert_array_equal(out["y"], requant(conv_oracle(x, w, b, (s, s), (p,) * 4, 1),
+                                                    9, -128, 127))
+    st = [s_ for s_ in cm.steps if s_.op == "qconv2d"][0].trace.stats
+    # (padding the host adds to the packed input, pre_pad, leaves no pad rows to load)
+    assert st["row_skip"] is (p == 0 or st["pre_pad"])
+    if p == 0:
+        obn = st["tiling"][0]
+        nob = -(-cout // c.BLOCK_OUT)
+        groups = -(-nob // obn)
+        per_row = h * c.elem_bytes(MemType.INP)          # at most a whole input row
+        rows = Counting.inp_bytes // per_row
+        assert rows <= groups * -(-cin // c.BLOCK_IN) * -(-n // c.BATCH) * ho, rows
