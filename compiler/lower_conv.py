@@ -80,6 +80,10 @@ CLEARING_REQ = True
 #: ``th`` input rows instead of ``(th-1)*sh + 1`` (False: every row of the window).
 ROW_SKIP = True
 
+#: Emit a tile's reset (or bias load) before the wait for its first step's loads, not after
+#: (False: after, for comparison).
+RESET_BEFORE_LOAD_WAIT = True
+
 #: Resident weight LOADs are split into requests of at most this many bus beats (whole
 #: weight blocks, at least one): a request holds the read channel until its last beat.
 W_CHUNK_BEATS = 256
@@ -398,7 +402,11 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                         widx[bi] = wbase + (pos + bi - a) * kk
                     pos += b - a
             tb.dep_push(L, C)
-            tb.dep_pop(L, C)
+            # A tile's accumulator set-up (reset or bias load) touches only its ACC region,
+            # so it goes before the wait for this step's loads (RESET_BEFORE_LOAD_WAIT): the
+            # first tile's reset runs while its first input and weights arrive.
+            if not RESET_BEFORE_LOAD_WAIT:
+                tb.dep_pop(L, C)
             if r == 0:
                 if t >= tl.acc_nvt:
                     tb.dep_pop(S, C)
@@ -411,6 +419,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 else:
                     emit_kernel(tb, "gemm", [(th, tw, 0, 0), (tw, 1, 0, 0)],
                                 acc_base + np.arange(obn) * th * tw, np.zeros(obn), reset=True)
+            if RESET_BEFORE_LOAD_WAIT:
+                tb.dep_pop(L, C)
             if sel:
                 d, sr, wg = [], [], []
                 ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
