@@ -62,6 +62,13 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     ("1x8x8_w16", "held-out", {"LOG_BLOCK": 3, "LOG_WIDTH": 4, "ALU_REQUANT": False, **_D}),
     ("1x16x8_w16", "held-out", {"LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 3, "LOG_WIDTH": 4,
                                 "ALU_REQUANT": False, **_D}),
+    ("1x8x8_w16_req", "held-out", {"LOG_BLOCK": 3, "LOG_WIDTH": 4, "ALU_REQUANT": True, **_D}),
+    ("1x8x16_w16_bus128", "held-out", {"LOG_BLOCK_IN": 3, "LOG_BLOCK_OUT": 4, "LOG_WIDTH": 4,
+                                       "LOG_BUS_WIDTH": 7, "ALU_REQUANT": False, **_D}),
+    # int4 weights, int8 activations (LOG_WGT_WIDTH 2): unpacked (tiny) and DSP-packed
+    ("tiny_w4", "held-out", {"preset": "tiny", "LOG_WGT_WIDTH": 2}),
+    ("1x8x8_w4_p2", "held-out", {"LOG_BLOCK": 3, "LOG_WGT_WIDTH": 2, "DSP_PACKING": 2,
+                                 "ALU_REQUANT": False, **_D}),
 )
 
 

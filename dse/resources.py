@@ -118,15 +118,23 @@ def width_terms(cfg: VTAConfig) -> tuple[int, int]:
       (and a quarter CARRY4) per bit: ``BATCH·BLOCK_OUT·(BLOCK_IN − 1)·(INP_WIDTH +
       WGT_WIDTH − 16)``.  The final add into the ACC_WIDTH lane does not change.
     * FF: the loaders' beat-assembly registers of INP and WGT elements
-      (:func:`_loader_shreg_bits`) minus those of the int8 config.  The products
-      themselves stay in the DSP48's P register (a 16×16 product fits a DSP48E1's 25×18
-      multiplier) as they do for unpacked int8.
+      (:func:`_loader_shreg_bits`) minus those of the int8 config.  Unpacked products stay
+      in the DSP48's P register (a 16×16 or 8×4 product fits a DSP48E1's 25×18
+      multiplier) as they do for unpacked int8; DSP-packed ones (int8 × int4 with
+      ``DSP_PACKING = 2``) are split in fabric and registered there, ``INP_WIDTH +
+      WGT_WIDTH`` bits each, so FF also adds ``(INP_WIDTH + WGT_WIDTH − 16)`` per paired
+      product.
 
-    Checked on held-out Yosys points (tests/dse/data/yosys_points.json ``*_w16``)."""
+    Checked on held-out Yosys points (tests/dse/data/yosys_points.json ``*_w16``,
+    ``*_w4``)."""
     c8 = cfg.replace(LOG_INP_WIDTH=3, LOG_WGT_WIDTH=3)
+    extra = cfg.INP_WIDTH + cfg.WGT_WIDTH - 16      # product bits beyond int8's 16
     adders = cfg.BATCH * cfg.BLOCK_OUT * (cfg.BLOCK_IN - 1)
-    lut = adders * (cfg.INP_WIDTH + cfg.WGT_WIDTH - 16)
+    lut = adders * extra
     ff = _loader_shreg_bits(cfg) - _loader_shreg_bits(c8)
+    if _packs(cfg):     # packed products are registered in fabric, INP_WIDTH + WGT_WIDTH bits
+        paired = 2 * ((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) // 2)
+        ff += paired * extra
     return lut, ff
 
 
@@ -140,11 +148,20 @@ LUT_FF_CALIBRATION = {
 }
 
 
+def _packs(cfg: VTAConfig) -> bool:
+    """hw/core/compute.py's packing rule: two products per DSP48 when ``DSP_PACKING == 2``,
+    the activations are int8 and the weights int8 or int4 (sign-extended into the same
+    packed multiplier)."""
+    return cfg.DSP_PACKING == 2 and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH in (4, 8)
+
+
 def gemm_dsp(cfg: VTAConfig) -> tuple[int, int]:
     """``(DSP48 slices of the GEMM array, effective packing)``: ``ceil((MACs −
-    LUT_MULTIPLIERS) / p)`` with ``p = DSP_PACKING`` when both operands are int8, else 1
-    (hw/core/compute.py's packing rule)."""
-    packing = 2 if (cfg.DSP_PACKING == 2 and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH == 8) else 1
+    LUT_MULTIPLIERS) / p)`` with ``p = DSP_PACKING`` when the packing rule holds (int8
+    activations, int8 or int4 weights), else 1: an unpacked 8×8, 8×4 or 16×16 product
+    fits one DSP48E1 (25×18), and Yosys maps even the 8×4 one to a DSP (its product is
+    wider than ``DSP_Y_MINWIDTH`` = 9 bits)."""
+    packing = 2 if _packs(cfg) else 1
     return math.ceil((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) / packing), packing
 
 
