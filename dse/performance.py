@@ -25,6 +25,9 @@ __all__ = [
 ]
 
 
+#: Instructions per fetch DMA request (hw/core/fetch.py ``FETCH_BATCH``).
+FETCH_BATCH = 4
+
 #: The cycle model's stated error against the RTL: the recorded pairs of tests/dse/data
 #: (ResNet-18 C2-C11 at size 14 and the digits CNN on several cores) are within 2.42 %
 #: per layer after the fit (0.50 % mean over 82, 8 configs); latencies within this fraction
@@ -55,19 +58,26 @@ class CycleModel:
     fetch, write-channel beats) — perfect overlap; ``upper`` = the sum of every
     instruction's cycles plus the instruction fetch — no overlap at all; ``cycles`` (the
     estimate) = a list schedule of the three modules in program order, each instruction
-    starting when its module is free and its popped dependency tokens were pushed, raised
-    to at least the bus bound.  The schedule ignores token-queue and command-queue
-    capacity and bus contention between modules, so it is optimistic; the upper bound is
-    not.  ``dram_latency`` defaults to 0, like the Verilator harness's DRAM model: a board
-    has tens of cycles per burst.
+    starting when its module is free, its popped dependency tokens were pushed and it was
+    dispatched, raised to at least the bus bound.  With :attr:`read_arbitration` (default)
+    the schedule also models the one AXI read channel (:meth:`_schedule`): the fetch unit
+    (batches of four instructions, ahead of execution up to the command-queue depth), the
+    compute module's UOP/ACC/ACC8 loads and the load module's INP/WGT loads take it one DMA
+    row at a time in that priority, so a 1-beat UOP load behind a 1,024-beat INP row
+    waits for the row, and so does the next instruction fetch.  It ignores token-queue
+    capacity and write-channel contention; the upper bound does not depend on them.
+    ``dram_latency`` defaults to 0, like the Verilator harness's DRAM model: a board has
+    tens of cycles per burst.
     """
 
     gemm_uop_cycles: float = 1.0
     alu_imm_uop_cycles: float = 1.0
     alu_tensor_uop_cycles: float = 2.0
     #: Fitted (dse/calibrate.py ``fit``) on the recorded pairs of tests/dse/data with
-    #: ``compute_overhead`` and ``row_overhead``; was 7 / 7 / 0 (docs/dse.md "Calibration").
-    insn_overhead: float = 11.0
+    #: ``compute_overhead``, ``row_overhead``, ``fetch_overhead`` and ``dma_lead``; was 11 /
+    #: 10.125 / 3 before the read channel and the fetch were modelled, 7 / 7 / 0 before any
+    #: fit (docs/dse.md "Calibration").
+    insn_overhead: float = 7.0
     dram_latency: float = 0.0
     #: Stall cycles of an ALU micro-op that reads (dst or tensor src) the entry the
     #: previous micro-op writes (pipeline B -> D: 2); one slot further back, that minus 1
@@ -76,7 +86,7 @@ class CycleModel:
     #: Fixed cycles of a GEMM/ALU instruction (``None``: ``insn_overhead``): the sequencer
     #: starts when the instruction is taken and the next GEMM/ALU enters behind the last
     #: micro-op, so it is smaller than a DMA's.
-    compute_overhead: float | None = 10.125
+    compute_overhead: float | None = 6.0
     #: Fixed cycles of a GEMM/ALU that follows a GEMM/ALU pushing no token (``None``: the
     #: compute overhead): the compute FSM starts it behind the previous one's last
     #: micro-op (hw/core/compute.py "EXEC"), but the recorded pairs do not yet support a
@@ -85,13 +95,24 @@ class CycleModel:
     #: Cycles per DMA row (one AXI burst) on top of its beats/elements, with the
     #: zero-latency DRAM model (burst handshake); ``dram_latency`` adds a board's latency.
     row_overhead: float = 3.0
+    #: Model the one AXI read channel shared by the instruction fetch and the compute and
+    #: load modules' DMA reads, and the fetch itself (:meth:`_schedule`); ``False``: every
+    #: instruction is there at cycle 0 and reads never wait for each other (the model
+    #: before; it underestimated ResNet-18's residual adds by up to 14 %).
+    read_arbitration: bool = True
+    #: Cycles of one instruction-fetch request beyond its beats (hw/core/fetch.py: request
+    #: and first-beat latency, NEXT), with :attr:`read_arbitration`; fitted.
+    fetch_overhead: float = 6.0
+    #: Cycles from a DMA instruction's start to its first row request (decode), with
+    #: :attr:`read_arbitration`: a read arriving in them finds the channel free; fitted.
+    dma_lead: float = 6.0
 
     def __post_init__(self) -> None:
         """Raises :class:`DSEError` when a parameter is not a finite number >= 0 (a
         negative or NaN latency would silently rank designs wrongly)."""
         for name in ("gemm_uop_cycles", "alu_imm_uop_cycles", "alu_tensor_uop_cycles",
                      "insn_overhead", "dram_latency", "alu_hazard_cycles",
-                     "row_overhead") + tuple(
+                     "row_overhead", "fetch_overhead", "dma_lead") + tuple(
                          k for k in ("compute_overhead", "chain_overhead")
                          if getattr(self, k) is not None):
             v = getattr(self, name)
@@ -246,15 +267,49 @@ class CycleModel:
         lower = float(max(max(float(floor[module == k].sum()) for k in range(3)),
                           read_beats, write_beats))
         upper = float(cost.sum()) + math.ceil(16 * n / bus)
-        sched = self._schedule(cols, module, cost)
+        rd = np.zeros(n, np.int8)
+        rows_of: dict[int, np.ndarray] = {}
+        if len(sel):
+            rsel = sel[is_load]
+            rd[rsel] = np.where(module[rsel] == 0, 2, 1)
+            cum = np.cumsum(rows)
+            hi = np.cumsum(y)
+            lo = hi - y
+            # per read: its rows' end times from its first row's start
+            rows_of = {int(sel[k]): cum[lo[k]:hi[k]] - (cum[lo[k] - 1] if lo[k] else 0.0)
+                       for k in np.nonzero(is_load)[0]}
+        sched = self._schedule(cols, module, cost, rd, rows_of, fetch_beats=-(-16 // bus),
+                               queue_depth=int(cfg.INSN_QUEUE_DEPTH))
         return {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
                 "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
                 "read_beats": read_beats, "write_beats": write_beats}
 
-    @staticmethod
-    def _schedule(cols, module: np.ndarray, cost: np.ndarray) -> float:
+    def _schedule(self, cols, module: np.ndarray, cost: np.ndarray,
+                  rd: np.ndarray | None = None, rows: Mapping[int, np.ndarray] | None = None,
+                  trace: list | None = None, fetch_beats: int = 2, queue_depth: int = 512
+                  ) -> float:
         """List schedule of the three modules through the four token queues (module order =
-        program order; a pop takes the oldest pushed token)."""
+        program order; a pop takes the oldest pushed token), events committed in order of
+        their start time.
+
+        With ``rd`` (per instruction: 1 = a DMA read of the compute module, UOP/ACC/ACC8;
+        2 = a DMA read of the load module, INP/WGT; 0 = none), ``rows`` (instruction ->
+        end of each of its DMA rows, cycles from the first row's start, a float array) and
+        :attr:`read_arbitration`, the one AXI read channel (hw/core/axi.py) is a resource:
+        the fetch unit (``FETCH_BATCH``
+        instructions of ``fetch_beats`` beats each per request, the next request when the
+        previous one is in, hw/core/fetch.py), the compute module and the load module share
+        it with that fixed priority, and a granted client keeps it to the end of its request
+        (one DMA row).  A read that arrives while a lower-priority row is in flight waits
+        for that row to end and the lower-priority instruction's later rows move behind it;
+        one that arrives while a higher-priority read is in flight waits for all of that
+        read's rows.  An instruction starts no earlier than it was dispatched: its fetch
+        batch is in (the first batch counts as in at cycle 0: its latency is a per-launch
+        constant, in the fitted overheads) and its command queue (``queue_depth``
+        instructions) has room; the fetch reads a batch only when the batch two before it
+        has been dispatched (a buffer of two batches).
+        ``trace`` (a list) receives ``(instruction, start, end)`` per instruction (cycles;
+        ``end`` as first committed; fetch batches as ``(-1 - batch, start, end)``)."""
         from collections import deque
 
         # queue ids: 0 l2g, 1 g2l, 2 g2s, 3 s2g (hw/isa.py FLAG_QUEUES)
@@ -262,35 +317,142 @@ class CycleModel:
                    2: (("pop_prev", 2),)}
         push_of = {0: (("push_next", 0),), 1: (("push_prev", 1), ("push_next", 2)),
                    2: (("push_prev", 3),)}
-        flags = {k: np.asarray(cols[k]) for k in ("pop_prev", "pop_next", "push_prev",
-                                                   "push_next")}
+        flags = {k: np.asarray(cols[k]).tolist() for k in ("pop_prev", "pop_next",
+                                                           "push_prev", "push_next")}
+        n = len(cost)
+        arb = self.read_arbitration and rd is not None and rows is not None
+        rdl = rd.tolist() if arb else [0] * n
+        costl = cost.tolist()
+        need_of = [tuple(q for f, q in pops_of[int(module[i])] if flags[f][i]) for i in range(n)]
         order = [np.nonzero(module == k)[0].tolist() for k in range(3)]
         ptr = [0, 0, 0]
         free = [0.0, 0.0, 0.0]
-        toks = [deque(), deque(), deque(), deque()]
+        end = [0.0] * n
+        toks: list[deque] = [deque(), deque(), deque(), deque()]
+        # read clients by priority: 0 fetch, 1 compute, 2 load; in flight: [instruction
+        # (-1: a fetch batch), module, first row's start, absolute row end times]
+        fly: list[list | None] = [None, None, None]
+        nb = -(-n // FETCH_BATCH) if arb else 0
+        fetched = [0.0] * nb
+        fb = 0
+        fetch_next = 0.0
+        # dispatch from the fetch buffer (two batches) into the command queues, in program
+        # order: an instruction enters when its batch is in and its queue has room (the
+        # instruction queue_depth places ahead of it in its module has started)
+        room = [-1] * n
+        for lst in order:
+            for p in range(queue_depth, len(lst)):
+                room[lst[p]] = lst[p - queue_depth]
+        started = [-1.0] * n
+        disp = [0.0] * n
+        dp = 0
+
+        def dispatch() -> int:
+            d = dp
+            while d < n and d // FETCH_BATCH < fb:
+                r = room[d]
+                if r >= 0 and started[r] < 0:
+                    break
+                disp[d] = max(disp[d - 1] if d else 0.0, fetched[d // FETCH_BATCH],
+                              started[r] if r >= 0 else 0.0)
+                d += 1
+            return d
+        fetch_cost = FETCH_BATCH * fetch_beats + self.fetch_overhead
+
+        def acquire(c: int, t: float, busy: float) -> float:
+            """Wait of client ``c``'s read arriving at ``t`` for the channel (a read another
+            client holds then, or a higher-priority one that takes it first); moves the
+            later rows of lower-priority reads in flight behind its ``busy`` cycles."""
+            ready = t
+            for _ in range(3):
+                for o in range(3):
+                    f = fly[o]
+                    if o == c or f is None or f[3][-1] <= ready or f[2] > ready:
+                        continue
+                    if o < c:
+                        ready = float(f[3][-1])
+                    else:
+                        ready = float(f[3][int(np.searchsorted(f[3], ready, side="right"))])
+            for o in range(c + 1, 3):
+                f = fly[o]
+                if f is None or f[3][-1] <= ready:
+                    continue
+                if f[2] >= ready:  # not started yet: all of it goes behind
+                    f[2] += busy
+                    f[3] += busy
+                else:
+                    k = int(np.searchsorted(f[3], ready, side="right"))
+                    if k + 1 >= len(f[3]):
+                        continue
+                    f[3][k + 1:] += busy
+                end[f[0]] += busy
+                free[f[1]] = max(free[f[1]], end[f[0]])
+            return ready - t
+
         while True:
-            progress = False
-            for m in range(3):
-                lst = order[m]
-                while ptr[m] < len(lst):
-                    i = lst[ptr[m]]
-                    need = [q for f, q in pops_of[m] if flags[f][i]]
-                    if any(not toks[q] for q in need):
-                        break
-                    start = free[m]
-                    for q in need:
-                        start = max(start, toks[q].popleft())
-                    end = start + cost[i]
-                    free[m] = end
-                    for f, q in push_of[m]:
-                        if flags[f][i]:
-                            toks[q].append(end)
-                    ptr[m] += 1
-                    progress = True
-            if all(ptr[m] == len(order[m]) for m in range(3)):
-                return max(free)
-            if not progress:  # the functional simulator would have reported the deadlock
-                return float(cost.sum())
+            best, bm = None, -1
+            if fb < nb and (fb < 2 or dp >= (fb - 1) * FETCH_BATCH):
+                best, bm = fetch_next, 3
+                if fb >= 2:
+                    best = max(best, disp[(fb - 1) * FETCH_BATCH - 1])
+            for m in (1, 0, 2):
+                if ptr[m] == len(order[m]):
+                    continue
+                i = order[m][ptr[m]]
+                if arb and i >= dp:
+                    continue
+                need = need_of[i]
+                if need and any(not toks[q] for q in need):
+                    continue
+                start = free[m]
+                if arb:
+                    start = max(start, disp[i])
+                for q in need:
+                    start = max(start, end[toks[q][0]])
+                if best is None or start < best:
+                    best, bm = start, m
+            if bm < 0:
+                if all(ptr[m] == len(order[m]) for m in range(3)):
+                    return max(free)
+                return float(cost.sum())  # a deadlock: the functional simulator reports it
+            start = best
+            if bm == 3 and fb == 0:  # the first batch is in at cycle 0 (see above)
+                fb = 1
+                dp = dispatch()
+                continue
+            if bm == 3:
+                wait = acquire(0, start, fetch_cost)
+                fetch_next = start + wait + fetch_cost
+                fly[0] = [-1, -1, start + wait, np.array([fetch_next])]
+                fetched[fb] = fetch_next
+                if trace is not None:
+                    trace.append((-1 - fb, start, fetched[fb]))
+                fb += 1
+                dp = dispatch()
+                continue
+            m = bm
+            i = order[m][ptr[m]]
+            for q in need_of[i]:
+                toks[q].popleft()
+            c = costl[i]
+            if rdl[i]:
+                cl = 1 if rdl[i] == 1 else 2
+                lead = self.dma_lead
+                rel = rows[i]
+                wait = acquire(cl, start + lead, float(rel[-1]))
+                c += wait
+                fly[cl] = [i, m, start + lead + wait, start + lead + wait + rel]
+            end[i] = start + c
+            free[m] = end[i]
+            started[i] = start
+            if arb:
+                dp = dispatch()
+            if trace is not None:
+                trace.append((i, start, end[i]))
+            for f, q in push_of[m]:
+                if flags[f][i]:
+                    toks[q].append(i)
+            ptr[m] += 1
 
     def as_dict(self) -> dict:
         """The parameters as a dict (cache key, report)."""
