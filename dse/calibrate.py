@@ -138,8 +138,8 @@ def layer_errors(model: CycleModel, pairs: Iterable[Mapping]) -> list[dict]:
     return out
 
 
-#: The constants :func:`fit` adjusts.
-FIT_PARAMS = ("insn_overhead", "compute_overhead", "row_overhead")
+#: The constants :func:`fit` adjusts (the last two only matter with ``read_arbitration``).
+FIT_PARAMS = ("insn_overhead", "compute_overhead", "row_overhead", "fetch_overhead", "dma_lead")
 
 
 def fit(pairs: Sequence[Mapping], start: CycleModel | None = None,
