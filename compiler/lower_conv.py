@@ -464,7 +464,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 "acc_regions": tl.acc_nvt,
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
                 "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped,
-                "min_dram_bytes": int((B * c * h * wd + B * o * ho * wo) * eb + weight_bytes(cfg, w) + 4 * o)}
+                "min_dram_bytes": int((B * c * _read_extent(h, ho, kh, sh) * _read_extent(wd, wo, kw, sw)
+                                       + B * o * ho * wo) * eb + weight_bytes(cfg, w) + 4 * o)}
     # the bias carries the rounding constant (the plan's pre_add with a multiplier)
     rnd = int(attrs["round"]) if plan is None else plan.pre_add
     wdata = np.ascontiguousarray(wpk.data[order])
@@ -480,6 +481,13 @@ def weights_fit(cfg: VTAConfig, w: np.ndarray) -> bool:
     if cfg.WGT_WIDTH == 4:
         return w.dtype == np.int8 and (w.size == 0 or (int(w.min()) >= -8 and int(w.max()) <= 7))
     return np.dtype(w.dtype).itemsize * 8 == cfg.WGT_WIDTH and w.dtype.kind == "i"
+
+
+def _read_extent(n_in: int, n_out: int, k: int, s: int) -> int:
+    """Input rows (or columns) a conv's windows read along one axis: all ``n_in`` when
+    windows touch (``k >= s``), else ``n_out * k`` at most (a 1x1 stride-2 conv reads every
+    other row: its minimum DRAM traffic counts only those)."""
+    return n_in if k >= s else min(n_in, n_out * k)
 
 
 def weight_bytes(cfg: VTAConfig, w: np.ndarray) -> int:

@@ -220,6 +220,8 @@ def test_strided_1x1_loads_only_the_rows_it_reads(cfg, s, p):
     # (padding the host adds to the packed input, pre_pad, leaves no pad rows to load)
     assert st["row_skip"] is (p == 0 or st["pre_pad"])
     if p == 0:
+        # the bound's minimum DRAM traffic counts only the input rows and columns read
+        assert st["min_dram_bytes"] == c.BATCH * (cin + cout) * ho * ho + cout * cin + 4 * cout
         obn = st["tiling"][0]
         nob = -(-cout // c.BLOCK_OUT)
         groups = -(-nob // obn)
