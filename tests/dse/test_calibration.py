@@ -102,3 +102,59 @@ def test_pool_and_adds_recorded_and_within_3_percent(all_pairs):
     bad = [f"{e['fingerprint']} {e['workload']}: {100 * e['error']:+.2f} %" for e in errs
            if abs(e["error"]) > TOLERANCE or e["lower"] > e["rtl"]]
     assert not bad, bad
+
+
+def _prog(rows):
+    import numpy as np
+
+    from vtaforge.hw.isa import INSN_FIELDS
+
+    cols = {k: np.zeros(len(rows), np.int64) for k in INSN_FIELDS}
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            cols[k][i] = v
+    return cols
+
+
+def test_read_channel_one_row_per_grant_hand_program():
+    """hw/core/axi.py: a granted client keeps the read channel to the end of its request (one
+    DMA row).  A 1-beat UOP load that the compute module issues while the load module's
+    512-element INP row (1,024 beats at pynq's 8-byte bus) is in flight waits for the row.
+    Hand oracle with the default constants (insn 7, compute 6, row 3, lead 6): the INP row
+    is requested at 6 and ends at 6 + 1,024 + 3 = 1,033; the GEMM of 100 micro-ops ends at
+    106; the UOP load asks at 112, is granted at 1,033 and ends at 106 + 7 + (1 + 3) + 921 =
+    1,038; FINISH 1,045.  Without the channel: the load's 1,034."""
+    from vtaforge.hw.config import preset
+    from vtaforge.hw.isa import Opcode
+
+    cfg = preset("pynq")
+    G, L, F = int(Opcode.GEMM), int(Opcode.LOAD), int(Opcode.FINISH)
+    cols = _prog([dict(opcode=L, memory_type=2, x_size=512, y_size=1, x_stride=512),
+                  dict(opcode=G, iter_out=1, iter_in=100, uop_bgn=0, uop_end=1),
+                  dict(opcode=L, memory_type=0, x_size=1, y_size=1, x_stride=1),
+                  dict(opcode=F)])
+    m = CycleModel()
+    assert (m.insn_overhead, m.compute_overhead, m.row_overhead, m.dma_lead) == (7, 6, 3, 6)
+    assert m.program_cycles(cfg, cols)["cycles"] == 1045
+    assert CycleModel(read_arbitration=False).program_cycles(cfg, cols)["cycles"] == 1034
+
+
+def test_fetch_waits_behind_a_long_row_hand_program():
+    """hw/core/fetch.py: four instructions per fetch request, the fetch a top-priority read
+    client.  Program: an INP load of one 512-element row, 8 GEMMs of one micro-op, FINISH
+    (batches [L G G G] [G G G G] [G F]).  Hand oracle (fetch 4 x 2 beats + 6.5 = 14.5 per
+    request): batch 0 counts as in at 0; batch 1 holds the channel over [0, 14.5], so the
+    INP row runs [14.5, 1,041.5]; batch 2, asked for at 14.5, waits for the row and is in at
+    1,056; the GEMMs of batches 0-1 end at 49; the last GEMM runs [1,056, 1,063], FINISH
+    1,070."""
+    from vtaforge.hw.config import preset
+    from vtaforge.hw.isa import Opcode
+
+    cfg = preset("pynq")
+    G, L, F = int(Opcode.GEMM), int(Opcode.LOAD), int(Opcode.FINISH)
+    gemm = dict(opcode=G, iter_out=1, iter_in=1, uop_bgn=0, uop_end=1)
+    cols = _prog([dict(opcode=L, memory_type=2, x_size=512, y_size=1, x_stride=512)]
+                 + [gemm] * 8 + [dict(opcode=F)])
+    m = CycleModel()
+    assert m.fetch_overhead == 6.5
+    assert m.program_cycles(cfg, cols)["cycles"] == 1070
