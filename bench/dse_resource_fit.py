@@ -69,6 +69,10 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     ("tiny_w4", "held-out", {"preset": "tiny", "LOG_WGT_WIDTH": 2}),
     ("1x8x8_w4_p2", "held-out", {"LOG_BLOCK": 3, "LOG_WGT_WIDTH": 2, "DSP_PACKING": 2,
                                  "ALU_REQUANT": False, **_D}),
+    ("1x16x16_w4_p2", "held-out", {"LOG_BLOCK": 4, "LOG_WGT_WIDTH": 2, "DSP_PACKING": 2,
+                                   "ALU_REQUANT": False, **_D}),
+    ("2x8x8_w16", "held-out", {"LOG_BATCH": 1, "LOG_BLOCK": 3, "LOG_WIDTH": 4,
+                               "ALU_REQUANT": False, **_D}),
 )
 
 

@@ -2,8 +2,8 @@
 yosys_points.json, written by ``bench/dse_resource_fit.py record``: hw/estimate.py's
 ``synth_xilinx`` of each config), without running Yosys: BRAM and DSP exact on every point,
 LUT and FF within 10 % on the points the constants were fitted on and on the held-out
-ones, among them cores with int16 operands (``*_w16``: the structural width terms, fitted on
-no 16-bit point)."""
+ones, among them cores with int16 operands (``*_w16``) and int4 weights (``*_w4*``): the
+structural width terms (``width_terms``) were fitted on no such point."""
 
 from __future__ import annotations
 
@@ -74,3 +74,15 @@ def test_width_terms_vanish_for_int8():
     for p in POINTS:
         if _widths(p) == (8, 8):
             assert width_terms(_cfg(p)) == (0, 0)
+
+
+def test_int4_weight_cores_are_measured_and_held_out():
+    # int8 x int4: Yosys maps an unpacked 8x4 product to one DSP48E1 (not to LUTs), and the
+    # RTL packs two int4 weights per DSP as it does int8 ones
+    w4 = [p for p in POINTS if _widths(p) == (8, 4)]
+    assert len(w4) >= 2 and all(p["role"] == "held-out" for p in w4)
+    packed = [p for p in w4 if _cfg(p).DSP_PACKING == 2]
+    unpacked = [p for p in w4 if _cfg(p).DSP_PACKING == 1]
+    assert packed and unpacked
+    assert all(p["dsp"] == p["macs"] for p in unpacked)
+    assert all(2 * p["dsp"] == p["macs"] for p in packed)
