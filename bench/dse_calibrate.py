@@ -9,6 +9,13 @@ run keeps what it recorded.  Then prints the per-layer error of the current cycl
 and of the fitted one, and whether ``cycles_lower`` <= RTL in every pair.
 
     python bench/dse_calibrate.py [--size 14] [--configs N] [--out tests/dse/data/rtl_pairs.json]
+
+``--replay FINGERPRINT WORKLOAD LAUNCH`` instead re-runs one recorded pair of ``--out`` on
+the Verilator model (its instructions and micro-op words written back into a fresh DRAM
+model; data do not change cycles), one cycle at a time, and prints each change of the
+units' states (``dbg_state``: fetch, load, compute, store, the fetch's instruction index)
+with the read/write beats so far, beside the cycle model's schedule of the same program:
+where the model and the RTL part ways.
 """
 
 from __future__ import annotations
@@ -35,6 +42,57 @@ def configs():
     return out
 
 
+def replay(pairs, fp: str, workload: str, launch: int) -> None:
+    """Print the RTL's per-cycle unit-state changes of one recorded pair and the cycle
+    model's per-instruction schedule (module docstring)."""
+    import numpy as np
+
+    from vtaforge.dse.calibrate import _unb64, pair_program
+    from vtaforge.hw.config import MemType
+    from vtaforge.hw.isa import disassemble
+    from vtaforge.runtime.rtl.device import RtlDevice
+
+    sel = [p for p in pairs if p["fingerprint"] == fp and p["workload"] == workload]
+    if launch >= len(sel):
+        raise SystemExit(f"error: no launch {launch} of {workload} on {fp} ({len(sel)} recorded)")
+    p = sel[launch]
+    cfg, cols, uops = pair_program(p)
+    prog = _unb64(p["insns"], np.uint8)
+    dev = RtlDevice(cfg, 256 << 20, progress=False)
+    mem, eb = dev.mem, cfg.elem_bytes(MemType.UOP)
+    for i, w in uops:
+        a = int(cols["dram_base"][i]) * eb
+        mem[a:a + w.nbytes] = w.view(np.uint8)
+    ia = 240 << 20
+    mem[ia:ia + prog.size] = prog
+    h = dev.harness
+    dev.launch(ia, p["n_insns"])
+    c0, idle, prev = h.cycle, 0, None
+    print("RTL: cycle  F L C S states (hw/core/{fetch,load,compute,store}.py)  fetch index  "
+          "read beats  write beats")
+    while idle < 40 and h.cycle - c0 < 10 ** 7:
+        h.step(1)
+        d = h.dbg_state
+        idle = idle + 1 if (d & 0xFFFF) == 0 else 0
+        st = (d & 15, (d >> 4) & 15, (d >> 8) & 15, (d >> 12) & 15, (d >> 16) & 255)
+        if st != prev:
+            print(f"{h.cycle - c0:>9}  F{st[0]} L{st[1]} C{st[2]} S{st[3]}  idx {st[4]:>3}  "
+                  f"rd {h.stat(2)}  wr {h.stat(3)}")
+            prev = st
+    r = dev.wait()
+    dev.close()
+    print(f"RTL cycles {r.cycles} (recorded {p['rtl_cycles']})")
+    trace: list = []
+    m = CycleModel()
+    orig = m._schedule
+    object.__setattr__(m, "_schedule", lambda *a, **k: orig(*a, **{**k, "trace": trace}))
+    est = m.program_cycles(cfg, cols, uop_loads=uops)
+    print(f"model cycles {est['cycles']:.1f}; per instruction: start end")
+    lines = disassemble(cfg, prog)
+    for i, s, e in sorted(t for t in trace if t[0] >= 0):
+        print(f"{i:>5} {s:>10.1f} {e:>10.1f}  {lines[i][:70]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="14")
@@ -42,7 +100,12 @@ def main() -> None:
     ap.add_argument("--workloads", default="resnet18")
     ap.add_argument("--out", default="tests/dse/data/rtl_pairs.json")
     ap.add_argument("--no-record", action="store_true", help="only fit the recorded pairs")
+    ap.add_argument("--replay", nargs=3, metavar=("FINGERPRINT", "WORKLOAD", "LAUNCH"),
+                    help="trace one recorded pair of --out on the RTL, cycle by cycle")
     a = ap.parse_args()
+    if a.replay:
+        replay(load_pairs(a.out), a.replay[0], a.replay[1], int(a.replay[2]))
+        return
     size = None if a.size == "full" else int(a.size)
     wls = parse_workloads(a.workloads, size)
     pairs = load_pairs(a.out)

@@ -7,8 +7,9 @@ Run: ``.venv/bin/python bench/rtl_pool_add.py [--config F.json] [--div N] [--rec
 (``--div`` divides the spatial sizes; default 1 = ResNet-18 224 sizes).  ``--record FILE``
 appends each pool/add step's launched programs as calibration pairs (the format of
 ``vtaforge.dse.calibrate``: instructions, UOP-load payloads, RTL cycles; workloads
-``resnet18-maxpool`` and ``resnet18-add-CxH``) to FILE, replacing that config's earlier
-pairs of the same workloads; the cycle model's estimate is printed beside the RTL either way.
+``resnet18-maxpool`` and ``resnet18-add-CxH``; full size only, ``--div 1``) to FILE,
+replacing that config's earlier pairs of the same workloads; the cycle model's estimate is
+printed beside the RTL either way.
 """
 
 from __future__ import annotations
