@@ -73,6 +73,32 @@ __all__ = [
 #: Bump when a model changes: cached results of another version are not reused.
 MODEL_VERSION = 2
 
+_PKG = Path(__file__).resolve().parent.parent     # the installed vtaforge package
+#: Source files each kind of cached evaluation depends on besides its settings (relative to
+#: the package): the compiler and runtime decide the programs and their stats, the cycle
+#: and resource models price them.  Their hash is part of every cache key, so a cache
+#: written by another version of the code is not reused (no version number to forget).
+_CODE_DEPS = {"res": ("dse/resources.py", "hw/estimate.py"),
+              "perf": ("compiler", "runtime", "dse/performance.py", "dse/workloads.py"),
+              "accuracy": ("compiler", "runtime", "dse/accuracy.py")}
+_code_hashes: dict[str, str] = {}
+
+
+def code_hash(kind: str) -> str:
+    """SHA-1 (16 hex digits) of the Python sources evaluation ``kind`` (``res``, ``perf``,
+    ``accuracy``) depends on (:data:`_CODE_DEPS`), computed once per process; files that
+    are missing (an unusual install) hash as absent."""
+    if kind not in _code_hashes:
+        h = hashlib.sha1()
+        for dep in _CODE_DEPS[kind]:
+            p = _PKG / dep
+            files = sorted(p.rglob("*.py")) if p.is_dir() else [p]
+            for f in files:
+                h.update(str(f.relative_to(_PKG)).encode())
+                h.update(f.read_bytes() if f.is_file() else b"<missing>")
+        _code_hashes[kind] = h.hexdigest()[:16]
+    return _code_hashes[kind]
+
 UNVERIFIED_LABEL = "at target clock, timing not verified"
 
 #: VTAConfig fields that change no instruction the compiler emits and nothing the
@@ -154,7 +180,7 @@ class DesignEvaluator:
     def resource_key(self, cfg: VTAConfig) -> str:
         """Cache key of a resource evaluation: the model version, the resource evaluator's
         settings and the whole hardware config (every field)."""
-        d = {"v": MODEL_VERSION, "res": self.res_eval.key,
+        d = {"v": MODEL_VERSION, "code": code_hash("res"), "res": self.res_eval.key,
              "cfg": dataclasses.asdict(cfg)}
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
@@ -166,8 +192,8 @@ class DesignEvaluator:
         pe = self.perf_eval
         cfgk = program_key(cfg) if getattr(pe, "shares_programs", False) \
             else json.dumps(dataclasses.asdict(cfg), sort_keys=True)
-        d = {"v": MODEL_VERSION, "perf": pe.key if pe else None, "cfg": cfgk,
-             "wl": wl.describe()}
+        d = {"v": MODEL_VERSION, "code": code_hash("perf"), "perf": pe.key if pe else None,
+             "cfg": cfgk, "wl": wl.describe()}
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
     def accuracy_key(self, cfg: VTAConfig) -> str:
@@ -175,7 +201,8 @@ class DesignEvaluator:
         evaluator's settings and :func:`~.accuracy.accuracy_key` of the config (its widths)."""
         from .accuracy import accuracy_key
 
-        d = {"v": MODEL_VERSION, "accuracy": self.accuracy_eval.key, "cfg": accuracy_key(cfg)}
+        d = {"v": MODEL_VERSION, "code": code_hash("accuracy"), "accuracy": self.accuracy_eval.key,
+             "cfg": accuracy_key(cfg)}
         return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:20]
 
     def run_resources(self, cfg: VTAConfig) -> dict:
@@ -220,7 +247,8 @@ class DesignEvaluator:
 
     def key(self, workloads: Sequence[DseWorkload]) -> str:
         """Hash of everything that changes an evaluation except the config itself."""
-        d = {"v": MODEL_VERSION, "res": self.res_eval.key,
+        d = {"v": MODEL_VERSION, "code": [code_hash(k) for k in sorted(_CODE_DEPS)],
+             "res": self.res_eval.key,
              "perf": self.perf_eval.key if self.perf_eval else None,
              "unfit": self.perf_when_unfit, "workloads": [w.describe() for w in workloads]}
         if self.accuracy_eval is not None:

@@ -563,3 +563,20 @@ def test_a_failed_family_task_is_retried_one_config_at_a_time():
     assert max(ex.calls) > 1 and ex.calls.count(1) >= 4     # a family task, then retries
     assert [r.result.workloads for r in got] == [r.result.workloads for r in serial]
     assert not any(w.get("error") for r in got for w in r.result.workloads.values())
+
+
+def test_cache_keys_follow_the_code(monkeypatch):
+    """Every cache key holds the hash of the sources its evaluation depends on, so a cache
+    written by other code (another compiler lowering, another cycle model) is not reused."""
+    import vtaforge.dse.evaluate as E
+
+    ev = DesignEvaluator()
+    cfg = preset("tiny")
+    wl = parse_workloads("resnet18-c2")[0]
+    keys = (ev.resource_key(cfg), ev.perf_key(cfg, wl), ev.key([wl]))
+    assert keys == (ev.resource_key(cfg), ev.perf_key(cfg, wl), ev.key([wl]))   # stable
+    monkeypatch.setattr(E, "_code_hashes", {**{k: E.code_hash(k) for k in E._CODE_DEPS},
+                                            "perf": "0" * 16})
+    assert ev.resource_key(cfg) == keys[0]
+    assert ev.perf_key(cfg, wl) != keys[1] and ev.key([wl]) != keys[2]
+    assert E._PKG.joinpath("compiler", "lower_conv.py").is_file()   # the sources are found
