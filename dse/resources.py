@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from ..hw.config import MemType, VTAConfig
+from ..hw.config import VTAConfig
 from ..hw.estimate import EstimateError, part_info
 
 
@@ -99,11 +99,14 @@ ALU_REQUANT_LUT_PER_LANE = 146.0
 ALU_REQUANT_FF = 13.0
 
 
-def _loader_shreg_bits(cfg: VTAConfig) -> int:
-    """Flip-flops of the INP and WGT loaders' beat-assembly registers (hw/core/load.py: an
-    element wider than the bus is gathered from ``elem_bits / BUS_WIDTH`` beats in an
-    ``elem_bits − BUS_WIDTH``-bit shift register; narrower elements need none)."""
-    return sum(max(0, cfg.elem_bits(m) - cfg.BUS_WIDTH) for m in (MemType.INP, MemType.WGT))
+def _loader_shreg_bits(cfg: VTAConfig, inp_width: int, wgt_width: int) -> int:
+    """Flip-flops of the INP and WGT loaders' beat-assembly registers with ``inp_width`` /
+    ``wgt_width``-bit operands (hw/core/load.py: an element wider than the bus is gathered
+    from ``elem_bits / BUS_WIDTH`` beats in an ``elem_bits − BUS_WIDTH``-bit shift register;
+    narrower elements need none)."""
+    inp = cfg.BATCH * cfg.BLOCK_IN * inp_width
+    wgt = cfg.BLOCK_OUT * cfg.BLOCK_IN * wgt_width
+    return max(0, inp - cfg.BUS_WIDTH) + max(0, wgt - cfg.BUS_WIDTH)
 
 
 def width_terms(cfg: VTAConfig) -> tuple[int, int]:
@@ -123,18 +126,19 @@ def width_terms(cfg: VTAConfig) -> tuple[int, int]:
       multiplier) as they do for unpacked int8; DSP-packed ones (int8 × int4 with
       ``DSP_PACKING = 2``) are split in fabric and registered there, ``INP_WIDTH +
       WGT_WIDTH`` bits each, so FF also adds ``(INP_WIDTH + WGT_WIDTH − 16)`` per paired
-      product.
+      product, and LUT as much per pair: the high product's fix-up add ``(P >> 16) +
+      P[15]`` is kept only ``INP_WIDTH + WGT_WIDTH`` bits wide.
 
     Checked on held-out Yosys points (tests/dse/data/yosys_points.json ``*_w16``,
     ``*_w4``)."""
-    c8 = cfg.replace(LOG_INP_WIDTH=3, LOG_WGT_WIDTH=3)
     extra = cfg.INP_WIDTH + cfg.WGT_WIDTH - 16      # product bits beyond int8's 16
     adders = cfg.BATCH * cfg.BLOCK_OUT * (cfg.BLOCK_IN - 1)
     lut = adders * extra
-    ff = _loader_shreg_bits(cfg) - _loader_shreg_bits(c8)
+    ff = _loader_shreg_bits(cfg, cfg.INP_WIDTH, cfg.WGT_WIDTH) - _loader_shreg_bits(cfg, 8, 8)
     if _packs(cfg):     # packed products are registered in fabric, INP_WIDTH + WGT_WIDTH bits
         paired = 2 * ((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) // 2)
         ff += paired * extra
+        lut += paired // 2 * extra      # each pair's high-product fix-up add, as wide
     return lut, ff
 
 
