@@ -73,6 +73,11 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
                                    "ALU_REQUANT": False, **_D}),
     ("2x8x8_w16", "held-out", {"LOG_BATCH": 1, "LOG_BLOCK": 3, "LOG_WIDTH": 4,
                                "ALU_REQUANT": False, **_D}),
+    # after the packed pair's high-product term (d31abe6): held out from every model choice
+    ("1x8x16_w4_p2", "held-out", {"LOG_BLOCK_IN": 3, "LOG_BLOCK_OUT": 4, "LOG_WGT_WIDTH": 2,
+                                  "DSP_PACKING": 2, "ALU_REQUANT": False, **_D}),
+    ("1x16x8_w4_p1", "held-out", {"LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 3, "LOG_WGT_WIDTH": 2,
+                                  "DSP_PACKING": 1, "ALU_REQUANT": True, **_D}),
 )
 
 
