@@ -146,9 +146,9 @@ def width_terms(cfg: VTAConfig) -> tuple[int, int]:
 #: names it: a refit is a new key).
 LUT_FF_CALIBRATION = {
     "points": "tests/dse/data/yosys_points.json", "fit": "bench/dse_resource_fit.py",
-    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 4,
+    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 5,
     "alu_requant": [ALU_REQUANT_LUT_PER_LANE, ALU_REQUANT_FF],
-    "width_terms": "structural (width_terms) v1",
+    "width_terms": "structural (width_terms) v2",
 }
 
 
@@ -163,8 +163,8 @@ def gemm_dsp(cfg: VTAConfig) -> tuple[int, int]:
     """``(DSP48 slices of the GEMM array, effective packing)``: ``ceil((MACs −
     LUT_MULTIPLIERS) / p)`` with ``p = DSP_PACKING`` when the packing rule holds (int8
     activations, int8 or int4 weights), else 1: an unpacked 8×8, 8×4 or 16×16 product
-    fits one DSP48E1 (25×18), and Yosys maps even the 8×4 one to a DSP (its product is
-    wider than ``DSP_Y_MINWIDTH`` = 9 bits)."""
+    fits one DSP48E1 (25×18), and Yosys maps even the 8×4 one to a DSP, not to LUTs
+    (measured: tests/dse/data/yosys_points.json ``tiny_w4``, ``1x16x8_w4_p1``)."""
     packing = 2 if _packs(cfg) else 1
     return math.ceil((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) / packing), packing
 
