@@ -282,7 +282,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     per_ob = max(b - a for a, b in wpk.ob_ranges)
     span = nib if groups == 1 else max(int(wpk.ibs(ob).max() - wpk.ibs(ob).min() + 1)
                                        for ob in range(nob) if wpk.ob_ranges[ob][1] > 0)
-    row_skip = ROW_SKIP and kh == 1 and sh > 1 and pt == 0 and pb == 0
+    # (the skipping LOAD's row pitch sh*wp must fit the x_stride field)
+    row_skip = (ROW_SKIP and kh == 1 and sh > 1 and pt == 0 and pb == 0
+                and sh * wp <= LIMITS.max("stride"))
     tl = conv_tiling(cfg, nob, span, ho, wo, kh, kw, sh, sw, len(wpk.blocks), per_ob, row_skip)
     nvt = tl.nvt
     inp_half = cfg.INP_DEPTH // nvt
@@ -365,6 +367,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         # rows held per input block: with row_skip the window's every sh-th row (padv has no
         # vertical padding then), one per output row
         rows_l, ystep = (th, cols) if row_skip else (rows, sh * cols)
+        if th == 1:
+            ystep = 0   # one output row: the factor is unused (and may not fit its field)
         for r, (i0, i1) in enumerate(reds):
             ivt = s % nvt
             ibn = i1 - i0

@@ -119,7 +119,8 @@ class QuantConfig:
         for k, ok in (("act_bits", (8, 16)), ("wgt_bits", (4, 8, 16))):
             v = getattr(self, k)
             if isinstance(v, bool) or v not in ok:
-                names = " and ".join(f"{b} (int{b})" for b in ok)
+                names = [f"{b} (int{b})" for b in ok]
+                names = ", ".join(names[:-1]) + " and " + names[-1]
                 raise CompileError(f"QuantConfig.{k} = {v!r}: only {names} are supported")
 
     @property
@@ -338,9 +339,13 @@ class _Quantizer:
         self.half = self.qhi + 1                                  # 2**(act_bits-1)
         self.wdt = "int16" if config.wgt_bits == 16 else "int8"    # int4: int8 storage
         self.wmax = (1 << (config.wgt_bits - 1)) - 1
-        if self.adt != "int8" and any(n.op == "fake_quant" for n in fg.nodes):
-            raise CompileError(f"a QDQ model carries int8 scales: quantize it with act_bits 8, "
-                               f"not {config.act_bits}")
+        if any(n.op == "fake_quant" for n in fg.nodes):
+            if self.adt != "int8":
+                raise CompileError(f"a QDQ model carries int8 scales: quantize it with "
+                                   f"act_bits 8, not {config.act_bits}")
+            if config.wgt_bits != 8:
+                raise CompileError(f"a QDQ model carries int8 weight scales: quantize it "
+                                   f"with wgt_bits 8, not {config.wgt_bits}")
 
     def otype(self, out: str, shape) -> TensorType:
         """int8 (int16) type of the quantized value of float tensor ``out``."""
@@ -622,7 +627,8 @@ class _Quantizer:
         self.qname[out] = qo
 
     def _wide_weights(self, n: Node, w: np.ndarray, b: np.ndarray, ex: int, ew: int):
-        """Weights and bias of a conv/dense with int16 activations or weights: the finest
+        """Weights and bias of a conv/dense with int16 activations or weights, or int4
+        weights (``wmax`` 7): the finest
         weight grid ``exp_w >= ew`` whose exact worst case ``max_o sum_k |w_q[o,k]| * 2**(act_bits-1)
         + max|b_q|`` fits int32 (coarser grids noted in the report).  Returns
         ``(weight constant name, exp_w, b_q, worst)``.

@@ -121,6 +121,10 @@ def _float_inputs(a: np.ndarray, label: str, name: str, dims: list | None) -> np
             isinstance(d, int) and d > 0 and d != s for d, s in zip(dims[1:], a.shape[1:]))):
         raise DSEError(f"{label}: {name} has shape {list(a.shape)}; the model's input is "
                        f"{_fmt_shape(dims)} (samples first)")
+    if a.dtype.kind == "f" and np.isfinite(a).all() and a.size and \
+            float(np.abs(a).max()) > float(np.finfo(np.float32).max):
+        raise DSEError(f"{label}: {name} holds values beyond float32's range (max "
+                       f"|{name}| = {float(np.abs(a).max()):.3g}); the model takes float32")
     a = np.ascontiguousarray(a, dtype=np.float32)
     if not np.isfinite(a).all():
         raise DSEError(f"{label}: {name} contains NaN or infinity "
@@ -238,8 +242,8 @@ def _load_user(model_path: str, data_path: str) -> dict:
                        f"over its last axis gives {per if fo.ndim > 1 else 0} values per "
                        f"sample, accuracy needs one (e.g. [N, classes])")
     classes = int(fo.shape[-1])
-    y = y.astype(np.int64)
-    lo, hi = int(y.min()), int(y.max())
+    lo, hi = int(y.min()), int(y.max())      # Python ints: no wrap of huge unsigned labels
+    y = y.astype(np.int64) if lo >= 0 and hi < classes else y
     if lo < 0 or hi >= classes:
         raise DSEError(f"{dl}: labels y span {lo}..{hi}; the model's first output {out0!r} "
                        f"has {classes} classes, so labels must be in 0..{classes - 1}")

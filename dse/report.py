@@ -267,7 +267,7 @@ def accuracy_by_width(points: Sequence[dict]) -> list[dict] | None:
             continue
         g = groups.setdefault(det["widths"], {
             **{k: det.get(k) for k in ("widths", "accuracy", "float_accuracy", "samples",
-                                       "exact", "cpu_steps", "error") if k in det},
+                                       "exact", "cpu_steps", "error", "dataset") if k in det},
             "points": 0, "feasible": 0, "fastest": None, "latency_us": None,
             "utilization": None})
         g["points"] += 1
@@ -462,8 +462,9 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
                 f"resource {_fmt(g['utilization'] * 100)} %" if g["fastest"] else
                 "no feasible point")
         cpu = f"; on the CPU: {', '.join(g['cpu_steps'])}" if g.get("cpu_steps") else ""
+        what = "images" if g.get("dataset", "digits") == "digits" else "inputs"
         lines.append(f"accuracy {g['widths']}: {g['accuracy'] * 100:.1f} % on {g['samples']} "
-                     f"labelled images (float {g['float_accuracy'] * 100:.1f} %; VTA steps "
+                     f"labelled {what} (float {g['float_accuracy'] * 100:.1f} %; VTA steps "
                      f"bit-exact: {'yes' if g['exact'] else 'NO'}{cpu}); {g['points']} "
                      f"point(s), {g['feasible']} feasible; {fast}")
     lines += format_verify(report)

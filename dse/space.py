@@ -243,6 +243,12 @@ class Space:
         if not isinstance(ov, Mapping):
             raise SpaceError("\"overrides\" must be an object of config field -> value")
         if ov:
+            fields = {f.name for f in dataclasses.fields(VTAConfig)}
+            bad = [k for k in ov if k not in fields]
+            if bad:
+                hint = (f" (an axis alias; give {', '.join(AXIS_ALIASES[bad[0]])})"
+                        if bad[0] in AXIS_ALIASES else "")
+                raise SpaceError(f"\"overrides\" key {bad[0]!r} is not a VTAConfig field{hint}")
             cfg = cfg.replace(**dict(ov))
         return cls(cfg, dict(d["axes"]))
 
@@ -391,13 +397,25 @@ def with_width_axis(space: Space, widths: str | Sequence) -> Space:
             already has a width axis (``LOG_WIDTH``, ``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``).
     """
     codes = {"8": 3, "16": 4, "w4": [3, 2]}
-    toks = ([v.strip().lower() for v in widths.split(",") if v.strip()] if isinstance(widths, str)
-            else [str(v).strip().lower() for v in widths]
-            if isinstance(widths, Sequence) else None)
+
+    def norm(t) -> str:      # "08", "+8", 8 -> "8"; "W4" -> "w4"
+        t = str(t).strip().lower()
+        try:
+            return str(int(t))
+        except ValueError:
+            return t
+
+    toks = ([norm(v) for v in widths.split(",") if v.strip()] if isinstance(widths, str)
+            else [norm(v) for v in widths] if isinstance(widths, Sequence) else None)
     if not toks or any(t not in codes for t in toks) or len(set(toks)) != len(toks):
         raise SpaceError(f"--widths {widths!r}: give 8, 16 and/or w4 (int8 / int16 operands, "
                          f"int8 activations with int4 weights), comma-separated, each once")
     have = [a for a in ("LOG_WIDTH", "LOG_INP_WIDTH", "LOG_WGT_WIDTH") if a in space.axes]
     if have:
         raise SpaceError(f"the space already has the width axis {have[0]}; drop --widths")
+    b = space.base
+    if (b.LOG_INP_WIDTH, b.LOG_WGT_WIDTH) != (3, 3):
+        raise SpaceError(f"the space's base sets LOG_INP_WIDTH {b.LOG_INP_WIDTH} / "
+                         f"LOG_WGT_WIDTH {b.LOG_WGT_WIDTH}, which --widths would replace; "
+                         f"drop --widths or those base values")
     return Space(space.base, {**space.axes, "LOG_WIDTH": [codes[t] for t in toks]})

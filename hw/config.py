@@ -107,8 +107,8 @@ class VTAConfig:
     (``LOG_INP_WIDTH = 3`` is int8), tensor-intrinsic dims, and buffer sizes in bytes
     (``LOG_INP_BUFF_SIZE = 15`` is 32 KiB).  Operand widths: ``LOG_INP_WIDTH`` 3..4 (int8,
     int16; outputs have the input width), ``LOG_WGT_WIDTH`` 2..4 (int4, int8, int16
-    weights; an int4 weight element packs two weights per byte, lane ``2k`` in the low
-    nibble, as every element packs its lanes from bit 0).  Non-upstream knobs:
+    weights; int4 with int8 activations only; an int4 weight element packs two weights per
+    byte, lane ``2k`` in the low nibble, as every element packs its lanes from bit 0).  Non-upstream knobs:
 
     - ``LOG_BUS_WIDTH``: log2 of the AXI4 master data width in bits (6 = 64 bits).
     - ``INSN_QUEUE_DEPTH``: depth of each of the three command queues (instructions).
@@ -184,6 +184,10 @@ class VTAConfig:
             raise ConfigError(f"CLOCK_MHZ = {self.CLOCK_MHZ!r} is out of range; allowed: 1..1000")
         if not isinstance(self.PART, str) or not self.PART:
             raise ConfigError(f"PART = {self.PART!r} must be a non-empty part name")
+        if self.LOG_WGT_WIDTH == 2 and self.LOG_INP_WIDTH != 3:
+            raise ConfigError(f"LOG_WGT_WIDTH = 2 (int4 weights) needs LOG_INP_WIDTH = 3 (int8 "
+                              f"activations), got LOG_INP_WIDTH = {self.LOG_INP_WIDTH}: the "
+                              f"compiler has no int16-activation / int4-weight path")
         for key in ("LOG_INP_WIDTH", "LOG_WGT_WIDTH"):
             if getattr(self, key) > self.LOG_ACC_WIDTH:
                 raise ConfigError(

@@ -228,3 +228,29 @@ def test_strided_1x1_loads_only_the_rows_it_reads(cfg, s, p):
         per_row = h * c.elem_bytes(MemType.INP)          # at most a whole input row
         rows = Counting.inp_bytes // per_row
         assert rows <= groups * -(-cin // c.BLOCK_IN) * -(-n // c.BATCH) * ho, rows
+
+
+@pytest.mark.parametrize("kernel,strides,chw", [((1, 1), (4, 4), (4, 5, 16400)),
+                                                ((2, 1), (6, 1), (16, 30, 200))])
+def test_conv_loop_factors_fit_their_fields(kernel, strides, chw):
+    """Found by review: a row-skip LOAD whose row pitch (4 x 16400 elements) exceeds the
+    16-bit x_stride field falls back to loading the window; a one-row tile's outer source
+    factor (6 rows x 200 columns > tiny's 10-bit field) is unused and emitted as 0.  Both
+    compiled, then failed at run time; now exact."""
+    (kh, kw), (sh, sw), (cin, h, wd) = kernel, strides, chw
+    rng = np.random.default_rng(11)
+    n, cout = 1, 4
+    x = rng.integers(-128, 128, (n, cin, h, wd)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin, kh, kw)).astype(np.int8)
+    b = rng.integers(-500, 500, cout).astype(np.int32)
+    qg = QG(("N", cin, h, wd))
+    a = {"kernel": kernel, "strides": strides, "pads": (0, 0, 0, 0), "groups": 1}
+    a.update(qg.req(8, -128, 127))
+    ho, wo = (h - kh) // sh + 1, (wd - kw) // sw + 1
+    y = qg.add("qconv2d", ["xq", qg.const("w", w), qg.const("b", b)], a,
+               TensorType("int8", ("N", cout, ho, wo), 8), "y")
+    out, _ex, cm = run_graph(qg.finish(y), "tiny", x.astype(np.float32))
+    want = requant(conv_oracle(x, w, b, strides, (0, 0, 0, 0), 1), 8, -128, 127)
+    np.testing.assert_array_equal(out["y"], want)
+    st = [s_ for s_ in cm.steps if s_.op == "qconv2d"][0].trace.stats
+    assert not st.get("row_skip") or sh * wd <= 65535

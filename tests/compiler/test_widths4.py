@@ -44,6 +44,9 @@ def test_config_int4_weights():
     assert TINY4.fingerprint != preset("tiny").fingerprint
     with pytest.raises(ConfigError, match=r"LOG_WGT_WIDTH = 1 is out of range; allowed: integers 2\.\.4"):
         preset("tiny").replace(LOG_WGT_WIDTH=1)
+    with pytest.raises(ConfigError, match=r"LOG_WGT_WIDTH = 2 \(int4 weights\) needs "
+                                          r"LOG_INP_WIDTH = 3"):
+        preset("tiny").replace(LOG_WGT_WIDTH=2, LOG_INP_WIDTH=4, LOG_INP_BUFF_SIZE=13)
     with pytest.raises(ConfigError, match=r"GEMM instruction fields need"):
         preset("pynq").replace(LOG_WGT_WIDTH=2)    # 256 KiB of int4 weights: 2048 entries
 
@@ -151,8 +154,33 @@ def test_quant_config_int4():
     with pytest.raises(CompileError, match=r"^QuantConfig.act_bits = 4: only 8 \(int8\) and 16 "
                                            r"\(int16\) are supported$"):
         QuantConfig(act_bits=4)
-    with pytest.raises(CompileError, match=r"wgt_bits = 2: only 4 \(int4\) and 8 \(int8\) and 16"):
+    with pytest.raises(CompileError, match=r"wgt_bits = 2: only 4 \(int4\), 8 \(int8\) and 16 "
+                                           r"\(int16\) are supported$"):
         QuantConfig(wgt_bits=2)
+
+
+def test_qdq_model_refuses_int4_quantization():
+    """A QDQ model's int8 weight scales cannot be re-gridded to int4 silently: the explicit
+    QuantConfig is refused; compile_model's default keeps it int8 (its layers then run on
+    the CPU of an int4 core unless their weights fit)."""
+    import sys
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_qdq_mul import _qdq_model
+    from vtaforge.compiler.onnx_frontend import import_onnx
+    from vtaforge.compiler.quantize import quantize
+
+    m = _qdq_model()
+    calib = np.random.default_rng(5).uniform(-1.5, 1.5, (8, 4, 8, 8)).astype(np.float32)
+    with pytest.raises(CompileError, match=r"QDQ model carries int8 weight scales: quantize it "
+                                           r"with wgt_bits 8, not 4"):
+        quantize(import_onnx(m), calib, QuantConfig(wgt_bits=4))
+    with pytest.raises(CompileError, match=r"wgt_bits 8, not 4"):
+        compile_model(m, calib, TINY4, quant_config=QuantConfig(wgt_bits=4))
+    cm = compile_model(m, calib, TINY4)
+    x = calib[:2]
+    ref = Executor(compile_model(m, calib, preset("tiny")), FsimDevice(preset("tiny"))).run(x)
+    out = Executor(cm, FsimDevice(TINY4)).run(x)
+    np.testing.assert_array_equal(out[cm.outputs[0]], ref[cm.outputs[0]])
 
 
 def test_digits_int4_weights_accuracy_and_exact():

@@ -103,6 +103,10 @@ def test_width_axis():
     assert c4.LOG_WGT_BUFF_SIZE == c8.LOG_WGT_BUFF_SIZE - 1
     with pytest.raises(SpaceError, match=r"^--widths '8,x'"):
         with_width_axis(Space(preset("tiny"), {}), "8,x")
+    assert with_width_axis(Space(preset("tiny"), {}), "08, W4").axes["LOG_WIDTH"] == [3, [3, 2]]
+    with pytest.raises(SpaceError, match=r"base sets LOG_INP_WIDTH 3 / LOG_WGT_WIDTH 2, which "
+                                         r"--widths would replace"):
+        with_width_axis(Space(preset("tiny").replace(LOG_WGT_WIDTH=2), {}), "8,16")
 
 
 def test_acc_safety_for_int16_relies_on_the_weight_bound():
@@ -325,6 +329,10 @@ def _bad_sets(d):
     np.savez(d / "ylen.npz", x=x, y=y[:-1])
     np.savez(d / "yfloat.npz", x=x, y=y.astype(np.float32))
     np.savez(d / "ok.npz", x=x, y=y)
+    np.savez(d / "huge.npz", x=x, y=np.where(np.arange(NU) == 3, np.uint64(2 ** 63 + 5),
+                                             y.astype(np.uint64)))
+    np.savez(d / "wide.npz", x=np.where(np.arange(NU)[:, None] == 1, 1e300, x.astype(np.float64)),
+             y=y)
     np.save(d / "arr.npy", x)
     (d / "txt.npz").write_text("x,y\n")
     (d / "zip.npz").write_bytes((d / "ok.npz").read_bytes()[:200])     # truncated
@@ -341,6 +349,12 @@ def _bad_sets(d):
         "range": (f"{m}:{d / 'range.npz'}", f"accuracy data '{d / 'range.npz'}': labels y span "
                   f"0..10; the model's first output 'logits' has 10 classes, so labels must be "
                   f"in 0..9"),
+        "huge labels": (f"{m}:{d / 'huge.npz'}", f"accuracy data '{d / 'huge.npz'}': labels y "
+                        f"span 0..{2 ** 63 + 5}; the model's first output 'logits' has 10 "
+                        f"classes, so labels must be in 0..9"),
+        "beyond float32": (f"{m}:{d / 'wide.npz'}", f"accuracy data '{d / 'wide.npz'}': x holds "
+                           f"values beyond float32's range (max |x| = 1e+300); the model takes "
+                           f"float32"),
         "N=0": (f"{m}:{d / 'empty.npz'}", f"accuracy data '{d / 'empty.npz'}': x has no samples "
                 f"(shape [0, 16])"),
         "y length": (f"{m}:{d / 'ylen.npz'}", f"accuracy data '{d / 'ylen.npz'}': y has shape "

@@ -580,3 +580,14 @@ def test_cache_keys_follow_the_code(monkeypatch):
     assert ev.resource_key(cfg) == keys[0]
     assert ev.perf_key(cfg, wl) != keys[1] and ev.key([wl]) != keys[2]
     assert E._PKG.joinpath("compiler", "lower_conv.py").is_file()   # the sources are found
+
+
+def test_space_overrides_name_real_fields():
+    """Found by review: an axis alias under "overrides" was an internal TypeError (rc 3)."""
+    from vtaforge.dse.space import Space, SpaceError
+
+    with pytest.raises(SpaceError, match=r"\"overrides\" key 'LOG_WIDTH' is not a VTAConfig field "
+                                         r"\(an axis alias; give LOG_INP_WIDTH, LOG_WGT_WIDTH\)"):
+        Space.from_dict({"base": "tiny", "overrides": {"LOG_WIDTH": 4}, "axes": {"LOG_BATCH": [0]}})
+    with pytest.raises(SpaceError, match=r"key 'NOPE' is not a VTAConfig field$"):
+        Space.from_dict({"base": "tiny", "overrides": {"NOPE": 1}, "axes": {"LOG_BATCH": [0]}})

@@ -6,7 +6,7 @@
   [--perf model|rtl|none] [--timing FILE.json] [--cache FILE.jsonl] [-o report.json]
   [--csv points.csv] [--jobs N | --scheduler tcp://host:port] [--verify rtl,yosys]
   [--budget N] [--within PCT] [--plot OUT.png] [--accuracy digits|MODEL.onnx:DATA.npz]
-  [--widths 8,16]``:
+  [--widths 8,16,w4]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
