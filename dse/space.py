@@ -393,8 +393,9 @@ def with_width_axis(space: Space, widths: str | Sequence) -> Space:
     (``[3, 2]``: ``LOG_INP_WIDTH`` 3, ``LOG_WGT_WIDTH`` 2).
 
     Raises:
-        SpaceError: a width other than 8, 16 or w4, a repeated or empty list, or a space that
-            already has a width axis (``LOG_WIDTH``, ``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``).
+        SpaceError: a width other than 8, 16 or w4, a repeated or empty list, a space that
+            already has a width axis (``LOG_WIDTH``, ``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``),
+            or a base config whose widths are not int8 (the axis would replace them).
     """
     codes = {"8": 3, "16": 4, "w4": [3, 2]}
 
