@@ -28,12 +28,11 @@ CFG = preset("tiny").replace(LOG_INP_WIDTH=4, LOG_WGT_WIDTH=4, LOG_INP_BUFF_SIZE
                              LOG_WGT_BUFF_SIZE=9)
 
 
-def test_conv_model_int16_rtl_equals_fsim_and_oracle():
-    cm = compile_model(_conv_model(), rand(16, 3, 10, 10, seed=7), CFG)
-    assert [s.op for s in cm.steps if s.target == "vta"] == ["qconv2d", "qconv2d", "qdense"]
-    x = rand(2, 3, 10, 10, seed=8, scale=1.3)
-    f = Executor(cm, FsimDevice(CFG)).run(x, keep=True)
-    dev = rtl.RtlDevice(CFG, 16 << 20, progress=False)
+def rtl_equals_fsim(cm, cfg, x) -> dict:
+    """Run ``cm`` on fsim and on the Verilated ``cfg`` core; every kept tensor must be equal.
+    Returns the rtl outputs."""
+    f = Executor(cm, FsimDevice(cfg)).run(x, keep=True)
+    dev = rtl.RtlDevice(cfg, 16 << 20, progress=False)
     try:
         r = Executor(cm, dev).run(x, keep=True)
     finally:
@@ -41,4 +40,11 @@ def test_conv_model_int16_rtl_equals_fsim_and_oracle():
     assert set(f) == set(r)
     for k in f:
         np.testing.assert_array_equal(np.asarray(r[k]), np.asarray(f[k]), err_msg=k)
-    _assert_exact(cm, r, x, min_vta=3)
+    return r
+
+
+def test_conv_model_int16_rtl_equals_fsim_and_oracle():
+    cm = compile_model(_conv_model(), rand(16, 3, 10, 10, seed=7), CFG)
+    assert [s.op for s in cm.steps if s.target == "vta"] == ["qconv2d", "qconv2d", "qdense"]
+    x = rand(2, 3, 10, 10, seed=8, scale=1.3)
+    _assert_exact(cm, rtl_equals_fsim(cm, CFG, x), x, min_vta=3)

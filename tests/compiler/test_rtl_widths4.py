@@ -12,8 +12,6 @@ import pytest
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.hw.config import preset
-from vtaforge.runtime.executor import Executor
-from vtaforge.runtime.fsim import FsimDevice
 
 pytestmark = pytest.mark.rtl
 
@@ -22,6 +20,7 @@ rtl = pytest.importorskip("vtaforge.runtime.rtl")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_widths16 import _assert_exact, _conv_model  # noqa: E402
 from test_widths4 import gemm_int4_program  # noqa: E402
+from test_rtl_widths16 import rtl_equals_fsim  # noqa: E402
 from _onnx_util import rand  # noqa: E402
 from programs import read_out  # noqa: E402
 
@@ -46,13 +45,4 @@ def test_conv_model_int4_rtl_equals_fsim_and_oracle(model):
     assert [s.op for s in cm.steps if s.target == "vta"] == ["qconv2d", "qmax_pool", "qconv2d",
                                                              "qdense"]
     x = rand(2, 3, 10, 10, seed=8, scale=1.3)
-    f = Executor(cm, FsimDevice(CFG)).run(x, keep=True)
-    dev = rtl.RtlDevice(CFG, 16 << 20, progress=False)
-    try:
-        r = Executor(cm, dev).run(x, keep=True)
-    finally:
-        dev.close()
-    assert set(f) == set(r)
-    for k in f:
-        np.testing.assert_array_equal(np.asarray(r[k]), np.asarray(f[k]), err_msg=k)
-    _assert_exact(cm, r, x, min_vta=4, bits=8)
+    _assert_exact(cm, rtl_equals_fsim(cm, CFG, x), x, min_vta=4, bits=8)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from programs import insn_cols as _prog   # hand programs' decoded columns
 from vtaforge.dse import CycleModel
 from vtaforge.dse.calibrate import fit, layer_errors, load_pairs, model_cycles, pair_program
 
@@ -104,16 +105,6 @@ def test_pool_and_adds_recorded_and_within_3_percent(all_pairs):
     assert not bad, bad
 
 
-def _prog(rows):
-    import numpy as np
-
-    from vtaforge.hw.isa import INSN_FIELDS
-
-    cols = {k: np.zeros(len(rows), np.int64) for k in INSN_FIELDS}
-    for i, r in enumerate(rows):
-        for k, v in r.items():
-            cols[k][i] = v
-    return cols
 
 
 def test_read_channel_one_row_per_grant_hand_program():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from programs import insn_cols as _prog   # hand programs' decoded columns
 from vtaforge.cli import main
 from vtaforge.dse import (AccSafety, AnalyticResources, CycleModel, DesignEvaluator, DSEError,
                           Result, Space, bram36_for_memory, judge, pareto_front,
@@ -17,7 +18,7 @@ from vtaforge.dse import (AccSafety, AnalyticResources, CycleModel, DesignEvalua
 from vtaforge.dse.search import PointResult, mark_pareto
 from vtaforge.dse.space import Point
 from vtaforge.hw.config import preset
-from vtaforge.hw.isa import INSN_FIELDS, Opcode
+from vtaforge.hw.isa import Opcode
 
 # ------------------------------------------------------------------ resource model
 # (LUT/FF/DSP/BRAM against recorded Yosys points: tests/dse/test_resource_model.py)
@@ -101,12 +102,6 @@ def test_block_sizes_compile_and_evaluate(log_block):
 
 
 # ------------------------------------------------------------------ cycle model
-def _prog(rows):
-    cols = {k: np.zeros(len(rows), np.int64) for k in INSN_FIELDS}
-    for i, r in enumerate(rows):
-        for k, v in r.items():
-            cols[k][i] = v
-    return cols
 
 
 def test_cycle_model_hand_program():

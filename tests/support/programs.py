@@ -37,6 +37,19 @@ __all__ = ["Image", "ld", "st", "alu", "gemm", "nop", "finish", "wrap", "read_ou
 L, S, G, F, A = Opcode.LOAD, Opcode.STORE, Opcode.GEMM, Opcode.FINISH, Opcode.ALU
 
 
+def insn_cols(rows) -> dict:
+    """Decoded-program columns (``INSN_FIELDS`` -> int64 array) of hand-written instructions:
+    ``rows`` is a list of ``{field: value}`` dicts, unnamed fields 0 (for the cycle model's
+    hand programs)."""
+    from vtaforge.hw.isa import INSN_FIELDS
+
+    cols = {k: np.zeros(len(rows), np.int64) for k in INSN_FIELDS}
+    for i, r in enumerate(rows):
+        for k, v in r.items():
+            cols[k][i] = v
+    return cols
+
+
 def int_dtype(bits: int) -> str:
     """The little-endian signed numpy dtype of ``bits`` (8, 16 or 32) bits."""
     return {8: "<i1", 16: "<i2", 32: "<i4"}[bits]
