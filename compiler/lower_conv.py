@@ -367,8 +367,6 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         # rows held per input block: with row_skip the window's every sh-th row (padv has no
         # vertical padding then), one per output row
         rows_l, ystep = (th, cols) if row_skip else (rows, sh * cols)
-        if th == 1:
-            ystep = 0   # one output row: the factor is unused (and may not fit its field)
         for r, (i0, i1) in enumerate(reds):
             ivt = s % nvt
             ibn = i1 - i0

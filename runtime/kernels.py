@@ -126,7 +126,9 @@ class KernelRecorder:
     def loop_begin(self, extent: int, dst_factor: int, src_factor: int,
                    wgt_factor: int = 0) -> None:
         """Open a loop of ``extent`` iterations adding the factors to the indices per
-        iteration.  At most two levels; all loops must be opened before any micro-op."""
+        iteration.  At most two levels; all loops must be opened before any micro-op.  A
+        one-iteration loop never applies its factors, so they are recorded as 0 (any
+        non-negative value is accepted, even one wider than its instruction field)."""
         lay = isa_layout(self._cfg)
         if self._n or self._closed:
             raise BuilderError("loop_begin after micro-ops or after a closed loop: a kernel "
@@ -136,6 +138,11 @@ class KernelRecorder:
             raise BuilderError("a kernel has at most 2 nested loops (the ISA's iter_out and "
                                "iter_in)")
         extent = _check_int("loop extent", extent, 1, _MAX_ITER)
+        if extent == 1:
+            for name, v in (("dst_factor", dst_factor), ("src_factor", src_factor),
+                            ("wgt_factor", wgt_factor)):
+                _check_int(name, v, 0, 1 << 62)
+            dst_factor = src_factor = wgt_factor = 0
         src_w = lay.field(self._mode, "src_factor_out").width
         dst_factor = _check_int("dst_factor", dst_factor, 0,
                                 (1 << lay.field(self._mode, "dst_factor_out").width) - 1)

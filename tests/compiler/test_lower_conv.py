@@ -235,8 +235,9 @@ def test_strided_1x1_loads_only_the_rows_it_reads(cfg, s, p):
 def test_conv_loop_factors_fit_their_fields(kernel, strides, chw):
     """Found by review: a row-skip LOAD whose row pitch (4 x 16400 elements) exceeds the
     16-bit x_stride field falls back to loading the window; a one-row tile's outer source
-    factor (6 rows x 200 columns > tiny's 10-bit field) is unused and emitted as 0.  Both
-    compiled, then failed at run time; now exact."""
+    factor (6 rows x 200 columns > tiny's 10-bit field) is unused, and the kernel builder
+    records a one-iteration loop's factors as 0.  Both compiled, then failed at run time;
+    now exact."""
     (kh, kw), (sh, sw), (cin, h, wd) = kernel, strides, chw
     rng = np.random.default_rng(11)
     n, cout = 1, 4

@@ -262,6 +262,14 @@ def test_kernel_structure_errors(dev):
         b.gemm("oob", lambda k: k.uop(dev.config.ACC_DEPTH, 0))
     with pytest.raises(BuilderError, match="loop extent"):
         b.gemm("ext", lambda k: (k.loop_begin(1 << 14, 0, 0), k.uop(0, 0), k.loop_end()))
+    with pytest.raises(BuilderError, match="src_factor = 4096 is out of range"):
+        b.gemm("wide", lambda k: (k.loop_begin(2, 0, 4096), k.uop(0, 0), k.loop_end()))
+    # a one-iteration loop never applies its factors: any non-negative one is accepted and
+    # recorded as 0; a negative one is still refused
+    kern = b.gemm("one", lambda k: (k.loop_begin(1, 1 << 20, 4096, 7), k.uop(0, 0), k.loop_end()))
+    assert kern.loops == ((1, 0, 0, 0),)
+    with pytest.raises(BuilderError, match="dst_factor = -1 is out of range"):
+        b.gemm("neg", lambda k: (k.loop_begin(1, -1, 0), k.uop(0, 0), k.loop_end()))
     with pytest.raises(BuilderError, match="ALU_MUL"):
         simple_alu(b, op=AluOp.MUL)
     with pytest.raises(BuilderError, match="imm"):
