@@ -135,7 +135,7 @@ def width_terms(cfg: VTAConfig) -> tuple[int, int]:
     adders = cfg.BATCH * cfg.BLOCK_OUT * (cfg.BLOCK_IN - 1)
     lut = adders * extra
     ff = _loader_shreg_bits(cfg, cfg.INP_WIDTH, cfg.WGT_WIDTH) - _loader_shreg_bits(cfg, 8, 8)
-    if _packs(cfg):     # packed products are registered in fabric, INP_WIDTH + WGT_WIDTH bits
+    if cfg.packs_dsp_pairs:     # packed products are registered in fabric, INP_WIDTH + WGT_WIDTH bits
         paired = 2 * ((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) // 2)
         ff += paired * extra
         lut += paired // 2 * extra      # each pair's high-product fix-up add, as wide
@@ -152,20 +152,13 @@ LUT_FF_CALIBRATION = {
 }
 
 
-def _packs(cfg: VTAConfig) -> bool:
-    """hw/core/compute.py's packing rule: two products per DSP48 when ``DSP_PACKING == 2``,
-    the activations are int8 and the weights int8 or int4 (sign-extended into the same
-    packed multiplier)."""
-    return cfg.DSP_PACKING == 2 and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH in (4, 8)
-
-
 def gemm_dsp(cfg: VTAConfig) -> tuple[int, int]:
     """``(DSP48 slices of the GEMM array, effective packing)``: ``ceil((MACs −
     LUT_MULTIPLIERS) / p)`` with ``p = DSP_PACKING`` when the packing rule holds (int8
     activations, int8 or int4 weights), else 1: an unpacked 8×8, 8×4 or 16×16 product
     fits one DSP48E1 (25×18), and Yosys maps even the 8×4 one to a DSP, not to LUTs
     (measured: tests/dse/data/yosys_points.json ``tiny_w4``, ``1x16x8_w4_p1``)."""
-    packing = 2 if _packs(cfg) else 1
+    packing = 2 if cfg.packs_dsp_pairs else 1
     return math.ceil((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) / packing), packing
 
 

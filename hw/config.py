@@ -393,6 +393,14 @@ class VTAConfig:
         return self.BATCH * self.BLOCK_IN * self.BLOCK_OUT
 
     @property
+    def packs_dsp_pairs(self) -> bool:
+        """Whether the GEMM array puts two products in one DSP48 (hw/core/compute.py): with
+        ``DSP_PACKING == 2``, int8 activations and int8 or int4 weights (int4 sign-extended
+        into the same multiplier; hardware-notes.md "Multipliers").  The resource model
+        counts DSPs from the same rule."""
+        return self.DSP_PACKING == 2 and self.INP_WIDTH == 8 and self.WGT_WIDTH in (4, 8)
+
+    @property
     def peak_gops(self) -> float:
         """Peak GOPS at CLOCK_MHZ (2 ops per MAC)."""
         return 2 * self.macs_per_cycle * self.CLOCK_MHZ / 1000.0

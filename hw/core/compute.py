@@ -511,7 +511,7 @@ class ComputeUnit(wiring.Component):
         prod = {}  # (b, o, i) -> registered signed product
         pw = IW + WW
         n_lut = cfg.LUT_MULTIPLIERS
-        packing = cfg.DSP_PACKING == 2 and IW == 8 and WW in (4, 8)    # int4: sign-extended
+        packing = cfg.packs_dsp_pairs    # int4 weights: sign-extended into the same pair
         idx = 0
         for b in range(B):
             for i in range(BI):
