@@ -64,7 +64,7 @@ TARGETS: dict[str, dict[str, Any]] = target_defaults()
 
 #: Allowed inclusive integer ranges of the integer keys.
 RANGES: dict[str, tuple[int, int]] = {
-    "LOG_INP_WIDTH": (3, 4),
+    "LOG_INP_WIDTH": (2, 4),
     "LOG_WGT_WIDTH": (2, 4),
     "LOG_ACC_WIDTH": (4, 5),
     "LOG_BATCH": (0, 4),
@@ -105,10 +105,11 @@ class VTAConfig:
 
     Integer fields are log2 values as in upstream's JSON: widths in bits
     (``LOG_INP_WIDTH = 3`` is int8), tensor-intrinsic dims, and buffer sizes in bytes
-    (``LOG_INP_BUFF_SIZE = 15`` is 32 KiB).  Operand widths: ``LOG_INP_WIDTH`` 3..4 (int8,
-    int16; outputs have the input width), ``LOG_WGT_WIDTH`` 2..4 (int4, int8, int16
-    weights; int4 with int8 activations only; an int4 weight element packs two weights per
-    byte, lane ``2k`` in the low nibble, as every element packs its lanes from bit 0).  Non-upstream knobs:
+    (``LOG_INP_BUFF_SIZE = 15`` is 32 KiB).  Operand widths: ``LOG_INP_WIDTH`` 2..4 (int4,
+    int8, int16 activations; outputs have the input width; int4 with int4 or int8 weights
+    only), ``LOG_WGT_WIDTH`` 2..4 (int4, int8, int16 weights; int4 with int4 or int8
+    activations only).  An int4 element (INP, WGT or OUT) packs two values per byte, lane
+    ``2k`` in the low nibble, as every element packs its lanes from bit 0.  Non-upstream knobs:
 
     - ``LOG_BUS_WIDTH``: log2 of the AXI4 master data width in bits (6 = 64 bits).
     - ``INSN_QUEUE_DEPTH``: depth of each of the three command queues (instructions).
@@ -184,10 +185,16 @@ class VTAConfig:
             raise ConfigError(f"CLOCK_MHZ = {self.CLOCK_MHZ!r} is out of range; allowed: 1..1000")
         if not isinstance(self.PART, str) or not self.PART:
             raise ConfigError(f"PART = {self.PART!r} must be a non-empty part name")
-        if self.LOG_WGT_WIDTH == 2 and self.LOG_INP_WIDTH != 3:
-            raise ConfigError(f"LOG_WGT_WIDTH = 2 (int4 weights) needs LOG_INP_WIDTH = 3 (int8 "
-                              f"activations), got LOG_INP_WIDTH = {self.LOG_INP_WIDTH}: the "
-                              f"compiler has no int16-activation / int4-weight path")
+        if self.LOG_WGT_WIDTH == 2 and self.LOG_INP_WIDTH == 4:
+            raise ConfigError(f"LOG_WGT_WIDTH = 2 (int4 weights) needs LOG_INP_WIDTH = 2 or 3 "
+                              f"(int4 or int8 activations), got LOG_INP_WIDTH = "
+                              f"{self.LOG_INP_WIDTH}: the compiler has no int16-activation / "
+                              f"int4-weight path")
+        if self.LOG_INP_WIDTH == 2 and self.LOG_WGT_WIDTH == 4:
+            raise ConfigError(f"LOG_INP_WIDTH = 2 (int4 activations) needs LOG_WGT_WIDTH = 2 or "
+                              f"3 (int4 or int8 weights), got LOG_WGT_WIDTH = "
+                              f"{self.LOG_WGT_WIDTH}: the compiler has no int4-activation / "
+                              f"int16-weight path")
         for key in ("LOG_INP_WIDTH", "LOG_WGT_WIDTH"):
             if getattr(self, key) > self.LOG_ACC_WIDTH:
                 raise ConfigError(
@@ -395,10 +402,10 @@ class VTAConfig:
     @property
     def packs_dsp_pairs(self) -> bool:
         """Whether the GEMM array puts two products in one DSP48 (hw/core/compute.py): with
-        ``DSP_PACKING == 2``, int8 activations and int8 or int4 weights (int4 sign-extended
-        into the same multiplier; hardware-notes.md "Multipliers").  The resource model
+        ``DSP_PACKING == 2``, int8 or int4 activations and int8 or int4 weights (int4
+        sign-extended into the same multiplier; hardware-notes.md "Multipliers").  The resource model
         counts DSPs from the same rule."""
-        return self.DSP_PACKING == 2 and self.INP_WIDTH == 8 and self.WGT_WIDTH in (4, 8)
+        return self.DSP_PACKING == 2 and self.INP_WIDTH in (4, 8) and self.WGT_WIDTH in (4, 8)
 
     @property
     def peak_gops(self) -> float:

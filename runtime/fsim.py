@@ -25,9 +25,10 @@ Model (DESIGN.md "Semantics", vta-anchor.md §2.3-§3.3):
 Data (element layouts, little-endian two's complement in DRAM):
 
 - INP element: ``BATCH x BLOCK_IN`` values of INP_WIDTH bits; WGT element:
-  ``BLOCK_OUT x BLOCK_IN`` of WGT_WIDTH bits (one row per output channel; int4: two per
-  byte, lane ``2k`` in the low nibble, :func:`~.cpu_ops.unpack_int4`); ACC element ``BATCH x BLOCK_OUT`` of
-  ACC_WIDTH bits; OUT element ``BATCH x BLOCK_OUT`` of OUT_WIDTH bits; ACC8 element
+  ``BLOCK_OUT x BLOCK_IN`` of WGT_WIDTH bits (one row per output channel); ACC element
+  ``BATCH x BLOCK_OUT`` of ACC_WIDTH bits; OUT element ``BATCH x BLOCK_OUT`` of OUT_WIDTH
+  bits (int4 INP, WGT or OUT: two values per byte, lane ``2k`` in the low nibble,
+  :func:`~.cpu_ops.unpack_int4`); ACC8 element
   ``BATCH x BLOCK_OUT`` int8 values (sign-extended into the accumulator); UOP element one
   32-bit micro-op.
 - Scratchpads start zeroed here, but their contents are undefined by the semantics.
@@ -672,8 +673,12 @@ class _Machine:
             if mark.any():
                 vals = np.where(mark[:, None, None], self.out_val[sram:sram + y * x], vals)
         ow = cfg.OUT_WIDTH
-        out = (vals & np.int64((1 << ow) - 1)).astype(_uint_dtype(ow))
-        raw = out.reshape(-1).view(np.uint8).reshape(y, x * eb)
+        out = (vals & np.int64((1 << ow) - 1))
+        if ow == 4:     # two lanes per byte, lane 2k in the low nibble (pack_int4's layout)
+            flat = out.reshape(-1).astype(np.uint8)
+            raw = (flat[0::2] | (flat[1::2] << 4)).reshape(y, x * eb)
+        else:
+            raw = out.astype(_uint_dtype(ow)).reshape(-1).view(np.uint8).reshape(y, x * eb)
         base = c["dram_base"][i] * eb
         stride = c["x_stride"][i] * eb
         if y == 1 or stride == x * eb:
