@@ -5,8 +5,9 @@ name is a ``VTAConfig`` field (``LOG_BATCH``, ``LOG_BLOCK_IN``, ``LOG_INP_BUFF_S
 ``LOG_BUS_WIDTH``, ``DSP_PACKING``, ``CLOCK_MHZ`` ...), ``LOG_BLOCK``, which sets
 ``LOG_BLOCK_IN`` and ``LOG_BLOCK_OUT`` together (upstream's key), ``LOG_WIDTH``, which sets
 ``LOG_INP_WIDTH`` and ``LOG_WGT_WIDTH`` together (3: int8, 4: int16; a two-element list
-``[inp, wgt]`` sets them apart, ``[3, 2]``: int8 activations, int4 weights; ``vtaforge dse
-run --widths 8,16,w4``), or a depth axis
+``[inp, wgt]`` sets them apart, ``[3, 2]``: int8 activations, int4 weights, ``[2, 3]``:
+int4 activations, int8 weights, ``[2, 2]``: int4 both; ``vtaforge dse run --widths
+8,16,w4,a4,a4w4``), or a depth axis
 ``LOG_UOP_DEPTH`` / ``LOG_INP_DEPTH`` / ``LOG_WGT_DEPTH`` / ``LOG_ACC_DEPTH`` (log2
 scratchpad entries; sets the matching ``LOG_*_BUFF_SIZE`` from the point's element size).
 The ISA's index fields are sized by depths, not bytes, so depth axes keep a space inside
@@ -387,17 +388,21 @@ def valid_fraction(space: Space) -> float:
 
 
 def with_width_axis(space: Space, widths: str | Sequence) -> Space:
-    """``space`` with a ``LOG_WIDTH`` axis of the operand widths ``widths`` (``"8,16,w4"`` or
-    ``[8, 16, "w4"]``), appended as the last axis: ``8`` int8 activations and weights
-    (``LOG_WIDTH`` 3), ``16`` int16 (4), ``w4`` int8 activations with int4 weights
-    (``[3, 2]``: ``LOG_INP_WIDTH`` 3, ``LOG_WGT_WIDTH`` 2).
+    """``space`` with a ``LOG_WIDTH`` axis of the operand widths ``widths``
+    (``"8,16,w4,a4,a4w4"`` or ``[8, 16, "w4"]``; case and blanks ignored), appended as the
+    last axis: ``8`` int8 activations and weights (``LOG_WIDTH`` 3), ``16`` int16 (4),
+    ``w4`` int8 activations with int4 weights (``[3, 2]``: ``LOG_INP_WIDTH`` 3,
+    ``LOG_WGT_WIDTH`` 2), ``a4`` int4 activations (and outputs) with int8 weights
+    (``[2, 3]``), ``a4w4`` int4 activations and weights (``[2, 2]``).  An int4 element holds
+    two values per byte, so a depth axis keeps its depth and halves that memory's bytes.
 
     Raises:
-        SpaceError: a width other than 8, 16 or w4, a repeated or empty list, a space that
-            already has a width axis (``LOG_WIDTH``, ``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``),
-            or a base config whose widths are not int8 (the axis would replace them).
+        SpaceError: a width other than 8, 16, w4, a4 or a4w4, a repeated or empty list, a
+            space that already has a width axis (``LOG_WIDTH``, ``LOG_INP_WIDTH``,
+            ``LOG_WGT_WIDTH``), or a base config whose widths are not int8 (the axis would
+            replace them).
     """
-    codes = {"8": 3, "16": 4, "w4": [3, 2]}
+    codes = {"8": 3, "16": 4, "w4": [3, 2], "a4": [2, 3], "a4w4": [2, 2]}
 
     def norm(t) -> str:      # "08", "+8", 8 -> "8"; "W4" -> "w4"
         t = str(t).strip().lower()
@@ -409,8 +414,9 @@ def with_width_axis(space: Space, widths: str | Sequence) -> Space:
     toks = ([norm(v) for v in widths.split(",") if v.strip()] if isinstance(widths, str)
             else [norm(v) for v in widths] if isinstance(widths, Sequence) else None)
     if not toks or any(t not in codes for t in toks) or len(set(toks)) != len(toks):
-        raise SpaceError(f"--widths {widths!r}: give 8, 16 and/or w4 (int8 / int16 operands, "
-                         f"int8 activations with int4 weights), comma-separated, each once")
+        raise SpaceError(f"--widths {widths!r}: give 8, 16, w4, a4 and/or a4w4 (int8 / int16 "
+                         f"operands; w4: int8 activations, int4 weights; a4: int4 activations, "
+                         f"int8 weights; a4w4: int4 both), comma-separated, each once")
     have = [a for a in ("LOG_WIDTH", "LOG_INP_WIDTH", "LOG_WGT_WIDTH") if a in space.axes]
     if have:
         raise SpaceError(f"the space already has the width axis {have[0]}; drop --widths")

@@ -109,6 +109,32 @@ def test_width_axis():
         with_width_axis(Space(preset("tiny").replace(LOG_WGT_WIDTH=2), {}), "8,16")
 
 
+def test_width_axis_int4_activations():
+    # a4: int4 activations (and outputs), int8 weights; a4w4: int4 both.  A depth axis keeps
+    # the depth; an int4 element is half the bytes (two values per byte)
+    sp = with_width_axis(Space(preset("tiny"), {"LOG_INP_DEPTH": [9], "LOG_WGT_DEPTH": [8]}),
+                         "8,a4,a4w4")
+    assert sp.axes["LOG_WIDTH"] == [3, [2, 3], [2, 2]]
+    c8, a4, a4w4 = (p.cfg for p in sp.grid())
+    assert [(c.INP_WIDTH, c.WGT_WIDTH) for c in (c8, a4, a4w4)] == [(8, 8), (4, 8), (4, 4)]
+    assert c8.INP_DEPTH == a4.INP_DEPTH == a4w4.INP_DEPTH == 512
+    assert c8.WGT_DEPTH == a4.WGT_DEPTH == a4w4.WGT_DEPTH == 256
+    assert a4.LOG_INP_BUFF_SIZE == a4w4.LOG_INP_BUFF_SIZE == c8.LOG_INP_BUFF_SIZE - 1
+    assert a4.LOG_WGT_BUFF_SIZE == c8.LOG_WGT_BUFF_SIZE == a4w4.LOG_WGT_BUFF_SIZE + 1
+    # every value together, case and blanks ignored, in the order given
+    sa = with_width_axis(Space(preset("tiny"), {}), " A4W4, 16,a4 ,w4,8")
+    assert sa.axes["LOG_WIDTH"] == [[2, 2], 4, [2, 3], [3, 2], 3]
+    assert all(p.valid for p in sa.grid())
+    # bad values are named, with the new ones in the list of allowed values
+    for bad in ("a8", "a4w8", "4", "a4,a4", "w4a4"):
+        with pytest.raises(SpaceError, match=rf"^--widths '{bad}': give 8, 16, w4, a4 and/or "
+                                             rf"a4w4 \(.*\), comma-separated, each once$"):
+            with_width_axis(Space(preset("tiny"), {}), bad)
+    with pytest.raises(SpaceError, match=r"base sets LOG_INP_WIDTH 2 / LOG_WGT_WIDTH 3, which "
+                                         r"--widths would replace"):
+        with_width_axis(Space(preset("tiny").replace(LOG_INP_WIDTH=2), {}), "8,a4")
+
+
 def test_acc_safety_for_int16_relies_on_the_weight_bound():
     wls = parse_workloads("digits", None)
     v = AccSafety().evaluate(TINY16, wls)
@@ -184,6 +210,12 @@ def test_cli_bad_width_and_accuracy_one_line():
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --widths '12': give 8") \
         and lines[0].endswith("each once"), lines
+    r = CliRunner().invoke(main, ["dse", "run", "--widths", "8,a2", "--workloads", "digits",
+                                  "--no-progress"])
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
+        "error: --widths '8,a2': give 8, 16, w4, a4 and/or a4w4 (int8 / int16 operands; w4: "
+        "int8 activations, int4 weights; a4: int4 activations, int8 weights; a4w4: int4 both), "
+        "comma-separated, each once"]
     r = CliRunner().invoke(main, ["dse", "run", "--accuracy", "mnist", "--workloads", "digits",
                                   "--no-progress"])
     assert r.exit_code == 2

@@ -6,7 +6,7 @@
   [--perf model|rtl|none] [--timing FILE.json] [--cache FILE.jsonl] [-o report.json]
   [--csv points.csv] [--jobs N | --scheduler tcp://host:port] [--verify rtl,yosys]
   [--budget N] [--within PCT] [--plot OUT.png] [--accuracy digits|MODEL.onnx:DATA.npz]
-  [--widths 8,16,w4]``:
+  [--widths 8,16,w4,a4,a4w4]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
@@ -96,9 +96,10 @@ def dse_group() -> None:
                    "optional "
                    "calib [M, ...] (default: the first 256 of x)")
 @click.option("--widths", "widths_spec", default=None,
-              help="add a width axis: comma-separated operand widths, 8, 16 and/or w4 (int8 / "
-                   "int16 activations and weights: LOG_WIDTH 3 / 4; w4: int8 activations, "
-                   "int4 weights: LOG_INP_WIDTH 3, LOG_WGT_WIDTH 2)")
+              help="add a width axis: comma-separated operand widths, 8, 16, w4, a4 and/or "
+                   "a4w4 (int8 / int16 activations and weights: LOG_WIDTH 3 / 4; w4: int8 "
+                   "activations, int4 weights: LOG_INP_WIDTH 3, LOG_WGT_WIDTH 2; a4: int4 "
+                   "activations and outputs, int8 weights: 2, 3; a4w4: int4 both: 2, 2)")
 @click.option("--no-progress", is_flag=True, help="no progress bar")
 def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
             dram_latency, timing_file, cache_file, out_file, csv_file, limit, jobs, scheduler,
