@@ -120,6 +120,31 @@ def test_cycle_model_hand_program():
     assert out["upper"] == load + gemm + 7 + math.ceil(3 * 16 / 8)
 
 
+@pytest.mark.parametrize("lw,inp_b,wgt_b,out_b", [((3, 3), 16, 256, 16), ((2, 3), 8, 256, 8),
+                                                 ((2, 2), 8, 128, 8)],
+                         ids=["a8w8", "a4w8", "a4w4"])
+def test_cycle_model_int4_activation_elements(lw, inp_b, wgt_b, out_b):
+    # int4 activations: INP and OUT elements of the pynq shape (1x16x16) are 8 bytes, one
+    # 64-bit beat, instead of int8's 16 (and a4w4's WGT element 128 bytes instead of 256);
+    # the DMA rows cost max(beats, elements) each (scratchpad: one element per cycle)
+    cfg = preset("pynq").replace(LOG_INP_WIDTH=lw[0], LOG_WGT_WIDTH=lw[1],
+                                 LOG_INP_BUFF_SIZE=15 + lw[0] - 3,
+                                 LOG_WGT_BUFF_SIZE=18 + lw[1] - 3)
+    assert [cfg.elem_bytes(m) for m in (2, 1, 4)] == [inp_b, wgt_b, out_b]
+    cm = CycleModel(insn_overhead=7, compute_overhead=7, row_overhead=0)
+    G, L, S, F = int(Opcode.GEMM), int(Opcode.LOAD), int(Opcode.STORE), int(Opcode.FINISH)
+    cols = _prog([
+        dict(opcode=L, memory_type=2, x_size=4, y_size=1, x_stride=4, push_next=1),  # INP
+        dict(opcode=L, memory_type=1, x_size=4, y_size=1, x_stride=4),                # WGT
+        dict(opcode=G, iter_out=2, iter_in=3, uop_bgn=0, uop_end=5, pop_prev=1, push_next=1),
+        dict(opcode=S, memory_type=4, x_size=4, y_size=1, x_stride=4, pop_prev=1),    # OUT
+        dict(opcode=F)])
+    out = cm.program_cycles(cfg, cols)
+    load = 7 + max(4 * inp_b // 8, 4) + 7 + max(4 * wgt_b // 8, 4)     # 8-byte beats
+    assert out["busy"] == {"load": load, "compute": 7 + 2 * 3 * 5 + 7,
+                           "store": 7 + max(4 * out_b // 8, 4)}
+
+
 # ------------------------------------------------------------------ BR-29
 def test_acc16_flagged_for_long_reduction():
     wls = parse_workloads("resnet18-c5,digits", 4)
