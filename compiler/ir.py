@@ -69,7 +69,11 @@ constants at ``exp = exp_in + exp_w``.  A graph quantized for 16-bit cores
 (``QuantConfig.act_bits`` / ``wgt_bits`` 16) has ``int16`` activations (``quantize``
 carries ``dtype="int16"``; every integer op's output has its activation input's dtype)
 and ``int16`` (or ``int8``) weights; clips and the max-pool padding then use the int16
-range (:func:`qrange`), and the sentences below that say int8 read int16. Integer rules, exact (``>>`` is an
+range (:func:`qrange`), and the sentences below that say int8 read int16.  A graph
+quantized for int4 activations (``act_bits`` 4, ``LOG_INP_WIDTH`` 2 cores) types its
+activations with the logical dtype ``int4`` (range ``[-8, 7]``), held in numpy int8 arrays
+(:func:`storage_dtype`; numpy has no int4); its weights are int8 constants (int4 weights:
+values in ``[-8, 7]``). Integer rules, exact (``>>`` is an
 arithmetic shift right, i.e. floor division by a power of two;
 ``clip(v, lo, hi) = min(max(v, lo), hi)``; all intermediate values fit int32
 -- the quantizer checks the worst case and refuses otherwise):
@@ -172,7 +176,7 @@ from .requant import (IMM_MIN, MULT_MAX, MultPlan, avg_exact,  # noqa: F401
 __all__ = [
     "Dim", "TensorType", "Node", "Graph", "OPS", "FLOAT_OPS", "QUANT_OPS", "LAYOUT_OPS",
     "REAL_OPS", "infer_types", "validate", "dump", "requant_round", "MultPlan", "mult_plan",
-    "avg_reciprocal", "MULT_MAX", "QINT_DTYPES", "qrange",
+    "avg_reciprocal", "MULT_MAX", "QINT_DTYPES", "qrange", "storage_dtype",
 ]
 
 Dim = Union[int, str]
@@ -180,15 +184,19 @@ DTYPES = ("float32", "int8", "int32", "int64", "uint8", "int16", "uint16", "uint
           "float16", "float64")
 #: dtypes the quantized VTA path and the integer rules use; the others only flow through
 #: CPU ``onnx`` nodes (shape computations, indices, masks, a QOperator model's uint8 tensors).
-CORE_DTYPES = ("float32", "int8", "int16", "int32", "int64")
+CORE_DTYPES = ("float32", "int4", "int8", "int16", "int32", "int64")
 #: activation / weight dtypes of a quantized graph (``QuantConfig.act_bits`` / ``wgt_bits``:
-#: int8 for the int8 cores, int16 for ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4)
-QINT_DTYPES = ("int8", "int16")
+#: int8 for the int8 cores, int16 for ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4, the logical
+#: ``int4`` for the activations of ``LOG_INP_WIDTH`` 2 cores, held in int8 arrays; a
+#: logical dtype of quantized graphs only, not in :data:`DTYPES`, which names numpy / ONNX
+#: element types)
+QINT_DTYPES = ("int8", "int16", "int4")
+_QBITS = {"int4": 4, "int8": 8, "int16": 16}
 
 
 def qrange(dtype: str) -> tuple[int, int]:
-    """``(min, max)`` of a quantized integer dtype: int8 ``(-128, 127)``, int16
-    ``(-32768, 32767)``.
+    """``(min, max)`` of a quantized integer dtype: int4 ``(-8, 7)``, int8 ``(-128, 127)``,
+    int16 ``(-32768, 32767)``.
 
     Raises:
         CompileError: ``dtype`` not in :data:`QINT_DTYPES`.
@@ -196,8 +204,14 @@ def qrange(dtype: str) -> tuple[int, int]:
     if dtype not in QINT_DTYPES:
         raise CompileError(f"{dtype!r} is not a quantized activation/weight dtype "
                            f"{QINT_DTYPES}")
-    b = 8 if dtype == "int8" else 16
+    b = _QBITS[dtype]
     return -(1 << (b - 1)), (1 << (b - 1)) - 1
+
+
+def storage_dtype(dtype: str) -> str:
+    """The numpy dtype name that holds values of IR dtype ``dtype``: ``"int8"`` for the
+    logical ``"int4"`` (numpy has no 4-bit integer), else ``dtype`` itself."""
+    return "int8" if dtype == "int4" else dtype
 
 
 @dataclass(frozen=True)
@@ -214,7 +228,7 @@ class TensorType:
     scale: float | None = None
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
+        if self.dtype not in DTYPES and self.dtype != "int4":
             raise CompileError(f"unknown dtype {self.dtype!r}")
         object.__setattr__(self, "shape", tuple(self.shape))
         if self.scale is not None:
@@ -835,7 +849,7 @@ def validate(graph: Graph) -> Graph:
         raise CompileError(f"graph '{graph.name}': inputs {both} are also constants")
     for c, v in graph.constants.items():
         t = graph.types.get(c)
-        if t is None or tuple(v.shape) != t.shape or np.dtype(v.dtype).name != t.dtype:
+        if t is None or tuple(v.shape) != t.shape or np.dtype(v.dtype).name != storage_dtype(t.dtype):
             raise CompileError(f"graph '{graph.name}': constant {c!r} array {v.dtype}{list(v.shape)} "
                                f"does not match its type {t}")
     for i in graph.inputs:

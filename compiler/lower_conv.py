@@ -39,6 +39,10 @@ weights; a ``LOG_INP_WIDTH`` 4 core int16 activations (``x`` and ``y`` slots of 
 values, :attr:`~vtaforge.runtime.artifact.SlotLayout.elem_bytes`), a ``LOG_WGT_WIDTH`` 4
 core int16 weights, a ``LOG_WGT_WIDTH`` 2 core int4 weights (int8 arrays with values in
 ``[-8, 7]``, packed two per byte into the ``w`` constant, :func:`~vtaforge.runtime.cpu_ops.pack_int4`).
+A ``LOG_INP_WIDTH`` 2 core takes int4 activations (int8 arrays in ``[-8, 7]``; ``x`` and
+``y`` slots of 4-bit values, two per byte, :attr:`~vtaforge.runtime.artifact.SlotLayout.int4`)
+with int8 or int4 weights; its outputs are int4 too (the requantize clips to ``[-8, 7]``
+or ``[0, 7]``, and the STORE keeps the low nibble of each lane).
 The weight array must fit the config's ``WGT_WIDTH`` (:func:`weights_fit`; :class:`CompileError`
 otherwise).  The fused REQ's clip immediates are 8-bit, so an int16
 output's clip (``[-32768, 32767]`` or ``[0, 32767]``) always takes the SHR/MAX/MIN path
@@ -65,7 +69,7 @@ from .lower_common import LoweredOp, emit_kernel, plan_for, requant_alu
 from .pack import ceil_div, pack_bias, pack_weights
 from .tiling import conv_tiling
 
-__all__ = ["lower_conv", "lower_dense", "LoweredOp", "emit_kernel", "requant_alu", "plan_for",
+__all__ = ["lower_conv", "lower_dense", "act_layout", "LoweredOp", "emit_kernel", "requant_alu", "plan_for",
            "use_im2col", "lower_conv_bands", "band_rows", "bandable"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
@@ -234,7 +238,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         raise CompileError(f"{uid}: {w.dtype} weights on a core with WGT_WIDTH "
                            f"{cfg.WGT_WIDTH}" + (" (int4: int8 values in [-8, 7])"
                                                  if cfg.WGT_WIDTH == 4 else ""))
-    eb = cfg.INP_WIDTH // 8                 # bytes per activation value (1 or 2)
+    abits = cfg.INP_WIDTH                   # bits per activation value (4, 8 or 16)
     plan = plan_for(cfg, uid, attrs, k_red * (1 << (cfg.INP_WIDTH - 1)) * (
         1 << (cfg.WGT_WIDTH - 1)) + int(np.abs(np.asarray(bias, np.int64)).max(initial=0)))
     B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
@@ -255,25 +259,25 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         lo = lower_conv(cfg, uid, (k, ho, wo), np.ascontiguousarray(w.reshape(o, k, 1, 1)),
                         bias, a1, pre_pad=False, im2col=False, bias_load=bias_load,
                         out_rows=out_rows)
-        xl = SlotLayout((c, h, wd), B, BI, im2col=(kh, kw, sh, sw, pt, pl, pb, pr),
-                        elem_bytes=eb)
+        xl = act_layout(cfg, SlotLayout((c, h, wd), B, BI,
+                                        im2col=(kh, kw, sh, sw, pt, pl, pb, pr)))
         assert xl.block_bytes == lo.layouts["x"].block_bytes
         lo.layouts["x"] = xl
         st = lo.trace.stats
         st["im2col"] = [c, kh, kw]
-        st["min_dram_bytes"] = int((B * c * h * wd + B * o * ho * wo) * eb + weight_bytes(cfg, w) + 4 * o)
+        st["min_dram_bytes"] = int((B * c * h * wd + B * o * ho * wo) * abits // 8
+                                   + weight_bytes(cfg, w) + 4 * o)
         st["host_im2col_bytes"] = int(xl.block_bytes)
         return lo
     geo = window_geometry(uid, (c, h, wd), o, (kh, kw), (sh, sw), (pt, pl, pb, pr), B, BI, BO,
                           pre_pad)
     xl, yl, ho, wo, pre_pad = geo.xl, geo.yl, geo.ho, geo.wo, geo.pre_pad
-    if eb != 1:
-        xl, yl = replace(xl, elem_bytes=eb), replace(yl, elem_bytes=eb)
+    xl, yl = act_layout(cfg, xl), act_layout(cfg, yl)
     hpl = ho if out_rows is None else int(out_rows)
     if hpl < ho:
         raise CompileError(f"{uid}: out_rows {hpl} is below the output height {ho}")
     if hpl != ho:
-        yl = SlotLayout((o, hpl, wo), B, BO, elem_bytes=eb)
+        yl = act_layout(cfg, SlotLayout((o, hpl, wo), B, BO))
     pt, pl, pb, pr = geo.pads
     hp, wp = xl.hw
     wpk = pack_weights(w, groups, BO, BI)
@@ -333,7 +337,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # blocks loads ``ibn`` blocks' weights behind one block's GEMMs (C11: 13.8 k load
     # cycles behind 7.1 k; 470,886 -> 463,199 cycles, C9 245,713 -> 237,704).
     mac_cycles = o * (c // groups) * kh * kw * ho * wo * B // cfg.macs_per_cycle
-    bus_cycles = ((B * c * h * wd + B * o * ho * wo) * eb + weight_bytes(cfg, w) + 4 * o) * 8 // cfg.BUS_WIDTH
+    bus_cycles = (((B * c * h * wd + B * o * ho * wo) * abits // 8 + weight_bytes(cfg, w) + 4 * o)
+                  * 8 // cfg.BUS_WIDTH)
 
     def one_block_steps(tile):
         return tile[:6] + ([(i, i + 1) for a, b in tile[6] for i in range(a, b)],)
@@ -467,7 +472,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
                 "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped,
                 "min_dram_bytes": int((B * c * _read_extent(h, ho, kh, sh) * _read_extent(wd, wo, kw, sw)
-                                       + B * o * ho * wo) * eb + weight_bytes(cfg, w) + 4 * o)}
+                                       + B * o * ho * wo) * abits // 8 + weight_bytes(cfg, w)
+                                      + 4 * o)}
     # the bias carries the rounding constant (the plan's pre_add with a multiplier)
     rnd = int(attrs["round"]) if plan is None else plan.pre_add
     wdata = np.ascontiguousarray(wpk.data[order])
@@ -580,11 +586,22 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
             in_rows = min(h, (n - 1) * sh + kh) if kh * kw > 1 else n
             st["band"] = [r, n]
             st["gemm_uops_ideal"] = -(-o * cg * kh * kw * n * wo * B // cfg.macs_per_cycle)
-            st["min_dram_bytes"] = int((B * c * in_rows * wd + B * o * n * wo) * (cfg.INP_WIDTH // 8)
+            st["min_dram_bytes"] = int((B * c * in_rows * wd + B * o * n * wo) * cfg.INP_WIDTH // 8
                                        + weight_bytes(cfg, w) + 4 * o)
             traces[n] = lo.trace
         out.append(RowBands(r, traces[r], traces.get(ho % r)))
     return out
+
+
+def act_layout(cfg: VTAConfig, lay: SlotLayout) -> SlotLayout:
+    """``lay`` (an int8 activation layout) with the values of ``cfg``'s ``INP_WIDTH`` (=
+    ``OUT_WIDTH``): unchanged at 8 bits, ``elem_bytes`` 2 at 16, ``int4`` (two values per
+    byte) at 4."""
+    if cfg.INP_WIDTH == 16:
+        return replace(lay, elem_bytes=2)
+    if cfg.INP_WIDTH == 4:
+        return replace(lay, int4=True)
+    return lay
 
 
 def lower_dense(cfg: VTAConfig, uid: str, k: int, w: np.ndarray, bias: np.ndarray,

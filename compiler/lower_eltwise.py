@@ -33,11 +33,12 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS, AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
-from .lower_conv import LoweredOp, emit_kernel, plan_for, requant_alu, window_geometry
+from ..runtime.cpu_ops import pack_int4
+from .lower_conv import LoweredOp, act_layout, emit_kernel, plan_for, requant_alu, window_geometry
 from .pack import pack_bias
 from .tiling import MAX_EXTENT, candidates
 
-__all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const"]
+__all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const", "gemm_add_ok"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
@@ -250,13 +251,20 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     """Lower ``qadd`` (slots ``a``, ``b``, ``y``) or ``qrequant`` (slots ``a``, ``y``) for
     one batch block of logical shape ``chw``.
 
+    On a ``LOG_INP_WIDTH`` 2 core (int4 activations, nibble-packed in DRAM, which ACC8
+    loads cannot read) only the GEMM form of ``qadd`` (:func:`gemm_add_ok`) exists.
+
     Raises:
         CompileError: ACC_8BIT off, ``mult != 1`` without ALU_MUL or without an
             overflow-free sequence, a rounding constant beyond the 16-bit immediate
-            (``mult == 1``).
+            (``mult == 1``); int4 activations without the GEMM form.
     """
     if not cfg.ACC_8BIT:
         raise CompileError(f"{uid}: {op} on VTA needs ACC_8BIT")
+    if cfg.INP_WIDTH != 8 and not (op == "qadd" and gemm_add_ok(cfg, attrs)):
+        raise CompileError(f"{uid}: {op} of int{cfg.INP_WIDTH} activations: ACC8 loads int8 "
+                           f"values only (a qadd runs as a GEMM only with BLOCK_IN == "
+                           f"BLOCK_OUT and both lshift <= {cfg.WGT_WIDTH - 2})")
     bound = 128 * ((1 << int(attrs["lshift_a"])) + (1 << int(attrs["lshift_b"]))) \
         if op == "qadd" else 128
     plan = plan_for(cfg, uid, attrs, bound)
@@ -264,8 +272,8 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
         raise CompileError(f"{uid}: rounding constant {attrs['round']} exceeds the ALU immediate")
     B, BO = cfg.BATCH, cfg.BLOCK_OUT
     lay = SlotLayout(tuple(chw), B, BO)
-    if op == "qadd" and _gemm_add_ok(cfg, attrs):
-        return _lower_add_gemm(cfg, uid, lay, attrs, plan)
+    if op == "qadd" and gemm_add_ok(cfg, attrs):
+        return _lower_add_gemm(cfg, uid, act_layout(cfg, lay), attrs, plan)
     h, w = lay.hw
     n_el = lay.cb * h * w
     nops = 2 if op == "qadd" else 1
@@ -307,11 +315,16 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     return LoweredOp(tb.trace, {}, layouts)
 
 
-def _gemm_add_ok(cfg: VTAConfig, attrs: dict) -> bool:
-    """Whether ``qadd`` can run as a GEMM: the INP and ACC8 layouts coincide (``BLOCK_IN ==
-    BLOCK_OUT``) and both alignment factors ``1 << lshift`` are int8 weights."""
-    return (cfg.BLOCK_IN == cfg.BLOCK_OUT and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH == 8
-            and 0 <= int(attrs["lshift_a"]) <= 6 and 0 <= int(attrs["lshift_b"]) <= 6)
+def gemm_add_ok(cfg: VTAConfig, attrs: dict) -> bool:
+    """Whether ``qadd`` (``attrs``: its ``lshift_a`` / ``lshift_b``) can run as a GEMM: the
+    INP and OUT layouts coincide (``BLOCK_IN == BLOCK_OUT``), the widths are int8 / int8 or
+    int4 activations with int8 or int4 weights, and both alignment factors ``1 << lshift``
+    are weights of ``WGT_WIDTH`` bits (``lshift <= 6`` for int8, ``<= 2`` for int4)."""
+    widths = (cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH == 8) or (
+        cfg.INP_WIDTH == 4 and cfg.WGT_WIDTH in (4, 8))
+    top = cfg.WGT_WIDTH - 2
+    return (cfg.BLOCK_IN == cfg.BLOCK_OUT and widths
+            and 0 <= int(attrs["lshift_a"]) <= top and 0 <= int(attrs["lshift_b"]) <= top)
 
 
 def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan) -> LoweredOp:
@@ -319,7 +332,9 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
     resident diagonal weight blocks, then the ALU requantize.  ``a`` and ``b`` are INP loads
     on the load module, so they overlap the compute of the previous chunk (double-buffered
     INP and ACC regions, the conv's token pattern); ACC8 loads run on the compute module
-    and never overlap its ALU passes.  Exact: the same integer sum before the requantize."""
+    and never overlap its ALU passes.  Exact: the same integer sum before the requantize.
+    int4 activations (``lay.int4``): the same program over nibble-packed INP and OUT
+    elements; int4 weights are packed two per byte."""
     B, BI = cfg.BATCH, cfg.BLOCK_IN
     h, w = lay.hw
     n_el = lay.cb * h * w
@@ -343,7 +358,7 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
     tb = TraceBuilder(uid, slots)
     wbase = cfg.WGT_DEPTH - 2
     tb.load_2d("w", 0, MemType.WGT, wbase, 1, 2, 2)
-    consts = {"w": wgt}
+    consts = {"w": pack_int4(wgt) if cfg.WGT_WIDTH == 4 else wgt}
     if round_row:
         tb.load_2d("r", 0, MemType.ACC, rrow, 1, 1, 1)
         consts["r"] = pack_bias(np.zeros(cfg.BLOCK_OUT, np.int32), rnd, B, cfg.BLOCK_OUT)
@@ -380,7 +395,7 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "gemm_add": True,
                       "round_row": bool(round_row),
-                      "min_dram_bytes": int(B * 3 * int(np.prod(lay.shape)))}
+                      "min_dram_bytes": int(B * 3 * int(np.prod(lay.shape)) * lay.bits // 8)}
     return LoweredOp(tb.trace, consts, {"a": lay, "b": lay, "y": lay})
 
 

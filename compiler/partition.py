@@ -16,6 +16,13 @@ bits: ``K*128*128 + max|bias|`` for int8, else ``max_o sum_k |w[o,k]| * 2**(INP_
   Every other integer op (``qadd``, ``qmax_pool``, ``qavg_pool``, ``qrequant``, ``qmul``)
   runs on the CPU with the reason that ACC8 loads int8 values only, so int16 operands
   cannot reach the accumulator;
+* 4-bit activations (``LOG_INP_WIDTH`` 2; the graph's logical dtype ``int4``, int8 arrays
+  in ``[-8, 7]``): ``qconv2d`` / ``qdense`` with int8 weights (``WGT_WIDTH`` 8) or int8
+  weight constants in ``[-8, 7]`` (``WGT_WIDTH`` 4), and a ``qadd`` of two tensors in its
+  GEMM form (INP loads of both operands, :func:`~.lower_eltwise.gemm_add_ok`).  ACC8 loads
+  read int8 values, not nibbles, so every other integer op runs on the CPU with that
+  reason.  An int4 tensor is never placed on a core of another width, nor an int8 one on
+  an int4 core (the width reason);
 
 * ``qconv2d`` (groups 1, grouped and depthwise; any kernel and stride; each pad
   <= 15, the LOAD pad field width) and ``qdense``: GEMM, then ALU
@@ -50,6 +57,7 @@ from .errors import CompileError
 from ..runtime.cpu_float import onnx_backend
 from .ir import REAL_OPS, Graph, Node
 from .lower_conv import weights_fit
+from .lower_eltwise import gemm_add_ok
 from .requant import mult_plan
 
 __all__ = ["Placement", "Region", "Partition", "capability_table", "vta_support", "partition",
@@ -198,10 +206,16 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
         lin = " [int4 weights: int8 constants in [-8, 7], else cpu]"
     elt = base if widths or cfg.INP_WIDTH == 8 else (
         f" [unavailable: int{cfg.INP_WIDTH} activations, ACC8 loads int8 only: cpu]")
+    add = elt
+    if cfg.INP_WIDTH == 4:
+        lin = (f" [int4 activations (nibbles), int{cfg.WGT_WIDTH} weights"
+               + (": int8 constants in [-8, 7], else cpu" if cfg.WGT_WIDTH == 4 else "") + "]")
+        add = (f" [int4 activations: only two tensors as a GEMM over INP loads, BLOCK_IN == "
+               f"BLOCK_OUT and lshift <= {cfg.WGT_WIDTH - 2}; else cpu]")
     return {
         "qconv2d": f"vta: GEMM + ALU requantize; groups/depthwise ok; pads <= {MAX_PAD}; mult 1 unless ALU_MUL{lin}",
         "qdense": f"vta: GEMM + ALU requantize{lin}",
-        "qadd": f"vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{elt}",
+        "qadd": f"vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{add}",
         "qmax_pool": f"vta: ACC8 loads + ALU MAX; padding only on non-negative inputs{acc8}{elt}",
         "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; other windows: "
                      f"ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{elt}",
@@ -219,9 +233,10 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
 
 
 def _in_half(node: Node, graph: Graph) -> int:
-    """``2**(bits-1)`` of ``node``'s activation input: 128 (int8) or 32768 (int16)."""
+    """``2**(bits-1)`` of ``node``'s activation input: 8 (int4), 128 (int8) or 32768
+    (int16)."""
     t = graph.types.get(node.inputs[0]) if node.inputs else None
-    return 32768 if t is not None and t.dtype == "int16" else 128
+    return {"int16": 32768, "int4": 8}.get(t.dtype if t is not None else "", 128)
 
 
 def linear_acc_bound(node: Node, graph: Graph) -> int:
@@ -364,6 +379,10 @@ def vta_eltwise(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bo
                            f"scalar (16-bit immediate after alignment) or a per-channel constant runs on VTA")
         return True, (f"add of a {kind} constant: ACC8 load + ALU SHL {a['lshift_a']}, ADD, "
                       f"{_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")
+    if node.op == "qadd" and graph.types[node.inputs[0]].dtype == "int4":
+        return True, (f"residual add of int4 tensors: GEMM over INP loads (diagonal weights "
+                      f"{1 << a['lshift_a']}, {1 << a['lshift_b']}), {_mul_suffix(a)}SHR "
+                      f"{a['shift']}, MAX/MIN")
     if node.op == "qadd":
         return True, (f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, "
                       f"{_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")
@@ -460,7 +479,7 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
 
 
 def _bits(dtype: str) -> int:
-    return {"int8": 8, "int16": 16}.get(dtype, 0)
+    return {"int4": 4, "int8": 8, "int16": 16}.get(dtype, 0)
 
 
 def _int4_weights(name: str, graph: Graph, cfg: VTAConfig) -> bool:
@@ -475,9 +494,32 @@ def _width_mismatch(node: Node, graph: Graph, cfg: VTAConfig) -> str | None:
     (their weights must have ``WGT_WIDTH`` bits), every other integer op runs on the CPU
     (ACC8 loads int8 values only).  A ``LOG_WGT_WIDTH`` 2 core (int4 weights, int8
     activations) takes conv/dense whose int8 weight constants all lie in ``[-8, 7]``
-    (checked on the values) and every int8 element-wise op."""
+    (checked on the values) and every int8 element-wise op.  An int4 graph on a
+    ``LOG_INP_WIDTH`` 2 core: conv/dense with int8 weights (``WGT_WIDTH`` 8) or weights in
+    ``[-8, 7]`` (``WGT_WIDTH`` 4), and a tensor-tensor ``qadd`` in its GEMM form; every other
+    integer op runs on the CPU (ACC8 loads int8 values, not nibbles)."""
     t = graph.types[node.inputs[0]]
     w = graph.types[node.inputs[1]] if node.op in ("qconv2d", "qdense") else None
+    if t.dtype == "int4" and cfg.INP_WIDTH == 4:
+        if w is not None:
+            if cfg.WGT_WIDTH == 4 and not _int4_weights(node.inputs[1], graph, cfg):
+                return (f"{w.dtype} weights outside int4 [-8, 7] on a core with WGT_WIDTH 4: "
+                        f"quantize for the core's widths")
+            if w.dtype != "int8":
+                return (f"{w.dtype} weights on a core with WGT_WIDTH {cfg.WGT_WIDTH}: "
+                        f"quantize for the core's widths")
+            return None
+        if node.op == "qadd" and node.inputs[1] not in graph.constants:
+            if any(graph.types[i].dtype != "int4" for i in node.inputs):
+                return "a qadd of int4 and int8 tensors: quantize for the core's widths"
+            if not gemm_add_ok(cfg, node.attrs):
+                return (f"int4 operands: ACC8 loads int8 values only, and the GEMM form of "
+                        f"the add needs BLOCK_IN == BLOCK_OUT (here {cfg.BLOCK_IN} / "
+                        f"{cfg.BLOCK_OUT}) and both lshift <= {cfg.WGT_WIDTH - 2} (here "
+                        f"{node.attrs['lshift_a']} / {node.attrs['lshift_b']}) (CPU, exact)")
+            return None
+        return ("int4 operands: ACC8 loads int8 values only, so int4 activations (two per "
+                "byte) cannot reach the accumulator for this element-wise op (CPU, exact)")
     if cfg.WGT_WIDTH == 4 and cfg.INP_WIDTH == 8 and t.dtype == "int8":
         if w is not None and not _int4_weights(node.inputs[1], graph, cfg):
             return (f"{w.dtype} weights outside int4 [-8, 7] on a core with WGT_WIDTH 4: "

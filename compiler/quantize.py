@@ -1,4 +1,4 @@
-"""Post-training int8 (or int16) quantization with power-of-two scales.
+"""Post-training int8 (or int16, or int4-activation) quantization with power-of-two scales.
 
 :func:`quantize` turns a float graph (after :func:`~.passes.optimize`) into a
 quantized graph (format: :mod:`.ir` docstring) using calibration data.
@@ -59,9 +59,14 @@ worst case ``K*128*128`` is replaced by the exact one for the constant weights,
 weight grid is coarsened (``exp_w + 1``, reported in ``QuantReport.notes``) until it fits:
 the result never overflows a 32-bit accumulator, for any input.  Average pools whose window
 is not a power of two divide on the CPU at 16 bits (the exact reciprocal is proved for int8
-window sums only).  QDQ models carry int8 scales and are quantized at 8 bits only
-(:class:`CompileError` otherwise).  At ``act_bits = wgt_bits = 8`` every rule above is the
-int8 one, unchanged.
+window sums only).  With 4-bit activations (``act_bits`` 4, ``LOG_INP_WIDTH`` 2) every
+activation has the logical dtype ``int4`` (numpy int8 arrays holding ``[-8, 7]``; ``exp =
+smallest e with r / 2**e <= 7``, clips in ``[-8, 7]``, ReLU ``[0, 7]``), the overflow bound
+is the exact one above with ``2**(act_bits-1) = 8``, and the constant operand of an add or
+multiply stays an int8 constant (such ops run on the CPU at int4); the exact average-pool
+reciprocal covers int4 window sums (a subset of the int8 ones).  QDQ models carry
+int8 scales and are quantized at 8 bits only (:class:`CompileError` otherwise).  At
+``act_bits = wgt_bits = 8`` every rule above is the int8 one, unchanged.
 """
 
 from __future__ import annotations
@@ -98,13 +103,14 @@ class QuantConfig:
             integer multiplier (``mult``, ALU MUL on VTA); ``False`` approximates every QDQ
             scale by the nearest power of two.  ``compile_model`` sets it from the
             config's ``ALU_MUL`` unless a QuantConfig is given.
-        act_bits: activation width, 8 (int8) or 16 (int16); ``compile_model`` uses the
-            config's ``INP_WIDTH``.
+        act_bits: activation width, 4 (int4: the logical IR dtype ``int4``, values in
+            ``[-8, 7]`` held in int8 arrays), 8 (int8) or 16 (int16); ``compile_model``
+            uses the config's ``INP_WIDTH``.
         wgt_bits: conv/dense weight width, 4, 8 or 16; ``compile_model`` uses ``WGT_WIDTH``.
             int4 weights are int8 constants with values in ``[-7, 7]`` (numpy has no int4;
             the lowering packs them two per byte).
     Raises:
-        CompileError: ``act_bits`` not 8 or 16, ``wgt_bits`` not 4, 8 or 16.
+        CompileError: ``act_bits`` not 4, 8 or 16, ``wgt_bits`` not 4, 8 or 16.
     """
 
     calibration: str = "max"
@@ -116,7 +122,7 @@ class QuantConfig:
     wgt_bits: int = 8
 
     def __post_init__(self) -> None:
-        for k, ok in (("act_bits", (8, 16)), ("wgt_bits", (4, 8, 16))):
+        for k, ok in (("act_bits", (4, 8, 16)), ("wgt_bits", (4, 8, 16))):
             v = getattr(self, k)
             if isinstance(v, bool) or v not in ok:
                 names = [f"{b} (int{b})" for b in ok]
@@ -125,7 +131,7 @@ class QuantConfig:
 
     @property
     def qmax(self) -> int:
-        """Largest activation value: 127 (int8) or 32767 (int16)."""
+        """Largest activation value: 7 (int4), 127 (int8) or 32767 (int16)."""
         return (1 << (self.act_bits - 1)) - 1
 
 
@@ -198,8 +204,8 @@ class QuantReport:
 
 
 def exp_for_range(r: float, qmax: int = 127) -> int:
-    """Smallest ``e`` with ``r / 2**e <= qmax`` (``qmax`` 127 for int8, 32767 for int16;
-    ``-7`` for ``r == 0`` at int8, ``-15`` at int16)."""
+    """Smallest ``e`` with ``r / 2**e <= qmax`` (``qmax`` 7 for int4, 127 for int8, 32767
+    for int16; ``-3`` for ``r == 0`` at int4, ``-7`` at int8, ``-15`` at int16)."""
     if not r > 0 or not math.isfinite(r):
         return -7 if qmax == 127 else -(int(qmax).bit_length())
     q = float(qmax)
@@ -333,7 +339,9 @@ class _Quantizer:
         self.fname: dict[str, str] = {}   # float tensor -> float tensor in q graph
         self.hints = fg.meta.get("scale_hints", {})
         self.scales: dict[str, float] = {}   # float tensor -> exact non-power-of-two scale
-        self.adt = "int8" if config.act_bits == 8 else "int16"     # activation dtype
+        self.adt = {4: "int4", 8: "int8", 16: "int16"}[config.act_bits]   # activation dtype
+        # dtype and largest value of an add / multiply constant: int4 graphs keep int8 ones
+        self.cdt, self.cmax = ("int8", 127) if self.adt == "int4" else (self.adt, config.qmax)
         self.qhi = config.qmax
         self.qlo = -self.qhi - 1
         self.half = self.qhi + 1                                  # 2**(act_bits-1)
@@ -678,8 +686,8 @@ class _Quantizer:
             if cv.ndim > ta.rank or any(d not in (1, s) for d, s in zip(cv.shape[::-1], ta.shape[::-1])):
                 raise node_error(n.name, n.op, f"constant {list(cv.shape)} does not broadcast to {ta}")
             b = self.const_int8(f"{n.inputs[1]}_q", cv,
-                                exp_for_range(float(np.abs(cv).max(initial=0)), self.qhi),
-                                lo=-128, dtype=self.adt)
+                                exp_for_range(float(np.abs(cv).max(initial=0)), self.cmax),
+                                lo=-128, dtype=self.cdt)
         else:
             b = self.to_p2(n, self.qin(n.inputs[1]))
             if self.q.types[a].shape != self.q.types[b].shape:
@@ -691,7 +699,8 @@ class _Quantizer:
         lo, hi = _act_bounds(n, eo, self.scales.get(out), self.qhi)
         attrs = {"lshift_a": ea - c, "lshift_b": eb - c}
         so = 2.0 ** eo if out not in self.scales else self.scales[out]
-        attrs.update(self.requant_for(n, 2.0 ** c / so, self.half * ((1 << (ea - c)) + (1 << (eb - c))),
+        hb = 128 if n.inputs[1] in fg.constants and self.adt == "int4" else self.half
+        attrs.update(self.requant_for(n, 2.0 ** c / so, self.half * (1 << (ea - c)) + hb * (1 << (eb - c)),
                                       out, lo, hi))
         qo = self.int_name(out)
         self.add(n.name, "qadd", [a, b], qo, attrs, self.otype(out, fg.types[out].shape))
@@ -719,8 +728,8 @@ class _Quantizer:
             self.add(n.name, "qrequant", [x], qo, self._requant_attrs(n, 0, eo),
                      TensorType(self.adt, fg.types[out].shape, eo))
         else:
-            ec = exp_for_range(float(np.abs(c).max()), self.qhi)
-            cq = self.const_int8(f"{n.inputs[1]}_q", c, ec, dtype=self.adt)
+            ec = exp_for_range(float(np.abs(c).max()), self.cmax)
+            cq = self.const_int8(f"{n.inputs[1]}_q", c, ec, dtype=self.cdt)
             so = 2.0 ** self.exps[out] if out not in self.scales else self.scales[out]
             cmax = int(np.abs(self.q.constants[cq].astype(np.int64)).max(initial=1))
             self.add(n.name, "qmul", [x, cq], qo,
@@ -765,7 +774,7 @@ class _Quantizer:
         p2 = d & (d - 1) == 0
         if p2:
             mult, shift, rnd = 1, d.bit_length() - 1, d // 2
-        elif self.adt != "int8":
+        elif self.adt == "int16":
             mult, shift, rnd = None, None, None
             self.rep.notes.append(f"'{n.name}': window size {d} is not a power of two and the "
                                   f"exact reciprocal is proved for int8 sums only; it divides "

@@ -14,8 +14,9 @@ each product is at most 128*128 = 2**14 (int16: 2**30) in magnitude, and every p
 sum of K products is an integer of magnitude <= K * 2**14 < 2**53 for any
 K < 2**39 (int16: K < 2**23), so float64 represents every intermediate exactly (checked
 at run time).  Every quantized tensor keeps its dtype (int8, or int16 in a graph quantized
-with ``act_bits`` / ``wgt_bits`` 16); clips and the max-pool padding use that dtype's
-range. Everything after the sum (bias, multiplier, rounding, shifts, clips,
+with ``act_bits`` / ``wgt_bits`` 16; the logical int4 of ``act_bits`` 4 is held in int8
+arrays, :func:`~.ir.storage_dtype`); clips and the max-pool padding use that dtype's
+range (int4: ``[-8, 7]``). Everything after the sum (bias, multiplier, rounding, shifts, clips,
 pooling, adds) is int64; the quantizer proves every product ``acc * mult``
 fits int32, so int64 and VTA's wrapping 32-bit ALU agree.
 
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..runtime.cpu_float import REAL_OPS, _pad, _windows, conv2d_nchw, run_float_op, run_onnx_node
 from .errors import CompileError, node_error
-from .ir import LAYOUT_OPS, Graph, Node, qrange
+from .ir import LAYOUT_OPS, Graph, Node, qrange, storage_dtype
 
 __all__ = ["run_float", "run_quantized", "conv2d_nchw", "requantize"]
 
@@ -62,7 +63,7 @@ def requantize(acc: np.ndarray, attrs: dict, dtype: str = "int8") -> np.ndarray:
         acc = (acc + np.int64(attrs["round"])) >> np.int64(s)
     elif s < 0:
         acc = acc << np.int64(-s)
-    return np.clip(acc, attrs["clip_lo"], attrs["clip_hi"]).astype(dtype)
+    return np.clip(acc, attrs["clip_lo"], attrs["clip_hi"]).astype(storage_dtype(dtype))
 
 
 def _odt(node: Node, graph: Graph) -> str:
@@ -151,7 +152,7 @@ def ref_quantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     e = t.scale_exp
     q = np.floor(x[0].astype(np.float64) * 2.0 ** (-e) + 0.5)
     lo, hi = qrange(t.dtype)
-    return np.clip(q, lo, hi).astype(t.dtype)
+    return np.clip(q, lo, hi).astype(storage_dtype(t.dtype))
 
 
 def ref_dequantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
@@ -198,7 +199,7 @@ def ref_qmax_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
     a = node.attrs
     dt = _odt(node, graph)
     xp = _pad(x[0].astype(np.int64), a["pads"], qrange(dt)[0])
-    return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(dt)
+    return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(storage_dtype(dt))
 
 
 def ref_qavg_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
@@ -212,7 +213,7 @@ def ref_qavg_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
         y = (acc * np.int64(a["mult"]) + np.int64(a["round"])) >> np.int64(a["shift"])
     else:
         y = np.floor_divide(2 * acc + d, 2 * d)
-    return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(_odt(node, graph))
+    return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(storage_dtype(_odt(node, graph)))
 
 
 def ref_layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:

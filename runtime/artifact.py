@@ -92,11 +92,16 @@ class SlotLayout:
         cblk: channel block (BLOCK_IN for GEMM inputs, BLOCK_OUT for outputs and ACC8).
         pre_pad: host-side spatial padding.
         im2col: ``None`` or the conv window ``(kh, kw, sh, sw, pt, pl, pb, pr)``.
-        elem_bytes: bytes per value: 1 (int8, every int8 core) or 2 (int16 activations of a
-            ``LOG_INP_WIDTH`` 4 core); :attr:`block_bytes` counts bytes.
+        elem_bytes: bytes per value on the host: 1 (int8, every int8 core; int4) or 2
+            (int16 activations of a ``LOG_INP_WIDTH`` 4 core); :attr:`block_bytes` counts
+            bytes.
+        int4: the values are int4 (a ``LOG_INP_WIDTH`` 2 core; int8 on the host, values in
+            ``[-8, 7]``), stored two per byte in DRAM: each element's ``batch*cblk`` lanes
+            (``[batch, cblk]``, ``cblk`` innermost) packed from bit 0, lane ``2k`` in the low
+            nibble of byte ``k`` (:func:`~.cpu_ops.pack_int4`); :attr:`bits` is 4.
     Raises:
         ArtifactError: a malformed ``im2col`` or ``im2col`` with ``pre_pad``; ``elem_bytes``
-            not 1 or 2.
+            not 1 or 2; ``int4`` with ``elem_bytes`` 2 or an odd ``batch*cblk``.
     """
 
     shape: tuple[int, int, int]
@@ -105,16 +110,28 @@ class SlotLayout:
     pre_pad: tuple[int, int, int, int] = (0, 0, 0, 0)
     im2col: tuple[int, ...] | None = None
     elem_bytes: int = 1
+    int4: bool = False
 
     @property
     def dtype(self):
-        """numpy dtype of the packed values: int8 or int16."""
+        """numpy dtype of the host values: int8 (int8, int4) or int16."""
         return np.int16 if self.elem_bytes == 2 else np.int8
+
+    @property
+    def bits(self) -> int:
+        """Bits per value in DRAM: 4 (``int4``), 8 or 16."""
+        return 4 if self.int4 else 8 * self.elem_bytes
 
     def __post_init__(self) -> None:
         if self.elem_bytes not in (1, 2):
             raise ArtifactError(f"slot layout: elem_bytes {self.elem_bytes!r} must be 1 (int8) "
                                 f"or 2 (int16)")
+        if self.int4 not in (False, True):
+            raise ArtifactError(f"slot layout: int4 {self.int4!r} must be a bool")
+        if self.int4 and (self.elem_bytes != 1 or self.batch * self.cblk % 2):
+            raise ArtifactError(f"slot layout: int4 values need elem_bytes 1 and an even "
+                                f"batch*cblk (two lanes per byte), got elem_bytes "
+                                f"{self.elem_bytes}, batch*cblk {self.batch * self.cblk}")
         if self.im2col is not None:
             if len(self.im2col) != 8 or self.pre_pad != (0, 0, 0, 0):
                 raise ArtifactError(f"slot layout: im2col {self.im2col!r} needs 8 values "
@@ -147,7 +164,7 @@ class SlotLayout:
     def block_bytes(self) -> int:
         """Bytes of one batch block."""
         h, w = self.hw
-        return self.cb * h * w * self.batch * self.cblk * self.elem_bytes
+        return self.cb * h * w * self.batch * self.cblk * self.bits // 8
 
     def nbytes(self, n: int) -> int:
         """Bytes of the slot for ``n`` samples: ``ceil(n / batch)`` batch blocks of
@@ -162,12 +179,20 @@ class SlotLayout:
         if self.im2col is not None:
             kh, kw, sh, sw, pt, pl, pb, pr = self.im2col
             x = im2col(x, (kh, kw), (sh, sw), (pt, pl, pb, pr))
-        return pack_act(x, self.batch, self.cblk, self.pre_pad, self.dtype)
+        return pack_act(x, self.batch, self.cblk, self.pre_pad, self.dtype, self.bits)
+
+    def unpack(self, raw: np.ndarray, n: int) -> np.ndarray:
+        """Packed bytes of ``n`` samples (no pre-padding, not im2col) -> the logical
+        ``[n, C, H, W]`` values (:attr:`dtype`; int4: int8 in ``[-8, 7]``)."""
+        from .cpu_ops import unpack_act
+
+        c, h, w = self.shape
+        return unpack_act(raw, n, c, h, w, self.batch, self.cblk, self.dtype, self.bits)
 
     def rows_block_bytes(self, n_rows: int) -> int:
         """Bytes of one batch block of ``n_rows`` rows of the packed tensor (a row band,
-        :meth:`pack_rows`): ``cb * n_rows * W * batch * cblk``."""
-        return self.cb * int(n_rows) * self.hw[1] * self.batch * self.cblk * self.elem_bytes
+        :meth:`pack_rows`): ``cb * n_rows * W * batch * cblk`` values of :attr:`bits`."""
+        return self.cb * int(n_rows) * self.hw[1] * self.batch * self.cblk * self.bits // 8
 
     def pack_rows(self, x: np.ndarray, r0: int, r1: int) -> np.ndarray:
         """Rows ``[r0, r1)`` of the packed tensor alone, packed as a tensor of ``r1 - r0``
@@ -191,13 +216,16 @@ class SlotLayout:
             x = im2col(x, (kh, kw), (sh, sw), (pt, pl, pb, pr), rows=(r0, r1))
         else:
             x = x[:, :, r0:r1]
-        return pack_act(x, self.batch, self.cblk, dtype=self.dtype)
+        return pack_act(x, self.batch, self.cblk, dtype=self.dtype, bits=self.bits)
 
     def to_json(self) -> list:
         """``[shape, batch, cblk, pre_pad, im2col or None]`` (the artifact manifest form),
-        then ``elem_bytes`` when it is not 1 (so int8 manifests are unchanged)."""
+        then ``elem_bytes`` when it is not 1 (so int8 manifests are unchanged), and for int4
+        values ``elem_bytes`` and the bits ``4``."""
         v = [list(self.shape), self.batch, self.cblk, list(self.pre_pad),
              None if self.im2col is None else list(self.im2col)]
+        if self.int4:
+            return v + [self.elem_bytes, 4]
         return v if self.elem_bytes == 1 else v + [self.elem_bytes]
 
     @classmethod
@@ -205,11 +233,16 @@ class SlotLayout:
         """Inverse of :meth:`to_json` (a 4-element list from older writers has no im2col).
 
         Raises:
-            ArtifactError: invalid values (from the constructor's checks).
+            ArtifactError: invalid values (from the constructor's checks; a bits entry
+                other than 4).
         """
         ic = v[4] if len(v) > 4 else None
+        if len(v) > 6 and v[6] != 4:
+            raise ArtifactError(f"slot layout {v!r}: bits {v[6]!r} must be 4 (int4 values) "
+                                f"when given")
         return cls(tuple(v[0]), int(v[1]), int(v[2]), tuple(v[3]),
-                   None if ic is None else tuple(ic), int(v[5]) if len(v) > 5 else 1)
+                   None if ic is None else tuple(ic), int(v[5]) if len(v) > 5 else 1,
+                   len(v) > 6)
 
 
 @dataclass

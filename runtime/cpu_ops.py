@@ -8,7 +8,11 @@ The integer rules are those of the quantized-graph format (docs/compiler.md): in
 sums, ``requantize = clip((acc*mult + round) >> shift)``.  Activations are int8, or int16
 for a model compiled for ``LOG_INP_WIDTH`` 4: an integer kernel's output has the dtype of
 its activation input (``quantize``: the ``dtype`` attribute, default int8), and the
-max-pool padding is that dtype's minimum.  This module is independent of
+max-pool padding is that dtype's minimum.  A model compiled for ``LOG_INP_WIDTH`` 2 has
+int4 activations held in int8 arrays (``quantize`` with ``dtype="int4"`` clips to
+``[-8, 7]``; every requantize clips to its ``clip_lo``/``clip_hi`` attributes, which lie in
+``[-8, 7]``; with pads smaller than the kernel, as ONNX requires, every max-pool window
+holds a real value, so its int8 padding gives the int4 result).  This module is independent of
 the compiler (the runtime never imports it) and of the compiler's reference executor.
 
 Activation packing (:func:`pack_act` / :func:`unpack_act`): NCHW int8 (or int16) to the VTA layout
@@ -27,13 +31,19 @@ __all__ = ["pack_act", "unpack_act", "pack_int4", "unpack_int4", "im2col", "run_
            "CPU_KERNELS", "scale_factor"]
 
 
-def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0), dtype=np.int8
-             ) -> np.ndarray:
+def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0), dtype=np.int8,
+             bits: int | None = None) -> np.ndarray:
     """int8 ``[N, C, H, W]`` (or ``[N, C]``) -> packed ``dtype`` (int8; int16 for 16-bit
     activations) ``[ceil(N/batch), ceil(C/cblk), H+pt+pb, W+pl+pr, batch, cblk]``, zero padded.
 
+    ``bits=4`` (int4 activations of a ``LOG_INP_WIDTH`` 2 core; ``x`` int8 holding
+    ``[-8, 7]``): the same layout with each element's ``batch*cblk`` lanes packed two per
+    byte (:func:`pack_int4`, lane ``2k`` in the low nibble), uint8 ``[ceil(N/batch),
+    ceil(C/cblk), H', W', batch*cblk/2]``.
+
     Raises:
-        ValueError: ``x`` has values outside ``dtype``'s range (never silently truncated).
+        ValueError: ``x`` has values outside ``dtype``'s range, or outside ``[-8, 7]`` for
+            ``bits=4`` (never silently truncated); ``bits=4`` with an odd ``batch*cblk``.
     """
     if x.ndim == 2:
         x = x[:, :, None, None]
@@ -48,7 +58,10 @@ def pack_act(x: np.ndarray, batch: int, cblk: int, pre_pad=(0, 0, 0, 0), dtype=n
     buf = np.zeros((nb * batch, cb * cblk, h + pt + pb, w + pl + pr), dtype)
     buf[:n, :c, pt:pt + h, pl:pl + w] = x
     buf = buf.reshape(nb, batch, cb, cblk, h + pt + pb, w + pl + pr)
-    return np.ascontiguousarray(buf.transpose(0, 2, 4, 5, 1, 3))
+    out = np.ascontiguousarray(buf.transpose(0, 2, 4, 5, 1, 3))
+    if bits == 4:
+        return pack_int4(out.reshape(out.shape[:4] + (batch * cblk,)))
+    return out
 
 
 def pack_int4(a: np.ndarray) -> np.ndarray:
@@ -114,11 +127,16 @@ def im2col(x: np.ndarray, kernel, strides, pads, rows: tuple[int, int] | None = 
 
 
 def unpack_act(p: np.ndarray, n: int, c: int, h: int, w: int, batch: int, cblk: int,
-               dtype=np.int8) -> np.ndarray:
+               dtype=np.int8, bits: int | None = None) -> np.ndarray:
     """Inverse of :func:`pack_act` (no pre-padding): packed bytes -> ``dtype`` (int8, or
-    int16 for 16-bit activations) ``[n, c, h, w]``."""
+    int16 for 16-bit activations) ``[n, c, h, w]``; ``bits=4``: nibble-packed bytes (two
+    lanes per byte, :func:`unpack_int4`) -> int8 in ``[-8, 7]``."""
     nb, cb = -(-n // batch), -(-c // cblk)
-    a = np.asarray(p).reshape(-1).view(dtype)[:nb * cb * h * w * batch * cblk]
+    count = nb * cb * h * w * batch * cblk
+    if bits == 4:
+        a = unpack_int4(np.asarray(p).reshape(-1).view(np.uint8)[:count // 2])
+    else:
+        a = np.asarray(p).reshape(-1).view(dtype)[:count]
     a = a.reshape(nb, cb, h, w, batch, cblk).transpose(0, 4, 1, 5, 2, 3)
     return np.ascontiguousarray(a.reshape(nb * batch, cb * cblk, h, w)[:n, :c])
 
@@ -188,9 +206,12 @@ def _attr_scale(a: dict) -> float:
 def _quantize(a, ins, scales):
     f = scale_factor(_attr_scale(a), inverse=True)
     q = np.floor(ins[0].astype(np.float64) * f + 0.5)
-    dt = np.dtype(a.get("dtype", "int8"))
+    name = a.get("dtype", "int8")
+    if name == "int4":      # int4 activations: [-8, 7] held in int8 (numpy has no int4)
+        return np.clip(q, -8, 7).astype(np.int8)
+    dt = np.dtype(name)
     if dt not in (np.int8, np.int16):
-        raise ValueError(f"quantize to {dt.name}: only int8 and int16 activations")
+        raise ValueError(f"quantize to {dt.name}: only int4, int8 and int16 activations")
     ii = np.iinfo(dt)
     return np.clip(q, ii.min, ii.max).astype(dt)
 

@@ -58,7 +58,7 @@ from ..hw.config import MemType
 from .artifact import CompiledModel, SlotLayout, replay
 from .builder import ProgramBuilder
 from .cpu_float import REAL_OPS, run_float_op, run_onnx_node
-from .cpu_ops import run_cpu_op, unpack_act
+from .cpu_ops import run_cpu_op
 from .device import Buffer, Device, DeviceError, RunResult
 
 __all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory", "UNIT_COUNTERS"]
@@ -452,7 +452,8 @@ class Executor:
         return tuple(n if not isinstance(d, int) else d for d in shape)
 
     def _host(self, env: dict, tensor: str, n: int) -> np.ndarray:
-        """The host (logical int8, or int16 for 16-bit activations) value of ``tensor``; a
+        """The host (logical int8, or int16 for 16-bit activations; int4 activations as int8
+        in ``[-8, 7]``) value of ``tensor``; a
         device tensor is read back once per run (the host copy is cached in
         ``env[_HOST]``; the device copy stays valid for its planned lifetime)."""
         v = env[tensor]
@@ -464,10 +465,9 @@ class Executor:
                     raise DeviceError(f"internal: {tensor!r} was evicted before the host "
                                       f"read it (memory-budget schedule)")
                 lay = v.layout
-                c, h, w = lay.shape
                 self._sync(v.buf)
                 raw = self._read(v.buf, lay.nbytes(v.n))
-                x = unpack_act(raw, v.n, c, h, w, lay.batch, lay.cblk, lay.dtype)
+                x = lay.unpack(raw, v.n)        # int4 slots: nibbles -> int8 in [-8, 7]
                 x = hc[tensor] = x.reshape(self._shape(tensor, n))
             return x
         return v
