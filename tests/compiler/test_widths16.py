@@ -138,8 +138,8 @@ def digits():
 
 # ------------------------------------------------------------------ tests
 def test_quant_config_widths_refused_with_one_line():
-    with pytest.raises(CompileError, match=r"^QuantConfig.act_bits = 12: only 8 \(int8\) and "
-                                           r"16 \(int16\) are supported$"):
+    with pytest.raises(CompileError, match=r"^QuantConfig.act_bits = 12: only 4 \(int4\), 8 "
+                                           r"\(int8\) and 16 \(int16\) are supported$"):
         QuantConfig(act_bits=12)
     with pytest.raises(CompileError, match=r"^QuantConfig.wgt_bits = True"):
         QuantConfig(wgt_bits=True)

@@ -151,9 +151,9 @@ def test_int8_weights_outside_int4_run_on_the_cpu(conv4):
 
 def test_quant_config_int4():
     assert QuantConfig(wgt_bits=4).wgt_bits == 4
-    with pytest.raises(CompileError, match=r"^QuantConfig.act_bits = 4: only 8 \(int8\) and 16 "
-                                           r"\(int16\) are supported$"):
-        QuantConfig(act_bits=4)
+    with pytest.raises(CompileError, match=r"^QuantConfig.act_bits = 2: only 4 \(int4\), 8 "
+                                           r"\(int8\) and 16 \(int16\) are supported$"):
+        QuantConfig(act_bits=2)     # act_bits 4 is int4 activations (test_widths4a.py)
     with pytest.raises(CompileError, match=r"wgt_bits = 2: only 4 \(int4\), 8 \(int8\) and 16 "
                                            r"\(int16\) are supported$"):
         QuantConfig(wgt_bits=2)
