@@ -28,12 +28,13 @@ from vtaforge.compiler.onnx_frontend import import_onnx
 from vtaforge.compiler.partition import capability_table, partition, vta_support
 from vtaforge.compiler.quantize import QuantConfig, quantize
 from vtaforge.hw.config import load_config, preset
+from vtaforge.hw.isa import AluOp
 from vtaforge.runtime.artifact import ArtifactError, SlotLayout, load_artifact, save_artifact
 from vtaforge.runtime.cpu_ops import pack_act, unpack_act
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
-from _lower_util import conv_oracle
+from _lower_util import RecordingFsim, conv_oracle
 from _onnx_util import make_model, rand
 from test_widths16 import _conv_model
 
@@ -233,6 +234,18 @@ def test_conv_model_int4_on_vta_bit_exact(conv4, cfg):
     xq = out[cm.steps[0].outputs[0]]
     assert xq.min() == -8 and xq.max() == 7              # the input clips hit both bounds
     assert any(out[s.outputs[0]].max() == 7 for s in vta)
+
+
+def test_int4_with_alu_requant_bit_exact(conv4):
+    """The fused REQ (8-bit clip immediates) takes the ReLU clip [0, 7]; [-8, 7] takes
+    SHR/MAX/MIN: same integers."""
+    m, calib, x = conv4
+    cfg = A4W8.replace(ALU_REQUANT=True)
+    cm = compile_model(m, calib, cfg)
+    dev = RecordingFsim(cfg)
+    out = Executor(cm, dev).run(x, keep=True)
+    assert int(AluOp.REQ) in dev.alu_ops
+    _assert_exact(cm, out, x, min_vta=3)
 
 
 @pytest.mark.parametrize("cfg", CFGS, ids=IDS)
