@@ -216,7 +216,9 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL)``
             (exact non-power-of-two QDQ scales where the core has ALU MUL, nearest powers of
             two otherwise) with the config's widths (:func:`quant_widths`: int16
-            activations / weights on a ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4 core).
+            activations / weights on a ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4 core, int4
+            activations (the IR dtype ``int4``) on a ``LOG_INP_WIDTH`` 2 core, int4 weights
+            on a ``LOG_WGT_WIDTH`` 2 core).
         row_bands: give convs with a host-packed input row-band variants (see the module
             docstring; they let a memory budget go below such a step's working set).
     Returns:
@@ -277,7 +279,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
 
 def quant_widths(cfg: VTAConfig, fg: Graph | None = None) -> dict:
     """``{"act_bits", "wgt_bits"}`` for quantizing to ``cfg``: its ``INP_WIDTH`` and
-    ``WGT_WIDTH`` (8 or 16; weights also 4).  A QDQ float graph (``fake_quant`` nodes: int8 scales) gets 8
+    ``WGT_WIDTH`` (4, 8 or 16).  A QDQ float graph (``fake_quant`` nodes: int8 scales) gets 8
     and 8 whatever the core: its int8 nodes then run on the CPU of a 16-bit core, each with
     the width reason (a valid model is never refused)."""
     if fg is not None and any(n.op == "fake_quant" for n in fg.nodes):

@@ -349,3 +349,19 @@ def test_int4_artifact_and_cli_round_trip(conv4, tmp_path):
     save_artifact(cm2, tmp_path / "b.vtapkg")
     cm3 = load_artifact(tmp_path / "b.vtapkg", core)
     assert [s.layouts for s in cm3.steps] == [s.layouts for s in cm2.steps]
+
+
+def test_int4_row_bands_under_memory_budget():
+    """Row bands of an im2col conv (host-packed int4 input bands, output offsets in
+    nibble-packed rows) equal the unbudgeted run."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["y"], pads=[1, 1, 1, 1])]
+    inits = {"w1": rand(16, 3, 3, 3, seed=1, scale=0.3), "b1": rand(16, seed=2, scale=0.1)}
+    m = make_model(nodes, [("x", ["N", 3, 32, 32])], [("y", ["N", 16, 32, 32])], inits)
+    cfg = preset("pynq").replace(LOG_INP_WIDTH=2, LOG_INP_BUFF_SIZE=14)
+    cm = compile_model(m, rand(8, 3, 32, 32, seed=5), cfg)
+    x = rand(1, 3, 32, 32, seed=6, scale=2.0)
+    ref = Executor(cm, FsimDevice(cfg)).run(x)["y"]
+    for budget, launches in ((12000, 8), (9000, 32)):
+        ex = Executor(cm, FsimDevice(cfg), memory_budget=budget)
+        np.testing.assert_array_equal(ex.run(x)["y"], ref)
+        assert ex.stats["Conv_0"].launches == launches
