@@ -78,6 +78,13 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
                                   "DSP_PACKING": 2, "ALU_REQUANT": False, **_D}),
     ("1x16x8_w4_p1", "held-out", {"LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 3, "LOG_WGT_WIDTH": 2,
                                   "DSP_PACKING": 1, "ALU_REQUANT": True, **_D}),
+    # int4 activations (LOG_INP_WIDTH 2: INP and OUT elements half as wide), planned before
+    # any was synthesized, held out: unpacked a4w8 (tiny), DSP-packed a4w8 and a4w4
+    ("tiny_a4", "held-out", {"preset": "tiny", "LOG_INP_WIDTH": 2}),
+    ("1x8x8_a4_p2", "held-out", {"LOG_BLOCK": 3, "LOG_INP_WIDTH": 2, "DSP_PACKING": 2,
+                                 "ALU_REQUANT": False, **_D}),
+    ("1x16x16_a4w4_p2", "held-out", {"LOG_BLOCK": 4, "LOG_WIDTH": 2, "DSP_PACKING": 2,
+                                     "ALU_REQUANT": False, **_D}),
 )
 
 

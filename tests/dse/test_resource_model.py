@@ -86,3 +86,15 @@ def test_int4_weight_cores_are_measured_and_held_out():
     assert packed and unpacked
     assert all(p["dsp"] == p["macs"] for p in unpacked)
     assert all(2 * p["dsp"] == p["macs"] for p in packed)
+
+
+def test_int4_activation_cores_are_measured_and_held_out():
+    # int4 activations (and outputs), int8 or int4 weights: recorded after the width terms
+    # were written, never fitted on; an unpacked 4x8 product takes one DSP48E1 as 8x4 does,
+    # and the RTL packs two int4-activation products per DSP (packs_dsp_pairs)
+    a4 = [p for p in POINTS if _widths(p)[0] == 4]
+    assert {_widths(p) for p in a4} == {(4, 8), (4, 4)}
+    assert all(p["role"] == "held-out" for p in a4) and any(p["macs"] >= 256 for p in a4)
+    for p in a4:
+        c = _cfg(p)
+        assert p["dsp"] == (p["macs"] // 2 if c.DSP_PACKING == 2 else p["macs"])
