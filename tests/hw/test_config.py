@@ -194,6 +194,13 @@ DERIVED_TABLE = {
     "int16": (
         dict(LOG_INP_WIDTH=4, LOG_WGT_WIDTH=4),
         (4, 32, 512, 64, 32, 16), (13, 10, 9, 11, 11), 16, 524288, 256, (11, 11, 9)),
+    # int4 activations: INP and OUT elements of 16 nibbles (8 B); OUT view 2^(17+2-5) B
+    "int4_act": (
+        dict(LOG_INP_WIDTH=2, LOG_INP_BUFF_SIZE=14),
+        (4, 8, 256, 64, 8, 16), (13, 11, 10, 11, 11), 14, 458752, 256, (11, 11, 10)),
+    "int4_act_wgt": (
+        dict(LOG_INP_WIDTH=2, LOG_WGT_WIDTH=2, LOG_INP_BUFF_SIZE=14, LOG_WGT_BUFF_SIZE=17),
+        (4, 8, 128, 64, 8, 16), (13, 11, 10, 11, 11), 14, 327680, 256, (11, 11, 10)),
     "acc16": (
         dict(LOG_ACC_WIDTH=4, LOG_ACC_BUFF_SIZE=16),
         (4, 16, 256, 32, 16, 16), (13, 11, 10, 11, 11), 15, 425984, 256, (11, 11, 10)),
