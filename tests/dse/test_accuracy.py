@@ -32,6 +32,8 @@ from vtaforge.runtime.fsim import FsimDevice
 N = 64
 TINY16 = preset("tiny").replace(LOG_INP_WIDTH=4, LOG_WGT_WIDTH=4, LOG_INP_BUFF_SIZE=13,
                                 LOG_WGT_BUFF_SIZE=14)
+#: int4 activations (and outputs), int8 weights
+TINY_A4 = preset("tiny").replace(LOG_INP_WIDTH=2, LOG_INP_BUFF_SIZE=11)
 
 
 def _accuracy_oracle(cfg):
@@ -41,7 +43,7 @@ def _accuracy_oracle(cfg):
     return float(np.mean(np.argmax(y, axis=1) == yte[:N]))
 
 
-@pytest.mark.parametrize("cfg", [preset("tiny"), TINY16], ids=["int8", "int16"])
+@pytest.mark.parametrize("cfg", [preset("tiny"), TINY16, TINY_A4], ids=["int8", "int16", "a4"])
 def test_measure_matches_an_fsim_run_and_labels(cfg, tmp_path):
     rec = AccuracyEvaluator("digits", samples=N).measure(cfg)
     if cfg.INP_WIDTH == 8:      # the same model and data given as a user's: the same figures
@@ -54,9 +56,11 @@ def test_measure_matches_an_fsim_run_and_labels(cfg, tmp_path):
     assert "error" not in rec, rec
     assert rec["samples"] == N and rec["exact"] is True
     assert rec["accuracy"] == pytest.approx(_accuracy_oracle(cfg), abs=0)
-    assert rec["accuracy"] >= 0.9 and 0.9 <= rec["float_accuracy"] <= 1.0
-    assert rec["widths"] == ("i8w8a32" if cfg.INP_WIDTH == 8 else "i16w16a32")
-    if cfg.INP_WIDTH == 16:     # pools: int16 cannot be ACC8-loaded, CPU
+    # (int4 activations lose a few points on digits: 91.0 % of the 500 held-out images)
+    assert rec["accuracy"] >= (0.85 if cfg.INP_WIDTH == 4 else 0.9)
+    assert 0.9 <= rec["float_accuracy"] <= 1.0
+    assert rec["widths"] == {8: "i8w8a32", 16: "i16w16a32", 4: "i4w8a32"}[cfg.INP_WIDTH]
+    if cfg.INP_WIDTH != 8:      # pools: int16 / int4 cannot be ACC8-loaded, CPU
         assert rec["cpu_steps"] == ["pool1", "pool2"]
     else:
         assert rec["cpu_steps"] == []
@@ -186,6 +190,31 @@ def test_sweep_reports_accuracy_per_width(tmp_path):
     st2 = SearchStats()
     res2 = run_search(sp, wls, ev, cache=cache, progress=False, stats=st2)
     assert st2.accuracy_runs == 0 and st2.accuracy_cached == 2 and all(r.cached for r in res2)
+
+
+def test_sweep_int4_activations(tmp_path):
+    # --widths 8,a4,a4w4 on the digits CNN: each width compiled, run on the cycle model and
+    # measured; the int4-activation points keep the pools on the CPU (ACC8 loads int8 only)
+    sp = with_width_axis(Space(preset("tiny"), {"LOG_BLOCK": [2], "DSP_PACKING": [2]}),
+                         "8,a4,a4w4")
+    wls = parse_workloads("digits", None)
+    ev = DesignEvaluator(accuracy=AccuracyEvaluator("digits", samples=N))
+    res = run_search(sp, wls, ev, cache=tmp_path / "c.jsonl", progress=False)
+    assert all(r.feasible for r in res), [r.verdict["reasons"] for r in res]
+    rep = build_report(res, wls, ev)
+    accs = {g["widths"]: g for g in rep["accuracy"]}
+    assert set(accs) == {"i8w8a32", "i4w8a32", "i4w4a32"}
+    assert all(g["exact"] and g["samples"] == N for g in accs.values())
+    for p in rep["points"]:
+        c = p["config"]
+        wl = p["workloads"]["digits"]
+        assert wl.get("cpu_integer_ops", []) == ([] if c["LOG_INP_WIDTH"] == 3
+                                                 else ["pool1", "pool2"])
+        assert p["resources"]["dsp"] == 8       # 16 MACs, two per DSP at every width
+    assert "accuracy i4w4a32:" in format_table(rep)
+    write_csv(rep, tmp_path / "p.csv")
+    rows = list(csv.DictReader((tmp_path / "p.csv").open()))
+    assert [r["param:LOG_WIDTH"] for r in rows] == ["3", "[2, 3]", "[2, 2]"]
 
 
 class _R:
