@@ -10,7 +10,7 @@ import hashlib
 import numpy as np
 
 from ..hw.config import VTAConfig
-from ..hw.isa import LIMITS, AluOp, req_imm
+from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS, AluOp, req_imm
 from ..runtime.artifact import Trace, TraceBuilder
 from .errors import CompileError
 from .requant import MultPlan, mult_plan
@@ -91,7 +91,7 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
     MIN.
 
     ``fused`` (the config's ``ALU_REQUANT``): SHR, MAX, MIN become one ``ALU REQ``
-    (:func:`vtaforge.hw.isa.req_imm`) when ``lo`` is -128 or 0 and ``hi`` an int8, and
+    (:func:`vtaforge.hw.isa.req_imm`) when ``lo`` is -128, 0 or -8 (int4 outputs) and ``hi`` an int8, and
     with a bias and nothing between it and the shift (no plan, no ``extra_round``) the
     bias ADD joins it: one tensor-operand micro-op per entry instead of four.  The result
     is the same integers (REQ is defined as that sequence).  An int16 output's clip
@@ -105,7 +105,7 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
 
     Returns whether the entries were cleared (a clearing REQ was emitted)."""
     req = None
-    if fused and -32 <= shift <= 31 and lo in (-128, 0) and lo <= hi <= 127:
+    if fused and -32 <= shift <= 31 and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127:
         req = req_imm(shift, lo, hi)
         if bias is not None and plan is None and not extra_round:
             emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.REQ, imm=None,

@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import LIMITS, AluOp, Module
+from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS, AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
 from ..runtime.cpu_ops import pack_int4
@@ -345,7 +345,7 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
     # every lane, at the top of the accumulator), so the requantize is one clearing REQ per
     # entry (instead of ADD round + REQ) and the next chunk of the same ACC region skips its
     # reset: 3 compute cycles per entry (2 GEMM + REQ) against 4 beats of a + b on pynq's bus.
-    round_row = (cfg.ALU_REQUANT and plan is None and -32 <= shift <= 31 and lo in (-128, 0)
+    round_row = (cfg.ALU_REQUANT and plan is None and -32 <= shift <= 31 and lo in REQ_LOWER_BOUNDS
                  and lo <= hi <= 127)
     rrow = cfg.ACC_DEPTH - 1
     inp_half = cfg.INP_DEPTH // nvt

@@ -29,7 +29,7 @@ __all__ = [
     "isa_layout", "check_layout_fits", "encode_insn", "decode_insn", "encode_program",
     "decode_program", "encode_uops", "decode_uops", "insn_module", "disassemble",
     "ISAError", "INSN_BYTES", "INSN_FIELDS", "req_imm", "req_fields", "REQ_SHIFT_BITS",
-    "REQ_RESERVED_BIT",
+    "REQ_RESERVED_BIT", "REQ_LOWER_BOUNDS",
 ]
 
 INSN_BYTES = INSN_BITS // 8
@@ -61,10 +61,15 @@ class AluOp(IntEnum):
     REQ = 5
 
 
-#: REQ's immediate: bits [5:0] the shift (signed), bit 6 the lower bound (0: -128, 1: 0),
-#: bit 7 reserved (0), bits [15:8] the upper bound (signed 8 bits).
+#: REQ's immediate: bits [5:0] the shift (signed), bits [7:6] the lower bound (00: -128,
+#: 01: 0, a ReLU; 10: -8, the int4 minimum; 11 reserved), bits [15:8] the upper bound
+#: (signed 8 bits).
 REQ_SHIFT_BITS = 6
+#: Bit 7 of REQ's immediate: with bit 6 clear, the lower bound is -8 (int4 outputs); with
+#: bit 6 set, the combination is reserved (the verifier refuses it).
 REQ_RESERVED_BIT = 7
+#: The lower bounds REQ encodes, by bits [7:6] (index 3 reserved).
+REQ_LOWER_BOUNDS = (-128, 0, -8)
 
 
 def req_imm(shift: int, lo: int, hi: int) -> int:
@@ -83,7 +88,7 @@ def req_imm(shift: int, lo: int, hi: int) -> int:
         shift: -32..31 (the field); the core applies it with SHR's rule, its low
             ``LOG_ACC_WIDTH + 1`` bits as a signed amount, so a 16-bit accumulator takes
             -16..15 and wraps the rest, exactly as an ALU SHR of the same value does.
-        lo: -128 or 0 (a ReLU).  hi: -128..127, ``hi >= lo``.
+        lo: -128 (int8), 0 (a ReLU) or -8 (int4 outputs).  hi: -128..127, ``hi >= lo``.
 
     Returns:
         The immediate as a signed int16 (the ``imm`` field).
@@ -94,24 +99,27 @@ def req_imm(shift: int, lo: int, hi: int) -> int:
     half = 1 << (REQ_SHIFT_BITS - 1)
     if not -half <= shift < half:
         raise ISAError(f"REQ shift {shift} is out of range; allowed: {-half}..{half - 1}")
-    if lo not in (-128, 0):
-        raise ISAError(f"REQ lower bound {lo} is not encodable; allowed: -128 or 0")
+    if lo not in REQ_LOWER_BOUNDS:
+        raise ISAError(f"REQ lower bound {lo} is not encodable; allowed: -128, 0 or -8")
     if not lo <= hi <= 127:
         raise ISAError(f"REQ upper bound {hi} is out of range; allowed: {lo}..127")
-    u = (shift & ((1 << REQ_SHIFT_BITS) - 1)) | ((lo == 0) << 6) | ((hi & 0xFF) << 8)
+    u = (shift & ((1 << REQ_SHIFT_BITS) - 1)) | (REQ_LOWER_BOUNDS.index(lo) << 6) \
+        | ((hi & 0xFF) << 8)
     return u - (1 << 16) if u >= 1 << 15 else u
 
 
 def req_fields(imm: int) -> tuple[int, int, int, bool]:
     """Decode a REQ immediate into ``(shift, lo, hi, reserved_ok)`` (inverse of
-    :func:`req_imm`; ``reserved_ok`` is False when bit 7 is set, which the verifier
-    rejects).  ``imm``: the signed or unsigned 16-bit field value."""
+    :func:`req_imm`; ``reserved_ok`` is False when bits [7:6] are both set, which the
+    verifier rejects; ``lo`` is then 0).  ``imm``: the signed or unsigned 16-bit field
+    value."""
     u = int(imm) & 0xFFFF
     half = 1 << (REQ_SHIFT_BITS - 1)
     shift = (u & ((1 << REQ_SHIFT_BITS) - 1) ^ half) - half
-    lo = 0 if u >> 6 & 1 else -128
+    code = (u >> 6) & 3
+    lo = REQ_LOWER_BOUNDS[code] if code < 3 else 0
     hi = ((u >> 8) ^ 0x80) - 0x80
-    return shift, lo, hi, not (u >> REQ_RESERVED_BIT) & 1
+    return shift, lo, hi, code != 3
 
 
 class Module(IntEnum):

@@ -415,9 +415,10 @@ class _Machine:
         if not cfg.ALU_REQUANT:
             first(is_alu & (aop == AluOp.REQ),
                   lambda i: "ALU REQ needs a config with ALU_REQUANT")
-        first(is_alu & (aop == AluOp.REQ) & ((a["imm"] >> REQ_RESERVED_BIT) & 1 != 0),
-              lambda i: f"ALU REQ immediate {int(a['imm'][i])}: bit {REQ_RESERVED_BIT} is "
-                        f"reserved and must be 0")
+        first(is_alu & (aop == AluOp.REQ) & ((a["imm"] >> (REQ_RESERVED_BIT - 1)) & 3 == 3),
+              lambda i: f"ALU REQ immediate {int(a['imm'][i])}: bits {REQ_RESERVED_BIT}:"
+                        f"{REQ_RESERVED_BIT - 1} = 11 are reserved (lower bound 00: -128, "
+                        f"01: 0, 10: -8)")
         # micro-op range of GEMM/ALU with work
         loop = (op == Opcode.GEMM) | is_alu
         work = loop & (a["iter_out"] > 0) & (a["iter_in"] > 0) & (a["uop_end"] > a["uop_bgn"])

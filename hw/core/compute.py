@@ -145,11 +145,12 @@ def _shr(cfg: VTAConfig, a, b):
 
 def req_clip(cfg: VTAConfig, x, imm):
     """The clip of ALU REQ: ``MIN(MAX(x, lo), hi)`` of signed ACC_WIDTH ``x`` with ``lo``,
-    ``hi`` from the 16-bit immediate ``imm`` (:func:`vtaforge.hw.isa.req_imm`: bit 6 lo = 0
-    else -128, bits [15:8] hi signed) → ACC_WIDTH-bit expression, exact for every
-    immediate (``hi < lo`` gives ``hi``, as the MAX/MIN pair does).  The result is always an
-    int8 value, so the comparisons and muxes are 8 bits wide plus one range test of
-    ``x[7:]`` (sign-extended 8-bit ``x``)."""
+    ``hi`` from the 16-bit immediate ``imm`` (:func:`vtaforge.hw.isa.req_imm`: bits [7:6]
+    lo = -128 (00), 0 (01, and the reserved 11, which the verifier refuses) or -8 (10),
+    bits [15:8] hi signed) → ACC_WIDTH-bit expression, exact for every valid immediate
+    (``hi < lo`` gives ``hi``, as the MAX/MIN pair does).  The result is always an int8
+    value, so the comparisons and muxes are 8 bits wide plus one range test of ``x[7:]``
+    (sign-extended 8-bit ``x``)."""
     w = cfg.ACC_WIDTH
     sign = x[w - 1]
     top = x[7:]
@@ -157,10 +158,14 @@ def req_clip(cfg: VTAConfig, x, imm):
     x8 = x[:8].as_signed()
     hi = imm[8:16].as_signed()
     relu = imm[6]
-    below = Mux(relu, sign, ~in8 & sign)            # x < lo
+    i4 = imm[7] & ~imm[6]                           # lo = -8 (int4 outputs)
+    below8 = ~in8 & sign                            # x < -128
+    below = Mux(relu, sign, Mux(i4, below8 | (in8 & (x8 < -8)), below8))   # x < lo
     above = Mux(in8, x8 > hi, ~sign)                # x > hi
-    over = Mux(below, relu & imm[15], above)        # MAX(x, lo) > hi
-    r8 = Mux(over, hi, Mux(below, Mux(relu, Const(0, signed(8)), Const(-128, signed(8))), x8))
+    # MAX(x, lo) > hi when x < lo: lo > hi (never for -128)
+    over = Mux(below, Mux(relu, imm[15], i4 & (hi < -8)), above)
+    lo8 = Mux(relu, Const(0, signed(8)), Mux(i4, Const(-8, signed(8)), Const(-128, signed(8))))
+    r8 = Mux(over, hi, Mux(below, lo8, x8))
     return Cat(r8, *([r8[7]] * (w - 8)))
 
 

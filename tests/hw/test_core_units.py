@@ -99,10 +99,12 @@ def alu_oracle(op, a, b, bits, log_bits):
 
 def req_oracle(a, b, imm, bits, log_bits):
     """ALU REQ with Python ints: MIN(MAX(SHR(ADD(a, b), shift), lo), hi), the fields of
-    ``imm`` decoded here by hand (bits [5:0] shift, bit 6 lo = 0 / -128, [15:8] hi)."""
+    ``imm`` decoded here by hand (bits [5:0] shift; bit 6 set: lo = 0, else bit 7 set:
+    lo = -8, else -128 (bits 7:6 = 11 is reserved: the verifier refuses it, the lane takes
+    lo = 0); [15:8] hi)."""
     u = imm & 0xFFFF
     shift = (u & 63) - 64 if u & 32 else u & 63
-    lo = 0 if u >> 6 & 1 else -128
+    lo = 0 if u >> 6 & 1 else (-8 if u >> 7 & 1 else -128)
     hi = (u >> 8) - 256 if u >> 15 else u >> 8
     t = alu_oracle(AluOp.SHR, alu_oracle(AluOp.ADD, a, b, bits, log_bits), shift, bits,
                    log_bits)
@@ -116,7 +118,8 @@ def test_alu_lane_matches_oracle(acc_log):
     dut = AluLane(cfg)
     rng = np.random.default_rng(acc_log)
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    edge = [lo, lo + 1, -1, 0, 1, hi - 1, hi, 31, 32, 33, -31, -32, -33, 15, 16, -16, -17]
+    edge = [lo, lo + 1, -1, 0, 1, hi - 1, hi, 31, 32, 33, -31, -32, -33, 15, 16, -16, -17,
+            -9, -8, -7, 7, 8]
     vals = [(a, b) for a in edge for b in edge]
     vals += [tuple(int(v) for v in rng.integers(lo, hi + 1, 2)) for _ in range(60)]
     vals += [(int(rng.integers(lo, hi + 1)), int(rng.integers(-40, 40))) for _ in range(60)]
@@ -132,13 +135,13 @@ def test_alu_lane_matches_oracle(acc_log):
                 exp = alu_oracle(op, a, b, bits, cfg.LOG_ACC_WIDTH)
                 if got != exp:
                     bad.append((op.name, a, b, got, exp))
-        # REQ: every lower bound, upper bounds at the edges and inside, hi < lo, shifts
-        # both ways, the reserved bit (ignored by the lane; the verifier refuses it)
+        # REQ: every lower bound (bits 7:6: -128, 0, -8; 11 reserved, which the verifier
+        # refuses), upper bounds at the edges and inside, hi < lo, shifts both ways
         ctx.set(dut.op, int(AluOp.REQ))
-        his = [-128, -127, -1, 0, 1, 5, 100, 126, 127]
-        imms = [(sh & 63) | (relu << 6) | (res << 7) | ((hi & 255) << 8)
+        his = [-128, -127, -9, -8, -7, -1, 0, 1, 5, 7, 100, 126, 127]
+        imms = [(sh & 63) | (relu << 6) | (b7 << 7) | ((hi & 255) << 8)
                 for sh in (0, 1, 7, 31, -1, -3, -32) for relu in (0, 1) for hi in his
-                for res in (0, 1) if res == 0 or sh == 7]
+                for b7 in (0, 1) if not (relu and b7) or sh == 7]
         for imm in imms:
             ctx.set(dut.imm, imm)
             for a, b in vals[::3]:

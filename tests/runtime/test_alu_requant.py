@@ -38,7 +38,7 @@ def oracle(a: np.ndarray, b, shift: int, lo: int, hi: int, bits: int = 32) -> np
 def test_req_imm_round_trips_every_encodable_triple():
     seen, triples = set(), 0
     for shift in range(-32, 32):
-        for lo in (-128, 0):
+        for lo in (-128, 0, -8):
             for hi in range(lo, 128, 7):
                 imm = req_imm(shift, lo, hi)
                 assert -32768 <= imm <= 32767
@@ -49,7 +49,7 @@ def test_req_imm_round_trips_every_encodable_triple():
 
 
 @pytest.mark.parametrize("args,msg", [((32, 0, 127), "shift 32"), ((-33, 0, 127), "shift -33"),
-                                      ((3, -5, 127), "lower bound -5"),
+                                      ((3, -5, 127), "lower bound -5"), ((3, -8, -9), "upper bound -9"),
                                       ((3, 0, -1), "upper bound -1"),
                                       ((3, -128, 128), "upper bound 128")])
 def test_req_imm_refuses_what_it_cannot_hold(args, msg):
@@ -109,6 +109,7 @@ PARAMS = {
     "imm-left-shift": [(-3, -128, 127, False, 1)],
     "chain": [(12, -128, 127, True, 6), (-2, 0, 100, False, 1), (1, 0, 6, True, 24)],
     "extremes": [(31, -128, 127, True, 2), (-32, 0, 127, False, 1)],
+    "int4-clip": [(8, -8, 7, True, 3), (0, -8, 3, False, 1), (1, -8, -8, True, 5)],
 }
 
 
@@ -139,7 +140,7 @@ def _one_alu(cfg, op, imm, use_imm=1):
 
 @pytest.mark.parametrize("cfg,op,imm,msg", [
     (TINY, AluOp.REQ, req_imm(3, 0, 127), "ALU REQ needs a config with ALU_REQUANT"),
-    (REQ_CFG, AluOp.REQ, req_imm(3, 0, 127) | 0x80, "bit 7 is reserved"),
+    (REQ_CFG, AluOp.REQ, req_imm(3, 0, 127) | 0x80, "bits 7:6 = 11 are reserved"),
     (REQ_CFG, 6, 0, "unknown ALU opcode 6"),
 ])
 def test_verifier_refuses_bad_req(cfg, op, imm, msg):
