@@ -19,7 +19,8 @@ __all__ = [
     "BRAM_SHAPES", "LUTRAM_MAX_DEPTH", "bram36_for_memory", "memory_map",
     "LUT_FF_CALIBRATION", "LUT_FF_TERMS", "LUT_COEFFS", "FF_COEFFS", "lut_ff_features",
     "ALU_REQUANT_LUT_PER_LANE", "ALU_REQUANT_FF", "width_terms",
-    "gemm_dsp", "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
+    "DSP_MIN_PRODUCT_BITS", "SOFT_MUL4X4_LUTS", "soft_products", "gemm_dsp",
+    "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
     "AnalyticResources", "YosysResources", "resource_record", "resources_fit",
 ]
 
@@ -99,6 +100,39 @@ ALU_REQUANT_LUT_PER_LANE = 146.0
 ALU_REQUANT_FF = 13.0
 
 
+#: Yosys ``synth_xilinx`` maps a multiply to a DSP48 only when its product is at least this
+#: many bits wide (``mul2dsp`` ``-D DSP_Y_MINWIDTH=9``: "small multiplies are those 4x4 and
+#: smaller", UG901); narrower products are built from LUTs.  Of the core's widths only an
+#: unpacked int4 × int4 product (8 bits) is narrower: measured, ``1x16x8_a4w4_p1`` has no
+#: DSP48 at all.
+DSP_MIN_PRODUCT_BITS = 9
+
+
+#: LUTs of one registered int4 × int4 signed product built from LUTs: Yosys (the same
+#: ``synth_xilinx -family xc7`` flow) on a module holding one such product alone: 26 LUT,
+#: 8 FF, 2 CARRY4.
+SOFT_MUL4X4_LUTS = 26
+
+
+def _adder_tree_bits(n: int, width: int) -> int:
+    """Bits of the adders that sum ``n`` ``width``-bit terms pairwise as hw/core/compute.py
+    does (each level adds neighbours; a sum is one bit wider than its wider operand; an
+    odd term moves up unchanged)."""
+    terms, bits = [width] * n, 0
+    while len(terms) > 1:
+        nxt = [max(terms[t], terms[t + 1]) + 1 for t in range(0, len(terms) - 1, 2)]
+        bits += sum(nxt)
+        terms = nxt + ([terms[-1]] if len(terms) % 2 else [])
+    return bits
+
+
+def soft_products(cfg: VTAConfig) -> bool:
+    """Whether Yosys builds the GEMM products from LUTs instead of DSP48s: unpacked products
+    (``packs_dsp_pairs`` false) narrower than :data:`DSP_MIN_PRODUCT_BITS` (int4 × int4
+    with ``DSP_PACKING = 1``).  A packed pair is one 25 × INP_WIDTH product: always a DSP."""
+    return not cfg.packs_dsp_pairs and cfg.INP_WIDTH + cfg.WGT_WIDTH < DSP_MIN_PRODUCT_BITS
+
+
 def _loader_shreg_bits(cfg: VTAConfig, inp_width: int, wgt_width: int) -> int:
     """Flip-flops of the INP and WGT loaders' beat-assembly registers with ``inp_width`` /
     ``wgt_width``-bit operands (hw/core/load.py: an element wider than the bus is gathered
@@ -114,31 +148,47 @@ def width_terms(cfg: VTAConfig) -> tuple[int, int]:
     operands (the fitted terms of :data:`LUT_FF_TERMS` were measured on int8 cores; both
     are 0 for ``INP_WIDTH = WGT_WIDTH = 8`` and negative for narrower operands).
 
-    Not fitted, counted from the RTL's structure (hw/core/compute.py, hw/core/load.py):
+    Not fitted, counted from the RTL's structure (hw/core/compute.py, hw/core/load.py) and
+    checked unit by unit (``bench/dse_resource_fit.py units``: Yosys on one unit alone):
 
-    * LUT: the GEMM adder trees, ``BATCH × BLOCK_OUT × (BLOCK_IN − 1)`` adders whose
-      operands are ``INP_WIDTH + WGT_WIDTH``-bit products instead of 16-bit ones, one LUT
-      (and a quarter CARRY4) per bit: ``BATCH·BLOCK_OUT·(BLOCK_IN − 1)·(INP_WIDTH +
-      WGT_WIDTH − 16)``.  The final add into the ACC_WIDTH lane does not change.
-    * FF: the loaders' beat-assembly registers of INP and WGT elements
-      (:func:`_loader_shreg_bits`) minus those of the int8 config.  Unpacked products stay
-      in the DSP48's P register (a 16×16 or 8×4 product fits a DSP48E1's 25×18
-      multiplier) as they do for unpacked int8; DSP-packed ones (int8 × int4 with
-      ``DSP_PACKING = 2``) are split in fabric and registered there, ``INP_WIDTH +
-      WGT_WIDTH`` bits each, so FF also adds ``(INP_WIDTH + WGT_WIDTH − 16)`` per paired
-      product, and LUT as much per pair: the high product's fix-up add ``(P >> 16) +
-      P[15]`` is kept only ``INP_WIDTH + WGT_WIDTH`` bits wide.
+    * Loaders (LUT and FF alike): an INP or WGT element wider than the bus is gathered in
+      an ``elem_bits − BUS_WIDTH``-bit shift register (:func:`_loader_shreg_bits`), one FF
+      and one LUT (the zero-padding gate of the assembled word) per bit; minus those of
+      the int8 config.  Measured on the load unit: +580 LUT / +576 FF for 1×8×8 int16,
+      −260 / −258 for 1×8×8 int4 weights, −1,090 / −1,088 for 1×16×16 int4 both.
+    * DSP-packed products (``packs_dsp_pairs``: int8 or int4 operands, ``DSP_PACKING =
+      2``) are split in fabric, so their adder trees are fabric adders:
+      ``BATCH·BLOCK_OUT·(BLOCK_IN − 1)`` adders whose operands are ``INP_WIDTH +
+      WGT_WIDTH``-bit products instead of 16-bit ones, one LUT per bit, the pair's
+      high-product fix-up add ``(P >> 16) + P[15]`` as wide, and one FF per product bit
+      (the product registers): LUT ``(adders + pairs)·(INP_WIDTH + WGT_WIDTH − 16)``, FF
+      ``products·(INP_WIDTH + WGT_WIDTH − 16)``.  Measured on the compute unit: 1×16×16
+      int4 both −2,922 LUT / −2,048 FF (terms −2,944 / −2,048).
+    * Unpacked products (int16, or ``DSP_PACKING = 1``) stay in the DSP48 (P register)
+      and Yosys folds their adds into the DSP's post-adder: the product width adds no
+      LUT there (compute unit, 1×8×8 int16 against int8 unpacked: +109 LUT, 2,089 FF
+      both) and no FF.  The final add into the ACC_WIDTH lane does not change.
+    * Products built from LUTs (:func:`soft_products`: unpacked int4 × int4) have no DSP to
+      hold them or fold their adds: :data:`SOFT_MUL4X4_LUTS` LUTs and ``INP_WIDTH +
+      WGT_WIDTH`` FFs (the product register) per product, and the whole adder tree in
+      fabric, one LUT per adder bit (:func:`_adder_tree_bits`), per lane.
 
     Checked on held-out Yosys points (tests/dse/data/yosys_points.json ``*_w16``,
-    ``*_w4``)."""
+    ``*_w4*``, ``*_a4*``)."""
     extra = cfg.INP_WIDTH + cfg.WGT_WIDTH - 16      # product bits beyond int8's 16
-    adders = cfg.BATCH * cfg.BLOCK_OUT * (cfg.BLOCK_IN - 1)
-    lut = adders * extra
-    ff = _loader_shreg_bits(cfg, cfg.INP_WIDTH, cfg.WGT_WIDTH) - _loader_shreg_bits(cfg, 8, 8)
-    if cfg.packs_dsp_pairs:     # packed products are registered in fabric, INP_WIDTH + WGT_WIDTH bits
+    shreg = _loader_shreg_bits(cfg, cfg.INP_WIDTH, cfg.WGT_WIDTH) - _loader_shreg_bits(cfg, 8, 8)
+    lut, ff = shreg, shreg
+    if cfg.packs_dsp_pairs:     # packed products: fabric adder trees and registers
+        adders = cfg.BATCH * cfg.BLOCK_OUT * (cfg.BLOCK_IN - 1)
         paired = 2 * ((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) // 2)
+        lut += (adders + paired // 2) * extra
         ff += paired * extra
-        lut += paired // 2 * extra      # each pair's high-product fix-up add, as wide
+    elif soft_products(cfg):    # LUT multipliers, their registers and adder trees in fabric
+        pw = cfg.INP_WIDTH + cfg.WGT_WIDTH
+        soft = cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS
+        lut += soft * SOFT_MUL4X4_LUTS + cfg.BATCH * cfg.BLOCK_OUT * _adder_tree_bits(
+            cfg.BLOCK_IN, pw)
+        ff += soft * pw
     return lut, ff
 
 
@@ -146,28 +196,40 @@ def width_terms(cfg: VTAConfig) -> tuple[int, int]:
 #: names it: a refit is a new key).
 LUT_FF_CALIBRATION = {
     "points": "tests/dse/data/yosys_points.json", "fit": "bench/dse_resource_fit.py",
-    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 5,
+    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 6,
     "alu_requant": [ALU_REQUANT_LUT_PER_LANE, ALU_REQUANT_FF],
-    "width_terms": "structural (width_terms) v2",
+    "width_terms": "structural (width_terms) v3", "soft_mul4x4": SOFT_MUL4X4_LUTS,
 }
+
+
+def _gemm_slices(cfg: VTAConfig) -> tuple[int, int]:
+    """``(slices, packing)`` of the GEMM array as DSP48s: ``ceil((MACs − LUT_MULTIPLIERS) /
+    p)``, ``p = 2`` when ``packs_dsp_pairs`` else 1."""
+    packing = 2 if cfg.packs_dsp_pairs else 1
+    return math.ceil((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) / packing), packing
 
 
 def gemm_dsp(cfg: VTAConfig) -> tuple[int, int]:
     """``(DSP48 slices of the GEMM array, effective packing)``: ``ceil((MACs −
-    LUT_MULTIPLIERS) / p)`` with ``p = DSP_PACKING`` when the packing rule holds (int8
-    activations, int8 or int4 weights), else 1: an unpacked 8×8, 8×4 or 16×16 product
-    fits one DSP48E1 (25×18), and Yosys maps even the 8×4 one to a DSP, not to LUTs
-    (measured: tests/dse/data/yosys_points.json ``tiny_w4``, ``1x16x8_w4_p1``)."""
-    packing = 2 if cfg.packs_dsp_pairs else 1
-    return math.ceil((cfg.macs_per_cycle - cfg.LUT_MULTIPLIERS) / packing), packing
+    LUT_MULTIPLIERS) / p)`` with ``p = DSP_PACKING`` when the packing rule holds (int8 or
+    int4 activations, int8 or int4 weights, :attr:`VTAConfig.packs_dsp_pairs`), else 1: an
+    unpacked 8×8, 8×4, 4×8 or 16×16 product fits one DSP48E1 (25×18), and Yosys maps even
+    the 8×4 one to a DSP (measured: tests/dse/data/yosys_points.json ``tiny_w4``,
+    ``1x16x8_w4_p1``, ``tiny_a4``); but an unpacked 4×4 product is narrower than
+    :data:`DSP_MIN_PRODUCT_BITS` and built from LUTs (:func:`soft_products`): 0 slices."""
+    if soft_products(cfg):
+        return 0, 1
+    return _gemm_slices(cfg)
 
 
 def lut_ff_features(cfg: VTAConfig) -> tuple[float, ...]:
     """The values of :data:`LUT_FF_TERMS` for ``cfg`` (floats: 1, multipliers, GEMM DSP
     slices, ALU lanes, lane bits, input element bits, bus bits); the LUT/FF estimate is
-    their dot product with :data:`LUT_COEFFS` / :data:`FF_COEFFS`."""
+    their dot product with :data:`LUT_COEFFS` / :data:`FF_COEFFS`.  The slices are the
+    array's as DSP48s (:func:`_gemm_slices`) even where Yosys builds the products from
+    LUTs: :func:`width_terms` adds what that costs."""
     lanes = cfg.BATCH * cfg.BLOCK_OUT
-    return (1.0, float(cfg.macs_per_cycle), float(gemm_dsp(cfg)[0]), float(lanes),
+    return (1.0, float(cfg.macs_per_cycle), float(_gemm_slices(cfg)[0]), float(lanes),
             float(lanes * cfg.ACC_WIDTH), float(cfg.BATCH * cfg.BLOCK_IN * cfg.INP_WIDTH),
             float(cfg.BUS_WIDTH))
 

@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vtaforge.dse.resources import (FF_COEFFS, LUT_COEFFS, LUT_FF_TERMS, AnalyticResources,
-                                    lut_ff_features, width_terms)
+from vtaforge.dse.resources import (DSP_MIN_PRODUCT_BITS, FF_COEFFS, LUT_COEFFS, LUT_FF_TERMS,
+                                    SOFT_MUL4X4_LUTS, AnalyticResources, lut_ff_features,
+                                    soft_products, width_terms)
 from vtaforge.hw.config import VTAConfig
 
 DATA = json.loads((Path(__file__).parent / "data" / "yosys_points.json").read_text())
@@ -76,6 +77,37 @@ def test_width_terms_vanish_for_int8():
             assert width_terms(_cfg(p)) == (0, 0)
 
 
+def test_width_terms_count_the_structure():
+    # hand counts (docs/dse.md "Operand widths"), 64-bit bus.  1x16x16 int4 both, packed:
+    # loader shift registers INP 64 -> 0 and WGT 1984 -> 960 bits (-1,088 LUT and FF);
+    # 16 x 15 adders and 128 pairs 8 bits narrower; 256 product registers 8 bits narrower
+    a4w4 = VTAConfig.from_dict({"TARGET": "pynq", "LOG_BLOCK": 4, "LOG_INP_WIDTH": 2,
+                                "LOG_WGT_WIDTH": 2, "LOG_INP_BUFF_SIZE": 14,
+                                "LOG_WGT_BUFF_SIZE": 17, "DSP_PACKING": 2})
+    assert a4w4.packs_dsp_pairs
+    assert width_terms(a4w4) == (-1088 - (240 + 128) * 8, -1088 - 256 * 8)
+    # 1x8x8 int16, unpacked: only the loaders (INP 0 -> 64, WGT 448 -> 960 bits); the
+    # products and their adds stay in the DSP48s
+    w16 = VTAConfig.from_dict({"TARGET": "pynq", "LOG_BLOCK": 3, "LOG_INP_WIDTH": 4,
+                               "LOG_WGT_WIDTH": 4, "LOG_INP_BUFF_SIZE": 14,
+                               "LOG_WGT_BUFF_SIZE": 16, "LOG_ACC_BUFF_SIZE": 15})
+    assert not w16.packs_dsp_pairs
+    assert width_terms(w16) == (576, 576)
+    # int4 activations narrower than the bus: no loader register either way, packed adds
+    a4 = VTAConfig.from_dict({"TARGET": "pynq", "LOG_BLOCK": 3, "LOG_INP_WIDTH": 2,
+                              "LOG_INP_BUFF_SIZE": 12, "LOG_WGT_BUFF_SIZE": 15,
+                              "LOG_ACC_BUFF_SIZE": 15, "DSP_PACKING": 2})
+    assert width_terms(a4) == (-(56 + 32) * 4, -64 * 4)
+    # 1x8x8 int4 both, unpacked: WGT loader register 448 -> 192 bits; 64 products from LUTs
+    # (8-bit registers), and per lane an adder tree of 4 + 2 + 1 adders of 9, 10 and 11
+    # bits in fabric
+    soft = a4.replace(LOG_WGT_WIDTH=2, LOG_WGT_BUFF_SIZE=14, DSP_PACKING=1)
+    assert soft_products(soft) and not soft_products(a4w4)
+    assert width_terms(soft) == (-256 + 64 * SOFT_MUL4X4_LUTS + 8 * (4 * 9 + 2 * 10 + 11),
+                                 -256 + 64 * 8)
+    assert AnalyticResources().resources(soft)["dsp"] == 0
+
+
 def test_int4_weight_cores_are_measured_and_held_out():
     # int8 x int4: Yosys maps an unpacked 8x4 product to one DSP48E1 (not to LUTs), and the
     # RTL packs two int4 weights per DSP as it does int8 ones
@@ -91,10 +123,16 @@ def test_int4_weight_cores_are_measured_and_held_out():
 def test_int4_activation_cores_are_measured_and_held_out():
     # int4 activations (and outputs), int8 or int4 weights: recorded after the width terms
     # were written, never fitted on; an unpacked 4x8 product takes one DSP48E1 as 8x4 does,
-    # and the RTL packs two int4-activation products per DSP (packs_dsp_pairs)
+    # the RTL packs two int4-activation products per DSP (packs_dsp_pairs), and Yosys builds
+    # an unpacked 4x4 product (8 bits < DSP_MIN_PRODUCT_BITS) from LUTs: no DSP at all
     a4 = [p for p in POINTS if _widths(p)[0] == 4]
     assert {_widths(p) for p in a4} == {(4, 8), (4, 4)}
     assert all(p["role"] == "held-out" for p in a4) and any(p["macs"] >= 256 for p in a4)
     for p in a4:
         c = _cfg(p)
-        assert p["dsp"] == (p["macs"] // 2 if c.DSP_PACKING == 2 else p["macs"])
+        if c.DSP_PACKING == 2:
+            assert p["dsp"] == p["macs"] // 2
+        else:
+            assert p["dsp"] == (0 if _widths(p) == (4, 4) else p["macs"])
+            assert soft_products(c) == (_widths(p) == (4, 4))
+    assert any(p["dsp"] == 0 for p in a4) and DSP_MIN_PRODUCT_BITS == 9
