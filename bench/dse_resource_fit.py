@@ -105,6 +105,9 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     ("tiny_a4w4", "held-out", {"preset": "tiny", "LOG_INP_WIDTH": 2, "LOG_WGT_WIDTH": 2}),
     ("1x8x8_a4w4_p1", "held-out", {"LOG_BLOCK": 3, "LOG_WIDTH": 2, "DSP_PACKING": 1,
                                    "ALU_REQUANT": False, **_D}),
+    # the a4w4 / packing sweep's pick: 512 LUT-built products, no GEMM DSP (docs/dse.md)
+    ("1x32x16_a4w4_p1_req", "held-out", {"LOG_BLOCK_IN": 5, "LOG_BLOCK_OUT": 4, "LOG_WIDTH": 2,
+                                         "DSP_PACKING": 1, "ALU_REQUANT": True, **_D}),
 )
 
 
