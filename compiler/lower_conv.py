@@ -61,7 +61,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import LIMITS, Module
+from ..hw.isa import LIMITS, AluOp, Module
 from ..runtime.artifact import RowBands, SlotLayout, TraceBuilder
 from ..runtime.cpu_ops import pack_int4
 from .errors import CompileError
@@ -87,6 +87,10 @@ ROW_SKIP = True
 #: Emit a tile's reset (or bias load) before the wait for its first step's loads, not after
 #: (False: after, for comparison).
 RESET_BEFORE_LOAD_WAIT = True
+#: On a ``REQ_ENGINE`` core, reset the first tile of every ACC region but the first at the
+#: start of the conv, with one-micro-op ALU resets that the engine runs beside the first
+#: tile's GEMMs (instead of a GEMM reset on the pipeline when the tile starts).
+ENGINE_RESETS = True
 
 #: Resident weight LOADs are split into requests of at most this many bus beats (whole
 #: weight blocks, at least one): a request holds the read channel until its last beat.
@@ -426,6 +430,18 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 else:
                     emit_kernel(tb, "gemm", [(th, tw, 0, 0), (tw, 1, 0, 0)],
                                 acc_base + np.arange(obn) * th * tw, np.zeros(obn), reset=True)
+                if t == 0 and cfg.REQ_ENGINE and ENGINE_RESETS and CLEARING_REQ and not bias_load:
+                    # the first tile of every other ACC region is reset here, by ALU resets of
+                    # one micro-op that the REQ engine runs beside this tile's GEMMs
+                    for v in range(1, min(tl.acc_nvt, len(tiles))):
+                        tv = tiles[v]
+                        nv = (tv[1] - tv[0]) * (tv[3] - tv[2]) * (tv[5] - tv[4])
+                        base_v = nob + v * acc_half
+                        for e0 in range(0, nv, LIMITS.max("iter")):
+                            mm = min(LIMITS.max("iter"), nv - e0)
+                            emit_kernel(tb, "alu", [(mm, 1, 1, 0)], [base_v + e0],
+                                        [base_v + e0], op=AluOp.ADD, imm=0, reset=True)
+                        cleared[v] = max(cleared[v], nv)
             if RESET_BEFORE_LOAD_WAIT:
                 tb.dep_pop(L, C)
             if sel:

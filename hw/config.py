@@ -121,6 +121,11 @@ class VTAConfig:
     - ``ALU_REQUANT``: the ALU REQ opcode exists (the fused requantize: add, shift and
       clip to int8 in one micro-op, :func:`vtaforge.hw.isa.req_imm`); off (default), the
       core, its Verilog and its fingerprint are exactly those of a config without the key.
+    - ``REQ_ENGINE``: a requantize engine beside the GEMM pipeline (needs ``ALU_REQUANT``):
+      an ALU REQ instruction of one micro-op runs on it while the GEMM pipeline goes on
+      with the following instructions (the accumulator and its OUT view in two banks;
+      results as if in order, docs/hardware.md "REQ engine"); off (default), the core,
+      its Verilog and its fingerprint are exactly those of a config without the key.
     - ``DSP_PACKING``: int8 GEMM products per DSP48 slice (1 or 2).
     - ``LUT_MULTIPLIERS``: how many of the BATCH×BLOCK_IN×BLOCK_OUT GEMM multipliers are
       built from LUTs instead of DSPs.
@@ -154,6 +159,7 @@ class VTAConfig:
     ACC_8BIT: bool = True
     ALU_MUL: bool = False
     ALU_REQUANT: bool = False
+    REQ_ENGINE: bool = False
     DSP_PACKING: int = 2
     LUT_MULTIPLIERS: int = 0
     INSN_RING: int = 0
@@ -175,7 +181,7 @@ class VTAConfig:
                 raise ConfigError(f"{key} = {v!r} must be an integer in {lo}..{hi}")
             if not lo <= v <= hi:
                 raise ConfigError(f"{key} = {v!r} is out of range; allowed: integers {lo}..{hi}")
-        for key in ("ACC_8BIT", "ALU_MUL", "ALU_REQUANT"):
+        for key in ("ACC_8BIT", "ALU_MUL", "ALU_REQUANT", "REQ_ENGINE"):
             v = getattr(self, key)
             if not isinstance(v, bool):
                 raise ConfigError(f"{key} = {v!r} must be a boolean (true or false)")
@@ -185,6 +191,9 @@ class VTAConfig:
             raise ConfigError(f"CLOCK_MHZ = {self.CLOCK_MHZ!r} is out of range; allowed: 1..1000")
         if not isinstance(self.PART, str) or not self.PART:
             raise ConfigError(f"PART = {self.PART!r} must be a non-empty part name")
+        if self.REQ_ENGINE and not self.ALU_REQUANT:
+            raise ConfigError("REQ_ENGINE = true needs ALU_REQUANT = true (the engine runs "
+                              "ALU REQ instructions)")
         if self.LOG_WGT_WIDTH == 2 and self.LOG_INP_WIDTH == 4:
             raise ConfigError(f"LOG_WGT_WIDTH = 2 (int4 weights) needs LOG_INP_WIDTH = 2 or 3 "
                               f"(int4 or int8 activations), got LOG_INP_WIDTH = "
@@ -456,7 +465,7 @@ class VTAConfig:
         equal fingerprints mean equal hardware and ISA.
         """
         hw = self.hardware_dict()
-        for key in ("INSN_RING", "ALU_REQUANT"):
+        for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE"):
             if not hw[key]:     # off: the fingerprint of a config without the key
                 del hw[key]
         canon = json.dumps(hw, sort_keys=True, separators=(",", ":"))

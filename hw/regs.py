@@ -307,5 +307,7 @@ def c_header(cfg: VTAConfig) -> str:
         lines.append(f"#define VTA_INSN_RING {cfg.INSN_RING}")
     if cfg.ALU_REQUANT:
         lines.append("#define VTA_ALU_REQUANT 1  /* ALU opcode 5: REQ, the fused requantize */")
+    if cfg.REQ_ENGINE:
+        lines.append("#define VTA_REQ_ENGINE 1  /* one-micro-op REQs run beside the GEMM pipeline */")
     lines += ["", f"#endif /* {g} */", ""]
     return "\n".join(lines)

@@ -37,6 +37,7 @@ Yosys maps them to LUTs.
 from __future__ import annotations
 
 from enum import IntEnum
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
@@ -50,7 +51,7 @@ from ..isa import Module as Unit
 from .fields import (header_view, insn_field, pop_tokens, push_tokens, pushes_any,
                      token_members, tokens_ready)
 from .load import CommandPortSignature, TensorLoader
-from .scratchpad import Scratchpad
+from .scratchpad import BankedScratchpad, Scratchpad
 
 __all__ = ["ComputeUnit", "AluLane", "alu_lane", "req_clip", "PackedMulPair", "packed_pair_model",
            "lut_multiply", "ComputeState", "PACK_SHIFT"]
@@ -245,6 +246,9 @@ class ComputeUnit(wiring.Component):
             "wgt_r_addr": Out(cfg.LOG_WGT_DEPTH), "wgt_r_data": In(cfg.elem_bits(MemType.WGT)),
             "out_w_addr": Out(cfg.LOG_ACC_DEPTH), "out_w_data": Out(cfg.elem_bits(MemType.OUT)),
             "out_w_en": Out(1),
+            **({"out_w1_addr": Out(cfg.LOG_ACC_DEPTH),
+                "out_w1_data": Out(cfg.elem_bits(MemType.OUT)), "out_w1_en": Out(1)}
+               if cfg.REQ_ENGINE else {}),
             "finish": Out(1), "state": Out(4), "busy": Out(1), "stall": Out(1),
             "gemm_uop": Out(1), "alu_uop": Out(1), "rd_bytes": Out(32),
             "halt": In(1), "ord_next": In(32), "err": Out(1), "err_kind": Out(4),
@@ -267,7 +271,14 @@ class ComputeUnit(wiring.Component):
 
         # ---------------------------------------------------------- memories
         m.submodules.uop_mem = uop_mem = Scratchpad.of(cfg.memory("uop"))  # VTAConfig.memories
-        m.submodules.acc_mem = acc_mem = Scratchpad.of(cfg.memory("acc"))
+        eng = cfg.REQ_ENGINE
+        if eng:     # two banks: the GEMM pipeline on ports 0, the REQ engine on ports 1
+            m.submodules.acc_mem = acc_bank = BankedScratchpad(acc_bits, cfg.ACC_DEPTH)
+            acc_mem = SimpleNamespace(r_addr=acc_bank.r0_addr, r_en=acc_bank.r0_en,
+                                      r_data=acc_bank.r0_data, w_addr=acc_bank.w0_addr,
+                                      w_data=acc_bank.w0_data, w_en=acc_bank.w0_en)
+        else:
+            m.submodules.acc_mem = acc_mem = Scratchpad.of(cfg.memory("acc"))
         elems = [32, acc_bits] + ([cfg.elem_bits(MemType.ACC8)] if cfg.ACC_8BIT else [])
         depths = [cfg.UOP_DEPTH, cfg.ACC_DEPTH] + ([cfg.ACC_DEPTH] if cfg.ACC_8BIT else [])
         m.submodules.loader = ld = TensorLoader(cfg, elems, depths)
@@ -464,9 +475,17 @@ class ComputeUnit(wiring.Component):
         src_tag_v = Signal()
         need_src = Signal()
         m.d.comb += need_src.eq(b_tensor & ~(src_tag_v & (src_tag == src[:LA])))
-        m.d.comb += advance_b.eq(b_valid & (kill_b | phase | (~hazard & ~need_src)))
-        with m.If(b_valid & need_src & ~phase & ~hazard & ~kill_b):
-            m.d.sync += phase.eq(1)
+        if eng:
+            # the REQ engine holds this micro-op's entry, or takes its bank's read port
+            ee_block = Signal()
+            m.d.comb += advance_b.eq(b_valid & (kill_b | ((phase | (~hazard & ~need_src))
+                                                          & ~ee_block)))
+            with m.If(b_valid & need_src & ~phase & ~hazard & ~kill_b & ~ee_block):
+                m.d.sync += phase.eq(1)
+        else:
+            m.d.comb += advance_b.eq(b_valid & (kill_b | phase | (~hazard & ~need_src)))
+            with m.If(b_valid & need_src & ~phase & ~hazard & ~kill_b):
+                m.d.sync += phase.eq(1)
         with m.If(advance_b):
             m.d.sync += phase.eq(0)
         with m.If(acc_mem.w_en & (acc_mem.w_addr == src_tag)):
@@ -609,20 +628,50 @@ class ComputeUnit(wiring.Component):
         pipe_empty = ~gen_active & ~b_valid & ~c_valid & ~d_valid
         head_exec = (hh.opcode == Opcode.GEMM) | (hh.opcode == Opcode.ALU)
         head_ok = tokens_ready(self, Unit.COMPUTE, hh)
+
+        def accept_main():
+            m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.COMPUTE, hh)]
+            m.d.sync += insn.eq(head)
+            with m.If(head_exec):
+                m.d.comb += seq_start.eq(1)
+                m.next = "EXEC"
+            with m.Else():
+                m.next = "DECODE"
+
+        if eng:
+            ee = self._req_engine(m, hh, head, hgf, uop_mem, acc_bank, acc_mem, pipe_empty,
+                                  dst, src, b_valid, b_tensor, phase, need_src, ee_block)
         with m.FSM(name="compute_fsm"):
             with m.State("IDLE"):
                 m.d.comb += self.state.eq(ComputeState.IDLE)
                 with m.If(self.cmd.valid):
-                    with m.If(head_ok):
-                        m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.COMPUTE, hh)]
-                        m.d.sync += insn.eq(head)
-                        with m.If(head_exec):
-                            m.d.comb += seq_start.eq(1)
-                            m.next = "EXEC"
+                    if eng:
+                        with m.If(head_ok & ~ee.block_head):
+                            with m.If(ee.candidate):
+                                m.d.comb += ee.prep.eq(1)
+                                m.next = "EPREP"
+                            with m.Else():
+                                accept_main()
+                        with m.Elif(~head_ok):
+                            m.d.comb += [self.stall.eq(1),
+                                         self.state.eq(ComputeState.WAIT_TOKEN)]
+                    else:
+                        with m.If(head_ok):
+                            accept_main()
                         with m.Else():
-                            m.next = "DECODE"
+                            m.d.comb += [self.stall.eq(1),
+                                         self.state.eq(ComputeState.WAIT_TOKEN)]
+            if eng:
+                with m.State("EPREP"):
+                    # the micro-op of a one-micro-op REQ was read in IDLE; in range, the
+                    # engine takes the instruction, else the pipeline runs it (and faults)
+                    m.d.comb += [self.state.eq(ComputeState.DECODE), self.busy.eq(1)]
+                    with m.If(ee.in_range):
+                        m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.COMPUTE, hh),
+                                     ee.take.eq(1)]
+                        m.next = "IDLE"
                     with m.Else():
-                        m.d.comb += [self.stall.eq(1), self.state.eq(ComputeState.WAIT_TOKEN)]
+                        accept_main()
             with m.State("DECODE"):
                 m.d.comb += [self.state.eq(ComputeState.DECODE), self.busy.eq(1)]
                 load_ok = (mt == MemType.UOP) | (mt == MemType.ACC)
@@ -647,19 +696,218 @@ class ComputeUnit(wiring.Component):
                 # hazard check and the accumulator forwarding work across instructions.
                 m.d.comb += [self.state.eq(ComputeState.GEMM_ALU), self.busy.eq(1)]
                 with m.If(~gen_active):
-                    with m.If(~pushes_any(Unit.COMPUTE, ih) & self.cmd.valid & head_exec
-                              & head_ok):
+                    # with the REQ engine an ALU instruction is always taken in IDLE (where
+                    # the engine may take it), never behind another instruction
+                    cont = (~pushes_any(Unit.COMPUTE, ih) & self.cmd.valid & head_exec
+                            & head_ok)
+                    if eng:
+                        cont = cont & ~ee.block_head & (hh.opcode != Opcode.ALU)
+                    with m.If(cont):
                         m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.COMPUTE, hh),
                                      seq_start.eq(1)]
                         m.d.sync += insn.eq(head)
                     with m.Elif(pipe_empty):
                         m.d.comb += push_tokens(self, Unit.COMPUTE, ih)
+                        if eng:
+                            m.d.comb += ee.main_push.eq(1)
                         m.next = "IDLE"
             with m.State("PUSH"):
                 m.d.comb += [self.state.eq(ComputeState.PUSH), self.busy.eq(1),
                              *push_tokens(self, Unit.COMPUTE, ih)]
+                if eng:
+                    m.d.comb += ee.main_push.eq(1)
                 m.next = "IDLE"
+        if eng:
+            ee.finish(m, self, acc_bank, src_tag_v, d_valid, d_alu, d_reset)
         return m
+
+
+    # ------------------------------------------------------------------ REQ engine
+    def _req_engine(self, m, hh, head, hgf, uop_mem, acc_bank, acc_mem, pipe_empty, dst, src,
+                    b_valid, b_tensor, phase, need_src, ee_block):
+        """The requantize engine (``REQ_ENGINE``): runs one ALU REQ instruction of one
+        micro-op, or one ALU reset of one micro-op, beside the GEMM pipeline.  Returns a
+        namespace of the signals the control FSM uses (``candidate``, ``prep``,
+        ``in_range``, ``take``, ``block_head``, ``main_push``) and ``finish`` (the
+        overrides emitted after the FSM).
+
+        Order (results as if in order, docs/hardware.md "REQ engine"): the engine takes an
+        instruction only with the pipeline empty, so every older write has landed; while
+        it runs, a pipeline micro-op whose accumulator entry lies in the engine's
+        destination or source range waits in stage B, and the pipeline takes no ALU
+        instruction, no FINISH, no ACC/ACC8 LOAD and no instruction pushing to a queue the
+        engine will push to.  Ports: the engine reads through bank port 1 first (the
+        pipeline's stage B waits that cycle if it wanted the same bank) and writes through
+        port 1 when stage D does not write that bank.  One entry per 3 cycles (4 when the
+        tensor source misses the engine's source register)."""
+        cfg = self.cfg
+        LA, AW = cfg.LOG_ACC_DEPTH, cfg.ACC_WIDTH
+        lanes = cfg.BATCH * cfg.BLOCK_OUT
+        acc_bits = cfg.elem_bits(MemType.ACC)
+
+        def haf(name):
+            return insn_field(cfg, head, "alu", name)
+
+        ns = SimpleNamespace(candidate=Signal(name="ee_candidate"), prep=Signal(name="ee_prep"),
+                             in_range=Signal(name="ee_in_range"), take=Signal(name="ee_take"),
+                             block_head=Signal(name="ee_block_head"),
+                             main_push=Signal(name="ee_main_push"))
+        busy = Signal(name="ee_busy")
+        ns.busy = busy
+        # instruction fields, latched when taken
+        io, ii = Signal(len(hgf("iter_out"))), Signal(len(hgf("iter_in")))
+        dfo, dfi = Signal(len(hgf("dst_factor_out"))), Signal(len(hgf("dst_factor_in")))
+        sfo, sfi = Signal(len(haf("src_factor_out"))), Signal(len(haf("src_factor_in")))
+        tensor, clear = Signal(name="ee_tensor"), Signal(name="ee_clear")
+        zero = Signal(name="ee_zero")
+        imm = Signal(LIMITS.imm_bits, name="ee_imm")
+        push = SimpleNamespace(push_prev=Signal(name="ee_push_prev"),
+                               push_next=Signal(name="ee_push_next"))
+        d0, s0 = Signal(LA, name="ee_d0"), Signal(LA, name="ee_s0")
+        dhi, shi = Signal(LA, name="ee_dhi"), Signal(LA, name="ee_shi")
+
+        # candidate: a one-micro-op REQ or ALU reset with work, the engine idle, the
+        # pipeline empty
+        h_req = haf("alu_opcode") == AluOp.REQ
+        h_zero = haf("reset") & ~h_req      # a reset: zeros, no source read
+        m.d.comb += ns.candidate.eq((hh.opcode == Opcode.ALU) & (h_req | haf("reset"))
+                                    & (hgf("uop_end") == hgf("uop_bgn") + 1)
+                                    & (hgf("iter_out") != 0) & (hgf("iter_in") != 0)
+                                    & ~busy & pipe_empty)
+        with m.If(ns.prep):     # the pipeline's stage A is idle: borrow the micro-op read
+            m.d.comb += [uop_mem.r_addr.eq(hgf("uop_bgn")), uop_mem.r_en.eq(1)]
+        # EPREP: last indices of the nest (factors are unsigned, so first and last bound it)
+        u_dst = insn_uop(cfg, uop_mem.r_data, "dst")
+        u_src = insn_uop(cfg, uop_mem.r_data, "src")
+        h_tensor = ~haf("use_imm") & ~h_zero
+        d_last = Signal(LA + 28, name="ee_d_last")
+        s_last = Signal(LA + 28, name="ee_s_last")
+        m.d.comb += [
+            d_last.eq(u_dst + (hgf("iter_out") - 1) * hgf("dst_factor_out")
+                      + (hgf("iter_in") - 1) * hgf("dst_factor_in")),
+            s_last.eq(u_src + (hgf("iter_out") - 1) * haf("src_factor_out")
+                      + (hgf("iter_in") - 1) * haf("src_factor_in")),
+            ns.in_range.eq((d_last < cfg.ACC_DEPTH) & (~h_tensor | (s_last < cfg.ACC_DEPTH))),
+        ]
+        with m.If(ns.take):
+            m.d.sync += [busy.eq(1), io.eq(hgf("iter_out")), ii.eq(hgf("iter_in")),
+                         dfo.eq(hgf("dst_factor_out")), dfi.eq(hgf("dst_factor_in")),
+                         sfo.eq(haf("src_factor_out")), sfi.eq(haf("src_factor_in")),
+                         tensor.eq(h_tensor), clear.eq(haf("reset")), zero.eq(h_zero),
+                         imm.eq(haf("imm")),
+                         push.push_prev.eq(hh.push_prev), push.push_next.eq(hh.push_next),
+                         d0.eq(u_dst), s0.eq(u_src), dhi.eq(d_last), shi.eq(s_last)]
+
+        # what the pipeline may not take while the engine runs
+        mt = insn_field(cfg, head, "mem", "memory_type")
+        acc_load = (hh.opcode == Opcode.LOAD) & ((mt == MemType.ACC) | (mt == MemType.ACC8))
+        m.d.comb += ns.block_head.eq(busy & (
+            (hh.opcode == Opcode.ALU) | (hh.opcode == Opcode.FINISH) | acc_load
+            | (hh.push_prev & push.push_prev) | (hh.push_next & push.push_next)))
+
+        # the pipeline's stage-B micro-op against the engine: its entries in the engine's
+        # ranges wait; so does its read, and its write two cycles later, when the engine
+        # reads the same bank this cycle (the engine writes that entry two cycles later)
+        def held(e):
+            return ((e >= d0) & (e <= dhi)) | (tensor & (e >= s0) & (e <= shi))
+        rd_en = Signal(name="ee_rd_en")
+        rd_addr = Signal(LA, name="ee_rd_addr")
+        main_rd = Signal(LA, name="ee_main_rd")
+        steal = Signal(name="ee_steal")
+        m.d.comb += [main_rd.eq(Mux(phase | ~need_src, dst, src[:LA])),
+                     steal.eq(rd_en & ((main_rd[LA - 1] == rd_addr[LA - 1])
+                                       | (dst[LA - 1] == rd_addr[LA - 1]))),
+                     ee_block.eq(steal | (busy & b_valid & (held(dst)
+                                                           | (b_tensor & held(src[:LA]))))),
+                     acc_bank.r1_addr.eq(rd_addr), acc_bank.r1_en.eq(rd_en)]
+        ns.steal = steal
+
+        # the engine, a three-stage pipeline: I (issue: the tensor source's read when it
+        # misses the source register, else the destination's read and the next loop
+        # index) -> C (add, shift) -> W (clip; write ACC and OUT).  One entry per cycle, two
+        # on a source miss; I waits while C or W will write an entry it reads.
+        i_cnt, j_cnt = Signal(len(io)), Signal(len(ii))
+        d_o, d_c = Signal(LA, name="ee_d_o"), Signal(LA, name="ee_d_c")
+        s_o, s_c = Signal(LA, name="ee_s_o"), Signal(LA, name="ee_s_c")
+        e_dst, e_src = Signal(LA, name="ee_dst"), Signal(LA, name="ee_src")
+        m.d.comb += [e_dst.eq(d0 + d_c), e_src.eq(s0 + s_c)]
+        issuing = Signal(name="ee_issuing")
+        src_reg = Signal(acc_bits, name="ee_src_reg")
+        src_pend = Signal(name="ee_src_pend")
+        tag, tag_v = Signal(LA, name="ee_tag"), Signal(name="ee_tag_v")
+        c_v, c_d = Signal(name="ee_c_valid"), Signal(LA, name="ee_c_dst")
+        w_v, w_d = Signal(name="ee_w_valid"), Signal(LA, name="ee_w_dst")
+        shifted = Signal(acc_bits, name="ee_shifted", reset_less=True)
+        wr = Signal(name="ee_wr")
+        ns.wr = wr
+        rd = acc_bank.r1_data
+        need = tensor & ~(tag_v & (tag == e_src))
+
+        def inflight(e):
+            return (c_v & (c_d == e)) | (w_v & (w_d == e))
+        hazard = inflight(e_dst) | (tensor & inflight(e_src))
+        go = issuing & ~hazard & ~self.halt
+        with m.If(ns.take):
+            m.d.sync += [issuing.eq(1), i_cnt.eq(0), j_cnt.eq(0), d_o.eq(0), d_c.eq(0),
+                         s_o.eq(0), s_c.eq(0), tag_v.eq(0)]
+        # I
+        m.d.sync += [src_pend.eq(0), c_v.eq(0)]
+        with m.If(go & need):
+            m.d.comb += [rd_en.eq(1), rd_addr.eq(e_src)]
+            m.d.sync += [src_pend.eq(1), tag.eq(e_src), tag_v.eq(1)]
+        with m.Elif(go):
+            m.d.comb += [rd_en.eq(1), rd_addr.eq(e_dst)]
+            m.d.sync += [c_v.eq(1), c_d.eq(e_dst)]
+            with m.If(j_cnt != ii - 1):
+                m.d.sync += [j_cnt.eq(j_cnt + 1), d_c.eq(d_c + dfi), s_c.eq(s_c + sfi)]
+            with m.Else():
+                m.d.sync += [j_cnt.eq(0), d_o.eq(d_o + dfo), d_c.eq(d_o + dfo),
+                             s_o.eq(s_o + sfo), s_c.eq(s_o + sfo)]
+                with m.If(i_cnt != io - 1):
+                    m.d.sync += i_cnt.eq(i_cnt + 1)
+                with m.Else():
+                    m.d.sync += issuing.eq(0)
+        with m.If(src_pend):
+            m.d.sync += src_reg.eq(rd)
+        # C
+        b_elem = Mux(tensor, src_reg, 0)
+        with m.If(c_v):
+            for ln in range(lanes):
+                a = rd.word_select(ln, AW).as_signed()
+                b = b_elem.word_select(ln, AW).as_signed()
+                total = (a + b)[:AW]
+                m.d.sync += shifted.word_select(ln, AW).eq(
+                    _shr(cfg, total.as_signed(), imm[:REQ_SHIFT_BITS].as_signed()))
+        m.d.sync += [w_v.eq(c_v & ~self.halt), w_d.eq(c_d)]
+        # W: stage B held this bank's micro-op two cycles ago, so stage D does not write it
+        res = Signal(acc_bits, name="ee_res")
+        m.d.comb += res.eq(Cat(*[req_clip(cfg, shifted.word_select(ln, AW), imm)
+                                 for ln in range(lanes)]))
+        with m.If(w_v & ~self.halt):
+            m.d.comb += [wr.eq(~zero), acc_bank.w1_en.eq(1), acc_bank.w1_addr.eq(w_d),
+                         acc_bank.w1_data.eq(Mux(clear, 0, res)),
+                         self.out_w1_en.eq(1), self.out_w1_addr.eq(w_d),
+                         self.out_w1_data.eq(Mux(zero, 0, self._truncate(res)))]
+            with m.If(w_d == tag):
+                m.d.sync += tag_v.eq(0)
+        # done: every write has landed; push when the pipeline is not pushing (never to the
+        # same queue: block_head), then release the ranges
+        with m.If(busy & ~issuing & ~c_v & ~w_v & ~ns.main_push):
+            m.d.comb += push_tokens(self, Unit.COMPUTE, push)
+            m.d.sync += busy.eq(0)
+        with m.If(self.halt):   # a fault anywhere: drop the instruction
+            m.d.sync += [busy.eq(0), issuing.eq(0)]
+
+        def finish(m, unit, acc_bank, src_tag_v, d_valid, d_alu, d_reset):
+            # overrides after the control FSM (later statements win)
+            m.d.comb += [acc_bank.r0_en.eq(~steal),
+                         unit.alu_uop.eq((d_valid & d_alu & ~d_reset) | wr)]
+            with m.If(busy):
+                m.d.comb += unit.busy.eq(1)
+            with m.If(ns.take):     # the pipeline's source cache may hold an entry the
+                m.d.sync += src_tag_v.eq(0)     # engine will write
+        ns.finish = finish
+        return ns
 
 
 def insn_uop(cfg: VTAConfig, uop, name: str):

@@ -9,12 +9,12 @@ simulation initial value is zero.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Scratchpad"]
+__all__ = ["Scratchpad", "BankedScratchpad"]
 
 
 class Scratchpad(wiring.Component):
@@ -47,4 +47,58 @@ class Scratchpad(wiring.Component):
         rp = mem.read_port(domain="sync")
         m.d.comb += [wp.addr.eq(self.w_addr), wp.data.eq(self.w_data), wp.en.eq(self.w_en),
                      rp.addr.eq(self.r_addr), rp.en.eq(self.r_en), self.r_data.eq(rp.data)]
+        return m
+
+
+class BankedScratchpad(wiring.Component):
+    """``depth`` × ``width``-bit RAM in two banks (the low and the high half of the
+    addresses, one :class:`Scratchpad` each), with two write ports and two read ports that
+    each address the whole depth: ``w0_*``/``w1_*`` and ``r0_*``/``r1_*`` (as
+    :class:`Scratchpad`'s ports; ``r{p}_data`` is valid one cycle after port ``p``
+    presented an address with ``r{p}_en`` high).
+
+    Ports of one kind may not address the same bank in the same cycle (the user
+    arbitrates; ``REQ_ENGINE``: the compute unit's requantize engine defers to the GEMM
+    pipeline's writes and takes the read port it needs first).  Then ``w0`` wins the
+    bank, so a collision loses the ``w1`` write, never corrupts another entry.  Port
+    ``p``'s read data comes from the bank port ``p`` read last; it holds only while no
+    port reads that bank.
+
+    Raises:
+        ValueError: ``depth`` not a power of two >= 4.
+    """
+
+    def __init__(self, width: int, depth: int):
+        if depth < 4 or depth & (depth - 1):
+            raise ValueError(f"banked scratchpad depth must be a power of two >= 4, got {depth}")
+        self.width = width
+        self.depth = depth
+        aw = depth.bit_length() - 1
+        ports = {}
+        for p in (0, 1):
+            ports.update({f"w{p}_addr": In(aw), f"w{p}_data": In(width), f"w{p}_en": In(1),
+                          f"r{p}_addr": In(aw), f"r{p}_en": In(1), f"r{p}_data": Out(width)})
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        aw = self.depth.bit_length() - 1
+        banks = [Scratchpad(self.width, self.depth // 2) for _ in (0, 1)]
+        m.submodules.bank0, m.submodules.bank1 = banks
+        for b, bank in enumerate(banks):
+            w0 = self.w0_en & (self.w0_addr[aw - 1] == b)
+            w1 = self.w1_en & (self.w1_addr[aw - 1] == b)
+            r0 = self.r0_en & (self.r0_addr[aw - 1] == b)
+            m.d.comb += [bank.w_en.eq(w0 | w1),
+                         bank.w_addr.eq(Mux(w0, self.w0_addr, self.w1_addr)[:aw - 1]),
+                         bank.w_data.eq(Mux(w0, self.w0_data, self.w1_data)),
+                         bank.r_en.eq(r0 | (self.r1_en & (self.r1_addr[aw - 1] == b))),
+                         bank.r_addr.eq(Mux(r0, self.r0_addr, self.r1_addr)[:aw - 1])]
+        for p in (0, 1):
+            sel = Signal(name=f"r{p}_bank")
+            addr, en = getattr(self, f"r{p}_addr"), getattr(self, f"r{p}_en")
+            with m.If(en):
+                m.d.sync += sel.eq(addr[aw - 1])
+            m.d.comb += getattr(self, f"r{p}_data").eq(Mux(sel, banks[1].r_data,
+                                                             banks[0].r_data))
         return m

@@ -31,6 +31,8 @@ doorbell (``RING_TAIL``), ``FINISH_COUNT`` counts the FINISH instructions execut
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
@@ -45,7 +47,7 @@ from .fetch import FetchUnit
 from .fields import port_name
 from .load import LoadState, LoadUnit
 from .queues import CommandQueue, TokenQueue
-from .scratchpad import Scratchpad
+from .scratchpad import BankedScratchpad, Scratchpad
 from .store import StoreState, StoreUnit
 
 __all__ = ["VTACore"]
@@ -136,7 +138,15 @@ class VTACore(wiring.Component):
         # scratchpads shared between units (their geometry: VTAConfig.memories)
         m.submodules.inp_mem = inp = Scratchpad.of(cfg.memory("inp"))
         m.submodules.wgt_mem = wgt = Scratchpad.of(cfg.memory("wgt"))
-        m.submodules.out_mem = out = Scratchpad.of(cfg.memory("out"))
+        if cfg.REQ_ENGINE:  # the OUT view in two banks, like the accumulator (compute.py)
+            om = cfg.memory("out")
+            m.submodules.out_mem = ob = BankedScratchpad(om.width, om.depth)
+            out = SimpleNamespace(w_addr=ob.w0_addr, w_data=ob.w0_data, w_en=ob.w0_en,
+                                  r_addr=ob.r0_addr, r_en=ob.r0_en, r_data=ob.r0_data)
+            m.d.comb += [ob.w1_addr.eq(comp.out_w1_addr), ob.w1_data.eq(comp.out_w1_data),
+                         ob.w1_en.eq(comp.out_w1_en), ob.r1_en.eq(0)]
+        else:
+            m.submodules.out_mem = out = Scratchpad.of(cfg.memory("out"))
         m.d.comb += [
             inp.w_addr.eq(load.inp_w_addr), inp.w_data.eq(load.inp_w_data), inp.w_en.eq(load.inp_w_en),
             wgt.w_addr.eq(load.wgt_w_addr), wgt.w_data.eq(load.wgt_w_data), wgt.w_en.eq(load.wgt_w_en),

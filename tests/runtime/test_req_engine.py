@@ -1,0 +1,181 @@
+"""The requantize engine (``REQ_ENGINE``): one-micro-op ALU REQs and ALU resets run beside
+the GEMM pipeline, with results as if every instruction ran in order.
+
+Raw programs are built here so that the engine's instruction and the pipeline's overlap in
+every way the ordering rules cover: a GEMM on the other bank (runs beside), a GEMM on the
+engine's destinations (waits), a GEMM writing the engine's bias row (waits: write after
+read), an ALU instruction behind the engine (waits), a STORE of the engine's results (its
+token comes when the engine is done), an ALU reset on the engine.  The oracle of the
+semantics is fsim (DRAM equal after the run) and, for the REQ values, the integer sequence
+of test_alu_requant.py; a compiled conv model must equal fsim and take fewer cycles than
+the same program on the core without the engine (simulated cycles: deterministic).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from programs import Image, MemType, acc_bytes, alu, assert_same_dram, finish, gemm, ld, \
+    read_out, st
+from vtaforge.hw import regs
+from vtaforge.hw.config import ConfigError, VTAConfig, preset
+from vtaforge.hw.isa import AluOp, req_imm
+from vtaforge.runtime.fsim import simulate
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_alu_requant import REQ_CFG, oracle  # noqa: E402
+
+ENG_CFG = REQ_CFG.replace(REQ_ENGINE=True)
+HALF = ENG_CFG.ACC_DEPTH // 2     # first entry of the second bank
+
+
+def test_config_and_fingerprint():
+    assert VTAConfig.from_dict({**REQ_CFG.to_dict(), "REQ_ENGINE": False}) == REQ_CFG
+    assert "REQ_ENGINE" not in REQ_CFG.to_dict()
+    assert ENG_CFG.to_dict()["REQ_ENGINE"] is True
+    assert ENG_CFG.fingerprint != REQ_CFG.fingerprint
+    assert "#define VTA_REQ_ENGINE 1" in regs.c_header(ENG_CFG)
+    assert "REQ_ENGINE" not in regs.c_header(REQ_CFG)
+    with pytest.raises(ConfigError, match=r"REQ_ENGINE = true needs ALU_REQUANT = true"):
+        preset("tiny").replace(REQ_ENGINE=True)
+    with pytest.raises(ConfigError, match=r"REQ_ENGINE = 1 must be a boolean"):
+        REQ_CFG.replace(REQ_ENGINE=1)
+
+
+def _req(bgn, imm, rows, cols, *, tensor=True, clear=True, **kw):
+    """ALU REQ of one micro-op at ``bgn`` over ``rows`` x ``cols`` entries (dst factor
+    ``cols``, 1), the tensor source moving one entry per row (the bias row pattern)."""
+    ins = alu(AluOp.REQ, bgn, bgn + 1, rows, cols, d=(cols, 1), s=(1, 0),
+              imm=None if tensor else 0, reset=int(clear), **kw)
+    return ins.__class__(**{**ins.__dict__, "imm": imm})
+
+
+def engine_program(cfg, seed: int, *, clear: bool = True):
+    """The overlap program (module docstring); returns (dram, insn_addr, count, outs) with
+    ``outs`` the DRAM addresses of the four stored regions and the expected REQ output."""
+    rng = np.random.default_rng(seed)
+    B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+    lanes = B * BO
+    R, C = 6, 4                                      # REQ nest: 24 entries at [0, 24)
+    a = rng.integers(-5000, 5000, (R * C, lanes))
+    bias = rng.integers(-3000, 3000, (R, lanes))
+    g = rng.integers(-(1 << 20), 1 << 20, (8, lanes))   # the second bank's starting values
+    x = rng.integers(-128, 128, (8, B, BI))
+    w = rng.integers(-128, 128, (2, BO, BI))
+    img = Image(cfg)
+    a_addr = img.put(acc_bytes(cfg, a))
+    b_addr = img.put(acc_bytes(cfg, bias))
+    g_addr = img.put(acc_bytes(cfg, g))
+    x_addr = img.put(x.astype(np.int8))
+    w_addr = img.put(w.astype(np.int8))
+    outs = [img.zeros(n * cfg.elem_bytes(MemType.OUT)) for n in (R * C, 8, 8, R)]
+    u_req = img.uops([0], [64])                                  # uop 0
+    u_bank1 = img.uops(HALF + np.arange(8), np.arange(8), np.zeros(8, int))     # 1..8
+    u_same = img.uops(np.arange(4), np.arange(4), np.ones(4, int))             # 9..12
+    u_bias = img.uops([64, 65], [4, 5], [1, 1])                  # 13..14: writes the bias
+    u_rst = img.uops([HALF + 16], [HALF + 16])                   # 15: an ALU reset nest
+    imm = req_imm(7, -128, 127)
+    L = MemType
+    insns = [
+        ld(L.INP, 0, img.base(x_addr, L.INP), 1, 8),
+        ld(L.WGT, 0, img.base(w_addr, L.WGT), 1, 2, push_next=1),
+        ld(L.ACC, 0, img.base(a_addr, L.ACC), 1, R * C),
+        ld(L.ACC, 64, img.base(b_addr, L.ACC), 1, R),
+        ld(L.ACC, HALF, img.base(g_addr, L.ACC), 1, 8),
+        ld(L.UOP, 0, img.base(u_req, L.UOP), 1, 1),
+        ld(L.UOP, 1, img.base(u_bank1, L.UOP), 1, 8),
+        ld(L.UOP, 9, img.base(u_same, L.UOP), 1, 4),
+        ld(L.UOP, 13, img.base(u_bias, L.UOP), 1, 2),
+        ld(L.UOP, 15, img.base(u_rst, L.UOP), 1, 1, pop_prev=1),
+        _req(0, imm, R, C, clear=clear, push_next=1),             # engine: bank 0, pushes
+        gemm(1, 9, 3, 1),                                         # bank 1, beside it
+        gemm(9, 13, 1, 1),                # entries 0..3: waits for the engine's writes
+        gemm(13, 15, 1, 1),               # writes bias rows 64, 65: after the REQ read them
+        alu(AluOp.ADD, 15, 16, 8, 1, d=(1, 0), s=(1, 0), reset=1),   # engine: a reset
+        alu(AluOp.ADD, 1, 2, 1, 1, imm=3, push_next=1),           # ALU behind the engine
+        st(4, img.base(outs[0], L.OUT) + 4, 1, R * C - 4,
+           pop_prev=1),                   # entries 4..23 once the engine pushed
+        st(HALF, img.base(outs[1], L.OUT), 1, 8, pop_prev=1),     # after the last ALU
+        st(HALF + 16, img.base(outs[2], L.OUT), 1, 8),
+        st(64, img.base(outs[3], L.OUT), 1, R, push_prev=1),
+        finish(pop_next=1),
+    ]
+    dram, ia, n = img.build(insns)
+    want = oracle(a, np.repeat(bias, C, axis=0), 7, -128, 127, cfg.ACC_WIDTH)
+    return dram, ia, n, outs, want.reshape(R * C, B, BO)
+
+
+@pytest.mark.parametrize("clear", [True, False], ids=["clearing", "plain"])
+def test_overlap_program_fsim_oracle(clear):
+    dram, ia, n, outs, want = engine_program(ENG_CFG, 1, clear=clear)
+    simulate(ENG_CFG, dram, ia, n)
+    got = read_out(ENG_CFG, dram, outs[0], want.shape[0])
+    np.testing.assert_array_equal(got[4:], want[4:])
+    assert not read_out(ENG_CFG, dram, outs[2], 8).any()     # the engine's reset
+
+
+@pytest.fixture(scope="module")
+def models(rtl_models):
+    return rtl_models
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("seed,clear", [(1, True), (2, False), (3, True)])
+def test_overlap_program_rtl_equals_fsim(models, seed, clear):
+    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    dram, ia, n, outs, want = engine_program(ENG_CFG, seed, clear=clear)
+    ref = dram.copy()
+    r_f = simulate(ENG_CFG, ref, ia, n)
+    r_eng = rtl.run_raw(ENG_CFG, dram, ia, n, progress=False, model=models(ENG_CFG))
+    assert_same_dram(ref, dram, f"seed {seed}")
+    assert r_eng.stats["alu_counter"] == r_f.stats["alu_counter"]
+    # the same program on the core without the engine: same memory, more cycles
+    d2 = engine_program(REQ_CFG, seed, clear=clear)[0]
+    r_req = rtl.run_raw(REQ_CFG, d2, ia, n, progress=False, model=models(REQ_CFG))
+    assert_same_dram(ref, d2, f"seed {seed} without the engine")
+    assert r_eng.stats["alu_counter"] == r_req.stats["alu_counter"]
+    assert r_eng.cycles < r_req.cycles, (r_eng.cycles, r_req.cycles)
+
+
+def _counting(run, runs):
+    def counted(*a, **kw):
+        res = run(*a, **kw)
+        runs.append(res)
+        return res
+    return counted
+
+
+@pytest.mark.rtl
+def test_compiled_conv_on_the_engine(models):
+    """A conv model compiled for the engine core equals fsim step for step, and its conv
+    programs take fewer cycles than on the same core without the engine."""
+    pytest.importorskip("onnx")
+    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.compiler.zoo import Workload, workload_model
+    from vtaforge.runtime.executor import Executor
+    from vtaforge.runtime.fsim import FsimDevice
+
+    wl = Workload("c1x1", batch=1, height=28, width=28, in_channels=16, out_channels=16,
+                  groups=1, kernel_h=1, kernel_w=1, pad_h=0, pad_w=0, stride_h=2, stride_w=2)
+    m = workload_model(wl)
+    x = np.random.default_rng(5).standard_normal((1, 16, 28, 28)).astype(np.float32)
+    cycles = {}
+    for cfg in (ENG_CFG, REQ_CFG):
+        cm = compile_model(m, x, cfg)
+        ref = Executor(cm, FsimDevice(cfg)).run(x, keep=True)
+        dev = rtl.RtlDevice(cfg, 16 << 20, progress=False, model=models(cfg))
+        runs = []
+        dev.run = _counting(dev.run, runs)
+        try:
+            got = Executor(cm, dev).run(x, keep=True)
+        finally:
+            dev.close()
+        for k in ref:
+            np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
+        cycles[cfg.REQ_ENGINE] = sum(r.cycles for r in runs)
+    assert cycles[True] < cycles[False], cycles
