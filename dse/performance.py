@@ -28,6 +28,10 @@ __all__ = [
 #: Instructions per fetch DMA request (hw/core/fetch.py ``FETCH_BATCH``).
 FETCH_BATCH = 4
 
+#: Cycles from the REQ engine's end to the end of a GEMM micro-op it held in stage B
+#: (hw/core/compute.py: the engine's busy drops, then the micro-op goes through B, C, D).
+ENGINE_HOLD_DRAIN = 3
+
 #: The cycle model's stated error against the RTL: the recorded pairs of tests/dse/data
 #: (ResNet-18 C2-C11, its max-pool and four residual-add shapes at full size, the digits
 #: CNN; 9 configs) are within 1.39 % per layer after the fit (0.22 % mean over 103 layers;
@@ -69,6 +73,18 @@ class CycleModel:
     capacity and write-channel contention; the upper bound does not depend on them.
     ``dram_latency`` defaults to 0, like the Verilator harness's DRAM model: a board has
     tens of cycles per burst.
+
+    With ``REQ_ENGINE`` (:meth:`_engine_plan`) the requantize engine is a fourth resource
+    beside the compute module: an ALU REQ or ALU reset of one micro-op starts when the
+    pipeline is empty (the compute module free) and the engine idle, takes
+    ``engine_overhead`` + its entries' cycles (one per entry, the source misses and
+    read-after-write stalls as on the pipeline) on the engine, pushes its tokens at its
+    end, and holds the compute module only ``engine_take`` cycles; while it runs, the
+    compute module's next ALU, FINISH, ACC/ACC8 LOAD or instruction that pushes to a queue
+    the engine's instruction pushes to waits for the engine's end, and a GEMM whose
+    accumulator entries meet the engine's destination (or tensor source) range holds its
+    first such micro-op until then.  ``lower`` counts the engine's entries apart from the
+    pipeline's.  Without ``REQ_ENGINE`` nothing changes.
     """
 
     gemm_uop_cycles: float = 1.0
@@ -107,13 +123,29 @@ class CycleModel:
     #: Cycles from a DMA instruction's start to its first row request (decode), with
     #: :attr:`read_arbitration`: a read arriving in them finds the channel free; fitted.
     dma_lead: float = 6.0
+    #: ``REQ_ENGINE`` cores only: fixed cycles of an instruction on the requantize engine
+    #: beyond its entries (micro-op read in EPREP, the take, the three stages' fill, the
+    #: token push; hw/core/compute.py ``_req_engine``); fitted on the engine pairs.
+    engine_overhead: float = 5.0
+    #: ``REQ_ENGINE`` cores only: cycles the compute FSM spends handing an instruction to
+    #: the engine (IDLE -> EPREP -> IDLE) before the pipeline takes the next one; fitted.
+    engine_take: float = 2.0
+    #: With :attr:`read_arbitration`: a fetch request yields the channel to a compute or
+    #: load read that arrived while the fetch's previous request held it (hw/core/fetch.py
+    #: leaves a cycle between requests, in which the arbiter grants the waiting read).
+    #: ``False`` (default, the model as fitted): the fetch keeps the channel through a run
+    #: of requests and the read waits for the whole run (tiny + REQ_ENGINE C4 at size 14:
+    #: a UOP load held 1,140 cycles, +4.28 %; with ``True`` +0.52 %, and every recorded
+    #: pair within 1.68 %, docs/dse.md "REQ engine").
+    fetch_yields: bool = False
 
     def __post_init__(self) -> None:
         """Raises :class:`DSEError` when a parameter is not a finite number >= 0 (a
         negative or NaN latency would silently rank designs wrongly)."""
         for name in ("gemm_uop_cycles", "alu_imm_uop_cycles", "alu_tensor_uop_cycles",
                      "insn_overhead", "dram_latency", "alu_hazard_cycles",
-                     "row_overhead", "fetch_overhead", "dma_lead") + tuple(
+                     "row_overhead", "fetch_overhead", "dma_lead", "engine_overhead",
+                     "engine_take") + tuple(
                          k for k in ("compute_overhead", "chain_overhead")
                          if getattr(self, k) is not None):
             v = getattr(self, name)
@@ -227,6 +259,12 @@ class CycleModel:
                         buf[base:base + len(words)] = words[:max(0, cfg.UOP_DEPTH - base)]
                         li += 1
                     cost[i] += self.alu_cycles(cfg, cols, int(i), buf)
+        engine = self._engine_plan(cfg, cols, uop_loads) if cfg.REQ_ENGINE else None
+        if engine is not None:
+            # the engine's instructions: its fixed cost instead of the pipeline's
+            e = np.nonzero(engine["eligible"])[0]
+            cost[e] += self.engine_overhead - np.where(
+                chained[e], co if self.chain_overhead is None else self.chain_overhead, co)
         # DMA, vectorised over every row of every LOAD/STORE
         sel = np.nonzero(((op == Opcode.LOAD) | (op == Opcode.STORE)) & (cols["x_size"] > 0))[0]
         if len(sel):
@@ -264,8 +302,10 @@ class CycleModel:
         store = op == Opcode.STORE
         load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
         module = np.where(store, 2, np.where(load, 0, 1))
-        busy = [float(cost[module == k].sum()) for k in range(3)]
-        lower = float(max(max(float(floor[module == k].sum()) for k in range(3)),
+        # the lower bound's and busy figures' units: 3 = the REQ engine
+        unit = module if engine is None else np.where(engine["eligible"], 3, module)
+        busy = [float(cost[unit == k].sum()) for k in range(4)]
+        lower = float(max(max(float(floor[unit == k].sum()) for k in range(4)),
                           read_beats, write_beats))
         upper = float(cost.sum()) + math.ceil(16 * n / bus)
         rd = np.zeros(n, np.int8)
@@ -280,15 +320,84 @@ class CycleModel:
             rows_of = {int(sel[k]): cum[lo[k]:hi[k]] - (cum[lo[k] - 1] if lo[k] else 0.0)
                        for k in np.nonzero(is_load)[0]}
         sched = self._schedule(cols, module, cost, rd, rows_of, fetch_beats=-(-16 // bus),
-                               queue_depth=int(cfg.INSN_QUEUE_DEPTH))
-        return {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
-                "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
-                "read_beats": read_beats, "write_beats": write_beats}
+                               queue_depth=int(cfg.INSN_QUEUE_DEPTH), engine=engine)
+        out = {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
+               "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
+               "read_beats": read_beats, "write_beats": write_beats}
+        if engine is not None:
+            out["busy"]["engine"] = busy[3]
+        return out
+
+    def _engine_plan(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray],
+                     uop_loads: Sequence[tuple[int, np.ndarray]] | None) -> dict:
+        """What the schedule needs of a ``REQ_ENGINE`` program (hw/core/compute.py
+        ``_req_engine``): ``eligible`` (bool per instruction: an ALU REQ or ALU reset of
+        exactly one micro-op with work, which the engine runs), ``blocks`` (bool: an ALU,
+        FINISH or ACC/ACC8 LOAD, which the pipeline does not take while the engine runs)
+        and ``holds`` (GEMM index -> ``(engine instruction, k, n)``: the GEMM's ``k``-th of
+        ``n`` micro-ops, in loop order, is the first whose accumulator entry lies in that
+        engine instruction's destination or tensor-source range; only GEMMs between the
+        engine instruction and the next one that waits for the engine anyway).  Ranges need
+        the micro-ops (``uop_loads``); without them no GEMM is held."""
+        from ..hw.isa import AluOp, Opcode, decode_uops
+
+        op = np.asarray(cols["opcode"])
+        mt = np.asarray(cols["memory_type"])
+        one = (np.asarray(cols["uop_end"]) - np.asarray(cols["uop_bgn"])) == 1
+        work = (np.asarray(cols["iter_out"]) > 0) & (np.asarray(cols["iter_in"]) > 0)
+        req = np.asarray(cols["alu_opcode"]) == AluOp.REQ
+        eligible = (op == Opcode.ALU) & (req | (np.asarray(cols["reset"]) != 0)) & one & work
+        blocks = (op == Opcode.ALU) | (op == Opcode.FINISH) | ((op == Opcode.LOAD) & (
+            (mt == MemType.ACC) | (mt == MemType.ACC8)))
+        holds: dict[int, tuple[int, int, int]] = {}
+        if uop_loads is not None and eligible.any():
+            pp, pn = np.asarray(cols["push_prev"]) != 0, np.asarray(cols["push_next"]) != 0
+            loads = sorted(uop_loads, key=lambda t: t[0])
+            buf = np.zeros(cfg.UOP_DEPTH, np.uint32)
+            li = 0
+
+            def entries(i: int, name: str, fo: str, fi: str) -> np.ndarray:
+                u = decode_uops(cfg, buf[int(cols["uop_bgn"][i]):int(cols["uop_end"][i])])
+                oi = np.arange(int(cols["iter_out"][i]), dtype=np.int64)[:, None, None]
+                oj = np.arange(int(cols["iter_in"][i]), dtype=np.int64)[None, :, None]
+                return (u[name][None, None, :] + oi * int(cols[fo][i])
+                        + oj * int(cols[fi][i])).ravel()
+
+            rng = None     # (engine instruction, dst lo, hi, src lo, hi or None)
+            for i in range(len(op)):
+                while li < len(loads) and loads[li][0] < i:
+                    j, words = loads[li]
+                    base = int(cols["sram_base"][j])
+                    buf[base:base + len(words)] = words[:max(0, cfg.UOP_DEPTH - base)]
+                    li += 1
+                if eligible[i]:
+                    d = entries(i, "dst", "dst_factor_out", "dst_factor_in")
+                    tensor = not (cols["use_imm"][i] or (cols["reset"][i] and not req[i]))
+                    s_ = entries(i, "src", "src_factor_out", "src_factor_in") if tensor else None
+                    rng = (i, int(d.min()), int(d.max()),
+                           None if s_ is None else (int(s_.min()), int(s_.max())))
+                    ep, en = pp[i], pn[i]
+                    continue
+                if rng is None or op[i] in (Opcode.STORE,) or (
+                        op[i] == Opcode.LOAD and mt[i] in (MemType.INP, MemType.WGT)):
+                    continue
+                if blocks[i] or (pp[i] and ep) or (pn[i] and en):
+                    rng = None      # waits for the engine's end; so does all behind it
+                    continue
+                if op[i] == Opcode.GEMM and int(cols["uop_end"][i]) > int(cols["uop_bgn"][i]) \
+                        and work[i]:
+                    d = entries(i, "dst", "dst_factor_out", "dst_factor_in")
+                    hit = (d >= rng[1]) & (d <= rng[2])
+                    if rng[3] is not None:
+                        hit |= (d >= rng[3][0]) & (d <= rng[3][1])
+                    if hit.any():
+                        holds[i] = (rng[0], int(np.argmax(hit)), int(d.size))
+        return {"eligible": eligible, "blocks": blocks, "holds": holds}
 
     def _schedule(self, cols, module: np.ndarray, cost: np.ndarray,
                   rd: np.ndarray | None = None, rows: Mapping[int, np.ndarray] | None = None,
-                  trace: list | None = None, fetch_beats: int = 2, queue_depth: int = 512
-                  ) -> float:
+                  trace: list | None = None, fetch_beats: int = 2, queue_depth: int = 512,
+                  engine: Mapping | None = None) -> float:
         """List schedule of the three modules through the four token queues (module order =
         program order; a pop takes the oldest pushed token), events committed in order of
         their start time.
@@ -310,7 +419,10 @@ class CycleModel:
         instructions) has room; the fetch reads a batch only when the batch two before it
         has been dispatched (a buffer of two batches).
         ``trace`` (a list) receives ``(instruction, start, end)`` per instruction (cycles;
-        ``end`` as first committed; fetch batches as ``(-1 - batch, start, end)``)."""
+        ``end`` as first committed; fetch batches as ``(-1 - batch, start, end)``).
+        ``engine`` (:meth:`_engine_plan`, ``REQ_ENGINE`` only): the engine's instructions
+        end (and push) ``cost`` after their start but free the compute module after
+        ``engine_take``; the rules of the class docstring hold the others."""
         from collections import deque
 
         # queue ids: 0 l2g, 1 g2l, 2 g2s, 3 s2g (hw/isa.py FLAG_QUEUES)
@@ -331,7 +443,7 @@ class CycleModel:
         end = [0.0] * n
         toks: list[deque] = [deque(), deque(), deque(), deque()]
         # read clients by priority: 0 fetch, 1 compute, 2 load; in flight: [instruction
-        # (-1: a fetch batch), module, first row's start, absolute row end times]
+        # (-1: a fetch batch), module, first row's start, absolute row end times, arrival]
         fly: list[list | None] = [None, None, None]
         nb = -(-n // FETCH_BATCH) if arb else 0
         fetched = [0.0] * nb
@@ -347,6 +459,12 @@ class CycleModel:
         started = [-1.0] * n
         disp = [0.0] * n
         dp = 0
+        # the REQ engine: its instructions, what waits for it, the held GEMMs; its end and
+        # the queues its instruction pushes to
+        e_on = engine["eligible"].tolist() if engine is not None else None
+        e_blk = engine["blocks"].tolist() if engine is not None else None
+        e_hold = engine["holds"] if engine is not None else {}
+        eng_end, eng_pp, eng_pn = 0.0, 0, 0
 
         def dispatch() -> int:
             d = dp
@@ -365,6 +483,11 @@ class CycleModel:
             client holds then, or a higher-priority one that takes it first); moves the
             later rows of lower-priority reads in flight behind its ``busy`` cycles."""
             ready = t
+            if c == 0 and self.fetch_yields:
+                for o in (1, 2):    # a read that waited since before this request goes first
+                    f = fly[o]
+                    if f is not None and f[2] >= t and f[4] < t:
+                        ready = max(ready, float(f[3][0]))
             for _ in range(3):
                 for o in range(3):
                     f = fly[o]
@@ -410,11 +533,14 @@ class CycleModel:
                     start = max(start, disp[i])
                 for q in need:
                     start = max(start, end[toks[q][0]])
+                if e_on is not None and m == 1 and (e_blk[i] or (flags["push_prev"][i] and eng_pp)
+                                                    or (flags["push_next"][i] and eng_pn)):
+                    start = max(start, eng_end)
                 if best is None or start < best:
                     best, bm = start, m
             if bm < 0:
                 if all(ptr[m] == len(order[m]) for m in range(3)):
-                    return max(free)
+                    return max(max(free), eng_end)
                 return float(cost.sum())  # a deadlock: the functional simulator reports it
             start = best
             if bm == 3 and fb == 0:  # the first batch is in at cycle 0 (see above)
@@ -424,7 +550,7 @@ class CycleModel:
             if bm == 3:
                 wait = acquire(0, start, fetch_cost)
                 fetch_next = start + wait + fetch_cost
-                fly[0] = [-1, -1, start + wait, np.array([fetch_next])]
+                fly[0] = [-1, -1, start + wait, np.array([fetch_next]), start]
                 fetched[fb] = fetch_next
                 if trace is not None:
                     trace.append((-1 - fb, start, fetched[fb]))
@@ -442,9 +568,19 @@ class CycleModel:
                 rel = rows[i]
                 wait = acquire(cl, start + lead, float(rel[-1]))
                 c += wait
-                fly[cl] = [i, m, start + lead + wait, start + lead + wait + rel]
+                fly[cl] = [i, m, start + lead + wait, start + lead + wait + rel, start + lead]
             end[i] = start + c
             free[m] = end[i]
+            if e_on is not None:
+                if e_on[i]:
+                    free[m] = start + self.engine_take
+                    eng_end, eng_pp, eng_pn = end[i], flags["push_prev"][i], flags["push_next"][i]
+                elif i in e_hold:
+                    # its k-th micro-op waits in stage B for the engine's end (then B, C, D)
+                    e, k, nu = e_hold[i]
+                    end[i] = max(end[i], end[e] + ENGINE_HOLD_DRAIN
+                                 + (nu - k) * self.gemm_uop_cycles)
+                    free[m] = end[i]
             started[i] = start
             if arb:
                 dp = dispatch()

@@ -1,0 +1,69 @@
+"""Record calibration pairs (config, layer program, RTL cycles) on ``REQ_ENGINE`` cores.
+
+Configs: pynq + ALU_REQUANT + REQ_ENGINE (the config the engine was measured on) and tiny +
+ALU_REQUANT + REQ_ENGINE.  Layers: ResNet-18 C2-C11 at the DSE's default size 14
+(``tests/dse/data/rtl_pairs_engine.json``) and, with ``--size full``, at full size
+(``tests/dse/data/rtl_pairs_engine_full.json``; the workloads are named
+``resnet18-cN-full`` so that they do not add into the size-14 pairs of the same config,
+which :func:`vtaforge.dse.calibrate.layer_errors` groups by name).  Pairs are appended after
+each layer (an interrupted run keeps what it recorded); layers already in the file are
+skipped.  Then prints the cycle model's per-layer error on every pair of the file.
+
+    python bench/dse_engine_pairs.py [--size 14|full] [--configs pynq,tiny] [--layers c2,c4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+
+from vtaforge.dse import CycleModel, parse_workloads
+from vtaforge.dse.calibrate import layer_errors, load_pairs, record_pairs, save_pairs
+from vtaforge.hw.config import preset
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "dse" / "data"
+OUT = {"14": DATA / "rtl_pairs_engine.json", "full": DATA / "rtl_pairs_engine_full.json"}
+
+
+def engine_config(base: str):
+    """``base`` preset with ALU_REQUANT and REQ_ENGINE on."""
+    return dataclasses.replace(preset(base), ALU_REQUANT=True, REQ_ENGINE=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="14", choices=("14", "full"))
+    ap.add_argument("--configs", default="pynq,tiny")
+    ap.add_argument("--layers", default="c2,c3,c4,c5,c6,c7,c8,c9,c10,c11")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--no-record", action="store_true")
+    a = ap.parse_args()
+    out = Path(a.out) if a.out else OUT[a.size]
+    size = None if a.size == "full" else int(a.size)
+    wls = parse_workloads("resnet18-" + ",".join(a.layers.split(",")), size)
+    if size is None:
+        wls = [dataclasses.replace(w, name=f"{w.name}-full") for w in wls]
+    pairs = load_pairs(out)
+    if not a.no_record:
+        for base in a.configs.split(","):
+            cfg = engine_config(base)
+            for wl in wls:
+                if any(p["fingerprint"] == f"0x{cfg.fingerprint:08x}" and p["workload"] == wl.name
+                       for p in pairs):
+                    continue
+                t0 = time.perf_counter()
+                pairs += record_pairs(cfg, [wl], log=lambda s: print(s, flush=True))
+                save_pairs(pairs, out, note=f"ResNet-18 at size {a.size}, {a.configs} + "
+                                            f"ALU_REQUANT + REQ_ENGINE, Verilator zero-latency "
+                                            f"DRAM; bench/dse_engine_pairs.py")
+                print(f"    {time.perf_counter() - t0:.0f} s", flush=True)
+    for e in layer_errors(CycleModel(), pairs):
+        print(f"{e['bitstream']:<28} {e['workload']:<20} rtl {e['rtl']:>9} model "
+              f"{e['model']:>11.0f} {100 * e['error']:+6.2f} %  lower {e['lower']:>9.0f} "
+              f"{'<=' if e['lower'] <= e['rtl'] else '>'} rtl")
+
+
+if __name__ == "__main__":
+    main()
