@@ -122,7 +122,7 @@ class VTAConfig:
       clip to int8 in one micro-op, :func:`vtaforge.hw.isa.req_imm`); off (default), the
       core, its Verilog and its fingerprint are exactly those of a config without the key.
     - ``REQ_ENGINE``: a requantize engine beside the GEMM pipeline (needs ``ALU_REQUANT``):
-      an ALU REQ instruction of one micro-op runs on it while the GEMM pipeline goes on
+      an ALU REQ or ALU reset of one micro-op runs on it while the GEMM pipeline goes on
       with the following instructions (the accumulator and its OUT view in two banks;
       results as if in order, docs/hardware.md "REQ engine"); off (default), the core,
       its Verilog and its fingerprint are exactly those of a config without the key.

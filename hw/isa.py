@@ -706,8 +706,9 @@ def format_insn(insn: Insn) -> str:
         alu = _ALU_NAMES.get(insn.alu_opcode, f"op{insn.alu_opcode}")
         operand = f" imm={insn.imm}" if insn.use_imm else " tensor"
         if insn.alu_opcode == AluOp.REQ:
-            sh, lo, hi, _ = req_fields(insn.imm)
-            operand = (" imm" if insn.use_imm else " tensor") + f" shr={sh} clip=[{lo},{hi}]"
+            sh, lo, hi, ok = req_fields(insn.imm)
+            operand = ((" imm" if insn.use_imm else " tensor")
+                       + f" shr={sh} clip=[{lo if ok else 'reserved'},{hi}]")
         return f"ALU {alu:<5} [{flags}] {loops}{operand}{rst}"
     if op == Opcode.FINISH:
         return f"FINISH    [{flags}]"

@@ -735,11 +735,13 @@ class ComputeUnit(wiring.Component):
         instruction only with the pipeline empty, so every older write has landed; while
         it runs, a pipeline micro-op whose accumulator entry lies in the engine's
         destination or source range waits in stage B, and the pipeline takes no ALU
-        instruction, no FINISH, no ACC/ACC8 LOAD and no instruction pushing to a queue the
-        engine will push to.  Ports: the engine reads through bank port 1 first (the
-        pipeline's stage B waits that cycle if it wanted the same bank) and writes through
-        port 1 when stage D does not write that bank.  One entry per 3 cycles (4 when the
-        tensor source misses the engine's source register)."""
+        instruction, no FINISH, no ACC/ACC8 LOAD, no instruction pushing to the store unit
+        (whose STOREs read the OUT view the engine writes) and none pushing to the load
+        unit when the engine's instruction does.  Ports: the engine reads through bank
+        port 1 first (the pipeline's stage B waits that cycle if it wanted the same bank)
+        and writes through port 1 two cycles after stage B held that bank's micro-op, so
+        stage D never writes it then.  One entry per cycle (two when the tensor source misses the engine's
+        source register)."""
         cfg = self.cfg
         LA, AW = cfg.LOG_ACC_DEPTH, cfg.ACC_WIDTH
         lanes = cfg.BATCH * cfg.BLOCK_OUT
@@ -798,12 +800,15 @@ class ComputeUnit(wiring.Component):
                          push.push_prev.eq(hh.push_prev), push.push_next.eq(hh.push_next),
                          d0.eq(u_dst), s0.eq(u_src), dhi.eq(d_last), shi.eq(s_last)]
 
-        # what the pipeline may not take while the engine runs
+        # what the pipeline may not take while the engine runs: a push to the store unit
+        # (a STORE popping it reads OUT, which the engine may still be writing), a push
+        # to the load unit when the engine's instruction pushes there too (in order), an
+        # ALU instruction, FINISH, an ACC/ACC8 LOAD
         mt = insn_field(cfg, head, "mem", "memory_type")
         acc_load = (hh.opcode == Opcode.LOAD) & ((mt == MemType.ACC) | (mt == MemType.ACC8))
         m.d.comb += ns.block_head.eq(busy & (
             (hh.opcode == Opcode.ALU) | (hh.opcode == Opcode.FINISH) | acc_load
-            | (hh.push_prev & push.push_prev) | (hh.push_next & push.push_next)))
+            | hh.push_next | (hh.push_prev & push.push_prev)))
 
         # the pipeline's stage-B micro-op against the engine: its entries in the engine's
         # ranges wait; so does its read, and its write two cycles later, when the engine

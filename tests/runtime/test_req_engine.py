@@ -142,6 +142,43 @@ def test_overlap_program_rtl_equals_fsim(models, seed, clear):
     assert r_eng.cycles < r_req.cycles, (r_eng.cycles, r_req.cycles)
 
 
+def younger_push_program(cfg, variant: str, n: int = 256):
+    """An engine REQ over entries [0, n) that pushes nothing, then a younger instruction
+    that pushes to the store unit (a GEMM on the other bank, or a compute-side UOP LOAD),
+    then a STORE popping that token of the REQ's last 8 entries: in order, the STORE sees
+    the REQ's results (a reviewer's program: the pipeline's push overtook the engine).
+    Returns ``(dram, insn_addr, insn_count, out_addr)``."""
+    rng = np.random.default_rng(0)
+    img = Image(cfg)
+    a_addr = img.put(acc_bytes(cfg, rng.integers(-5000, 5000, (n, cfg.BATCH * cfg.BLOCK_OUT))))
+    out = img.zeros(n * cfg.elem_bytes(MemType.OUT))
+    u_req = img.uops([0], [0])
+    u_g = img.uops([HALF], [0], [0])
+    req = dataclasses.replace(alu(AluOp.REQ, 0, 1, n, 1, d=(1, 0), imm=0),
+                              imm=req_imm(4, -128, 127))
+    younger = (gemm(1, 2, 1, 1, reset=1, push_next=1) if variant == "gemm"
+               else ld(MemType.UOP, 2, img.base(u_g, MemType.UOP), 1, 1, push_next=1))
+    insns = [ld(MemType.ACC, 0, img.base(a_addr, MemType.ACC), 1, n),
+             ld(MemType.UOP, 0, img.base(u_req, MemType.UOP), 1, 1),
+             ld(MemType.UOP, 1, img.base(u_g, MemType.UOP), 1, 1),
+             req, younger,
+             st(n - 8, img.base(out, MemType.OUT) + n - 8, 1, 8, pop_prev=1, push_prev=1),
+             finish(pop_next=1)]
+    dram, ia, cnt = img.build(insns)
+    return dram, ia, cnt, out
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("variant", ["gemm", "uopload"])
+def test_younger_store_push_waits_for_the_engine(models, variant):
+    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    dram, ia, n, out = younger_push_program(ENG_CFG, variant)
+    ref = dram.copy()
+    simulate(ENG_CFG, ref, ia, n)
+    rtl.run_raw(ENG_CFG, dram, ia, n, progress=False, model=models(ENG_CFG))
+    assert_same_dram(ref, dram, variant)
+
+
 def _counting(run, runs):
     def counted(*a, **kw):
         res = run(*a, **kw)
