@@ -108,6 +108,13 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     # the a4w4 / packing sweep's pick: 512 LUT-built products, no GEMM DSP (docs/dse.md)
     ("1x32x16_a4w4_p1_req", "held-out", {"LOG_BLOCK_IN": 5, "LOG_BLOCK_OUT": 4, "LOG_WIDTH": 2,
                                          "DSP_PACKING": 1, "ALU_REQUANT": True, **_D}),
+    # the requantize engine (REQ_ENGINE) against tiny_alu_requant / pynq_alu_requant
+    # (dse/resources.py REQ_ENGINE_*; not in the fit)
+    ("tiny_req_engine", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_ENGINE": True}),
+    ("pynq_req_engine", "option", {"preset": "pynq", "ALU_REQUANT": True, "REQ_ENGINE": True}),
+    # planned after the two above set the REQ_ENGINE_* terms, held out from them: 8 lanes
+    ("1x16x8_req_engine", "held-out", {"LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 3, "DSP_PACKING": 2,
+                                       "ALU_REQUANT": True, "REQ_ENGINE": True, **_D}),
 )
 
 
@@ -239,7 +246,8 @@ def fit(path: Path = DATA, write_roles: bool = False) -> None:
     """Least-squares fit of the LUT and FF terms on the ``fit`` points; print constants
     and the per-point error (fit and held-out) with the current model's next to it."""
     from vtaforge.dse.resources import (ALU_REQUANT_FF, ALU_REQUANT_LUT_PER_LANE, LUT_FF_TERMS,
-                                        AnalyticResources, lut_ff_features, width_terms)
+                                        AnalyticResources, lut_ff_features, req_engine_terms,
+                                        width_terms)
 
     data = load(path)
     roles = {name: role for name, role, _ in PLAN}
@@ -281,6 +289,8 @@ def fit(path: Path = DATA, write_roles: bool = False) -> None:
         if c.ALU_REQUANT:   # the option's own term (dse/resources.py), not part of the fit
             lut += ALU_REQUANT_LUT_PER_LANE * c.BATCH * c.BLOCK_OUT
             ff += ALU_REQUANT_FF
+        e_lut, e_ff, _ = req_engine_terms(c)    # REQ_ENGINE's, likewise
+        lut, ff = lut + e_lut, ff + e_ff
         el, ef = lut / p["lut"] - 1, ff / p["ff"] - 1
         errs[p["role"]].append((abs(el), abs(ef)))
         # the previous model: the two-point line through an older core's tiny and pynq

@@ -19,6 +19,8 @@ __all__ = [
     "BRAM_SHAPES", "LUTRAM_MAX_DEPTH", "bram36_for_memory", "memory_map",
     "LUT_FF_CALIBRATION", "LUT_FF_TERMS", "LUT_COEFFS", "FF_COEFFS", "lut_ff_features",
     "ALU_REQUANT_LUT_PER_LANE", "ALU_REQUANT_FF", "width_terms",
+    "REQ_ENGINE_LUT", "REQ_ENGINE_LUT_PER_LANE", "REQ_ENGINE_FF", "REQ_ENGINE_DSP",
+    "req_engine_terms",
     "DSP_MIN_PRODUCT_BITS", "SOFT_MUL4X4_LUTS", "soft_products", "gemm_dsp",
     "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
     "AnalyticResources", "YosysResources", "resource_record", "resources_fit",
@@ -63,10 +65,18 @@ def memory_map(cfg: VTAConfig) -> list[dict]:
     The core's inventory (:meth:`VTAConfig.memories`, what hw/core instantiates): the UOP,
     INP, WGT, ACC and OUT scratchpads and three command queues of INSN_QUEUE_DEPTH × 128
     bits (``SyncFIFOBuffered``: one entry is a register, the memory holds depth − 1).
+    With ``REQ_ENGINE`` the ACC and OUT scratchpads are two half-depth banks each
+    (hw/core/scratchpad.py ``BankedScratchpad``: ``acc.bank0``, ``acc.bank1``, ...), each
+    mapped on its own (measured: +2.5 BRAM36 on tiny, +1 on pynq).
     """
     out = []
     for mem in cfg.memories():      # the core's own inventory (hw/config.py)
         d = max(mem.depth - 1, 0) if mem.kind == "fifo" else mem.depth
+        if cfg.REQ_ENGINE and mem.name in ("acc", "out"):
+            for b in (0, 1):
+                out.append({"name": f"{mem.name}.bank{b}", "depth": d // 2, "width": mem.width,
+                            "bram36": bram36_for_memory(d // 2, mem.width)})
+            continue
         out.append({"name": mem.name, "depth": d, "width": mem.width,
                     "bram36": bram36_for_memory(d, mem.width)})
     return out
@@ -98,6 +108,24 @@ FF_COEFFS = (2565.01, 42.55, -33.99, -25.63, 6.24, -0.52, -1.71)
 #: tiny +479 LUT / +13 FF (4 lanes), pynq +2,361 / +13 (16 lanes).
 ALU_REQUANT_LUT_PER_LANE = 146.0
 ALU_REQUANT_FF = 13.0
+
+
+#: What the requantize engine (``REQ_ENGINE``, hw/core/compute.py ``_req_engine``) adds
+#: beside ``ALU_REQUANT``: per ALU lane its own adder, shifter and 8-bit clip, its stage-C
+#: operand mux, and the bank muxes on the accumulator (two write and two read ports over two
+#: half-depth banks) and on the OUT view; once, the range comparators, loop counters and
+#: latched fields.  LUT: a line through the two ``option`` points' Yosys differences
+#: against their ALU_REQUANT bases (tests/dse/data/yosys_points.json): tiny +2,370 (4
+#: lanes), pynq +7,598 (16 lanes) -> 435.7 per lane + 627.  FF: structural per lane, the
+#: two ACC_WIDTH-bit registers per lane (``ee_src_reg``, ``ee_shifted``), and a constant
+#: fitted to the same differences (+478 - 4 x 64 = 222, +1,276 - 16 x 64 = 252: 237).
+REQ_ENGINE_LUT = 627.0
+REQ_ENGINE_LUT_PER_LANE = 435.7
+REQ_ENGINE_FF = 237.0
+#: DSP48s of ``REQ_ENGINE``: the four loop-bound products of EPREP (``ee_d_last``,
+#: ``ee_s_last``: (iter - 1) x factor, wider than :data:`DSP_MIN_PRODUCT_BITS`), one slice
+#: each, whatever the lanes (measured: +4 on tiny and on pynq).
+REQ_ENGINE_DSP = 4
 
 
 #: Yosys ``synth_xilinx`` maps a multiply to a DSP48 only when its product is at least this
@@ -192,12 +220,26 @@ def width_terms(cfg: VTAConfig) -> tuple[int, int]:
     return lut, ff
 
 
+def req_engine_terms(cfg: VTAConfig) -> tuple[float, float, int]:
+    """``(LUT, FF, DSP)`` that ``REQ_ENGINE`` adds to the same config without it
+    (:data:`REQ_ENGINE_LUT`, :data:`REQ_ENGINE_LUT_PER_LANE`, :data:`REQ_ENGINE_FF`,
+    :data:`REQ_ENGINE_DSP`; lanes = BATCH × BLOCK_OUT, FF 2 × ACC_WIDTH per lane); all 0
+    without the engine.  Its BRAM is in :func:`memory_map` (the banks)."""
+    if not cfg.REQ_ENGINE:
+        return 0.0, 0.0, 0
+    lanes = cfg.BATCH * cfg.BLOCK_OUT
+    return (REQ_ENGINE_LUT + REQ_ENGINE_LUT_PER_LANE * lanes,
+            REQ_ENGINE_FF + 2 * cfg.ACC_WIDTH * lanes, REQ_ENGINE_DSP)
+
+
 #: Where the LUT/FF constants come from (the cache key of :class:`AnalyticResources`
 #: names it: a refit is a new key).
 LUT_FF_CALIBRATION = {
     "points": "tests/dse/data/yosys_points.json", "fit": "bench/dse_resource_fit.py",
-    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 6,
+    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 7,
     "alu_requant": [ALU_REQUANT_LUT_PER_LANE, ALU_REQUANT_FF],
+    "req_engine": [REQ_ENGINE_LUT, REQ_ENGINE_LUT_PER_LANE, REQ_ENGINE_FF, REQ_ENGINE_DSP,
+                   "acc/out banks"],
     "width_terms": "structural (width_terms) v3", "soft_mul4x4": SOFT_MUL4X4_LUTS,
 }
 
@@ -278,18 +320,22 @@ class AnalyticResources:
         alu_dsp = lanes * ALU_MUL_DSP_PER_LANE[cfg.ACC_WIDTH] if cfg.ALU_MUL else 0
         f = lut_ff_features(cfg)
         w_lut, w_ff = width_terms(cfg)
+        e_lut, e_ff, e_dsp = req_engine_terms(cfg)
         lut = sum(c * x for c, x in zip(LUT_COEFFS, f)) + w_lut \
             + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS \
-            + (ALU_REQUANT_LUT_PER_LANE * lanes if cfg.ALU_REQUANT else 0.0)
+            + (ALU_REQUANT_LUT_PER_LANE * lanes if cfg.ALU_REQUANT else 0.0) + e_lut
         ff = sum(c * x for c, x in zip(FF_COEFFS, f)) + w_ff \
-            + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0)
-        return {
-            "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp,
+            + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0) + e_ff
+        out = {
+            "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp + e_dsp,
             "bram36": float(sum(m["bram36"] for m in mems)), "source": "analytic",
             "breakdown": {"memories": mems, "gemm_dsp": g_dsp, "alu_mul_dsp": alu_dsp,
                           "dsp_packing_effective": packing,
                           "width_lut_ff": [w_lut, w_ff]},
         }
+        if cfg.REQ_ENGINE:
+            out["breakdown"]["req_engine_lut_ff_dsp"] = [e_lut, e_ff, e_dsp]
+        return out
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload] = ()) -> Result:
         """A :class:`Result` with only ``resources`` set (workloads are ignored)."""

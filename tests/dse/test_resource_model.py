@@ -136,3 +136,36 @@ def test_int4_activation_cores_are_measured_and_held_out():
             assert p["dsp"] == (0 if _widths(p) == (4, 4) else p["macs"])
             assert soft_products(c) == (_widths(p) == (4, 4))
     assert any(p["dsp"] == 0 for p in a4) and DSP_MIN_PRODUCT_BITS == 9
+
+
+def _point(name):
+    return next(p for p in POINTS if p["name"] == name)
+
+
+def test_req_engine_terms_from_the_option_points():
+    """REQ_ENGINE against the same core with ALU_REQUANT alone (Yosys, tests/dse/data):
+    +4 DSP on tiny and on pynq (the engine's four loop-bound products), BRAM as the banks
+    rule says (ACC and OUT in two half-depth banks), the LUT line through both differences,
+    FF 2 x ACC_WIDTH per lane plus a constant within 20 of each difference's; no term
+    without the engine."""
+    from vtaforge.dse.resources import (REQ_ENGINE_DSP, REQ_ENGINE_FF, REQ_ENGINE_LUT,
+                                        REQ_ENGINE_LUT_PER_LANE, memory_map, req_engine_terms)
+
+    for base, eng in (("tiny_alu_requant", "tiny_req_engine"),
+                      ("pynq_alu_requant", "pynq_req_engine")):
+        b, e = _point(base), _point(eng)
+        cb, ce = _cfg(b), _cfg(e)
+        assert e["role"] == "option" and ce.REQ_ENGINE and not cb.REQ_ENGINE
+        assert ce.replace(REQ_ENGINE=False) == cb
+        assert e["dsp"] - b["dsp"] == REQ_ENGINE_DSP == 4
+        banks = [m for m in memory_map(ce) if m["name"].endswith((".bank0", ".bank1"))]
+        assert sorted(m["name"] for m in banks) == ["acc.bank0", "acc.bank1", "out.bank0",
+                                                    "out.bank1"]
+        assert e["bram36"] - b["bram36"] == sum(m["bram36"] for m in memory_map(ce)) - sum(
+            m["bram36"] for m in memory_map(cb))
+        lanes = ce.BATCH * ce.BLOCK_OUT
+        assert abs(REQ_ENGINE_LUT + REQ_ENGINE_LUT_PER_LANE * lanes - (e["lut"] - b["lut"])) < 2
+        assert abs(REQ_ENGINE_FF + 2 * ce.ACC_WIDTH * lanes - (e["ff"] - b["ff"])) <= 20
+        assert req_engine_terms(cb) == (0.0, 0.0, 0)
+    held = [p for p in POINTS if _cfg(p).REQ_ENGINE and p["role"] == "held-out"]
+    assert held, "no held-out REQ_ENGINE point"
