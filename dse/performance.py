@@ -82,8 +82,9 @@ class CycleModel:
     ``engine_overhead`` + its entries' cycles (one per entry, the source misses and
     read-after-write stalls as on the pipeline) on the engine, pushes its tokens at its
     end, and holds the compute module only ``engine_take`` cycles; while it runs, the
-    compute module's next ALU, FINISH, ACC/ACC8 LOAD or instruction that pushes to a queue
-    the engine's instruction pushes to waits for the engine's end, and a GEMM whose
+    compute module's next ALU, FINISH, ACC/ACC8 LOAD, instruction that pushes to the store
+    unit (its STOREs read the OUT view the engine writes) or that pushes to the load unit
+    when the engine's instruction does waits for the engine's end, and a GEMM whose
     accumulator entries meet the engine's destination (or tensor source) range holds its
     first such micro-op until then.  ``lower`` counts the engine's entries apart from the
     pipeline's.  Without ``REQ_ENGINE`` nothing changes.
@@ -335,7 +336,9 @@ class CycleModel:
         """What the schedule needs of a ``REQ_ENGINE`` program (hw/core/compute.py
         ``_req_engine``): ``eligible`` (bool per instruction: an ALU REQ or ALU reset of
         exactly one micro-op with work, which the engine runs), ``blocks`` (bool: an ALU,
-        FINISH or ACC/ACC8 LOAD, which the pipeline does not take while the engine runs)
+        FINISH, ACC/ACC8 LOAD or instruction pushing to the store unit, which the pipeline
+        does not take while the engine runs; one pushing to the load unit waits when the
+        engine's instruction pushes there too)
         and ``holds`` (GEMM index -> ``(engine instruction, k, n)``: the GEMM's ``k``-th of
         ``n`` micro-ops, in loop order, is the first whose accumulator entry lies in that
         engine instruction's destination or tensor-source range; only GEMMs between the
@@ -350,10 +353,10 @@ class CycleModel:
         req = np.asarray(cols["alu_opcode"]) == AluOp.REQ
         eligible = (op == Opcode.ALU) & (req | (np.asarray(cols["reset"]) != 0)) & one & work
         blocks = (op == Opcode.ALU) | (op == Opcode.FINISH) | ((op == Opcode.LOAD) & (
-            (mt == MemType.ACC) | (mt == MemType.ACC8)))
+            (mt == MemType.ACC) | (mt == MemType.ACC8))) | (np.asarray(cols["push_next"]) != 0)
         holds: dict[int, tuple[int, int, int]] = {}
         if uop_loads is not None and eligible.any():
-            pp, pn = np.asarray(cols["push_prev"]) != 0, np.asarray(cols["push_next"]) != 0
+            pp = np.asarray(cols["push_prev"]) != 0
             loads = sorted(uop_loads, key=lambda t: t[0])
             buf = np.zeros(cfg.UOP_DEPTH, np.uint32)
             li = 0
@@ -378,12 +381,12 @@ class CycleModel:
                     s_ = entries(i, "src", "src_factor_out", "src_factor_in") if tensor else None
                     rng = (i, int(d.min()), int(d.max()),
                            None if s_ is None else (int(s_.min()), int(s_.max())))
-                    ep, en = pp[i], pn[i]
+                    ep = pp[i]
                     continue
                 if rng is None or op[i] in (Opcode.STORE,) or (
                         op[i] == Opcode.LOAD and mt[i] in (MemType.INP, MemType.WGT)):
                     continue
-                if blocks[i] or (pp[i] and ep) or (pn[i] and en):
+                if blocks[i] or (pp[i] and ep):
                     rng = None      # waits for the engine's end; so does all behind it
                     continue
                 if op[i] == Opcode.GEMM and int(cols["uop_end"][i]) > int(cols["uop_bgn"][i]) \
@@ -462,11 +465,11 @@ class CycleModel:
         disp = [0.0] * n
         dp = 0
         # the REQ engine: its instructions, what waits for it, the held GEMMs; its end and
-        # the queues its instruction pushes to
+        # whether its instruction pushes to the load unit
         e_on = engine["eligible"].tolist() if engine is not None else None
         e_blk = engine["blocks"].tolist() if engine is not None else None
         e_hold = engine["holds"] if engine is not None else {}
-        eng_end, eng_pp, eng_pn = 0.0, 0, 0
+        eng_end, eng_pp = 0.0, 0
 
         def dispatch() -> int:
             d = dp
@@ -535,8 +538,8 @@ class CycleModel:
                     start = max(start, disp[i])
                 for q in need:
                     start = max(start, end[toks[q][0]])
-                if e_on is not None and m == 1 and (e_blk[i] or (flags["push_prev"][i] and eng_pp)
-                                                    or (flags["push_next"][i] and eng_pn)):
+                if e_on is not None and m == 1 and (e_blk[i] or (flags["push_prev"][i]
+                                                                 and eng_pp)):
                     start = max(start, eng_end)
                 if best is None or start < best:
                     best, bm = start, m
@@ -576,7 +579,7 @@ class CycleModel:
             if e_on is not None:
                 if e_on[i]:
                     free[m] = start + self.engine_take
-                    eng_end, eng_pp, eng_pn = end[i], flags["push_prev"][i], flags["push_next"][i]
+                    eng_end, eng_pp = end[i], flags["push_prev"][i]
                 elif i in e_hold:
                     # its k-th micro-op waits in stage B for the engine's end (then B, C, D)
                     e, k, nu = e_hold[i]

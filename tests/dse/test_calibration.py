@@ -226,7 +226,8 @@ def test_req_engine_overlap_hand_program():
     (compute 6, engine 5, take 2, FINISH 7): GEMM [0, 106]; the REQ takes the engine at 106
     (the pipeline empty) and ends at 106 + 5 + 50 = 161, the pipeline free at 108; GEMM
     [108, 214]; FINISH waits for the engine and the pipeline: [214, 221].  When the second
-    GEMM pushes to the queue the REQ pushes to (g2s), it waits for the engine: [161, 267],
+    GEMM pushes to the store unit (g2s: a STORE popping it reads OUT, which the engine
+    writes), it waits for the engine, whether or not the REQ pushes there: [161, 267],
     FINISH 274.  The same program without the engine: 106 + 56 + 106 + 7 = 275."""
     from vtaforge.hw.isa import AluOp, Opcode
 
@@ -241,8 +242,9 @@ def test_req_engine_overlap_hand_program():
     assert est["cycles"] == 221
     assert est["busy"]["engine"] == 55 and est["busy"]["compute"] == 106 + 106 + 7
     assert est["lower"] == 200
-    est = m.program_cycles(cfg, _prog([gemm, req, {**gemm, "push_next": 1}, dict(opcode=F)]))
-    assert est["cycles"] == 274
+    for r in (req, {**req, "push_next": 0}):
+        est = m.program_cycles(cfg, _prog([gemm, r, {**gemm, "push_next": 1}, dict(opcode=F)]))
+        assert est["cycles"] == 274
     plain = cfg.replace(REQ_ENGINE=False)
     assert m.program_cycles(plain, _prog([gemm, req, gemm, dict(opcode=F)]))["cycles"] == 275
 
