@@ -21,6 +21,10 @@ since) reuses the kept value and runs at one micro-op per cycle.  The sequencer 
 the cycle an instruction is taken from the queue; after the last micro-op of a GEMM/ALU that
 pushes no token, the next GEMM/ALU enters behind it (its controls travel with each micro-op).
 
+``REQ_ENGINE``: a second, three-stage pipeline (``ComputeUnit._req_engine``) runs ALU REQs
+and ALU resets of one micro-op beside this one, on the second ports of the banked
+accumulator and OUT view, with results as if in order (docs/hardware.md "REQ engine").
+
 Element layouts (little-endian, row-major, as numpy arrays of the element): INP
 ``[BATCH][BLOCK_IN]``, WGT ``[BLOCK_OUT][BLOCK_IN]``, ACC/OUT ``[BATCH][BLOCK_OUT]``.
 
