@@ -338,6 +338,14 @@ def test_int4_artifact_and_cli_round_trip(conv4, tmp_path):
     r = CliRunner().invoke(main, ["run", "--model", str(pkg), "--config", str(cj), "--input",
                                   str(xp), "--output", str(yp)])
     assert r.exit_code == 0, r.output
+    y2 = tmp_path / "y2.npy"     # without --config a .vtapkg runs on its own config
+    r = CliRunner().invoke(main, ["run", "--model", str(pkg), "--input", str(xp), "--output",
+                                  str(y2)])
+    assert r.exit_code == 0, r.output
+    np.testing.assert_array_equal(np.load(y2), np.load(yp))
+    r = CliRunner().invoke(main, ["run", "--model", str(pkg), "--config", "pynq", "--input",
+                                  str(xp)])
+    assert r.exit_code == 2 and "was compiled for config" in r.output, r.output
     core = load_config(str(cj))
     assert (core.INP_WIDTH, core.WGT_WIDTH) == (4, 4)
     cm = compile_model(m, calib, core)

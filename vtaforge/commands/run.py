@@ -183,8 +183,9 @@ def _budget_line(ex) -> str | None:
               help="calibration .npy (any number of samples, batch first; default: the input)")
 @click.option("--output", "output_path", default=None,
               help="write the first output (dequantized float32) to this .npy")
-@click.option("--config", "config_spec", default="pynq", show_default=True,
-              help="preset name or vta_config.json file")
+@click.option("--config", "config_spec", default=None,
+              help="preset name or vta_config.json file  [default: a .vtapkg's own config, "
+                   "else pynq]")
 @click.option("--target", default="fsim", show_default=True, help="backend: fsim, rtl or pynq (on the board)")
 @click.option("--cache-size", default=8, show_default=True, type=click.IntRange(min=1),
               help="input shapes kept specialised at once (several --input)")
@@ -205,8 +206,10 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if model_path is None:
         if input_paths or calib_path or output_path or memory_budget is not None:
             raise DeviceError("--input/--calibrate/--output/--memory-budget need --model")
-        _main_job(config_spec, target)
+        _main_job(config_spec or "pynq", target)
         return
+    if config_spec is None:
+        config_spec = _artifact_config(model_path) or "pynq"
     if not input_paths:
         raise DeviceError("--model needs --input X.npy")
     if len(input_paths) > 1:
@@ -410,6 +413,20 @@ def _group_by_shape(xs: list, paths) -> tuple[list, list]:
         out.append(x)
         names.append([path])
     return out, ["input " + " + ".join(repr(p) for p in ps) for ps in names]
+
+
+def _artifact_config(model_path: str):
+    """The config a ``.vtapkg`` was built for (``--config`` omitted), or None for another
+    kind of model or a file that does not exist (whose error comes later, in one line).
+
+    Raises:
+        ArtifactError: an unreadable or malformed ``.vtapkg``."""
+    p = Path(model_path)
+    if p.suffix != ".vtapkg" or not p.is_file():
+        return None
+    from ..runtime.artifact import load_artifact
+
+    return load_artifact(p).config
 
 
 def _get_model(model_path: str, cfg, calib_path, x):
