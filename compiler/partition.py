@@ -530,7 +530,8 @@ def _width_mismatch(node: Node, graph: Graph, cfg: VTAConfig) -> str | None:
         return None
     if t.dtype == "int8" and (w is None or w.dtype == "int8"):
         return (f"the core's widths INP {cfg.INP_WIDTH} / WGT {cfg.WGT_WIDTH} / OUT "
-                f"{cfg.OUT_WIDTH} are not the int8 of the quantized graph")
+                f"{cfg.OUT_WIDTH} are not the int8 of the quantized graph (an int8 QDQ "
+                f"model keeps its int8 scales; quantize the float model for this core)")
     ab = _bits(t.dtype)
     if ab != cfg.INP_WIDTH:
         return (f"{t.dtype} activations on a core with INP_WIDTH {cfg.INP_WIDTH}: quantize "
