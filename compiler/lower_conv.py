@@ -91,6 +91,10 @@ RESET_BEFORE_LOAD_WAIT = True
 #: start of the conv, with one-micro-op ALU resets that the engine runs beside the first
 #: tile's GEMMs (instead of a GEMM reset on the pipeline when the tile starts).
 ENGINE_RESETS = True
+#: On a ``REQ_ENGINE`` core, the last step of a conv's last tile runs its GEMMs, REQ and
+#: STORE per output block, so the engine's REQ of one block and the STORE of the blocks
+#: before it overlap the GEMMs of the next (the tail is one block's epilogue).
+ENGINE_STREAM = True
 
 #: Resident weight LOADs are split into requests of at most this many bus beats (whole
 #: weight blocks, at least one): a request holds the read channel until its last beat.
@@ -376,6 +380,17 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         # rows held per input block: with row_skip the window's every sh-th row (padv has no
         # vertical padding then), one per output row
         rows_l, ystep = (th, cols) if row_skip else (rows, sh * cols)
+
+        def requant(b0, b1, acc_base=acc_base, ob0=ob0, th=th, tw=tw):
+            """Requantize output blocks [b0, b1) of this tile; whether it cleared them."""
+            bias_add = None if bias_load else ([(b1 - b0, th * tw, 1, 0), (th * tw, 1, 0, 0)],
+                                               [acc_base + (b0 - ob0) * th * tw], [b0])
+            return requant_alu(tb, acc_base + (b0 - ob0) * th * tw, (b1 - b0) * th * tw,
+                               int(attrs["shift"]), int(attrs["clip_lo"]),
+                               int(attrs["clip_hi"]), plan=plan, bias=bias_add,
+                               fused=cfg.ALU_REQUANT, clear=CLEARING_REQ and not bias_load)
+        stream = False
+        clr = False
         for r, (i0, i1) in enumerate(reds):
             ivt = s % nvt
             ibn = i1 - i0
@@ -444,35 +459,46 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                         cleared[v] = max(cleared[v], nv)
             if RESET_BEFORE_LOAD_WAIT:
                 tb.dep_pop(L, C)
+            # the last step of the last tile on a REQ engine core: GEMMs and requantize per
+            # output block, each block's REQ (on the engine) beside the next block's GEMMs
+            # and its STORE beside the rest, so the layer's tail is one block's, not a tile's
+            stream = (cfg.REQ_ENGINE and ENGINE_STREAM and t == len(tiles) - 1
+                      and r == len(reds) - 1 and obn > 1)
             if sel:
-                d, sr, wg = [], [], []
                 ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
                 ki, kj = ki.reshape(-1), kj.reshape(-1)
-                for ob, ib, bi in sel:
-                    d.append(np.full(kk, acc_base + (ob - ob0) * th * tw))
-                    sr.append(inp_base + (ib - i0) * rows_l * cols + ki * cols + kj)
-                    wg.append(widx[bi] + ki * kw + kj)
-                emit_kernel(tb, "gemm", [(th, tw, ystep, 0), (tw, 1, sw, 0)],
-                            np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
+                groups_ = ([[e for e in sel if e[0] == ob] for ob in range(ob0, ob1)] if stream
+                           else [sel])
+                for gi, grp in enumerate(groups_):
+                    d, sr, wg = [], [], []
+                    for ob, ib, bi in grp:
+                        d.append(np.full(kk, acc_base + (ob - ob0) * th * tw))
+                        sr.append(inp_base + (ib - i0) * rows_l * cols + ki * cols + kj)
+                        wg.append(widx[bi] + ki * kw + kj)
+                    if grp:
+                        emit_kernel(tb, "gemm", [(th, tw, ystep, 0), (tw, 1, sw, 0)],
+                                    np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
+                    if stream:
+                        clr = requant(ob0 + gi, ob0 + gi + 1)
+                        tb.dep_push(C, S)
                 gemm_uops_ideal += len(sel) * kk * th * tw
             tb.dep_push(C, L)
             s += 1
-        # requantize
+        # requantize (done per output block above when streamed)
         n = obn * th * tw
-        bias_add = None if bias_load else ([(obn, th * tw, 1, 0), (th * tw, 1, 0, 0)],
-                                           [acc_base], [ob0])
-        clr = requant_alu(tb, acc_base, n, int(attrs["shift"]), int(attrs["clip_lo"]),
-                          int(attrs["clip_hi"]), plan=plan, bias=bias_add,
-                          fused=cfg.ALU_REQUANT, clear=CLEARING_REQ and not bias_load)
+        if not stream:
+            clr = requant(ob0, ob1)
+            tb.dep_push(C, S)
         cleared[avt] = n if clr else 0
-        tb.dep_push(C, S)
-        tb.dep_pop(C, S)
-        if tw == wo:
-            for ob in range(ob0, ob1):
+        if not stream:
+            tb.dep_pop(C, S)
+        for ob in range(ob0, ob1):
+            if stream:
+                tb.dep_pop(C, S)
+            if tw == wo:
                 tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * hpl + y0) * wo, 1,
                             th * wo, th * wo)
-        else:
-            for ob in range(ob0, ob1):
+            else:
                 tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * hpl + y0) * wo + x0,
                             th, tw, wo)
         tb.dep_push(S, C)
