@@ -700,12 +700,12 @@ class ComputeUnit(wiring.Component):
                 # hazard check and the accumulator forwarding work across instructions.
                 m.d.comb += [self.state.eq(ComputeState.GEMM_ALU), self.busy.eq(1)]
                 with m.If(~gen_active):
-                    # with the REQ engine an ALU instruction is always taken in IDLE (where
-                    # the engine may take it), never behind another instruction
+                    # with the REQ engine an instruction of the engine's kind is taken in
+                    # IDLE (where the engine takes it), never behind another instruction
                     cont = (~pushes_any(Unit.COMPUTE, ih) & self.cmd.valid & head_exec
                             & head_ok)
                     if eng:
-                        cont = cont & ~ee.block_head & (hh.opcode != Opcode.ALU)
+                        cont = cont & ~ee.block_head & ~ee.kind
                     with m.If(cont):
                         m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.COMPUTE, hh),
                                      seq_start.eq(1)]
@@ -776,10 +776,11 @@ class ComputeUnit(wiring.Component):
         # pipeline empty
         h_req = haf("alu_opcode") == AluOp.REQ
         h_zero = haf("reset") & ~h_req      # a reset: zeros, no source read
-        m.d.comb += ns.candidate.eq((hh.opcode == Opcode.ALU) & (h_req | haf("reset"))
-                                    & (hgf("uop_end") == hgf("uop_bgn") + 1)
-                                    & (hgf("iter_out") != 0) & (hgf("iter_in") != 0)
-                                    & ~busy & pipe_empty)
+        ns.kind = Signal(name="ee_kind")    # the engine's kind of instruction
+        m.d.comb += [ns.kind.eq((hh.opcode == Opcode.ALU) & (h_req | haf("reset"))
+                                & (hgf("uop_end") == hgf("uop_bgn") + 1)
+                                & (hgf("iter_out") != 0) & (hgf("iter_in") != 0)),
+                     ns.candidate.eq(ns.kind & ~busy & pipe_empty)]
         with m.If(ns.prep):     # the pipeline's stage A is idle: borrow the micro-op read
             m.d.comb += [uop_mem.r_addr.eq(hgf("uop_bgn")), uop_mem.r_en.eq(1)]
         # EPREP: last indices of the nest (factors are unsigned, so first and last bound it)
