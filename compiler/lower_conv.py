@@ -462,8 +462,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             # the last step of the last tile on a REQ engine core: GEMMs and requantize per
             # output block, each block's REQ (on the engine) beside the next block's GEMMs
             # and its STORE beside the rest, so the layer's tail is one block's, not a tile's
-            stream = (cfg.REQ_ENGINE and ENGINE_STREAM and t == len(tiles) - 1
-                      and r == len(reds) - 1 and obn > 1)
+            stream = bool(cfg.REQ_ENGINE and ENGINE_STREAM and t == len(tiles) - 1
+                          and r == len(reds) - 1 and obn > 1 and sel)
             if sel:
                 ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
                 ki, kj = ki.reshape(-1), kj.reshape(-1)

@@ -219,6 +219,32 @@ def test_compiled_conv_on_the_engine(models):
     assert cycles[True] < cycles[False], cycles
 
 
+@pytest.mark.rtl
+def test_compiled_depthwise_on_the_engine(models):
+    """A depthwise 3x3 conv (block-diagonal GEMMs, the streamed last step over output
+    blocks with their own weight blocks) compiled for the engine core equals fsim."""
+    pytest.importorskip("onnx")
+    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.compiler.zoo import Workload, workload_model
+    from vtaforge.runtime.executor import Executor
+    from vtaforge.runtime.fsim import FsimDevice
+
+    wl = Workload("dw", batch=1, height=14, width=14, in_channels=16, out_channels=16,
+                  groups=16, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1, stride_h=1, stride_w=1)
+    x = np.random.default_rng(6).standard_normal((1, 16, 14, 14)).astype(np.float32)
+    cm = compile_model(workload_model(wl), x, ENG_CFG)
+    assert any(s.target == "vta" and s.op == "qconv2d" for s in cm.steps)
+    ref = Executor(cm, FsimDevice(ENG_CFG)).run(x, keep=True)
+    dev = rtl.RtlDevice(ENG_CFG, 16 << 20, progress=False, model=models(ENG_CFG))
+    try:
+        got = Executor(cm, dev).run(x, keep=True)
+    finally:
+        dev.close()
+    for k in ref:
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
+
+
 # ------------------------------------------------------------------ random streams
 def _entry(rng):
     """An entry of [0, 32) or [HALF, HALF + 32): both banks."""
