@@ -179,43 +179,54 @@ def test_younger_store_push_waits_for_the_engine(models, variant):
     assert_same_dram(ref, dram, variant)
 
 
-def _counting(run, runs):
+def _compiled_rtl_equals_fsim(models, cfg, wl, seed: int) -> int:
+    """Compile the one-conv model of ``wl`` for ``cfg``, run it on fsim and on the
+    Verilated ``cfg`` core: every kept tensor must be equal.  Returns the core's cycles
+    summed over the run's launches."""
+    pytest.importorskip("onnx")
+    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.compiler.zoo import workload_model
+    from vtaforge.runtime.executor import Executor
+    from vtaforge.runtime.fsim import FsimDevice
+
+    shape = (1, wl.in_channels, wl.height, wl.width)
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    cm = compile_model(workload_model(wl), x, cfg)
+    assert any(s.target == "vta" and s.op == "qconv2d" for s in cm.steps)
+    ref = Executor(cm, FsimDevice(cfg)).run(x, keep=True)
+    dev = rtl.RtlDevice(cfg, 16 << 20, progress=False, model=models(cfg))
+    runs = []
+    run = dev.run
+
     def counted(*a, **kw):
         res = run(*a, **kw)
         runs.append(res)
         return res
-    return counted
+    dev.run = counted
+    try:
+        got = Executor(cm, dev).run(x, keep=True)
+    finally:
+        dev.close()
+    for k in ref:
+        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
+    return sum(r.cycles for r in runs)
+
+
+def _workload(name, c, hw, k, s, groups=1):
+    from vtaforge.compiler.zoo import Workload
+    return Workload(name, batch=1, height=hw, width=hw, in_channels=c, out_channels=c,
+                    groups=groups, kernel_h=k, kernel_w=k, pad_h=k // 2, pad_w=k // 2,
+                    stride_h=s, stride_w=s)
 
 
 @pytest.mark.rtl
 def test_compiled_conv_on_the_engine(models):
-    """A conv model compiled for the engine core equals fsim step for step, and its conv
+    """A strided 1x1 conv compiled for the engine core equals fsim step for step, and its
     programs take fewer cycles than on the same core without the engine."""
-    pytest.importorskip("onnx")
-    rtl = pytest.importorskip("vtaforge.runtime.rtl")
-    from vtaforge.compiler.compile import compile_model
-    from vtaforge.compiler.zoo import Workload, workload_model
-    from vtaforge.runtime.executor import Executor
-    from vtaforge.runtime.fsim import FsimDevice
-
-    wl = Workload("c1x1", batch=1, height=28, width=28, in_channels=16, out_channels=16,
-                  groups=1, kernel_h=1, kernel_w=1, pad_h=0, pad_w=0, stride_h=2, stride_w=2)
-    m = workload_model(wl)
-    x = np.random.default_rng(5).standard_normal((1, 16, 28, 28)).astype(np.float32)
-    cycles = {}
-    for cfg in (ENG_CFG, REQ_CFG):
-        cm = compile_model(m, x, cfg)
-        ref = Executor(cm, FsimDevice(cfg)).run(x, keep=True)
-        dev = rtl.RtlDevice(cfg, 16 << 20, progress=False, model=models(cfg))
-        runs = []
-        dev.run = _counting(dev.run, runs)
-        try:
-            got = Executor(cm, dev).run(x, keep=True)
-        finally:
-            dev.close()
-        for k in ref:
-            np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
-        cycles[cfg.REQ_ENGINE] = sum(r.cycles for r in runs)
+    wl = _workload("c1x1", 16, 28, 1, 2)
+    cycles = {cfg.REQ_ENGINE: _compiled_rtl_equals_fsim(models, cfg, wl, 5)
+              for cfg in (ENG_CFG, REQ_CFG)}
     assert cycles[True] < cycles[False], cycles
 
 
@@ -223,26 +234,7 @@ def test_compiled_conv_on_the_engine(models):
 def test_compiled_depthwise_on_the_engine(models):
     """A depthwise 3x3 conv (block-diagonal GEMMs, the streamed last step over output
     blocks with their own weight blocks) compiled for the engine core equals fsim."""
-    pytest.importorskip("onnx")
-    rtl = pytest.importorskip("vtaforge.runtime.rtl")
-    from vtaforge.compiler.compile import compile_model
-    from vtaforge.compiler.zoo import Workload, workload_model
-    from vtaforge.runtime.executor import Executor
-    from vtaforge.runtime.fsim import FsimDevice
-
-    wl = Workload("dw", batch=1, height=14, width=14, in_channels=16, out_channels=16,
-                  groups=16, kernel_h=3, kernel_w=3, pad_h=1, pad_w=1, stride_h=1, stride_w=1)
-    x = np.random.default_rng(6).standard_normal((1, 16, 14, 14)).astype(np.float32)
-    cm = compile_model(workload_model(wl), x, ENG_CFG)
-    assert any(s.target == "vta" and s.op == "qconv2d" for s in cm.steps)
-    ref = Executor(cm, FsimDevice(ENG_CFG)).run(x, keep=True)
-    dev = rtl.RtlDevice(ENG_CFG, 16 << 20, progress=False, model=models(ENG_CFG))
-    try:
-        got = Executor(cm, dev).run(x, keep=True)
-    finally:
-        dev.close()
-    for k in ref:
-        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
+    _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("dw", 16, 14, 3, 1, groups=16), 6)
 
 
 # ------------------------------------------------------------------ random streams
