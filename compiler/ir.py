@@ -176,7 +176,7 @@ from .requant import (IMM_MIN, MULT_MAX, MultPlan, avg_exact,  # noqa: F401
 __all__ = [
     "Dim", "TensorType", "Node", "Graph", "OPS", "FLOAT_OPS", "QUANT_OPS", "LAYOUT_OPS",
     "REAL_OPS", "infer_types", "validate", "dump", "requant_round", "MultPlan", "mult_plan",
-    "avg_reciprocal", "MULT_MAX", "QINT_DTYPES", "qrange", "storage_dtype",
+    "avg_reciprocal", "MULT_MAX", "QINT_DTYPES", "qrange", "qbits", "storage_dtype",
 ]
 
 Dim = Union[int, str]
@@ -206,6 +206,12 @@ def qrange(dtype: str) -> tuple[int, int]:
                            f"{QINT_DTYPES}")
     b = _QBITS[dtype]
     return -(1 << (b - 1)), (1 << (b - 1)) - 1
+
+
+def qbits(dtype: str) -> int:
+    """Bits of a quantized integer dtype (``int4`` 4, ``int8`` 8, ``int16`` 16); 0 for any
+    other dtype (float, int32 ...)."""
+    return _QBITS.get(dtype, 0)
 
 
 def storage_dtype(dtype: str) -> str:

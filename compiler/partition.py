@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from ..hw.config import VTAConfig, load_config
 from .errors import CompileError
 from ..runtime.cpu_float import onnx_backend
-from .ir import REAL_OPS, Graph, Node
+from .ir import REAL_OPS, Graph, Node, qbits
 from .lower_conv import weights_fit
 from .lower_eltwise import gemm_add_ok
 from .requant import mult_plan
@@ -236,7 +236,7 @@ def _in_half(node: Node, graph: Graph) -> int:
     """``2**(bits-1)`` of ``node``'s activation input: 8 (int4), 128 (int8) or 32768
     (int16)."""
     t = graph.types.get(node.inputs[0]) if node.inputs else None
-    return {"int16": 32768, "int4": 8}.get(t.dtype if t is not None else "", 128)
+    return 1 << (((qbits(t.dtype) if t is not None else 0) or 8) - 1)
 
 
 def linear_acc_bound(node: Node, graph: Graph) -> int:
@@ -478,10 +478,6 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
     return d.vta(node, graph, cfg, producers)
 
 
-def _bits(dtype: str) -> int:
-    return {"int4": 4, "int8": 8, "int16": 16}.get(dtype, 0)
-
-
 def _int4_weights(name: str, graph: Graph, cfg: VTAConfig) -> bool:
     """Whether constant ``name`` fits a ``WGT_WIDTH`` 4 core (int8 values in ``[-8, 7]``)."""
     w = graph.constants.get(name)
@@ -532,11 +528,11 @@ def _width_mismatch(node: Node, graph: Graph, cfg: VTAConfig) -> str | None:
         return (f"the core's widths INP {cfg.INP_WIDTH} / WGT {cfg.WGT_WIDTH} / OUT "
                 f"{cfg.OUT_WIDTH} are not the int8 of the quantized graph (an int8 QDQ "
                 f"model keeps its int8 scales; quantize the float model for this core)")
-    ab = _bits(t.dtype)
+    ab = qbits(t.dtype)
     if ab != cfg.INP_WIDTH:
         return (f"{t.dtype} activations on a core with INP_WIDTH {cfg.INP_WIDTH}: quantize "
                 f"for the core's widths")
-    if w is not None and _bits(w.dtype) != cfg.WGT_WIDTH:
+    if w is not None and qbits(w.dtype) != cfg.WGT_WIDTH:
         return (f"{w.dtype} weights on a core with WGT_WIDTH {cfg.WGT_WIDTH}: quantize for "
                 f"the core's widths")
     if w is None and ab != 8:
