@@ -89,12 +89,21 @@ ROW_SKIP = True
 RESET_BEFORE_LOAD_WAIT = True
 #: On a ``REQ_ENGINE`` core, reset the first tile of every ACC region but the first at the
 #: start of the conv, with one-micro-op ALU resets that the engine runs beside the first
-#: tile's GEMMs (instead of a GEMM reset on the pipeline when the tile starts).
+#: tile's GEMMs (instead of a GEMM reset on the pipeline when the tile starts), and every
+#: other tile reset with such resets too (the first tile's runs while its loads arrive).
 ENGINE_RESETS = True
 #: On a ``REQ_ENGINE`` core, the last step of a conv's last tile runs its GEMMs, REQ and
 #: STORE per output block, so the engine's REQ of one block and the STORE of the blocks
 #: before it overlap the GEMMs of the next (the tail is one block's epilogue).
 ENGINE_STREAM = True
+#: In that streamed step, the first blocks' REQs follow as many blocks' GEMMs as cover the
+#: previous tile's REQ still on the engine (pynq rtl C7: the first block REQ waited 667
+#: cycles for the engine, holding the GEMMs behind it).
+ENGINE_STREAM_LAG = True
+#: With resident weights and every tile's input window fitting one INP region, place
+#: inputs by tile (region ``t % nvt``, a tile's steps side by side) instead of by step
+#: (:func:`_tile_inp_plan`; False: by step, for comparison).
+TILE_INP_REGIONS = True
 
 #: Resident weight LOADs are split into requests of at most this many bus beats (whole
 #: weight blocks, at least one): a request holds the read channel until its last beat.
@@ -123,6 +132,63 @@ def _one_block_step_hides(cfg: VTAConfig, tile, kk: int, sh: int, sw: int, kh: i
     load = (obn * kk * beats(MemType.WGT) + rows * cols * beats(MemType.INP)
             + (obn + rows) * STREAM_REQUEST_CYCLES)
     return load <= obn * kk * th * tw
+
+
+def _engine_reset(tb: TraceBuilder, base: int, n: int) -> None:
+    """Clear accumulator entries ``[base, base + n)`` with ALU resets of one micro-op each
+    (``LIMITS.max("iter")`` entries per instruction), the kind the REQ engine runs."""
+    for e0 in range(0, n, LIMITS.max("iter")):
+        mm = min(LIMITS.max("iter"), n - e0)
+        emit_kernel(tb, "alu", [(mm, 1, 1, 0)], [base + e0], [base + e0], op=AluOp.ADD, imm=0,
+                    reset=True)
+
+
+class _InpPlan(NamedTuple):
+    """Input placement by tile (:func:`_tile_inp_plan`): per step, its INP base entry,
+    whether its loads first wait for a compute->load token, and whether compute pushes one
+    after it."""
+
+    base: list[int]
+    pop_before: list[bool]
+    push_after: list[bool]
+
+
+def _tile_inp_plan(tiles, resident: bool, nvt: int, inp_half: int, sh: int, sw: int, kh: int,
+                   kw: int, row_skip: bool) -> "_InpPlan | None":
+    """Place inputs by tile instead of by step when every tile's whole input window fits
+    one INP region and the weights are resident (TILE_INP_REGIONS): tile ``t`` uses region
+    ``t % nvt`` and its steps (a first tile reduces one input block per step) lie side by
+    side in it, so the next tile's loads need not wait for this tile's steps (by step,
+    they alternate regions and the next tile waits for the one before this tile's last
+    step: pynq rtl C7, 1,151 cycles between its first two tiles).
+
+    Tokens: step ``s``'s loads wait for the latest earlier step ``j`` whose INP entries
+    they overwrite, when no earlier wait covered ``j`` (compute runs in order); compute
+    pushes a token after exactly those steps ``j`` and after the last step (the conv's end
+    pops every token still owed), so pushes and pops pair in order.  Returns None when placement by step applies."""
+    if not (TILE_INP_REGIONS and resident):
+        return None
+    spans = []          # per step: [lo, hi) INP entries
+    for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
+        th, tw = y1 - y0, x1 - x0
+        rows_l = th if row_skip else (th - 1) * sh + kh
+        per = rows_l * ((tw - 1) * sw + kw)
+        lo = reds[0][0]
+        if (reds[-1][1] - lo) * per > inp_half:
+            return None
+        base0 = (t % nvt) * inp_half
+        spans += [(base0 + (i0 - lo) * per, base0 + (i1 - lo) * per) for i0, i1 in reds]
+    n = len(spans)
+    pop_before, push_after = [False] * n, [False] * n
+    waited = -1
+    for s_, (a, b) in enumerate(spans):
+        j = max((k for k in range(s_) if spans[k][0] < b and a < spans[k][1]), default=-1)
+        if j > waited:
+            pop_before[s_], push_after[j], waited = True, True, j
+    # and after the last step, which the end of the conv waits for (what runs next, the
+    # same trace for the next batch block included, may load over any of them)
+    push_after[-1] = True
+    return _InpPlan([a for a, _ in spans], pop_before, push_after)
 
 
 def _runs(ids) -> list[tuple[int, int]]:
@@ -363,6 +429,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # at 0 with a clearing REQ (0: none), so a tile of at most n entries needs no reset
     cleared = [0] * tl.acc_nvt
     resets_skipped = 0
+    backlog = 0
+    inp_plan = _tile_inp_plan(tiles, tl.resident, nvt, inp_half, sh, sw, kh, kw, row_skip)
+    pops_owed = 0
     for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
         avt = t % tl.acc_nvt
         obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
@@ -391,12 +460,19 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                                fused=cfg.ALU_REQUANT, clear=CLEARING_REQ and not bias_load)
         stream = False
         clr = False
+        tile_gemm = 0       # GEMM micro-ops of this tile so far
         for r, (i0, i1) in enumerate(reds):
             ivt = s % nvt
             ibn = i1 - i0
-            inp_base = ivt * inp_half
-            if s >= nvt:
-                tb.dep_pop(C, L)
+            if inp_plan is None:
+                inp_base = ivt * inp_half
+                if s >= nvt:
+                    tb.dep_pop(C, L)
+            else:
+                inp_base = inp_plan.base[s]
+                if inp_plan.pop_before[s]:
+                    tb.dep_pop(C, L)
+                    pops_owed -= 1
             full = padv == (0, 0, 0, 0) and rows_l == hp and cols == wp
             if full:
                 tb.load_2d("x", i0 * hp * wp, MemType.INP, inp_base, ibn, hp * wp, hp * wp)
@@ -442,6 +518,10 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                                    th * tw, 1, 0)
                 elif obn * th * tw <= cleared[avt]:
                     resets_skipped += 1
+                elif cfg.REQ_ENGINE and ENGINE_RESETS:
+                    # one-micro-op ALU resets: the REQ engine clears the region while the
+                    # pipeline waits for this step's loads (the GEMMs into it wait for it)
+                    _engine_reset(tb, acc_base, obn * th * tw)
                 else:
                     emit_kernel(tb, "gemm", [(th, tw, 0, 0), (tw, 1, 0, 0)],
                                 acc_base + np.arange(obn) * th * tw, np.zeros(obn), reset=True)
@@ -451,11 +531,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                     for v in range(1, min(tl.acc_nvt, len(tiles))):
                         tv = tiles[v]
                         nv = (tv[1] - tv[0]) * (tv[3] - tv[2]) * (tv[5] - tv[4])
-                        base_v = nob + v * acc_half
-                        for e0 in range(0, nv, LIMITS.max("iter")):
-                            mm = min(LIMITS.max("iter"), nv - e0)
-                            emit_kernel(tb, "alu", [(mm, 1, 1, 0)], [base_v + e0],
-                                        [base_v + e0], op=AluOp.ADD, imm=0, reset=True)
+                        _engine_reset(tb, nob + v * acc_half, nv)
                         cleared[v] = max(cleared[v], nv)
             if RESET_BEFORE_LOAD_WAIT:
                 tb.dep_pop(L, C)
@@ -469,6 +545,14 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 ki, kj = ki.reshape(-1), kj.reshape(-1)
                 groups_ = ([[e for e in sel if e[0] == ob] for ob in range(ob0, ob1)] if stream
                            else [sel])
+                # the engine may still run the previous tile's REQ: the first block REQs
+                # wait behind that many blocks' GEMMs (an engine instruction at the head of
+                # the queue would hold every GEMM behind it until the engine is free)
+                lag = 0
+                if stream and ENGINE_STREAM_LAG:
+                    blk = max(1, len(groups_[0]) * kk * th * tw)
+                    lag = min(obn - 1, -(-max(0, backlog - tile_gemm) // blk))
+                reqd = 0
                 for gi, grp in enumerate(groups_):
                     d, sr, wg = [], [], []
                     for ob, ib, bi in grp:
@@ -478,11 +562,19 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                     if grp:
                         emit_kernel(tb, "gemm", [(th, tw, ystep, 0), (tw, 1, sw, 0)],
                                     np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
-                    if stream:
-                        clr = requant(ob0 + gi, ob0 + gi + 1)
+                    while stream and reqd <= gi - lag:
+                        clr = requant(ob0 + reqd, ob0 + reqd + 1)
                         tb.dep_push(C, S)
+                        reqd += 1
+                while stream and reqd < obn:
+                    clr = requant(ob0 + reqd, ob0 + reqd + 1)
+                    tb.dep_push(C, S)
+                    reqd += 1
                 gemm_uops_ideal += len(sel) * kk * th * tw
-            tb.dep_push(C, L)
+                tile_gemm += len(sel) * kk * th * tw
+            if inp_plan is None or inp_plan.push_after[s]:
+                tb.dep_push(C, L)
+                pops_owed += 1
             s += 1
         # requantize (done per output block above when streamed)
         n = obn * th * tw
@@ -490,6 +582,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             clr = requant(ob0, ob1)
             tb.dep_push(C, S)
         cleared[avt] = n if clr else 0
+        backlog = 0 if stream else n      # entries the engine's REQ of this tile clears
         if not stream:
             tb.dep_pop(C, S)
         for ob in range(ob0, ob1):
@@ -502,7 +595,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * hpl + y0) * wo + x0,
                             th, tw, wo)
         tb.dep_push(S, C)
-    for _ in range(min(s, nvt)):
+    for _ in range(min(s, nvt) if inp_plan is None else pops_owed):
         tb.dep_pop(C, L)
     for _ in range(min(len(tiles), tl.acc_nvt)):
         tb.dep_pop(S, C)

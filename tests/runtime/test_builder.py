@@ -187,7 +187,47 @@ def test_content_keyed_residency(dev):
     b.alu("c", lambda k: k.uops(np.arange(4) + 1, np.arange(4)), AluOp.ADD, use_imm=True,
           imm=1)
     res = b.synchronize()
-    assert res.stats["uop_loads"] == 2
+    # two distinct contents, placed side by side: one LOAD carries both (merged)
+    assert res.stats["uop_loads"] + res.stats["uop_loads_merged"] == 2
+    assert res.stats["uop_words_loaded"] == 8
+
+
+def test_uop_load_merge_never_overwrites_a_kernel_in_use():
+    """Kernels placed right after the previous micro-op LOAD join it, unless an instruction
+    between that LOAD and the kernel's first use still runs micro-ops the kernel would
+    overwrite.  Oracle: replay the LOADs into a model scratchpad and check that every ALU
+    instruction finds its own micro-ops there."""
+    cfg = preset("tiny").replace(LOG_UOP_BUFF_SIZE=8)       # 64 micro-ops
+    dev = RecordingDevice(cfg)
+    b = builder(dev, debug=True)
+    kern = {"k1": (40, 0), "k2": (24, 100), "k3": (30, 200), "k4": (20, 300)}
+
+    def rec(name):
+        n, o = kern[name]
+        return lambda k: k.uops(np.arange(n) + o, np.arange(n))
+    for name in ("k1", "k2", "k3", "k2", "k4"):
+        # k1 [0,40) LOAD; k2 [40,64) joins it; k3 wraps to [0,30): LOAD; k2 still resident
+        # runs; k4 [30,50) follows k3's LOAD but overlaps k2, used since: a LOAD of its own
+        b.alu(name, rec(name), AluOp.ADD, use_imm=True, imm=1)
+    res = b.synchronize()
+    r = rows(dev.runs[0][0])
+    loads = [(x["sram_base"], x["x_size"]) for x in r
+             if x["opcode"] == Opcode.LOAD and x["memory_type"] == MemType.UOP and x["x_size"]]
+    assert loads == [(0, 64), (0, 30), (30, 20)]
+    assert res.stats["uop_loads_merged"] == 1
+    sram = np.full(64, -1, np.int64)
+    words = b.last_uops[0]
+    base = min(x["dram_base"] for x in r if x["opcode"] == Opcode.LOAD
+               and x["memory_type"] == MemType.UOP and x["x_size"])
+    for x in r:
+        if x["opcode"] == Opcode.LOAD and x["memory_type"] == MemType.UOP and x["x_size"]:
+            off = x["dram_base"] - base
+            sram[x["sram_base"]:x["sram_base"] + x["x_size"]] = words[off:off + x["x_size"]]
+        if x["opcode"] == Opcode.ALU:
+            got = decode_uops(cfg, sram[x["uop_bgn"]:x["uop_end"]].astype(np.uint32))
+            n = x["uop_end"] - x["uop_bgn"]
+            o = {n_: o_ for n_, o_ in kern.values()}[n]
+            np.testing.assert_array_equal(got["dst"], np.arange(n) + o)
 
 
 def test_eviction_ring_tiny_uop_buffer():
