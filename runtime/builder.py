@@ -522,7 +522,8 @@ class ProgramBuilder:
         uop_loads: list[int] = []
         # the last micro-op LOAD and the micro-op ranges run since it: a kernel placed
         # right after that load's range (scratchpad and staging) joins it when none of
-        # those instructions reads what the kernel overwrites (UOP_LOAD_MERGE_MAX words)
+        # those instructions reads what the kernel overwrites (UOP_LOAD_MERGE_MAX words);
+        # never the launch's first LOAD, so the first kernel starts as soon as it can
         merge_at: int | None = None
         since: list[tuple[int, int]] = []
         last_mod: dict[Module, int] = {}
@@ -557,7 +558,8 @@ class ProgramBuilder:
                         stage_list.append(ch)
                         stage_len += n
                     prev = out[merge_at] if merge_at is not None else None
-                    if (prev is not None and prev.sram_base + prev.x_size == bgn
+                    if (prev is not None and len(uop_loads) > 1
+                            and prev.sram_base + prev.x_size == bgn
                             and prev.dram_base + prev.x_size == off
                             and prev.x_size + n <= self.uop_merge_max
                             and all(oe <= bgn or end <= ob for ob, oe in since)):
