@@ -15,6 +15,11 @@ insertion), with these rules of its own:
   scratchpad when the program is lowered, per launch: the residency cache starts empty
   at every launch (scratchpad contents are undefined at the start of a run, BR-18) and
   is keyed by the micro-op *content*, so two kernels can never alias in the scratchpad.
+  A kernel placed right after the previous micro-op LOAD's range (in the scratchpad and
+  in the staging buffer) joins that LOAD (at most ``UOP_LOAD_MERGE_MAX`` micro-ops, never
+  the launch's first LOAD) unless an instruction between the two reads micro-ops the
+  kernel overwrites: each LOAD is a compute-unit instruction that waits for the read
+  channel.
 - A kernel longer than the UOP scratchpad is split into chunks run one after another
   when that is exact (GEMM always: it only accumulates; ALU when the loop nest runs
   once); otherwise it is rejected.  Never truncated.
