@@ -104,6 +104,23 @@ ENGINE_STREAM_LAG = True
 #: inputs by tile (region ``t % nvt``, a tile's steps side by side) instead of by step
 #: (:func:`_tile_inp_plan`; False: by step, for comparison).
 TILE_INP_REGIONS = True
+#: With resident weights, every tile of a conv whose first tile reduces one input block per
+#: step does so too (its GEMMs start when one block's input is in, not all of them: pynq
+#: rtl C4 28,221 -> 27,421 cycles, C7 27,829 -> 27,213; False: the first tile only).
+RESIDENT_ONE_BLOCK_STEPS = True
+#: The streamed part of a REQ engine core's last tile covers as many final steps as it
+#: takes for their GEMMs to cover the tile's output write beats (False: the last step).
+ENGINE_STREAM_STEPS = True
+#: Resident weights: a step's LOADs are followed by the next step's new weight blocks
+#: (behind the data-ready token), so they load while the step computes.
+RESIDENT_W_PREFETCH = True
+#: A conv of one tile in one ACC region on a REQ engine core places the first half of its
+#: output blocks in the low accumulator bank and the rest in the high one (streamed in
+#: alternation, :func:`_bank_order`; False: side by side).
+BANK_SPLIT = True
+#: A conv's first step with resident weights loads them in groups of output blocks, each
+#: with its own data-ready token (False: one token for the step).
+FIRST_STEP_SPLIT = True
 
 #: Resident weight LOADs are split into requests of at most this many bus beats (whole
 #: weight blocks, at least one): a request holds the read channel until its last beat.
@@ -189,6 +206,23 @@ def _tile_inp_plan(tiles, resident: bool, nvt: int, inp_half: int, sh: int, sw: 
     # same trace for the next batch block included, may load over any of them)
     push_after[-1] = True
     return _InpPlan([a for a, _ in spans], pop_before, push_after)
+
+
+def _bank_order(cfg: VTAConfig, blk_addr: dict, n: int) -> list[int]:
+    """Output blocks (``blk_addr``: block -> first accumulator entry, ``n`` entries each)
+    in the order a streamed step runs them on a ``REQ_ENGINE`` core: blocks of the low and
+    the high accumulator bank alternating while both last (the engine's REQ of one block
+    then runs beside the next block's GEMMs on the other bank; on the same bank the two
+    share its ports, the GEMMs losing a cycle per REQ entry: pynq rtl C10 29,535 -> 28,490
+    cycles), then the rest, then the blocks that straddle the banks, each group ascending.
+    All in one bank: ascending."""
+    half = cfg.ACC_DEPTH // 2
+    lo, hi, mid = [], [], []
+    for ob in sorted(blk_addr):
+        a = blk_addr[ob]
+        (lo if a + n <= half else hi if a >= half else mid).append(ob)
+    k = min(len(lo), len(hi))
+    return [ob for pair in zip(lo, hi) for ob in pair] + lo[k:] + hi[k:] + mid
 
 
 def _runs(ids) -> list[tuple[int, int]]:
@@ -423,8 +457,21 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         if not tl.resident and STREAM_ALL_TILES and _one_block_step_hides(cfg, tiles[0], kk, sh,
                                                                           sw, kh, kw):
             tiles = [one_block_steps(tile) for tile in tiles]
+        elif tl.resident and RESIDENT_ONE_BLOCK_STEPS:
+            tiles = [one_block_steps(tile) for tile in tiles]
     s = 0
     gemm_uops_ideal = 0
+    step_list = [(t_, red) for t_, tile in enumerate(tiles) for red in tile[6]]
+
+    def _load_weights(blocks):
+        """Resident weights: LOAD the stored blocks of ``blocks`` not loaded yet (runs of
+        consecutive WGT positions, requests of at most ``w_chunk`` elements)."""
+        new_blocks = sorted({bi for bi in blocks if not w_loaded[bi]})
+        for a, b in _runs(sorted(int(wpos[bi]) for bi in new_blocks)):
+            for e0 in range(a * kk, b * kk, w_chunk):
+                m = min(w_chunk, b * kk - e0)
+                tb.load_2d("w", e0, MemType.WGT, e0, 1, m, m)
+        w_loaded[new_blocks] = True
     # per ACC region (virtual thread): entries [acc_base, acc_base + n) its last tile left
     # at 0 with a clearing REQ (0: none), so a tile of at most n entries needs no reset
     cleared = [0] * tl.acc_nvt
@@ -432,6 +479,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     backlog = 0
     inp_plan = _tile_inp_plan(tiles, tl.resident, nvt, inp_half, sh, sw, kh, kw, row_skip)
     pops_owed = 0
+    # what the 1x1-roofline lowerings did (trace stats, for tests and profiles)
+    feat = {"bank_split": False, "stream_steps": 0, "first_step_groups": 1,
+            "inp_by_tile": inp_plan is not None}
     for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
         avt = t % tl.acc_nvt
         obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
@@ -449,18 +499,78 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         # rows held per input block: with row_skip the window's every sh-th row (padv has no
         # vertical padding then), one per output row
         rows_l, ystep = (th, cols) if row_skip else (rows, sh * cols)
+        # accumulator entry of each output block's first element: side by side from
+        # acc_base, or (BANK_SPLIT: a conv of one tile in one ACC region on a REQ engine
+        # core, its blocks streamed) the first half of the blocks from acc_base and the
+        # rest from the high bank's first entry, so the stream alternates banks
+        n_t = th * tw
+        h_ = -(-obn // 2)
+        half = cfg.ACC_DEPTH // 2
+        split = bool(BANK_SPLIT and cfg.REQ_ENGINE and ENGINE_STREAM and len(tiles) == 1
+                     and tl.acc_nvt == 1 and obn > 1 and acc_base + h_ * n_t <= half
+                     and half + (obn - h_) * n_t <= cfg.ACC_DEPTH)
+        feat["bank_split"] |= split
+        blk_addr = {ob: (half + (ob - ob0 - h_) * n_t if split and ob - ob0 >= h_
+                         else acc_base + (ob - ob0) * n_t) for ob in range(ob0, ob1)}
 
-        def requant(b0, b1, acc_base=acc_base, ob0=ob0, th=th, tw=tw):
+        def blk_runs(b0, b1, blk_addr=blk_addr, n_t=n_t):
+            """Runs ``[a, b)`` of blocks in ``[b0, b1)`` that lie side by side."""
+            out, a = [], b0
+            for ob in range(b0 + 1, b1 + 1):
+                if ob == b1 or blk_addr[ob] != blk_addr[ob - 1] + n_t:
+                    out.append((a, ob))
+                    a = ob
+            return out
+
+        def requant(b0, b1, blk_addr=blk_addr, n_t=n_t):
             """Requantize output blocks [b0, b1) of this tile; whether it cleared them."""
-            bias_add = None if bias_load else ([(b1 - b0, th * tw, 1, 0), (th * tw, 1, 0, 0)],
-                                               [acc_base + (b0 - ob0) * th * tw], [b0])
-            return requant_alu(tb, acc_base + (b0 - ob0) * th * tw, (b1 - b0) * th * tw,
-                               int(attrs["shift"]), int(attrs["clip_lo"]),
-                               int(attrs["clip_hi"]), plan=plan, bias=bias_add,
-                               fused=cfg.ALU_REQUANT, clear=CLEARING_REQ and not bias_load)
+            clr_ = True
+            for a, b in blk_runs(b0, b1):
+                bias_add = None if bias_load else ([(b - a, n_t, 1, 0), (n_t, 1, 0, 0)],
+                                                   [blk_addr[a]], [a])
+                clr_ &= requant_alu(tb, blk_addr[a], (b - a) * n_t, int(attrs["shift"]),
+                                    int(attrs["clip_lo"]), int(attrs["clip_hi"]), plan=plan,
+                                    bias=bias_add, fused=cfg.ALU_REQUANT,
+                                    clear=CLEARING_REQ and not bias_load)
+            return clr_
         stream = False
         clr = False
         tile_gemm = 0       # GEMM micro-ops of this tile so far
+        # streamed steps (REQ engine, last tile): as many final steps as it takes for their
+        # GEMMs to cover the output's write beats (ENGINE_STREAM_STEPS; pynq C10: one
+        # step's 1,568 GEMM cycles against 3,136 beats), at most one per INP region when
+        # regions alternate by step (a later step must not load over a deferred one)
+        n_stream = 0
+        if cfg.REQ_ENGINE and ENGINE_STREAM and t == len(tiles) - 1 and obn > 1:
+            out_beats = obn * th * tw * max(1, cfg.elem_bytes(MemType.OUT) * 8 // cfg.BUS_WIDTH)
+            cap = len(reds) if inp_plan is not None else min(len(reds), nvt)
+            n_stream, covered = 0, 0
+            while n_stream < (cap if ENGINE_STREAM_STEPS else 1) and (
+                    n_stream == 0 or covered < out_beats):
+                a_, b_ = reds[len(reds) - 1 - n_stream]
+                covered += kk * th * tw * sum(int(((wpk.ibs(ob) >= a_) & (wpk.ibs(ob) < b_)).sum())
+                                              for ob in range(ob0, ob1))
+                n_stream += 1
+        deferred: list = []
+        feat["stream_steps"] = max(feat["stream_steps"], n_stream)
+        ob_order = _bank_order(cfg, blk_addr, n_t)
+
+        def _step_gemm(info, grp, blk_addr=blk_addr, th=th, tw=tw, rows_l=rows_l,
+                       cols=cols, ystep=ystep):
+            """The GEMM of step ``info`` = (r, i0, inp_base, widx, sel, s) over its entries
+            ``grp`` ((ob, ib, stored block)): one micro-op per (entry, kh, kw) under the
+            tile's rows x cols loop nest."""
+            _, i0_s, inp_b, widx_s = info[:4]
+            ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+            ki, kj = ki.reshape(-1), kj.reshape(-1)
+            d, sr, wg = [], [], []
+            for ob, ib, bi in grp:
+                d.append(np.full(kk, blk_addr[ob]))
+                sr.append(inp_b + (ib - i0_s) * rows_l * cols + ki * cols + kj)
+                wg.append(widx_s[bi] + ki * kw + kj)
+            emit_kernel(tb, "gemm", [(th, tw, ystep, 0), (tw, 1, sw, 0)], np.concatenate(d),
+                        np.concatenate(sr), np.concatenate(wg))
+
         for r, (i0, i1) in enumerate(reds):
             ivt = s % nvt
             ibn = i1 - i0
@@ -485,14 +595,26 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             # stored weight blocks of this step
             sel = [(ob, ib, blk_index[(ob, ib)]) for ob in range(ob0, ob1)
                    for ib in wpk.ibs(ob) if i0 <= ib < i1]
+            # the conv's first step, with many weight blocks to load: in groups of output
+            # blocks of about W_CHUNK_BEATS bus beats of weights each, every group with its
+            # own data-ready token, so the first GEMMs wait for one group's weights, not
+            # all (FIRST_STEP_SPLIT; pynq rtl C10: 1,024 beats before the first GEMM)
+            subs = [sel]
+            if (FIRST_STEP_SPLIT and tl.resident and t == 0 and r == 0 and sel
+                    and not r >= len(reds) - n_stream):
+                per_group = max(1, W_CHUNK_BEATS // (w_beats * kk))
+                subs = []
+                for ob, ib, bi in sel:
+                    if not subs or (len(subs[-1]) >= per_group and ob != subs[-1][-1][0]):
+                        subs.append([])
+                    subs[-1].append((ob, ib, bi))
+            feat["first_step_groups"] = max(feat["first_step_groups"], len(subs))
             if tl.resident:
                 widx = {bi: int(wpos[bi]) * kk for _, _, bi in sel}
-                new_blocks = sorted({bi for _, _, bi in sel if not w_loaded[bi]})
-                for a, b in _runs(sorted(int(wpos[bi]) for bi in new_blocks)):
-                    for e0 in range(a * kk, b * kk, w_chunk):
-                        m = min(w_chunk, b * kk - e0)
-                        tb.load_2d("w", e0, MemType.WGT, e0, 1, m, m)
-                w_loaded[new_blocks] = True
+                for sub in subs[:-1]:
+                    _load_weights([bi for _, _, bi in sub])
+                    tb.dep_push(L, C)
+                _load_weights([bi for _, _, bi in subs[-1]])
             else:
                 wbase = ivt * wgt_half
                 widx = {}
@@ -504,6 +626,14 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                         widx[bi] = wbase + (pos + bi - a) * kk
                     pos += b - a
             tb.dep_push(L, C)
+            if tl.resident and RESIDENT_W_PREFETCH and s + 1 < len(step_list):
+                # the next step's new weights now, behind this step's data-ready token: they
+                # never wait for a buffer (resident), so they load while this step computes
+                # (the next step's INP load waits for its region) and that step waits for
+                # its input only
+                tn, (a_n, b_n) = step_list[s + 1]
+                _load_weights([blk_index[(ob, ib)] for ob in range(tiles[tn][0], tiles[tn][1])
+                               for ib in wpk.ibs(ob) if a_n <= ib < b_n])
             # A tile's accumulator set-up (reset or bias load) touches only its ACC region,
             # so it goes before the wait for this step's loads (RESET_BEFORE_LOAD_WAIT): the
             # first tile's reset runs while its first input and weights arrive.
@@ -514,17 +644,19 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                     tb.dep_pop(S, C)
                 if bias_load:
                     for ob in range(ob0, ob1):
-                        tb.load_2d("b", ob, MemType.ACC, acc_base + (ob - ob0) * th * tw,
+                        tb.load_2d("b", ob, MemType.ACC, blk_addr[ob],
                                    th * tw, 1, 0)
                 elif obn * th * tw <= cleared[avt]:
                     resets_skipped += 1
                 elif cfg.REQ_ENGINE and ENGINE_RESETS:
                     # one-micro-op ALU resets: the REQ engine clears the region while the
                     # pipeline waits for this step's loads (the GEMMs into it wait for it)
-                    _engine_reset(tb, acc_base, obn * th * tw)
+                    for a, b in blk_runs(ob0, ob1):
+                        _engine_reset(tb, blk_addr[a], (b - a) * n_t)
                 else:
                     emit_kernel(tb, "gemm", [(th, tw, 0, 0), (tw, 1, 0, 0)],
-                                acc_base + np.arange(obn) * th * tw, np.zeros(obn), reset=True)
+                                [blk_addr[ob] for ob in range(ob0, ob1)], np.zeros(obn),
+                                reset=True)
                 if t == 0 and cfg.REQ_ENGINE and ENGINE_RESETS and CLEARING_REQ and not bias_load:
                     # the first tile of every other ACC region is reset here, by ALU resets of
                     # one micro-op that the REQ engine runs beside this tile's GEMMs
@@ -535,46 +667,56 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                         cleared[v] = max(cleared[v], nv)
             if RESET_BEFORE_LOAD_WAIT:
                 tb.dep_pop(L, C)
-            # the last step of the last tile on a REQ engine core: GEMMs and requantize per
-            # output block, each block's REQ (on the engine) beside the next block's GEMMs
-            # and its STORE beside the rest, so the layer's tail is one block's, not a tile's
-            stream = bool(cfg.REQ_ENGINE and ENGINE_STREAM and t == len(tiles) - 1
-                          and r == len(reds) - 1 and obn > 1 and sel)
-            if sel:
-                ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
-                ki, kj = ki.reshape(-1), kj.reshape(-1)
-                groups_ = ([[e for e in sel if e[0] == ob] for ob in range(ob0, ob1)] if stream
-                           else [sel])
+            # the last steps of the last tile on a REQ engine core (n_stream of them): their
+            # GEMMs and the requantize run per output block, each block's REQ (on the
+            # engine) beside the next block's GEMMs and its STORE beside the rest, so the
+            # layer's tail is one block's, not a tile's
+            info = (r, i0, inp_base, widx, sel, s)
+            is_deferred = bool(sel) and r >= len(reds) - n_stream
+            if sel and not is_deferred:
+                for k_, sub in enumerate(subs):
+                    if k_:
+                        tb.dep_pop(L, C)
+                    _step_gemm(info, sub)
+            elif is_deferred:
+                deferred.append(info)
+            if r == len(reds) - 1 and deferred:
+                stream = True
                 # the engine may still run the previous tile's REQ: the first block REQs
                 # wait behind that many blocks' GEMMs (an engine instruction at the head of
                 # the queue would hold every GEMM behind it until the engine is free)
                 lag = 0
-                if stream and ENGINE_STREAM_LAG:
-                    blk = max(1, len(groups_[0]) * kk * th * tw)
+                if ENGINE_STREAM_LAG:
+                    blk = max(1, sum(len([e for e in f[4] if e[0] == ob0]) for f in deferred)
+                              * kk * th * tw)
                     lag = min(obn - 1, -(-max(0, backlog - tile_gemm) // blk))
                 reqd = 0
-                for gi, grp in enumerate(groups_):
-                    d, sr, wg = [], [], []
-                    for ob, ib, bi in grp:
-                        d.append(np.full(kk, acc_base + (ob - ob0) * th * tw))
-                        sr.append(inp_base + (ib - i0) * rows_l * cols + ki * cols + kj)
-                        wg.append(widx[bi] + ki * kw + kj)
-                    if grp:
-                        emit_kernel(tb, "gemm", [(th, tw, ystep, 0), (tw, 1, sw, 0)],
-                                    np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
-                    while stream and reqd <= gi - lag:
-                        clr = requant(ob0 + reqd, ob0 + reqd + 1)
+                for gi, ob in enumerate(ob_order):
+                    for f in deferred:
+                        grp = [e for e in f[4] if e[0] == ob]
+                        if grp:
+                            _step_gemm(f, grp)
+                    while reqd <= gi - lag:
+                        clr = requant(ob_order[reqd], ob_order[reqd] + 1)
                         tb.dep_push(C, S)
                         reqd += 1
-                while stream and reqd < obn:
-                    clr = requant(ob0 + reqd, ob0 + reqd + 1)
+                while reqd < obn:
+                    clr = requant(ob_order[reqd], ob_order[reqd] + 1)
                     tb.dep_push(C, S)
                     reqd += 1
+            if sel:
                 gemm_uops_ideal += len(sel) * kk * th * tw
-                tile_gemm += len(sel) * kk * th * tw
-            if inp_plan is None or inp_plan.push_after[s]:
-                tb.dep_push(C, L)
-                pops_owed += 1
+                if not is_deferred:
+                    tile_gemm += len(sel) * kk * th * tw
+            # compute frees a step's buffers after its GEMMs: a deferred step's after the
+            # stream
+            frees = [] if is_deferred else [s]
+            if r == len(reds) - 1:
+                frees += [f[5] for f in deferred]
+            for f_s in frees:
+                if inp_plan is None or inp_plan.push_after[f_s]:
+                    tb.dep_push(C, L)
+                    pops_owed += 1
             s += 1
         # requantize (done per output block above when streamed)
         n = obn * th * tw
@@ -585,14 +727,14 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         backlog = 0 if stream else n      # entries the engine's REQ of this tile clears
         if not stream:
             tb.dep_pop(C, S)
-        for ob in range(ob0, ob1):
+        for ob in (ob_order if stream else range(ob0, ob1)):
             if stream:
                 tb.dep_pop(C, S)
             if tw == wo:
-                tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * hpl + y0) * wo, 1,
+                tb.store_2d(blk_addr[ob], "y", (ob * hpl + y0) * wo, 1,
                             th * wo, th * wo)
             else:
-                tb.store_2d(acc_base + (ob - ob0) * th * tw, "y", (ob * hpl + y0) * wo + x0,
+                tb.store_2d(blk_addr[ob], "y", (ob * hpl + y0) * wo + x0,
                             th, tw, wo)
         tb.dep_push(S, C)
     for _ in range(min(s, nvt) if inp_plan is None else pops_owed):
@@ -605,7 +747,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 "tiles": len(tiles), "steps": s, "pre_pad": bool(pre_pad), "row_skip": row_skip,
                 "acc_regions": tl.acc_nvt,
                 "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
-                "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped,
+                "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped, **feat,
                 "min_dram_bytes": int((B * c * _read_extent(h, ho, kh, sh) * _read_extent(wd, wo, kw, sw)
                                        + B * o * ho * wo) * abits // 8 + weight_bytes(cfg, w)
                                       + 4 * o)}

@@ -11,7 +11,7 @@ import numpy as np
 from vtaforge.compiler.compile import lower_graph
 from vtaforge.compiler.ir import Graph, Node, TensorType, requant_round, validate
 from vtaforge.compiler.partition import partition
-from vtaforge.hw.config import preset
+from vtaforge.hw.config import VTAConfig, preset
 from vtaforge.hw.isa import Opcode, decode_program
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
@@ -90,9 +90,9 @@ class QG:
 
 
 def run_graph(g, cfg_name, x, *, expect_vta=True, device=None):
-    """Partition, lower and run ``g`` at preset ``cfg_name`` on ``device`` (default fsim);
-    returns ``(outputs incl. intermediates, executor, compiled model)``."""
-    cfg = preset(cfg_name)
+    """Partition, lower and run ``g`` at preset ``cfg_name`` (or a VTAConfig) on ``device``
+    (default fsim); returns ``(outputs incl. intermediates, executor, compiled model)``."""
+    cfg = cfg_name if isinstance(cfg_name, VTAConfig) else preset(cfg_name)
     part = partition(g, cfg)
     cm = lower_graph(g, part)
     if expect_vta:

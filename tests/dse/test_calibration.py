@@ -192,6 +192,20 @@ def test_req_engine_pynq_pairs_within_3_percent(all_pairs):
     assert not bad, bad
 
 
+def test_req_engine_roofline_programs(all_pairs):
+    """The programs of the 1x1-roofline lowerings (rtl_pairs_engine_roofline.json, pynq +
+    REQ + ENGINE, full size, workloads ``r18roof-cN-full``): every layer within 3 % of the
+    RTL, ``cycles_lower`` <= RTL, and the recorded RTL of C4, C7, C10 at >= 0.90 of their
+    bound (25,088 MAC cycles: at most 27,875 cycles)."""
+    errs = _engine_errors([p for p in all_pairs if p["workload"].startswith("r18roof-")],
+                          ENGINE_PYNQ)
+    assert {f"r18roof-c{k}-full" for k in range(2, 12)} <= set(errs)
+    assert all(errs[f"r18roof-c{k}-full"]["rtl"] <= 25088 / 0.9 for k in (4, 7, 10))
+    bad = [f"{w}: {100 * e['error']:+.2f} % lower {e['lower']:.0f} rtl {e['rtl']}"
+           for w, e in errs.items() if abs(e["error"]) > TOLERANCE or e["lower"] > e["rtl"]]
+    assert not bad, bad
+
+
 def test_req_engine_tiny_pairs(all_pairs):
     """tiny + REQ + ENGINE at size 14: within 3 % but for C4 (:data:`KNOWN_OUTLIERS`, the
     fetch run), which ``fetch_yields`` brings within 3 % with every other layer;

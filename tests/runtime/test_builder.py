@@ -187,7 +187,8 @@ def test_content_keyed_residency(dev):
     b.alu("c", lambda k: k.uops(np.arange(4) + 1, np.arange(4)), AluOp.ADD, use_imm=True,
           imm=1)
     res = b.synchronize()
-    # two distinct contents, placed side by side: one LOAD carries both (merged)
+    # two distinct contents, placed side by side (the first LOAD of a launch is never
+    # extended, so each has its own here)
     assert res.stats["uop_loads"] + res.stats["uop_loads_merged"] == 2
     assert res.stats["uop_words_loaded"] == 8
 
@@ -200,20 +201,21 @@ def test_uop_load_merge_never_overwrites_a_kernel_in_use():
     cfg = preset("tiny").replace(LOG_UOP_BUFF_SIZE=8)       # 64 micro-ops
     dev = RecordingDevice(cfg)
     b = builder(dev, debug=True)
-    kern = {"k1": (40, 0), "k2": (24, 100), "k3": (30, 200), "k4": (20, 300)}
+    kern = {"k0": (4, 500), "k1": (36, 0), "k2": (24, 100), "k3": (30, 200), "k4": (20, 300)}
 
     def rec(name):
         n, o = kern[name]
         return lambda k: k.uops(np.arange(n) + o, np.arange(n))
-    for name in ("k1", "k2", "k3", "k2", "k4"):
-        # k1 [0,40) LOAD; k2 [40,64) joins it; k3 wraps to [0,30): LOAD; k2 still resident
-        # runs; k4 [30,50) follows k3's LOAD but overlaps k2, used since: a LOAD of its own
+    for name in ("k0", "k1", "k2", "k3", "k2", "k4"):
+        # k0 [0,4) the launch's first LOAD, never extended; k1 [4,40) LOAD; k2 [40,64) joins
+        # it; k3 wraps to [0,30): LOAD; k2 still resident runs; k4 [30,50) follows k3's LOAD
+        # but overlaps k2, used since: a LOAD of its own
         b.alu(name, rec(name), AluOp.ADD, use_imm=True, imm=1)
     res = b.synchronize()
     r = rows(dev.runs[0][0])
     loads = [(x["sram_base"], x["x_size"]) for x in r
              if x["opcode"] == Opcode.LOAD and x["memory_type"] == MemType.UOP and x["x_size"]]
-    assert loads == [(0, 64), (0, 30), (30, 20)]
+    assert loads == [(0, 4), (4, 60), (0, 30), (30, 20)]
     assert res.stats["uop_loads_merged"] == 1
     sram = np.full(64, -1, np.int64)
     words = b.last_uops[0]

@@ -237,6 +237,18 @@ def test_compiled_depthwise_on_the_engine(models):
     _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("dw", 16, 14, 3, 1, groups=16), 6)
 
 
+@pytest.mark.rtl
+@pytest.mark.parametrize("cin,k,s,hw", [(64, 1, 2, 8), (32, 1, 1, 8), (16, 3, 1, 10)])
+def test_roofline_lowerings_on_the_engine(models, monkeypatch, cin, k, s, hw):
+    """The 1x1-roofline lowerings (tests/compiler/test_lower_conv_roofline.py) at tiny's
+    sizes: a one-tile conv split over the banks (64 ch, stride 2), inputs by tile with
+    one-block steps in every tile (32 ch), a 3x3 conv; weight groups of one block in the
+    first step (W_CHUNK_BEATS small).  Every tensor equal to fsim."""
+    from vtaforge.compiler import lower_conv as lc
+    monkeypatch.setattr(lc, "W_CHUNK_BEATS", 2)
+    _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("r", cin, hw, k, s), 3)
+
+
 # ------------------------------------------------------------------ random streams
 def _entry(rng):
     """An entry of [0, 32) or [HALF, HALF + 32): both banks."""

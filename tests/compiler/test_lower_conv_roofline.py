@@ -1,0 +1,60 @@
+"""The 1x1-conv lowerings that bring ResNet-18's C4, C7 and C10 to 0.90 of their bound on
+the REQ-engine core (docs/hardware.md "1x1 convs: start, tiles and the stream"): inputs
+placed by tile, every tile in one-block steps, the first step's weights in groups of
+output blocks, the next step's weights prefetched, the last steps streamed per output
+block (as many as cover the output's write beats), the output blocks of a one-tile conv
+split over the two accumulator banks.
+
+Oracle: numpy integer convolution (fsim, pynq-sized layers whose trace statistics show
+each lowering was used).  The same lowerings at tiny's sizes run on the Verilated tiny
+engine core in tests/runtime/test_req_engine.py (``test_roofline_lowerings_on_the_engine``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from _lower_util import QG, conv_oracle, requant, run_graph
+from vtaforge.compiler.ir import TensorType
+from vtaforge.hw.config import preset
+
+ENG = preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True)
+
+
+def _conv(cfg, cin, cout, h, k, s, seed=0):
+    """One int8 conv (+bias, ReLU clip) on ``cfg``'s fsim against the integer oracle;
+    returns the conv step's trace statistics."""
+    rng = np.random.default_rng(seed)
+    p = k // 2
+    x = rng.integers(-128, 128, (1, cin, h, h)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin, k, k)).astype(np.int8)
+    b = rng.integers(-5000, 5000, cout).astype(np.int32)
+    shift = max(1, int(np.ceil(np.log2(cin * k * k * 128 * 40 / 127))) - 3)
+    qg = QG(("N", cin, h, h))
+    wn, bn = qg.const("w", w), qg.const("b", b)
+    ho = (h + 2 * p - k) // s + 1
+    a = {"kernel": (k, k), "strides": (s, s), "pads": (p, p, p, p), "groups": 1}
+    a.update(qg.req(shift, 0, 127))
+    y = qg.add("qconv2d", ["xq", wn, bn], a, TensorType("int8", ("N", cout, ho, ho), shift), "y")
+    out, ex, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32))
+    want = requant(conv_oracle(x, w, b, (s, s), (p, p, p, p), 1), shift, 0, 127)
+    np.testing.assert_array_equal(out["y"], want)
+    return [st for st in cm.steps if st.op == "qconv2d"][0].trace.stats
+
+
+def test_c10_shape_split_banks_groups_and_two_streamed_steps():
+    """256 -> 512 channels, 1x1 stride 2 on 14x14 (ResNet-18 C10): one tile whose output
+    blocks are split over the banks, a first step in 4 weight groups, 2 streamed steps."""
+    st = _conv(ENG, 256, 512, 14, 1, 2)
+    assert st["bank_split"] and st["stream_steps"] == 2 and st["first_step_groups"] == 4
+
+
+def test_c7_shape_inputs_by_tile():
+    """128 -> 256, 1x1 stride 2 on 28x28 (C7): inputs by tile, 2 weight groups."""
+    st = _conv(ENG, 128, 256, 28, 1, 2)
+    assert st["inp_by_tile"] and st["first_step_groups"] == 2 and not st["bank_split"]
+    assert st["tiles"] > 1 and st["steps"] == st["tiles"] * 8     # one block per step
+
+
+def test_3x3_unchanged_results():
+    _conv(ENG, 64, 64, 14, 3, 1)
