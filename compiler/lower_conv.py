@@ -12,11 +12,15 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
    all fit the WGT scratchpad, are loaded once (resident).
 2. For each output tile (output block chunk x row chunk x column chunk) and each reduction
    step (input block chunk): LOAD the input window of each input block (2-D load, zero
-   padding at the borders, pads <= 15), LOAD the tile's weights unless resident, GEMM
-   (reset on the tile's first step, unless the previous tile of its ACC region ended with a
-   clearing REQ that left its entries at 0; one micro-op per (ob, ib, kh, kw) stored block
-   under a (rows x cols) loop nest).  INP/WGT regions alternate between two virtual threads
-   per step and ACC regions per tile, with the token pattern of docs/runtime.md.
+   padding at the borders, pads <= 15), LOAD the tile's weights unless resident (resident
+   ones as the steps first need them, the next step's behind this step's), GEMM (reset on
+   the tile's first step, unless the previous tile of its ACC region ended with a clearing
+   REQ that left its entries at 0; on a REQ engine core the reset is an ALU reset the
+   engine runs; one micro-op per (ob, ib, kh, kw) stored block under a (rows x cols) loop
+   nest).  INP/WGT regions alternate between two virtual threads per step, or INP regions
+   per tile (:func:`_tile_inp_plan`), and ACC regions per tile, with the token pattern of
+   docs/runtime.md.  On a REQ engine core the last steps of the last tile run per output
+   block (GEMMs, REQ on the engine, STORE), docs/compiler.md.
 3. Requantize on the ALU: ADD bias (+round), SHR by ``shift`` (negative = left), MAX
    ``clip_lo``, MIN ``clip_hi``; STORE (the truncation to ``OUT_WIDTH`` is lossless after
    the clip).
@@ -92,11 +96,12 @@ RESET_BEFORE_LOAD_WAIT = True
 #: tile's GEMMs (instead of a GEMM reset on the pipeline when the tile starts), and every
 #: other tile reset with such resets too (the first tile's runs while its loads arrive).
 ENGINE_RESETS = True
-#: On a ``REQ_ENGINE`` core, the last step of a conv's last tile runs its GEMMs, REQ and
-#: STORE per output block, so the engine's REQ of one block and the STORE of the blocks
-#: before it overlap the GEMMs of the next (the tail is one block's epilogue).
+#: On a ``REQ_ENGINE`` core, the last step(s) of a conv's last tile (ENGINE_STREAM_STEPS)
+#: run their GEMMs, REQ and STORE per output block, so the engine's REQ of one block and
+#: the STORE of the blocks before it overlap the GEMMs of the next (the tail is one
+#: block's epilogue).
 ENGINE_STREAM = True
-#: In that streamed step, the first blocks' REQs follow as many blocks' GEMMs as cover the
+#: In that streamed part, the first blocks' REQs follow as many blocks' GEMMs as cover the
 #: previous tile's REQ still on the engine (pynq rtl C7: the first block REQ waited 667
 #: cycles for the engine, holding the GEMMs behind it).
 ENGINE_STREAM_LAG = True
@@ -135,6 +140,19 @@ STREAM_ALL_TILES = True
 STREAM_REQUEST_CYCLES = 64
 
 
+def _beats(cfg: VTAConfig, mem: MemType) -> int:
+    """Bus beats per element of ``mem`` (at least 1)."""
+    return max(1, cfg.elem_bytes(mem) * 8 // cfg.BUS_WIDTH)
+
+
+def _window(th: int, tw: int, sh: int, sw: int, kh: int, kw: int,
+            row_skip: bool) -> tuple[int, int]:
+    """INP rows held per input block and columns of a tile of ``th`` x ``tw`` outputs:
+    with ``row_skip`` the window's every ``sh``-th row (one per output row), else every
+    row of the window; the LOADs and the token plan both place inputs by these."""
+    return (th if row_skip else (th - 1) * sh + kh), (tw - 1) * sw + kw
+
+
 def _one_block_step_hides(cfg: VTAConfig, tile, kk: int, sh: int, sw: int, kh: int,
                           kw: int) -> bool:
     """Whether a one-input-block step of ``tile`` (streamed weights) loads its weights and
@@ -144,9 +162,8 @@ def _one_block_step_hides(cfg: VTAConfig, tile, kk: int, sh: int, sw: int, kh: i
     cycle."""
     ob0, ob1, y0, y1, x0, x1, _ = tile
     obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
-    beats = lambda mem: max(1, cfg.elem_bytes(mem) * 8 // cfg.BUS_WIDTH)  # noqa: E731
     rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
-    load = (obn * kk * beats(MemType.WGT) + rows * cols * beats(MemType.INP)
+    load = (obn * kk * _beats(cfg, MemType.WGT) + rows * cols * _beats(cfg, MemType.INP)
             + (obn + rows) * STREAM_REQUEST_CYCLES)
     return load <= obn * kk * th * tw
 
@@ -158,6 +175,18 @@ def _engine_reset(tb: TraceBuilder, base: int, n: int) -> None:
         mm = min(LIMITS.max("iter"), n - e0)
         emit_kernel(tb, "alu", [(mm, 1, 1, 0)], [base + e0], [base + e0], op=AluOp.ADD, imm=0,
                     reset=True)
+
+
+class _StepInfo(NamedTuple):
+    """What a step's GEMMs need when they are emitted (at once, or deferred to the
+    stream): its first input block, INP base, WGT entry of each stored block, entries
+    ``(ob, ib, stored block)`` and step index."""
+
+    i0: int
+    inp_base: int
+    widx: dict
+    sel: list
+    s: int
 
 
 class _InpPlan(NamedTuple):
@@ -187,9 +216,8 @@ def _tile_inp_plan(tiles, resident: bool, nvt: int, inp_half: int, sh: int, sw: 
         return None
     spans = []          # per step: [lo, hi) INP entries
     for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
-        th, tw = y1 - y0, x1 - x0
-        rows_l = th if row_skip else (th - 1) * sh + kh
-        per = rows_l * ((tw - 1) * sw + kw)
+        rows_l, cols = _window(y1 - y0, x1 - x0, sh, sw, kh, kw, row_skip)
+        per = rows_l * cols
         lo = reds[0][0]
         if (reds[-1][1] - lo) * per > inp_half:
             return None
@@ -422,7 +450,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     wpos[order] = np.arange(len(order))
     # ... in requests of whole blocks up to W_CHUNK_BEATS bus beats, so the compute unit's
     # own loads (micro-op kernels) wait at most that long for the read channel
-    w_beats = max(1, cfg.elem_bytes(MemType.WGT) * 8 // cfg.BUS_WIDTH)
+    w_beats = _beats(cfg, MemType.WGT)
     w_chunk = min(LIMITS.max("size"), max(1, W_CHUNK_BEATS // (w_beats * kk)) * kk)
     tiles = []
     for ob0 in range(0, nob, tl.obn):
@@ -486,7 +514,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         avt = t % tl.acc_nvt
         obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
         acc_base = nob + avt * acc_half
-        rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
+        rows = (th - 1) * sh + kh
+        rows_l, cols = _window(th, tw, sh, sw, kh, kw, row_skip)
         iy0, ix0 = y0 * sh - pt, x0 * sw - pl
         ry0, ry1 = max(0, iy0), min(hp, iy0 + rows)
         rx0, rx1 = max(0, ix0), min(wp, ix0 + cols)
@@ -498,7 +527,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         padv = (ry0 - iy0, iy0 + rows - ry1, rx0 - ix0, ix0 + cols - rx1)
         # rows held per input block: with row_skip the window's every sh-th row (padv has no
         # vertical padding then), one per output row
-        rows_l, ystep = (th, cols) if row_skip else (rows, sh * cols)
+        ystep = cols if row_skip else sh * cols
         # accumulator entry of each output block's first element: side by side from
         # acc_base, or (BANK_SPLIT: a conv of one tile in one ACC region on a REQ engine
         # core, its blocks streamed) the first half of the blocks from acc_base and the
@@ -542,7 +571,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         # regions alternate by step (a later step must not load over a deferred one)
         n_stream = 0
         if cfg.REQ_ENGINE and ENGINE_STREAM and t == len(tiles) - 1 and obn > 1:
-            out_beats = obn * th * tw * max(1, cfg.elem_bytes(MemType.OUT) * 8 // cfg.BUS_WIDTH)
+            out_beats = obn * th * tw * _beats(cfg, MemType.OUT)
             cap = len(reds) if inp_plan is not None else min(len(reds), nvt)
             n_stream, covered = 0, 0
             while n_stream < (cap if ENGINE_STREAM_STEPS else 1) and (
@@ -552,15 +581,14 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                                               for ob in range(ob0, ob1))
                 n_stream += 1
         deferred: list = []
-        feat["stream_steps"] = max(feat["stream_steps"], n_stream)
         ob_order = _bank_order(cfg, blk_addr, n_t)
 
         def _step_gemm(info, grp, blk_addr=blk_addr, th=th, tw=tw, rows_l=rows_l,
                        cols=cols, ystep=ystep):
-            """The GEMM of step ``info`` = (r, i0, inp_base, widx, sel, s) over its entries
-            ``grp`` ((ob, ib, stored block)): one micro-op per (entry, kh, kw) under the
-            tile's rows x cols loop nest."""
-            _, i0_s, inp_b, widx_s = info[:4]
+            """The GEMM of step ``info`` (:class:`_StepInfo`) over its entries ``grp``
+            ((ob, ib, stored block)): one micro-op per (entry, kh, kw) under the tile's
+            rows x cols loop nest."""
+            i0_s, inp_b, widx_s = info.i0, info.inp_base, info.widx
             ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
             ki, kj = ki.reshape(-1), kj.reshape(-1)
             d, sr, wg = [], [], []
@@ -574,10 +602,12 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         for r, (i0, i1) in enumerate(reds):
             ivt = s % nvt
             ibn = i1 - i0
+            streamed_r = r >= len(reds) - n_stream   # its GEMMs deferred to the stream
             if inp_plan is None:
                 inp_base = ivt * inp_half
                 if s >= nvt:
                     tb.dep_pop(C, L)
+                    pops_owed -= 1
             else:
                 inp_base = inp_plan.base[s]
                 if inp_plan.pop_before[s]:
@@ -601,7 +631,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             # all (FIRST_STEP_SPLIT; pynq rtl C10: 1,024 beats before the first GEMM)
             subs = [sel]
             if (FIRST_STEP_SPLIT and tl.resident and t == 0 and r == 0 and sel
-                    and not r >= len(reds) - n_stream):
+                    and not streamed_r):
                 per_group = max(1, W_CHUNK_BEATS // (w_beats * kk))
                 subs = []
                 for ob, ib, bi in sel:
@@ -671,8 +701,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             # GEMMs and the requantize run per output block, each block's REQ (on the
             # engine) beside the next block's GEMMs and its STORE beside the rest, so the
             # layer's tail is one block's, not a tile's
-            info = (r, i0, inp_base, widx, sel, s)
-            is_deferred = bool(sel) and r >= len(reds) - n_stream
+            info = _StepInfo(i0, inp_base, widx, sel, s)
+            is_deferred = bool(sel) and streamed_r
             if sel and not is_deferred:
                 for k_, sub in enumerate(subs):
                     if k_:
@@ -682,28 +712,25 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 deferred.append(info)
             if r == len(reds) - 1 and deferred:
                 stream = True
+                feat["stream_steps"] = max(feat["stream_steps"], len(deferred))
                 # the engine may still run the previous tile's REQ: the first block REQs
                 # wait behind that many blocks' GEMMs (an engine instruction at the head of
-                # the queue would hold every GEMM behind it until the engine is free)
+                # the queue would hold every GEMM behind it until the engine is free);
+                # a block's GEMM cycles: the deferred steps' average per output block
                 lag = 0
                 if ENGINE_STREAM_LAG:
-                    blk = max(1, sum(len([e for e in f[4] if e[0] == ob0]) for f in deferred)
-                              * kk * th * tw)
+                    blk = max(1, sum(len(f.sel) for f in deferred) * kk * th * tw // obn)
                     lag = min(obn - 1, -(-max(0, backlog - tile_gemm) // blk))
                 reqd = 0
-                for gi, ob in enumerate(ob_order):
-                    for f in deferred:
-                        grp = [e for e in f[4] if e[0] == ob]
+                for gi, ob in enumerate(ob_order + [None] * lag):
+                    for f in (deferred if ob is not None else ()):
+                        grp = [e for e in f.sel if e[0] == ob]
                         if grp:
                             _step_gemm(f, grp)
-                    while reqd <= gi - lag:
+                    if gi >= lag:       # this block's GEMMs are in: the REQ lag blocks back
                         clr = requant(ob_order[reqd], ob_order[reqd] + 1)
                         tb.dep_push(C, S)
                         reqd += 1
-                while reqd < obn:
-                    clr = requant(ob_order[reqd], ob_order[reqd] + 1)
-                    tb.dep_push(C, S)
-                    reqd += 1
             if sel:
                 gemm_uops_ideal += len(sel) * kk * th * tw
                 if not is_deferred:
@@ -712,7 +739,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             # stream
             frees = [] if is_deferred else [s]
             if r == len(reds) - 1:
-                frees += [f[5] for f in deferred]
+                frees += [f.s for f in deferred]
             for f_s in frees:
                 if inp_plan is None or inp_plan.push_after[f_s]:
                     tb.dep_push(C, L)
@@ -737,7 +764,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 tb.store_2d(blk_addr[ob], "y", (ob * hpl + y0) * wo + x0,
                             th, tw, wo)
         tb.dep_push(S, C)
-    for _ in range(min(s, nvt) if inp_plan is None else pops_owed):
+    for _ in range(pops_owed):        # by step: min(steps, nvt)
         tb.dep_pop(C, L)
     for _ in range(min(len(tiles), tl.acc_nvt)):
         tb.dep_pop(S, C)

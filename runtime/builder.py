@@ -530,7 +530,7 @@ class ProgramBuilder:
         # those instructions reads what the kernel overwrites (UOP_LOAD_MERGE_MAX words);
         # never the launch's first LOAD, so the first kernel starts as soon as it can
         merge_at: int | None = None
-        since: list[tuple[int, int]] = []
+        since: set[tuple[int, int]] = set()    # distinct ranges: bounded by the kernels
         last_mod: dict[Module, int] = {}
         q = [int(v) for v in start_bal]
         for i in range(max(q[Queue.L2G], 0)):
@@ -573,7 +573,7 @@ class ProgramBuilder:
                         self.stats.uop_loads_merged += 1
                     else:
                         merge_at = len(out)
-                        since = []
+                        since = set()
                         uop_loads.append(len(out))
                         out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
                                         sram_base=bgn, dram_base=off, y_size=1, x_size=n,
@@ -582,7 +582,7 @@ class ProgramBuilder:
                     self.stats.uop_words_loaded += n
                 insn = r.insn
                 insn.uop_bgn, insn.uop_end = bgn, bgn + n
-                since.append((bgn, bgn + n))
+                since.add((bgn, bgn + n))
             last_mod[r.insn.module] = len(out)
             out.append(r.insn)
         # Tokens outstanding at the end must be consumed (a launch ends with every queue
