@@ -80,9 +80,10 @@ S_AXI_ADDR_BITS = 12
 #: Address width the core decodes (hw/core/axi.py ``axi_lite_members``).
 CORE_S_AXI_ADDR_BITS = 8
 assert (1 << CORE_S_AXI_ADDR_BITS) >= REGMAP_SIZE
-#: Read bursts the core's DMA engine keeps in flight: one (hw/core/axi.py: AR, then every R
-#: beat of that burst, then the next AR).
-M_AXI_READ_OUTSTANDING = 1
+#: Read bursts the core's DMA engine keeps in flight: hw/core/axi.py ``R_OUTSTANDING`` (the
+#: bursts of one request; ARs wait while 4 await their last R beat).  A number here so
+#: that generating the project needs no Amaranth; tests/hw/test_flow.py checks it.
+M_AXI_READ_OUTSTANDING = 4
 #: Write bursts whose B response may be pending: hw/core/axi.py ``B_OUTSTANDING`` (AW waits
 #: while 15 are outstanding).  Kept here as a number so that generating the project needs
 #: no Amaranth; tests/hw/test_flow.py checks it against the core.

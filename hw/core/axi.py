@@ -3,7 +3,8 @@
 The DMA engine owns the single shared AXI4 master port (32-bit addresses, data width
 ``cfg.BUS_WIDTH``, no IDs, INCR bursts only).  Clients ask for a run of *beats* starting at
 a beat-aligned byte address; the engine splits the run into bursts of at most 256 beats that
-never cross a 4 KiB boundary (AXI4 A3.4.1) and keeps one burst outstanding at a time.
+never cross a 4 KiB boundary (AXI4 A3.4.1) and keeps up to :data:`R_OUTSTANDING` read
+bursts of a request outstanding (one request at a time).
 
 Read side: several clients (fetch, load, compute) arbitrate with fixed priority; a granted
 client keeps the read channel until every beat of its request has been delivered, so a client
@@ -36,6 +37,10 @@ __all__ = ["ReadClientSignature", "WriteClientSignature", "DMAEngine", "AXILiteR
 W_BURST_QUEUE = 4
 #: Bursts whose B response may be outstanding at once.
 B_OUTSTANDING = 15
+
+#: Read bursts of one request that may await their data at once (the AR of the next burst
+#: goes out before the R beats of the ones before it; A8.4: R data returns in order).
+R_OUTSTANDING = 4
 
 #: Width of a request's beat count (a row may be up to 65535 elements of 16 KiB).
 BEATS_BITS = 32
@@ -147,51 +152,55 @@ class DMAEngine(wiring.Component):
         clients = [getattr(self, f"rd{i}") for i in range(self.n_read)]
 
         # ---------------------------------------------------------------- read side
+        # A granted request's bursts: ARs go out while fewer than R_OUTSTANDING bursts of
+        # it await their last R beat (RLAST), so each burst's latency overlaps the beats of
+        # the ones before it; the R beats, in order, go to the granted client.
         grant = Signal(range(max(2, self.n_read)))
-        r_addr = Signal(32)
-        r_left = Signal(BEATS_BITS)
-        r_burst = Signal(9)  # beats remaining in the current burst
-        r_len = _next_len(m, r_addr, r_left, bb)
+        ar_addr = Signal(32)
+        ar_left = Signal(BEATS_BITS)        # beats of the request not yet asked for
+        r_left = Signal(BEATS_BITS)         # beats of the request not yet delivered
+        r_out = Signal(range(R_OUTSTANDING + 1))   # bursts asked for, RLAST not yet seen
+        r_len = _next_len(m, ar_addr, ar_left, bb)
         m.d.comb += [self.m_axi_arsize.eq(lbb), self.m_axi_arburst.eq(1),
-                     self.m_axi_araddr.eq(r_addr), self.m_axi_arlen.eq(r_len - 1)]
+                     self.m_axi_araddr.eq(ar_addr), self.m_axi_arlen.eq(r_len - 1)]
         rbeat = Signal()
         m.d.comb += rbeat.eq(self.m_axi_rvalid & self.m_axi_rready)
         m.d.comb += self.rd_beat.eq(rbeat)
         for i, c in enumerate(clients):
             m.d.comb += c.data.eq(self.m_axi_rdata)
+        ar_fire = Signal()
         with m.FSM(name="rd_fsm"):
             with m.State("IDLE"):
                 # fixed priority: lowest index first
                 for i in reversed(range(self.n_read)):
                     c = clients[i]
                     with m.If(c.req_valid):
-                        m.d.sync += [grant.eq(i), r_addr.eq(c.req_addr & ~(bb - 1)),
-                                     r_left.eq(c.req_beats)]
+                        m.d.sync += [grant.eq(i), ar_addr.eq(c.req_addr & ~(bb - 1)),
+                                     ar_left.eq(c.req_beats), r_left.eq(c.req_beats)]
                 # request acceptance: only the highest-priority requester sees ready
                 taken = Const(0, 1)
                 for i, c in enumerate(clients):
                     m.d.comb += c.req_ready.eq(c.req_valid & ~taken)
                     taken = taken | c.req_valid
                 with m.If(taken):
-                    m.next = "AR"
-            with m.State("AR"):
-                with m.If(r_left == 0):
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += self.m_axi_arvalid.eq(1)
-                    with m.If(self.m_axi_arready):
-                        m.d.sync += r_burst.eq(r_len)
-                        m.next = "R"
-            with m.State("R"):
+                    m.next = "BUSY"
+            with m.State("BUSY"):
+                # ARVALID stays up until ARREADY: ar_left and the address change only on
+                # the handshake, and r_out only falls meanwhile
+                m.d.comb += self.m_axi_arvalid.eq((ar_left != 0) & (r_out != R_OUTSTANDING))
+                m.d.comb += ar_fire.eq(self.m_axi_arvalid & self.m_axi_arready)
+                with m.If(ar_fire):
+                    m.d.sync += [ar_addr.eq(ar_addr + (r_len << lbb)),
+                                 ar_left.eq(ar_left - r_len)]
                 for i, c in enumerate(clients):
                     with m.If(grant == i):
                         m.d.comb += [c.data_valid.eq(self.m_axi_rvalid),
                                      self.m_axi_rready.eq(c.data_ready)]
+                m.d.sync += r_out.eq(r_out + ar_fire - (rbeat & self.m_axi_rlast))
                 with m.If(rbeat):
-                    m.d.sync += [r_burst.eq(r_burst - 1), r_left.eq(r_left - 1),
-                                 r_addr.eq(r_addr + bb)]
-                    with m.If(r_burst == 1):
-                        m.next = "AR"
+                    m.d.sync += r_left.eq(r_left - 1)
+                with m.If((r_left == 0) | (rbeat & (r_left == 1))):
+                    m.next = "IDLE"
 
         # ---------------------------------------------------------------- write side
         # Three decoupled parts: the AW generator splits the accepted request into bursts

@@ -173,7 +173,7 @@ def test_address_map_ddr_only(built):
 def test_outstanding_counts(built):
     name, d, p, ev = built
     params = {(i, k): v for i, k, v in _of(ev, "iface_param")}
-    assert params[("m_axi", "NUM_READ_OUTSTANDING")] == "1"
+    assert params[("m_axi", "NUM_READ_OUTSTANDING")] == "4"
     assert params[("m_axi", "NUM_WRITE_OUTSTANDING")] == "15"
     assert params[("s_axi", "NUM_READ_OUTSTANDING")] == "1"
     assert params[("s_axi", "NUM_WRITE_OUTSTANDING")] == "1"
