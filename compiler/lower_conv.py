@@ -491,6 +491,12 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     gemm_uops_ideal = 0
     step_list = [(t_, red) for t_, tile in enumerate(tiles) for red in tile[6]]
 
+    def _entries(ob0, ob1, i0, i1):
+        """A step's stored weight blocks: ``(ob, ib, block index)`` for output blocks
+        ``[ob0, ob1)`` and input blocks ``[i0, i1)``, output-block-major."""
+        return [(ob, ib, blk_index[(ob, ib)]) for ob in range(ob0, ob1)
+                for ib in wpk.ibs(ob) if i0 <= ib < i1]
+
     def _load_weights(blocks):
         """Resident weights: LOAD the stored blocks of ``blocks`` not loaded yet (runs of
         consecutive WGT positions, requests of at most ``w_chunk`` elements)."""
@@ -577,8 +583,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             while n_stream < (cap if ENGINE_STREAM_STEPS else 1) and (
                     n_stream == 0 or covered < out_beats):
                 a_, b_ = reds[len(reds) - 1 - n_stream]
-                covered += kk * th * tw * sum(int(((wpk.ibs(ob) >= a_) & (wpk.ibs(ob) < b_)).sum())
-                                              for ob in range(ob0, ob1))
+                covered += kk * th * tw * len(_entries(ob0, ob1, a_, b_))
                 n_stream += 1
         deferred: list = []
         ob_order = _bank_order(cfg, blk_addr, n_t)
@@ -623,8 +628,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                                th if row_skip else ry1 - ry0, rx1 - rx0,
                                sh * wp if row_skip else wp, pad=padv)
             # stored weight blocks of this step
-            sel = [(ob, ib, blk_index[(ob, ib)]) for ob in range(ob0, ob1)
-                   for ib in wpk.ibs(ob) if i0 <= ib < i1]
+            sel = _entries(ob0, ob1, i0, i1)
             # the conv's first step, with many weight blocks to load: in groups of output
             # blocks of about W_CHUNK_BEATS bus beats of weights each, every group with its
             # own data-ready token, so the first GEMMs wait for one group's weights, not
@@ -662,8 +666,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 # (the next step's INP load waits for its region) and that step waits for
                 # its input only
                 tn, (a_n, b_n) = step_list[s + 1]
-                _load_weights([blk_index[(ob, ib)] for ob in range(tiles[tn][0], tiles[tn][1])
-                               for ib in wpk.ibs(ob) if a_n <= ib < b_n])
+                _load_weights([bi for _, _, bi in _entries(tiles[tn][0], tiles[tn][1], a_n, b_n)])
             # A tile's accumulator set-up (reset or bias load) touches only its ACC region,
             # so it goes before the wait for this step's loads (RESET_BEFORE_LOAD_WAIT): the
             # first tile's reset runs while its first input and weights arrive.
