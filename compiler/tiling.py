@@ -27,12 +27,19 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS
 from .errors import CompileError
 
-__all__ = ["ConvTiling", "conv_tiling", "candidates", "MAX_EXTENT"]
+__all__ = ["ConvTiling", "conv_tiling", "candidates", "acc_regions", "MAX_EXTENT"]
 
 MAX_EXTENT = LIMITS.max("iter")  # loop extent field limit (14 bits)
 STEP_COST = 4096            # bytes-equivalent of one GEMM step (instructions, launches)
 ROW_COST = 24               # bytes-equivalent of one DMA row (~3 cycles of row overhead x 8 B)
 SINGLE_TILE_ACC = True      # allow ConvTiling.acc_nvt = 1 (see there)
+#: On a REQ engine core, a conv whose output takes more than half as many STORE bus beats
+#: as GEMM cycles gets four ACC regions, two per accumulator bank, taken in turn low, high,
+#: low, high (:func:`acc_regions`): a tile's GEMMs then wait for the STORE of the tile
+#: three back, not one, and the engine's REQ of the previous tile reads the other bank.
+#: pynq rtl, MobileNet-v1's 112x112 32->64 1x1 (as many beats as GEMM cycles): 129,220 ->
+#: 105,477 cycles.  False: two regions.
+QUAD_ACC = True
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,20 @@ class ConvTiling:
     def __post_init__(self):
         if not self.acc_nvt:
             object.__setattr__(self, "acc_nvt", self.nvt)
+
+
+def acc_regions(cfg: VTAConfig, nob: int, acc_nvt: int) -> tuple[list[int], int]:
+    """First accumulator entry of each of ``acc_nvt`` ACC regions and their size (entries),
+    after the bias's ``nob`` entries at entry 0.  One or two regions: ``nob + k * size``
+    with ``size = (ACC_DEPTH - nob) // acc_nvt``.  Four (:data:`QUAD_ACC`): two in each bank
+    of ``ACC_DEPTH / 2`` entries, in the order low, high, low, high, each
+    ``(ACC_DEPTH / 2 - nob) // 2`` entries."""
+    if acc_nvt == 4:
+        half = cfg.ACC_DEPTH // 2
+        size = (half - nob) // 2
+        return [nob, half, nob + size, half + size], size
+    size = (cfg.ACC_DEPTH - nob) // acc_nvt
+    return [nob + k * size for k in range(acc_nvt)], size
 
 
 def candidates(n: int, limit: int = 24) -> list[int]:
@@ -93,6 +114,11 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
     eb_wgt = cfg.elem_bytes(MemType.WGT)
     acc_free = acc_d - nob
     resident = n_wgt_blocks * kh * kw <= wgt_d
+    # STORE beats per output element against GEMM cycles per output element (1x1 convs
+    # of few input channels, im2col first layers)
+    out_beats = max(1, cfg.elem_bytes(MemType.OUT) * 8 // cfg.BUS_WIDTH)
+    quad = bool(QUAD_ACC and cfg.REQ_ENGINE and 2 * out_beats > nib_span * kh * kw
+                and acc_regions(cfg, nob, 4)[1] >= 1)
     best = None
     for nvt in (2, 1):
         for obn in candidates(nob):
@@ -107,9 +133,10 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                         th_inp = (inp_d // nvt) // (ibn * cols)
                     else:
                         th_inp = ((inp_d // nvt) // (ibn * cols) - kh) // sh + 1 if ibn * cols else 0
-                    th_acc = (acc_free // nvt) // (obn * tw)
+                    acc_nvt = 4 if quad and nvt == 2 else nvt
+                    th_acc = acc_regions(cfg, nob, acc_nvt)[1] // (obn * tw)
                     th_max = min(ho, th_inp, MAX_EXTENT // tw if tw else 0)
-                    th, acc_nvt = min(th_max, th_acc), nvt
+                    th = min(th_max, th_acc)
                     if (SINGLE_TILE_ACC and nvt > 1 and obn == nob and tw == wo
                             and th < th_max == ho and ho * obn * tw <= acc_free):
                         # the whole output in one tile of the full accumulator: nothing

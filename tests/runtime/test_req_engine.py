@@ -213,9 +213,10 @@ def _compiled_rtl_equals_fsim(models, cfg, wl, seed: int) -> int:
     return sum(r.cycles for r in runs)
 
 
-def _workload(name, c, hw, k, s, groups=1):
+def _workload(name, c, hw, k, s, groups=1, cout=None):
     from vtaforge.compiler.zoo import Workload
-    return Workload(name, batch=1, height=hw, width=hw, in_channels=c, out_channels=c,
+    return Workload(name, batch=1, height=hw, width=hw, in_channels=c,
+                    out_channels=c if cout is None else cout,
                     groups=groups, kernel_h=k, kernel_w=k, pad_h=k // 2, pad_w=k // 2,
                     stride_h=s, stride_w=s)
 
@@ -238,15 +239,20 @@ def test_compiled_depthwise_on_the_engine(models):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("cin,k,s,hw", [(64, 1, 2, 8), (32, 1, 1, 8), (16, 3, 1, 10)])
-def test_roofline_lowerings_on_the_engine(models, monkeypatch, cin, k, s, hw):
-    """The 1x1-roofline lowerings (tests/compiler/test_lower_conv_roofline.py) at tiny's
-    sizes: a one-tile conv split over the banks (64 ch, stride 2), inputs by tile with
-    one-block steps in every tile (32 ch), a 3x3 conv; weight groups of one block in the
-    first step (W_CHUNK_BEATS small).  Every tensor equal to fsim."""
+@pytest.mark.parametrize("cin,cout,k,s,hw", [(64, 64, 1, 2, 8), (32, 32, 1, 1, 8),
+                                          (16, 16, 3, 1, 10), (4, 8, 1, 1, 20),
+                                          (64, 64, 3, 1, 6)])
+def test_roofline_lowerings_on_the_engine(models, monkeypatch, cin, cout, k, s, hw):
+    """The roofline lowerings (tests/compiler/test_lower_conv_roofline.py and
+    test_lower_conv_mobilenet.py) at tiny's sizes: a one-tile conv split over the banks
+    (64 ch, stride 2), inputs by tile with one-block steps in every tile and the output
+    blocks as a GEMM loop (32 ch), a 3x3 conv; four bank-aligned ACC regions with the
+    output-block loop (4 -> 8 ch); streamed weights stored input-block-major (64 ch 3x3);
+    weight groups of one block in the first step (W_CHUNK_BEATS small).  Every tensor
+    equal to fsim."""
     from vtaforge.compiler import lower_conv as lc
     monkeypatch.setattr(lc, "W_CHUNK_BEATS", 2)
-    _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("r", cin, hw, k, s), 3)
+    _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("r", cin, hw, k, s, cout=cout), 3)
 
 
 # ------------------------------------------------------------------ random streams

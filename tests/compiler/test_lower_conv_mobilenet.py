@@ -1,0 +1,109 @@
+"""The lowerings that bring MobileNet-v1 under 3.5 M cycles on the REQ-engine core
+(docs/hardware.md "MobileNet-v1: ..."): streamed weights stored input-block-major (one
+LOAD per one-block step), resident weights re-tiled when the first tile's steps would be
+load-bound, the output blocks of a whole-row 1x1 step as a GEMM loop (one micro-op per
+input block), four bank-aligned ACC regions for store-heavy convs, and engine resets only
+for the entries no clearing REQ left at 0.
+
+Oracle: numpy integer convolution (fsim, pynq-sized layers whose trace statistics show
+each lowering was used; the module flags off for the counts they change).  The same
+lowerings at tiny's sizes run on the Verilated tiny engine core in
+tests/runtime/test_req_engine.py (``test_roofline_lowerings_on_the_engine``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _lower_util import QG, conv_oracle, requant, run_graph
+from vtaforge.compiler import lower_conv as lc
+from vtaforge.compiler import tiling
+from vtaforge.compiler.ir import TensorType
+from vtaforge.hw.config import preset
+
+ENG = preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True)
+
+
+def _conv(cfg, cin, cout, h, k, s, groups=1, seed=0):
+    """One int8 conv (+bias, ReLU clip) on ``cfg``'s fsim against the integer oracle;
+    returns the conv step's trace statistics."""
+    rng = np.random.default_rng(seed)
+    p = k // 2
+    x = rng.integers(-128, 128, (1, cin, h, h)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin // groups, k, k)).astype(np.int8)
+    b = rng.integers(-5000, 5000, cout).astype(np.int32)
+    shift = max(1, int(np.ceil(np.log2(cin // groups * k * k * 128 * 40 / 127))) - 3)
+    qg = QG(("N", cin, h, h))
+    wn, bn = qg.const("w", w), qg.const("b", b)
+    ho = (h + 2 * p - k) // s + 1
+    a = {"kernel": (k, k), "strides": (s, s), "pads": (p, p, p, p), "groups": groups}
+    a.update(qg.req(shift, 0, 127))
+    y = qg.add("qconv2d", ["xq", wn, bn], a, TensorType("int8", ("N", cout, ho, ho), shift), "y")
+    out, ex, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32))
+    want = requant(conv_oracle(x, w, b, (s, s), (p, p, p, p), groups), shift, 0, 127)
+    np.testing.assert_array_equal(out["y"], want)
+    return [st for st in cm.steps if st.op == "qconv2d"][0].trace.stats
+
+
+def test_resident_retile_and_ob_loop():
+    """14x14 512 -> 512 1x1 (MobileNet-v1's middle pointwise convs): the tiler's 32 output
+    blocks x 2 rows load 1,024 weight beats per 896-cycle first-tile step, so the tile
+    becomes 16 blocks x 4 rows; every step's GEMM is one micro-op under an output-block
+    loop."""
+    st = _conv(ENG, 512, 512, 14, 1, 1)
+    assert st["retiled"] and st["tiling"][0] == 16 and st["tiling"][2] == 4
+    # (the streamed steps run per output block; the first step in weight groups)
+    assert st["ob_loop_gemms"] >= st["steps"] - st["stream_steps"]
+
+
+def test_ob_loop_off_is_the_same_conv(monkeypatch):
+    """Without the loop the same conv (exact either way) has one micro-op per block."""
+    monkeypatch.setattr(lc, "OB_LOOP", False)
+    st = _conv(ENG, 64, 64, 8, 1, 1)
+    assert st["ob_loop_gemms"] == 0
+
+
+def test_streamed_weights_one_load_per_step(monkeypatch):
+    """7x7 256 -> 256 3x3 (streamed: 2,304 weight elements > 1,024): stored input-block-
+    major, a one-block step's weights for all its output blocks are one LOAD."""
+    st = _conv(ENG, 256, 256, 7, 3, 1)
+    assert not st["tiling"][5] and st["w_loads"] == st["steps"]
+    monkeypatch.setattr(lc, "STREAMED_IB_MAJOR", False)
+    st_off = _conv(ENG, 256, 256, 7, 3, 1)
+    assert st_off["w_loads"] > st["w_loads"]
+
+
+def test_quad_acc_regions_for_a_store_heavy_conv():
+    """32 -> 64 1x1 (two input blocks: as many STORE beats as GEMM cycles) takes four ACC
+    regions, two per bank."""
+    st = _conv(ENG, 32, 64, 28, 1, 1)
+    assert st["acc_regions"] == 4
+
+
+def test_acc_regions_bank_aligned():
+    """Four regions alternate banks and stay inside them; one and two regions tile the
+    accumulator after the bias."""
+    cfg, nob = ENG, 4
+    half = cfg.ACC_DEPTH // 2
+    bases, size = tiling.acc_regions(cfg, nob, 4)
+    assert bases[0] == nob and bases[1] == half
+    for i, b in enumerate(bases):
+        lo = b >= half
+        assert lo == (i % 2 == 1) and (b + size <= half) == (not lo)
+        assert b + size <= cfg.ACC_DEPTH
+    assert tiling.acc_regions(cfg, nob, 2) == ([nob, nob + (cfg.ACC_DEPTH - nob) // 2],
+                                             (cfg.ACC_DEPTH - nob) // 2)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_keep_cleared_skips_resets(monkeypatch, keep):
+    """112x112 32-channel depthwise 3x3 (MobileNet-v1's first): rows of 38, 38, 36 columns;
+    the next row's first tile needs no reset when the clear of the 36-column tile keeps the
+    zeros the 38-column tile's clear left (exact either way)."""
+    monkeypatch.setattr(lc, "KEEP_CLEARED", keep)
+    st = _conv(ENG, 32, 32, 112, 3, 1, groups=32)
+    if keep:
+        assert st["resets_skipped"] == st["tiles"] - 1     # all but the first tile
+    else:
+        assert st["resets_skipped"] < st["tiles"] - 1 and st["partial_resets"] > 0
