@@ -107,3 +107,14 @@ def test_keep_cleared_skips_resets(monkeypatch, keep):
         assert st["resets_skipped"] == st["tiles"] - 1     # all but the first tile
     else:
         assert st["resets_skipped"] < st["tiles"] - 1 and st["partial_resets"] > 0
+
+
+def test_depthwise_last_tile_requantizes_per_step(monkeypatch):
+    """7x7 1024-channel depthwise 3x3 (MobileNet-v1's last): every output block of the
+    last tile completes in its own step, so it is requantized right after it (no deferred
+    steps); the stream of deferred steps without it (exact either way)."""
+    st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024)
+    assert st["step_req"] and st["stream_steps"] == 0
+    monkeypatch.setattr(lc, "STEP_REQ", False)
+    st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024)
+    assert not st["step_req"] and st["stream_steps"] >= 1
