@@ -16,11 +16,15 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
    ones as the steps first need them, the next step's behind this step's), GEMM (reset on
    the tile's first step, unless the previous tile of its ACC region ended with a clearing
    REQ that left its entries at 0; on a REQ engine core the reset is an ALU reset the
-   engine runs; one micro-op per (ob, ib, kh, kw) stored block under a (rows x cols) loop
-   nest).  INP/WGT regions alternate between two virtual threads per step, or INP regions
-   per tile (:func:`_tile_inp_plan`), and ACC regions per tile, with the token pattern of
-   docs/runtime.md.  On a REQ engine core the last steps of the last tile run per output
-   block (GEMMs, REQ on the engine, STORE), docs/compiler.md.
+   engine runs, on the entries no clearing REQ left at 0; one micro-op per (ob, ib, kh,
+   kw) stored block under a (rows x cols) loop nest, or for a 1x1 conv one per input block
+   under an output-block loop, :func:`_ob_loop`).  INP/WGT regions alternate between two
+   virtual threads per step, or INP regions per tile (:func:`_tile_inp_plan`), and ACC
+   regions per tile (two, or four bank-aligned ones for a store-heavy conv on a REQ engine
+   core: :func:`~.tiling.acc_regions`), with the token pattern of docs/runtime.md.  On a
+   REQ engine core the last steps of the last tile run per output block (GEMMs, REQ on
+   the engine, STORE), or, when every output block completes in one step (depthwise),
+   each block's REQ follows its step; docs/compiler.md.
 3. Requantize on the ALU: ADD bias (+round), SHR by ``shift`` (negative = left), MAX
    ``clip_lo``, MIN ``clip_hi``; STORE (the truncation to ``OUT_WIDTH`` is lossless after
    the clip).
@@ -152,8 +156,9 @@ KEEP_CLEARED = True
 #: The last tile of a conv whose output blocks each complete in one step (depthwise)
 #: requantizes every block after its step (False: the stream of deferred steps).
 STEP_REQ = True
-#: 1x1 convs over whole rows run a step's output blocks as a GEMM loop, one micro-op per
-#: input block (:func:`_ob_loop`; False: one micro-op per stored block).
+#: 1x1 convs whose tile pixels are one arithmetic run in INP run a step's output blocks as
+#: a GEMM loop, one micro-op per input block (:func:`_ob_loop`; False: one micro-op per
+#: stored block).
 OB_LOOP = True
 #: Cycles per DMA request beyond its beats when judging that (the ideal bus's request
 #: overhead; the first tile runs once, so a board's latency there costs little).
@@ -204,7 +209,8 @@ def _resident_retile(cfg: VTAConfig, tl, nob: int, ho: int, wo: int, kk: int, sh
     their loads on the ideal bus (:func:`_one_block_step_hides`, weights in requests of
     ``W_CHUNK_BEATS``, RETILE_REQUEST_CYCLES per request):
     the same tiling with the most output blocks per tile ``obn' < obn`` whose tile, as tall
-    as the ACC region and one input block's window in an INP region allow, hides them; the
+    as the ACC region and one input block's window in an INP region allow and taller than
+    ``tl.th``, hides them; the
     input is then read once per output block chunk.  Returns ``tl`` when it hides, or when
     no such ``obn'`` does (pynq rtl, 14x14 512->512 1x1: obn 32 x 2 rows, 1,024 weight beats
     per 896-cycle step, 214,390 cycles -> obn 16 x 4 rows, 208,805)."""
@@ -232,15 +238,16 @@ def _resident_retile(cfg: VTAConfig, tl, nob: int, ho: int, wo: int, kk: int, sh
 def _ob_loop(cfg: VTAConfig, grp, blk_addr: dict, widx: dict, n_t: int, th: int, tw: int,
              ystep: int, sw: int, kk: int):
     """A step's GEMM with the output blocks as a loop (OB_LOOP): for a 1x1 kernel whose
-    tile pixels are one arithmetic run in INP (``ystep == tw * sw``: whole rows, no row
-    skip), when every input block of ``grp`` ((ob, ib, stored block)) has the same output
-    blocks, lying ``n_t`` accumulator entries apart, with weights a constant ``dw`` WGT
-    entries apart: one micro-op per input block under the loops ``(obs, n_t, 0, dw)`` and
+    tile pixels are one arithmetic run in INP (``ystep == tw * sw``), when every input
+    block of ``grp`` ((ob, ib, stored block)) has the same output blocks, lying ``n_t``
+    accumulator entries apart, with weights a constant ``dw`` WGT entries apart: one
+    micro-op per input block under the loops ``(obs, n_t, 0, dw)`` and
     ``(th*tw, 1, sw, 0)`` -- the same (acc, inp, wgt) triples as one micro-op per entry,
     in another order, with ``obs`` times fewer micro-ops to load (the compute unit loads
     them, stalling its GEMMs: pynq rtl 14x14 512->512, 14 micro-op LOADs of ~256 cycles).
     Returns ``(obs, dw, ibs, acc entry, [wgt entry per ib])`` or None."""
-    if not (OB_LOOP and kk == 1 and ystep == tw * sw and th * tw <= LIMITS.max("iter")):
+    if not (OB_LOOP and grp and kk == 1 and ystep == tw * sw
+            and th * tw <= LIMITS.max("iter")):
         return None
     by_ib: dict = {}
     for ob, ib, bi in grp:

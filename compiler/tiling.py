@@ -11,9 +11,10 @@ not fit (a kernel window larger than the INP scratchpad).
 
 Constraints per virtual thread (elements): INP ``ibn * rows * cols`` with
 ``rows = (th-1)*sh + KH`` (``th`` with ``row_skip``: a 1x1 kernel of vertical stride > 1
-without vertical padding loads only the rows it reads), ``cols = (tw-1)*sw + KW``; ACC ``obn * th * tw`` (+ the bias
-region, shared); WGT ``obn * ibn * KH * KW`` unless all weights fit at once (then they are
-loaded once and stay resident); UOP: ``obn * ibn * KH * KW`` GEMM micro-ops (longer
+without vertical padding loads only the rows it reads), ``cols = (tw-1)*sw + KW``; ACC
+``obn * th * tw`` per ACC region (+ the bias region, shared; :func:`acc_regions`: two,
+one, or four bank-aligned); WGT ``obn * ibn * KH * KW`` unless all weights fit at once
+(then they are loaded once and stay resident); UOP: ``obn * ibn * KH * KW`` GEMM micro-ops (longer
 kernels are split by the builder, exactly).  Cost model (smaller is better): DRAM bytes
 moved + ``STEP_COST`` bytes-equivalent per instruction-heavy step (+ ``ROW_COST`` per DMA
 row, input rows loaded and output rows stored, for ``row_skip`` tilings).
@@ -33,13 +34,15 @@ MAX_EXTENT = LIMITS.max("iter")  # loop extent field limit (14 bits)
 STEP_COST = 4096            # bytes-equivalent of one GEMM step (instructions, launches)
 ROW_COST = 24               # bytes-equivalent of one DMA row (~3 cycles of row overhead x 8 B)
 SINGLE_TILE_ACC = True      # allow ConvTiling.acc_nvt = 1 (see there)
-#: On a REQ engine core, a conv whose output takes more than half as many STORE bus beats
-#: as GEMM cycles gets four ACC regions, two per accumulator bank, taken in turn low, high,
-#: low, high (:func:`acc_regions`): a tile's GEMMs then wait for the STORE of the tile
-#: three back, not one, and the engine's REQ of the previous tile reads the other bank.
-#: pynq rtl, MobileNet-v1's 112x112 32->64 1x1 (as many beats as GEMM cycles): 129,220 ->
-#: 105,477 cycles.  False: two regions.
+#: On a REQ engine core, a conv whose output takes more than ``QUAD_ACC_RATIO`` times as
+#: many STORE bus beats as GEMM cycles, and whose bias takes at most an eighth of the
+#: accumulator, gets four ACC regions, two per accumulator bank, taken in turn low, high,
+#: low, high (:func:`acc_regions`): a tile's GEMMs then wait for the STORE of the tile four
+#: back, not two, and the engine's REQ of the previous tile reads the other bank.  pynq
+#: rtl, MobileNet-v1's 112x112 32->64 1x1 (as many beats as GEMM cycles): 129,220 ->
+#: 105,606 cycles.  False: two regions.
 QUAD_ACC = True
+QUAD_ACC_RATIO = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,9 @@ class ConvTiling:
     nvt: int
     resident: bool
     cost: float
-    #: ACC regions (virtual threads of the accumulator): ``nvt``, or 1 when the whole
-    #: output fits the accumulator in one tile while INP/WGT stay double-buffered.
+    #: ACC regions (virtual threads of the accumulator, :func:`acc_regions`): ``nvt``, 1
+    #: when the whole output fits the accumulator in one tile while INP/WGT stay
+    #: double-buffered, or 4 for a store-heavy conv on a REQ engine core (:data:`QUAD_ACC`).
     acc_nvt: int = 0
 
     def __post_init__(self):
@@ -114,10 +118,11 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
     eb_wgt = cfg.elem_bytes(MemType.WGT)
     acc_free = acc_d - nob
     resident = n_wgt_blocks * kh * kw <= wgt_d
-    # STORE beats per output element against GEMM cycles per output element (1x1 convs
-    # of few input channels, im2col first layers)
-    out_beats = max(1, cfg.elem_bytes(MemType.OUT) * 8 // cfg.BUS_WIDTH)
-    quad = bool(QUAD_ACC and cfg.REQ_ENGINE and 2 * out_beats > nib_span * kh * kw
+    # STORE beats per output element (bits / BUS_WIDTH) against GEMM cycles per output
+    # element (1x1 convs of few input channels, im2col first layers)
+    out_bits = cfg.elem_bytes(MemType.OUT) * 8
+    quad = bool(QUAD_ACC and cfg.REQ_ENGINE and nob <= acc_d // 8
+                and out_bits > QUAD_ACC_RATIO * nib_span * kh * kw * cfg.BUS_WIDTH
                 and acc_regions(cfg, nob, 4)[1] >= 1)
     best = None
     for nvt in (2, 1):

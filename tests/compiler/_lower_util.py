@@ -104,6 +104,28 @@ def run_graph(g, cfg_name, x, *, expect_vta=True, device=None):
     return out, ex, cm
 
 
+def conv_case(cfg, cin, cout, h, k, s, groups=1, seed=0):
+    """One random int8 conv (+bias, ReLU clip; pads ``k // 2``) run through ``cfg``'s
+    fsim and checked against :func:`conv_oracle`; returns the conv step's trace
+    statistics."""
+    rng = np.random.default_rng(seed)
+    p = k // 2
+    x = rng.integers(-128, 128, (1, cin, h, h)).astype(np.int8)
+    w = rng.integers(-127, 128, (cout, cin // groups, k, k)).astype(np.int8)
+    b = rng.integers(-5000, 5000, cout).astype(np.int32)
+    shift = max(1, int(np.ceil(np.log2(cin // groups * k * k * 128 * 40 / 127))) - 3)
+    qg = QG(("N", cin, h, h))
+    wn, bn = qg.const("w", w), qg.const("b", b)
+    ho = (h + 2 * p - k) // s + 1
+    a = {"kernel": (k, k), "strides": (s, s), "pads": (p, p, p, p), "groups": groups}
+    a.update(qg.req(shift, 0, 127))
+    y = qg.add("qconv2d", ["xq", wn, bn], a, TensorType("int8", ("N", cout, ho, ho), shift), "y")
+    out, _, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32))
+    want = requant(conv_oracle(x, w, b, (s, s), (p, p, p, p), groups), shift, 0, 127)
+    np.testing.assert_array_equal(out["y"], want)
+    return [st for st in cm.steps if st.op == "qconv2d"][0].trace.stats
+
+
 class RecordingFsim(FsimDevice):
     """fsim that records the ALU opcodes of every program it runs."""
 

@@ -1,49 +1,31 @@
 """The lowerings that bring MobileNet-v1 under 3.5 M cycles on the REQ-engine core
-(docs/hardware.md "MobileNet-v1: ..."): streamed weights stored input-block-major (one
-LOAD per one-block step), resident weights re-tiled when the first tile's steps would be
-load-bound, the output blocks of a whole-row 1x1 step as a GEMM loop (one micro-op per
-input block), four bank-aligned ACC regions for store-heavy convs, and engine resets only
-for the entries no clearing REQ left at 0.
+(docs/hardware.md "MobileNet-v1 under 3.5 M cycles"): streamed weights stored
+input-block-major (one LOAD per one-block step), resident weights re-tiled when the first
+tile's steps would be load-bound, the output blocks of a whole-row 1x1 step as a GEMM loop
+(one micro-op per input block), four bank-aligned ACC regions for store-heavy convs,
+engine resets only for the entries no clearing REQ left at 0, and per-step REQs in a
+depthwise conv's last tile.
 
 Oracle: numpy integer convolution (fsim, pynq-sized layers whose trace statistics show
 each lowering was used; the module flags off for the counts they change).  The same
 lowerings at tiny's sizes run on the Verilated tiny engine core in
-tests/runtime/test_req_engine.py (``test_roofline_lowerings_on_the_engine``).
+tests/runtime/test_req_engine.py (``test_roofline_lowerings_on_the_engine``,
+``test_compiled_depthwise_on_the_engine``).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from _lower_util import QG, conv_oracle, requant, run_graph
+from _lower_util import conv_case
 from vtaforge.compiler import lower_conv as lc
 from vtaforge.compiler import tiling
-from vtaforge.compiler.ir import TensorType
 from vtaforge.hw.config import preset
 
 ENG = preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True)
 
 
-def _conv(cfg, cin, cout, h, k, s, groups=1, seed=0):
-    """One int8 conv (+bias, ReLU clip) on ``cfg``'s fsim against the integer oracle;
-    returns the conv step's trace statistics."""
-    rng = np.random.default_rng(seed)
-    p = k // 2
-    x = rng.integers(-128, 128, (1, cin, h, h)).astype(np.int8)
-    w = rng.integers(-127, 128, (cout, cin // groups, k, k)).astype(np.int8)
-    b = rng.integers(-5000, 5000, cout).astype(np.int32)
-    shift = max(1, int(np.ceil(np.log2(cin // groups * k * k * 128 * 40 / 127))) - 3)
-    qg = QG(("N", cin, h, h))
-    wn, bn = qg.const("w", w), qg.const("b", b)
-    ho = (h + 2 * p - k) // s + 1
-    a = {"kernel": (k, k), "strides": (s, s), "pads": (p, p, p, p), "groups": groups}
-    a.update(qg.req(shift, 0, 127))
-    y = qg.add("qconv2d", ["xq", wn, bn], a, TensorType("int8", ("N", cout, ho, ho), shift), "y")
-    out, ex, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32))
-    want = requant(conv_oracle(x, w, b, (s, s), (p, p, p, p), groups), shift, 0, 127)
-    np.testing.assert_array_equal(out["y"], want)
-    return [st for st in cm.steps if st.op == "qconv2d"][0].trace.stats
+_conv = conv_case
 
 
 def test_resident_retile_and_ob_loop():

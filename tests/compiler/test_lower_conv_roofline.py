@@ -12,34 +12,14 @@ engine core in tests/runtime/test_req_engine.py (``test_roofline_lowerings_on_th
 
 from __future__ import annotations
 
-import numpy as np
 
-from _lower_util import QG, conv_oracle, requant, run_graph
-from vtaforge.compiler.ir import TensorType
+from _lower_util import conv_case
 from vtaforge.hw.config import preset
 
 ENG = preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True)
 
 
-def _conv(cfg, cin, cout, h, k, s, seed=0):
-    """One int8 conv (+bias, ReLU clip) on ``cfg``'s fsim against the integer oracle;
-    returns the conv step's trace statistics."""
-    rng = np.random.default_rng(seed)
-    p = k // 2
-    x = rng.integers(-128, 128, (1, cin, h, h)).astype(np.int8)
-    w = rng.integers(-127, 128, (cout, cin, k, k)).astype(np.int8)
-    b = rng.integers(-5000, 5000, cout).astype(np.int32)
-    shift = max(1, int(np.ceil(np.log2(cin * k * k * 128 * 40 / 127))) - 3)
-    qg = QG(("N", cin, h, h))
-    wn, bn = qg.const("w", w), qg.const("b", b)
-    ho = (h + 2 * p - k) // s + 1
-    a = {"kernel": (k, k), "strides": (s, s), "pads": (p, p, p, p), "groups": 1}
-    a.update(qg.req(shift, 0, 127))
-    y = qg.add("qconv2d", ["xq", wn, bn], a, TensorType("int8", ("N", cout, ho, ho), shift), "y")
-    out, ex, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32))
-    want = requant(conv_oracle(x, w, b, (s, s), (p, p, p, p), 1), shift, 0, 127)
-    np.testing.assert_array_equal(out["y"], want)
-    return [st for st in cm.steps if st.op == "qconv2d"][0].trace.stats
+_conv = conv_case
 
 
 def test_c10_shape_split_banks_groups_and_two_streamed_steps():
