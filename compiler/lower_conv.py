@@ -190,8 +190,8 @@ def _one_block_step_hides(cfg: VTAConfig, tile, kk: int, sh: int, sw: int, kh: i
     DMA request (one weight run, or one per output block when the weights are stored
     output-block-major, or ``w_runs``; one per input row, or one when the window is the
     whole unpadded image, ``whole_image``) for a board's DRAM latency (``request_cycles``
-    instead when given).  Cycles: bus
-    beats (``BUS_WIDTH`` bits each) against one GEMM micro-op per cycle."""
+    instead when given).  Cycles: bus beats (``BUS_WIDTH`` bits each) against one GEMM
+    micro-op per cycle."""
     ob0, ob1, y0, y1, x0, x1, _ = tile
     obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
     rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
@@ -207,13 +207,12 @@ def _resident_retile(cfg: VTAConfig, tl, nob: int, ho: int, wo: int, kk: int, sh
                      sw: int, kh: int, kw: int, row_skip: bool):
     """A tiling with resident weights whose first tile's one-input-block steps do not hide
     their loads on the ideal bus (:func:`_one_block_step_hides`, weights in requests of
-    ``W_CHUNK_BEATS``, RETILE_REQUEST_CYCLES per request):
-    the same tiling with the most output blocks per tile ``obn' < obn`` whose tile, as tall
-    as the ACC region and one input block's window in an INP region allow and taller than
-    ``tl.th``, hides them; the
-    input is then read once per output block chunk.  Returns ``tl`` when it hides, or when
-    no such ``obn'`` does (pynq rtl, 14x14 512->512 1x1: obn 32 x 2 rows, 1,024 weight beats
-    per 896-cycle step, 214,390 cycles -> obn 16 x 4 rows, 208,805)."""
+    ``W_CHUNK_BEATS``, RETILE_REQUEST_CYCLES per request): the same tiling with the most
+    output blocks per tile ``obn' < obn`` whose tile, as tall as the ACC region and one
+    input block's window in an INP region allow and taller than ``tl.th``, hides them;
+    the input is then read once per output block chunk.  Returns ``tl`` when it hides, or
+    when no such ``obn'`` does (pynq rtl, 14x14 512->512 1x1: obn 32 x 2 rows, 1,024
+    weight beats per 896-cycle step, 214,390 cycles -> obn 16 x 4 rows, 208,805)."""
     w_beats = _beats(cfg, MemType.WGT)
     acc_half = acc_regions(cfg, nob, tl.acc_nvt)[1]
     inp_half = cfg.INP_DEPTH // tl.nvt
