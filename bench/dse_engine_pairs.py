@@ -9,7 +9,13 @@ which :func:`vtaforge.dse.calibrate.layer_errors` groups by name).  Pairs are ap
 each layer (an interrupted run keeps what it recorded); layers already in the file are
 skipped.  Then prints the cycle model's per-layer error on every pair of the file.
 
+With ``--latency 40,60`` the RTL's DRAM model has that first-beat latency range per burst
+(a board's), pairs go to ``tests/dse/data/latency_pairs_engine.json`` and the model runs
+with ``dram_latency`` at the range's mean (tests/dse/test_calibration.py
+``test_latency_pairs``).
+
     python bench/dse_engine_pairs.py [--size 14|full] [--configs pynq,tiny] [--layers c2,c4]
+                                     [--latency MIN,MAX]
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from vtaforge.hw.config import preset
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "dse" / "data"
 OUT = {"14": DATA / "rtl_pairs_engine.json", "full": DATA / "rtl_pairs_engine_full.json"}
+#: pairs recorded with DRAM latency (``--latency``): not ``rtl_pairs*`` (the zero-latency
+#: files every calibration test reads)
+LAT_OUT = DATA / "latency_pairs_engine.json"
 
 
 def engine_config(base: str):
@@ -39,8 +48,13 @@ def main() -> None:
     ap.add_argument("--layers", default="c2,c3,c4,c5,c6,c7,c8,c9,c10,c11")
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-record", action="store_true")
+    ap.add_argument("--latency", default="0,0", metavar="MIN,MAX",
+                    help="the DRAM model's first-beat latency range per burst (cycles); "
+                         "not 0,0: pairs go to tests/dse/data/latency_pairs_engine.json and "
+                         "the model runs with dram_latency = the range's mean")
     a = ap.parse_args()
-    out = Path(a.out) if a.out else OUT[a.size]
+    lat = tuple(int(v) for v in a.latency.split(","))
+    out = Path(a.out) if a.out else (OUT[a.size] if lat == (0, 0) else LAT_OUT)
     size = None if a.size == "full" else int(a.size)
     wls = parse_workloads("resnet18-" + ",".join(a.layers.split(",")), size)
     if size is None:
@@ -54,12 +68,15 @@ def main() -> None:
                        for p in pairs):
                     continue
                 t0 = time.perf_counter()
-                pairs += record_pairs(cfg, [wl], log=lambda s: print(s, flush=True))
+                pairs += record_pairs(cfg, [wl], log=lambda s: print(s, flush=True),
+                                      latency=lat)
+                dram = ("zero-latency DRAM" if lat == (0, 0) else
+                        f"DRAM first-beat latency {lat[0]}-{lat[1]} cycles per burst")
                 save_pairs(pairs, out, note=f"ResNet-18 at size {a.size}, {a.configs} + "
-                                            f"ALU_REQUANT + REQ_ENGINE, Verilator zero-latency "
-                                            f"DRAM; bench/dse_engine_pairs.py")
+                                            f"ALU_REQUANT + REQ_ENGINE, Verilator {dram}; "
+                                            f"bench/dse_engine_pairs.py")
                 print(f"    {time.perf_counter() - t0:.0f} s", flush=True)
-    for e in layer_errors(CycleModel(), pairs):
+    for e in layer_errors(CycleModel(dram_latency=(lat[0] + lat[1]) / 2), pairs):
         print(f"{e['bitstream']:<28} {e['workload']:<20} rtl {e['rtl']:>9} model "
               f"{e['model']:>11.0f} {100 * e['error']:+6.2f} %  lower {e['lower']:>9.0f} "
               f"{'<=' if e['lower'] <= e['rtl'] else '>'} rtl")

@@ -49,8 +49,9 @@ def _unb64(s: str, dtype) -> np.ndarray:
     return np.frombuffer(zlib.decompress(base64.b64decode(s)), dtype=dtype)
 
 
-def _recording_rtl(cfg: VTAConfig, records: list):
-    """An RtlDevice that keeps each launched program with its UOP-load payloads."""
+def _recording_rtl(cfg: VTAConfig, records: list, latency: tuple[int, int] = (0, 0)):
+    """An RtlDevice (DRAM model first-beat ``latency`` range, cycles) that keeps each
+    launched program with its UOP-load payloads."""
     from ..hw.isa import INSN_BYTES, decode_program
     from ..runtime.rtl.device import RtlDevice
 
@@ -67,14 +68,17 @@ def _recording_rtl(cfg: VTAConfig, records: list):
                             "uop_loads": uops, "rtl_cycles": int(res.cycles), "rtl_stats": st})
             return res
 
-    return _Rec(cfg, progress=False)
+    return _Rec(cfg, progress=False, latency=latency)
 
 
 def record_pairs(cfg: VTAConfig, workloads: Sequence[DseWorkload], seed: int = 0,
-                 log=None) -> list[dict]:
+                 log=None, latency: tuple[int, int] = (0, 0)) -> list[dict]:
     """Run every workload on the RTL for ``cfg``; one pair per launched program:
     ``{"config" (upstream-style dict), "fingerprint", "workload", "launch", "insns",
-    "n_insns", "uop_loads", "rtl_cycles" (cycles), "rtl_stats", "sim_seconds"}``.
+    "n_insns", "uop_loads", "rtl_cycles" (cycles), "rtl_stats", "sim_seconds"}``, and
+    ``"dram_latency": [min, max]`` when the DRAM model had a first-beat ``latency`` range
+    (cycles per burst; such pairs compare with ``CycleModel(dram_latency=...)``, not the
+    default's zero-latency bus).
 
     Raises:
         whatever compilation or the RTL backend raises (a missing Verilator:
@@ -87,12 +91,14 @@ def record_pairs(cfg: VTAConfig, workloads: Sequence[DseWorkload], seed: int = 0
         t0 = time.perf_counter()
         cm, x = compile_workload(cfg, wl, seed)
         recs: list[dict] = []
-        dev = _recording_rtl(cfg, recs)
+        dev = _recording_rtl(cfg, recs, latency)
         run_closing(Executor(cm, dev), dev, x)
         dt = time.perf_counter() - t0
         for i, r in enumerate(recs):
             out.append({"config": cfg.to_dict(), "fingerprint": f"0x{cfg.fingerprint:08x}",
-                        "workload": wl.name, "launch": i, **r, "sim_seconds": round(dt, 2)})
+                        "workload": wl.name, "launch": i, **r, "sim_seconds": round(dt, 2),
+                        **({"dram_latency": list(latency)} if tuple(latency) != (0, 0)
+                           else {})})
         if log:
             log(f"  {cfg.bitstream_name} {wl.name}: {sum(r['rtl_cycles'] for r in recs)} "
                 f"cycles in {len(recs)} launch(es), {dt:.1f} s")

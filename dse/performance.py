@@ -497,7 +497,7 @@ class CycleModel:
                               started[r] if r >= 0 else 0.0)
                 d += 1
             return d
-        fetch_cost = FETCH_BATCH * fetch_beats + self.fetch_overhead
+        fetch_cost = FETCH_BATCH * fetch_beats + self.fetch_overhead + self.dram_latency
 
         def acquire(c: int, t: float, busy: float) -> float:
             """Wait of client ``c``'s read arriving at ``t`` for the channel (a read another
