@@ -222,6 +222,23 @@ def test_mobilenet_lowerings_pairs(all_pairs):
     assert not bad, bad
 
 
+def test_latency_pairs():
+    """pynq + REQ + ENGINE, ResNet-18 C2-C11 at full size on the RTL with a board-like DRAM
+    (first-beat latency 40-60 cycles per burst; latency_pairs_engine.json,
+    ``bench/dse_engine_pairs.py --size full --configs pynq --latency 40,60``) against the
+    model with ``dram_latency`` 50, the range's mean: every layer within 4 % (a fixed mean
+    per row against random draws per burst; the 1x1 layers, whose requests are short rows,
+    lowest: C7 -3.4 %), ``cycles_lower`` <= RTL.  Before the fetch requests paid the
+    latency in the model: C7 -8.1 %, C10 -8.6 %."""
+    pairs = load_pairs(DATA / "latency_pairs_engine.json")
+    assert {tuple(p["dram_latency"]) for p in pairs} == {(40, 60)}
+    errs = {e["workload"]: e for e in layer_errors(CycleModel(dram_latency=50), pairs)}
+    assert {f"resnet18-c{k}-full" for k in range(2, 12)} <= set(errs)
+    bad = [f"{w}: {100 * e['error']:+.2f} % lower {e['lower']:.0f} rtl {e['rtl']}"
+           for w, e in errs.items() if abs(e["error"]) > 0.04 or e["lower"] > e["rtl"]]
+    assert not bad, bad
+
+
 def test_req_engine_tiny_pairs(all_pairs):
     """tiny + REQ + ENGINE at size 14: within 3 % but for C4 (:data:`KNOWN_OUTLIERS`, the
     fetch run), which ``fetch_yields`` brings within 3 % with every other layer;
