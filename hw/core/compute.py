@@ -136,6 +136,33 @@ def _packed_mul(m, a, w_lo, w_hi):
     return lo, hi
 
 
+def _offset_sum(terms):
+    """The exact signed sum of signed ``terms`` (a balanced adder tree, one bit wider per
+    level) computed in offset binary: an N-bit signed ``v`` is carried as the unsigned
+    ``v + 2**(N-1)`` (its sign bit inverted), and the unsigned sum of two N-bit offset
+    values is the (N+1)-bit offset value of the signed sum, so every adder is unsigned and
+    only the leaves' and the root's sign bits are inverted (free in a LUT or carry chain:
+    the same adders as the signed tree).  Verilator's C++ for it has no sign extension per
+    adder input; a leaf's sign bit is inverted as ``+ 2**(N-1)`` modulo ``2**N`` (the same
+    inversion for synthesis, one add in Verilator's C++ instead of a mask-and-merge of the
+    bit).  Returns the signed sum (two's complement, ``len(terms[0]) +
+    ceil(log2(len(terms)))`` bits for equal-width terms)."""
+    def widen(u, n):    # offset value u to n bits: sign-extension in offset binary
+        k = len(u)
+        return u if n == k else Cat(u[:k - 1], (~u[k - 1]).replicate(n - k), u[k - 1])
+    us = [(t.as_unsigned() + (1 << (len(t) - 1)))[:len(t)] for t in terms]
+    while len(us) > 1:
+        nxt = []
+        for t in range(0, len(us) - 1, 2):
+            n = max(len(us[t]), len(us[t + 1]))
+            nxt.append(widen(us[t], n) + widen(us[t + 1], n))
+        if len(us) % 2:
+            nxt.append(us[-1])
+        us = nxt
+    u = us[0]
+    return (u ^ (1 << (len(u) - 1))).as_signed()
+
+
 def _shr(cfg: VTAConfig, a, b):
     """SHR of signed ``a`` by the low LOG_ACC_WIDTH+1 bits of ``b`` read as a signed amount
     (negative: left shift), ACC_WIDTH bits."""
@@ -148,14 +175,15 @@ def _shr(cfg: VTAConfig, a, b):
     return Mux(s[sbits - 1], left, right)
 
 
-def req_clip(cfg: VTAConfig, x, imm):
+def req_clip(cfg: VTAConfig, x, imm, m=None, name=None):
     """The clip of ALU REQ: ``MIN(MAX(x, lo), hi)`` of signed ACC_WIDTH ``x`` with ``lo``,
     ``hi`` from the 16-bit immediate ``imm`` (:func:`vtaforge.hw.isa.req_imm`: bits [7:6]
     lo = -128 (00), 0 (01, and the reserved 11, which the verifier refuses) or -8 (10),
     bits [15:8] hi signed) → ACC_WIDTH-bit expression, exact for every valid immediate
     (``hi < lo`` gives ``hi``, as the MAX/MIN pair does).  The result is always an int8
     value, so the comparisons and muxes are 8 bits wide plus one range test of ``x[7:]``
-    (sign-extended 8-bit ``x``)."""
+    (sign-extended 8-bit ``x``).  With a module ``m``, the 8-bit result is a comb signal
+    of ``m`` (``name``) and the expression its sign extension."""
     w = cfg.ACC_WIDTH
     sign = x[w - 1]
     top = x[7:]
@@ -171,7 +199,14 @@ def req_clip(cfg: VTAConfig, x, imm):
     over = Mux(below, Mux(relu, imm[15], i4 & (hi < -8)), above)
     lo8 = Mux(relu, Const(0, signed(8)), Mux(i4, Const(-8, signed(8)), Const(-128, signed(8))))
     r8 = Mux(over, hi, Mux(below, lo8, x8))
-    return Cat(r8, *([r8[7]] * (w - 8)))
+    if m is None:
+        return Cat(r8, *([r8[7]] * (w - 8)))
+    # the 8-bit result as one signal, sign-extended from its top bit: the same logic once
+    # synthesis has merged the copies, and a replication of one bit for Verilator instead
+    # of ACC_WIDTH - 8 copies of the mux chain
+    s8 = Signal(signed(8), name=name)
+    m.d.comb += s8.eq(r8)
+    return Cat(s8, s8[7].replicate(w - 8))
 
 
 def alu_lane(cfg: VTAConfig, op, a, b, imm=None, clip=True):
@@ -589,16 +624,11 @@ class ComputeUnit(wiring.Component):
         gemm_res = Signal(acc_bits)
         for b in range(B):
             for o in range(BO):
-                terms = [prod[(b, o, i)] for i in range(BI)]
-                while len(terms) > 1:
-                    nxt = []
-                    for t in range(0, len(terms) - 1, 2):
-                        nxt.append(terms[t] + terms[t + 1])
-                    if len(terms) % 2:
-                        nxt.append(terms[-1])
-                    terms = nxt
+                # the lane's accumulator value plus the tree's signed sum: a signed add (Yosys
+                # maps it to fewer LUTs than an unsigned add of the sign-extended sum)
+                tree = _offset_sum([prod[(b, o, i)] for i in range(BI)])
                 lane = d_base.word_select(b * BO + o, AW).as_signed()
-                m.d.comb += gemm_res.word_select(b * BO + o, AW).eq((lane + terms[0])[:AW])
+                m.d.comb += gemm_res.word_select(b * BO + o, AW).eq((lane + tree)[:AW])
         alu_res = d_res
         if cfg.ALU_REQUANT:     # REQ: C shifted the sum, D clips it (two shorter paths)
             d_req = Signal()
@@ -608,7 +638,8 @@ class ComputeUnit(wiring.Component):
                          d_imm.eq(c_imm)]
             alu_res = Signal(acc_bits)
             m.d.comb += alu_res.eq(Mux(d_req, Cat(*[req_clip(cfg, d_res.word_select(ln, AW),
-                                                             d_imm) for ln in range(lanes)]),
+                                                             d_imm, m, f"d_clip_{ln}")
+                                                    for ln in range(lanes)]),
                                        d_res))
         result = Signal(acc_bits)
         m.d.comb += result.eq(Mux(d_reset, 0, Mux(d_alu, alu_res, gemm_res)))
@@ -891,8 +922,8 @@ class ComputeUnit(wiring.Component):
         m.d.sync += [w_v.eq(c_v & ~self.halt), w_d.eq(c_d)]
         # W: stage B held this bank's micro-op two cycles ago, so stage D does not write it
         res = Signal(acc_bits, name="ee_res")
-        m.d.comb += res.eq(Cat(*[req_clip(cfg, shifted.word_select(ln, AW), imm)
-                                 for ln in range(lanes)]))
+        m.d.comb += res.eq(Cat(*[req_clip(cfg, shifted.word_select(ln, AW), imm, m,
+                                          f"ee_clip_{ln}") for ln in range(lanes)]))
         with m.If(w_v & ~self.halt):
             m.d.comb += [wr.eq(~zero), acc_bank.w1_en.eq(1), acc_bank.w1_addr.eq(w_d),
                          acc_bank.w1_data.eq(Mux(clear, 0, res)),

@@ -19,6 +19,7 @@ from enum import IntEnum
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import MemType, VTAConfig
@@ -28,6 +29,14 @@ from .axi import ReadClientSignature
 from .fields import header_view, insn_field, pop_tokens, push_tokens, token_members, tokens_ready
 
 __all__ = ["TensorLoader", "LoadUnit", "insn_field", "LoadState"]
+
+
+def _comb_read(m, mem, k):
+    """Entry ``k`` of ``mem`` through an asynchronous read port (a constant address)."""
+    rp = mem.read_port(domain="comb")
+    m.d.comb += rp.addr.eq(k)
+    return rp.data
+
 
 class LoadState(IntEnum):
     """Load unit FSM encodings (the ``state`` port, for ``dbg_state``).  WAIT_TOKEN: the
@@ -177,16 +186,28 @@ class TensorLoader(wiring.Component):
                     with m.If(~zero_write):
                         m.d.comb += wd.eq(self.dma.data)
                 else:
-                    shreg = Signal((bpe - 1) * bw, name=f"shreg{i}")
                     bc = Signal(range(bpe), name=f"bc{i}")
+                    if bpe > 2:
+                        # the element's beats before the last, each written into its own
+                        # bus-wide register at its index: a small memory with a read port
+                        # per entry (the flip-flops of the shift register it replaces, each
+                        # loaded from the bus under a decode of bc instead of from its
+                        # neighbour), so a simulator writes one entry per beat instead of
+                        # copying the whole (bpe - 1) x BUS_WIDTH bits every cycle
+                        bmem = Memory(shape=bw, depth=bpe - 1, init=[])
+                        m.submodules[f"beats{i}"] = bmem
+                        wp = bmem.write_port()
+                        m.d.comb += [wp.addr.eq(bc), wp.data.eq(self.dma.data),
+                                     wp.en.eq(active & self.dma.data_valid & (bc != bpe - 1))]
+                        shreg = Cat(*[_comb_read(m, bmem, k) for k in range(bpe - 1)])
+                    else:
+                        shreg = Signal(bw, name=f"shreg{i}")
                     with m.If(lane_init & (sel == i)):
                         m.d.sync += bc.eq(0)
                     with m.If(active):
                         m.d.comb += self.dma.data_ready.eq(1)
                         with m.If(self.dma.data_valid):
-                            if bpe > 2:
-                                m.d.sync += shreg.eq(Cat(shreg[bw:], self.dma.data))
-                            else:
+                            if bpe == 2:
                                 m.d.sync += shreg.eq(self.dma.data)
                             m.d.sync += bc.eq(Mux(bc == bpe - 1, 0, bc + 1))
                             m.d.comb += elem_valid.eq(bc == bpe - 1)

@@ -26,7 +26,10 @@ instead of a shift and an OR per copied bit.
 
 After verilating, the generated ``_eval`` is patched (:func:`_patch_skip_ico`) so that the
 harness can skip Verilator's input-combinational pass on evals whose inputs did not change
-(exact; about 1.6x faster on a compute-bound pynq run).
+(exact; about 1.6x faster on a compute-bound pynq run), and Verilator's signed multiplies
+whose result is masked to its own width at once become unsigned ones
+(:func:`_patch_masked_muls`: the same low bits, no 64-bit sign extension of the operands;
+the 128 packed DSP products of pynq are such multiplies).
 
 Parallelism: ``jobs`` compiler processes (default ``min(2, cpu_count)``, or
 ``$VTAFORGE_BUILD_JOBS``), sized for the 2-core machines this project runs on.
@@ -56,7 +59,7 @@ from ...hw.config import VTAConfig
 from ..device import DeviceError
 
 #: Bumped whenever the build recipe changes in a way the key would not see.
-BUILD_RECIPE = 4
+BUILD_RECIPE = 5
 #: Waveform formats a model can be built for: format -> Verilator option.
 TRACE_FORMATS = {"vcd": "--trace", "fst": "--trace-fst"}
 #: Verilator options (part of the build key).
@@ -369,6 +372,43 @@ def _patch_skip_ico(obj: Path) -> bool:
     return False
 
 
+#: A signed multiply whose result is masked to its own width at once: ``(MASK & VL_MULS_QQQ(
+#: 33, ...`` (Verilator's signed product of two sign-extended operands; Yosys sizes a signed
+#: ``$mul`` one bit wider than the packed DSP product needs, so every packed multiply is one).
+_MULS_MASKED = re.compile(r"\((0x[0-9a-fA-F]+)(?:U|ULL)\s*&\s*VL_MULS_(III|QQQ)\((\d+),")
+_MUL_HELPERS = ("static inline IData vh_mul_iii(int, IData a, IData b) { return a * b; }\n"
+                "static inline QData vh_mul_qqq(int, QData a, QData b) { return a * b; }\n")
+
+
+def _patch_masked_muls(obj: Path) -> int:
+    """Turn Verilator's signed multiplies whose result is masked to its width ``n`` at once
+    into unsigned ones (``vh_mul_iii``/``vh_mul_qqq``: one machine multiply, no sign
+    extension of the operands to 32/64 bits inside).  Exact: the low ``n`` bits of a
+    product depend only on the low ``n`` bits of the operands, and a sign extension leaves
+    those bits as they are; only bits the mask drops differ.  Returns the number of
+    multiplies rewritten (0: nothing matched, the code stays as generated)."""
+    count = 0
+    for f in sorted(obj.glob("Vvta_core___024root__*.cpp")):
+        text = f.read_text()
+        n_f = 0
+
+        def fix(mo):
+            nonlocal n_f
+            mask, kind, bits = int(mo.group(1), 16), mo.group(2), int(mo.group(3))
+            if mask != (1 << bits) - 1:
+                return mo.group(0)
+            n_f += 1
+            return mo.group(0).replace(f"VL_MULS_{kind}(", f"vh_mul_{kind.lower()}(")
+
+        text = _MULS_MASKED.sub(fix, text)
+        if n_f:
+            incs = list(re.finditer(r"^#include .*\n", text, re.M))
+            i = incs[-1].end() if incs else 0      # after the last #include
+            f.write_text(text[:i] + _MUL_HELPERS + text[i:])
+            count += n_f
+    return count
+
+
 _CONCAT = re.compile(r"\{([^{}]*)\}")
 
 
@@ -532,6 +572,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
              tmp, env, "verilating vta_core", log)
         verilate_s = time.monotonic() - tv
         ico_patched = _patch_skip_ico(obj)
+        muls_patched = _patch_masked_muls(obj)
         if not ico_patched:
             say("note: Verilator's eval() has an unexpected shape; the input-combinational "
                 "pass is not skipped (correct, slower)")
@@ -568,6 +609,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
             "verilator": verilator_version(), "cxx": cxx_ver, "verilator_flags": vflags, "cxx_opt": list(fast_opt),
             "verilate_seconds": round(verilate_s, 2), "compile_seconds": round(compile_s, 2),
             "build_seconds": round(total, 2), "ico_patched": ico_patched,
+            "muls_patched": muls_patched,
             "jobs": n_jobs}, indent=2) + "\n")
         (tmp / "ok").write_text("ok\n")
         shutil.move(str(log), str(tmp / "build.log"))
