@@ -10,9 +10,10 @@ each layer (an interrupted run keeps what it recorded); layers already in the fi
 skipped.  Then prints the cycle model's per-layer error on every pair of the file.
 
 With ``--latency 40,60`` the RTL's DRAM model has that first-beat latency range per burst
-(a board's), pairs go to ``tests/dse/data/latency_pairs_engine.json`` and the model runs
-with ``dram_latency`` at the range's mean (tests/dse/test_calibration.py
-``test_latency_pairs``).
+(a board's), pairs go to ``tests/dse/data/latency_pairs_engine.json`` (each pair keeps its
+range; a layer is recorded once per range) and the model runs each pair with
+``dram_latency`` at its range's mean (``calibrate.layer_errors``;
+tests/dse/test_calibration.py ``test_latency_pairs``).
 
     python bench/dse_engine_pairs.py [--size 14|full] [--configs pynq,tiny] [--layers c2,c4]
                                      [--latency MIN,MAX]
@@ -51,7 +52,7 @@ def main() -> None:
     ap.add_argument("--latency", default="0,0", metavar="MIN,MAX",
                     help="the DRAM model's first-beat latency range per burst (cycles); "
                          "not 0,0: pairs go to tests/dse/data/latency_pairs_engine.json and "
-                         "the model runs with dram_latency = the range's mean")
+                         "the model runs each pair with dram_latency = its range's mean")
     a = ap.parse_args()
     lat = tuple(int(v) for v in a.latency.split(","))
     out = Path(a.out) if a.out else (OUT[a.size] if lat == (0, 0) else LAT_OUT)
@@ -65,7 +66,7 @@ def main() -> None:
             cfg = engine_config(base)
             for wl in wls:
                 if any(p["fingerprint"] == f"0x{cfg.fingerprint:08x}" and p["workload"] == wl.name
-                       for p in pairs):
+                       and tuple(p.get("dram_latency", (0, 0))) == lat for p in pairs):
                     continue
                 t0 = time.perf_counter()
                 pairs += record_pairs(cfg, [wl], log=lambda s: print(s, flush=True),
@@ -76,7 +77,7 @@ def main() -> None:
                                             f"ALU_REQUANT + REQ_ENGINE, Verilator {dram}; "
                                             f"bench/dse_engine_pairs.py")
                 print(f"    {time.perf_counter() - t0:.0f} s", flush=True)
-    for e in layer_errors(CycleModel(dram_latency=(lat[0] + lat[1]) / 2), pairs):
+    for e in layer_errors(CycleModel(), pairs):     # each pair at its own DRAM latency
         print(f"{e['bitstream']:<28} {e['workload']:<20} rtl {e['rtl']:>9} model "
               f"{e['model']:>11.0f} {100 * e['error']:+6.2f} %  lower {e['lower']:>9.0f} "
               f"{'<=' if e['lower'] <= e['rtl'] else '>'} rtl")

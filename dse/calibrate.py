@@ -117,10 +117,22 @@ def pair_program(pair: Mapping) -> tuple[VTAConfig, dict, list[tuple[int, np.nda
     return cfg, cols, uops
 
 
+def _for_pair(model: CycleModel, pair: Mapping) -> CycleModel:
+    """``model`` with ``dram_latency`` at the mean of the pair's recorded DRAM latency range
+    (``"dram_latency": [min, max]``, pairs recorded with a board-like DRAM), else as is."""
+    lat = pair.get("dram_latency")
+    if not lat:
+        return model
+    from dataclasses import replace
+
+    return replace(model, dram_latency=(float(lat[0]) + float(lat[1])) / 2)
+
+
 def model_cycles(model: CycleModel, pair: Mapping) -> dict:
-    """The cycle model's ``program_cycles`` of a recorded pair (cycles)."""
+    """The cycle model's ``program_cycles`` of a recorded pair (cycles), at the pair's DRAM
+    latency (the mean of its recorded range) when it has one."""
     cfg, cols, uops = pair_program(pair)
-    return model.program_cycles(cfg, cols, uop_loads=uops)
+    return _for_pair(model, pair).program_cycles(cfg, cols, uop_loads=uops)
 
 
 def layer_errors(model: CycleModel, pairs: Iterable[Mapping]) -> list[dict]:
@@ -159,15 +171,16 @@ def fit(pairs: Sequence[Mapping], start: CycleModel | None = None,
     from dataclasses import replace
 
     m = start or CycleModel()
-    for k in ("compute_overhead", "chain_overhead"):
+    for k, v in (("compute_overhead", m.insn_overhead), ("chain_overhead", m.insn_overhead),
+                 ("store_row_overhead", m.row_overhead)):
         if getattr(m, k) is None and k in params:
-            m = replace(m, **{k: m.insn_overhead})
+            m = replace(m, **{k: v})
     decoded = [(p, pair_program(p)) for p in pairs]
 
     def score(model):
         acc: dict[tuple, list] = {}
         for p, (cfg, cols, uops) in decoded:
-            est = model.program_cycles(cfg, cols, uop_loads=uops)["cycles"]
+            est = _for_pair(model, p).program_cycles(cfg, cols, uop_loads=uops)["cycles"]
             a = acc.setdefault((p["fingerprint"], p["workload"]), [0.0, 0])
             a[0] += est
             a[1] += p["rtl_cycles"]

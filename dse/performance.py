@@ -56,9 +56,12 @@ class CycleModel:
       alu_tensor_uop_cycles)`` (a tensor operand takes a second accumulator read: 2 cycles;
       a clearing REQ, reset on ALU REQ, is no reset: it reads like REQ).
     - LOAD/STORE (and UOP/ACC loads on compute): ``insn_overhead`` + per row ``dram_latency
-      + max(beats, elements)`` where beats are the bus beats covering the row's bytes at
-      its address (bus = BUS_WIDTH/8 bytes per cycle) and the scratchpad takes one element
-      per cycle; padding costs one cycle per padded element.  ``x_size == 0`` (token-only)
+      + max(beats, elements)`` + ``row_overhead`` (``store_row_overhead`` for a STORE row)
+      where beats are the bus beats covering the row's bytes at its address (bus =
+      BUS_WIDTH/8 bytes per cycle) and the scratchpad takes one element per cycle; padding
+      costs one cycle per padded element and ``pad_row_overhead`` per row of a LOAD with
+      horizontal padding.  An instruction-fetch request (FETCH_BATCH instructions) costs
+      its beats + ``fetch_overhead`` + ``dram_latency``.  ``x_size == 0`` (token-only)
       and FINISH cost ``insn_overhead``.
 
     Per program: ``lower`` = max(busiest module, read-channel beats incl. instruction
@@ -326,7 +329,10 @@ class CycleModel:
         busy = [float(cost[unit == k].sum()) for k in range(4)]
         lower = float(max(max(float(floor[unit == k].sum()) for k in range(4)),
                           read_beats, write_beats))
-        upper = float(cost.sum()) + math.ceil(16 * n / bus)
+        # every instruction alone plus its fetch (beats, and per request of FETCH_BATCH the
+        # fetch overhead and DRAM latency: the schedule charges them too)
+        upper = float(cost.sum()) + math.ceil(16 * n / bus) + math.ceil(n / FETCH_BATCH) * (
+            self.fetch_overhead + self.dram_latency)
         rd = np.zeros(n, np.int8)
         rows_of: dict[int, np.ndarray] = {}
         if len(sel):

@@ -183,7 +183,9 @@ def req_clip(cfg: VTAConfig, x, imm, m=None, name=None):
     (``hi < lo`` gives ``hi``, as the MAX/MIN pair does).  The result is always an int8
     value, so the comparisons and muxes are 8 bits wide plus one range test of ``x[7:]``
     (sign-extended 8-bit ``x``).  With a module ``m``, the 8-bit result is a comb signal
-    of ``m`` (``name``) and the expression its sign extension."""
+    of ``m`` (``name``) and the expression its sign extension; the signal is driven in
+    the control block of the call, so call it outside any ``m.If`` (else it reads 0 where
+    the condition is false)."""
     w = cfg.ACC_WIDTH
     sign = x[w - 1]
     top = x[7:]

@@ -392,10 +392,22 @@ def _patch_masked_muls(obj: Path) -> int:
         text = f.read_text()
         n_f = 0
 
+        def masks_the_call_only(end: int, text: str = text) -> bool:
+            """The call that opens just before ``end`` closes, and the parenthesis that
+            opened before the mask closes right after it: ``(MASK & VL_MULS_..(...))``."""
+            depth = 1
+            i = end
+            while i < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[i], 0)
+                i += 1
+            while i < len(text) and text[i].isspace():
+                i += 1
+            return depth == 0 and i < len(text) and text[i] == ")"
+
         def fix(mo):
             nonlocal n_f
             mask, kind, bits = int(mo.group(1), 16), mo.group(2), int(mo.group(3))
-            if mask != (1 << bits) - 1:
+            if mask != (1 << bits) - 1 or not masks_the_call_only(mo.end()):
                 return mo.group(0)
             n_f += 1
             return mo.group(0).replace(f"VL_MULS_{kind}(", f"vh_mul_{kind.lower()}(")

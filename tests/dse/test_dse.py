@@ -117,7 +117,25 @@ def test_cycle_model_hand_program():
     gemm = 7 + 2 * 3 * 5
     assert out["busy"] == {"load": load, "compute": gemm + 7, "store": 0}
     assert out["cycles"] == load + gemm + 7  # gemm waits for the load's token
-    assert out["upper"] == load + gemm + 7 + math.ceil(3 * 16 / 8)
+    # the upper bound: every instruction alone plus its fetch (beats, and per request of
+    # 4 instructions the fetch overhead and DRAM latency)
+    assert out["upper"] == load + gemm + 7 + math.ceil(3 * 16 / 8) + cm.fetch_overhead
+
+
+@pytest.mark.parametrize("lat", [0, 50])
+def test_cycle_model_bounds_of_a_fetch_bound_program(lat):
+    """64 one-micro-op GEMMs and FINISH: the fetch (4 instructions per request, each paying
+    the DRAM latency) is what limits it, so ``upper`` must count the fetch requests'
+    overhead and latency too (with latency 50 it read 585 against 1,039 model cycles)."""
+    cfg = preset("pynq")
+    G, F = int(Opcode.GEMM), int(Opcode.FINISH)
+    cols = _prog([dict(opcode=G, iter_out=1, iter_in=1, uop_bgn=0, uop_end=1)] * 64
+                 + [dict(opcode=F)])
+    out = CycleModel(dram_latency=lat).program_cycles(cfg, cols)
+    assert out["lower"] <= out["cycles"] <= out["upper"]
+    if lat:
+        # 17 fetch requests, each at least its 8 beats and the latency
+        assert out["cycles"] >= 17 * (8 + lat)
 
 
 @pytest.mark.parametrize("lw,inp_b,wgt_b,out_b", [((3, 3), 16, 256, 16), ((2, 3), 8, 256, 8),

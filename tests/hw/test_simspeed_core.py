@@ -1,7 +1,9 @@
 """Exactness of the rewrites made for simulation speed (issue 9 item 3, bench/rtl_speed.py):
-the offset-binary dot-product tree, the clip with one sign-extended 8-bit signal, the
-loader's indexed beat registers (a beat memory instead of a shift register) and the
-build's unsigned rewrite of masked signed multiplies in Verilator's C++."""
+the offset-binary dot-product tree, the clip with one sign-extended 8-bit signal and the
+build's unsigned rewrite of masked signed multiplies in Verilator's C++.  The loader's
+indexed beat registers (a beat memory instead of a shift register) are covered by the
+cores whose elements span more than two bus beats (pynq's WGT and ACC, the narrow-bus
+configs of tests/hw/test_core_configs.py) against fsim."""
 
 from __future__ import annotations
 
@@ -90,10 +92,13 @@ def test_patch_masked_muls_rewrites_only_masked_ones(tmp_path: Path):
            "    x = (0x00000001ffffffffULL & VL_MULS_QQQ(33, a, b));\n"
            "    y = (0x03ffffffU & VL_MULS_III(26, c, d));\n"
            "    z = (0x0000ffffU & VL_MULS_III(26, c, d));\n"
-           "    w = VL_MULS_QQQ(40, a, b);\n}\n")
+           "    w = VL_MULS_QQQ(40, a, b);\n"
+           "    v = (0x00000001ffffffffULL & VL_MULS_QQQ(33, a, b) >> 1);\n}\n")
     f = tmp_path / "Vvta_core___024root__1.cpp"
     f.write_text(src)
     assert _patch_masked_muls(tmp_path) == 2
+    # the mask applies to more than the call: kept
+    assert "(0x00000001ffffffffULL & VL_MULS_QQQ(33, a, b) >> 1)" in f.read_text()
     out = f.read_text()
     assert "vh_mul_qqq(33, a, b)" in out and "vh_mul_iii(26, c, d)" in out
     assert "(0x0000ffffU & VL_MULS_III(26, c, d))" in out      # mask narrower: kept
