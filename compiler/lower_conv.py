@@ -903,9 +903,6 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                     clr = requant(ob_, ob_ + 1) and (clr or not step_req_order)
                     tb.dep_push(C, S)
                     step_req_order.append(ob_)
-                stream = r == len(reds) - 1
-                if stream:
-                    ob_order = step_req_order
             # compute frees a step's buffers after its GEMMs: a deferred step's after the
             # stream
             frees = [] if is_deferred else [s]
@@ -916,6 +913,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                     tb.dep_push(C, L)
                     pops_owed += 1
             s += 1
+        if done_at:         # every block requantized after its step: stored in that order
+            stream, ob_order = True, step_req_order
         # requantize (done per output block above when streamed)
         n = obn * th * tw
         if not stream:

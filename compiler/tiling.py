@@ -122,8 +122,7 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
     # element (1x1 convs of few input channels, im2col first layers)
     out_bits = cfg.elem_bytes(MemType.OUT) * 8
     quad = bool(QUAD_ACC and cfg.REQ_ENGINE and nob <= acc_d // 8
-                and out_bits > QUAD_ACC_RATIO * nib_span * kh * kw * cfg.BUS_WIDTH
-                and acc_regions(cfg, nob, 4)[1] >= 1)
+                and out_bits > QUAD_ACC_RATIO * nib_span * kh * kw * cfg.BUS_WIDTH)
     best = None
     for nvt in (2, 1):
         for obn in candidates(nob):
