@@ -146,7 +146,7 @@ def _bands(cfg: VTAConfig, graph: Graph, node, lo, uid: str, vta_y: dict) -> lis
         return []
 
 
-def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
+def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
                 name: str | None = None, row_bands: bool = True) -> CompiledModel:
     """Back half: lower a quantized, partitioned graph to a :class:`CompiledModel`
     (``row_bands``: add row-band variants, see the module docstring)."""
@@ -206,7 +206,7 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = False,
 
 
 def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig | None = None,
-                  fallback: bool = False, calib_label: str = "calibration data",
+                  fallback: bool = True, calib_label: str = "calibration data",
                   row_bands: bool = True) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for a VTA config.
 

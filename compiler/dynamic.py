@@ -92,7 +92,7 @@ class DynamicModel:
     calib_shapes: list
     calib_seconds: float
     quant_config: QuantConfig
-    fallback: bool = False
+    fallback: bool = True
     _proto: object = field(default=None, repr=False)
 
     @property
@@ -222,7 +222,7 @@ def _calib_groups(inputs: list, calib, label) -> tuple[list[dict], list[str]]:
 
 
 def compile_dynamic(model, calib_data, config=None, *,
-                    quant_config: QuantConfig | None = None, fallback: bool = False,
+                    quant_config: QuantConfig | None = None, fallback: bool = True,
                     calib_label: str | list[str] = "calibration data") -> DynamicModel:
     """Compile an ONNX model whose input dims may be symbolic (``[N, 3, H, W]``) once.
 

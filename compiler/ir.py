@@ -131,7 +131,9 @@ Node kinds (inputs; attributes; semantics):
     attrs: ``out = requantize(x * c)``; needs ``ALU_MUL`` on VTA, else CPU.
 ``qrequant`` (x int8) -> int8; requantize attrs: ``out = requantize(x)``
     (standalone ReLU/Clip with ``shift = 0``; scale alignment for concat and
-    QDQ rescaling).
+    QDQ rescaling).  Optional ``exp_scale = k`` (default 0): the node also multiplies
+    the real value by ``2**k`` (a Mul by 0.5 or a Div by 2), so
+    ``shift = exp_out - (exp_in + k)``.
 ``qmax_pool`` (x int8) -> int8; ``kernel``, ``strides``, ``pads``: window
     maximum, padded positions hold -128 (never chosen over a real value, so
     exact). ``exp_out == exp_in``.
@@ -813,7 +815,12 @@ def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
             raise _err(node, "lshift_a/lshift_b do not align the operand exps")
         _check_ratio(node, TensorType("int32", (), c), types[node.outputs[0]])
     if node.op == "qrequant":
-        _check_ratio(node, types[node.inputs[0]], types[node.outputs[0]])
+        x, k = types[node.inputs[0]], a.get("exp_scale", 0)
+        if not isinstance(k, int) or abs(k) > 31:
+            raise _err(node, f"exp_scale must be an int in [-31, 31], got {k!r}")
+        acc = x if k == 0 else TensorType("int32", (), x.exp + k,
+                                          None if x.scale is None else x.scale * 2.0 ** k)
+        _check_ratio(node, acc, types[node.outputs[0]])
     if node.op == "qmul":
         x, cc = types[node.inputs[0]], types[node.inputs[1]]
         acc = TensorType("int32", (), x.exp + cc.exp, None if x.scale is None and cc.scale is None

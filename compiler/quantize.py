@@ -724,9 +724,14 @@ class _Quantizer:
         out = n.outputs[0]
         qo = self.int_name(out)
         if c.size == 1 and c.reshape(()) > 0 and math.log2(float(c.reshape(()))).is_integer():
-            eo = ex + int(math.log2(float(c.reshape(()))))
-            self.add(n.name, "qrequant", [x], qo, self._requant_attrs(n, 0, eo),
-                     TensorType(self.adt, fg.types[out].shape, eo))
+            # x * 2**k (a Mul by 0.5, a Div by 2): the int8 values at exp_x + k, requantized
+            # to the calibrated output exp (``exp_scale`` = k tells the checker the real value
+            # is scaled, not only requantized)
+            k = int(math.log2(float(c.reshape(()))))
+            so = 2.0 ** self.exps[out] if out not in self.scales else self.scales[out]
+            attrs = self.requant_for(n, 2.0 ** (ex + k) / so, self.half, out)
+            attrs["exp_scale"] = k
+            self.add(n.name, "qrequant", [x], qo, attrs, self.otype(out, fg.types[out].shape))
         else:
             ec = exp_for_range(float(np.abs(c).max()), self.cmax)
             cq = self.const_int8(f"{n.inputs[1]}_q", c, ec, dtype=self.cdt)
