@@ -39,9 +39,10 @@ from ..hw.config import VTAConfig, load_config
 from ..hw.isa import AluOp
 from ..runtime.artifact import CompiledModel, Step
 from .errors import CompileError
-from .ir import Graph
+from .ir import FLOAT_OPS, QUANT_OPS, REAL_OPS, Graph
 from .partition import Partition, partition
-from .quantize import QuantConfig, quantize
+from .passes import optimize
+from .quantize import QuantConfig, _Quantizer, calibrate
 from .onnx_frontend import import_onnx
 from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
@@ -126,6 +127,12 @@ def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
     d = REGISTRY.get(node.op)
     if d is None or d.lower is None:
         raise CompileError(f"node '{node.name}' ({node.op}): no VTA lowering")
+    for t in list(node.inputs) + list(node.outputs):
+        shape = graph.types[t].shape if t in graph.types else ()
+        sym = [x for x in shape[1:] if not isinstance(x, int)]
+        if sym:     # a program has static tile counts: only the batch may stay symbolic
+            raise CompileError(f"node '{node.name}' ({node.op}): tensor {t!r} has symbolic "
+                               f"dim(s) {sym} beyond the batch")
     return d.lower(cfg, graph, node, uid)
 
 
@@ -269,12 +276,57 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         calib = (calib[:n] if isinstance(calib, np.ndarray)
                  else {k: v[:n] for k, v in calib.items()})
         qc = replace(qc, batch_size=b0)
-    q = quantize(fg, calib, qc)
-    part = partition(q, cfg)
+    fg = optimize(fg)
+    q, part = quantize_placed(fg, calibrate(fg, calib, qc), qc, cfg)
     cm = lower_graph(q, part, fallback=fallback, row_bands=row_bands)
     cm.qgraph = q
     cm.partition = part
     return cm
+
+
+def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
+                    max_rounds: int = 4) -> tuple[Graph, Partition]:
+    """Quantize an optimized float graph with calibrated ``exps`` and partition it, keeping
+    real-valued every node whose int8 form the partitioner would place on the CPU.
+
+    BYOC order: VTA takes what it can, and only what VTA runs needs its integer form (for
+    a float model quantized to int8; a QDQ model or 4/16-bit widths are quantized as they
+    are, in one round).  An
+    int8 node on the CPU (a multiply on a core without ALU_MUL, an add on a rank-3 tensor,
+    a LayerNorm's arithmetic) would only add rounding error, so such a node (an op of
+    :data:`~.ir.REAL_OPS`) is quantized again as a float CPU node, and the partition is
+    redone until no new node moves (at most ``max_rounds`` rounds; each is one quantizer
+    rewrite, no calibration run).  The placement reason of a node kept real says why its
+    int8 form was not placed on VTA.
+
+    Returns:
+        ``(quantized graph, partition)``.
+    Raises:
+        CompileError: as :func:`~.quantize.quantize` and :func:`~.partition.partition`.
+    """
+    qdq = any(n.op == "fake_quant" for n in fg.nodes)
+    if qdq or (qc.act_bits, qc.wgt_bits) != (8, 8):
+        # a QDQ model's integer CPU steps are what onnxruntime's QDQ kernels compute, and a
+        # 4/16-bit core's integer CPU steps are its bit-exact reference: keep them integer
+        q = _Quantizer(fg, exps, qc).run()
+        return q, partition(q, cfg)
+    real_ok = {n.name for n in fg.nodes if n.op in REAL_OPS}
+    keep: dict[str, str] = {}
+    for k in range(max_rounds + 1):
+        q = _Quantizer(fg, exps, qc, frozenset(keep)).run()
+        part = partition(q, cfg)
+        more = {p.node: p.reason for p in part.placements.values()
+                if p.target == "cpu" and p.node in real_ok and p.node not in keep
+                and p.op in QUANT_OPS and p.op not in FLOAT_OPS}
+        if not more or k == max_rounds:
+            break
+        keep.update(more)
+    rep = q.meta["quant_report"]
+    for k, why in keep.items():
+        rep.fallbacks.setdefault(k, f"kept real-valued: its int8 form runs on the CPU ({why})")
+    if keep:    # the reasons reach the placement table through the quantizer's report
+        part = partition(q, cfg)
+    return q, part
 
 
 def quant_widths(cfg: VTAConfig, fg: Graph | None = None) -> dict:

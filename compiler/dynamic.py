@@ -147,11 +147,9 @@ class DynamicModel:
             CompileError: the model cannot take that shape (a kernel larger than its
                 padded input, a reshape that does not fit ...), prefixed with the shape.
         """
-        from .compile import lower_graph
+        from .compile import lower_graph, quantize_placed
         from .onnx_frontend import import_onnx
-        from .partition import partition
         from .passes import optimize
-        from .quantize import _Quantizer
 
         key = tuple(tuple(int(d) for d in k) for k in key)
         if len(key) != len(self.inputs):
@@ -172,8 +170,7 @@ class DynamicModel:
             if missing:
                 raise CompileError(f"tensor(s) {missing[:4]} did not exist at the calibration "
                                    f"shape(s); calibrate at this size too")
-            q = _Quantizer(fg, self.exps, self.quant_config).run()
-            part = partition(q, self.config)
+            q, part = quantize_placed(fg, self.exps, self.quant_config, self.config)
             cm = lower_graph(q, part, fallback=self.fallback, name=f"{self.name}@{tag}")
         except CompileError as e:
             raise CompileError(f"input shape {what}: {e}", node=e.node, op_type=e.op_type,

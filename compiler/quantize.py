@@ -329,8 +329,10 @@ def _act_bounds(node: Node, exp_out: int, scale: float | None = None, qmax: int 
 
 
 class _Quantizer:
-    def __init__(self, fg: Graph, exps: dict[str, int], config: QuantConfig):
+    def __init__(self, fg: Graph, exps: dict[str, int], config: QuantConfig,
+                 keep_real: frozenset = frozenset()):
         self.fg = fg
+        self.keep_real = keep_real      # float node names kept real-valued (CPU-placed)
         self.exps = dict(exps)
         self.cfg = config
         self.q = Graph(name=fg.name, kind="quantized", meta={})
@@ -522,7 +524,7 @@ class _Quantizer:
 
         for n in fg.nodes:
             rule = REGISTRY[n.op].quantize if n.op in REGISTRY else None
-            if rule == "q_real":
+            if rule == "q_real" or (n.name in self.keep_real and n.op in REAL_OPS):
                 self.q_real(n)
                 continue
             state = (len(self.q.nodes), set(self.q.types), dict(self.qname), dict(self.fname),

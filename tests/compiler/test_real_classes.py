@@ -82,3 +82,43 @@ def test_mul_half_and_div_two_quantize_and_match_ort():
         ref = run_ort(m, {"x": x})[0]
         err = np.abs(y - ref).max()
         assert err <= 0.03 * np.abs(ref).max(), (op, c, err)
+
+
+def _layernorm_model():
+    """A transformer-style block (magika's shape): Conv1x1 -> LayerNorm over channels
+    (ReduceMean, Sub, Mul, ReduceMean, Add eps, Sqrt, Div) -> Mul gamma -> Add beta -> Conv1x1."""
+    c = 16
+    inits = {"w1": rand(c, 8, 1, 1, seed=11, scale=0.4), "w2": rand(4, c, 1, 1, seed=12, scale=0.3),
+             "eps": np.array(1e-5, np.float32), "g": (1 + rand(1, c, 1, 1, seed=13, scale=0.3)),
+             "b": rand(1, c, 1, 1, seed=14, scale=0.1)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"]),
+             helper.make_node("ReduceMean", ["h"], ["mu"], axes=[1], keepdims=1),
+             helper.make_node("Sub", ["h", "mu"], ["d"]),
+             helper.make_node("Mul", ["d", "d"], ["d2"]),
+             helper.make_node("ReduceMean", ["d2"], ["var"], axes=[1], keepdims=1),
+             helper.make_node("Add", ["var", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]),
+             helper.make_node("Mul", ["n", "g"], ["ng"]),
+             helper.make_node("Add", ["ng", "b"], ["nb"]),
+             helper.make_node("Conv", ["nb", "w2"], ["y"])]
+    return make_model(nodes, [("x", ["N", 8, 5, 5])], [("y", ["N", 4, 5, 5])], inits, opset=13)
+
+
+def test_int8_forms_that_would_run_on_the_cpu_stay_float():
+    """BYOC order: an int8 node the partitioner would place on the CPU (a multiply by a
+    tensor or a non-power-of-two constant on a core without ALU_MUL) is kept float, so a
+    LayerNorm between two VTA convs keeps its float accuracy; the convs stay on VTA."""
+    m = _layernorm_model()
+    cm = compile_model(m, rand(32, 8, 5, 5, seed=15), "pynq")
+    by_op = {}
+    for s in cm.steps:
+        by_op.setdefault(s.op, []).append(s)
+    assert [s.target for s in by_op["qconv2d"]] == ["vta", "vta"], cm.placement_table()
+    assert "qmul" not in by_op, cm.placement_table()
+    assert any("kept real-valued" in s.reason for s in by_op["mul"]), cm.placement_table()
+    x = rand(4, 8, 5, 5, seed=16)
+    y = _run(cm, x).astype(np.float64)
+    ref = run_ort(m, {"x": x})[0].astype(np.float64)
+    cos = float((y * ref).sum() / (np.linalg.norm(y) * np.linalg.norm(ref)))
+    assert cos >= 0.995, cos
