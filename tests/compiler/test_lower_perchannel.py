@@ -96,7 +96,7 @@ SCALAR_HASHES = {
     "eng-dw-s2": "b862e6aff3b00858", "eng-dense": "7dcc4c7a5239a53a",
     "eng-im2col": "a4c659524f12bd18", "pynq-3x3-bias-load": "3d296db9f52bfae9",
     # lower_conv_bands at eng, 64 -> 32 1x1 on 8x8: bands of 4, 2, 1 rows (traces only)
-    "eng-bands": ["11e3cc64c8f9464f", "d15c2b8c27b8132e", "e0c13cd697077d68"],
+    "eng-bands": ["d9a9a6a8e8e3e343", "aadf140479edb04b", "1f3bf15e3ad593af"],
 }
 
 
