@@ -82,7 +82,7 @@ def _add_imm(tb, loops, d, s, value: int) -> None:
 
 def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: int,
                 extra_round: int = 0, plan: MultPlan | None = None, bias=None,
-                fused: bool = False, clear: bool = False) -> bool:
+                fused: bool = False, clear: bool = False, shift_src=None) -> bool:
     """ALU requantize of ACC entries ``[base, base+n)``: ADD bias (a tensor operand, when
     ``bias = (loops, dst, src)`` is given: the bias row of each entry), ADD round (if
     given), SHR shift, MAX lo, MIN hi (skipping no-ops).  With a ``plan`` (multiplier):
@@ -103,8 +103,29 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
     become 0, so the next tile accumulating there needs no reset.  The bias ``dst``/loops
     must then cover the entries ``[base, base+n)`` exactly once each.
 
+    ``shift_src = (loops, dst, src)`` (a per-output-channel requantize): the shift is a
+    tensor operand, the shift row of each entry's output block (laid out as ``bias``; the
+    SHR reads its low ``LOG_ACC_WIDTH + 1`` bits as signed, negative = left) instead of
+    the immediate ``shift``: ADD bias, SHR by the rows, MAX lo, MIN hi.  Never fused (REQ's
+    shift is an immediate), never with a ``plan`` or ``extra_round``.
+
     Returns whether the entries were cleared (a clearing REQ was emitted)."""
     req = None
+    if shift_src is not None:
+        if plan is not None or extra_round:
+            raise ValueError("a per-channel (tensor-operand) shift takes no multiplier plan "
+                             "or extra rounding")
+        if bias is not None:
+            emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.ADD)
+        emit_kernel(tb, "alu", shift_src[0], shift_src[1], shift_src[2], op=AluOp.SHR)
+        for e0 in range(0, n, LIMITS.max("iter")):
+            m = min(LIMITS.max("iter"), n - e0)
+            loops, d = [(m, 1, 1, 0)], [base + e0]
+            if lo > -(1 << 31):
+                emit_kernel(tb, "alu", loops, d, d, op=AluOp.MAX, imm=lo)
+            if hi < (1 << 31) - 1:
+                emit_kernel(tb, "alu", loops, d, d, op=AluOp.MIN, imm=hi)
+        return False
     if fused and -32 <= shift <= 31 and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127:
         req = req_imm(shift, lo, hi)
         if bias is not None and plan is None and not extra_round:

@@ -78,7 +78,7 @@ from .pack import ceil_div, pack_bias, pack_weights
 from .tiling import acc_regions, candidates, conv_tiling
 
 __all__ = ["lower_conv", "lower_dense", "act_layout", "LoweredOp", "emit_kernel", "requant_alu", "plan_for",
-           "use_im2col", "lower_conv_bands", "band_rows", "bandable"]
+           "use_im2col", "lower_conv_bands", "band_rows", "bandable", "channel_requant"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
@@ -204,17 +204,18 @@ def _one_block_step_hides(cfg: VTAConfig, tile, kk: int, sh: int, sw: int, kh: i
 
 
 def _resident_retile(cfg: VTAConfig, tl, nob: int, ho: int, wo: int, kk: int, sh: int,
-                     sw: int, kh: int, kw: int, row_skip: bool):
+                     sw: int, kh: int, kw: int, row_skip: bool, reserved: int | None = None):
     """A tiling with resident weights whose first tile's one-input-block steps do not hide
     their loads on the ideal bus (:func:`_one_block_step_hides`, weights in requests of
     ``W_CHUNK_BEATS``, RETILE_REQUEST_CYCLES per request): the same tiling with the most
     output blocks per tile ``obn' < obn`` whose tile, as tall as the ACC region and one
-    input block's window in an INP region allow and taller than ``tl.th``, hides them;
+    input block's window in an INP region allow (ACC regions after ``reserved`` entries,
+    default ``nob``: :func:`~.tiling.acc_regions`) and taller than ``tl.th``, hides them;
     the input is then read once per output block chunk.  Returns ``tl`` when it hides, or
     when no such ``obn'`` does (pynq rtl, 14x14 512->512 1x1: obn 32 x 2 rows, 1,024
     weight beats per 896-cycle step, 214,390 cycles -> obn 16 x 4 rows, 208,805)."""
     w_beats = _beats(cfg, MemType.WGT)
-    acc_half = acc_regions(cfg, nob, tl.acc_nvt)[1]
+    acc_half = acc_regions(cfg, nob, tl.acc_nvt, reserved)[1]
     inp_half = cfg.INP_DEPTH // tl.nvt
 
     def hides(obn, th):
@@ -433,6 +434,40 @@ def window_geometry(uid: str, in_chw: tuple[int, int, int], out_c: int,
     return WindowGeometry(xl, yl, ho, wo, left, bool(pre_pad))
 
 
+def channel_requant(cfg: VTAConfig, uid: str, attrs: dict, o: int):
+    """The per-output-channel requantize of a conv/dense node of ``o`` output channels:
+    ``(attrs, (shift, round))`` with int64 ``[O]`` arrays when ``shift`` and ``round`` are
+    sequences of one int per channel (``mult`` 1), else ``(attrs, None)``.  Sequences whose
+    channels all agree come back as scalar attributes (the scalar lowering, with its
+    fused REQ forms), with ``None``.
+
+    Raises:
+        CompileError: lengths other than ``o``, ``round`` scalar while ``shift`` is not (or
+            the reverse), ``mult != 1``, or a shift outside the tensor SHR's range
+            ``[-2**LOG_ACC_WIDTH, 2**LOG_ACC_WIDTH - 1]``.
+    """
+    sh, rn = attrs["shift"], attrs["round"]
+    seq_s, seq_r = isinstance(sh, (list, tuple, np.ndarray)), isinstance(rn, (list, tuple, np.ndarray))
+    if not seq_s and not seq_r:
+        return attrs, None
+    if not (seq_s and seq_r):
+        raise CompileError(f"{uid}: per-channel requantize needs shift and round both per "
+                           f"channel")
+    shifts, rounds = np.asarray(sh, np.int64).reshape(-1), np.asarray(rn, np.int64).reshape(-1)
+    if shifts.size != o or rounds.size != o:
+        raise CompileError(f"{uid}: per-channel requantize of {o} output channels has "
+                           f"{shifts.size} shifts and {rounds.size} rounds")
+    if attrs.get("mult", 1) not in (None, 1):
+        raise CompileError(f"{uid}: per-channel requantize needs mult 1, got {attrs['mult']}")
+    lim = 1 << cfg.LOG_ACC_WIDTH
+    if shifts.size and (int(shifts.min()) < -lim or int(shifts.max()) > lim - 1):
+        raise CompileError(f"{uid}: per-channel shifts {int(shifts.min())} .. "
+                           f"{int(shifts.max())} outside the ALU SHR range [{-lim}, {lim - 1}]")
+    if shifts.size and (shifts == shifts[0]).all() and (rounds == rounds[0]).all():
+        return dict(attrs, shift=int(shifts[0]), round=int(rounds[0])), None
+    return attrs, (shifts, rounds)
+
+
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
                attrs: dict, *, pre_pad: bool | None = None,
                im2col: bool | None = None, bias_load: bool = False,
@@ -475,6 +510,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                            f"{cfg.WGT_WIDTH}" + (" (int4: int8 values in [-8, 7])"
                                                  if cfg.WGT_WIDTH == 4 else ""))
     abits = cfg.INP_WIDTH                   # bits per activation value (4, 8 or 16)
+    attrs, pcq = channel_requant(cfg, uid, attrs, w.shape[0])
+    bias_bytes = 4 * w.shape[0] * (1 if pcq is None else 2)     # the "b" constant
     plan = plan_for(cfg, uid, attrs, k_red * (1 << (cfg.INP_WIDTH - 1)) * (
         1 << (cfg.WGT_WIDTH - 1)) + int(np.abs(np.asarray(bias, np.int64)).max(initial=0)))
     B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
@@ -502,7 +539,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         st = lo.trace.stats
         st["im2col"] = [c, kh, kw]
         st["min_dram_bytes"] = int((B * c * h * wd + B * o * ho * wo) * abits // 8
-                                   + weight_bytes(cfg, w) + 4 * o)
+                                   + weight_bytes(cfg, w) + bias_bytes)
         st["host_im2col_bytes"] = int(xl.block_bytes)
         return lo
     geo = window_geometry(uid, (c, h, wd), o, (kh, kw), (sh, sw), (pt, pl, pb, pr), B, BI, BO,
@@ -525,23 +562,30 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # (the skipping LOAD's row pitch sh*wp must fit the x_stride field)
     row_skip = (ROW_SKIP and kh == 1 and sh > 1 and pt == 0 and pb == 0
                 and sh * wp <= LIMITS.max("stride"))
+    # accumulator entries before the ACC regions: the bias (+round), and for a per-channel
+    # requantize the shift amounts (the SHR's tensor operand) behind it
+    reserved = nob if pcq is None else 2 * nob
     tl = tl0 = conv_tiling(cfg, nob, span, ho, wo, kh, kw, sh, sw, len(wpk.blocks), per_ob,
-                           row_skip)
+                           row_skip, reserved)
     mac_cycles = o * (c // groups) * kh * kw * ho * wo * B // cfg.macs_per_cycle
-    bus_cycles = (((B * c * h * wd + B * o * ho * wo) * abits // 8 + weight_bytes(cfg, w) + 4 * o)
-                  * 8 // cfg.BUS_WIDTH)
+    bus_cycles = (((B * c * h * wd + B * o * ho * wo) * abits // 8 + weight_bytes(cfg, w)
+                   + bias_bytes) * 8 // cfg.BUS_WIDTH)
     if (RESIDENT_RETILE and tl.resident and RESIDENT_ONE_BLOCK_STEPS and groups == 1
             and bus_cycles <= 2 * mac_cycles):
-        tl = _resident_retile(cfg, tl, nob, ho, wo, kk, sh, sw, kh, kw, row_skip)
+        tl = _resident_retile(cfg, tl, nob, ho, wo, kk, sh, sw, kh, kw, row_skip, reserved)
     retiled = tl != tl0
     nvt = tl.nvt
     inp_half = cfg.INP_DEPTH // nvt
     wgt_half = cfg.WGT_DEPTH // nvt
-    acc_bases, _ = acc_regions(cfg, nob, tl.acc_nvt)
+    acc_bases, _ = acc_regions(cfg, nob, tl.acc_nvt, reserved)
     tb = TraceBuilder(uid, {"x": xl.block_bytes, "y": yl.block_bytes})
     bias_load = bool(bias_load)
     if not bias_load:
-        tb.load_2d("b", 0, MemType.ACC, 0, 1, nob, nob)
+        # the bias (+round), and the shift amounts of a per-channel requantize: one LOAD
+        tb.load_2d("b", 0, MemType.ACC, 0, 1, reserved, reserved)
+    elif pcq is not None:
+        # bias_load: the tiles load the bias themselves; the shift amounts stay for the conv
+        tb.load_2d("b", nob, MemType.ACC, nob, 1, nob, nob)
     # Resident weights are loaded block run by block run as the steps first need them (on
     # the load module, so each load overlaps the GEMMs of the steps before it), not in one
     # request before the first GEMM (pynq rtl, C5: 18,400 beats the compute unit waited).
@@ -654,7 +698,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         n_t = th * tw
         h_ = -(-obn // 2)
         half = cfg.ACC_DEPTH // 2
-        split = bool(BANK_SPLIT and cfg.REQ_ENGINE and ENGINE_STREAM and len(tiles) == 1
+        split = bool(BANK_SPLIT and cfg.REQ_ENGINE and ENGINE_STREAM and pcq is None
+                     and len(tiles) == 1
                      and tl.acc_nvt == 1 and obn > 1 and acc_base + h_ * n_t <= half
                      and half + (obn - h_) * n_t <= cfg.ACC_DEPTH)
         feat["bank_split"] |= split
@@ -674,8 +719,15 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             """Requantize output blocks [b0, b1) of this tile; whether it cleared them."""
             clr_ = True
             for a, b in blk_runs(b0, b1):
-                bias_add = None if bias_load else ([(b - a, n_t, 1, 0), (n_t, 1, 0, 0)],
-                                                   [blk_addr[a]], [a])
+                bloops = [(b - a, n_t, 1, 0), (n_t, 1, 0, 0)]
+                bias_add = None if bias_load else (bloops, [blk_addr[a]], [a])
+                if pcq is not None:
+                    # per-channel: SHR by the shift row of each entry's block, on the ALU
+                    clr_ &= requant_alu(tb, blk_addr[a], (b - a) * n_t, 0,
+                                        int(attrs["clip_lo"]), int(attrs["clip_hi"]),
+                                        bias=bias_add,
+                                        shift_src=(bloops, [blk_addr[a]], [nob + a]))
+                    continue
                 clr_ &= requant_alu(tb, blk_addr[a], (b - a) * n_t, int(attrs["shift"]),
                                     int(attrs["clip_lo"]), int(attrs["clip_hi"]), plan=plan,
                                     bias=bias_add, fused=cfg.ALU_REQUANT,
@@ -695,7 +747,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         # with one block per step only as many blocks as deferred steps overlapped their
         # REQs, pynq rtl 7x7 1024-channel depthwise: 12 of 16 REQs back to back)
         done_at: dict = {}          # step r -> output blocks whose last entries it has
-        if (STEP_REQ and cfg.REQ_ENGINE and ENGINE_STREAM and t == len(tiles) - 1 and obn > 1
+        engine_req = cfg.REQ_ENGINE and ENGINE_STREAM and pcq is None
+        if (STEP_REQ and engine_req and t == len(tiles) - 1 and obn > 1
                 and not bias_load):
             steps_of: dict = {}
             for r_, (a_, b_) in enumerate(reds):
@@ -708,7 +761,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         pending: list = []
         if done_at:
             feat["step_req"] = True
-        elif cfg.REQ_ENGINE and ENGINE_STREAM and t == len(tiles) - 1 and obn > 1:
+        elif engine_req and t == len(tiles) - 1 and obn > 1:
             out_beats = obn * th * tw * _beats(cfg, MemType.OUT)
             cap = len(reds) if inp_plan is not None else min(len(reds), nvt)
             n_stream, covered = 0, 0
@@ -950,12 +1003,16 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                 "gemm_uops_planned": gemm_uops_ideal, "resets_skipped": resets_skipped, **feat,
                 "min_dram_bytes": int((B * c * _read_extent(h, ho, kh, sh) * _read_extent(wd, wo, kw, sw)
                                        + B * o * ho * wo) * abits // 8 + weight_bytes(cfg, w)
-                                      + 4 * o)}
-    # the bias carries the rounding constant (the plan's pre_add with a multiplier)
-    rnd = int(attrs["round"]) if plan is None else plan.pre_add
+                                      + bias_bytes)}
+    # the bias carries the rounding constant (the plan's pre_add with a multiplier; one
+    # per channel, and the shift amounts behind the bias blocks, for a per-channel one)
     wdata = np.ascontiguousarray(wpk.data[order])
-    consts = {"w": pack_int4(wdata) if cfg.WGT_WIDTH == 4 else wdata,
-              "b": pack_bias(bias, rnd, B, BO)}
+    if pcq is None:
+        rnd = int(attrs["round"]) if plan is None else plan.pre_add
+        bconst = pack_bias(bias, rnd, B, BO)
+    else:
+        bconst = pack_bias(bias, pcq[1], B, BO, shift=pcq[0])
+    consts = {"w": pack_int4(wdata) if cfg.WGT_WIDTH == 4 else wdata, "b": bconst}
     return LoweredOp(tr, consts, {"x": xl, "y": yl})
 
 
@@ -1048,6 +1105,7 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
     a1 = dict(attrs, kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
               groups=1 if kh * kw > 1 else groups)
     B = cfg.BATCH
+    bias_bytes = 4 * o * (1 if channel_requant(cfg, uid, attrs, o)[1] is None else 2)
     out = []
     for r in (band_rows(ho) if rows is None else rows):
         r = int(r)
@@ -1064,7 +1122,7 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
             st["band"] = [r, n]
             st["gemm_uops_ideal"] = -(-o * cg * kh * kw * n * wo * B // cfg.macs_per_cycle)
             st["min_dram_bytes"] = int((B * c * in_rows * wd + B * o * n * wo) * cfg.INP_WIDTH // 8
-                                       + weight_bytes(cfg, w) + 4 * o)
+                                       + weight_bytes(cfg, w) + bias_bytes)
             traces[n] = lo.trace
         out.append(RowBands(r, traces[r], traces.get(ho % r)))
     return out

@@ -14,7 +14,9 @@ Layouts (elements as the ISA sees them; sources: vta-anchor.md §2 memory types)
   output channel block (so depthwise costs no extra GEMM work beyond the block diagonal);
 * bias: ``[ceil(O/BLOCK_OUT), BATCH, BLOCK_OUT]`` int32 (ACC elements), the same values for
   every batch lane, with the requantize rounding constant added (``bias + round``: exact,
-  the sum is formed before the shift either way).
+  the sum is formed before the shift either way); with per-output-channel requantization
+  ``[2 * ceil(O/BLOCK_OUT), BATCH, BLOCK_OUT]``: those blocks, then each channel's shift
+  amount in the same layout (:func:`pack_bias` ``shift``).
 
 Channel counts that are not a multiple of the block (3, 17, 255) are zero-padded on
 packing and sliced back on unpacking.
@@ -100,11 +102,25 @@ def pack_weights(w: np.ndarray, groups: int, bo: int, bi: int) -> WeightPack:
     return WeightPack(data, pairs.astype(np.int64), ranges, nob, nib)
 
 
-def pack_bias(bias: np.ndarray, round_: int, batch: int, bo: int) -> np.ndarray:
-    """int32 ``[O]`` -> ``[ceil(O/bo), batch, bo]`` int32 holding ``bias + round``."""
+def pack_bias(bias: np.ndarray, round_, batch: int, bo: int,
+              shift=None) -> np.ndarray:
+    """int32 ``[O]`` -> ``[ceil(O/bo), batch, bo]`` int32 holding ``bias + round``.
+
+    ``round_``: one int, or one per output channel (``[O]``, per-channel requantize).
+    ``shift`` (per-channel requantize: ``[O]`` ints, negative = left shift): the result is
+    ``[2 * ceil(O/bo), batch, bo]``, the ``bias + round`` blocks followed by the shift
+    amounts in the same layout (the tensor operand of the ALU SHR; padded channels 0)."""
     o = bias.shape[0]
     nob = ceil_div(o, bo)
     b = np.zeros(nob * bo, np.int64)
-    b[:o] = bias.astype(np.int64) + int(round_)
+    if np.ndim(round_):
+        b[:o] = bias.astype(np.int64) + np.asarray(round_, np.int64).reshape(o)
+    else:
+        b[:o] = bias.astype(np.int64) + int(round_)
+    if shift is not None:
+        sh = np.zeros(nob * bo, np.int64)
+        sh[:o] = np.asarray(shift, np.int64).reshape(o)
+        b = np.concatenate([b, sh])
+        nob *= 2
     b = b.reshape(nob, 1, bo).repeat(batch, axis=1)
     return np.ascontiguousarray(b.astype(np.int32))

@@ -12,9 +12,10 @@ not fit (a kernel window larger than the INP scratchpad).
 Constraints per virtual thread (elements): INP ``ibn * rows * cols`` with
 ``rows = (th-1)*sh + KH`` (``th`` with ``row_skip``: a 1x1 kernel of vertical stride > 1
 without vertical padding loads only the rows it reads), ``cols = (tw-1)*sw + KW``; ACC
-``obn * th * tw`` per ACC region (+ the bias region, shared; :func:`acc_regions`: two,
-one, or four bank-aligned); WGT ``obn * ibn * KH * KW`` unless all weights fit at once
-(then they are loaded once and stay resident); UOP: ``obn * ibn * KH * KW`` GEMM micro-ops (longer
+``obn * th * tw`` per ACC region (+ the bias region, shared, and for a per-channel
+requantize the shift amounts after it; :func:`acc_regions`: two, one, or four
+bank-aligned); WGT ``obn * ibn * KH * KW`` unless all weights fit at once (then they are
+loaded once and stay resident); UOP: ``obn * ibn * KH * KW`` GEMM micro-ops (longer
 kernels are split by the builder, exactly).  Cost model (smaller is better): DRAM bytes
 moved + ``STEP_COST`` bytes-equivalent per instruction-heavy step (+ ``ROW_COST`` per DMA
 row, input rows loaded and output rows stored, for ``row_skip`` tilings).
@@ -67,18 +68,21 @@ class ConvTiling:
             object.__setattr__(self, "acc_nvt", self.nvt)
 
 
-def acc_regions(cfg: VTAConfig, nob: int, acc_nvt: int) -> tuple[list[int], int]:
+def acc_regions(cfg: VTAConfig, nob: int, acc_nvt: int,
+                reserved: int | None = None) -> tuple[list[int], int]:
     """First accumulator entry of each of ``acc_nvt`` ACC regions and their size (entries),
-    after the bias's ``nob`` entries at entry 0.  One or two regions: ``nob + k * size``
-    with ``size = (ACC_DEPTH - nob) // acc_nvt``.  Four (:data:`QUAD_ACC`): two in each bank
-    of ``ACC_DEPTH / 2`` entries, in the order low, high, low, high, each
-    ``(ACC_DEPTH / 2 - nob) // 2`` entries."""
+    after the ``reserved`` entries at entry 0 (default ``nob``: the bias; ``2 * nob`` for a
+    per-channel requantize, whose shift amounts follow the bias).  One or two regions:
+    ``reserved + k * size`` with ``size = (ACC_DEPTH - reserved) // acc_nvt``.  Four
+    (:data:`QUAD_ACC`): two in each bank of ``ACC_DEPTH / 2`` entries, in the order low,
+    high, low, high, each ``(ACC_DEPTH / 2 - reserved) // 2`` entries."""
+    res = nob if reserved is None else int(reserved)
     if acc_nvt == 4:
         half = cfg.ACC_DEPTH // 2
-        size = (half - nob) // 2
-        return [nob, half, nob + size, half + size], size
-    size = (cfg.ACC_DEPTH - nob) // acc_nvt
-    return [nob + k * size for k in range(acc_nvt)], size
+        size = (half - res) // 2
+        return [res, half, res + size, half + size], size
+    size = (cfg.ACC_DEPTH - res) // acc_nvt
+    return [res + k * size for k in range(acc_nvt)], size
 
 
 def candidates(n: int, limit: int = 24) -> list[int]:
@@ -100,7 +104,7 @@ def candidates(n: int, limit: int = 24) -> list[int]:
 
 def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: int, kw: int,
                 sh: int, sw: int, n_wgt_blocks: int, blocks_per_ob: int,
-                row_skip: bool = False) -> ConvTiling:
+                row_skip: bool = False, reserved: int | None = None) -> ConvTiling:
     """Choose the tiling of a conv (see the module docstring).
 
     Args:
@@ -108,7 +112,9 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
             reads (all of them for groups 1); ho, wo: output size; kh, kw, sh, sw: kernel
             and strides; n_wgt_blocks: stored weight blocks; blocks_per_ob: stored blocks
             per output block (max); row_skip: a tile holds ``th`` input rows, not
-            ``(th-1)*sh + kh`` (the lowering loads every ``sh``-th row; ``kh == 1`` only).
+            ``(th-1)*sh + kh`` (the lowering loads every ``sh``-th row; ``kh == 1`` only);
+            reserved: accumulator entries kept at entry 0 (default ``nob``, the bias;
+            ``2 * nob`` with a per-channel requantize's shift amounts, :func:`acc_regions`).
     Raises:
         CompileError: not even a one-pixel tile fits this config.
     """
@@ -116,12 +122,13 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
     uop_d = cfg.UOP_DEPTH
     eb_inp = cfg.elem_bytes(MemType.INP)
     eb_wgt = cfg.elem_bytes(MemType.WGT)
-    acc_free = acc_d - nob
+    res = nob if reserved is None else int(reserved)
+    acc_free = acc_d - res
     resident = n_wgt_blocks * kh * kw <= wgt_d
     # STORE beats per output element (bits / BUS_WIDTH) against GEMM cycles per output
     # element (1x1 convs of few input channels, im2col first layers)
     out_bits = cfg.elem_bytes(MemType.OUT) * 8
-    quad = bool(QUAD_ACC and cfg.REQ_ENGINE and nob <= acc_d // 8
+    quad = bool(QUAD_ACC and cfg.REQ_ENGINE and res <= acc_d // 8
                 and out_bits > QUAD_ACC_RATIO * nib_span * kh * kw * cfg.BUS_WIDTH)
     best = None
     for nvt in (2, 1):
@@ -138,7 +145,7 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     else:
                         th_inp = ((inp_d // nvt) // (ibn * cols) - kh) // sh + 1 if ibn * cols else 0
                     acc_nvt = 4 if quad and nvt == 2 else nvt
-                    th_acc = acc_regions(cfg, nob, acc_nvt)[1] // (obn * tw)
+                    th_acc = acc_regions(cfg, nob, acc_nvt, res)[1] // (obn * tw)
                     th_max = min(ho, th_inp, MAX_EXTENT // tw if tw else 0)
                     th = min(th_max, th_acc)
                     if (SINGLE_TILE_ACC and nvt > 1 and obn == nob and tw == wo
