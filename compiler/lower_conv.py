@@ -3,13 +3,15 @@
 One batch block (``BATCH`` images) per trace; the executor replays it per block.
 
 Slots: ``x`` input activation (INP elements, NCHW{B}n{BLOCK_IN}c), ``w`` weights
-(block-compressed, :mod:`.pack`), ``b`` bias + rounding constant (ACC elements), ``y``
-output (OUT elements, NCHW{B}n{BLOCK_OUT}c).
+(block-compressed, :mod:`.pack`), ``b`` bias + rounding constant (ACC elements; with a
+per-channel requantize also the shift amounts, below), ``y`` output (OUT elements,
+NCHW{B}n{BLOCK_OUT}c).
 
 Schedule (tiles from :func:`.tiling.conv_tiling`):
 
-1. ACC LOAD of the whole bias to accumulator entries ``[0, OB)``; the weights, when they
-   all fit the WGT scratchpad, are loaded once (resident).
+1. ACC LOAD of the whole bias to accumulator entries ``[0, OB)`` (per-channel requantize:
+   of ``[0, 2*OB)``, the shift amounts behind the bias); the weights, when they all fit
+   the WGT scratchpad, are loaded once (resident).
 2. For each output tile (output block chunk x row chunk x column chunk) and each reduction
    step (input block chunk): LOAD the input window of each input block (2-D load, zero
    padding at the borders, pads <= 15), LOAD the tile's weights unless resident (resident
@@ -35,6 +37,21 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
    pre-clip MAX/MIN when the overflow proof needs it, MUL ``mult``, ADD ``post_add``, SHR
    ``shift``, MAX, MIN -- ``(acc*mult + round) >> shift`` with no intermediate beyond
    ``ACC_WIDTH``.
+
+Per-output-channel requantize (issue 21: ``shift`` and ``round`` tuples of one int per
+output channel, ``mult`` 1, scalar clips; :func:`channel_requant`): the ``b`` constant is
+``[2*OB, BATCH, BLOCK_OUT]`` int32, the bias + ``round[o]`` blocks (entries ``[0, OB)``)
+then ``shift[o]`` in the same layout (entries ``[OB, 2*OB)``), loaded by one ACC LOAD, and
+the ACC regions start after those ``2*OB`` entries (:func:`~.tiling.acc_regions`
+``reserved``).  The epilogue is ADD bias (tensor operand, the bias row of each entry's
+output block), SHR by the shift row of each entry's output block (tensor operand, entry
+``OB + ob``; negative = left shift, docs/semantics.md), MAX ``clip_lo``, MIN ``clip_hi``
+on the ALU: never the fused REQ (its shift is an immediate), so no clearing REQ either
+(each tile resets its entries), and on a REQ engine core none of the forms that overlap
+the engine's REQ with GEMMs (STEP_REQ, the ENGINE_STREAM last steps, BANK_SPLIT); the
+engine still runs the ALU resets (ENGINE_RESETS).  ``bias_load`` works too: the shift
+amounts are loaded once to ``[OB, 2*OB)``, the tiles start at the bias.  Tuples whose
+channels all agree lower as the scalar requantize.
 
 Few input channels (:func:`use_im2col`, e.g. 1 or 3 channels with a 3x3 / 7x7 kernel): the
 conv is lowered as a 1x1 conv over the im2col'd input ``[C*kh*kw, Ho, Wo]`` (patch channels
@@ -478,7 +495,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         in_chw: input ``(C, H, W)``; w: int8 ``[O, C/groups, KH, KW]``; bias: int32 ``[O]``;
         attrs: the node's ``kernel``, ``strides``, ``pads`` (top, left, bottom, right),
             ``groups``, ``shift``, ``round``, ``mult`` (1, or a multiplier on a config
-            with ``ALU_MUL``), ``clip_lo``, ``clip_hi``.
+            with ``ALU_MUL``), ``clip_lo``, ``clip_hi``.  ``shift`` and ``round`` may be
+            sequences of ``O`` ints (per-output-channel requantize, ``mult`` 1; shifts in
+            ``[-2**LOG_ACC_WIDTH, 2**LOG_ACC_WIDTH - 1]``, see the module docstring).
         pre_pad: bake the spatial padding into the packed input on the host instead of
             using LOAD padding (default: only when a tile window could lie entirely in the
             padding, i.e. a pad >= the kernel size).
@@ -502,7 +521,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             (:func:`lower_conv_bands`).
     Raises:
         CompileError: ``mult != 1`` without ``ALU_MUL`` or without an overflow-free
-            sequence, pads > 15, no tile fits, ``out_rows < Ho``.
+            sequence, pads > 15, no tile fits, ``out_rows < Ho``; a per-channel
+            requantize refused by :func:`channel_requant`.
     """
     k_red = int(np.prod(w.shape[1:]))
     if not weights_fit(cfg, w):
@@ -1077,9 +1097,10 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
     its (im2col'd) input, ``[K, r, Wo]`` (``K = C*kh*kw``, or ``C`` for a 1x1 conv), with
     ``out_rows = Ho`` so it stores into the full ``[O, Ho, Wo]`` output; its packed
     constants are those of :func:`lower_conv` of the whole conv (the same reshaped
-    weights and bias).  Trace statistics per band: ``gemm_uops_ideal`` of the band's MACs
-    and ``min_dram_bytes`` of the input rows it reads (raw input rows for im2col),
-    weights, bias and its output rows.
+    weights and bias, and the shift amounts of a per-channel requantize).  Trace
+    statistics per band: ``gemm_uops_ideal`` of the band's MACs and ``min_dram_bytes`` of
+    the input rows it reads (raw input rows for im2col), weights, bias and its output
+    rows.
 
     Args:
         in_chw, w, bias, attrs: as for :func:`lower_conv`.
@@ -1141,7 +1162,8 @@ def act_layout(cfg: VTAConfig, lay: SlotLayout) -> SlotLayout:
 
 def lower_dense(cfg: VTAConfig, uid: str, k: int, w: np.ndarray, bias: np.ndarray,
                 attrs: dict) -> LoweredOp:
-    """Lower ``qdense`` (x ``[N, k]``, w ``[M, k]``) as a 1x1 conv on a 1x1 image."""
+    """Lower ``qdense`` (x ``[N, k]``, w ``[M, k]``) as a 1x1 conv on a 1x1 image (``attrs``
+    as for :func:`lower_conv`, per-channel ``shift``/``round`` of ``M`` ints included)."""
     a = dict(attrs)
     a.update(kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), groups=1)
     return lower_conv(cfg, uid, (k, 1, 1), w.reshape(w.shape[0], k, 1, 1), bias, a)

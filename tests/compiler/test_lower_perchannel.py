@@ -173,10 +173,10 @@ def _pc_attrs(k, s, p, groups, shifts, lo=-128, hi=127):
             "clip_lo": lo, "clip_hi": hi}
 
 
-def _run(cfg, lo, x):
-    """Run ``lo`` (a :class:`LoweredOp`) on fsim for the int8 ``x [N, C, H, W]``; the
-    output unpacked ``[N, O, Ho, Wo]``."""
-    dev = FsimDevice(cfg, mem_bytes=64 << 20)
+def _run(cfg, lo, x, dev=None):
+    """Run ``lo`` (a :class:`LoweredOp`) on ``dev`` (default a fresh fsim) for the int8
+    ``x [N, C, H, W]``; the output unpacked ``[N, O, Ho, Wo]``."""
+    dev = FsimDevice(cfg, mem_bytes=64 << 20) if dev is None else dev
     pb = ProgramBuilder(dev)
     n = x.shape[0]
     nblk = -(-n // cfg.BATCH)
@@ -202,7 +202,7 @@ def _shifts(rng, o):
 
 
 def _conv_pc(cfg, cin, cout, h, k, s, p, groups, *, n=1, seed=0, lo=-128, hi=127,
-             wd=None, **kw):
+             wd=None, dev=None, **kw):
     """A random per-channel conv through ``cfg``'s fsim against :func:`_oracle`; returns
     the :class:`LoweredOp`."""
     rng = np.random.default_rng(seed)
@@ -214,7 +214,7 @@ def _conv_pc(cfg, cin, cout, h, k, s, p, groups, *, n=1, seed=0, lo=-128, hi=127
     sh = _shifts(rng, cout)
     lowered = lower_conv(cfg, "pc", (cin, h, wd), w, b, _pc_attrs(k, s, p, groups, sh, lo, hi),
                          **kw)
-    got = _run(cfg, lowered, x)
+    got = _run(cfg, lowered, x, dev)
     want = _oracle(x, w, b, sh, (s, s), (p,) * 4, groups, lo, hi)
     np.testing.assert_array_equal(got, want)
     return lowered
@@ -361,3 +361,42 @@ def test_per_channel_takes_no_engine_req_forms(case):
     assert sc["bank_split"]
     assert not pc["step_req"] and not pc["stream_steps"] and not pc["bank_split"]
     assert pc["tiling"] == sc["tiling"]
+
+
+@pytest.mark.rtl
+def test_per_channel_conv_on_rtl():
+    """A small per-channel conv (two tiles of several output blocks) on the Verilated tiny
+    core: the tensor-operand SHR reads the shift rows on hardware too."""
+    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    tiny = CFGS["tiny"]
+    dev = rtl.RtlDevice(tiny, 16 << 20, progress=False)
+    try:
+        _conv_pc(tiny, 8, 12, 6, 3, 1, 1, 1, seed=4, dev=dev)
+        _conv_pc(tiny, 8, 8, 5, 3, 2, 1, 8, seed=5, dev=dev)
+    finally:
+        dev.close()
+
+
+def test_acc_regions_reserved():
+    """``reserved`` moves the regions (one, two, four bank-aligned) past the shift rows;
+    the default is the bias's ``nob`` entries."""
+    from vtaforge.compiler import tiling
+
+    nob, half = 4, ENG.ACC_DEPTH // 2
+    for k in (1, 2, 4):
+        assert tiling.acc_regions(ENG, nob, k) == tiling.acc_regions(ENG, nob, k, nob)
+    assert tiling.acc_regions(ENG, nob, 2, 2 * nob) == (
+        [8, 8 + (ENG.ACC_DEPTH - 8) // 2], (ENG.ACC_DEPTH - 8) // 2)
+    bases, size = tiling.acc_regions(ENG, nob, 4, 2 * nob)
+    assert bases == [8, half, 8 + size, half + size] and size == (half - 8) // 2
+    tl = tiling.conv_tiling(PYNQ, 127, 4, 8, 8, 1, 1, 1, 1, 127 * 4, 4, reserved=254)
+    assert tl.obn * tl.th * tl.tw <= tiling.acc_regions(PYNQ, 127, tl.acc_nvt, 254)[1]
+
+
+def test_per_channel_quad_acc_regions():
+    """The store-heavy 32 -> 64 1x1 on the engine core keeps its four ACC regions, after
+    the 2*nob reserved entries, and is exact."""
+    lo = _conv_pc(ENG, 32, 64, 28, 1, 1, 0, 1, seed=11)
+    assert lo.trace.stats["acc_regions"] == 4
+    gemm_dst = np.concatenate([k.dst for k in lo.trace.kernels if k.mode == "gemm"])
+    assert gemm_dst.min() >= 8
