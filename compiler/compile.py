@@ -42,7 +42,7 @@ from .errors import CompileError
 from .ir import FLOAT_OPS, QUANT_OPS, REAL_OPS, Graph
 from .partition import Partition, partition
 from .passes import optimize
-from .quantize import QuantConfig, _Quantizer, calibrate
+from .quantize import QuantConfig, _Quantizer, calibrate, layer_errors
 from .onnx_frontend import import_onnx
 from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
@@ -220,9 +220,11 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     Args:
         calib_data: calibration inputs (``ndarray`` or ``{input: ndarray}``, batch first).
         config: VTAConfig, preset name or JSON path (default ``pynq``).
-        quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL)``
-            (exact non-power-of-two QDQ scales where the core has ALU MUL, nearest powers of
-            two otherwise) with the config's widths (:func:`quant_widths`: int16
+        quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL,
+            calibration="mse", min_layer_cosine=0.99)`` (exact non-power-of-two QDQ scales
+            where the core has ALU MUL, nearest powers of two otherwise; per-channel weight
+            exps where they halve a layer's weight error; an int8 layer whose measured
+            cosine against float is below 0.99 stays a float CPU node) with the config's widths (:func:`quant_widths`: int16
             activations / weights on a ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4 core, int4
             activations (the IR dtype ``int4``) on a ``LOG_INP_WIDTH`` 2 core, int4 weights
             on a ``LOG_WGT_WIDTH`` 2 core).
@@ -262,8 +264,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     else:
         raise CompileError(f"{calib_label} must be an ndarray or a dict {{input name: "
                            f"ndarray}}, not {type(calib).__name__}")
-    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL),
-                                     **quant_widths(cfg, fg))
+    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
+                                     min_layer_cosine=0.99, **quant_widths(cfg, fg))
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
     if n_samples is None:
         qc = replace(qc, batch_size=1 << 62)
@@ -277,7 +279,9 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
                  else {k: v[:n] for k, v in calib.items()})
         qc = replace(qc, batch_size=b0)
     fg = optimize(fg)
-    q, part = quantize_placed(fg, calibrate(fg, calib, qc), qc, cfg)
+    q, part = quantize_placed(fg, calibrate(fg, calib, qc), qc, cfg,
+                              feeds=_error_feeds(fg, calib, b0 if isinstance(b0, int) else None,
+                                                 n_samples is None))
     cm = lower_graph(q, part, fallback=fallback, row_bands=row_bands)
     cm.qgraph = q
     cm.partition = part
@@ -285,9 +289,10 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
 
 
 def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
-                    max_rounds: int = 4) -> tuple[Graph, Partition]:
+                    max_rounds: int = 4, feeds: dict | None = None) -> tuple[Graph, Partition]:
     """Quantize an optimized float graph with calibrated ``exps`` and partition it, keeping
-    real-valued every node whose int8 form the partitioner would place on the CPU.
+    real-valued every node whose int8 form the partitioner would place on the CPU, or whose
+    int8 form is measured too inexact.
 
     BYOC order: VTA takes what it can, and only what VTA runs needs its integer form (for
     a float model quantized to int8; a QDQ model or 4/16-bit widths are quantized as they
@@ -298,6 +303,12 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     redone until no new node moves (at most ``max_rounds`` rounds; each is one quantizer
     rewrite, no calibration run).  The placement reason of a node kept real says why its
     int8 form was not placed on VTA.
+
+    Per-layer error fallback: with ``feeds`` (a few calibration samples) and
+    ``qc.min_layer_cosine > 0``, each integer node's local error is measured
+    (:func:`~.quantize.layer_errors`: its output against the float node's, both fed the
+    float graph's inputs) and a node below ``min_layer_cosine`` is kept real-valued on the
+    CPU too, its reason naming the measured cosine.
 
     Returns:
         ``(quantized graph, partition)``.
@@ -312,21 +323,44 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
         return q, partition(q, cfg)
     real_ok = {n.name for n in fg.nodes if n.op in REAL_OPS}
     keep: dict[str, str] = {}
-    for k in range(max_rounds + 1):
-        q = _Quantizer(fg, exps, qc, frozenset(keep)).run()
-        part = partition(q, cfg)
-        more = {p.node: p.reason for p in part.placements.values()
-                if p.target == "cpu" and p.node in real_ok and p.node not in keep
-                and p.op in QUANT_OPS and p.op not in FLOAT_OPS}
-        if not more or k == max_rounds:
-            break
-        keep.update(more)
+
+    def settle():
+        for k in range(max_rounds + 1):
+            q = _Quantizer(fg, exps, qc, frozenset(keep)).run()
+            part = partition(q, cfg)
+            more = {p.node: p.reason for p in part.placements.values()
+                    if p.target == "cpu" and p.node in real_ok and p.node not in keep
+                    and p.op in QUANT_OPS and p.op not in FLOAT_OPS}
+            if not more or k == max_rounds:
+                return q
+            keep.update({n: f"kept real-valued: its int8 form runs on the CPU ({why})"
+                         for n, why in more.items()})
+
+    q = settle()
+    if feeds is not None and qc.min_layer_cosine > 0:
+        thr = qc.min_layer_cosine
+        bad = {n: c for n, c in layer_errors(fg, q, feeds).items()
+               if c < thr and n in real_ok and n not in keep}
+        if bad:
+            keep.update({n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} "
+                            f"< {thr} against float on calibration data)" for n, c in bad.items()})
+            q = settle()
     rep = q.meta["quant_report"]
     for k, why in keep.items():
-        rep.fallbacks.setdefault(k, f"kept real-valued: its int8 form runs on the CPU ({why})")
-    if keep:    # the reasons reach the placement table through the quantizer's report
-        part = partition(q, cfg)
-    return q, part
+        rep.fallbacks.setdefault(k, why)
+    # the reasons reach the placement table through the quantizer's report
+    return q, partition(q, cfg)
+
+
+def _error_feeds(fg: Graph, calib, fixed_batch: int | None, one_run: bool,
+                 n: int = 4) -> dict:
+    """The calibration samples :func:`quantize_placed` measures layer errors on: the first
+    ``n`` (one batch of a fixed-batch model; all of static data calibrated in one run)."""
+    data = calib if isinstance(calib, dict) else {fg.inputs[0]: calib}
+    if one_run:
+        return dict(data)
+    k = n if fixed_batch is None else fixed_batch
+    return {i: np.asarray(v)[:k] for i, v in data.items()}
 
 
 def quant_widths(cfg: VTAConfig, fg: Graph | None = None) -> dict:

@@ -254,7 +254,7 @@ def compile_dynamic(model, calib_data, config=None, *,
         proto.CopyFrom(model)
     dims = declared_input_shapes(proto)
     inputs = list(dims)
-    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL))
+    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse")
     name = proto.graph.name or "model"
     exps: dict = {}
     shapes = []

@@ -121,6 +121,13 @@ Node kinds (inputs; attributes; semantics):
     with ``shift = exp_out - (exp_in + exp_w)``.
 ``qdense`` (x int8 [N,K], w int8 [M,K], bias int32 [M]) -> int8 [N,M]; same
     requantize attributes: ``out = requantize(x @ w.T + bias)``.
+Per-channel weights (``qconv2d`` / ``qdense`` with the optional ``w_exps``): output channel
+    ``o``'s weights are at their own exp ``w_exps[o]`` (a tuple of O ints; the weight
+    constant's ``exp`` is ``max(w_exps)``, its bias's ``exp_in + max(w_exps)``, bookkeeping
+    only), ``bias[o]`` is at ``exp_in + w_exps[o]``, and ``shift`` / ``round`` are tuples of
+    O ints: channel ``o`` requantizes with ``shift[o] = exp_out - (exp_in + w_exps[o])`` and
+    ``round[o] = requant_round(shift[o])``; ``mult`` is 1 and every scale a power of two.
+    On VTA the shifts are an ACC constant and the SHR takes it as a tensor operand.
 ``qadd`` (a int8, b int8: same shape, or a constant broadcast against a) -> int8; ``lshift_a``, ``lshift_b``
     (>= 0), ``shift``, ``round``, ``mult``, ``clip_lo``, ``clip_hi`` (operands: power-of-two scales)::
 
@@ -179,6 +186,7 @@ __all__ = [
     "Dim", "TensorType", "Node", "Graph", "OPS", "FLOAT_OPS", "QUANT_OPS", "LAYOUT_OPS",
     "REAL_OPS", "infer_types", "validate", "dump", "requant_round", "MultPlan", "mult_plan",
     "avg_reciprocal", "MULT_MAX", "QINT_DTYPES", "qrange", "qbits", "storage_dtype",
+    "channel_shifts",
 ]
 
 Dim = Union[int, str]
@@ -760,9 +768,44 @@ def infer_types(graph: Graph) -> Graph:
     return graph
 
 
+def channel_shifts(attrs: dict) -> np.ndarray | None:
+    """The per-output-channel requantize shifts of a ``qconv2d`` / ``qdense`` with
+    per-channel weight exps (``w_exps``): int64 ``[O]``, or None for a per-tensor node
+    (``shift`` an int)."""
+    s = attrs.get("shift")
+    return np.asarray(s, np.int64) if isinstance(s, tuple) else None
+
+
+def _check_per_channel(node: Node, types: dict[str, TensorType]) -> None:
+    """The integer rules of a per-channel ``qconv2d`` / ``qdense`` (module docstring)."""
+    a = node.attrs
+    x, w, b = (types[i] for i in node.inputs)
+    out = types[node.outputs[0]]
+    we, s, r = a["w_exps"], a["shift"], a["round"]
+    o = w.shape[0]
+    if not (isinstance(we, tuple) and isinstance(s, tuple) and isinstance(r, tuple)
+            and len(we) == len(s) == len(r) == o
+            and all(isinstance(v, int) for v in we + s + r)):
+        raise _err(node, f"w_exps, shift and round must be tuples of {o} ints (one per output "
+                   f"channel)")
+    if a["mult"] != 1 or any(t.scale is not None for t in (x, w, b, out)):
+        raise _err(node, "per-channel weight exps need power-of-two scales and mult 1")
+    if max(we) != w.exp or b.exp != x.exp + w.exp:
+        raise _err(node, f"weight exp {w.exp} / bias exp {b.exp} must be max(w_exps) "
+                   f"{max(we)} / exp_in + max(w_exps) {x.exp + max(we)}")
+    for k in range(o):
+        if s[k] != out.exp - x.exp - we[k] or r[k] != requant_round(s[k]) or abs(s[k]) > 31:
+            raise _err(node, f"channel {k}: shift {s[k]} / round {r[k]} != exp_out - exp_in - "
+                       f"w_exps = {out.exp - x.exp - we[k]} (within [-31, 31]) and its round")
+
+
 def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
     a = node.attrs
-    if "shift" in a and node.op != "qavg_pool":
+    if "w_exps" in a:
+        if node.op not in ("qconv2d", "qdense"):
+            raise _err(node, "w_exps (per-channel weight exps) is for qconv2d / qdense only")
+        _check_per_channel(node, types)
+    elif "shift" in a and node.op != "qavg_pool":
         s = a["shift"]
         if not isinstance(s, int) or a["round"] != requant_round(s):
             raise _err(node, f"round {a['round']} does not match shift {s}")
@@ -798,7 +841,7 @@ def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
     qlo, qhi = qrange(odt) if odt in QINT_DTYPES else (-128, 127)
     if "clip_lo" in a and not qlo <= a["clip_lo"] <= a["clip_hi"] <= qhi:
         raise _err(node, f"clip [{a['clip_lo']}, {a['clip_hi']}] outside the {odt} range")
-    if node.op == "qconv2d" or node.op == "qdense":
+    if (node.op == "qconv2d" or node.op == "qdense") and "w_exps" not in a:
         x, w, b = (types[i] for i in node.inputs)
         if b.exp != x.exp + w.exp:
             raise _err(node, f"bias exp {b.exp} != exp_in + exp_w = {x.exp + w.exp}")

@@ -315,7 +315,8 @@ def _mul_suffix(a: dict) -> str:
 
 
 def _round_imm(a: dict) -> str | None:
-    if "shift" in a and a.get("round") is not None and a["round"] > IMM_MAX and a.get("mult") in (None, 1):
+    if ("shift" in a and isinstance(a.get("round"), int) and a["round"] > IMM_MAX
+            and a.get("mult") in (None, 1)):
         return f"rounding constant {a['round']} (shift {a['shift']}) does not fit a 16-bit ALU immediate"
     return None
 
@@ -328,7 +329,8 @@ def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[boo
     """``qconv2d`` / ``qdense``: the worst-case accumulator fits ``ACC_WIDTH``; conv pads fit
     the LOAD pad field."""
     a, op = node.attrs, node.op
-    worst = linear_acc_bound(node, graph) + a["round"]
+    worst = linear_acc_bound(node, graph) + (max(a["round"]) if isinstance(a["round"], tuple)
+                                             else a["round"])
     if worst >= 1 << (cfg.ACC_WIDTH - 1):
         return False, f"worst-case accumulator {worst} does not fit ACC_WIDTH {cfg.ACC_WIDTH}"
     if op == "qconv2d" and max(a["pads"]) > MAX_PAD:
@@ -336,7 +338,11 @@ def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[boo
     what = "depthwise conv" if op == "qconv2d" and a["groups"] == graph.types[node.inputs[0]].shape[1] \
         and a["groups"] > 1 else ("group conv" if op == "qconv2d" and a["groups"] > 1 else op[1:])
     mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
-    return True, f"{what}: GEMM + ALU requantize ({mul}shift {a['shift']}, clip [{a['clip_lo']}, {a['clip_hi']}])"
+    if isinstance(a["shift"], tuple):
+        shift = f"per-channel shifts {min(a['shift'])}..{max(a['shift'])} (tensor SHR)"
+    else:
+        shift = f"shift {a['shift']}"
+    return True, f"{what}: GEMM + ALU requantize ({mul}{shift}, clip [{a['clip_lo']}, {a['clip_hi']}])"
 
 
 def const_kind(graph: Graph, node: Node) -> str | None:

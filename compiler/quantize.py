@@ -77,12 +77,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import REAL_OPS, Graph, Node, TensorType, validate
+from .ir import REAL_OPS, Graph, Node, TensorType, qrange, storage_dtype, validate
 from .requant import MULT_MAX, avg_reciprocal, mult_plan, requant_round
 from .reference import run_float, run_quantized
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
-           "compare", "calibrate", "exp_for_range", "choose_multiplier"]
+           "compare", "calibrate", "exp_for_range", "choose_multiplier", "layer_errors"]
 
 INT32_MAX = (1 << 31) - 1
 
@@ -95,7 +95,8 @@ class QuantConfig:
         calibration: ``"max"`` (max |x| over the calibration set), ``"percentile"``
             (the ``percentile``-th percentile of |x|) or ``"mse"`` (of the four
             exps ``e_max-3 .. e_max``, the one with the least quantization MSE
-            on the calibration values).
+            on the calibration values).  Graph outputs always take ``"max"``: a model's
+            peaks (logits, box scores) are its answer, so they are never clipped.
         percentile: used by ``"percentile"``.
         batch_size: calibration batch size (images per float run).
         max_samples: per-tensor cap on stored |x| samples for percentile/MSE.
@@ -109,8 +110,20 @@ class QuantConfig:
         wgt_bits: conv/dense weight width, 4, 8 or 16; ``compile_model`` uses ``WGT_WIDTH``.
             int4 weights are int8 constants with values in ``[-7, 7]`` (numpy has no int4;
             the lowering packs them two per byte).
+        per_channel: per-output-channel power-of-two weight exps for int8 conv/dense
+            (``ir`` "Per-channel weights"): ``"auto"`` where it at least halves the
+            layer's weight quantization MSE (relative to each channel's energy) or the
+            model's QDQ weight scales are per-channel, ``"on"`` wherever channels'
+            exps differ, ``"off"`` never.  int8 activations and weights with power-of-two
+            scales only; other layers stay per-tensor.
+        min_layer_cosine: per-layer error fallback (``compile_model``,
+            :func:`~.compile.quantize_placed`): an int8 conv/dense/add/mul/pool whose output
+            cosine against float, measured on calibration samples with float inputs
+            (:func:`layer_errors`), is below this stays a float CPU node; 0 disables.
+            ``compile_model``'s default QuantConfig uses 0.99.
     Raises:
-        CompileError: ``act_bits`` not 4, 8 or 16, ``wgt_bits`` not 4, 8 or 16.
+        CompileError: ``act_bits`` not 4, 8 or 16, ``wgt_bits`` not 4, 8 or 16,
+            ``per_channel`` not one of auto / on / off.
     """
 
     calibration: str = "max"
@@ -120,8 +133,13 @@ class QuantConfig:
     exact_multiply: bool = False
     act_bits: int = 8
     wgt_bits: int = 8
+    per_channel: str = "auto"
+    min_layer_cosine: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.per_channel not in ("auto", "on", "off"):
+            raise CompileError(f"QuantConfig.per_channel = {self.per_channel!r}: use 'auto', "
+                               f"'on' or 'off'")
         for k, ok in (("act_bits", (4, 8, 16)), ("wgt_bits", (4, 8, 16))):
             v = getattr(self, k)
             if isinstance(v, bool) or v not in ok:
@@ -287,9 +305,12 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
                 samples.setdefault(name, []).append(a if a.size <= k else rng.choice(a, k, replace=False))
     exps = {}
     qm = config.qmax
+    outputs = set(graph.outputs)
     for name, m in maxabs.items():
         e = exp_for_range(m, qm)
-        if config.calibration == "percentile":
+        if name in outputs:
+            pass    # a model output keeps its peaks (logits, box scores): never clipped
+        elif config.calibration == "percentile":
             e = exp_for_range(float(np.percentile(np.concatenate(samples[name]), config.percentile)), qm)
         elif config.calibration == "mse":
             a = np.concatenate(samples[name])
@@ -457,8 +478,9 @@ class _Quantizer:
             e = best
         if hint is not None:
             if isinstance(hint, tuple):
-                self.rep.notes.append(f"per-channel QDQ scales of '{wname}' replaced by one "
-                                      f"power-of-two exp 2^{e} from max|w|")
+                if self.cfg.per_channel == "off" or self.adt != "int8" or self.cfg.wgt_bits != 8:
+                    self.rep.notes.append(f"per-channel QDQ scales of '{wname}' replaced by one "
+                                          f"power-of-two exp 2^{e} from max|w|")
             elif self.cfg.exact_multiply and not _p2(hint):
                 return round(math.log2(hint)), float(hint)
             else:
@@ -554,6 +576,8 @@ class _Quantizer:
                 raise CompileError(f"output '{o}' was not produced")
             self.q.outputs.append(o)
         self.q.meta["quant_report"] = self.rep
+        # integer tensor -> the float tensor it holds (for :func:`layer_errors`)
+        self.q.meta["float_of"] = {v: k for k, v in self.qname.items()}
         return validate(self.q)
 
     def unsupported(self, n: Node):
@@ -611,6 +635,17 @@ class _Quantizer:
         b = fg.constants[n.inputs[2]] if len(n.inputs) > 2 else np.zeros(w.shape[0], np.float32)
         sx = self.q.types[x].scale
         k = int(np.prod(w.shape[1:]))
+        out = n.outputs[0]
+        pc = None
+        if (self.adt == "int8" and self.cfg.wgt_bits == 8 and sx is None and sw is None
+                and out not in self.scales):
+            pc = self.channel_exps(n.inputs[1], w, ew, self.exps[out] - ex)
+        if pc is not None:
+            # (a finer bias that may overflow int32 raises: the node stays a float CPU node,
+            # which measured better than its per-tensor int8 form on PP-OCR rec and
+            # orientation)
+            self._linear_per_channel(n, qop, x, w, b, ex, pc)
+            return
         if self.adt == "int8" and self.cfg.wgt_bits == 8:
             wq = self.const_int8(f"{n.inputs[1]}_q", w, ew, lo=-127 if sw is None else -128, scale=sw)
             s_acc = None if sx is None and sw is None else self.rscale(x) * self.q.types[wq].real_scale
@@ -623,7 +658,6 @@ class _Quantizer:
             s_acc = None
         bname = self.q.fresh(f"{n.name}_bias_q")
         self.q.add_constant(bname, bq.astype(np.int32), ex + ew, s_acc)
-        out = n.outputs[0]
         eo = self.exps[out]
         lo, hi = _act_bounds(n, eo, self.scales.get(out), self.qhi)
         attrs = {}
@@ -634,6 +668,80 @@ class _Quantizer:
         attrs.update(self.requant_for(n, ratio, int(worst), out, lo, hi))
         qo = self.int_name(out)
         self.add(n.name, qop, [x, wq, bname], qo, attrs, self.otype(out, fg.types[out].shape))
+        self.qname[out] = qo
+
+    def channel_exps(self, wname: str, w: np.ndarray, ew: int, rel_out: int
+                     ) -> np.ndarray | None:
+        """Per-output-channel weight exps (int64 ``[O]``) of int8 weights ``w`` (``[O, ...]``,
+        float) whose per-tensor exp is ``ew``, or None to stay per-tensor
+        (:attr:`QuantConfig.per_channel`).  Each channel's exp is
+        ``ceil(log2(max|w[o]| / 127))`` (an all-zero channel keeps ``ew``), or, for a QDQ
+        model's per-channel scales, the floor or ceil of ``log2(scale[o])`` with the smaller
+        error on that channel.  ``rel_out = exp_out - exp_in``: every channel's shift
+        ``rel_out - exp[o]`` must lie in [-31, 31], so exps are clamped to
+        ``[rel_out - 31, rel_out + 31]`` (and never coarser than ``ew``)."""
+        mode = self.cfg.per_channel
+        hint = self.hints.get(wname)
+        if mode == "off" or w.ndim < 2 or w.shape[0] < 2:
+            return None
+        wf = w.astype(np.float64).reshape(w.shape[0], -1)
+        mx = np.abs(wf).max(axis=1)
+        if isinstance(hint, tuple) and len(hint) == w.shape[0]:
+            sc = np.maximum(np.asarray(hint, np.float64), 1e-30)
+            lo_e, hi_e = np.floor(np.log2(sc)), np.ceil(np.log2(sc))
+
+            def err_rows(ex):
+                q = np.clip(np.rint(wf / 2.0 ** ex[:, None]), -127, 127) * 2.0 ** ex[:, None]
+                return ((q - wf) ** 2).sum(axis=1)
+            pc = np.where(err_rows(lo_e) <= err_rows(hi_e), lo_e, hi_e).astype(np.int64)
+        else:
+            with np.errstate(divide="ignore"):
+                pc = np.where(mx > 0, np.ceil(np.log2(np.maximum(mx, 1e-300) / 127)), ew)
+            pc = pc.astype(np.int64)
+        pc = np.clip(np.minimum(pc, ew), rel_out - 31, rel_out + 31)
+        if np.all(pc == pc[0]):
+            return None
+        if mode == "auto" and not isinstance(hint, tuple):
+            def rel_err(ex):
+                q = np.clip(np.rint(wf / 2.0 ** ex[:, None]), -127, 127) * 2.0 ** ex[:, None]
+                energy = np.maximum((wf ** 2).sum(axis=1), 1e-300)
+                return float(np.mean(((q - wf) ** 2).sum(axis=1) / energy))
+            if rel_err(pc) > 0.5 * rel_err(np.full_like(pc, ew)):
+                return None
+        return pc
+
+    def _linear_per_channel(self, n: Node, qop: str, x: str, w: np.ndarray, b: np.ndarray,
+                            ex: int, pc: np.ndarray) -> None:
+        """``qconv2d`` / ``qdense`` with per-channel weight exps ``pc`` (ir "Per-channel
+        weights"): weights ``clip(rint(w[o] / 2**pc[o]), -127, 127)``, bias at
+        ``ex + pc[o]``, one shift per channel."""
+        fg = self.fg
+        o = w.shape[0]
+        shp = (o,) + (1,) * (w.ndim - 1)
+        wq = np.clip(np.rint(w.astype(np.float64) / 2.0 ** pc.reshape(shp)), -127, 127)
+        bq = np.rint(b.astype(np.float64) / 2.0 ** (ex + pc))
+        k = int(np.prod(w.shape[1:]))
+        worst = k * 128 * 128 + float(np.abs(bq).max(initial=0))
+        if worst > INT32_MAX:
+            raise node_error(n.name, n.op, f"accumulator may overflow int32 (worst case {worst:.3g})")
+        ew = int(pc.max())
+        wname = self.q.fresh(f"{n.inputs[1]}_q")
+        self.q.add_constant(wname, wq.astype(np.int8), ew, None)
+        bname = self.q.fresh(f"{n.name}_bias_q")
+        self.q.add_constant(bname, bq.astype(np.int32), ex + ew, None)
+        out = n.outputs[0]
+        eo = self.exps[out]
+        lo, hi = _act_bounds(n, eo, None, self.qhi)
+        shifts = tuple(int(eo - ex - e) for e in pc)
+        attrs = {}
+        if qop == "qconv2d":
+            attrs = {k2: n.attrs[k2] for k2 in ("kernel", "strides", "pads", "groups")}
+        attrs.update({"shift": shifts, "round": tuple(requant_round(s) for s in shifts),
+                      "mult": 1, "clip_lo": int(lo), "clip_hi": int(hi), "exp_out": int(eo),
+                      "w_exps": tuple(int(e) for e in pc)})
+        self.rep.notes.append(f"'{n.name}': per-channel weight exps 2^{int(pc.min())}..2^{ew}")
+        qo = self.int_name(out)
+        self.add(n.name, qop, [x, wname, bname], qo, attrs, self.otype(out, fg.types[out].shape))
         self.qname[out] = qo
 
     def _wide_weights(self, n: Node, w: np.ndarray, b: np.ndarray, ex: int, ew: int):
@@ -952,3 +1060,53 @@ def compare(float_graph: Graph, qgraph: Graph, data, labels: np.ndarray | None =
         qa = float(np.mean(q.argmax(1) == labels))
     return Agreement(float(np.mean(f.argmax(1) == q.argmax(1))), float(cos.mean()),
                      float(np.abs(f - q).max()), fa, qa)
+
+
+#: integer ops whose local error :func:`layer_errors` measures (those a float node becomes)
+MEASURED_OPS = frozenset({"qconv2d", "qdense", "qadd", "qmul", "qavg_pool", "qrequant"})
+
+
+def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
+                 ) -> dict[str, float]:
+    """The local quantization error of each integer node of :data:`MEASURED_OPS`: the
+    cosine similarity between its dequantized output and the float node's output, both fed
+    the float graph's own inputs (the integer node's quantized at its input exps with the
+    ``quantize`` rule), so errors of earlier layers do not count.
+
+    Args:
+        float_graph: the float graph ``qgraph`` was quantized from (after ``optimize``).
+        qgraph: its quantized graph (:func:`quantize`; ``meta["float_of"]`` maps integer
+            tensors to the float tensors they hold).
+        feeds: ``input name -> array``, a few calibration samples.
+    Returns:
+        ``node name -> cosine`` in [-1, 1] (1 = no error) for each measured node whose
+        inputs and output map to float tensors; an all-zero float output with a zero
+        integer output counts as 1.
+    """
+    from .reference import _q_node     # the integer rule of one node
+
+    fenv = run_float(float_graph, feeds, keep_all=True)
+    float_of = qgraph.meta.get("float_of", {})
+    out: dict[str, float] = {}
+    for n in qgraph.nodes:
+        f_out = float_of.get(n.outputs[0])
+        if n.op not in MEASURED_OPS or f_out not in fenv:
+            continue
+        xs = []
+        for i in n.inputs:
+            if i in qgraph.constants:
+                xs.append(qgraph.constants[i])
+                continue
+            fi, t = float_of.get(i), qgraph.types[i]
+            if fi not in fenv or t.exp is None:
+                break
+            lo, hi = qrange(t.dtype)
+            xs.append(np.clip(np.floor(fenv[fi].astype(np.float64) / t.real_scale + 0.5), lo, hi)
+                      .astype(storage_dtype(t.dtype)))
+        else:
+            t = qgraph.types[n.outputs[0]]
+            v = _q_node(n, xs, qgraph).astype(np.float64).ravel() * t.real_scale
+            f = fenv[f_out].astype(np.float64).ravel()
+            nf, nv = float(np.linalg.norm(f)), float(np.linalg.norm(v))
+            out[n.name] = 1.0 if nf == nv == 0 else float(f @ v) / max(nf * nv, 1e-300)
+    return out

@@ -54,12 +54,18 @@ def _int_sum_check(k: int, x: np.ndarray | None = None, w: np.ndarray | None = N
 
 def requantize(acc: np.ndarray, attrs: dict, dtype: str = "int8") -> np.ndarray:
     """The requantize rule of :mod:`.ir`, int64: ``*mult``, ``(+round) >> shift`` or ``<< -shift``,
-    clip; the result as ``dtype`` (the node's output dtype, int8 or int16)."""
+    clip; the result as ``dtype`` (the node's output dtype, int8 or int16).  ``shift`` /
+    ``round`` may be tuples, one per channel of ``acc``'s axis 1 (per-channel weights)."""
     acc = acc.astype(np.int64)
     if attrs["mult"] != 1:
         acc = acc * np.int64(attrs["mult"])
     s = attrs["shift"]
-    if s > 0:
+    if isinstance(s, tuple):    # per output channel (axis 1): ir "Per-channel weights"
+        shp = (1, len(s)) + (1,) * (acc.ndim - 2)
+        sv = np.asarray(s, np.int64).reshape(shp)
+        rv = np.asarray(attrs["round"], np.int64).reshape(shp)
+        acc = np.where(sv > 0, (acc + rv) >> np.maximum(sv, 0), acc << np.maximum(-sv, 0))
+    elif s > 0:
         acc = (acc + np.int64(attrs["round"])) >> np.int64(s)
     elif s < 0:
         acc = acc << np.int64(-s)

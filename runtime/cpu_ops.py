@@ -144,6 +144,12 @@ def unpack_act(p: np.ndarray, n: int, c: int, h: int, w: int, batch: int, cblk: 
 # ------------------------------------------------------------------ integer helpers
 def _requant(acc: np.ndarray, a: dict, dtype=np.int8) -> np.ndarray:
     acc = acc.astype(np.int64) * int(a.get("mult", 1))
+    if isinstance(a["shift"], (tuple, list)):    # per output channel (axis 1)
+        shp = (1, len(a["shift"])) + (1,) * (acc.ndim - 2)
+        sv = np.asarray(a["shift"], np.int64).reshape(shp)
+        rv = np.asarray(a["round"], np.int64).reshape(shp)
+        acc = np.where(sv > 0, (acc + rv) >> np.maximum(sv, 0), acc << np.maximum(-sv, 0))
+        return np.clip(acc, a["clip_lo"], a["clip_hi"]).astype(dtype)
     s = int(a["shift"])
     if s > 0:
         acc = (acc + int(a["round"])) >> s

@@ -8,6 +8,7 @@ import pytest
 from onnx import helper
 
 from vtaforge.compiler import QuantConfig, import_onnx, quantize, run_quantized
+from vtaforge.compiler.ir import Node
 from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
 from vtaforge.compiler.zoo import resnet18
 
@@ -38,9 +39,11 @@ def test_digits_requantize_is_shift_and_clip_only(digits):
                    "qdense", "dequantize"]
     for n in q.nodes:
         if "shift" in n.attrs:
-            s = n.attrs["shift"]
             assert n.attrs["mult"] == 1
-            assert n.attrs["round"] == (1 << (s - 1) if s > 0 else 0)
+            shifts = n.attrs["shift"] if isinstance(n.attrs["shift"], tuple) else (n.attrs["shift"],)
+            rounds = n.attrs["round"] if isinstance(n.attrs["round"], tuple) else (n.attrs["round"],)
+            for s, r in zip(shifts, rounds, strict=True):
+                assert r == (1 << (s - 1) if s > 0 else 0)
     relu_nodes = [n for n in q.nodes if n.op in ("qconv2d", "qdense")][:-1]
     assert all((n.attrs["clip_lo"], n.attrs["clip_hi"]) == (0, 127) for n in relu_nodes)
     assert (q.nodes[-2].attrs["clip_lo"], q.nodes[-2].attrs["clip_hi"]) == (-128, 127)
@@ -71,6 +74,9 @@ def _int_conv(x, w, pads, stride, groups):
 
 def _requant(acc, n):
     a = n.attrs
+    if isinstance(a["shift"], tuple):      # per output channel (axis 1)
+        return np.concatenate([_requant(acc[:, k:k + 1], Node(n.name, n.op, n.inputs, n.outputs,
+                                        dict(a, shift=s))) for k, s in enumerate(a["shift"])], 1)
     s = a["shift"]
     acc = acc + (1 << (s - 1)) if s > 0 else acc
     acc = acc >> s if s > 0 else acc << -s

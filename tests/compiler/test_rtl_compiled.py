@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from vtaforge.compiler.compile import compile_model
+from vtaforge.compiler.quantize import QuantConfig
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
@@ -175,8 +176,11 @@ def test_layers_tiny_fused_requantize_rtl_equals_fsim():
     rng = np.random.default_rng(1)
     calib = rng.standard_normal((16, 8, 9, 9)).astype(np.float32)
     x = rng.standard_normal((2, 8, 9, 9)).astype(np.float32)
-    plain = compile_model(_layers_model(), calib, "tiny")
-    fused = compile_model(_layers_model(), calib, preset("tiny").replace(ALU_REQUANT=True))
+    # per-tensor weights: a per-channel layer takes the tensor SHR, never the fused REQ
+    qc = QuantConfig(calibration="mse", per_channel="off")
+    plain = compile_model(_layers_model(), calib, "tiny", quant_config=qc)
+    fused = compile_model(_layers_model(), calib, preset("tiny").replace(ALU_REQUANT=True),
+                          quant_config=qc)
     f, r, ex = _run_both(fused, x)
     _assert_equal_outputs(f, r)
     f0, _r0, ex0 = _run_both(plain, x)

@@ -1,0 +1,162 @@
+"""Per-channel weight quantization (issue 21) and the per-layer error fallback.
+
+Oracles: numpy written here (the weight grid of each channel, the integer conv/dense rule,
+the local cosine), onnxruntime on the float model, the integer reference for VTA's int8
+tensors (fsim), and the scales a real QDQ file (onnxruntime's quantize_static,
+``per_channel=True``) stores.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from vtaforge.compiler import QuantConfig, import_onnx, quantize, run_quantized
+from vtaforge.compiler.compile import compile_model
+from vtaforge.compiler.passes import optimize
+from vtaforge.compiler.quantize import layer_errors
+from vtaforge.hw.config import preset
+from vtaforge.runtime.executor import Executor
+from vtaforge.runtime.fsim import FsimDevice
+
+from _onnx_util import make_model, rand, run_ort
+
+C = 16
+#: channel o's weights span 2**-(o % 7) of the largest channel's: a PicoDet-like depthwise
+#: conv whose small channels keep 1-2 levels at one power of two per tensor
+CH_SCALE = np.array([2.0 ** -(o % 7) for o in range(C)], np.float32)
+
+
+def _dw_model():
+    """x [N,16,12,12] -> 3x3 conv (ReLU) -> depthwise 3x3 with channel-scaled weights -> 1x1."""
+    w1 = rand(C, C, 3, 3, seed=1, scale=0.2)
+    wd = rand(C, 1, 3, 3, seed=2) * CH_SCALE.reshape(-1, 1, 1, 1)
+    # the next layer scales each channel back (as a folded BatchNorm would), so the small
+    # channels matter as much as the large ones
+    w2 = rand(8, C, 1, 1, seed=3, scale=0.3) / CH_SCALE.reshape(1, -1, 1, 1) / 8
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "wd", "bd"], ["c2"], pads=[1, 1, 1, 1], group=C),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w2", "b2"], ["y"])]
+    inits = {"w1": w1, "b1": rand(C, seed=4, scale=0.1), "wd": wd,
+             "bd": rand(C, seed=5, scale=0.01) * CH_SCALE, "w2": w2, "b2": rand(8, seed=6, scale=0.1)}
+    return make_model(nodes, [("x", ["N", C, 12, 12])], [("y", ["N", 8, 12, 12])], inits)
+
+
+def _cos(a, b) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30))
+
+
+@pytest.fixture(scope="module")
+def dw():
+    rng = np.random.default_rng(0)
+    calib = rng.normal(0, 1, (16, C, 12, 12)).astype(np.float32)
+    x = rng.normal(0, 1, (4, C, 12, 12)).astype(np.float32)
+    return _dw_model(), calib, x
+
+
+def test_channel_exps_are_each_channels_max_grid(dw):
+    m, calib, _ = dw
+    q = quantize(optimize(import_onnx(m)), calib, QuantConfig(per_channel="on"))
+    wd = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "wd")).astype(np.float64)
+    node = next(n for n in q.nodes if n.op == "qconv2d" and n.attrs["groups"] == C)
+    want = [math.ceil(math.log2(np.abs(wd[o]).max() / 127)) for o in range(C)]
+    assert list(node.attrs["w_exps"]) == want
+    wq = q.constants[node.inputs[1]]
+    for o in range(C):
+        np.testing.assert_array_equal(wq[o], np.clip(np.rint(wd[o] / 2.0 ** want[o]), -127, 127))
+    ex, eo = q.types[node.inputs[0]].exp, q.types[node.outputs[0]].exp
+    assert node.attrs["shift"] == tuple(eo - ex - e for e in want)
+    assert node.attrs["round"] == tuple(1 << (s - 1) if s > 0 else 0 for s in node.attrs["shift"])
+    # the small channels keep most of their levels: at one exp per tensor they would not
+    assert int(np.abs(wq[6]).max()) >= 64
+
+
+def test_per_channel_on_vta_is_bit_exact_and_closer_to_onnxruntime(dw):
+    m, calib, x = dw
+    (want,) = run_ort(m, {"x": x})
+    cos = {}
+    for pc in ("off", "auto"):
+        for cfg in ("pynq", preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True)):
+            cm = compile_model(m, calib, cfg, quant_config=QuantConfig(
+                calibration="mse", per_channel=pc))
+            assert all(s.target == "vta" for s in cm.steps if s.op in ("qconv2d",)), \
+                cm.placement_table()
+            table = cm.placement_table()
+            assert ("per-channel shifts" in table) == (pc == "auto"), table
+            got = Executor(cm, FsimDevice(cm.config)).run(x, keep=True)
+            ref = run_quantized(cm.qgraph, {"x": x}, keep_all=True)
+            for s in cm.steps:
+                if s.target == "vta":
+                    np.testing.assert_array_equal(got[s.outputs[0]], ref[s.outputs[0]], err_msg=s.name)
+            cos[pc] = _cos(got[cm.outputs[0]], want)
+    # measured: per-tensor 0.937, per-channel 0.970 (the rest is the per-tensor activations
+    # of the depthwise output, whose small channels stay small)
+    assert cos["auto"] >= 0.96, cos
+    assert 1 - cos["auto"] < 0.6 * (1 - cos["off"]), cos
+
+
+QDQ_PC = Path(__file__).parent / "real_models" / "resnet_tiny.ts_op13.qdq_u8s8_perchannel.onnx"
+
+
+def test_qdq_per_channel_scales_are_honoured_per_channel():
+    m = onnx.load(str(QDQ_PC))
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    # the file's per-channel weight scales, by the float weight tensor they dequantize
+    scales = {}
+    for n in m.graph.node:
+        if (n.op_type == "DequantizeLinear" and n.input[0] in inits
+                and inits[n.input[0]].ndim >= 2 and inits[n.input[1]].size > 1):
+            scales[n.output[0]] = inits[n.input[1]].astype(np.float64)
+    assert scales, "the fixture has per-channel weights"
+    fg = optimize(import_onnx(m))
+    calib = np.random.default_rng(7).normal(0, 1, fg.types[fg.inputs[0]].shape).astype(np.float32)
+    q = quantize(fg, calib)
+    convs = [n for n in q.nodes if n.op in ("qconv2d", "qdense") and "w_exps" in n.attrs]
+    assert len(convs) >= len(scales) // 2
+    # every per-channel exp is the floor or the ceil of log2 of one of the file's channel scales
+    for n in convs:
+        s = next(v for v in scales.values() if v.size == len(n.attrs["w_exps"])
+                 and all(e in (math.floor(math.log2(c)), math.ceil(math.log2(c)))
+                         for e, c in zip(n.attrs["w_exps"], v)))
+        assert s is not None
+
+
+def test_layer_errors_equal_a_numpy_local_cosine():
+    w = rand(24, 40, seed=11, scale=0.2)
+    b = rand(24, seed=12, scale=0.1)
+    m = make_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)],
+                   [("x", ["N", 40])], [("y", ["N", 24])], {"w": w, "b": b})
+    x = rand(8, 40, seed=13)
+    fg = optimize(import_onnx(m))
+    q = quantize(fg, x, QuantConfig(per_channel="off"))
+    node = next(n for n in q.nodes if n.op == "qdense")
+    ex, eo = q.types[node.inputs[0]].exp, q.types[node.outputs[0]].exp
+    wq, bq = (q.constants[i].astype(np.int64) for i in node.inputs[1:])
+    xq = np.clip(np.floor(x.astype(np.float64) / 2.0 ** ex + 0.5), -128, 127).astype(np.int64)
+    s = node.attrs["shift"]
+    acc = xq @ wq.T + bq
+    yq = np.clip((acc + (1 << (s - 1))) >> s if s > 0 else acc << -s,
+                 node.attrs["clip_lo"], node.attrs["clip_hi"])
+    want = _cos(yq * 2.0 ** eo, x.astype(np.float64) @ w.T.astype(np.float64) + b)
+    assert layer_errors(fg, q, {fg.inputs[0]: x})[node.name] == pytest.approx(want, abs=1e-9)
+
+
+def test_a_layer_below_the_error_floor_runs_float_on_the_cpu_with_its_reason(dw):
+    m, calib, x = dw
+    cm = compile_model(m, calib, "pynq", quant_config=QuantConfig(
+        calibration="mse", per_channel="off", min_layer_cosine=0.99999))
+    table = cm.placement_table()
+    assert "int8 error is too large (cosine" in table, table
+    kept = [s for s in cm.steps if s.target == "cpu" and s.op == "conv2d"]
+    assert kept, table
+    (want,) = run_ort(m, {"x": x})
+    got = Executor(cm, FsimDevice(cm.config)).run(x)[cm.outputs[0]]
+    assert _cos(got, want) >= 0.999
