@@ -62,10 +62,13 @@ def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | No
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
     from ..hw.config import load_config
     from ..hw.flow import FlowError, FlowWarning, board_spec, pl_clock, write_project
+    from ..hw.parts import check_board_part
 
     cfg = load_config(spec)
     try:
         spec_b = board_spec(cfg, board)
+        if board_part is not None:
+            check_board_part(spec_b, board_part)
         mhz = pl_clock(spec_b, cfg.CLOCK_MHZ).mhz
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", FlowWarning)
