@@ -766,5 +766,72 @@ def test_package_after_a_plain_pip_install(kit, tmp_path):
                         str(tmp_path / "p2")], env=env, cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert ("python -m pip wheel --no-deps --no-build-isolation -w DIR PROJECT_ROOT, then pass "
-            "--wheel DIR/vtaforge-0.1.0-py3-none-any.whl") in r.stderr, r.stderr
+    assert r.stderr.startswith("error: no source tree and no vtaforge-0.1.0.dist-info/METADATA "
+                               "beside the installed "), r.stderr
+    assert ("python -m pip wheel --no-deps --wheel-dir wheels SRC, then pass --wheel "
+            "wheels/vtaforge-0.1.0-py3-none-any.whl") in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("target", ["fsim", "pynq"])
+def test_board_runner_prints_what_vtaforge_run_prints(kit, tmp_path, capsys, monkeypatch, target):
+    """run.sh's runner (``python -m vtaforge.deploy run``, no click) and ``vtaforge run
+    --model X.vtapkg`` print the same lines (timings aside: run_stats reads them) and write
+    the same output; on pynq (here a device reporting the cycle model's cycles) also the
+    core cycles per VTA step."""
+    import re
+
+    from vtaforge import deploy
+    from vtaforge.commands.profile import model_cycles_device
+    from vtaforge.runtime import bundle
+
+    if target == "pynq":
+        monkeypatch.setattr(bundle, "make_device", lambda t, cfg, **kw: model_cycles_device(cfg))
+    args = ["--model", str(kit["model"]), "--input", str(kit["x"]), "--config", "pynq",
+            "--target", target]
+    r = CliRunner().invoke(main, ["run", *args, "--output", str(tmp_path / "cli.npy")])
+    assert r.exit_code == 0, r.output
+    capsys.readouterr()
+    assert deploy.main(["run", *args, "--output", str(tmp_path / "board.npy")]) == 0
+    got = capsys.readouterr().out
+
+    def norm(text, out):
+        text = text.replace(str(tmp_path / out), "OUT")
+        return re.sub(r"\d+\.\d+ s\b", "T s", text).splitlines()
+
+    assert norm(got, "board.npy") == norm(r.output, "cli.npy")
+    assert f"digits_cnn: 3 sample(s) on {target}" in got
+    assert ("core cycles: " in got) == (target == "pynq"), got
+    assert np.array_equal(np.load(tmp_path / "board.npy"), np.load(tmp_path / "cli.npy"))
+
+
+@pytest.mark.slow
+def test_package_after_the_readmes_plain_install(kit, tmp_path):
+    """The README's plain install (pip install ., not editable: pip builds the wheel and
+    installs it) leaves no source tree; `board package` without --wheel packs what pip
+    installed, a wheel with the same modules as the real one, and says so."""
+    from vtaforge import deploy
+
+    real, _ = deploy.build_wheel(cache_dir=tmp_path / "cache")
+    site = tmp_path / "site"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                        "--quiet", "--target", str(site), str(real)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = tmp_path / "p"
+    code = (f"import sys; sys.path.insert(0, {str(site)!r})\n"
+            "import vtaforge.deploy as d\n"
+            f"assert d.__file__.startswith({str(site)!r}) and d.source_tree() is None\n"
+            "from vtaforge.cli import main\n"
+            "main(sys.argv[1:])")
+    r = subprocess.run([sys.executable, "-I", "-c", code, "board", "package", "--config", "pynq",
+                        "--bitstream", str(kit["bit"]), "--model", str(kit["model"]), "-o",
+                        str(out)], env=dict(os.environ, VTAFORGE_CACHE=str(tmp_path / "c2")),
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(packed from the installed vtaforge)" in r.stdout, r.stdout
+    packed = out / "wheel" / real.name
+    mods = {n for n in zipfile.ZipFile(real).namelist() if ".dist-info/" not in n}
+    assert {n for n in zipfile.ZipFile(packed).namelist() if ".dist-info/" not in n} == mods
+    got = json.loads((out / "manifest.json").read_text())["wheel"]
+    assert got["file"] == f"wheel/{real.name}" and got["version"] == "0.1.0"

@@ -268,7 +268,7 @@ _PS_CLOCK_PARAMS = {
     "processing_system7": ("PCW_FPGA_FCLK{i}_ENABLE", "PCW_FCLK{i}_PERIPHERAL_DIVISOR{j}"),
     "zynq_ultra_ps_e": ("PSU__FPGA_PL{i}_ENABLE", "PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR{j}"),
 }
-_VLNV = re.compile(r"^[^:]+:[^:]+:[^:]+:\d+\.\d+$")
+_VLNV = re.compile(r"^[^:]+:[^:]+:[^:]+:\d+\.\d+(?:\.\d+)*$")  # the loader reads X.Y
 
 
 def _hex(v: str | None) -> int | None:
@@ -687,9 +687,9 @@ def installed_wheel(*, cache_dir: str | Path | None = None) -> tuple[Path, bool]
 
     pkg = Path(__file__).resolve().parent
     dist = pkg.parent / f"vtaforge-{__version__}.dist-info"
-    how = ("build the wheel where the vtaforge source is: python -m pip wheel --no-deps "
-           "--no-build-isolation -w DIR PROJECT_ROOT, then pass --wheel "
-           f"DIR/vtaforge-{__version__}-py3-none-any.whl")
+    how = ("build the wheel from the vtaforge source folder SRC (the one with pyproject.toml): "
+           "python -m pip wheel --no-deps --wheel-dir wheels SRC, then pass --wheel "
+           f"wheels/vtaforge-{__version__}-py3-none-any.whl")
     if not (dist / "METADATA").is_file():
         raise DeployError(f"no source tree and no {dist.name}/METADATA beside the installed "
                           f"{pkg}: {how}")
@@ -1630,11 +1630,13 @@ def run_model(*, model: str, input: str, config: str, target: str = "pynq",
     echo(f"{cm.name}: {nsamp} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
          f"{len(vta)}/{len(cm.steps)} steps on VTA, {host:.3f} s in CPU steps; output "
          f"{cm.outputs[0]} {list(y.shape)}" + (f" -> {output}" if output else ""))
-    if target in ("rtl", "pynq"):
+    if target in ("rtl", "pynq"):  # the lines of vtaforge run (commands.profile, which needs click)
         total = sum(int(ex.stats[s.name].cycles) for s in vta)
+        w = max((len(s.name) for s in vta), default=4)
         echo(f"core cycles: {total} in {len(vta)} VTA step(s)")
         for s in vta:
-            echo(f"  {s.name}  {int(ex.stats[s.name].cycles)}")
+            c = int(ex.stats[s.name].cycles)
+            echo(f"  {s.name:<{w}}  {c:>10}  " + (f"{100 * c / total:4.0f}%" if total else "   - "))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
