@@ -61,6 +61,7 @@ __all__ = ["FlowError", "Device", "Part", "Target", "BoardSpec", "PLClock", "DEV
            "TARGETS", "BOARDS", "TARGET_BOARDS", "ZYNQ7", "ZYNQMP", "FAMILIES",
            "COHERENCE_FLUSH_INVALIDATE", "PL_DIVIDER_MAX", "ECP5_PACKAGE", "ECP5_SPEEDS",
            "device_of", "parse_part", "part_device", "target_defaults", "board_spec",
+           "check_board_part",
            "reachable_pl_clocks", "pl_clock"]
 
 
@@ -219,6 +220,9 @@ class BoardSpec:
         ddr_bytes: PS DDR size on the board (``None`` for a generic family).
         preset: the config preset (a :data:`TARGETS` key) built for this board by default
             (``None`` for a generic family).
+        board_ids: the board names a Vivado board part of this board carries
+            (``VENDOR:BOARD:part0:VERSION``, BOARD one of these; :func:`check_board_part`);
+            empty for a generic family.
     """
 
     family: str
@@ -243,6 +247,7 @@ class BoardSpec:
     coherence: str = COHERENCE_FLUSH_INVALIDATE
     ddr_bytes: int | None = None
     preset: str | None = None
+    board_ids: tuple[str, ...] = ()
 
     @property
     def device(self) -> str | None:
@@ -280,16 +285,51 @@ FAMILIES: dict[str, BoardSpec] = {"zynq7": ZYNQ7, "zynqmp": ZYNQMP}
 #: 50 MHz × 20; Ultra96-V2 33.3333 MHz × 45; ZCU104 33.333 MHz × 45.
 BOARDS: dict[str, BoardSpec] = {
     "pynq-z1": dataclasses.replace(ZYNQ7, name="pynq-z1", title="PYNQ-Z1",
-                                   part="xc7z020clg400-1", ddr_bytes=512 << 20, preset="pynq"),
+                                   part="xc7z020clg400-1", ddr_bytes=512 << 20, preset="pynq",
+                                   board_ids=("pynq-z1",)),
     "pynq-z2": dataclasses.replace(ZYNQ7, name="pynq-z2", title="PYNQ-Z2",
-                                   part="xc7z020clg400-1", ddr_bytes=512 << 20, preset="pynq"),
+                                   part="xc7z020clg400-1", ddr_bytes=512 << 20, preset="pynq",
+                                   board_ids=("pynq-z2",)),
     "ultra96-v2": dataclasses.replace(ZYNQMP, name="ultra96-v2", title="Ultra96-V2",
                                       part="xczu3eg-sbva484-1-i", pll_actual_mhz=1499.9985,
-                                      ddr_bytes=2 << 30, preset="ultra96"),
+                                      ddr_bytes=2 << 30, preset="ultra96",
+                                      board_ids=("ultra96v2",)),
     "zcu104": dataclasses.replace(ZYNQMP, name="zcu104", title="ZCU104",
                                   part="xczu7ev-ffvc1156-2-e", ddr_bytes=2 << 30,
-                                  preset="zcu104"),
+                                  preset="zcu104", board_ids=("zcu104",)),
 }
+
+_BOARD_PART = re.compile(r"^([A-Za-z0-9_.-]+):([A-Za-z0-9_.-]+):(part\d+):(\d+(?:\.\d+)*)$")
+
+
+def check_board_part(spec: BoardSpec, board_part: str) -> str:
+    """Check a Vivado board part (``--board-part``) against the board it is applied to.
+
+    A board part is ``VENDOR:BOARD:part0:VERSION`` (``xilinx.com:zcu104:part0:1.1``); for a
+    known board, BOARD must be one of its :attr:`BoardSpec.board_ids` (any vendor and
+    version: board files are re-versioned with Vivado releases).
+
+    Returns:
+        ``board_part``.
+    Raises:
+        FlowError: not of that form (e.g. a part name such as ``xc7z020clg400-1``), or the
+            board part of another board; the message lists the known board names.
+    """
+    known = ", ".join(f"{b.title}: VENDOR:{i}:part0:VERSION" for b in BOARDS.values()
+                      for i in b.board_ids)
+    m = _BOARD_PART.match(board_part or "")
+    if not m:
+        hint = (f"; {board_part!r} looks like a part name, but the part comes from --board or "
+                f"the config's PART (known parts: {', '.join(p for p in PARTS if device_of(p))})"
+                if (board_part or "").lower().startswith("xc") else "")
+        raise FlowError(f"--board-part {board_part!r} is not a Vivado board part "
+                        f"(VENDOR:BOARD:part0:VERSION, e.g. xilinx.com:zcu104:part0:1.1){hint}; "
+                        f"known boards: {known}")
+    if spec.board_ids and m.group(2).lower() not in spec.board_ids:
+        raise FlowError(f"--board-part {board_part!r} is for board {m.group(2)!r}, not the "
+                        f"{spec.title} ({', '.join(f'VENDOR:{i}:part0:VERSION' for i in spec.board_ids)}); "
+                        f"known boards: {known}")
+    return board_part
 
 
 # ============================================================================ targets

@@ -86,8 +86,10 @@ def test_package_layout_and_manifest(kit, pkg):
                      "verify.py", "vtaforge.ipynb", "wheel/vtaforge-0.1.0-py3-none-any.whl"]
     man = json.loads((pkg / "manifest.json").read_text())
     assert man["format"] == "vtaforge-board-package" and man["version"] == 1
-    assert set(man["files"]) == set(files) - {"manifest.json"}
-    for rel, f in man["files"].items():
+    # what the board runs is checked; the notebook and README are the user's (Jupyter saves)
+    assert set(man["files"]) == set(files) - {"manifest.json", "README.md", "vtaforge.ipynb"}
+    assert set(man["user_files"]) == {"README.md", "vtaforge.ipynb"}
+    for rel, f in {**man["files"], **man["user_files"]}.items():
         assert f == {"sha256": _sha(pkg / rel), "size": (pkg / rel).stat().st_size}, rel
     assert man["config"]["fingerprint"] == f"0x{PYNQ.fingerprint:08x}"
     assert load_config(str(pkg / "config.json")).fingerprint == PYNQ.fingerprint
@@ -122,7 +124,7 @@ def test_package_cli_output(kit, tmp_path):
 
 def test_verify_passes_and_detects_corruption(pkg, tmp_path):
     r = CliRunner().invoke(main, ["board", "verify", str(pkg)])
-    assert r.exit_code == 0 and "verify: 10 files" in r.output, r.output
+    assert r.exit_code == 0 and "verify: 8 files" in r.output, r.output
     bad = tmp_path / "bad"
     shutil.copytree(pkg, bad)
     p = bad / "models" / "digits.vtapkg"
@@ -131,7 +133,7 @@ def test_verify_passes_and_detects_corruption(pkg, tmp_path):
     p.write_bytes(bytes(b))
     (bad / "overlay" / "vta.hwh").unlink()
     line = _error(CliRunner().invoke(main, ["board", "verify", str(bad)]))
-    assert "2 of 10 files do not match manifest.json" in line
+    assert "2 of 8 files do not match manifest.json" in line
     assert "models/digits.vtapkg (sha256 differs)" in line and "overlay/vta.hwh (missing)" in line
     # the package's own verify.py, run on the board before install: standard library only
     # (-S: no site-packages, so neither numpy nor vtaforge), the same verdict
@@ -141,7 +143,7 @@ def test_verify_passes_and_detects_corruption(pkg, tmp_path):
     assert v.stderr.strip().splitlines() == ["error: verify: " + line.split(": ", 2)[2]]
     v = subprocess.run([sys.executable, "-I", "-S", str(pkg / "verify.py")],
                        capture_output=True, text=True)
-    assert v.returncode == 0 and v.stdout.startswith("verify: 10 files match"), v.stderr
+    assert v.returncode == 0 and v.stdout.startswith("verify: 8 files match"), v.stderr
 
 
 # ------------------------------------------------------------------ refusals
@@ -389,7 +391,8 @@ def test_run_sh_install_runs_pip_once(pkg, tmp_path, kit):
     assert r.returncode == 0, r.stdout + r.stderr
     assert len(calls.read_text().splitlines()) == 1
     assert (work / "results" / "digits" / "output.npy").is_file()
-    # --no-deps installs no dependencies: a Python without click is named before any run
+    # --no-deps installs no dependencies: the board's runner needs no click (an image may
+    # lack it; the vtaforge CLI needs it, run.sh does not)
     blocked = tmp_path / "noclick"
     blocked.mkdir()
     (blocked / "sitecustomize.py").write_text(
@@ -402,7 +405,8 @@ def test_run_sh_install_runs_pip_once(pkg, tmp_path, kit):
     r = subprocess.run(["sh", "run.sh", "run", str(kit["x"])], cwd=work,
                        env=dict(env, PYTHONPATH=str(blocked)), capture_output=True, text=True,
                        timeout=120)
-    assert r.returncode == 2 and "lacks click (pip install --no-deps" in r.stderr, r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "digits_cnn: 3 sample(s) on fsim" in r.stdout
 
 
 def test_notebook_is_nbformat4_and_its_cells_run(kit, pkg, tmp_path):
@@ -513,7 +517,7 @@ def test_package_and_board_side_without_the_extras(kit, pkg, tmp_path):
     r = subprocess.run([sys.executable, "-c", blocker + "from vtaforge.cli import main\n"
                         f"main(['board', 'verify', {str(out)!r}])"], capture_output=True,
                        text=True, timeout=120)
-    assert r.returncode == 0 and "verify: 10 files" in r.stdout, r.stderr
+    assert r.returncode == 0 and "verify: 8 files" in r.stdout, r.stderr
     st = tmp_path / "st.json"
     r = subprocess.run([sys.executable, "-c", blocker + "import sys\nfrom vtaforge.deploy import main\n"
                         "sys.exit(main(sys.argv[1:]))", "stats", "--model",
@@ -548,3 +552,286 @@ def test_verify_refuses_unlisted_files(pkg, tmp_path):
     (copy / "evil.sh").write_text("rm -rf ~\n")
     with pytest.raises(DeployError, match=r"unlisted: evil\.sh"):
         verify_package(copy)
+
+
+# ------------------------------------------------------------------ issue #22 item 4
+_NO_CLICK = ("import importlib.abc, sys\n"
+             "class B(importlib.abc.MetaPathFinder):\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name.split('.')[0] == 'click':\n"
+             "            raise ModuleNotFoundError(name, name=name)\n"
+             "sys.meta_path.insert(0, B())\n")
+
+
+def test_saved_notebook_and_user_files_do_not_break_the_package(kit, pkg, tmp_path):
+    """Jupyter saves the notebook (outputs, execution counts, checkpoints) and users add
+    notebooks and edit the README: verify, run.sh and the notebook's own verify cell still
+    pass, verify notes the changed user files; a changed runtime file still fails.  The
+    notebook and run.sh run with click unimportable (a board image may lack it)."""
+    work = tmp_path / "work"
+    shutil.copytree(pkg, work)
+    nbp = work / "vtaforge.ipynb"
+    nb = json.loads(nbp.read_text())
+    for i, c in enumerate(nb["cells"]):
+        if c["cell_type"] == "code":
+            c["execution_count"] = i
+            c["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["ok\n"]}]
+    nbp.write_text(json.dumps(nb, indent=1))
+    (work / ".ipynb_checkpoints").mkdir()
+    (work / ".ipynb_checkpoints" / "vtaforge-checkpoint.ipynb").write_text(nbp.read_text())
+    (work / "vtaforge-Copy1.ipynb").write_text(nbp.read_text())
+    (work / "README.md").unlink()
+    r = CliRunner().invoke(main, ["board", "verify", str(work)])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[1:] == [
+        "verify: note: README.md (a user file) is missing; the package runs without it",
+        "verify: note: vtaforge.ipynb (a user file) changed since packaging; not checked"]
+    v = subprocess.run([sys.executable, "-I", "-S", str(work / "verify.py")],
+                       capture_output=True, text=True)
+    assert v.returncode == 0 and "vtaforge.ipynb (a user file) changed" in v.stdout, v.stderr
+    blocked = tmp_path / "noclick"
+    blocked.mkdir()
+    (blocked / "sitecustomize.py").write_text(_NO_CLICK)
+    env = _hooks(PYTHONPATH=str(blocked))
+    r = subprocess.run(["sh", "run.sh", "run", "--out", str(tmp_path / "res"), str(kit["x"])],
+                       cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((tmp_path / "res" / "stats.json").read_text())["error"] is None
+    shutil.copy(kit["x"], work / "input.npy")
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    r = subprocess.run([sys.executable, "-c", _NO_CLICK + code], cwd=work, env=_hooks(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert np.array_equal(np.load(work / "results" / "notebook" / "output.npy"),
+                          np.load(tmp_path / "res" / "output.npy"))
+    # what the board runs is still checked
+    (work / "run.sh").write_text((work / "run.sh").read_text() + "\n# edited\n")
+    line = _error(CliRunner().invoke(main, ["board", "verify", str(work)]))
+    assert "1 of 8 files do not match manifest.json: run.sh (" in line
+
+
+def test_board_runner_errors_without_click(kit, tmp_path):
+    """``python -m vtaforge.deploy run`` (run.sh's runner) reports bad input as one error
+    line, exit status 2, with click unimportable."""
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"not npy")
+    r = subprocess.run([sys.executable, "-c", _NO_CLICK + "import sys\nfrom vtaforge.deploy "
+                        "import main\nsys.exit(main(sys.argv[1:]))", "run", "--model",
+                        str(kit["model"]), "--input", str(bad), "--config", "pynq",
+                        "--target", "fsim"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error: cannot read input"), r.stderr
+
+
+def test_package_prints_the_boards_part(kit, pkg, tmp_path):
+    """The pynq preset's PART is upstream's clg484, the PYNQ-Z1/Z2 are clg400: the package
+    names the board's part (the one the bitstream was built for)."""
+    r = _package(kit, tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    assert "PYNQ-Z1, part xc7z020clg400-1, 100 MHz" in r.output and "clg484" not in r.output
+    man = json.loads((pkg / "manifest.json").read_text())
+    assert man["board"] == {"name": "pynq-z1", "title": "PYNQ-Z1", "part": "xc7z020clg400-1"}
+    assert man["config"]["part"] == "xc7z020clg400-1"
+    assert man["config"]["config_part"] == PYNQ.PART
+    assert json.loads((pkg / "overlay" / "vta.json").read_text())["part"] == "xc7z020clg400-1"
+    assert "part xc7z020clg400-1" in (pkg / "README.md").read_text()
+
+
+def test_board_part_is_checked(tmp_path):
+    r = CliRunner().invoke(main, ["board", "project", "--config", "pynq", "-o",
+                                  str(tmp_path / "a"), "--board-part", "xc9999"])
+    line = _error(r)
+    assert "--board-part 'xc9999' is not a Vivado board part (VENDOR:BOARD:part0:VERSION" in line
+    assert "known parts: xc7z020clg484-1, xc7z020clg400-1" in line
+    assert "known boards: PYNQ-Z1: VENDOR:pynq-z1:part0:VERSION" in line
+    assert not (tmp_path / "a").exists()
+    line = _error(CliRunner().invoke(main, [
+        "board", "project", "--config", "zcu104", "-o", str(tmp_path / "b"),
+        "--board-part", "tul.com.tw:pynq-z2:part0:1.0"]))
+    assert "is for board 'pynq-z2', not the ZCU104 (VENDOR:zcu104:part0:VERSION)" in line
+    r = CliRunner().invoke(main, ["board", "project", "--config", "zcu104", "-o",
+                                  str(tmp_path / "c"), "--board-part",
+                                  "xilinx.com:zcu104:part0:1.0"])
+    assert r.exit_code == 0, r.output
+    assert "board_part xilinx.com:zcu104:part0:1.0" in (tmp_path / "c" / "build.tcl").read_text()
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("<EXTERNALPORTS/>", "", "has no EXTERNALPORTS element"),
+    ('IS_PL="FALSE" ', "", 'does not mark the PS MODULE ps IS_PL="FALSE"'),
+    ('<PARAMETER NAME="PCW_FCLK3_PERIPHERAL_DIVISOR1" VALUE="1"/>', "",
+     "has no usable PS parameter PCW_FCLK3_PERIPHERAL_DIVISOR1 (missing)"),
+    ('NAME="PCW_FCLK1_PERIPHERAL_DIVISOR0" VALUE="1"', 'NAME="PCW_FCLK1_PERIPHERAL_DIVISOR0" '
+     'VALUE="0x1"', "PCW_FCLK1_PERIPHERAL_DIVISOR0 ('0x1', not an integer)"),
+    ('NAME="PCW_FPGA_FCLK0_ENABLE" VALUE="1"', 'NAME="PCW_FPGA_FCLK0_ENABLE" VALUE="0"',
+     "leaves PL clock 0 disabled"),
+    ('NAME="PCW_FCLK0_PERIPHERAL_DIVISOR1" VALUE="1"',
+     'NAME="PCW_FCLK0_PERIPHERAL_DIVISOR1" VALUE="2"',
+     "by 20 for PL clock 0: 50 MHz, which PYNQ programs, but the config's CLOCK_MHZ is 100"),
+    ("xilinx.com:module_ref:vta_wrapper:1.0", "user.org:user:vta_wrapper:1.0",
+     "gives the core vta_0 the VLNV 'user.org:user:vta_wrapper:1.0', not "
+     "xilinx.com:module_ref:vta_wrapper:X.Y"),
+    ("xilinx.com:module_ref:vta_wrapper:1.0", "xilinx.com:module_ref:vta_wrapper",
+     "expected vendor:library:name:X.Y"),
+    ('BASEVALUE="0x43C00000"', 'BASEVALUE="base"', "address range BASEVALUE='base'"),
+    ('SLAVEBUSINTERFACE="s_axi"', 'SLAVEBUSINTERFACE="S_AXI_LITE"',
+     "through bus interface 'S_AXI_LITE', which its MODULE does not declare"),
+    ('MEMTYPE="REGISTER"', 'MEMTYPE="MEMORY"', "MEMTYPE 'MEMORY', not REGISTER"),
+    ('FULLNAME="/vta_0" ', "", "has no FULLNAME on MODULE vta_0"),
+    ('PHYSICAL="s_axi_awvalid"', 'PHYSICAL="s_axi_awready"',
+     "maps bus interface vta_0/s_axi to port 's_axi_awready'"),
+    ("INSTANCE=\"vta_0\"\n                  IS_DATA", "INSTANCE=\"vta_1\"\n                  IS_DATA",
+     "has no MEMRANGE for the core vta_0"),
+])
+def test_hwh_that_pynq_cannot_load_is_refused(kit, tmp_path, old, new, message):
+    """What PYNQ 3.x's overlay loader needs of a .hwh (the PS with IS_PL and the four PL
+    clocks' enables and divisors, the core as a module reference with a register MEMRANGE
+    on one of its bus interfaces, EXTERNALPORTS, named modules and ports)."""
+    proj = tmp_path / "proj"
+    bit = bk.write_project(proj, PYNQ)
+    hwh = proj / "out" / "vta.hwh"
+    text = hwh.read_text()
+    assert old in text, old
+    hwh.write_text(text.replace(old, new, 1))
+    line = _error(_package(kit, tmp_path / "p", bit=bit))
+    assert message in line, line
+    assert "PYNQ's overlay loader cannot use it" in line or "PYNQ programs" in line, line
+    assert not (tmp_path / "p").exists()
+
+
+def _installed_layout(site: Path, with_dist_info: bool = True) -> None:
+    """What ``pip install .`` (not editable) leaves: the package-dir mapping's folders under
+    site/vtaforge and a vtaforge-VERSION.dist-info, no pyproject.toml."""
+    root = Path(__file__).resolve().parent.parent
+    ign = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(root / "vtaforge", site / "vtaforge", ignore=ign)
+    for sub in ("hw", "runtime", "compiler", "dse"):
+        shutil.copytree(root / sub, site / "vtaforge" / sub, ignore=ign)
+    if with_dist_info:
+        di = site / "vtaforge-0.1.0.dist-info"
+        di.mkdir()
+        (di / "METADATA").write_text("Metadata-Version: 2.1\nName: vtaforge\nVersion: 0.1.0\n"
+                                     "Requires-Dist: numpy\n")
+        (di / "entry_points.txt").write_text("[console_scripts]\nvtaforge = vtaforge.cli:main\n")
+        (di / "RECORD").write_text("")
+
+
+def test_package_after_a_plain_pip_install(kit, tmp_path):
+    """`pip install .` leaves no source tree: `board package` without --wheel packs the
+    installed vtaforge as a pure-Python wheel that pip installs and that imports; without
+    the .dist-info it gives the exact command to build one."""
+    site = tmp_path / "site"
+    _installed_layout(site)
+    out = tmp_path / "p"
+    code = (f"import sys; sys.path.insert(0, {str(site)!r})\n"
+            "import vtaforge.deploy as d\n"
+            f"assert d.__file__.startswith({str(site)!r}) and d.source_tree() is None\n"
+            "from vtaforge.cli import main\n"
+            "main(sys.argv[1:])")
+    args = ["board", "package", "--config", "pynq", "--bitstream", str(kit["bit"]),
+            "--model", str(kit["model"]), "-o", str(out)]
+    env = dict(os.environ, VTAFORGE_CACHE=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-I", "-c", code, *args], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "wheel wheel/vtaforge-0.1.0-py3-none-any.whl (packed from the installed vtaforge)" \
+        in r.stdout
+    assert "note: no source tree (vtaforge installed with pip install .)" in r.stdout
+    whl = out / "wheel" / "vtaforge-0.1.0-py3-none-any.whl"
+    names = zipfile.ZipFile(whl).namelist()
+    for n in ("vtaforge/deploy.py", "vtaforge/runtime/pynq.py", "vtaforge/hw/config.py",
+              "vtaforge/compiler/models/digits.onnx", "vtaforge-0.1.0.dist-info/METADATA",
+              "vtaforge-0.1.0.dist-info/WHEEL", "vtaforge-0.1.0.dist-info/RECORD",
+              "vtaforge-0.1.0.dist-info/entry_points.txt"):
+        assert n in names, n
+    assert not any("__pycache__" in n for n in names)
+    # again: from the cache
+    r = subprocess.run([sys.executable, "-I", "-c", code, *args], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "(from the cache)" in r.stdout, r.stdout + r.stderr
+    # pip takes it (RECORD hashes checked) and the installed copy imports
+    target = tmp_path / "target"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                        "--quiet", "--target", str(target), str(whl)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, "
+                        f"{str(target)!r}); import vtaforge.deploy, vtaforge.runtime.pynq; "
+                        "print(vtaforge.deploy.__file__)"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and p.stdout.startswith(str(target)), p.stdout + p.stderr
+    # no .dist-info beside the installed package: the command to run instead
+    bare = tmp_path / "bare"
+    _installed_layout(bare, with_dist_info=False)
+    r = subprocess.run([sys.executable, "-I", "-c", code.replace(str(site), str(bare)), *args[:-1],
+                        str(tmp_path / "p2")], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("error: no source tree and no vtaforge-0.1.0.dist-info/METADATA "
+                               "beside the installed "), r.stderr
+    assert ("python -m pip wheel --no-deps --wheel-dir wheels SRC, then pass --wheel "
+            "wheels/vtaforge-0.1.0-py3-none-any.whl") in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("target", ["fsim", "pynq"])
+def test_board_runner_prints_what_vtaforge_run_prints(kit, tmp_path, capsys, monkeypatch, target):
+    """run.sh's runner (``python -m vtaforge.deploy run``, no click) and ``vtaforge run
+    --model X.vtapkg`` print the same lines (timings aside: run_stats reads them) and write
+    the same output; on pynq (here a device reporting the cycle model's cycles) also the
+    core cycles per VTA step."""
+    import re
+
+    from vtaforge import deploy
+    from vtaforge.commands.profile import model_cycles_device
+    from vtaforge.runtime import bundle
+
+    if target == "pynq":
+        monkeypatch.setattr(bundle, "make_device", lambda t, cfg, **kw: model_cycles_device(cfg))
+    args = ["--model", str(kit["model"]), "--input", str(kit["x"]), "--config", "pynq",
+            "--target", target]
+    r = CliRunner().invoke(main, ["run", *args, "--output", str(tmp_path / "cli.npy")])
+    assert r.exit_code == 0, r.output
+    capsys.readouterr()
+    assert deploy.main(["run", *args, "--output", str(tmp_path / "board.npy")]) == 0
+    got = capsys.readouterr().out
+
+    def norm(text, out):
+        text = text.replace(str(tmp_path / out), "OUT")
+        return re.sub(r"\d+\.\d+ s\b", "T s", text).splitlines()
+
+    assert norm(got, "board.npy") == norm(r.output, "cli.npy")
+    assert f"digits_cnn: 3 sample(s) on {target}" in got
+    assert ("core cycles: " in got) == (target == "pynq"), got
+    assert np.array_equal(np.load(tmp_path / "board.npy"), np.load(tmp_path / "cli.npy"))
+
+
+@pytest.mark.slow
+def test_package_after_the_readmes_plain_install(kit, tmp_path):
+    """The README's plain install (pip install ., not editable: pip builds the wheel and
+    installs it) leaves no source tree; `board package` without --wheel packs what pip
+    installed, a wheel with the same modules as the real one, and says so."""
+    from vtaforge import deploy
+
+    real, _ = deploy.build_wheel(cache_dir=tmp_path / "cache")
+    site = tmp_path / "site"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+                        "--quiet", "--target", str(site), str(real)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = tmp_path / "p"
+    code = (f"import sys; sys.path.insert(0, {str(site)!r})\n"
+            "import vtaforge.deploy as d\n"
+            f"assert d.__file__.startswith({str(site)!r}) and d.source_tree() is None\n"
+            "from vtaforge.cli import main\n"
+            "main(sys.argv[1:])")
+    r = subprocess.run([sys.executable, "-I", "-c", code, "board", "package", "--config", "pynq",
+                        "--bitstream", str(kit["bit"]), "--model", str(kit["model"]), "-o",
+                        str(out)], env=dict(os.environ, VTAFORGE_CACHE=str(tmp_path / "c2")),
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "(packed from the installed vtaforge)" in r.stdout, r.stdout
+    packed = out / "wheel" / real.name
+    mods = {n for n in zipfile.ZipFile(real).namelist() if ".dist-info/" not in n}
+    assert {n for n in zipfile.ZipFile(packed).namelist() if ".dist-info/" not in n} == mods
+    got = json.loads((out / "manifest.json").read_text())["wheel"]
+    assert got["file"] == f"wheel/{real.name}" and got["version"] == "0.1.0"

@@ -13,6 +13,10 @@ A **board package** is one self-contained folder for one board (:func:`make_pack
     README.md                          how to use it
     manifest.json                      sha256 and size of every other file, fingerprints
 
+The manifest's ``files`` (what the board runs: overlay, config, models, wheel, verify.py,
+run.sh) are checked before anything is installed or run; its ``user_files`` (the notebook,
+which Jupyter saves, and the README) are not: ``verify`` notes when they changed.
+
 Fingerprints.  Each ``.vtapkg`` records the config it was compiled for
 (:func:`~vtaforge.runtime.artifact.load_artifact` refuses another one).  A bitstream
 carries its config's fingerprint only inside the core (the read-only ``FINGERPRINT``
@@ -42,8 +46,10 @@ Test hooks of ``run.sh`` and the notebook (environment variables, unset on a boa
 (the Python to use) and ``VTAFORGE_PYNQ_VENV`` (the venv to activate, default
 ``/usr/local/share/pynq-venv``).
 
-Board side, ``python -m vtaforge.deploy stats ...`` writes a run's statistics (``run.sh``
-calls it after ``vtaforge run``).  This module needs only the base install (numpy).
+Board side, ``python -m vtaforge.deploy run ...`` runs a model (:func:`run_model`: what
+``vtaforge run`` does, without click, which a board image may lack) and ``python -m
+vtaforge.deploy stats ...`` writes the run's statistics; ``run.sh`` calls both and the
+notebook imports no click either.  This module needs only numpy.
 """
 
 from __future__ import annotations
@@ -68,13 +74,17 @@ from xml.etree import ElementTree
 
 __all__ = ["DeployError", "PACKAGE_FORMAT", "SIDECAR_FORMAT", "read_bit_header", "read_hwh",
            "find_bitstream_info", "check_bitstream", "write_bitstream_sidecar",
-           "source_tree", "build_wheel", "check_wheel", "make_package", "PackageResult",
+           "source_tree", "build_wheel", "installed_wheel", "check_wheel", "make_package", "PackageResult",
            "verify_package", "deploy", "DeployResult", "run_stats", "main"]
 
 #: ``format`` of a package's manifest.json (``version`` 1).
 PACKAGE_FORMAT = "vtaforge-board-package"
 #: ``format`` of a bitstream sidecar ``NAME.json`` (``version`` 1).
 SIDECAR_FORMAT = "vtaforge-bitstream"
+#: Files of a package that its user may edit (Jupyter saves the notebook when it is run):
+#: listed in the manifest's ``user_files``, never checked; ``verify`` notes a change.
+#: ``files`` holds what the board runs: overlay, config, models, wheel, scripts.
+USER_FILES = ("vtaforge.ipynb", "README.md")
 #: Base name of the overlay files in a package (``overlay/vta.bit`` + ``overlay/vta.hwh``).
 OVERLAY_STEM = "vta"
 #: Default seconds for one external command (ssh, scp, rsync, the wheel build).
@@ -193,11 +203,13 @@ def read_hwh(path: str | Path, core: str = "vta_wrapper") -> dict[str, Any]:
     reference) and the PS's ``MEMRANGE`` of the core (register base and range).
 
     Returns:
-        ``{"device", "package", "ps_ip", "pl_clock_mhz", "core_instance", "core_vlnv",
-        "reg_base", "reg_range", "vivado_version"}`` (None where absent).
+        ``{"device", "package", "ps_ip", "pl_clock_mhz", "pl_clock_divisor" (PL clock 0's
+        two divisors multiplied), "core_instance", "core_vlnv", "reg_base", "reg_range",
+        "vivado_version"}`` (None where absent).
     Raises:
-        DeployError: unreadable, not XML, not a hand-off (root ``EDKSYSTEM``), or no
-            ``core`` module (not a vtaforge block design).
+        DeployError: unreadable, not XML, not a hand-off (root ``EDKSYSTEM``), no ``core``
+            module (not a vtaforge block design), or missing what PYNQ's overlay loader
+            needs (:func:`_check_hwh_for_pynq`).
     """
     p = Path(path)
     try:
@@ -214,8 +226,10 @@ def read_hwh(path: str | Path, core: str = "vta_wrapper") -> dict[str, Any]:
         "device": info.get("DEVICE") if info is not None else None,
         "package": info.get("PACKAGE") if info is not None else None,
         "vivado_version": root.get("VIVADOVERSION"), "ps_ip": None, "pl_clock_mhz": None,
-        "core_instance": None, "core_vlnv": None, "reg_base": None, "reg_range": None}
+        "core_instance": None, "core_vlnv": None, "reg_base": None, "reg_range": None,
+        "pl_clock_divisor": None}
     mods = list(root.iter("MODULE"))
+    _check_hwh_for_pynq(root, mods, str(p), core)
     for m in mods:
         if m.get("MODTYPE") == core:
             out["core_instance"] = m.get("INSTANCE")
@@ -227,6 +241,10 @@ def read_hwh(path: str | Path, core: str = "vta_wrapper") -> dict[str, Any]:
     for m in mods:
         if m.get("MODTYPE") in _PS_TYPES:
             out["ps_ip"] = m.get("MODTYPE")
+            div_t = _PS_CLOCK_PARAMS[m.get("MODTYPE")][1]
+            prms = {q.get("NAME"): q.get("VALUE") for q in m.findall("./PARAMETERS/PARAMETER")}
+            out["pl_clock_divisor"] = (int(prms[div_t.format(i=0, j=0)])
+                                       * int(prms[div_t.format(i=0, j=1)]))
             for prm in m.iter("PARAMETER"):
                 if prm.get("NAME") in _CLOCK_PARAMS:
                     try:
@@ -242,6 +260,111 @@ def read_hwh(path: str | Path, core: str = "vta_wrapper") -> dict[str, Any]:
                     out["reg_base"], out["reg_range"] = lo, hi - lo + 1
             break
     return out
+
+
+#: PS parameters of PL clock ``i``: enable flag and the two divisors, per PS type (the
+#: overlay loader programs the PL clocks from these: all four clocks must be described).
+_PS_CLOCK_PARAMS = {
+    "processing_system7": ("PCW_FPGA_FCLK{i}_ENABLE", "PCW_FCLK{i}_PERIPHERAL_DIVISOR{j}"),
+    "zynq_ultra_ps_e": ("PSU__FPGA_PL{i}_ENABLE", "PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR{j}"),
+}
+_VLNV = re.compile(r"^[^:]+:[^:]+:[^:]+:\d+\.\d+(?:\.\d+)*$")  # the loader reads X.Y
+
+
+def _hex(v: str | None) -> int | None:
+    try:
+        return int(v, 16) if v is not None else None
+    except ValueError:
+        return None
+
+
+def _check_hwh_for_pynq(root, mods: list, src: str, core: str) -> None:
+    """Refuse a ``.hwh`` that PYNQ 3.x's overlay loader cannot use (one line naming what is
+    missing).  What the loader needs (pynq 3.0.1's HWH parser and the pynqmetadata HWH
+    frontend it uses for full bitstreams): an ``EXTERNALPORTS`` element; every ``MODULE``
+    with ``INSTANCE``, ``FULLNAME`` and a ``VLNV`` ``vendor:library:name:X.Y``; every
+    ``PORT`` named; every ``BUSINTERFACE`` with ``NAME``, ``TYPE`` and ``VLNV`` and its
+    ``PORTMAP``\\s naming ports of their module; the PS module (``IS_PL="FALSE"``) with the
+    enable and both divisors of PL clocks 0-3 as integers (clock 0 enabled: it clocks the
+    core); the core's module, a module reference ``xilinx.com:module_ref:CORE:X.Y`` (how
+    the runtime finds it in ``ip_dict``), addressed by a ``MEMRANGE`` (``MEMTYPE``
+    ``REGISTER``, hexadecimal ``BASEVALUE`` <= ``HIGHVALUE``) whose ``SLAVEBUSINTERFACE``
+    is one of the core's bus interfaces.  Facts from board-notes.md and the pynq source;
+    the code is ours."""
+    def bad(what: str) -> DeployError:
+        return DeployError(f".hwh {src!r} {what}: PYNQ's overlay loader cannot use it "
+                           f"(re-export the hand-off from Vivado)")
+
+    if root.find("EXTERNALPORTS") is None:
+        raise bad("has no EXTERNALPORTS element")
+    insts: dict[str, Any] = {}
+    for m in mods:
+        inst = m.get("INSTANCE")
+        if not inst:
+            raise bad(f"has a MODULE without INSTANCE (MODTYPE {m.get('MODTYPE')!r})")
+        if m.get("FULLNAME") is None:
+            raise bad(f"has no FULLNAME on MODULE {inst}")
+        if m.get("BDTYPE") != "BLOCK_CONTAINER" and not _VLNV.fullmatch(m.get("VLNV") or ""):
+            raise bad(f"gives MODULE {inst} the VLNV {m.get('VLNV')!r} (expected "
+                      f"vendor:library:name:X.Y)")
+        insts[inst] = m
+        ports = set()
+        for prt in m.iter("PORT"):
+            if not prt.get("NAME"):
+                raise bad(f"has a PORT without NAME in MODULE {inst}")
+            ports.add(prt.get("NAME"))
+        for b in m.iter("BUSINTERFACE"):
+            for k in ("NAME", "TYPE", "VLNV"):
+                if not b.get(k):
+                    raise bad(f"has a BUSINTERFACE without {k} in MODULE {inst}")
+            for pm in b.iter("PORTMAP"):
+                if pm.get("PHYSICAL") not in ports:
+                    raise bad(f"maps bus interface {inst}/{b.get('NAME')} to port "
+                              f"{pm.get('PHYSICAL')!r}, which MODULE {inst} does not have")
+    ps = [m for m in mods if m.get("MODTYPE") in _PS_TYPES]
+    if not ps:
+        raise bad("has no processing_system7 or zynq_ultra_ps_e MODULE (the PS)")
+    psm = ps[0]
+    if psm.get("IS_PL") != "FALSE":
+        raise bad(f"does not mark the PS MODULE {psm.get('INSTANCE')} IS_PL=\"FALSE\" (the "
+                  f"loader would not take it for the PS nor set its PL clocks)")
+    params = {q.get("NAME"): q.get("VALUE") for q in psm.findall("./PARAMETERS/PARAMETER")}
+    en_t, div_t = _PS_CLOCK_PARAMS[psm.get("MODTYPE")]
+    for i in range(4):
+        for name in (en_t.format(i=i), *(div_t.format(i=i, j=j) for j in (0, 1))):
+            v = params.get(name)
+            if v is None or not re.fullmatch(r"\d+", v.strip()):
+                got = "missing" if v is None else f"{v!r}, not an integer"
+                raise bad(f"has no usable PS parameter {name} ({got})")
+    if params[en_t.format(i=0)].strip() != "1":
+        raise bad(f"leaves PL clock 0 disabled ({en_t.format(i=0)} = "
+                  f"{params[en_t.format(i=0)]}); the core runs on it")
+    cores = [m for m in mods if m.get("MODTYPE") == core]
+    if not cores:
+        return  # read_hwh names the missing core module
+    cm = cores[0]
+    inst = cm.get("INSTANCE")
+    prefix = f"xilinx.com:module_ref:{core}:"
+    if not (cm.get("VLNV") or "").startswith(prefix):
+        raise bad(f"gives the core {inst} the VLNV {cm.get('VLNV')!r}, not {prefix}X.Y (the "
+                  f"runtime finds the core in the overlay's ip_dict by that type)")
+    buses = {b.get("NAME") for b in cm.iter("BUSINTERFACE")}
+    rngs = [r for r in root.iter("MEMRANGE") if r.get("INSTANCE") == inst]
+    if not rngs:
+        raise bad(f"has no MEMRANGE for the core {inst} (its register window)")
+    for r in rngs:
+        lo, hi = _hex(r.get("BASEVALUE")), _hex(r.get("HIGHVALUE"))
+        if lo is None or hi is None or hi < lo:
+            raise bad(f"gives the core {inst} the address range BASEVALUE="
+                      f"{r.get('BASEVALUE')!r} HIGHVALUE={r.get('HIGHVALUE')!r} (expected "
+                      f"hexadecimal, base <= high)")
+        if r.get("MEMTYPE") != "REGISTER":
+            raise bad(f"gives the core {inst}'s MEMRANGE MEMTYPE {r.get('MEMTYPE')!r}, not "
+                      f"REGISTER")
+        if r.get("SLAVEBUSINTERFACE") not in buses:
+            raise bad(f"addresses the core {inst} through bus interface "
+                      f"{r.get('SLAVEBUSINTERFACE')!r}, which its MODULE does not declare "
+                      f"(bus interfaces: {', '.join(sorted(n for n in buses if n)) or 'none'})")
 
 
 def _fingerprint_of(d: dict, src: str) -> tuple[int, Any]:
@@ -318,7 +441,9 @@ def check_bitstream(cfg, bit: str | Path, hwh: str | Path, *, info: str | Path |
     """Check that a ``.bit`` + ``.hwh`` were built for ``cfg`` (see the module docstring).
 
     Returns:
-        what was found: ``{"fingerprint", "source", "header", "hwh", "timing"}``.
+        what was found: ``{"fingerprint", "source", "header", "hwh", "timing", "board"}``
+        (``board``: the board's ``name``, ``title`` and ``part``, the part the bitstream is
+        built for: the board's, which may differ from ``cfg.PART`` in the package).
     Raises:
         DeployError: no fingerprint for the bitstream, a fingerprint that differs from
             ``cfg``'s (naming both), a part, PS or PL clock that differs, a sidecar whose
@@ -358,6 +483,13 @@ def check_bitstream(cfg, bit: str | Path, hwh: str | Path, *, info: str | Path |
         also = "" if len(set(clocks)) == 1 else f" (PL clock {clocks[1]:g} MHz)"
         raise DeployError(f".hwh {str(hwh)!r} sets the PL clock to {got:g} MHz, but the "
                           f"config's CLOCK_MHZ is {mhz:g}{also}")
+    div = h.get("pl_clock_divisor")
+    if div:  # PYNQ 3.x programs the PL clock from the divisors, not from the MHz figure
+        made = spec.pll_mhz / div
+        if all(abs(made - c) > 0.01 * c for c in clocks):
+            raise DeployError(f".hwh {str(hwh)!r} divides the {spec.pll} ({spec.pll_mhz:g} MHz) "
+                              f"by {div} for PL clock 0: {made:.6g} MHz, which PYNQ programs, "
+                              f"but the config's CLOCK_MHZ is {mhz:g}")
     evidence: list[tuple[str, int, Any]] = []
     if header["user_id"] is not None and header["user_id"] != 0xFFFFFFFF:
         evidence.append((f"the UserID of {bit.name}'s header", header["user_id"], None))
@@ -392,7 +524,8 @@ def check_bitstream(cfg, bit: str | Path, hwh: str | Path, *, info: str | Path |
                               f"0x{want:08x}); build the bitstream for this config or package "
                               f"it with its own config")
     return {"fingerprint": want, "source": source or evidence[0][0], "header": header,
-            "hwh": h, "timing": timing}
+            "hwh": h, "timing": timing,
+            "board": {"name": spec.name, "title": spec.title, "part": spec.part or cfg.PART}}
 
 
 def write_bitstream_sidecar(project_dir: str | Path, timing=None) -> Path | None:
@@ -477,16 +610,18 @@ def build_wheel(src: str | Path | None = None, *, cache_dir: str | Path | None =
     a copy of the tree, so the tree gets no build/ or egg-info; the wheel is cached in
     ``$VTAFORGE_CACHE/wheels/<sha256 of the sources>/`` (default ``~/.cache/vtaforge``).
 
+    Without a source tree (``pip install .``, not editable) the wheel is packed from the
+    installed package instead (:func:`installed_wheel`).
+
     Returns:
         ``(wheel path, True if it came from the cache)``.
     Raises:
-        DeployError: no source tree (an installed wheel: pass ``--wheel``), neither
-            ``build`` nor ``pip`` installed, the build failing or timing out.
+        DeployError: neither ``build`` nor ``pip`` installed, the build failing or timing
+            out; an installed vtaforge without its ``.dist-info``.
     """
     root = Path(src) if src is not None else source_tree()
     if root is None:
-        raise DeployError("this vtaforge is an installed wheel, not a source tree: pass the "
-                          "wheel with --wheel FILE.whl")
+        return installed_wheel(cache_dir=cache_dir)
     files = _source_files(root)
     h = hashlib.sha256()
     for p in files:
@@ -531,6 +666,67 @@ def build_wheel(src: str | Path | None = None, *, cache_dir: str | Path | None =
         shutil.copyfile(built[0], part)
         os.replace(part, dst)
     return dst, False
+
+
+def installed_wheel(*, cache_dir: str | Path | None = None) -> tuple[Path, bool]:
+    """A pure-Python wheel of the installed vtaforge (the ``vtaforge`` folder this module
+    runs from, with every subpackage and data file, and its ``.dist-info`` metadata and
+    entry points), for a ``pip install .`` without the source tree: vtaforge is pure
+    Python, so the installed files are the wheel's contents.  Cached by content like
+    :func:`build_wheel`.
+
+    Returns:
+        ``(wheel path, True if it came from the cache)``.
+    Raises:
+        DeployError: the installed package has no ``vtaforge-VERSION.dist-info`` beside it
+            (the message gives the ``pip wheel`` command to build one instead).
+    """
+    import base64
+
+    from . import __version__
+
+    pkg = Path(__file__).resolve().parent
+    dist = pkg.parent / f"vtaforge-{__version__}.dist-info"
+    how = ("build the wheel from the vtaforge source folder SRC (the one with pyproject.toml): "
+           "python -m pip wheel --no-deps --wheel-dir wheels SRC, then pass --wheel "
+           f"wheels/vtaforge-{__version__}-py3-none-any.whl")
+    if not (dist / "METADATA").is_file():
+        raise DeployError(f"no source tree and no {dist.name}/METADATA beside the installed "
+                          f"{pkg}: {how}")
+    files = sorted(p for p in pkg.rglob("*") if p.is_file() and "__pycache__" not in
+                   p.relative_to(pkg).parts and p.suffix not in (".pyc", ".pyo"))
+    meta = {n: (dist / n).read_bytes() for n in ("METADATA", "entry_points.txt",
+                                                  "top_level.txt") if (dist / n).is_file()}
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(pkg).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    for n, b in sorted(meta.items()):
+        h.update(n.encode() + b"\0" + b + b"\0")
+    cache = ((Path(cache_dir) if cache_dir is not None else _cache_root())
+             / ("installed-" + h.hexdigest()[:20]))
+    name = f"vtaforge-{__version__}-py3-none-any.whl"
+    if (cache / name).is_file():
+        return cache / name, True
+    di = f"vtaforge-{__version__}.dist-info"
+    meta["WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: vtaforge.deploy (installed files)\n"
+                     b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    record = []
+    cache.mkdir(parents=True, exist_ok=True)
+    part = cache / f".{name}.tmp"
+    with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as z:
+        def put(arc: str, data: bytes) -> None:
+            z.writestr(arc, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{arc},sha256={digest.decode()},{len(data)}")
+
+        for p in files:
+            put("vtaforge/" + p.relative_to(pkg).as_posix(), p.read_bytes())
+        for n, b in meta.items():
+            put(f"{di}/{n}", b)
+        record.append(f"{di}/RECORD,,")
+        z.writestr(f"{di}/RECORD", "\n".join(record) + "\n")
+    os.replace(part, cache / name)
+    return cache / name, False
 
 
 def check_wheel(path: str | Path) -> str:
@@ -649,6 +845,9 @@ def make_package(config: str, bitstream: str | Path, hwh: str | Path | None,
         notes.append(f"packaged although timing was not met ({bcheck['timing'].get('reason')})")
     cached: bool | None = None
     if wheel is None:
+        if source_tree() is None:
+            notes.append("no source tree (vtaforge installed with pip install .): the wheel "
+                         "holds the installed vtaforge files")
         wheel_p, cached = build_wheel(timeout_s=wheel_timeout_s)
     else:
         wheel_p = Path(wheel)
@@ -666,10 +865,11 @@ def make_package(config: str, bitstream: str | Path, hwh: str | Path | None,
         shutil.copyfile(wheel_p, tmp / "wheel" / wheel_p.name)
         (tmp / "config.json").write_text(cfg.to_json())
         h = bcheck["hwh"]
+        board = bcheck["board"]
         sidecar = {
             "format": SIDECAR_FORMAT, "version": 1, "written_by": "vtaforge board package",
             "fingerprint": cfg.fingerprint, "fingerprint_hex": f"0x{cfg.fingerprint:08x}",
-            "bitstream_name": cfg.bitstream_name, "part": cfg.PART,
+            "bitstream_name": cfg.bitstream_name, "part": board["part"],
             "clock_mhz": float(cfg.CLOCK_MHZ), "config": cfg.to_dict(),
             "bitstream": f"{OVERLAY_STEM}.bit", "bitstream_sha256": _sha256(bit),
             "hwh": f"{OVERLAY_STEM}.hwh", "hwh_sha256": _sha256(hwh_p),
@@ -683,19 +883,22 @@ def make_package(config: str, bitstream: str | Path, hwh: str | Path | None,
         (tmp / "run.sh").write_text(_run_sh(cfg, wheel_rel, wheel_sha, model_names, __version__))
         (tmp / "vtaforge.ipynb").write_text(
             json.dumps(_notebook(cfg, wheel_rel, model_names, out.name), indent=1) + "\n")
-        (tmp / "README.md").write_text(_readme(cfg, model_names, out.name))
-        files = {}
+        (tmp / "README.md").write_text(_readme(cfg, model_names, out.name,
+                                               bcheck["board"]))
+        files, user_files = {}, {}
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
                 p.chmod(0o755 if p.name == "run.sh" else 0o644)
-                files[p.relative_to(tmp).as_posix()] = {"sha256": _sha256(p),
-                                                        "size": p.stat().st_size}
+                rel = p.relative_to(tmp).as_posix()
+                (user_files if rel in USER_FILES else files)[rel] = {
+                    "sha256": _sha256(p), "size": p.stat().st_size}
         manifest = {
             "format": PACKAGE_FORMAT, "version": 1, "created_by": f"vtaforge {__version__}",
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "config": {"file": "config.json", "fingerprint": f"0x{cfg.fingerprint:08x}",
-                       "bitstream_name": cfg.bitstream_name, "part": cfg.PART,
-                       "clock_mhz": float(cfg.CLOCK_MHZ)},
+                       "bitstream_name": cfg.bitstream_name, "part": board["part"],
+                       "config_part": cfg.PART, "clock_mhz": float(cfg.CLOCK_MHZ)},
+            "board": board,
             "overlay": {"bitstream": f"overlay/{OVERLAY_STEM}.bit",
                         "hwh": f"overlay/{OVERLAY_STEM}.hwh",
                         "info": f"overlay/{OVERLAY_STEM}.json",
@@ -705,6 +908,7 @@ def make_package(config: str, bitstream: str | Path, hwh: str | Path | None,
             "models": entries,
             "wheel": {"file": wheel_rel, "version": wheel_ver, "sha256": wheel_sha},
             "files": files,
+            "user_files": user_files,
         }
         _write_json(tmp / "manifest.json", manifest)
         (tmp / "manifest.json").chmod(0o644)
@@ -724,9 +928,10 @@ def _load_verifier() -> dict:
     return ns
 
 
-def verify_package(package_dir: str | Path) -> dict:
+def verify_package(package_dir: str | Path, notes: list[str] | None = None) -> dict:
     """Check every file of a package against its manifest.json (the code of the package's
-    own ``verify.py``).
+    own ``verify.py``).  User files (:data:`USER_FILES`: the notebook, the README) are not
+    checked; a changed or missing one is appended to ``notes``.
 
     Returns:
         the manifest.
@@ -734,7 +939,10 @@ def verify_package(package_dir: str | Path) -> dict:
         DeployError: no manifest, or files missing or differing (one line naming them).
     """
     try:
-        return _load_verifier()["verify"](str(package_dir))
+        man, found = _load_verifier()["check"](str(package_dir))
+        if notes is not None:
+            notes.extend(found)
+        return man
     except ValueError as e:
         raise DeployError(f"verify {str(package_dir)!r}: {e}") from None
 
@@ -764,6 +972,13 @@ def sha256(path):
 
 def verify(root):
     """Return the manifest when every file it lists matches; raise ValueError (one line)."""
+    return check(root)[0]
+
+
+def check(root):
+    """(manifest, notes): the manifest when every file in its "files" matches (else
+    ValueError, one line); notes name the user files ("user_files": the notebook, the
+    README, which Jupyter and the user may save) that changed since packaging."""
     path = os.path.join(root, "manifest.json")
     try:
         with open(path) as f:
@@ -792,11 +1007,19 @@ def verify(root):
             bad.append("%s (%d bytes, manifest says %s)" % (rel, size, want.get("size")))
         elif sha256(p) != want.get("sha256"):
             bad.append("%s (sha256 differs)" % rel)
+    notes = []
+    user = man.get("user_files") or {}
+    for rel in sorted(user):
+        p = os.path.join(root, *rel.split("/"))
+        if not os.path.isfile(p):
+            notes.append("%s (a user file) is missing; the package runs without it" % rel)
+        elif sha256(p) != user[rel].get("sha256"):
+            notes.append("%s (a user file) changed since packaging; not checked" % rel)
     # unlisted files where the package keeps its own (overlay/, models/, wheel/, and scripts,
-    # notebooks, configs, models at the top) are refused; inputs a user drops beside it and
+    # configs, models at the top) are refused; inputs a user drops beside it, notebooks and
     # what a run leaves (inputs/, results/, .installed, caches) are not
     own = {r.split("/")[0] for r in files if "/" in r}
-    kinds = (".sh", ".py", ".ipynb", ".json", ".vtapkg", ".bit", ".hwh", ".whl")
+    kinds = (".sh", ".py", ".json", ".vtapkg", ".bit", ".hwh", ".whl")
     extra = []
     for d in sorted(own):
         for dd, dirs, names in os.walk(os.path.join(root, d)):
@@ -807,25 +1030,27 @@ def verify(root):
                     extra.append(rel)
     for n in os.listdir(root):
         if os.path.isfile(os.path.join(root, n)) and n.endswith(kinds) and n not in files \
-                and n != "manifest.json":
+                and n not in user and n != "manifest.json":
             extra.append(n)
     if extra:
         bad.append("unlisted: " + ", ".join(sorted(extra)))
     if bad:
         raise ValueError("%d of %d files do not match manifest.json: %s"
                          % (len(bad), len(files), ", ".join(bad)))
-    return man
+    return man, notes
 
 
 def main(argv):
     root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.abspath(__file__))
     try:
-        man = verify(root)
+        man, notes = check(root)
     except ValueError as e:
         sys.stderr.write("error: verify: %s\\n" % e)
         return 1
     print("verify: %d files match manifest.json (sha256, size); config fingerprint %s"
           % (len(man["files"]), man.get("config", {}).get("fingerprint")))
+    for n in notes:
+        print("verify: note: " + n)
     return 0
 
 
@@ -872,12 +1097,13 @@ abspath() {{ case "$1" in /*) echo "$1" ;; *) echo "$HERE0/$1" ;; esac; }}
 
 do_verify() {{ "$PY" verify.py; }}
 
-# pip install --no-deps brings no dependencies: the image's Python must have these.
+# pip install --no-deps brings no dependencies: the image's Python must have these (the
+# runner, python -m vtaforge.deploy, needs numpy only; the vtaforge CLI also needs click).
 do_check_deps() {{
   MISSING=$("$PY" -c '
 import importlib
 missing = []
-for m in ("numpy", "click"):
+for m in ("numpy",):
     try:
         importlib.import_module(m)
     except ImportError:
@@ -932,7 +1158,7 @@ do_run() {{
   rm -f "$OUT/output.npy" "$OUT/stats.json"
   T0=$("$PY" -c 'import time; print(repr(time.time()))')
   set +e
-  "$PY" -m vtaforge.cli run --model "models/$MODEL.vtapkg" --input "$INPUT" \\
+  "$PY" -m vtaforge.deploy run --model "models/$MODEL.vtapkg" --input "$INPUT" \\
       --target "$TARGET" --config config.json --output "$OUT/output.npy" >"$OUT/run.log" 2>&1
   RC=$?
   set -e
@@ -1051,11 +1277,12 @@ print("output", model.outputs[0], list(y.shape), "; %d/%d steps on VTA; %.3f s"
             "nbformat": 4, "nbformat_minor": 5}
 
 
-def _readme(cfg, models: list[str], name: str) -> str:
+def _readme(cfg, models: list[str], name: str, board: dict) -> str:
     return f"""# Board package `{name}`
 
 For a VTA core with config `{cfg.bitstream_name}` (fingerprint `0x{cfg.fingerprint:08x}`,
-part {cfg.PART}, {float(cfg.CLOCK_MHZ):g} MHz). Models: {', '.join(models)}.
+{board['title']}, part {board['part']}, {float(cfg.CLOCK_MHZ):g} MHz). Models:
+{', '.join(models)}.
 
 On the board (PYNQ 3.x image), as root, in this folder:
 
@@ -1214,7 +1441,8 @@ def deploy(package_dir: str | Path, host: str, *, run_input: str | Path | None =
         tops = sorted(p for p in pkg.iterdir() if p.name not in _NO_COPY)
         cmd = ["scp", "-r", "-q", *_SSH_OPTS, *[str(p) for p in tops], f"{where}/"]
     _call(cmd, timeout_s=timeout_s, what=f"copy the package to {where}")
-    echo(f"copied {pkg} -> {where} ({method}, {len(man['files'])} files)")
+    nfiles = len(man["files"]) + len(man.get("user_files") or {})
+    echo(f"copied {pkg} -> {where} ({method}, {nfiles} files)")
 
     run_sh = ("sudo -n " if sudo else "") + "sh run.sh"
     r = _call([*ssh, host, f"cd {qd} && {run_sh} install"], timeout_s=timeout_s,
@@ -1225,7 +1453,7 @@ def deploy(package_dir: str | Path, host: str, *, run_input: str | Path | None =
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith(("verify:", "run.sh:"))]
     for ln in lines:
         echo(f"{host}: {ln}")
-    res = DeployResult(where, method, len(man["files"]))
+    res = DeployResult(where, method, nfiles)
     if inp is None:
         return res
 
@@ -1336,9 +1564,84 @@ def run_stats(*, model: str, config: str, input: str, output: str, log: str | No
     return d
 
 
+def run_model(*, model: str, input: str, config: str, target: str = "pynq",
+              output: str | None = None, echo: Callable[[str], None] = print) -> None:
+    """Run a ``.vtapkg`` on one input: what ``vtaforge run --model M.vtapkg --input X
+    --config C --target T --output Y`` does, without click (the board's Python may lack
+    it: ``run.sh`` calls this through ``python -m vtaforge.deploy run``).  It prints the
+    same placement table and summary line (``run_stats`` reads it), on ``rtl``/``pynq``
+    the core cycles per VTA step, and writes the first output (float32) to ``output``.
+
+    Raises:
+        DeployError: an unreadable input; the runtime's errors (ConfigError,
+            ArtifactError, DeviceError) pass through.
+    """
+    import numpy as np
+
+    from .hw.config import load_config
+    from .runtime.artifact import load_artifact
+    from .runtime.bundle import make_device
+    from .runtime.executor import Executor
+
+    cfg = load_config(config)
+    cm = load_artifact(model, cfg)
+    try:
+        x = np.load(input, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise DeployError(f"cannot read input {input!r}: {e or 'empty file'}") from None
+    if isinstance(x, np.lib.npyio.NpzFile):
+        from .runtime.npz import read_npz
+
+        with x:
+            x = read_npz(x, input, "input")
+        if not x:
+            raise DeployError(f"input {input!r} is an empty .npz archive")
+        extra = [k for k in x if k not in cm.inputs]
+        if extra:
+            raise DeployError(f"input {input!r} has unknown input(s) {extra}; the model's "
+                              f"inputs: {list(cm.inputs)}")
+    elif not isinstance(x, np.ndarray):
+        raise DeployError(f"input {input!r} is not a single .npy array")
+    echo("placement:")
+    echo(cm.placement_table())
+    ex = Executor(cm, make_device(target, cfg))
+    vals = list(x.values()) if isinstance(x, dict) else [x]
+    ns = {int(np.shape(v)[0]) if np.ndim(v) else None for v in vals}
+    n = ns.pop() if len(ns) == 1 else None
+    shape = cm.types[cm.inputs[0]][1]
+    b = shape[0] if shape and isinstance(shape[0], int) else None
+    t0 = time.perf_counter()
+    if not isinstance(b, int) or b < 1 or not n or n == b or n % b:
+        out = ex.run(x)
+    else:  # a fixed model batch: b samples at a time, outputs concatenated
+        outs = [ex.run({k: v[i:i + b] for k, v in x.items()} if isinstance(x, dict)
+                       else x[i:i + b]) for i in range(0, n, b)]
+        out = {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+    dt = time.perf_counter() - t0
+    host = sum(st.host_seconds for st in ex.stats.values())
+    y = np.asarray(out[cm.outputs[0]], np.float32)
+    if output:
+        tmp = Path(output).with_name(f".{Path(output).name}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, y)
+        os.replace(tmp, output)
+    vta = [s for s in cm.steps if s.target == "vta"]
+    nsamp = n if n is not None else 1
+    echo(f"{cm.name}: {nsamp} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
+         f"{len(vta)}/{len(cm.steps)} steps on VTA, {host:.3f} s in CPU steps; output "
+         f"{cm.outputs[0]} {list(y.shape)}" + (f" -> {output}" if output else ""))
+    if target in ("rtl", "pynq"):  # the lines of vtaforge run (commands.profile, which needs click)
+        total = sum(int(ex.stats[s.name].cycles) for s in vta)
+        w = max((len(s.name) for s in vta), default=4)
+        echo(f"core cycles: {total} in {len(vta)} VTA step(s)")
+        for s in vta:
+            c = int(ex.stats[s.name].cycles)
+            echo(f"  {s.name:<{w}}  {c:>10}  " + (f"{100 * c / total:4.0f}%" if total else "   - "))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m vtaforge.deploy stats ... -o STATS.json`` (what ``run.sh`` calls) and
-    ``python -m vtaforge.deploy verify PACKAGE_DIR``."""
+    """``python -m vtaforge.deploy run ...`` and ``stats ... -o STATS.json`` (what
+    ``run.sh`` calls: no click) and ``python -m vtaforge.deploy verify PACKAGE_DIR``."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m vtaforge.deploy")
@@ -1352,7 +1655,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     s.add_argument("--exit-status", type=int, default=0)
     v = sub.add_parser("verify", help="check a package against its manifest")
     v.add_argument("package")
+    r = sub.add_parser("run", help="run a .vtapkg on an input (vtaforge run, without click)")
+    for k in ("--model", "--input", "--config"):
+        r.add_argument(k, required=True)
+    r.add_argument("--target", default="pynq")
+    r.add_argument("--output")
     a = ap.parse_args(argv)
+    if a.cmd == "run":
+        from .hw.config import ConfigError
+        from .runtime.artifact import ArtifactError
+        from .runtime.device import DeviceError
+
+        try:
+            run_model(model=a.model, input=a.input, config=a.config, target=a.target,
+                      output=a.output)
+        except (DeployError, ConfigError, ArtifactError, DeviceError, OSError,
+                ValueError) as e:
+            if os.environ.get("VTAFORGE_DEBUG") == "1":
+                raise
+            print(f"error: {_first_line(str(e))}", file=sys.stderr)
+            return 2
+        return 0
     try:
         if a.cmd == "verify":
             verify_package(a.package)

@@ -70,6 +70,17 @@ def hwh_text(cfg, *, core: str = "vta_wrapper", clock_mhz: float | None = None,
         vlnv, ctrl = "xilinx.com:ip:zynq_ultra_ps_e:3.4", "M_AXI_HPM0_FPD"
     dev = device or dev
     base = spec.reg_base
+    # PL clocks 0-3 as the PS IP writes them (enable, two divisors): clock 0 at the request
+    div = round(spec.pll_mhz / float(mhz))
+    d0 = next(a for a in range(min(div, 63), 0, -1) if div % a == 0 and div // a <= 63)
+    ens, dvs = ({"zynq7": ("PCW_FPGA_FCLK{i}_ENABLE", "PCW_FCLK{i}_PERIPHERAL_DIVISOR{j}")}
+                .get(spec.family, ("PSU__FPGA_PL{i}_ENABLE",
+                                   "PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR{j}")))
+    clocks = "\n".join(
+        f'        <PARAMETER NAME="{ens.format(i=i)}" VALUE="{1 if i == 0 else 0}"/>\n'
+        f'        <PARAMETER NAME="{dvs.format(i=i, j=0)}" VALUE="{d0 if i == 0 else 1}"/>\n'
+        f'        <PARAMETER NAME="{dvs.format(i=i, j=1)}" VALUE="{div // d0 if i == 0 else 1}"/>'
+        for i in range(4))
     return f"""<?xml version="1.0" encoding="UTF-8" standalone="no" ?>
 <EDKSYSTEM EDWVERSION="1.2" TIMESTAMP="Mon Dec  1 09:00:00 2025" VIVADOVERSION="2022.2">
 
@@ -79,10 +90,11 @@ def hwh_text(cfg, *, core: str = "vta_wrapper", clock_mhz: float | None = None,
 
   <MODULES>
     <MODULE COREREVISION="1" FULLNAME="/ps" HWVERSION="5.5" INSTANCE="ps" IPTYPE="PERIPHERAL"
-            IS_ENABLE="1" MODCLASS="PROCESSOR" MODTYPE="{spec.ps_ip}" VLNV="{vlnv}">
+            IS_ENABLE="1" IS_PL="FALSE" MODCLASS="PROCESSOR" MODTYPE="{spec.ps_ip}" VLNV="{vlnv}">
       <PARAMETERS>
         <PARAMETER NAME="Component_Name" VALUE="vta_bd_ps_0"/>
         <PARAMETER NAME="{clk}" VALUE="{mhz}"/>
+{clocks}
       </PARAMETERS>
       <MEMORYMAP>
         <MEMRANGE ADDRESSBLOCK="reg0" BASENAME="C_BASEADDR" BASEVALUE="0x{base:08X}"
@@ -103,7 +115,15 @@ def hwh_text(cfg, *, core: str = "vta_wrapper", clock_mhz: float | None = None,
       <PORTS>
         <PORT DIR="I" NAME="clk" SIGIS="clk" SIGNAME="ps_FCLK_CLK0"/>
         <PORT DIR="O" NAME="irq" SENSITIVITY="LEVEL_HIGH" SIGIS="INTERRUPT" SIGNAME="vta_0_irq"/>
+        <PORT DIR="I" NAME="s_axi_awvalid" SIGIS="undef" SIGNAME="ctrl_awvalid"/>
       </PORTS>
+      <BUSINTERFACES>
+        <BUSINTERFACE BUSNAME="ctrl" NAME="s_axi" TYPE="SLAVE" VLNV="xilinx.com:interface:aximm:1.0">
+          <PORTMAPS>
+            <PORTMAP LOGICAL="AWVALID" PHYSICAL="s_axi_awvalid"/>
+          </PORTMAPS>
+        </BUSINTERFACE>
+      </BUSINTERFACES>
     </MODULE>
   </MODULES>
 

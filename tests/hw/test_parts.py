@@ -77,7 +77,7 @@ def test_every_board_agrees_with_its_part_family_and_preset(key):
     assert dev.family == b.family
     generic = parts.FAMILIES[b.family]
     # a board differs from its family only in what is the board's own
-    own = {"name", "title", "part", "ddr_bytes", "preset", "pll_actual_mhz"}
+    own = {"name", "title", "part", "ddr_bytes", "preset", "pll_actual_mhz", "board_ids"}
     for f in dataclasses.fields(parts.BoardSpec):
         if f.name not in own:
             assert getattr(b, f.name) == getattr(generic, f.name), (key, f.name)
@@ -168,3 +168,27 @@ def test_pl_clock_refuses_a_request_that_is_not_a_frequency(mhz):
     gave the PLL itself; both, zero and negatives are refused as what they are."""
     with pytest.raises(parts.FlowError, match="not a positive finite frequency"):
         parts.pl_clock(parts.BOARDS["pynq-z1"], mhz)
+
+
+@pytest.mark.parametrize("board, bp", [
+    ("pynq-z2", "tul.com.tw:pynq-z2:part0:1.0"), ("pynq-z1", "www.digilentinc.com:pynq-z1:part0:1.0"),
+    ("ultra96-v2", "avnet.com:ultra96v2:part0:1.2"), ("zcu104", "xilinx.com:zcu104:part0:1.1"),
+    ("zcu104", "xilinx.com:ZCU104:part0:1.1"), ("zynq7", "tul.com.tw:pynq-z2:part0:1.0")])
+def test_check_board_part_takes_the_boards_own(board, bp):
+    spec = parts.BOARDS.get(board) or parts.FAMILIES[board]
+    assert parts.check_board_part(spec, bp) == bp
+
+
+@pytest.mark.parametrize("board, bp, message", [
+    ("pynq-z1", "xc9999", r"'xc9999' is not a Vivado board part .*looks like a part name"),
+    ("pynq-z1", "xc7z020clg400-1", r"not a Vivado board part .*known parts: .*xc7z020clg400-1"),
+    ("zcu104", "zcu104", r"'zcu104' is not a Vivado board part \(VENDOR:BOARD:part0:VERSION"),
+    ("zcu104", "xilinx.com:zcu104:part0:1.1 [exec rm]", r"is not a Vivado board part"),
+    ("zcu104", "tul.com.tw:pynq-z2:part0:1.0", r"for board 'pynq-z2', not the ZCU104 "
+     r"\(VENDOR:zcu104:part0:VERSION\); known boards: PYNQ-Z1: VENDOR:pynq-z1:part0:VERSION"),
+    ("pynq-z1", "tul.com.tw:pynq-z2:part0:1.0", r"for board 'pynq-z2', not the PYNQ-Z1")])
+def test_check_board_part_refuses_anything_else(board, bp, message):
+    """``--board-part xc9999`` went into build.tcl unchecked; a part name, a bare board name
+    and another board's board part are refused, naming the form and the known boards."""
+    with pytest.raises(parts.FlowError, match=message):
+        parts.check_board_part(parts.BOARDS[board], bp)

@@ -62,10 +62,13 @@ def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | No
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
     from ..hw.config import load_config
     from ..hw.flow import FlowError, FlowWarning, board_spec, pl_clock, write_project
+    from ..hw.parts import check_board_part
 
     cfg = load_config(spec)
     try:
         spec_b = board_spec(cfg, board)
+        if board_part is not None:
+            check_board_part(spec_b, board_part)
         mhz = pl_clock(spec_b, cfg.CLOCK_MHZ).mhz
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", FlowWarning)
@@ -183,8 +186,8 @@ def _mb(nbytes: int) -> str:
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="package folder (new, empty, or an earlier package, which is replaced)")
 @click.option("--wheel", default=None, type=click.Path(dir_okay=False),
-              help="a vtaforge wheel to ship (default: build one from this source tree, "
-              "cached)")
+              help="a vtaforge wheel to ship (default: build one from this source tree, or pack "
+              "the installed vtaforge; cached)")
 @click.option("--bitstream-info", default=None, type=click.Path(dir_okay=False),
               help="the bitstream's sidecar NAME.json or its project's board.json "
               "(default: found beside or above the .bit)")
@@ -194,7 +197,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
                 allow_unmet_timing) -> None:
     """Write a self-contained folder for one board: overlay, config, models, the vtaforge
     wheel, manifest.json (sha256s), run.sh, verify.py and a Jupyter notebook."""
-    from ..deploy import DeployError, make_package
+    from ..deploy import DeployError, make_package, source_tree
 
     try:
         r = make_package(spec, bitstream, hwh, list(models), out_dir, wheel=wheel,
@@ -204,9 +207,9 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
     m = r.manifest
     total = sum(f["size"] for f in m["files"].values())
     click.echo(f"package {r.out}: {len(m['files'])} files, {_mb(total)} (manifest.json)")
-    c, o = m["config"], m["overlay"]
-    click.echo(f"  config {c['bitstream_name']} (fingerprint {c['fingerprint']}), part "
-               f"{c['part']}, {c['clock_mhz']:g} MHz")
+    c, o, b = m["config"], m["overlay"], m["board"]
+    click.echo(f"  config {c['bitstream_name']} (fingerprint {c['fingerprint']}), "
+               f"{b['title']}, part {b['part']}, {c['clock_mhz']:g} MHz")
     t = o["timing"]
     tim = "" if not t else (f"; timing {'met' if t.get('met') else 'NOT met'}"
                             + (f", WNS {t['wns_ns']:+.3f} ns" if t.get("wns_ns") is not None
@@ -218,7 +221,8 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
         click.echo(f"  model {e['name']} ({e['model']}) -> {e['file']}: "
                    f"{e['steps_on_vta']}/{e['steps']} steps on VTA")
     how = ("passed with --wheel" if r.wheel_cached is None else
-           "from the cache" if r.wheel_cached else "built from the source tree")
+           "from the cache" if r.wheel_cached else "built from the source tree"
+           if source_tree() is not None else "packed from the installed vtaforge")
     click.echo(f"  wheel {m['wheel']['file']} ({how})")
     for n in r.notes:
         click.echo(f"  note: {n}")
@@ -232,12 +236,15 @@ def verify_cmd(package_dir) -> None:
     """Check every file of a package against its manifest.json (sha256, size)."""
     from ..deploy import DeployError, verify_package
 
+    notes: list[str] = []
     try:
-        m = verify_package(package_dir)
+        m = verify_package(package_dir, notes)
     except DeployError as e:
         raise _deploy_error(e) from None
     click.echo(f"verify: {len(m['files'])} files of {package_dir} match manifest.json "
                f"(config fingerprint {m['config']['fingerprint']})")
+    for n in notes:
+        click.echo(f"verify: note: {n}")
 
 
 @board_group.command("deploy")
