@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -57,6 +58,7 @@ def _read_header(f) -> tuple[tuple, bool, np.dtype]:
         return hdr(f)
     except (ValueError, EOFError, SyntaxError, TypeError, KeyError, OverflowError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = re.sub(r"<[\w.]+ object at 0x[0-9a-fA-F]+>", "?", msg)    # numpy's ast nodes
         raise ValueError(f"bad .npy header ({msg})") from None
 
 
@@ -123,7 +125,7 @@ def load_array(path: str | Path, what: str, error: type[Exception] = DeviceError
     head = _head(p, what, error)
     if head.startswith(NPY_MAGIC):
         return load_npy(p, what, error)
-    if not head.startswith(ZIP_MAGIC):
+    if not head.startswith(ZIP_MAGIC[:2]):     # PK: an empty archive starts PK\x05\x06
         kind = "an empty file" if not head else "no NUMPY or zip header"
         raise error(f"{what} {p!r} is neither a .npy array nor a .npz archive ({kind})")
     with open_npz(p, what, error) as z:

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import click
 
-__all__ = ["InputError", "read_array", "read_json", "read_config", "read_onnx", "OnnxInfo",
+__all__ = ["InputError", "read_array", "read_json", "check_json_lines", "read_config", "read_onnx", "OnnxInfo",
            "read_artifact", "read_bundle", "check_arity", "compiling"]
 
 #: Operator domains a model's nodes may use: the ONNX standard ones (vtaforge's importer and
@@ -37,7 +37,8 @@ KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.trainin
                            "ai.onnx.training", "com.microsoft", "com.microsoft.nchwc",
                            "com.microsoft.experimental", "com.ms.internal.nhwc"})
 
-#: The largest JSON file read (a config, space, timing table or report is kilobytes).
+#: The largest JSON file read (a config, space or timing table is kilobytes, a DSE report
+#: of thousands of points megabytes).
 MAX_JSON_BYTES = 256 << 20
 
 
@@ -84,9 +85,14 @@ def read_json(path: str, what: str) -> Any:
         InputError: unreadable file, larger than :data:`MAX_JSON_BYTES`, not UTF-8 text
             (the offset of the first bad byte), nested too deeply for the parser, not JSON.
     """
+    import os
+    import stat
+
     p = str(path)
     try:
         with open(p, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):    # /dev/zero, a FIFO
+                raise InputError(f"{what} {p!r} is not a regular file")
             data = f.read(MAX_JSON_BYTES + 1)
     except OSError as e:
         raise InputError(f"cannot read {what} {p!r}: {_os_reason(e)}") from None
@@ -96,8 +102,8 @@ def read_json(path: str, what: str) -> Any:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputError(f"{what} {p!r} is not UTF-8 text (byte 0x{data[e.start]:02x} at "
-                         f"offset {e.start}); JSON files are UTF-8") from None
+        raise InputError(f"{what} {p!r} is not a text file (byte 0x{data[e.start]:02x} at "
+                         f"offset {e.start} is not UTF-8; JSON is UTF-8 text)") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -106,6 +112,37 @@ def read_json(path: str, what: str) -> Any:
     except RecursionError:
         raise InputError(f"{what} {p!r} is nested too deeply to parse (arrays or objects "
                          f"inside each other thousands of levels deep)") from None
+
+
+def check_json_lines(path: str, what: str, advice: str = "") -> None:
+    """Check that a JSON-lines file (a cache) is UTF-8 text whose lines a JSON parser can
+    take without exhausting its recursion (a torn or malformed line is left to its reader).
+    A missing file passes (it is created).
+
+    Raises:
+        InputError: unreadable, not UTF-8 text, or a line nested too deeply to parse;
+            ``advice`` (``"; delete it to start over"``) ends the line.
+    """
+    p = Path(path)
+    if not p.exists():
+        return
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {what} {str(p)!r}: {_os_reason(e)}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{what} {str(p)!r} is not a text file (byte 0x{data[e.start]:02x} "
+                         f"at offset {e.start} is not UTF-8){advice}") from None
+    for n, line in enumerate(text.splitlines(), start=1):
+        try:
+            json.loads(line)
+        except ValueError:
+            pass
+        except RecursionError:
+            raise InputError(f"{what} {str(p)!r}: line {n} is nested too deeply to "
+                             f"parse{advice}") from None
 
 
 def read_config(spec: str | None):

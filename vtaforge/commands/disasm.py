@@ -85,6 +85,9 @@ def disasm(file: str, config_spec: str, insn_addr: int | None, insn_count: int |
         if addr > data.size:
             raise BundleError(f"{file!r}: insn_addr = {addr} is past the end of its "
                               f"{data.size} bytes")
+        if addr % INSN_BYTES:
+            raise BundleError(f"{file!r}: insn_addr = 0x{addr:x} is not a multiple of "
+                              f"{INSN_BYTES} bytes (instructions are fetched 16-byte aligned)")
         count = (data.size - addr) // INSN_BYTES if insn_count is None else insn_count
         if insn_count is None and (data.size - addr) % INSN_BYTES:
             raise BundleError(f"{file!r}: {data.size - addr} bytes from offset {addr} is not a "
