@@ -569,9 +569,9 @@ class VTAConfig:
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as e:
-            raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (byte "
-                              f"0x{data[e.start]:02x} at offset {e.start}); JSON files are "
-                              f"UTF-8") from None
+            raise ConfigError(f"config file {str(p)!r} is not a text file (byte "
+                              f"0x{data[e.start]:02x} at offset {e.start} is not UTF-8; JSON "
+                              f"is UTF-8 text)") from None
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
