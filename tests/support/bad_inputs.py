@@ -163,6 +163,18 @@ def make_files(d: Path) -> dict[str, str]:
     (d / "deepmanifest.vtapkg").write_bytes((d / "deepmanifest.npz").read_bytes())
     with zipfile.ZipFile(d / "huge.vtapkg", "w") as z:
         z.writestr("manifest.npy", _npy_header([1 << 40], "<U1") + bytes(64))
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.runtime.artifact import save_artifact
+
+    two = {"a": np.ones((1, 4), np.float32), "b": np.ones((1, 4), np.float32)}
+    save_artifact(compile_model(str(d / "two.onnx"), two, preset("pynq")), d / "two.vtapkg")
+    np.savez(d / "two_batches.npz", a=np.ones((1, 4), np.float32),
+             b=np.ones((2, 4), np.float32))
+    praw = (d / "two.vtapkg").read_bytes()
+    pb = bytearray(praw)
+    at = praw.rfind(b"\x93NUMPY")           # the last member's data: a constant or kernel
+    pb[at + 130] ^= 0xFF
+    (d / "crc_pkg.vtapkg").write_bytes(bytes(pb))
     # bitstreams, reports, DSE
     (d / "empty.bit").write_bytes(b"")
     (d / "garbage.bit").write_bytes(bytes(range(256)))
@@ -195,7 +207,7 @@ CASES: list[tuple[str, str]] = [
         "crc_npz", "trunc_npz", "trunc_npy", "huge_npy", "huge_npz", "badhdr_npy", "obj_npy",
         "obj_npz", "str_npy", "cplx_npy", "scalar_npy", "shape_npy", "rank_npy",
         "empty_samples_npy", "nan_npy", "empty_npz", "wrongname_npz", "empty_bin", "text_txt",
-        "binary_bin", "dir", "missing", "x14_npy")],
+        "binary_bin", "dir", "missing", "x14_npy", "int_npy", "bool_npy")],
     ("run-calib-crc", f"run --model {M} --input {{x_npy}} --calibrate {{crc_npz}}"),
     ("run-calib-huge", f"run --model {M} --input {{x_npy}} --calibrate {{huge_npy}}"),
     ("run-calib-obj", f"run --model {M} --input {{x_npy}} --calibrate {{obj_npy}}"),
@@ -218,6 +230,18 @@ CASES: list[tuple[str, str]] = [
     ("run-two-npy", "run --model {two_onnx} --input {x14_npy}"),
     ("run-two-calib-npy", "run --model {two_onnx} --input {two_npz} --calibrate {x14_npy}"),
     ("run-two-wrongname", "run --model {two_onnx} --input {wrongname_npz}"),
+    ("run-two-batches", "run --model {two_onnx} --input {two_batches_npz}"),
+    ("run-pkg-npy", "run --model {two_vtapkg} --input {x14_npy}"),
+    ("run-pkg-other-config", "run --model {two_vtapkg} --input {two_npz} --config tiny"),
+    ("run-pkg-crc", "run --model {crc_pkg_vtapkg} --input {two_npz}"),
+    ("run-pkg-calibrate", "run --model {two_vtapkg} --input {two_npz} --calibrate {two_npz}"),
+    ("run-pkg-wrongname", "run --model {two_vtapkg} --input {wrongname_npz}"),
+    ("run-pkg-many-npy", "run --model {two_vtapkg} --input {two_npz} --input {x14_npy}"),
+    ("run-pkg-budget", "run --model {two_vtapkg} --input {two_npz} --memory-budget 1"),
+    ("run-budget-1", f"run --model {M} --input {{x_npy}} --memory-budget 1"),
+    ("profile-pkg-npy", "profile {two_vtapkg} --target fsim --input {x14_npy}"),
+    ("disasm-pkg", "disasm {two_vtapkg}"),
+    ("exec-pkg", "exec {two_vtapkg}"),
     # ---- run: options
     ("run-output-nodir", f"run --model {M} --input {{x_npy}} --output /nonexistent/dir/y.npy"),
     ("run-output-dir", f"run --model {M} --input {{x_npy}} --output {{dir}}"),
@@ -297,6 +321,8 @@ CASES: list[tuple[str, str]] = [
     ("dse-accuracy-custom", "dse run --accuracy {custom_onnx}:{x_npz} --size 7 --no-progress"),
     ("dse-accuracy-crc", "dse run --accuracy {relu_onnx}:{crc_npz} --size 7 --no-progress"),
     ("dse-accuracy-huge", "dse run --accuracy {relu_onnx}:{huge_npz} --size 7 --no-progress"),
+    ("dse-accuracy-missing", "dse run --accuracy {d}/nope.onnx:{x_npz} --size 7 --no-progress"),
+    ("dse-accuracy-spec", "dse run --accuracy nosuchset --size 7 --no-progress"),
     ("dse-cache-deep", "dse run --cache {deep_jsonl} --workloads resnet18-c2 --size 7 "
                        "--no-progress"),
     ("dse-cache-nonutf8", "dse run --cache {nonutf8_jsonl} --workloads resnet18-c2 --size 7 "

@@ -41,7 +41,7 @@ def compile_cmd(model: str, output_path: str, config_spec: str, calib_path) -> N
         calib = np.random.default_rng(0).random(shape, dtype=np.float32)
         data = f"uniform random calibration data of shape {shape}"
     with compiling(model, data):
-        cm = compile_model(model, calib, cfg)
+        cm = compile_model(model, calib, cfg, calib_label=data)
     save_artifact(cm, output_path)
     click.echo("placement:")
     click.echo(cm.placement_table())

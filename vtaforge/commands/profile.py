@@ -279,10 +279,10 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
         x, calib = _default_inputs(model, calib_path)
         if calib_path:
             check_arity(calib, calib_path, "calibration data", info.inputs)
-        with compiling(model, f"calibration data {calib_path!r}" if calib_path
-                       else "uniform random calibration data"):
-            cm = compile_model(model, calib, cfg, calib_label="calibration data"
-                               if calib_path else "input")
+        data = (f"calibration data {calib_path!r}" if calib_path
+                else "uniform random calibration data")
+        with compiling(model, data):
+            cm = compile_model(model, calib, cfg, calib_label=data)
     dev = model_cycles_device(cfg) if target == "fsim" else make_device(target, cfg)
     ex = Executor(cm, dev)
     t0 = time.perf_counter()

@@ -303,9 +303,9 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
     from ..runtime.shapes import ShapeRunner, format_key
 
     if calib_path:
-        calib, label = read_array(calib_path, "calibration data"), "calibration data"
-        check_arity(calib, calib_path, label, info.inputs)
-        data = f"calibration data {calib_path!r}"
+        calib = read_array(calib_path, "calibration data")
+        check_arity(calib, calib_path, "calibration data", info.inputs)
+        data = label = f"calibration data {calib_path!r}"
     else:
         calib, label = _group_by_shape(xs, input_paths)
         data = "the inputs"
@@ -439,8 +439,7 @@ def _get_model(model_path: str, cfg, calib_path, x, input_path: str | None = Non
     else:
         calib, data = x, f"input {input_path!r}"
     with compiling(model_path, data):
-        return compile_model(str(p), calib, cfg,
-                             calib_label="calibration data" if calib_path else "input")
+        return compile_model(str(p), calib, cfg, calib_label=data)
 
 
 COMMANDS = [run_cmd]
