@@ -498,7 +498,9 @@ class VTAConfig:
         if "LOG_BLOCK" in d:
             lb = d.pop("LOG_BLOCK")
             lo, hi = RANGES["LOG_BLOCK_IN"]
-            if isinstance(lb, bool) or not isinstance(lb, int) or not lo <= lb <= hi:
+            if isinstance(lb, bool) or not isinstance(lb, int):
+                raise ConfigError(f"LOG_BLOCK = {lb!r} must be an integer in {lo}..{hi}")
+            if not lo <= lb <= hi:
                 raise ConfigError(f"LOG_BLOCK = {lb!r} is out of range; allowed: integers {lo}..{hi}")
             for k in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
                 if k in d and d[k] != lb:
@@ -506,6 +508,9 @@ class VTAConfig:
                 d.setdefault(k, lb)
         if "LOG_OUT_WIDTH" in d:
             ow = d.pop("LOG_OUT_WIDTH")
+            if isinstance(ow, bool) or not isinstance(ow, int):
+                raise ConfigError(f"LOG_OUT_WIDTH = {ow!r} must be an integer equal to "
+                                  f"LOG_INP_WIDTH")
             if ow != d.get("LOG_INP_WIDTH", cls.LOG_INP_WIDTH):
                 raise ConfigError(f"LOG_OUT_WIDTH = {ow!r} is out of range; allowed: equal to "
                                   f"LOG_INP_WIDTH")
@@ -554,14 +559,27 @@ class VTAConfig:
         """
         p = Path(path)
         try:
-            text = p.read_text()
+            with open(p, "rb") as f:
+                data = f.read(_MAX_CONFIG_BYTES + 1)
         except OSError as e:
             raise ConfigError(f"cannot read config file {str(p)!r}: {e.strerror or e}") from None
+        if len(data) > _MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {str(p)!r} is larger than "
+                              f"{_MAX_CONFIG_BYTES >> 20} MiB; not a vta_config.json")
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config file {str(p)!r} is not a text file (byte "
+                              f"0x{data[e.start]:02x} at offset {e.start} is not UTF-8; JSON "
+                              f"is UTF-8 text)") from None
         try:
             d = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"config file {str(p)!r} is not valid JSON: {e.msg} "
                               f"(line {e.lineno})") from None
+        except RecursionError:
+            raise ConfigError(f"config file {str(p)!r} is nested too deeply to parse (arrays "
+                              f"or objects inside each other thousands of levels deep)") from None
         try:
             return cls.from_dict(d)
         except ConfigError as e:
@@ -602,6 +620,11 @@ class VTAConfig:
         d["BITSTREAM"] = self.bitstream_name
         d["FINGERPRINT"] = f"0x{self.fingerprint:08x}"
         return d
+
+
+#: The largest config file read (a ``vta_config.json`` is a few hundred bytes; a device
+#: such as ``/dev/zero`` given as a config is refused instead of read forever).
+_MAX_CONFIG_BYTES = 16 << 20
 
 
 def _preset_dicts() -> dict[str, dict[str, Any]]:

@@ -1,11 +1,17 @@
-"""Opening ``.npz`` archives (exec bundles, result files, ``.vtapkg`` artifacts) with one
-clear error per failure instead of numpy's messages (numpy reports a file that is neither a
-zip nor a ``.npy`` as "contains pickled data")."""
+"""Reading ``.npy`` arrays and ``.npz`` archives (inputs, exec bundles, result files,
+``.vtapkg`` artifacts) with one clear error per failure instead of numpy's messages (numpy
+reports a file that is neither a zip nor a ``.npy`` as "contains pickled data" and advises
+``allow_pickle``; a header declaring a 1 TiB array is a ``MemoryError``).
+
+Every array's header is read first and refused by its declared size -- more bytes than the
+file (or zip member) holds, or more than this machine's memory -- before anything is
+allocated.  Object arrays are refused without mentioning pickles."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import tempfile
 import zipfile
 from pathlib import Path
@@ -15,11 +21,171 @@ import numpy as np
 
 from .device import DeviceError
 
-__all__ = ["open_npz", "read_npz", "atomic_open"]
+__all__ = ["open_npz", "read_npz", "check_npz", "load_npy", "load_array", "atomic_open",
+           "NPY_MAGIC", "ZIP_MAGIC"]
+
+#: The first bytes of a ``.npy`` file and of a zip archive (``.npz``, ``.vtapkg``).
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _memory_bytes() -> int | None:
+    """This machine's physical memory in bytes, or None where it cannot be read."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a message: ``1.0 TiB``, ``192 bytes``."""
+    for unit, k in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _read_header(f) -> tuple[tuple, bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` of the ``.npy`` stream ``f`` (at its start).
+
+    Raises:
+        ValueError: not a ``.npy`` header, or one numpy cannot parse (one line).
+    """
+    try:
+        major, _minor = np.lib.format.read_magic(f)
+        hdr = (np.lib.format.read_array_header_1_0 if major == 1
+               else np.lib.format.read_array_header_2_0)
+        return hdr(f)
+    except (ValueError, EOFError, SyntaxError, TypeError, KeyError, OverflowError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = re.sub(r"<[\w.]+ object at 0x[0-9a-fA-F]+>", "?", msg)    # numpy's ast nodes
+        raise ValueError(f"bad .npy header ({msg})") from None
+
+
+def _check_declared(shape, dtype: np.dtype, holds: int) -> None:
+    """Refuse an array by its header: object dtype, or more bytes than the file (or zip
+    member) ``holds`` after its header, or more than this machine's memory.
+
+    Raises:
+        ValueError: one line naming the declared shape, dtype and size.
+    """
+    if dtype.hasobject:
+        raise ValueError(f"holds Python objects (dtype {dtype}); only numeric arrays are read")
+    n = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    what = f"{list(shape)} {dtype} ({_size(n)})"
+    mem = _memory_bytes()
+    if mem is not None and n > mem:
+        raise ValueError(f"declares {what}, more than this machine's {_size(mem)} of memory")
+    if n > holds:
+        raise ValueError(f"declares {what} but holds {_size(holds)} of data (truncated?)")
+
+
+def load_npy(path: str | Path, what: str, error: type[Exception] = DeviceError) -> np.ndarray:
+    """Read the ``.npy`` array in ``path``, checking its header before allocating.
+
+    Args:
+        path: the file; what: what it should be, for messages (``"input"``).
+        error: the exception class raised.
+    Raises:
+        error: ``"cannot read <what> '<path>': no such file"`` (or the OS reason);
+            ``"<what> '<path>' is not a .npy array"`` (another kind of file);
+            ``"<what> '<path>' is damaged: <cause>"`` (bad header, object dtype, a declared
+            size larger than the file or the memory, data shorter than declared).
+    """
+    p = str(path)
+    try:
+        with open(p, "rb") as f:
+            if f.read(len(NPY_MAGIC)) != NPY_MAGIC:
+                raise error(f"{what} {p!r} is not a .npy array (no NUMPY header)")
+            f.seek(0)
+            try:
+                shape, fortran, dtype = _read_header(f)
+                _check_declared(shape, dtype, os.fstat(f.fileno()).st_size - f.tell())
+                f.seek(0)
+                return np.lib.format.read_array(f, allow_pickle=False)
+            except (ValueError, EOFError) as e:
+                msg = str(e).strip().splitlines()[0] if str(e).strip() else "truncated"
+                raise error(f"{what} {p!r} is damaged: {msg}") from None
+    except FileNotFoundError:
+        raise error(f"cannot read {what} {p!r}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"cannot read {what} {p!r}: it is a directory") from None
+    except OSError as e:
+        raise error(f"cannot read {what} {p!r}: {e.strerror or e}") from None
+
+
+def load_array(path: str | Path, what: str, error: type[Exception] = DeviceError):
+    """A ``.npy`` array, or for a ``.npz`` archive ``{name: array}``, told apart by content.
+
+    Raises:
+        error: as :func:`load_npy` and :func:`read_npz`; ``"<what> '<path>' is neither a
+            .npy array nor a .npz archive"``; an empty archive.
+    """
+    p = str(path)
+    head = _head(p, what, error)
+    if head.startswith(NPY_MAGIC):
+        return load_npy(p, what, error)
+    if not head.startswith(ZIP_MAGIC[:2]):     # PK: an empty archive starts PK\x05\x06
+        kind = "an empty file" if not head else "no NUMPY or zip header"
+        raise error(f"{what} {p!r} is neither a .npy array nor a .npz archive ({kind})")
+    with open_npz(p, what, error) as z:
+        d = read_npz(z, p, what, error)
+    if not d:
+        raise error(f"{what} {p!r} is an empty .npz archive")
+    return d
+
+
+def check_npz(path: str | Path, what: str, error: type[Exception] = DeviceError) -> list[str]:
+    """Check every member of the ``.npz`` archive ``path`` without keeping any array: its
+    ``.npy`` header (as :func:`read_npz`) and its CRC, reading the data in chunks.  For a
+    reader that then loads the archive by itself (``load_bundle``).
+
+    Returns:
+        the archive's array names.
+    Raises:
+        error: as :func:`open_npz` and :func:`read_npz`.
+    """
+    import zlib
+
+    p = str(path)
+    with open_npz(p, what, error) as z:
+        names = set(z.zip.namelist())
+        for name in z.files:
+            member = name + ".npy" if name + ".npy" in names else name
+            try:
+                info = z.zip.getinfo(member)
+                with z.zip.open(info) as f:
+                    shape, _fortran, dtype = _read_header(f)
+                    _check_declared(shape, dtype, info.file_size - f.tell())
+                    while f.read(1 << 20):
+                        pass
+            except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError,
+                    KeyError) as e:
+                raise error(f"{what} {p!r} is damaged: member {name!r}: "
+                            f"{_one_line(e)}") from None
+        return list(z.files)
+
+
+def _head(p: str, what: str, error: type[Exception]) -> bytes:
+    """The first bytes of the file ``p`` (enough for either magic)."""
+    try:
+        with open(p, "rb") as f:
+            return f.read(max(len(NPY_MAGIC), len(ZIP_MAGIC)))
+    except FileNotFoundError:
+        raise error(f"cannot read {what} {p!r}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"cannot read {what} {p!r}: it is a directory") from None
+    except OSError as e:
+        raise error(f"cannot read {what} {p!r}: {e.strerror or e}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__
 
 
 def open_npz(path: str | Path, what: str,
-             error: type[DeviceError] = DeviceError) -> np.lib.npyio.NpzFile:
+             error: type[Exception] = DeviceError) -> np.lib.npyio.NpzFile:
     """Open ``path`` as an ``.npz`` archive with ``allow_pickle=False``.
 
     Args:
@@ -34,12 +200,20 @@ def open_npz(path: str | Path, what: str,
             zip adds the reason); ``"... is a single .npy array, not an .npz archive"``.
     """
     p = str(path)
+    head = _head(p, what, error)
+    if head.startswith(NPY_MAGIC):      # not loaded: its header may ask for 1 TiB
+        raise error(f"{what} {p!r} is a single .npy array, not an .npz archive")
+    if not head.startswith(ZIP_MAGIC[:2]):
+        raise error(f"{what} {p!r} is not an .npz archive" + ("" if head else " (an empty file)"))
     try:
         z = np.load(p, allow_pickle=False)
     except FileNotFoundError:
         raise error(f"cannot read {what} {p!r}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"cannot read {what} {p!r}: it is a directory") from None
     except (zipfile.BadZipFile, EOFError) as e:
-        raise error(f"{what} {p!r} is not an .npz archive (damaged zip: {e})") from None
+        raise error(f"{what} {p!r} is not an .npz archive (damaged zip: "
+                    f"{_one_line(e)})") from None
     except ValueError:  # numpy: neither zip nor .npy magic -> "pickled data"
         raise error(f"{what} {p!r} is not an .npz archive") from None
     except OSError as e:
@@ -50,7 +224,7 @@ def open_npz(path: str | Path, what: str,
 
 
 def read_npz(z: np.lib.npyio.NpzFile, path: str | Path, what: str,
-             error: type[DeviceError] = DeviceError, skip: tuple = ()) -> dict:
+             error: type[Exception] = DeviceError, skip: tuple = ()) -> dict:
     """Read every array of an open archive, checking each member's header first.
 
     A member whose header declares more bytes than the member holds (a corrupt file asking
@@ -74,19 +248,11 @@ def read_npz(z: np.lib.npyio.NpzFile, path: str | Path, what: str,
         try:
             info = z.zip.getinfo(member)
             with z.zip.open(info) as f:
-                major, _minor = np.lib.format.read_magic(f)
-                hdr = (np.lib.format.read_array_header_1_0 if major == 1
-                       else np.lib.format.read_array_header_2_0)
-                shape, _fortran, dtype = hdr(f)
-            if dtype.hasobject:
-                raise ValueError("object arrays are not allowed")
-            n = int(np.prod(shape, dtype=object)) * dtype.itemsize
-            if n > info.file_size:
-                raise ValueError(f"declares {list(shape)} {dtype} ({n} bytes) but holds "
-                                 f"{info.file_size} bytes")
+                shape, _fortran, dtype = _read_header(f)
+                _check_declared(shape, dtype, info.file_size - f.tell())
             out[name] = z[name]
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as e:
-            raise error(f"{what} {p!r} is damaged: member {name!r}: {e}") from None
+            raise error(f"{what} {p!r} is damaged: member {name!r}: {_one_line(e)}") from None
     return out
 
 

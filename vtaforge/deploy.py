@@ -137,7 +137,8 @@ def read_bit_header(path: str | Path) -> dict[str, Any]:
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()[:4096]
+        with open(p, "rb") as f:        # the header only (a device file never ends)
+            raw = f.read(4096)
         size = p.stat().st_size
     except OSError as e:
         raise DeployError(f"cannot read bitstream {str(p)!r}: {e.strerror or e}") from None
@@ -804,6 +805,13 @@ def make_package(config: str, bitstream: str | Path, hwh: str | Path | None,
     if not models:
         raise DeployError("a package needs at least one --model MODEL.vtapkg")
     bit = Path(bitstream)
+    if not bit.exists():        # before the .hwh, whose default name is the .bit's
+        raise DeployError(f"--bitstream {str(bit)!r} does not exist (the .bit of a board "
+                          f"project: out/vta.bit)")
+    if not bit.is_file():
+        raise DeployError(f"--bitstream {str(bit)!r} is not a regular file (a Vivado .bit)")
+    if bit.stat().st_size == 0:
+        raise DeployError(f"--bitstream {str(bit)!r} is an empty file, not a Vivado .bit")
     hwh_p = Path(hwh) if hwh is not None else bit.with_suffix(".hwh")
     if not hwh_p.is_file():
         raise DeployError(f".hwh {str(hwh_p)!r} does not exist (PYNQ needs the .hwh of the "

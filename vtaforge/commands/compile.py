@@ -17,30 +17,31 @@ import numpy as np
                    "samples in [0, 1) of the model's input shape (batch 1 if symbolic)")
 def compile_cmd(model: str, output_path: str, config_spec: str, calib_path) -> None:
     """Compile MODEL (ONNX) for a VTA config and write a .vtapkg artifact."""
-    from pathlib import Path
-
     from ..compiler.compile import compile_model
     from ..compiler.errors import CompileError
     from ..compiler.onnx_frontend import import_onnx
-    from ..hw.config import load_config
     from ..runtime.artifact import save_artifact
-    from .run import _load_npy
-
+    from ._inputs import check_arity, compiling, read_array, read_config, read_onnx
     from ._output import check_output_path
 
-    cfg = load_config(config_spec)
+    cfg = read_config(config_spec)
     check_output_path(output_path, "-o/--output")
-    if not Path(model).exists():
-        raise CompileError(f"cannot read model {model!r}: no such file")
+    info = read_onnx(model)
     if calib_path:
-        calib = _load_npy(calib_path, "calibration data")
+        calib = read_array(calib_path, "calibration data")
+        check_arity(calib, calib_path, "calibration data", info.inputs)
+        data = f"calibration data {calib_path!r}"
     else:
         g = import_onnx(model)
         if len(g.inputs) != 1:
-            raise CompileError("a model with several inputs needs --calibrate")
+            raise CompileError(f"a model with several inputs ({', '.join(g.inputs)}) needs "
+                               f"--calibrate DATA.npz with one array per input, named "
+                               f"{', '.join(g.inputs)}")
         shape = [d if isinstance(d, int) else 16 for d in g.types[g.inputs[0]].shape]
         calib = np.random.default_rng(0).random(shape, dtype=np.float32)
-    cm = compile_model(model, calib, cfg)
+        data = f"uniform random calibration data of shape {shape}"
+    with compiling(model, data):
+        cm = compile_model(model, calib, cfg, calib_label=data)
     save_artifact(cm, output_path)
     click.echo("placement:")
     click.echo(cm.placement_table())

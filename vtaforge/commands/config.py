@@ -15,9 +15,9 @@ def config_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the upstream-style JSON instead")
 def show(spec: str, as_json: bool) -> None:
     """Print SPEC (a preset name or a vta_config.json file; default pynq) as a table."""
-    from ..hw.config import load_config
+    from ._inputs import read_config
 
-    cfg = load_config(spec)
+    cfg = read_config(spec)
     if as_json:
         click.echo(cfg.to_json(), nl=False)
         return

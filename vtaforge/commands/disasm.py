@@ -18,22 +18,31 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 def _read_raw(file: str):
     """The bytes of a .bin, or the uint8 program array of a .npy.  Raises BundleError."""
+    import os
+    import stat
+
     import numpy as np
 
     from ..runtime.bundle import BundleError
+    from ..runtime.npz import load_npy
 
     try:
         with open(file, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):    # /dev/zero, a FIFO: never read to the end
+                raise BundleError(f"{file!r} is not a regular file (a .bin, .npy or .npz "
+                                  f"program)")
             head = f.read(len(_NPY_MAGIC))
+            if head != _NPY_MAGIC:
+                f.seek(0)
+                return np.frombuffer(f.read(), dtype=np.uint8)
     except FileNotFoundError:
         raise BundleError(f"cannot read {file!r}: no such file") from None
-    if head != _NPY_MAGIC:
-        return np.fromfile(file, dtype=np.uint8)
-    try:
-        arr = np.load(file, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise BundleError(f"{file!r} is a damaged .npy file ({str(e).splitlines()[0]})") \
-            from None
+    except IsADirectoryError:
+        raise BundleError(f"cannot read {file!r}: it is a directory") from None
+    except OSError as e:
+        raise BundleError(f"cannot read {file!r}: {e.strerror or e}") from None
+    arr = load_npy(file, "program", BundleError)
     if arr.dtype != np.uint8 or arr.ndim != 1:
         raise BundleError(f"{file!r} is a .npy array of dtype {arr.dtype} and shape "
                           f"{list(arr.shape)}, not a program (a 1-D uint8 array of 16-byte "
@@ -54,18 +63,18 @@ def _read_raw(file: str):
 def disasm(file: str, config_spec: str, insn_addr: int | None, insn_count: int | None) -> None:
     """Disassemble FILE: a raw .bin of 16-byte instructions, a .npy uint8 array of them, or
     an exec bundle .npz."""
-    from ..hw.config import load_config
     from ..hw.isa import INSN_BYTES, disassemble
-    from ..runtime.bundle import BundleError, load_bundle
+    from ..runtime.bundle import BundleError
+    from ._inputs import read_bundle, read_config
 
-    cfg = load_config(config_spec)
+    cfg = read_config(config_spec)
     try:
         with open(file, "rb") as f:
             is_zip = f.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC
     except FileNotFoundError:
         is_zip = file.endswith(".npz")
     if is_zip or file.endswith(".npz"):
-        data, b_addr, b_count = load_bundle(file)
+        data, b_addr, b_count = read_bundle(file)
         addr = b_addr if insn_addr is None else insn_addr
         count = b_count if insn_count is None else insn_count
     else:
@@ -73,6 +82,12 @@ def disasm(file: str, config_spec: str, insn_addr: int | None, insn_count: int |
         addr = 0 if insn_addr is None else insn_addr
         if addr < 0:
             raise BundleError(f"{file!r}: insn_addr = {addr} is negative")
+        if addr > data.size:
+            raise BundleError(f"{file!r}: insn_addr = {addr} is past the end of its "
+                              f"{data.size} bytes")
+        if addr % INSN_BYTES:
+            raise BundleError(f"{file!r}: insn_addr = 0x{addr:x} is not a multiple of "
+                              f"{INSN_BYTES} bytes (instructions are fetched 16-byte aligned)")
         count = (data.size - addr) // INSN_BYTES if insn_count is None else insn_count
         if insn_count is None and (data.size - addr) % INSN_BYTES:
             raise BundleError(f"{file!r}: {data.size - addr} bytes from offset {addr} is not a "

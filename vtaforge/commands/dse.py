@@ -117,6 +117,7 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         with_width_axis
     from ..hw.config import ConfigError
 
+    from ._inputs import check_json_lines, read_json
     from ._output import check_output_path
 
     if out_file:
@@ -133,6 +134,12 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             _fail("--plot needs matplotlib: pip install 'vtaforge[dse]'")
     if within_pct is not None and not math.isfinite(within_pct):
         _fail(f"--within {within_pct} must be a finite percentage (>= 0)")
+    # the JSON files through the input boundary first: one line for a file that is not
+    # UTF-8 JSON or is nested too deeply, before the readers of dse/ see it
+    if space_spec != "default":
+        read_json(space_spec, "space file")
+    if timing_file:
+        read_json(timing_file, "timing file")
     try:
         verify = parse_verify(verify_spec)
         if budget is not None and not verify:
@@ -180,6 +187,8 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         return
     if cache_file is None and out_file:
         cache_file = str(out_file) + ".cache.jsonl"
+    if cache_file:
+        check_json_lines(cache_file, "DSE cache", "; delete it to start over")
     nv = space.n_valid
     n = space.size if samples is None else min(samples, nv)
     what = "points" if samples is None else "valid points sampled"
@@ -236,7 +245,9 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
 def show_cmd(report_file, show_all, feasible) -> None:
     """Print a saved DSE report as a table with the best designs."""
     from ..dse.report import format_table, load_report
+    from ._inputs import read_json
 
+    read_json(report_file, "DSE report")
     try:
         rep = load_report(report_file)
     except ValueError as e:

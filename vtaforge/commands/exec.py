@@ -26,20 +26,21 @@ def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
     """Run the program in BUNDLE (.npz with dram, insn_addr, insn_count) and print its
     statistics as JSON; with -o also save the final DRAM image.  A bundle that records
     the fingerprint of the config it was built for runs only under that config."""
-    from ..hw.config import load_config
-    from ..runtime.bundle import TARGETS, load_bundle, run_raw, save_result
+    from ..runtime.bundle import TARGETS, run_raw, save_result
     from ..runtime.device import DeviceError
+    from ._inputs import read_bundle, read_config
+    from ._output import check_output_path
 
-    cfg = load_config(config_spec)
+    cfg = read_config(config_spec)
     if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
     if trace is not None and target != "rtl":
         raise DeviceError(f"--trace writes a waveform of the rtl target only, not {target!r}")
     if output:
-        from ._output import check_output_path
-
         check_output_path(output, "-o/--output")
-    dram, insn_addr, insn_count = load_bundle(bundle, config=cfg)
+    if trace is not None:
+        check_output_path(trace, "--trace")
+    dram, insn_addr, insn_count = read_bundle(bundle, config=cfg)
     kw = {}
     if max_steps is not None:
         kw = {"timeout_cycles" if target == "rtl" else "max_steps": max_steps}

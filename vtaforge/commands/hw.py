@@ -31,12 +31,12 @@ def verilog_cmd(spec: str, out_dir: str, name: str) -> None:
     """Write the core's Verilog, register map JSON and C header into OUT."""
     import re
 
-    from ..hw.config import load_config
+    from ._inputs import read_config
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):  # before creating OUT
         raise click.BadParameter(f"{name!r} is not a Verilog identifier",
                                  param_hint="'--name'")
-    cfg = load_config(spec)
+    cfg = read_config(spec)
     from ..hw.core import emit_verilog
     from ..hw.regs import c_header, regmap_json
 
@@ -58,10 +58,10 @@ def verilog_cmd(spec: str, out_dir: str, name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 def resources_cmd(spec: str, part: str, as_json: bool) -> None:
     """Estimate LUT/FF/DSP/BRAM with Yosys synth_xilinx (minutes for the pynq core)."""
-    from ..hw.config import load_config
+    from ._inputs import read_config
     from ..hw.estimate import EstimateError, estimate_resources, format_report, part_info
 
-    cfg = load_config(spec)
+    cfg = read_config(spec)
     try:
         cap = part_info(part)
         res = estimate_resources(cfg, part)
@@ -91,10 +91,13 @@ def resources_cmd(spec: str, part: str, as_json: bool) -> None:
 def timing_cmd(spec: str, device: str, seed: int, timeout_s: float, workdir: str | None,
                as_json: bool) -> None:
     """Open-source fmax proxy: Yosys synth_ecp5 + nextpnr-ecp5 (minutes; not a Zynq result)."""
-    from ..hw.config import load_config
+    from ._inputs import read_config
     from ..hw.timing import TimingError, estimate_fmax, format_estimate
 
-    cfg = load_config(spec)
+    cfg = read_config(spec)
+    if workdir is not None and Path(workdir).exists() and not Path(workdir).is_dir():
+        raise click.BadParameter(f"{workdir!r} exists and is not a directory",
+                                 param_hint="'--workdir'")
     try:
         est = estimate_fmax(cfg, device=device, workdir=workdir, seed=seed,
                             timeout_s=timeout_s)

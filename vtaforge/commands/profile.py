@@ -194,15 +194,17 @@ def _default_inputs(model_path: str, calib_path):
 
     from ..compiler.errors import CompileError
     from ..compiler.onnx_frontend import import_onnx
-    from .run import _load_npy
+    from ._inputs import read_array
 
     g = import_onnx(model_path)
     if len(g.inputs) != 1:
-        raise CompileError("a model with several inputs needs --input")
+        raise CompileError(f"a model with several inputs ({', '.join(g.inputs)}) needs "
+                           f"--input DATA.npz with one array per input, named "
+                           f"{', '.join(g.inputs)}")
     dims = g.types[g.inputs[0]].shape
     rng = np.random.default_rng(0)
     x = rng.random([d if isinstance(d, int) else 1 for d in dims], dtype=np.float32)
-    calib = (_load_npy(calib_path, "calibration data") if calib_path else
+    calib = (read_array(calib_path, "calibration data") if calib_path else
              rng.random([d if isinstance(d, int) else 16 for d in dims], dtype=np.float32))
     return x, calib
 
@@ -230,12 +232,12 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
     figures as JSON and as a roofline."""
     import time
 
-    from ..hw.config import load_config
     from ..runtime.bundle import TARGETS, make_device
     from ..runtime.device import DeviceError
     from ..runtime.executor import Executor
+    from ._inputs import check_arity, compiling, read_array, read_config, read_onnx
     from ._output import OutputPathError, check_output_path
-    from .run import _fixed_batch, _get_model, _load_npy, _run_batches
+    from .run import _fixed_batch, _get_model, _run_batches
 
     if model and model_opt and model != model_opt:
         raise click.UsageError("give the model once: as MODEL or as --model")
@@ -259,10 +261,10 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
         except ImportError:
             raise OutputPathError("--plot needs matplotlib (pip install 'vtaforge[dse]')") \
                 from None
-    cfg = load_config(config_spec)
+    cfg = read_config(config_spec)
     if input_path is not None:
-        x = _load_npy(input_path, "input")
-        cm = _get_model(model, cfg, calib_path, x)
+        x = read_array(input_path, "input")
+        cm = _get_model(model, cfg, calib_path, x, input_path)
     elif Path(model).suffix == ".vtapkg":
         import numpy as np
 
@@ -271,17 +273,21 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
         x = np.random.default_rng(0).random([d if isinstance(d, int) else 1 for d in shape],
                                             dtype=np.float32)
     else:
-        if not Path(model).exists():
-            raise DeviceError(f"cannot read model {model!r}: no such file")
+        info = read_onnx(model)
         from ..compiler.compile import compile_model
 
         x, calib = _default_inputs(model, calib_path)
-        cm = compile_model(model, calib, cfg, calib_label="calibration data"
-                           if calib_path else "input")
+        if calib_path:
+            check_arity(calib, calib_path, "calibration data", info.inputs)
+        data = (f"calibration data {calib_path!r}" if calib_path
+                else "uniform random calibration data")
+        with compiling(model, data):
+            cm = compile_model(model, calib, cfg, calib_label=data)
     dev = model_cycles_device(cfg) if target == "fsim" else make_device(target, cfg)
     ex = Executor(cm, dev)
     t0 = time.perf_counter()
-    _run_batches(ex.run, _fixed_batch(cm), x)
+    with compiling(model, f"input {input_path!r}" if input_path else "a random input"):
+        _run_batches(ex.run, _fixed_batch(cm), x)
     wall = time.perf_counter() - t0
     prof = profile_records(cm, ex.stats, cfg)
     host = {s.name: ex.stats[s.name].host_seconds for s in cm.steps if s.target != "vta"}

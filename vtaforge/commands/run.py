@@ -14,31 +14,9 @@ from pathlib import Path
 import click
 import numpy as np
 
+from ._inputs import check_arity, compiling, read_array, read_artifact, read_config, read_onnx
+
 CHUNK = 50   # images per executor run in the main job
-
-
-def _load_npy(path: str, what: str):
-    """A ``.npy`` array, or for a ``.npz`` archive ``{name: array}`` (one array per model
-    input, keyed by the input's name).  Raises DeviceError with one line."""
-    from ..runtime.device import DeviceError
-
-    try:
-        x = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise DeviceError(f"cannot read {what} {path!r}: no such file") from None
-    except (OSError, ValueError, EOFError) as e:
-        raise DeviceError(f"cannot read {what} {path!r}: not a .npy array ({e or 'empty file'})") from None
-    if isinstance(x, np.lib.npyio.NpzFile):
-        from ..runtime.npz import read_npz
-
-        with x:
-            d = read_npz(x, path, what)
-        if not d:
-            raise DeviceError(f"{what} {path!r} is an empty .npz archive")
-        return d
-    if not isinstance(x, np.ndarray):
-        raise DeviceError(f"{what} {path!r} is not a single .npy array")
-    return x
 
 
 def _n_samples(x) -> int:
@@ -73,11 +51,10 @@ def _main_job(config_spec: str, target: str) -> None:
     from ..compiler.compile import compile_model
     from ..compiler.models import DIGITS_ONNX, load_digits_split
     from ..compiler.reference import run_quantized
-    from ..hw.config import load_config
     from ..runtime.bundle import make_device
     from ..runtime.executor import Executor
 
-    cfg = load_config(config_spec)
+    cfg = read_config(config_spec)
     xtr, _ytr, xte, yte = load_digits_split()
     t0 = time.perf_counter()
     cm = compile_model(str(DIGITS_ONNX), xtr, cfg)
@@ -197,7 +174,6 @@ def _budget_line(ex) -> str | None:
 def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, target,
             cache_size, memory_budget) -> None:
     """Compile (if ONNX) and run a model on VTA; without --model, run the digits main job."""
-    from ..hw.config import load_config
     from ..runtime.bundle import TARGETS, make_device
     from ..runtime.device import DeviceError
 
@@ -215,7 +191,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if len(input_paths) > 1:
         if output_path:
             raise DeviceError(f"--output takes one --input; got {len(input_paths)}")
-        _run_many(model_path, load_config(config_spec), calib_path, input_paths, target,
+        _run_many(model_path, read_config(config_spec), calib_path, input_paths, target,
                   cache_size, memory_budget)
         return
     input_path = input_paths[0]
@@ -223,9 +199,9 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
         from ._output import check_output_path
 
         check_output_path(output_path, "--output")
-    cfg = load_config(config_spec)
-    x = _load_npy(input_path, "input")
-    cm = _get_model(model_path, cfg, calib_path, x)
+    cfg = read_config(config_spec)
+    x = read_array(input_path, "input")
+    cm = _get_model(model_path, cfg, calib_path, x, input_path)
     _check_names([x], [input_path], cm.inputs)
     from ..runtime.executor import Executor
 
@@ -235,7 +211,8 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if memory_budget is not None:   # refuse with the figure for this input, before any work
         ex.plan_budget(_fixed_batch(cm) or _n_samples(x))
     t0 = time.perf_counter()
-    out = _run_batches(ex.run, _fixed_batch(cm), x)
+    with compiling(model_path, f"input {input_path!r}"):
+        out = _run_batches(ex.run, _fixed_batch(cm), x)
     dt = time.perf_counter() - t0
     host = sum(st.host_seconds for st in ex.stats.values())
     y = np.asarray(out[cm.outputs[0]], np.float32)
@@ -286,11 +263,10 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
     the output and whether the shape was specialised or cached, then the cache statistics.
     A ``.vtapkg`` (one static shape) runs every input through one executor.
     """
-    from ..runtime.artifact import load_artifact
     from ..runtime.bundle import make_device
     from ..runtime.device import DeviceError
 
-    xs = [_load_npy(p, "input") for p in input_paths]
+    xs = [read_array(p, "input") for p in input_paths]
     p = Path(model_path)
     dev = None
     if p.suffix == ".vtapkg":
@@ -299,7 +275,9 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
                               "quantized (recompile it with vtaforge compile --calibrate)")
         from ..runtime.executor import Executor
 
-        cm = load_artifact(p, cfg)
+        cm = read_artifact(str(p), cfg)
+        for x, path in zip(xs, input_paths):
+            check_arity(x, path, "input", cm.inputs)
         _check_names(xs, input_paths, cm.inputs)
         click.echo("placement:")
         click.echo(cm.placement_table())
@@ -318,16 +296,21 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         if line:
             click.echo(line)
         return
-    if not p.exists():
-        raise DeviceError(f"cannot read model {model_path!r}: no such file")
+    info = read_onnx(model_path)
+    for x, path in zip(xs, input_paths):
+        check_arity(x, path, "input", info.inputs)
     from ..compiler.dynamic import compile_dynamic
     from ..runtime.shapes import ShapeRunner, format_key
 
     if calib_path:
-        calib, label = _load_npy(calib_path, "calibration data"), "calibration data"
+        calib = read_array(calib_path, "calibration data")
+        check_arity(calib, calib_path, "calibration data", info.inputs)
+        data = label = f"calibration data {calib_path!r}"
     else:
         calib, label = _group_by_shape(xs, input_paths)
-    dm = compile_dynamic(str(p), calib, cfg, calib_label=label)
+        data = "the inputs"
+    with compiling(model_path, data):
+        dm = compile_dynamic(str(p), calib, cfg, calib_label=label)
     _check_names(xs, input_paths, dm.inputs)
     sizes = ", ".join(dict.fromkeys(format_key(k) for k in dm.calib_shapes))
     click.echo(f"{dm.name}: compiled once in {dm.calib_seconds:.2f} s (imported and calibrated "
@@ -344,7 +327,8 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
             new = key not in runner.cache
             s0 = runner.stats.specialise_seconds
             t0 = time.perf_counter()
-            out = _run_batches(runner.run, dm.input_dims[dm.inputs[0]][0], x)
+            with compiling(model_path, f"input {path!r}"):
+                out = _run_batches(runner.run, dm.input_dims[dm.inputs[0]][0], x)
             dt = time.perf_counter() - t0
             cm, ex = runner.compiled(key), runner.executor(key)     # cached: not counted
             if first:
@@ -424,13 +408,14 @@ def _artifact_config(model_path: str):
     p = Path(model_path)
     if p.suffix != ".vtapkg" or not p.is_file():
         return None
-    from ..runtime.artifact import load_artifact
-
-    return load_artifact(p).config
+    return read_artifact(str(p)).config
 
 
-def _get_model(model_path: str, cfg, calib_path, x):
-    from ..runtime.artifact import load_artifact
+def _get_model(model_path: str, cfg, calib_path, x, input_path: str | None = None):
+    """The compiled model: a ``.vtapkg`` read, or an ONNX model compiled on ``--calibrate``'s
+    data or on the input ``x`` (read from ``input_path``; ``None``: no input yet).  One array
+    for a model of several inputs is refused naming them, and a kernel's refusal while
+    calibrating names the data (:mod:`._inputs`)."""
     from ..runtime.device import DeviceError
 
     p = Path(model_path)
@@ -438,14 +423,23 @@ def _get_model(model_path: str, cfg, calib_path, x):
         if calib_path:
             raise DeviceError("--calibrate applies to ONNX models; a .vtapkg is already "
                               "quantized (recompile it with vtaforge compile --calibrate)")
-        return load_artifact(p, cfg)
-    if not p.exists():
-        raise DeviceError(f"cannot read model {model_path!r}: no such file")
+        cm = read_artifact(str(p), cfg)
+        if x is not None:
+            check_arity(x, input_path, "input", cm.inputs)
+        return cm
+    info = read_onnx(model_path)
     from ..compiler.compile import compile_model
 
-    calib = _load_npy(calib_path, "calibration data") if calib_path else x
-    return compile_model(str(p), calib, cfg,
-                         calib_label="calibration data" if calib_path else "input")
+    if x is not None:
+        check_arity(x, input_path, "input", info.inputs)
+    if calib_path:
+        calib = read_array(calib_path, "calibration data")
+        check_arity(calib, calib_path, "calibration data", info.inputs)
+        data = f"calibration data {calib_path!r}"
+    else:
+        calib, data = x, f"input {input_path!r}"
+    with compiling(model_path, data):
+        return compile_model(str(p), calib, cfg, calib_label=data)
 
 
 COMMANDS = [run_cmd]
