@@ -162,6 +162,7 @@ class _Importer:
         self.alias: dict[str, str] = {}
         self.qlinear: dict[str, tuple[str, Any, Any, int]] = {}  # QuantizeLinear outputs
         self.int_consts: dict[str, np.ndarray] = {}
+        self.orig_consts: dict[str, np.ndarray] = {}  # float16 / float64 constants as given
 
     # -- values -----------------------------------------------------------------
     def name(self, v: str) -> str:
@@ -175,10 +176,18 @@ class _Importer:
             return self.g.constants[v]
         return self.int_consts.get(v)
 
+    def const_orig(self, v: str) -> np.ndarray | None:
+        """A constant in the dtype the model gave it (float16 / float64 ones are float32 in
+        :meth:`const`, the IR's real dtype)."""
+        got = self.orig_consts.get(self.name(v))
+        return got if got is not None else self.const(v)
+
     def add_const(self, name: str, arr: np.ndarray) -> None:
         arr = np.asarray(arr)
         if arr.dtype in (np.float16, np.float64):
-            arr = arr.astype(np.float32)
+            self.orig_consts[name] = arr    # what an ONNX node kept as is reads (its own dtype)
+            with np.errstate(over="ignore"):
+                arr = arr.astype(np.float32)
         if arr.dtype == np.float32:
             self.g.add_constant(name, arr)
         else:
@@ -366,7 +375,7 @@ class _Importer:
 
         if any(a.type in (a.GRAPH, a.GRAPHS) for a in onode.attribute):
             return False        # control flow: its sub-graphs may read outer-scope values
-        feeds = {f"i{k}": self.const(i) for k, i in enumerate(ins) if i}
+        feeds = {f"i{k}": self.const_orig(i) for k, i in enumerate(ins) if i}
         node = self.onnx.NodeProto()
         node.CopyFrom(onode)
         del node.input[:]
@@ -685,6 +694,13 @@ class _Importer:
                 self._materialize_q(v)
             if v in self.int_consts and v not in self.g.types:
                 self.g.add_constant(v, self.int_consts[v])
+            if v in self.orig_consts and v in self.g.constants:
+                # the node reads the constant in the model's dtype (float64 stays float64)
+                orig = self.orig_consts[v]
+                c = f"{v}__{orig.dtype.name}"
+                if c not in self.g.constants:
+                    self.g.add_constant(c, orig)
+                v = c
             if v not in self.g.types:
                 raise node_error(name, op, f"input '{i}' is not defined")
             in_slots.append(k)
@@ -973,6 +989,10 @@ class _Importer:
         if self.opset >= 11:
             lo = self._scalar(self.need_const(ins[1], "min", err), "min", err) if len(ins) > 1 and ins[1] else None
             hi = self._scalar(self.need_const(ins[2], "max", err), "max", err) if len(ins) > 2 and ins[2] else None
+        if lo is not None and hi is not None and lo > hi:
+            # ONNX defines it, min(max(x, min), max): every output is max; the host computes
+            # exactly that (an int8 clip to an empty range rounds to one)
+            raise err(f"min {lo} > max {hi}: every output is max (runs on the host)")
         self.emit(onode, name, "clip", ins[:1], {"min": None if lo is None else float(lo),
                                                   "max": None if hi is None else float(hi)}, outs[0])
 
