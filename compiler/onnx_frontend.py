@@ -708,7 +708,13 @@ class _Importer:
             # a captured value keeps its name: the sub-graphs refer to it by that name
             feed_names.append(f"i{k}" if k < len(onode.input) else i)
         in_types = [self.g.types[v] for v in names]
-        vis = [helper.make_tensor_value_info(f, _onnx_dtype(t.dtype), list(t.shape))
+        flow = any(a.type in (a.GRAPH, a.GRAPHS) for a in onode.attribute)
+        # a control-flow node's wrapper declares only ranks: onnxruntime types each branch
+        # with the shapes it is given, and a branch that does not run at these shapes may
+        # not type (silero-vad's 8 kHz branch at a 16 kHz frame size)
+        vis = [helper.make_tensor_value_info(f, _onnx_dtype(t.dtype),
+                                             [f"{f}_d{j}" for j in range(t.rank)] if flow
+                                             else list(t.shape))
                for f, t in zip(feed_names, in_types)]
         if captured and why.startswith("no IR conversion"):
             why = (f"control flow ({op}): runs whole on onnxruntime as a sub-graph model "
@@ -767,13 +773,21 @@ class _Importer:
                          (d.dim_param if d.dim_param and not d.dim_param.startswith("unk__")
                           else f"{out}_d{j}"))
                         for j, d in enumerate(tt.shape.dim)]
-                if any(isinstance(d, str) and d.startswith(f"{out}_d") for d in dims) and all(
-                        self.g.types[v].is_concrete() for v in names):
+                concrete = all(self.g.types[v].is_concrete() for v in names)
+                if any(isinstance(d, str) and d.startswith(f"{out}_d") for d in dims) and (
+                        flow or concrete):
                     if probed is None:      # data-dependent shape (Resize by an input): run it once
-                        probed = self._probe(node, vis, feed_names, names, opsets, name, why)
-                    dt, dims = probed[out_slots.index(k)]
+                        try:
+                            probed = self._probe(node, vis, feed_names, names, opsets, name, why)
+                        except CompileError:
+                            if concrete:
+                                raise
+                            probed = False  # symbolic dims it cannot run at: ONNX's dims
+                    if probed:
+                        dt, dims = probed[out_slots.index(k)]
             out_types.append(TensorType(dt, tuple(dims)))
-        ovis = [helper.make_tensor_value_info(f"o{k}", _onnx_dtype(t.dtype), list(t.shape))
+        ovis = [helper.make_tensor_value_info(f"o{k}", _onnx_dtype(t.dtype), None if flow
+                                              else list(t.shape))
                 for k, t in zip(out_slots, out_types)]
         run_model = helper.make_model(helper.make_graph([node], op, vis, ovis), opset_imports=opsets)
         run_model.ir_version = self.model.ir_version
@@ -795,9 +809,10 @@ class _Importer:
     def _probe(self, node, vis, feed_names, names, opsets, name, why) -> list:
         """Output ``(dtype, dims)`` of a node ONNX shape inference cannot type, from an
         onnxruntime run on its constant inputs and ones elsewhere (a symbolic batch is run
-        at 1 and kept symbolic in dim 0).  With other symbolic dims in its inputs it runs
-        twice, at two sizes for them: an output dim that differs between the runs is
-        symbolic (``NAME_dK``), one that agrees is taken as fixed.  A ``Reshape`` whose
+        at 1 and 2: an output dim 0 that follows it is the batch).  With symbolic dims in
+        its inputs it runs twice, at two sizes for them: an output dim that differs between
+        the runs is symbolic (``NAME_dK``), one that agrees is taken as fixed (where batch 2
+        does not run, dim 0 is taken as the batch).  A ``Reshape`` whose
         target is computed (a shape value materialized on the host) gets its rank from the
         target's length and symbolic dims where the target is not constant."""
         from onnx import TypeProto, helper
@@ -824,19 +839,25 @@ class _Importer:
                         for j in range(tt.shape[0])]
                 return [(x.dtype, dims)]
         runs = []
-        for size in ((32, 8), (48, 8)) if sym else ((0, 0),):
-            val = {d: size[0] + size[1] * j for j, d in enumerate(sym)}
+        sizes = [((1, 32, 8))] + ([(2, 48, 8)] if sym or batch is not None else [])
+        for bsz, base, step in sizes:
+            val = {d: base + step * j for j, d in enumerate(sym)}
             feeds = {}
             for f, v in zip(feed_names, names):
                 t = self.g.types[v]
                 c = self.const(v)
                 if c is None:
-                    c = np.ones([val.get(d, 1) if isinstance(d, str) else d for d in t.shape], t.dtype)
+                    c = np.ones([(bsz if d == batch else val[d]) if isinstance(d, str) else d
+                                 for d in t.shape], t.dtype)
                 feeds[f] = np.asarray(c)
             try:
-                sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+                so = ort.SessionOptions()
+                so.log_severity_level = 4       # a failed probe is reported by the error below
+                sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
                 runs.append([np.asarray(v) for v in sess.run(None, feeds)])
             except Exception as e:  # noqa: BLE001
+                if runs and not sym:
+                    break       # batch 2 does not fit (a state with a batch of its own)
                 what = f" with symbolic dims {sym} at {list(val.values())}" if sym else ""
                 raise node_error(name, node.op_type, f"{why}; onnxruntime cannot run it{what} "
                                  f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
@@ -850,10 +871,11 @@ class _Importer:
                 if w.ndim != v.ndim:
                     raise node_error(name, node.op_type, f"{why}; its output rank depends on "
                                      f"the symbolic dims {sym}")
-                dims = [d if d == e else f"{node.output[k] if k < len(node.output) else name}_d{j}"
-                        for j, (d, e) in enumerate(zip(v.shape, w.shape))]
-            if batch is not None and dims:
-                dims[0] = batch
+                out = node.output[k] if k < len(node.output) else name
+                dims = [d if d == e else batch if (j == 0 and batch is not None and (d, e) == (1, 2))
+                        else f"{out}_d{j}" for j, (d, e) in enumerate(zip(v.shape, w.shape))]
+            elif batch is not None and dims and dims[0] == 1:
+                dims[0] = batch     # run at batch 1: a dim 0 of 1 follows the batch
             res.append((v.dtype.name, dims))
         return res
 
