@@ -392,7 +392,9 @@ def _one_static_sample(fg, calib: dict) -> bool:
 def _check_calib_dict(fg, calib: dict, label: str) -> int:
     """Check ``{input name: ndarray}`` calibration data: exactly the graph's inputs, each
     one passing :func:`_check_calib` (float dtype, shape, non-empty, finite), all with the
-    same number of samples.  Returns that number.  Raises CompileError naming the input."""
+    same number of samples.  Returns that number, or None when some input carries no samples
+    (a scalar, or a fixed dim 0 beside a batched input: a recurrent model's state), which
+    calibrates in one run on the data as given.  Raises CompileError naming the input."""
     missing = [k for k in fg.inputs if k not in calib]
     if missing:
         raise CompileError(f"{label} lacks model input(s) {missing}; it has {sorted(calib)}")
@@ -400,14 +402,19 @@ def _check_calib_dict(fg, calib: dict, label: str) -> int:
     if extra:
         raise CompileError(f"{label} has unknown input(s) {extra}; inputs: {list(fg.inputs)}")
     counts = {}
+    batched = any(fg.types[j].shape and not isinstance(fg.types[j].shape[0], int) for j in fg.inputs)
     for k in fg.inputs:
         x = calib[k]
         if not isinstance(x, np.ndarray):
             raise CompileError(f"{label} for {k!r} must be an ndarray, not {type(x).__name__}")
         _check_calib(k, fg.types[k].shape, x, label, fg.types[k].dtype)
-        counts[k] = int(x.shape[0])
-    if len(set(counts.values())) > 1:
+        shape = fg.types[k].shape
+        if x.ndim and not (batched and isinstance(shape[0], int)):
+            counts[k] = int(x.shape[0])     # a scalar (a sample rate) or a fixed-dim-0 state
+    if len(set(counts.values())) > 1:       # beside a batched input carries no samples
         raise CompileError(f"{label} inputs have different sample counts: {counts}")
+    if len(counts) < len(fg.inputs):        # such inputs: one calibration run on the data as given
+        return None
     return next(iter(counts.values()))
 
 

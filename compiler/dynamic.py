@@ -277,7 +277,9 @@ def compile_dynamic(model, calib_data, config=None, *,
         n = _check_calib_dict(fg, data, label)
         b0 = fg.types[inputs[0]].shape[0] if fg.types[inputs[0]].shape else None
         qk = qc
-        if isinstance(b0, int):
+        if n is None:       # an input without samples (a scalar): one run on the data as given
+            qk = replace(qc, batch_size=1 << 62)
+        elif isinstance(b0, int):
             m = (n // b0) * b0
             if m == 0:
                 raise CompileError(f"{label} has {n} sample(s); the model's batch is {b0}")

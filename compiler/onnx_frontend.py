@@ -90,6 +90,38 @@ def _np(tensor) -> np.ndarray:
     return numpy_helper.to_array(tensor)
 
 
+def _outer_refs(onode) -> list[str]:
+    """Names that the sub-graphs of a control-flow node (``If``, ``Loop``, ``Scan``) read
+    from the enclosing scope (implicit inputs), in first-use order; ``[]`` for other nodes."""
+    from onnx import AttributeProto
+
+    def free(graph, bound: set) -> list[str]:
+        bound = set(bound) | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        out: list[str] = []
+        for n in graph.node:
+            for i in n.input:
+                if i and i not in bound and i not in out:
+                    out.append(i)
+            for a in n.attribute:
+                subs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) \
+                    if a.type == AttributeProto.GRAPHS else []
+                for sg in subs:
+                    out += [v for v in free(sg, bound) if v not in out]
+            bound |= {o for o in n.output if o}
+        for o in graph.output:      # an output may be an outer value passed through
+            if o.name not in bound and o.name not in out:
+                out.append(o.name)
+        return out
+
+    refs: list[str] = []
+    for a in onode.attribute:
+        subs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) \
+            if a.type == AttributeProto.GRAPHS else []
+        for sg in subs:
+            refs += [v for v in free(sg, set()) if v not in refs]
+    return refs
+
+
 class _Importer:
     def __init__(self, model, name: str | None, input_shapes: dict | None = None):
         import onnx
@@ -130,6 +162,7 @@ class _Importer:
         self.alias: dict[str, str] = {}
         self.qlinear: dict[str, tuple[str, Any, Any, int]] = {}  # QuantizeLinear outputs
         self.int_consts: dict[str, np.ndarray] = {}
+        self.orig_consts: dict[str, np.ndarray] = {}  # float16 / float64 constants as given
 
     # -- values -----------------------------------------------------------------
     def name(self, v: str) -> str:
@@ -143,10 +176,18 @@ class _Importer:
             return self.g.constants[v]
         return self.int_consts.get(v)
 
+    def const_orig(self, v: str) -> np.ndarray | None:
+        """A constant in the dtype the model gave it (float16 / float64 ones are float32 in
+        :meth:`const`, the IR's real dtype)."""
+        got = self.orig_consts.get(self.name(v))
+        return got if got is not None else self.const(v)
+
     def add_const(self, name: str, arr: np.ndarray) -> None:
         arr = np.asarray(arr)
         if arr.dtype in (np.float16, np.float64):
-            arr = arr.astype(np.float32)
+            self.orig_consts[name] = arr    # what an ONNX node kept as is reads (its own dtype)
+            with np.errstate(over="ignore"):
+                arr = arr.astype(np.float32)
         if arr.dtype == np.float32:
             self.g.add_constant(name, arr)
         else:
@@ -285,6 +326,7 @@ class _Importer:
             if op != "MaxPool" and len([o for o in outs if o]) > 1:
                 why = "more than one output"
             else:
+                n_nodes, n_types = len(self.g.nodes), set(self.g.types)
                 try:
                     fn(name, onode, ins, outs, attrs, err)
                     return
@@ -292,6 +334,16 @@ class _Importer:
                     if getattr(e, "infeasible", False):
                         raise       # a shape no kernel takes (a window larger than its input)
                     why, refused = getattr(e, "reason", str(e)), e
+                except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+                    # a form the converter does not expect (a constant or shape value where
+                    # it wants a tensor): the node runs as is on the host
+                    why = f"the IR conversion does not take this form ({type(e).__name__}: {e})"
+                del self.g.nodes[n_nodes:]      # a converter that failed half-way emits nothing
+                for t in set(self.g.types) - n_types - set(self.g.constants):
+                    del self.g.types[t]
+        for i in ins:       # a shape value the converter would have read symbolically
+            if i and self.name(i) in self.sym:
+                self._materialize_sym(self.name(i))
         try:
             self.generic(onode, name, why)
         except CompileError:
@@ -319,7 +371,11 @@ class _Importer:
         ``onnx`` node with constant inputs, and runs on the host)."""
         from onnx.reference import ReferenceEvaluator
 
-        feeds = {f"i{k}": self.const(i) for k, i in enumerate(ins) if i}
+        from onnx import TypeProto, helper
+
+        if any(a.type in (a.GRAPH, a.GRAPHS) for a in onode.attribute):
+            return False        # control flow: its sub-graphs may read outer-scope values
+        feeds = {f"i{k}": self.const_orig(i) for k, i in enumerate(ins) if i}
         node = self.onnx.NodeProto()
         node.CopyFrom(onode)
         del node.input[:]
@@ -327,8 +383,14 @@ class _Importer:
         del node.output[:]
         node.output.extend([f"o{k}" if o else "" for k, o in enumerate(outs)])
         try:
-            ev = ReferenceEvaluator(node, opsets=self.opsets)
-            vals = ev.run(None, feeds)
+            # a one-node model, so that the evaluator takes the op's version of the model's
+            # opset (a bare node is run at the newest: opset-11 Unsqueeze axes would fail)
+            graph = helper.make_graph(
+                [node], "fold", [helper.make_value_info(k, TypeProto()) for k in feeds],
+                [helper.make_value_info(o, TypeProto()) for o in node.output if o])
+            fm = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                         for d, v in self.opsets.items()])
+            vals = ReferenceEvaluator(fm).run(None, feeds)
         except Exception:  # noqa: BLE001 - the evaluator raises many types
             return False
         for o, v in zip([o for o in outs if o], vals):
@@ -352,7 +414,27 @@ class _Importer:
         self.add_const(outs[0], arr)
 
     _SYM_OPS = frozenset({"Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast",
-                          "Identity"})
+                          "Identity", "Mul", "Add", "Sub", "Div", "ReduceProd"})
+    _SYM_ARITH = {"Mul": ("*", lambda a, b: a * b), "Add": ("+", lambda a, b: a + b),
+                  "Sub": ("-", lambda a, b: a - b), "Div": ("/", lambda a, b: a // b)}
+
+    @classmethod
+    def _sym_arith(cls, op: str, a, b):
+        """One element of ``a OP b`` on shape values: an int when both are ints, else a
+        symbolic dim named by the expression (``"N*2"``); ``x*1``, ``x+0``, ``x-0``, ``x/1``
+        stay ``x``."""
+        sym, fn = cls._SYM_ARITH[op]
+        if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):
+            if op == "Div" and int(b) == 0:
+                raise ValueError("division by zero in a shape computation")
+            return int(fn(int(a), int(b)))
+        if isinstance(b, (int, np.integer)) and (int(b) == 1 and op in ("Mul", "Div") or
+                                                  int(b) == 0 and op in ("Add", "Sub")):
+            return a
+        if isinstance(a, (int, np.integer)) and (int(a) == 1 and op == "Mul" or
+                                                  int(a) == 0 and op == "Add"):
+            return b
+        return f"({a}{sym}{b})" if any(c in f"{a}{b}" for c in "*+-/") else f"{a}{sym}{b}"
 
     def _sym_op(self, onode, ins, outs, attrs) -> bool:
         """Shape computations on symbolic dims (``Shape -> Gather -> Concat -> Reshape`` of a
@@ -387,6 +469,8 @@ class _Importer:
             vals.append(v)
         try:
             if op in ("Cast", "Identity"):
+                if op == "Cast" and int(attrs.get("to", 7)) in (1, 10, 11, 16):
+                    return False        # a shape cast to float (Resize scales): computed
                 r = vals[0]
             elif op == "Gather":
                 r = np.take(vals[0], np.asarray(vals[1], np.int64), axis=int(attrs.get("axis", 0)))
@@ -403,6 +487,19 @@ class _Importer:
                     return False
                 if r.size == 1:
                     r = r.reshape(())
+            elif op in self._SYM_ARITH and len(vals) == 2:
+                if any(np.asarray(v).dtype.kind == "f" for v in vals):
+                    return False
+                a, b = np.broadcast_arrays(np.asarray(vals[0], dtype=object),
+                                           np.asarray(vals[1], dtype=object))
+                r = np.asarray([self._sym_arith(op, u, v) for u, v in zip(a.reshape(-1), b.reshape(-1))],
+                               dtype=object).reshape(a.shape)
+            elif op == "ReduceProd" and vals[0].ndim == 1 and len(vals) == 1 and "axes" not in attrs:
+                r = np.asarray(1, dtype=object)
+                for d in vals[0]:
+                    r = np.asarray(self._sym_arith("Mul", r.item(), d), dtype=object)
+                if attrs.get("keepdims", 1):
+                    r = r.reshape(1)
             elif op == "Slice" and vals[0].ndim == 1 and len(vals) >= 3:
                 st = int(np.asarray(vals[1]).reshape(-1)[0])
                 en = int(np.asarray(vals[2]).reshape(-1)[0])
@@ -585,20 +682,46 @@ class _Importer:
         from .onnx_attrs import attrs_to_json
 
         op = onode.op_type
-        in_slots, names = [], []
-        for k, i in enumerate(onode.input):
+        in_slots, names, feed_names = [], [], []
+        captured = _outer_refs(onode)       # values a control-flow body reads from this scope
+        for k, i in enumerate(list(onode.input) + captured):
             if not i:
                 continue
             v = self.name(i)
+            if v in self.sym:
+                self._materialize_sym(v)
+            if v in self.qlinear:
+                self._materialize_q(v)
             if v in self.int_consts and v not in self.g.types:
                 self.g.add_constant(v, self.int_consts[v])
+            if v in self.orig_consts and v in self.g.constants:
+                # the node reads the constant in the model's dtype (float64 stays float64)
+                orig = self.orig_consts[v]
+                c = f"{v}__{orig.dtype.name}"
+                if c not in self.g.constants:
+                    self.g.add_constant(c, orig)
+                v = c
             if v not in self.g.types:
                 raise node_error(name, op, f"input '{i}' is not defined")
             in_slots.append(k)
             names.append(v)
+            # a captured value keeps its name: the sub-graphs refer to it by that name
+            feed_names.append(f"i{k}" if k < len(onode.input) else i)
         in_types = [self.g.types[v] for v in names]
-        vis = [helper.make_tensor_value_info(f"i{k}", _onnx_dtype(t.dtype), list(t.shape))
-               for k, t in zip(in_slots, in_types)]
+        flow = any(a.type in (a.GRAPH, a.GRAPHS) for a in onode.attribute)
+        # a control-flow node's wrapper declares only ranks: onnxruntime types each branch
+        # with the shapes it is given, and a branch that does not run at these shapes may
+        # not type (silero-vad's 8 kHz branch at a 16 kHz frame size)
+        vis = [helper.make_tensor_value_info(f, _onnx_dtype(t.dtype),
+                                             [f"{f}_d{j}" for j in range(t.rank)] if flow
+                                             else list(t.shape))
+               for f, t in zip(feed_names, in_types)]
+        if captured and why.startswith("no IR conversion"):
+            why = (f"control flow ({op}): runs whole on onnxruntime as a sub-graph model "
+                   f"(its bodies read {len(captured)} outer value(s))")
+        elif any(a.type in (a.GRAPH, a.GRAPHS) for a in onode.attribute) and \
+                why.startswith("no IR conversion"):
+            why = f"control flow ({op}): runs whole on onnxruntime as a sub-graph model"
         node = self.onnx.NodeProto()
         node.CopyFrom(onode)
         del node.input[:]
@@ -608,8 +731,8 @@ class _Importer:
         node.output.extend([f"o{k}" if o else "" for k, o in enumerate(onode.output)])
         opsets = [helper.make_opsetid(d, v) for d, v in self.opsets.items()]
         # typing: shape inference with the constant inputs' values (data propagation)
-        inits = [self.onnx.numpy_helper.from_array(np.asarray(self.const(v)), f"i{k}")
-                 for k, v in zip(in_slots, names) if self.const(v) is not None]
+        inits = [self.onnx.numpy_helper.from_array(np.asarray(self.const(v)), f)
+                 for f, v in zip(feed_names, names) if self.const(v) is not None]
         probe = helper.make_model(helper.make_graph([node], "probe", vis, [], inits),
                                   opset_imports=opsets)
         probe.ir_version = self.model.ir_version
@@ -630,7 +753,7 @@ class _Importer:
             known = self.declared.get(out)
             if failed:      # ONNX cannot type it: onnxruntime must run it (an invalid node raises)
                 if probed is None:
-                    probed = self._probe(node, vis, in_slots, names, opsets, name, f"{why}; {failed}")
+                    probed = self._probe(node, vis, feed_names, names, opsets, name, f"{why}; {failed}")
                 dt, dims = probed[out_slots.index(k)]
                 if known is not None and None not in known and len(known) == len(dims):
                     dims = list(known)  # a data-dependent shape: the model's declaration
@@ -641,7 +764,7 @@ class _Importer:
             elif dt is None or not tt.HasField("shape"):
                 # no ONNX schema (a com.microsoft op) or no static shape: ask onnxruntime
                 if probed is None:
-                    probed = self._probe(node, vis, in_slots, names, opsets, name, why)
+                    probed = self._probe(node, vis, feed_names, names, opsets, name, why)
                 dt, dims = probed[out_slots.index(k)]
             else:
                 known = self.declared.get(out, ())
@@ -650,13 +773,21 @@ class _Importer:
                          (d.dim_param if d.dim_param and not d.dim_param.startswith("unk__")
                           else f"{out}_d{j}"))
                         for j, d in enumerate(tt.shape.dim)]
-                if any(isinstance(d, str) and d.startswith(f"{out}_d") for d in dims) and all(
-                        self.g.types[v].is_concrete() for v in names):
+                concrete = all(self.g.types[v].is_concrete() for v in names)
+                if any(isinstance(d, str) and d.startswith(f"{out}_d") for d in dims) and (
+                        flow or concrete):
                     if probed is None:      # data-dependent shape (Resize by an input): run it once
-                        probed = self._probe(node, vis, in_slots, names, opsets, name, why)
-                    dt, dims = probed[out_slots.index(k)]
+                        try:
+                            probed = self._probe(node, vis, feed_names, names, opsets, name, why)
+                        except CompileError:
+                            if concrete:
+                                raise
+                            probed = False  # symbolic dims it cannot run at: ONNX's dims
+                    if probed:
+                        dt, dims = probed[out_slots.index(k)]
             out_types.append(TensorType(dt, tuple(dims)))
-        ovis = [helper.make_tensor_value_info(f"o{k}", _onnx_dtype(t.dtype), list(t.shape))
+        ovis = [helper.make_tensor_value_info(f"o{k}", _onnx_dtype(t.dtype), None if flow
+                                              else list(t.shape))
                 for k, t in zip(out_slots, out_types)]
         run_model = helper.make_model(helper.make_graph([node], op, vis, ovis), opset_imports=opsets)
         run_model.ir_version = self.model.ir_version
@@ -675,10 +806,15 @@ class _Importer:
         for o, t in zip(outs, out_types):
             self.g.types[o] = t
 
-    def _probe(self, node, vis, in_slots, names, opsets, name, why) -> list:
-        """Output ``(dtype, dims)`` of a node ONNX shape inference cannot type, from one
+    def _probe(self, node, vis, feed_names, names, opsets, name, why) -> list:
+        """Output ``(dtype, dims)`` of a node ONNX shape inference cannot type, from an
         onnxruntime run on its constant inputs and ones elsewhere (a symbolic batch is run
-        at 1 and kept symbolic in dim 0)."""
+        at 1 and 2: an output dim 0 that follows it is the batch).  With symbolic dims in
+        its inputs it runs twice, at two sizes for them: an output dim that differs between
+        the runs is symbolic (``NAME_dK``), one that agrees is taken as fixed (where batch 2
+        does not run, dim 0 is taken as the batch).  A ``Reshape`` whose
+        target is computed (a shape value materialized on the host) gets its rank from the
+        target's length and symbolic dims where the target is not constant."""
         from onnx import TypeProto, helper
 
         try:
@@ -688,32 +824,58 @@ class _Importer:
         outs = [helper.make_value_info(f"o{k}", TypeProto()) for k, o in enumerate(node.output) if o]
         m = helper.make_model(helper.make_graph([node], "probe", vis, outs), opset_imports=opsets)
         m.ir_version = self.model.ir_version
-        feeds, batch = {}, None
-        for k, v in zip(in_slots, names):
+        batch, sym = None, []
+        for v in names:
             t = self.g.types[v]
-            c = self.const(v)
-            if c is None:
+            if self.const(v) is None:
                 if t.rank and isinstance(t.shape[0], str):
                     batch = t.shape[0]
-                if any(isinstance(d, str) for d in t.shape[1:]):
-                    raise node_error(name, node.op_type, f"{why}; cannot type it with symbolic "
-                                     f"dims in {t}")
-                c = np.ones([1 if isinstance(d, str) else d for d in t.shape], t.dtype)
-            feeds[f"i{k}"] = np.asarray(c)
-        try:
-            sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-            vals = sess.run(None, feeds)
-        except Exception as e:  # noqa: BLE001
-            raise node_error(name, node.op_type, f"{why}; onnxruntime cannot run it "
-                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+                sym += [d for d in t.shape[1:] if isinstance(d, str) and d not in sym and d != batch]
+        if node.op_type == "Reshape" and len(names) == 2 and self.const(names[1]) is None:
+            tt = self.g.types[names[1]]
+            x = self.g.types[names[0]]
+            if tt.rank == 1 and isinstance(tt.shape[0], int):
+                dims = [x.shape[0] if j == 0 and batch is not None else f"{node.output[0]}_d{j}"
+                        for j in range(tt.shape[0])]
+                return [(x.dtype, dims)]
+        runs = []
+        sizes = [((1, 32, 8))] + ([(2, 48, 8)] if sym or batch is not None else [])
+        for bsz, base, step in sizes:
+            val = {d: base + step * j for j, d in enumerate(sym)}
+            feeds = {}
+            for f, v in zip(feed_names, names):
+                t = self.g.types[v]
+                c = self.const(v)
+                if c is None:
+                    c = np.ones([(bsz if d == batch else val[d]) if isinstance(d, str) else d
+                                 for d in t.shape], t.dtype)
+                feeds[f] = np.asarray(c)
+            try:
+                so = ort.SessionOptions()
+                so.log_severity_level = 4       # a failed probe is reported by the error below
+                sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+                runs.append([np.asarray(v) for v in sess.run(None, feeds)])
+            except Exception as e:  # noqa: BLE001
+                if runs and not sym:
+                    break       # batch 2 does not fit (a state with a batch of its own)
+                what = f" with symbolic dims {sym} at {list(val.values())}" if sym else ""
+                raise node_error(name, node.op_type, f"{why}; onnxruntime cannot run it{what} "
+                                 f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
         res = []
-        for v in vals:
-            v = np.asarray(v)
+        for k, v in enumerate(runs[0]):
             if v.dtype.name not in DTYPES:
                 raise node_error(name, node.op_type, f"{why}; output dtype {v.dtype} is not supported")
-            dims = list(v.shape)
-            if batch is not None and dims:
-                dims[0] = batch
+            dims: list = list(v.shape)
+            if len(runs) > 1:
+                w = runs[1][k]
+                if w.ndim != v.ndim:
+                    raise node_error(name, node.op_type, f"{why}; its output rank depends on "
+                                     f"the symbolic dims {sym}")
+                out = node.output[k] if k < len(node.output) else name
+                dims = [d if d == e else batch if (j == 0 and batch is not None and (d, e) == (1, 2))
+                        else f"{out}_d{j}" for j, (d, e) in enumerate(zip(v.shape, w.shape))]
+            elif batch is not None and dims and dims[0] == 1:
+                dims[0] = batch     # run at batch 1: a dim 0 of 1 follows the batch
             res.append((v.dtype.name, dims))
         return res
 
@@ -849,6 +1011,10 @@ class _Importer:
         if self.opset >= 11:
             lo = self._scalar(self.need_const(ins[1], "min", err), "min", err) if len(ins) > 1 and ins[1] else None
             hi = self._scalar(self.need_const(ins[2], "max", err), "max", err) if len(ins) > 2 and ins[2] else None
+        if lo is not None and hi is not None and lo > hi:
+            # ONNX defines it, min(max(x, min), max): every output is max; the host computes
+            # exactly that (an int8 clip to an empty range rounds to one)
+            raise err(f"min {lo} > max {hi}: every output is max (runs on the host)")
         self.emit(onode, name, "clip", ins[:1], {"min": None if lo is None else float(lo),
                                                   "max": None if hi is None else float(hi)}, outs[0])
 
@@ -898,19 +1064,23 @@ class _Importer:
         self.alias[outs[0]] = self.name(ins[0])     # inference: identity
 
     def _reshape_to(self, onode, name, x: str, dims: list, out: str, err) -> None:
-        """Emit ``reshape`` of ``x`` to ``dims`` (ints or the input's symbolic dims)."""
+        """Emit ``reshape`` of ``x`` to ``dims`` (ints, ``-1``, or symbolic dims: the input's
+        own, or expressions of them such as ``"N*2"``).  A symbolic dim at the position of
+        the same dim of the input is kept (``0``); at most one entry may be unknown (``-1``
+        or another symbolic dim): it becomes ``-1``."""
         t = self.g.types[self.name(x)]
-        tgt = []
+        tgt, unknown = [], 0
         for k, d in enumerate(dims):
-            if isinstance(d, str):
-                if k < t.rank and t.shape[k] == d:
-                    tgt.append(0)
-                elif sum(isinstance(e, str) for e in dims) == 1:
-                    tgt.append(-1)
-                else:
-                    raise err(f"cannot express the target {dims} as a reshape")
-            else:
+            if isinstance(d, (int, np.integer)) and int(d) != -1:
                 tgt.append(int(d))
+            elif isinstance(d, str) and k < t.rank and t.shape[k] == d:
+                tgt.append(0)
+            else:
+                tgt.append(-1)
+                unknown += 1
+        if unknown > 1:
+            raise err(f"cannot express the target {[str(d) for d in dims]} of {t} as a reshape "
+                      f"(more than one unknown dim)")
         self.emit(onode, name, "reshape", [x], {"shape": tuple(tgt)}, out)
 
     def _axes(self, ins, attrs, err, rank: int, pos: int = 1) -> list[int] | None:

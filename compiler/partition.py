@@ -469,7 +469,7 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
     d = REGISTRY.get(node.op)
     if d is None or d.vta is None:
         return False, cpu_reason(node, graph)
-    why = _width_mismatch(node, graph, cfg)
+    why = _width_mismatch(node, graph, cfg) or _batch_mismatch(node, graph)
     if why:
         return False, why
     if node.op == "qavg_pool" and a.get("mult") not in (None, 1) and not cfg.ALU_MUL:
@@ -482,6 +482,24 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
             return False, (f"requantize multiplier {a['mult']} (shift {a['shift']}) may overflow "
                            f"ACC_WIDTH {cfg.ACC_WIDTH} (worst case |acc| {acc_bound(node, graph)})")
     return d.vta(node, graph, cfg, producers)
+
+
+def _batch_mismatch(node: Node, graph: Graph) -> str | None:
+    """Why a node's activations do not have the model's batch in dim 0 (None when they
+    do): the executor runs a VTA program per batch of the first graph input's dim 0, so a
+    tensor that a reshape or transpose gave another leading dim (a Gemm with transA=1,
+    ``[1,C,H,W] -> [H*W, C]``) runs on the CPU."""
+    if not graph.inputs or not graph.types[graph.inputs[0]].shape:
+        return None
+    b = graph.types[graph.inputs[0]].shape[0]
+    for t in list(node.inputs) + list(node.outputs):
+        if t in graph.constants or t not in graph.types or not graph.types[t].shape:
+            continue
+        d0 = graph.types[t].shape[0]
+        if d0 != b:
+            return (f"dim 0 of {t!r} is {d0}, not the model's batch {b} (a VTA program runs "
+                    f"per batch of the first input's dim 0)")
+    return None
 
 
 def _int4_weights(name: str, graph: Graph, cfg: VTAConfig) -> bool:

@@ -159,7 +159,7 @@ def _budget_line(ex) -> str | None:
 @click.option("--calibrate", "calib_path", default=None,
               help="calibration .npy (any number of samples, batch first; default: the input)")
 @click.option("--output", "output_path", default=None,
-              help="write the first output (dequantized float32) to this .npy")
+              help="write the first output to this .npy (float outputs in the model's dtype, others as float32)")
 @click.option("--config", "config_spec", default=None,
               help="preset name or vta_config.json file  [default: a .vtapkg's own config, "
                    "else pynq]")
@@ -215,7 +215,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
         out = _run_batches(ex.run, _fixed_batch(cm), x)
     dt = time.perf_counter() - t0
     host = sum(st.host_seconds for st in ex.stats.values())
-    y = np.asarray(out[cm.outputs[0]], np.float32)
+    y = _output_array(out[cm.outputs[0]])
     if output_path:
         from ..runtime.npz import atomic_open
 
@@ -233,6 +233,13 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     line = _budget_line(ex)
     if line:
         click.echo(line)
+
+
+def _output_array(v) -> np.ndarray:
+    """A model output as written by ``--output``: a float output keeps its dtype (a float64
+    model's output stays float64), any other is converted to float32."""
+    y = np.asarray(v)
+    return y if y.dtype.kind == "f" else y.astype(np.float32)
 
 
 def _describe(y: np.ndarray) -> str:
@@ -289,7 +296,7 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         for path, x in zip(input_paths, xs):
             t0 = time.perf_counter()
             out = _run_batches(ex.run, _fixed_batch(cm), x)
-            y = np.asarray(out[cm.outputs[0]], np.float32)
+            y = _output_array(out[cm.outputs[0]])
             click.echo(f"  {path}: input {_shape_of(x)} -> {cm.outputs[0]} {_describe(y)} in "
                        f"{time.perf_counter() - t0:.3f} s")
         line = _budget_line(ex)
@@ -335,7 +342,7 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
                 click.echo(f"placement (at {format_key(key)}):")
                 click.echo(cm.placement_table())
                 first = False
-            y = np.asarray(out[cm.outputs[0]], np.float32)
+            y = _output_array(out[cm.outputs[0]])
             nv = sum(1 for s in cm.steps if s.target == "vta")
             how = (f"new shape, specialised in {runner.stats.specialise_seconds - s0:.3f} s"
                    if new else "cached shape")
