@@ -313,10 +313,13 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
         elif config.calibration == "percentile":
             e = exp_for_range(float(np.percentile(np.concatenate(samples[name]), config.percentile)), qm)
         elif config.calibration == "mse":
-            a = np.concatenate(samples[name])
+            # errors in units of the max-range grid's step 2**e (the same argmin, and no
+            # overflow for a float64 model's huge values)
+            a = np.concatenate(samples[name]) / 2.0 ** e
             best = None
             for cand in range(e - 3, e + 1):
-                q = np.clip(np.floor(a / 2.0 ** cand + 0.5), -qm - 1, qm) * 2.0 ** cand
+                st = 2.0 ** (cand - e)
+                q = np.clip(np.floor(a / st + 0.5), -qm - 1, qm) * st
                 err = float(np.mean((q - a) ** 2))
                 if best is None or err < best[0]:
                     best = (err, cand)
