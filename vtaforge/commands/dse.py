@@ -100,7 +100,8 @@ def dse_group() -> None:
                    "a4w4 (int8 / int16 activations and weights: LOG_WIDTH 3 / 4; w4: int8 "
                    "activations, int4 weights: LOG_INP_WIDTH 3, LOG_WGT_WIDTH 2; a4: int4 "
                    "activations and outputs, int8 weights: 2, 3; a4w4: int4 both: 2, 2)")
-@click.option("--no-progress", is_flag=True, help="no progress bar")
+@click.option("--no-progress", is_flag=True,
+              help="no progress bar (none either when stderr is not a terminal)")
 def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
             dram_latency, timing_file, cache_file, out_file, csv_file, limit, jobs, scheduler,
             verify_spec, budget, within_pct, plot_file, accuracy_set, widths_spec,
@@ -118,7 +119,7 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     from ..hw.config import ConfigError
 
     from ._inputs import check_json_lines, read_json
-    from ._output import check_output_path
+    from ._output import check_output_path, progress_enabled
 
     if out_file:
         check_output_path(out_file, "-o/--out")
@@ -204,7 +205,8 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         return
     try:
         results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
-                             seed=seed, progress=not no_progress, executor=ex, stats=stats)
+                             seed=seed, progress=progress_enabled(no_progress), executor=ex,
+                             stats=stats)
         acc = (f", {stats.accuracy_runs} accuracy measurement(s)" if ev.accuracy_eval
                else "")
         ncached = stats.perf_cached + stats.resource_cached + stats.accuracy_cached
@@ -215,7 +217,7 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         if verify:
             vsec = promote(results, wls, ev, verify, 4 if budget is None else budget,
                            cache=cache_file, timing=timing, executor=ex,
-                           progress=not no_progress)
+                           progress=progress_enabled(no_progress))
     except (ValueError, DSEError) as e:  # corrupt cache
         _fail(str(e))
         return
