@@ -15,7 +15,8 @@ JSON (``schema = "vtaforge.dse.report/1"``)::
                  "feasible", "reasons", "pareto", "cached", "notes", "errors"}],
      "pareto": [fingerprint, ...],
      "best": {"latency": fingerprint|null, "utilization": ..., "gops_per_utilization": ...},
-     "selection": {"latency_band", "latency_ties": [fingerprint, ...], "rule"},
+     "selection": {"latency_band", "latency_ties": [fingerprint, ...], "rule",
+                   "accuracy_floor" (a fraction or null), "accuracy_best", ...},
      "preset": fingerprint|null, "verify": promote()'s section|null,
      "summary": {"points", "valid", "fits", "feasible", "pareto", "cached"}}
 
@@ -32,7 +33,7 @@ from typing import Any, Sequence
 from .evaluate import MODEL_ERROR_BAND, DesignEvaluator, DseWorkload, UNVERIFIED_LABEL
 from .search import PointResult
 
-__all__ = ["SCHEMA", "build_report", "best_designs", "format_table", "load_report",
+__all__ = ["SCHEMA", "build_report", "best_designs", "pick_floor", "above_floor", "format_table", "load_report",
            "write_report", "write_csv", "layer_breakdown", "CSV_COLUMNS"]
 
 SCHEMA = "vtaforge.dse.report/1"
@@ -125,8 +126,37 @@ def smallest_within(points: Sequence[dict], pct: float) -> str | None:
                                   p["latency_us"]))["fingerprint"]
 
 
+#: The default accuracy floor: designs more than this below the best measured accuracy
+#: (a fraction: 1 point of top-1) are never picked for latency or resources.
+ACCURACY_FLOOR_MARGIN = 0.01
+
+
+def pick_floor(points: Sequence[dict], floor: float | None = None) -> float | None:
+    """The accuracy (a fraction) a design needs to be picked for latency, resources or
+    ``--within``: ``floor`` when given, else the best accuracy of a feasible point minus
+    :data:`ACCURACY_FLOOR_MARGIN`; ``None`` when no point has a measured accuracy (no
+    floor)."""
+    accs = [p["accuracy"] for p in points if p.get("accuracy") is not None]
+    if not accs:
+        return None
+    if floor is not None:
+        return float(floor)
+    feas = [p["accuracy"] for p in points if p.get("feasible") and p.get("latency_us")
+            and p.get("accuracy") is not None]
+    return max(feas or accs) - ACCURACY_FLOOR_MARGIN
+
+
+def above_floor(points: Sequence[dict], floor: float | None) -> list[dict]:
+    """The points that may be picked: all of them without a floor, else those whose
+    measured accuracy is at least ``floor`` (an unmeasured one is not)."""
+    if floor is None:
+        return list(points)
+    return [p for p in points if p.get("accuracy") is not None
+            and p["accuracy"] >= floor - 1e-12]
+
+
 def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND,
-                 within: float | None = None) -> dict:
+                 within: float | None = None, floor: float | None = None) -> dict:
     """Fingerprints of the best feasible point per objective: ``latency`` (among the
     :func:`latency_ties` — points within the error band of the lowest latency — the one
     with the fewest DSPs, then LUTs, then the lowest latency, then BRAM; so a tie inside
@@ -134,7 +164,11 @@ def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND,
     utilization), ``gops_per_utilization`` (highest GOPS / utilization), and with
     ``within`` (percent) ``within`` (:func:`smallest_within`), and when any point has a
     measured ``accuracy``, ``accuracy`` (the highest accuracy, then the lowest latency,
-    then the lowest binding utilization).  Other ties: first in point order."""
+    then the lowest binding utilization).  Other ties: first in point order.  With an
+    accuracy ``floor`` (:func:`pick_floor`) every pick but ``accuracy`` is made among
+    the points at or above it only (:func:`above_floor`)."""
+    every = points
+    points = above_floor(points, floor)
     feas = [p for p in points if p.get("feasible") and p.get("latency_us")]
 
     def pick(key, sign=1):
@@ -150,8 +184,9 @@ def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND,
            "gops_per_utilization": pick(lambda p: p["gops"] / p["utilization"]["max"], -1)}
     if within is not None:
         out["within"] = smallest_within(points, within)
-    if any(p.get("accuracy") is not None for p in points):
-        acc = [p for p in feas if p.get("accuracy") is not None]
+    if any(p.get("accuracy") is not None for p in every):
+        acc = [p for p in every if p.get("feasible") and p.get("latency_us")
+               and p.get("accuracy") is not None]
         out["accuracy"] = min(acc, key=lambda p: (-p["accuracy"], p["latency_us"],
                                                   p["utilization"]["max"]))["fingerprint"] \
             if acc else None
@@ -160,12 +195,15 @@ def best_designs(points: Sequence[dict], band: float = MODEL_ERROR_BAND,
 
 def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload],
                  evaluator: DesignEvaluator, preset: Any = None, verify: dict | None = None,
-                 within: float | None = None) -> dict:
+                 within: float | None = None, accuracy_floor: float | None = None) -> dict:
     """The JSON report (see module docstring).  ``preset`` (a VTAConfig, e.g. the space's
     base) is named in ``report["preset"]`` when one of the points is that config;
     ``verify`` is :func:`~.promote.promote`'s section (promoted points then request the
     verify rungs, and estimates carry the larger of the stated and the measured model
-    error as their band); ``within`` (percent) adds ``best["within"]``."""
+    error as their band); ``within`` (percent) adds ``best["within"]``;
+    ``accuracy_floor`` (a fraction; default: :func:`pick_floor`'s, when accuracy was
+    measured) is the accuracy below which no design is picked but for ``best.accuracy``
+    (``selection.accuracy_floor``)."""
     pts = [_point_dict(pr) for pr in results]
     pre_fp = None
     if preset is not None:
@@ -206,8 +244,13 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
             if p["valid"] and p.get("latency_us"):
                 p["latency_band"] = 0.0 if p["rungs"]["cycles"]["ran"] == "rtl" else (
                     model_band if perf == "model" or verify else band)
-    best = best_designs(pts, band, within)
+    floor = pick_floor(pts, accuracy_floor)
+    best = best_designs(pts, band, within, floor)
+    eligible = above_floor(pts, floor)
+    ok_ids = {id(p) for p in eligible}
     byfp = {p.get("fingerprint"): p for p in pts if p["valid"]}
+    acc_best = max((p["accuracy"] for p in pts if p.get("feasible") and p.get("latency_us")
+                    and p.get("accuracy") is not None), default=None)
     return {
         "schema": SCHEMA, "part": ev.part, "capacity": ev.capacity,
         "evaluator": {"resources": ev.res_eval.name, "performance": perf,
@@ -237,8 +280,13 @@ def build_report(results: Sequence[PointResult], workloads: Sequence[DseWorkload
         "best_breakdown": layer_breakdown(byfp[best["latency"]]) if best["latency"] else [],
         "selection": {
             "latency_band": band,
-            "latency_ties": [p["fingerprint"] for p in latency_ties(pts, band)],
+            "latency_ties": [p["fingerprint"] for p in latency_ties(eligible, band)],
             "model_band": model_band, "within_pct": within,
+            "accuracy_floor": floor, "accuracy_floor_given": accuracy_floor is not None,
+            "accuracy_best": acc_best,
+            "below_accuracy_floor": sum(1 for p in pts if p.get("feasible")
+                                        and p.get("latency_us") and id(p) not in ok_ids)
+            if floor is not None else 0,
             "rule": (f"best latency: among the feasible points within their error band "
                      f"({band * 100:g} % for estimates" + (
                          f", {model_band * 100:.3g} % after verification" if verify else "")
@@ -436,6 +484,13 @@ def format_table(report: dict, *, limit: int | None = 30, only_feasible: bool = 
                  f"(latency vs binding-resource use), {s['cached']} from cache")
     byfp = {p.get("fingerprint"): p for p in pts if p["valid"]}
     sel = report.get("selection")
+    if sel and sel.get("accuracy_floor") is not None:
+        how = ("given" if sel.get("accuracy_floor_given") else
+               f"the best feasible accuracy {_fmt((sel.get('accuracy_best') or 0) * 100)} % "
+               f"minus {ACCURACY_FLOOR_MARGIN * 100:g} point")
+        lines.append(f"accuracy floor {sel['accuracy_floor'] * 100:.1f} % ({how}): designs "
+                     f"below it are not picked (best accuracy aside); "
+                     f"{sel.get('below_accuracy_floor', 0)} feasible point(s) below it")
     if sel and report["best"].get("latency"):
         lo = min(byfp[f]["latency_us"] for f in sel["latency_ties"])
         pk = byfp[report["best"]["latency"]]
@@ -491,18 +546,35 @@ def format_verify(report: dict, limit: int = 12) -> list[str]:
     if not v:
         return []
     rungs = v["rungs"]
-    head = "; ".join(f"{r}: {d['status']} on {d['points']} point(s)" if d["status"] == "ran"
+    head = "; ".join((f"{r}: {d['status']} on {d['points']} point(s)"
+                      + (f", shared by {d['shared']} with the same programs"
+                         if d.get("shared") else "")) if d["status"] == "ran"
                      else f"{r}: {d['status']}" for r, d in rungs.items())
     me = v.get("model_error") or {}
-    out = [f"verification of {len(v['candidates'])} candidate(s) (Pareto front + points "
-           f"within the {100 * v['band']:g} % model band), budget {v['budget']}: {head}"]
+    nver = v.get("verifications")
+    out = [f"verification of {len(v['candidates'])} candidate(s) (the pick, the Pareto front "
+           f"+ points within the {100 * v['band']:g} % model band), budget {v['budget']}"
+           + (f" ({nver} used)" if nver is not None else "") + f": {head}"]
+    byfp = {p.get("fingerprint"): p for p in report.get("points", []) if p.get("valid")}
+    for obj in ("latency", "within"):
+        fp = (report.get("best") or {}).get(obj)
+        if fp is None or (obj == "within" and fp == report["best"].get("latency")):
+            continue
+        ent = (byfp.get(fp) or {}).get("verify")
+        sts = "; ".join(f"{r} {(ent.get(r) or {}).get('status', '-')}" for r in rungs) \
+            if ent else "not a --verify candidate"
+        ok = ent is not None and all(
+            str((ent.get(r) or {}).get("status", "")).startswith(("ran", "shared"))
+            for r in rungs)
+        out.append(f"  the best-{obj} pick {fp}: {'verified' if ok else 'NOT verified'} "
+                   f"({sts})")
     if me.get("points"):
         out.append(f"  cycle model vs RTL on {me['points']} point(s): mean |error| "
                    f"{100 * me['mean_abs']:.2f} %, max {100 * me['max_abs']:.2f} %")
     out.append(f"  {'fingerprint':<11} {'bitstream':<28} {'model cyc':>11} {'rtl cyc':>11} "
                f"{'err%':>6} {'LUT a/y':>13} {'DSP a/y':>9} {'BRAM a/y':>11}  status")
-    ran = [e for e in v["points"] if any((e.get(r) or {}).get("status") == "ran"
-                                         for r in rungs)]
+    ran = [e for e in v["points"] if any(str((e.get(r) or {}).get("status", "")).startswith(
+        ("ran", "shared")) for r in rungs)]
     rest = [e for e in v["points"] if e not in ran]
     shown = ran + rest[:max(0, limit - len(ran))]
     for e in shown:

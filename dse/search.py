@@ -32,6 +32,7 @@ point gets its key's measurement, and the Pareto front is over (latency, resourc
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,7 +228,7 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
                timing: Mapping | None = None, samples: int | None = None, seed: int = 0,
                progress: bool = True, on_result: Callable[[PointResult], Any] | None = None,
                jobs: int | None = None, scheduler: str | None = None, executor: Any = None,
-               stats: SearchStats | None = None) -> list[PointResult]:
+               stats: SearchStats | None = None, desc: str = "dse") -> list[PointResult]:
     """Evaluate points (a space's grid or sample, or an explicit list) against workloads.
 
     Args:
@@ -236,7 +237,7 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
             workloads only run what is new.
         timing: timing results (see :func:`~.evaluate.judge`); applied after the cache.
         samples, seed: sample the space instead of the full grid.
-        progress: show a tqdm bar of evaluations on stderr.
+        progress: show a tqdm bar of evaluations on stderr (labelled ``desc``).
         jobs, scheduler: where evaluations run (:func:`~.parallel.make_executor`): serial
             in process by default, a LocalCluster of ``jobs`` workers, or a Dask scheduler
             address.  Results do not depend on it.
@@ -279,8 +280,8 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
         if progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(todo) if res_ex is ex else 0, desc="dse", unit="eval",
-                       leave=False)
+            bar = tqdm(total=len(todo) if res_ex is ex else 0, desc=desc, unit="eval",
+                       leave=False, file=sys.stderr)
         keys = list(todo)
         for i, rec in res_ex.map_unordered(resource_record,
                                            [(ev.res_eval, todo[k]) for k in keys]):

@@ -6,12 +6,12 @@
   [--perf model|rtl|none] [--timing FILE.json] [--cache FILE.jsonl] [-o report.json]
   [--csv points.csv] [--jobs N | --scheduler tcp://host:port] [--verify rtl,yosys]
   [--budget N] [--within PCT] [--plot OUT.png] [--accuracy digits|MODEL.onnx:DATA.npz]
-  [--widths 8,16,w4,a4,a4w4]``:
+  [--widths 8,16,w4,a4,a4w4] [--accuracy-floor PCT] [--no-progress]``:
   evaluate the space, print the table and best designs, write the JSON report.
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
 See docs/dse.md.  Bad input (space, workload list, part, timing file, accuracy model or
-labelled data) is one ``error:`` line, exit status 2.
+labelled data, a space whose every config is refused) is one ``error:`` line, exit status 2.
 """
 
 from __future__ import annotations
@@ -100,11 +100,17 @@ def dse_group() -> None:
                    "a4w4 (int8 / int16 activations and weights: LOG_WIDTH 3 / 4; w4: int8 "
                    "activations, int4 weights: LOG_INP_WIDTH 3, LOG_WGT_WIDTH 2; a4: int4 "
                    "activations and outputs, int8 weights: 2, 3; a4w4: int4 both: 2, 2)")
-@click.option("--no-progress", is_flag=True, help="no progress bar")
+@click.option("--accuracy-floor", "accuracy_floor", type=click.FloatRange(min=0, max=100),
+              default=None, metavar="PCT",
+              help="with --accuracy: pick (for latency, resources, --within) only designs "
+                   "of at least PCT % top-1 accuracy  [default: 1 point below the best "
+                   "feasible accuracy]")
+@click.option("--no-progress", is_flag=True,
+              help="no progress bar (none either when stderr is not a terminal)")
 def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mode, perf_mode,
             dram_latency, timing_file, cache_file, out_file, csv_file, limit, jobs, scheduler,
             verify_spec, budget, within_pct, plot_file, accuracy_set, widths_spec,
-            no_progress) -> None:
+            accuracy_floor, no_progress) -> None:
     """Evaluate a space of configs against workloads and report the best designs."""
     from ..dse.evaluate import CycleModel, DesignEvaluator, DSEError, load_timing, \
         parse_workloads
@@ -118,7 +124,7 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     from ..hw.config import ConfigError
 
     from ._inputs import check_json_lines, read_json
-    from ._output import check_output_path
+    from ._output import check_output_path, progress_enabled
 
     if out_file:
         check_output_path(out_file, "-o/--out")
@@ -144,6 +150,11 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         verify = parse_verify(verify_spec)
         if budget is not None and not verify:
             raise DSEError("--budget needs --verify (e.g. --verify rtl --budget 4)")
+        if accuracy_floor is not None and not accuracy_set:
+            raise DSEError("--accuracy-floor needs --accuracy (e.g. --accuracy digits "
+                           "--accuracy-floor 97)")
+        if accuracy_floor is not None and not math.isfinite(accuracy_floor):
+            raise DSEError(f"--accuracy-floor {accuracy_floor} must be a finite percentage")
         if size == "full":
             sz = None
         else:
@@ -190,6 +201,10 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     if cache_file:
         check_json_lines(cache_file, "DSE cache", "; delete it to start over")
     nv = space.n_valid
+    if nv == 0:
+        _fail(f"no valid point: all {space.size} config(s) of the space are refused "
+              f"({_refusal(space)})")
+        return
     n = space.size if samples is None else min(samples, nv)
     what = "points" if samples is None else "valid points sampled"
     click.echo(f"dse: {n} {what} of {space.size} ({nv} valid, {100 * nv / space.size:.0f} %) "
@@ -197,6 +212,7 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
                + (f", board {board}" if board else ""), err=True)
     stats = SearchStats()
     vsec = None
+    floor = None if accuracy_floor is None else accuracy_floor / 100.0
     try:
         ex = make_executor(jobs, scheduler)
     except ValueError as e:  # bad or unreachable scheduler
@@ -204,7 +220,8 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         return
     try:
         results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
-                             seed=seed, progress=not no_progress, executor=ex, stats=stats)
+                             seed=seed, progress=progress_enabled(no_progress), executor=ex,
+                             stats=stats)
         acc = (f", {stats.accuracy_runs} accuracy measurement(s)" if ev.accuracy_eval
                else "")
         ncached = stats.perf_cached + stats.resource_cached + stats.accuracy_cached
@@ -215,13 +232,15 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         if verify:
             vsec = promote(results, wls, ev, verify, 4 if budget is None else budget,
                            cache=cache_file, timing=timing, executor=ex,
-                           progress=not no_progress)
+                           progress=progress_enabled(no_progress), within=within_pct,
+                           accuracy_floor=floor)
     except (ValueError, DSEError) as e:  # corrupt cache
         _fail(str(e))
         return
     finally:
         ex.close()
-    rep = build_report(results, wls, ev, preset=space.base, verify=vsec, within=within_pct)
+    rep = build_report(results, wls, ev, preset=space.base, verify=vsec, within=within_pct,
+                       accuracy_floor=floor)
     click.echo(format_table(rep, limit=limit))
     if out_file:
         write_report(rep, out_file)
@@ -236,6 +255,17 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             _fail(str(e))
             return
         click.echo(f"wrote {plot_file}", err=True)
+
+
+def _refusal(space) -> str:
+    """Why the points of a space are refused: the most common ConfigError, with how many
+    points it refused when not all."""
+    from collections import Counter
+
+    errs = Counter(str(p.error).splitlines()[0] if p.error else "refused"
+                   for p in space.grid())
+    (msg, n), = errs.most_common(1)
+    return msg if n == space.size else f"{n} of them: {msg}"
 
 
 @dse_group.command("show")

@@ -2,10 +2,14 @@
 
 - ``vtaforge hw verilog --config PRESET|FILE -o DIR``: writes ``DIR/vta_core.v``,
   ``DIR/regmap.json`` and ``DIR/vta_regs.h``.
-- ``vtaforge hw resources --config PRESET|FILE [--part xc7z020] [--json]``: Yosys
-  ``synth_xilinx`` estimate of LUT, FF, DSP48 and BRAM next to the part's capacity.
-- ``vtaforge hw timing --config PRESET|FILE [--device 85k] [--json]``: fmax proxy from
-  yosys ``synth_ecp5`` + nextpnr-ecp5 place and route (an ECP5 figure, not a Zynq result).
+- ``vtaforge hw resources --config PRESET|FILE [--part xc7z020] [--json] [--no-progress]``:
+  Yosys ``synth_xilinx`` estimate of LUT, FF, DSP48 and BRAM next to the part's capacity.
+- ``vtaforge hw timing --config PRESET|FILE [--device 85k] [--json] [--no-progress]``: fmax
+  proxy from yosys ``synth_ecp5`` + nextpnr-ecp5 place and route (an ECP5 figure, not a
+  Zynq result).
+
+Both run for minutes (tiny: 155 s and 210 s) in a child process that reports nothing until
+it ends, so on a terminal they show the elapsed time on stderr (``--no-progress``: none).
 """
 
 from __future__ import annotations
@@ -56,15 +60,20 @@ def verilog_cmd(spec: str, out_dir: str, name: str) -> None:
 @click.option("--part", default="xc7z020", show_default=True,
               help="part whose capacity to compare with (xc7z020, xczu3eg, xczu7ev)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
-def resources_cmd(spec: str, part: str, as_json: bool) -> None:
+@click.option("--no-progress", is_flag=True,
+              help="no elapsed-time line (none either when stderr is not a terminal)")
+def resources_cmd(spec: str, part: str, as_json: bool, no_progress: bool) -> None:
     """Estimate LUT/FF/DSP/BRAM with Yosys synth_xilinx (minutes for the pynq core)."""
     from ._inputs import read_config
+    from ._output import progress_enabled, progress_ticker
     from ..hw.estimate import EstimateError, estimate_resources, format_report, part_info
 
     cfg = read_config(spec)
     try:
         cap = part_info(part)
-        res = estimate_resources(cfg, part)
+        with progress_ticker(f"hw resources {cfg.bitstream_name}: yosys synth_xilinx "
+                             f"({part})", progress_enabled(no_progress)):
+            res = estimate_resources(cfg, part)
     except EstimateError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
@@ -88,10 +97,13 @@ def resources_cmd(spec: str, part: str, as_json: bool) -> None:
 @click.option("--workdir", default=None, type=click.Path(file_okay=False),
               help="keep the netlist, logs and report here")
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+@click.option("--no-progress", is_flag=True,
+              help="no elapsed-time line (none either when stderr is not a terminal)")
 def timing_cmd(spec: str, device: str, seed: int, timeout_s: float, workdir: str | None,
-               as_json: bool) -> None:
+               as_json: bool, no_progress: bool) -> None:
     """Open-source fmax proxy: Yosys synth_ecp5 + nextpnr-ecp5 (minutes; not a Zynq result)."""
     from ._inputs import read_config
+    from ._output import progress_enabled, progress_ticker
     from ..hw.timing import TimingError, estimate_fmax, format_estimate
 
     cfg = read_config(spec)
@@ -99,8 +111,10 @@ def timing_cmd(spec: str, device: str, seed: int, timeout_s: float, workdir: str
         raise click.BadParameter(f"{workdir!r} exists and is not a directory",
                                  param_hint="'--workdir'")
     try:
-        est = estimate_fmax(cfg, device=device, workdir=workdir, seed=seed,
-                            timeout_s=timeout_s)
+        with progress_ticker(f"hw timing {cfg.bitstream_name}: yosys synth_ecp5 + "
+                             f"nextpnr-ecp5 ({device})", progress_enabled(no_progress)):
+            est = estimate_fmax(cfg, device=device, workdir=workdir, seed=seed,
+                                timeout_s=timeout_s)
     except TimingError as e:
         raise click.ClickException(str(e)) from None
     if as_json:

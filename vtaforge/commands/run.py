@@ -15,6 +15,7 @@ import click
 import numpy as np
 
 from ._inputs import check_arity, compiling, read_array, read_artifact, read_config, read_onnx
+from ._output import echo_over, progress_bar, progress_enabled
 
 CHUNK = 50   # images per executor run in the main job
 
@@ -44,9 +45,8 @@ def _fixed_batch(cm) -> int | None:
     return shape[0] if shape and isinstance(shape[0], int) else None
 
 
-def _main_job(config_spec: str, target: str) -> None:
+def _main_job(config_spec: str, target: str, progress: bool = False) -> None:
     import onnxruntime as ort
-    from tqdm import tqdm
 
     from ..compiler.compile import compile_model
     from ..compiler.models import DIGITS_ONNX, load_digits_split
@@ -67,7 +67,8 @@ def _main_job(config_spec: str, target: str) -> None:
     ex = Executor(cm, dev)
     outs = []
     t0 = time.perf_counter()
-    with tqdm(total=len(xte), desc=f"VTA ({target}, {cfg.bitstream_name})", unit="img") as bar:
+    with progress_bar(total=len(xte), desc=f"VTA ({target}, {cfg.bitstream_name})", unit="img",
+                      enabled=progress) as bar:
         for i in range(0, len(xte), CHUNK):
             r = ex.run(xte[i:i + CHUNK], keep=True)
             outs.append(r)
@@ -113,8 +114,21 @@ def _main_job(config_spec: str, target: str) -> None:
                    f"{row[3]:>11.1f}")
     click.echo(f"  {'total':<10} {tot[0]:>8.1f} {tot[1]:>10.1f} {'':>8} {tot[2]:>9.1f} "
                f"{tot[3]:>11.1f}")
+    if target in ("rtl", "pynq"):      # the core's cycle counter per step (docs/cli.md)
+        from .profile import step_cycles_lines
+
+        lines = step_cycles_lines(cm, ex.stats)
+        click.echo(f"{lines[0]} for {n} images ({_per_image(ex, cm, n)} per image)")
+        for ln in lines[1:]:
+            click.echo(ln)
     if not all_exact:
         raise SystemExit(1)
+
+
+def _per_image(ex, cm, n: int) -> str:
+    """The VTA steps' core cycles per image (``ex.stats`` summed over ``n`` images)."""
+    tot = sum(int(ex.stats[s.name].cycles) for s in cm.steps if s.target == "vta")
+    return f"{tot / n:,.0f}" if n else "-"
 
 
 class _ByteSize(click.ParamType):
@@ -171,8 +185,10 @@ def _budget_line(ex) -> str | None:
                    "2.5MB or a plain count): activations are evicted and recomputed (DTR) "
                    "to stay under it, bit-exact; refused below the largest step's working set "
                    "(needs --model)")
+@click.option("--no-progress", is_flag=True,
+              help="no progress bar (none either when stderr is not a terminal)")
 def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, target,
-            cache_size, memory_budget) -> None:
+            cache_size, memory_budget, no_progress) -> None:
     """Compile (if ONNX) and run a model on VTA; without --model, run the digits main job."""
     from ..runtime.bundle import TARGETS, make_device
     from ..runtime.device import DeviceError
@@ -182,7 +198,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if model_path is None:
         if input_paths or calib_path or output_path or memory_budget is not None:
             raise DeviceError("--input/--calibrate/--output/--memory-budget need --model")
-        _main_job(config_spec or "pynq", target)
+        _main_job(config_spec or "pynq", target, progress_enabled(no_progress))
         return
     if config_spec is None:
         config_spec = _artifact_config(model_path) or "pynq"
@@ -192,7 +208,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
         if output_path:
             raise DeviceError(f"--output takes one --input; got {len(input_paths)}")
         _run_many(model_path, read_config(config_spec), calib_path, input_paths, target,
-                  cache_size, memory_budget)
+                  cache_size, memory_budget, progress_enabled(no_progress))
         return
     input_path = input_paths[0]
     if output_path:
@@ -211,8 +227,10 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if memory_budget is not None:   # refuse with the figure for this input, before any work
         ex.plan_budget(_fixed_batch(cm) or _n_samples(x))
     t0 = time.perf_counter()
-    with compiling(model_path, f"input {input_path!r}"):
-        out = _run_batches(ex.run, _fixed_batch(cm), x)
+    with compiling(model_path, f"input {input_path!r}"), \
+            progress_bar(total=_n_samples(x), desc=f"{cm.name} ({target})", unit="sample",
+                         enabled=progress_enabled(no_progress), leave=False) as bar:
+        out = _run_batches(ex.run, _fixed_batch(cm), x, bar)
     dt = time.perf_counter() - t0
     host = sum(st.host_seconds for st in ex.stats.values())
     y = _output_array(out[cm.outputs[0]])
@@ -225,14 +243,14 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     click.echo(f"{cm.name}: {_n_samples(x)} sample(s) on {target} ({cfg.bitstream_name}) in {dt:.2f} s; "
                f"{nv}/{len(cm.steps)} steps on VTA, {host:.3f} s in CPU steps; output "
                f"{cm.outputs[0]} {list(y.shape)}" + (f" -> {output_path}" if output_path else ""))
-    if target in ("rtl", "pynq"):      # the core's cycle counter per step
+    line = _budget_line(ex)
+    if line:
+        click.echo(line)
+    if target in ("rtl", "pynq"):      # the core's cycle counter per step, last (docs/cli.md)
         from .profile import step_cycles_lines
 
         for ln in step_cycles_lines(cm, ex.stats):
             click.echo(ln)
-    line = _budget_line(ex)
-    if line:
-        click.echo(line)
 
 
 def _output_array(v) -> np.ndarray:
@@ -260,7 +278,8 @@ def _shape_of(x) -> str:
 
 
 def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
-              cache_size: int, memory_budget: int | None = None) -> None:
+              cache_size: int, memory_budget: int | None = None,
+              progress: bool = False) -> None:
     """Several ``--input`` files from one compile in one process.
 
     An ONNX model is compiled once with :func:`~vtaforge.compiler.dynamic.compile_dynamic`
@@ -293,12 +312,14 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         if memory_budget is not None:
             for x in xs:
                 ex.plan_budget(_fixed_batch(cm) or _n_samples(x))
-        for path, x in zip(input_paths, xs):
-            t0 = time.perf_counter()
-            out = _run_batches(ex.run, _fixed_batch(cm), x)
-            y = _output_array(out[cm.outputs[0]])
-            click.echo(f"  {path}: input {_shape_of(x)} -> {cm.outputs[0]} {_describe(y)} in "
-                       f"{time.perf_counter() - t0:.3f} s")
+        with progress_bar(total=sum(_n_samples(x) for x in xs), desc=f"{cm.name} ({target})",
+                          unit="sample", enabled=progress, leave=False) as bar:
+            for path, x in zip(input_paths, xs):
+                t0 = time.perf_counter()
+                out = _run_batches(ex.run, _fixed_batch(cm), x, bar)
+                y = _output_array(out[cm.outputs[0]])
+                echo_over(bar, f"  {path}: input {_shape_of(x)} -> {cm.outputs[0]} "
+                          f"{_describe(y)} in {time.perf_counter() - t0:.3f} s")
         line = _budget_line(ex)
         if line:
             click.echo(line)
@@ -327,6 +348,8 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
     dev = make_device(target, cfg)
     runner = ShapeRunner(dm, dev, capacity=cache_size, **(
         {"memory_budget": memory_budget} if memory_budget is not None else {}))
+    bar = progress_bar(total=sum(_n_samples(x) for x in xs), desc=f"{dm.name} ({target})",
+                       unit="sample", enabled=progress, leave=False)
     try:
         first = True
         for path, x in zip(input_paths, xs):
@@ -335,38 +358,41 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
             s0 = runner.stats.specialise_seconds
             t0 = time.perf_counter()
             with compiling(model_path, f"input {path!r}"):
-                out = _run_batches(runner.run, dm.input_dims[dm.inputs[0]][0], x)
+                out = _run_batches(runner.run, dm.input_dims[dm.inputs[0]][0], x, bar)
             dt = time.perf_counter() - t0
             cm, ex = runner.compiled(key), runner.executor(key)     # cached: not counted
             if first:
-                click.echo(f"placement (at {format_key(key)}):")
-                click.echo(cm.placement_table())
+                echo_over(bar, f"placement (at {format_key(key)}):")
+                echo_over(bar, cm.placement_table())
                 first = False
             y = _output_array(out[cm.outputs[0]])
             nv = sum(1 for s in cm.steps if s.target == "vta")
             how = (f"new shape, specialised in {runner.stats.specialise_seconds - s0:.3f} s"
                    if new else "cached shape")
             host = sum(st.host_seconds for st in ex.stats.values())
-            click.echo(f"  {path}: input {_shape_of(x)} ({how}) -> {cm.outputs[0]} "
-                       f"{_describe(y)}; {dt:.3f} s on {target}, {nv}/{len(cm.steps)} steps "
-                       f"on VTA, {host:.3f} s in CPU steps (all runs of this shape)")
+            echo_over(bar, f"  {path}: input {_shape_of(x)} ({how}) -> {cm.outputs[0]} "
+                      f"{_describe(y)}; {dt:.3f} s on {target}, {nv}/{len(cm.steps)} steps "
+                      f"on VTA, {host:.3f} s in CPU steps (all runs of this shape)")
             line = _budget_line(ex)
             if line:
-                click.echo("    " + line)
+                echo_over(bar, "    " + line)
+        bar.close()
         click.echo(str(runner.stats))
         mem = runner.memory_report()
         click.echo(f"device memory: {mem['shapes']} shape(s) cached, {mem['executors']} bytes; "
                    f"packed constants shared across shapes: {mem['constants_shared']} bytes "
                    f"not copied again")
     finally:
+        bar.close()
         runner.close()
         if hasattr(dev, "close"):
             dev.close()
 
 
-def _run_batches(run, b, x) -> dict:
+def _run_batches(run, b, x, bar=None) -> dict:
     """``run(x)``, or for a fixed model batch ``b`` (an int) and ``N`` samples, a multiple of
     ``b`` larger than it, ``run`` on ``b`` samples at a time with the outputs concatenated.
+    ``bar`` (a progress bar, or None) advances by the samples of each run.
 
     ``x`` is an array (batch first) or ``{input: array}`` (an ``.npz``: every input is
     sliced alike).  Anything else (``N`` not a multiple of ``b``, no samples, inputs that
@@ -376,9 +402,16 @@ def _run_batches(run, b, x) -> dict:
     ns = {int(np.shape(v)[0]) if np.ndim(v) else None for v in vals}
     n = ns.pop() if len(ns) == 1 else None
     if not isinstance(b, int) or b < 1 or not n or n == b or n % b:
-        return run(x)
-    outs = [run({k: v[i:i + b] for k, v in x.items()} if isinstance(x, dict) else x[i:i + b])
-            for i in range(0, n, b)]
+        out = run(x)
+        if bar is not None:
+            bar.update(n or 0)
+        return out
+    outs = []
+    for i in range(0, n, b):
+        outs.append(run({k: v[i:i + b] for k, v in x.items()} if isinstance(x, dict)
+                        else x[i:i + b]))
+        if bar is not None:
+            bar.update(b)
     return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
 
