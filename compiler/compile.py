@@ -206,7 +206,8 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
                               attrs, cs, {}, {}, None, reason))
     types = {k: (t.dtype, tuple(t.shape), t.exp, t.real_scale)
              for k, t in graph.types.items() if k not in graph.constants}
-    report = "\n".join([part.report()] + host_notes)
+    report = "\n".join([part.report()] + host_notes
+                       + [f"  note: {t}" for t in graph.meta.get("notes", [])])
     m = CompiledModel(cfg, name or graph.name, list(graph.inputs), list(graph.outputs), types,
                       steps, consts, {"placement_report": report, "summary": part.summary()})
     return m

@@ -267,11 +267,13 @@ class _Importer:
             ok = len(declared) == t.rank and all(
                 d is None or (isinstance(s, int) and s == d) for d, s in zip(declared, t.shape))
             if not ok:
+                # onnxruntime runs such a model (it warns, "Expected shape from model ... does
+                # not match actual shape"): the computed shape is used, with a note
                 prod = next(n for n in self.g.nodes if vo.name in n.outputs)
-                raise node_error(prod.name, prod.attrs["op_type"] if prod.op == "onnx" else prod.op,
-                                 f"output '{vo.name}' is declared "
-                                 f"{[d if d is not None else '?' for d in declared]} but computes "
-                                 f"{list(t.shape)}")
+                self.g.meta.setdefault("notes", []).append(
+                    f"output '{vo.name}' of node '{prod.name}' is declared "
+                    f"{[d if d is not None else '?' for d in declared]} but computes "
+                    f"{list(t.shape)}: the computed shape is used, as onnxruntime does")
         self.g.outputs.append(vo.name)
 
     def emit(self, onode, name: str, op: str, inputs: list[str], attrs: dict, out: str) -> None:
@@ -904,7 +906,9 @@ class _Importer:
                 small = total // 2
                 pads.append((small, total - small) if ap == "SAME_UPPER" else (total - small, small))
             return (pads[0][0], pads[1][0], pads[0][1], pads[1][1])
-        raise err(f"auto_pad {ap!r} is not supported")
+        e = err(f"auto_pad {ap!r} is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+        e.infeasible = True     # an invalid model (onnxruntime refuses it too)
+        raise e
 
     def op_Conv(self, name, onode, ins, outs, attrs, err):
         x = self.g.types.get(self.name(ins[0]))

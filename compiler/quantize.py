@@ -359,7 +359,8 @@ class _Quantizer:
         self.keep_real = keep_real      # float node names kept real-valued (CPU-placed)
         self.exps = dict(exps)
         self.cfg = config
-        self.q = Graph(name=fg.name, kind="quantized", meta={})
+        self.q = Graph(name=fg.name, kind="quantized",
+                       meta={"notes": list(fg.meta.get("notes", []))})
         self.rep = QuantReport()
         self.qname: dict[str, str] = {}   # float tensor -> int8 tensor
         self.fname: dict[str, str] = {}   # float tensor -> float tensor in q graph

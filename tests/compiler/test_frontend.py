@@ -158,10 +158,17 @@ def test_shape_mismatch_names_node_op_reason():
         import_onnx(m)
 
 
-def test_declared_output_shape_must_check_out():
+def test_declared_output_shape_that_does_not_check_out_takes_the_computed_one():
+    """onnxruntime runs such a model and only warns (ddddocr's OCR models declare [1, ?] for
+    a [T, 1, 8210] output): the computed shape is used and noted."""
     m = make_model([helper.make_node("Relu", ["x"], ["y"], name="r")], [X], [("y", [2, 4, 9, 8])])
-    with pytest.raises(CompileError, match=r"node 'r' \(relu\): output 'y' is declared"):
-        import_onnx(m)
+    g = import_onnx(m)
+    shape = tuple(X[1])
+    assert g.types["y"].shape == shape
+    assert any(f"'y' of node 'r' is declared [2, 4, 9, 8] but computes {list(shape)}" in t
+               for t in g.meta["notes"]), g.meta
+    (want,) = run_ort(m, {"x": rand(*shape, seed=3)})
+    assert want.shape == shape
 
 
 def test_bad_conv_attribute_is_refused():
