@@ -843,6 +843,7 @@ class PynqDevice(Device):
             raise DeviceError("board: no stream session is open (stream_open first)")
         if st["written"]:
             self.stream_wait(max(st["written"]), timeout_cycles=timeout_cycles)
+        self.driver.check_write("RING_CTRL", 0)  # refused: the session stays open
         try:
             self.driver.ring_close(self._stream_limit(timeout_cycles))
         except CoreTimeout as t:

@@ -750,6 +750,7 @@ def _stream_methods():
         st = self._stream_session()
         limit = int(timeout_cycles or self.timeout_cycles)
         drv = st["driver"]
+        drv.check_write("RING_CTRL", 0)     # refused: the session stays open
         st["closing"] = True
         self._stream_wake(st)
         try:
