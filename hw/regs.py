@@ -177,6 +177,8 @@ class ErrorKind(IntEnum):
     micro-op and the loop factors (``dst`` in ACC, GEMM ``src`` in INP, tensor-ALU ``src``
     in ACC, GEMM ``wgt`` in WGT); ``UOP``: the micro-op index of a GEMM/ALU loop;
     ``SRAM``: a LOAD or STORE scratchpad address (``sram_base`` plus the extent).
+    ``RING_*`` (:data:`RING_KINDS`, ``ERROR.UNIT`` 0): a ring-register value fetch refuses
+    (module docstring "Ring faults").
     """
 
     NONE = 0
