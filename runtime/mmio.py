@@ -630,8 +630,16 @@ class CoreDriver:
                     raise fault
             if fin >= k:
                 return elapsed
+            status = self.status()
+            if self.is_done(status) and self.finish_count() < k:  # the session ended first
+                fault = self.fault(status)  # (a ring fault ends it)
+                if fault is not None:
+                    raise fault
+                raise DeviceError(f"{self.where}: the session ended with segment {k} not done "
+                                  f"(FINISH_COUNT={fin}, STATUS=0x{status:x})")
+            if self.is_done(status):
+                return elapsed
             if elapsed >= watchdog.limit:
-                status = self.status()
                 raise CoreTimeout(
                     f"{self.where}: segment {k} not done after {watchdog.limit:g} "
                     f"{watchdog.unit} (FINISH_COUNT={fin}, RING_HEAD="

@@ -275,3 +275,16 @@ def test_d_misaligned_base_refused_by_core(dev):
     assert report(dev) == (f"instruction ring: RING_BASE 0x{buf.addr + 8:x} is not 16-byte "
                            f"aligned (the core would fetch from 0x{buf.addr:x})")
     one_shot_works(dev)
+
+
+def test_wait_after_a_ring_fault_raises_it(dev):
+    """A wait for a segment the refused doorbell would have published ends with the
+    fault at once, not at the watchdog."""
+    open_session(dev)
+    buf, n = segment(dev, [nop(), finish()])
+    k = dev.stream_append(buf.addr, n, regions=[buf])
+    dev.stream_wait(k)
+    dev.reg_write("RING_TAIL", 1, raw=True)
+    settle(dev)
+    with pytest.raises(ProgramError, match=r"instruction ring: RING_TAIL 1 moves back from 2"):
+        dev.stream_wait(k)
