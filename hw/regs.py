@@ -45,6 +45,26 @@ RING_SIZE``.
  4. segment ``k`` (1-based) is done when ``FINISH_COUNT >= k`` (its stores are in DRAM);
  5. ``RING_CTRL.ENABLE = 0`` closes the session: once the ring is empty and every unit
     has drained, ``STATUS.DONE`` rises as at the end of a one-shot run.
+
+Ring faults (the core refuses ring-register writes that would run stale or garbage slots;
+:func:`ring_tail_fault` is the rule every backend applies): ``ERROR.UNIT = 0`` (fetch) and
+a ring :class:`ErrorKind`; ``ERR_INDEX`` holds the offending value and ``ERR_INSN`` the
+context :func:`ring_fault_text` names.  The offending ``RING_TAIL`` write is dropped, fetch
+takes nothing more from the ring, what it already read drains (writing nothing, as after
+a scratchpad fault) and the session completes on its own: ``STATUS.DONE`` with
+``STATUS.ERROR``, no close needed.
+
+- ``RING_BASE``: a START with ``RING_CTRL.ENABLE`` and ``RING_BASE_LO`` not 16-byte
+  aligned (nothing is fetched); ``ERR_INDEX`` = ``RING_BASE_LO``.
+- ``RING_OVERFLOW``: ``RING_TAIL`` more than ``RING_SIZE`` ahead of ``RING_HEAD`` (at the
+  START, or by a write during the session); ``ERR_INDEX`` = the value, ``ERR_INSN`` = the
+  tail it would replace (0 at START).
+- ``RING_REWIND``: a write moving ``RING_TAIL`` back (``(new - old) mod 2**32 >=
+  2**31``), below ``RING_HEAD`` included; ``ERR_INDEX`` = the value, ``ERR_INSN`` = the old
+  tail.
+- ``RING_FINISH``: the session closed (ENABLE cleared, ring drained) with instructions
+  read after its last FINISH; ``ERR_INDEX`` = ``RING_HEAD``, ``ERR_INSN`` =
+  ``FINISH_COUNT``.  The ``STATUS.DONE`` rises with it.
 """
 
 from __future__ import annotations
@@ -113,7 +133,8 @@ REGISTERS: tuple[Register, ...] = (
     Register("ERROR", 0x54, "ro", "First scratchpad fault of the run (0: none); cleared by "
              "START.",
              (BitField("VALID", 0, 1, "a fault was recorded (the same bit as STATUS.ERROR)"),
-              BitField("UNIT", 1, 2, "the unit: 1 load, 2 compute, 3 store (isa.Module)"),
+              BitField("UNIT", 1, 2, "the unit: 1 load, 2 compute, 3 store (isa.Module); "
+                       "0 fetch (a ring fault)"),
               BitField("KIND", 4, 4, "what was out of range (regs.ErrorKind)"))),
     Register("ERR_INSN", 0x58, "ro", "Which of the faulting unit's instructions (0-based, "
              "in the order the unit took them this run)."),
@@ -156,6 +177,8 @@ class ErrorKind(IntEnum):
     micro-op and the loop factors (``dst`` in ACC, GEMM ``src`` in INP, tensor-ALU ``src``
     in ACC, GEMM ``wgt`` in WGT); ``UOP``: the micro-op index of a GEMM/ALU loop;
     ``SRAM``: a LOAD or STORE scratchpad address (``sram_base`` plus the extent).
+    ``RING_*`` (:data:`RING_KINDS`, ``ERROR.UNIT`` 0): a ring-register value fetch refuses
+    (module docstring "Ring faults").
     """
 
     NONE = 0
@@ -165,6 +188,47 @@ class ErrorKind(IntEnum):
     WGT = 4
     UOP = 5
     SRAM = 6
+    RING_BASE = 7
+    RING_OVERFLOW = 8
+    RING_REWIND = 9
+    RING_FINISH = 10
+
+
+#: The ring kinds (``ERROR.UNIT`` 0: reported by fetch; module docstring "Ring faults").
+RING_KINDS = frozenset({ErrorKind.RING_BASE, ErrorKind.RING_OVERFLOW, ErrorKind.RING_REWIND,
+                        ErrorKind.RING_FINISH})
+
+_M32 = 0xFFFFFFFF
+
+
+def ring_tail_fault(size: int, head: int, old: int, new: int) -> ErrorKind | None:
+    """The ring rule for a ``RING_TAIL`` write (32-bit counters, modulo 2**32):
+    ``RING_REWIND`` when ``new`` moves back from ``old``, ``RING_OVERFLOW`` when it is more
+    than ``size`` slots ahead of ``head``; None when the write is fine."""
+    if (int(new) - int(old)) & _M32 >= 1 << 31:
+        return ErrorKind.RING_REWIND
+    if (int(new) - int(head)) & _M32 > int(size):
+        return ErrorKind.RING_OVERFLOW
+    return None
+
+
+def ring_fault_text(cfg: VTAConfig, kind: int, index: int, aux: int) -> str:
+    """The message of a ring fault (``kind`` in :data:`RING_KINDS`; ``index`` =
+    ``ERR_INDEX``, ``aux`` = ``ERR_INSN``), the same from the driver's refusal and from
+    the core's report."""
+    kind, index, aux = ErrorKind(int(kind)), int(index), int(aux)
+    size = cfg.INSN_RING
+    if kind is ErrorKind.RING_BASE:
+        return (f"RING_BASE 0x{index:x} is not 16-byte aligned (the core would fetch "
+                f"from 0x{index & ~15:x})")
+    if kind is ErrorKind.RING_OVERFLOW:
+        return (f"RING_TAIL {index} (was {aux}) is more than RING_SIZE {size} instructions "
+                f"ahead of RING_HEAD: the core would run stale ring slots")
+    if kind is ErrorKind.RING_REWIND:
+        return (f"RING_TAIL {index} moves back from {aux}: the doorbell counts instructions "
+                f"appended and only moves forward")
+    return (f"the session was closed after FINISH {aux} with a segment published without "
+            f"its FINISH (RING_HEAD {index})")
 
 
 #: For the computed-index kinds: (micro-op field, scratchpad) of the index.
@@ -221,8 +285,13 @@ def fault_message(cfg: VTAConfig, kind: int, index: int, insn: Insn | None,
         insn: the faulting instruction, or None when the reporter cannot read it.
         insn_index: its index in the program (None: unknown, then the unit and
             ``unit_ordinal`` name it).
+
+    A ring kind (:data:`RING_KINDS`) is about no instruction: the text is
+    ``instruction ring: <ring_fault_text>`` with ``unit_ordinal`` as its ``aux``.
     """
     kind = ErrorKind(int(kind))
+    if kind in RING_KINDS:
+        return f"instruction ring: {ring_fault_text(cfg, kind, index, unit_ordinal)}"
     if kind in INDEX_KINDS:
         msg = index_fault_text(cfg, kind, index)
     elif kind is ErrorKind.UOP and insn is not None:

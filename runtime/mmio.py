@@ -61,7 +61,7 @@ from .device import DeviceError, ProgramError
 
 __all__ = ["CoreDriver", "RegisterPort", "Watchdog", "CoreIdentityError", "CoreBusyError",
            "CoreTimeout", "CoreFault", "STAT_REGISTERS", "reg_offset", "field_mask",
-           "ring_pieces", "RingFull"]
+           "ring_pieces", "RingFull", "ring_write_refusal", "RING_CHECKED"]
 
 #: RunResult.stats key -> counter register (keys match fsim's where they overlap).
 STAT_REGISTERS = {
@@ -112,6 +112,40 @@ def ring_pieces(tail: int, count: int, size: int) -> list[tuple[int, int, int]]:
         out.append((slot, done, n))
         done += n
     return out
+
+
+#: Ring registers whose host writes the driver checks (:func:`ring_write_refusal`).
+RING_CHECKED = ("RING_BASE_LO", "RING_TAIL", "RING_CTRL")
+
+
+def ring_write_refusal(cfg: VTAConfig, name: str, value: int, *, tail: int | None,
+                       head: int = 0, open_segment: bool = False) -> str | None:
+    """Why a host write of ring register ``name`` would make the core run stale or
+    garbage slots, or None when it is safe: the same rule and words as the core's ring
+    faults (:func:`vtaforge.hw.regs.ring_tail_fault`, :func:`~vtaforge.hw.regs.ring_fault_text`).
+
+    Args:
+        tail: ``RING_TAIL`` of the open session (None: no session is open; a tail is then
+            checked against a START's ``RING_HEAD = 0``).
+        head: ``RING_HEAD`` now (in a session).
+        open_segment: the session's published instructions end without a FINISH.
+    """
+    value = int(value) & _WORD
+    kind, aux = None, 0
+    if name == "RING_BASE_LO" and value % INSN_BYTES:
+        kind = regs.ErrorKind.RING_BASE
+    elif name == "RING_TAIL":
+        if tail is None:
+            kind = regs.ErrorKind.RING_OVERFLOW if value > cfg.INSN_RING else None
+        else:
+            kind, aux = regs.ring_tail_fault(cfg.INSN_RING, head, tail, value), tail
+    elif name == "RING_CTRL" and tail is not None and open_segment and \
+            not value & _RING_ENABLE:
+        return ("closing the session would leave a segment published without its FINISH "
+                f"(RING_TAIL {tail}): append its FINISH first")
+    if kind is None:
+        return None
+    return regs.ring_fault_text(cfg, kind, value, aux)
 
 
 class RingFull(DeviceError):
@@ -257,8 +291,51 @@ class CoreDriver:
         return int(self.port.read(regs.offset(name))) & _WORD
 
     def write(self, name: str, value: int) -> None:
-        """Write register ``name``."""
+        """Write register ``name``; a host write of a ring register (:data:`RING_CHECKED`)
+        is checked first (:meth:`check_write`).
+
+        Raises:
+            DeviceError: the write would make the core run stale or garbage ring slots
+                (nothing is written).
+        """
+        if name in RING_CHECKED and self.config is not None and self.config.INSN_RING:
+            self.check_write(name, value)
+            if name == "RING_TAIL" and self._ring is not None:
+                self._host_published(int(value) & _WORD)
+        self._write(name, value)
+
+    def _write(self, name: str, value: int) -> None:
         self.port.write(regs.offset(name), int(value) & _WORD)
+
+    def check_write(self, name: str, value: int) -> None:
+        """Refuse a ring-register write the core would report as a ring fault
+        (:func:`ring_write_refusal`, against this driver's open session).
+
+        Raises:
+            DeviceError: ``<where>: refusing to write <name> = <value>: <why>``.
+        """
+        r = self._ring
+        tail = None if r is None else r["tail"]
+        head = self.read("RING_HEAD") if r is not None and name == "RING_TAIL" else 0
+        why = ring_write_refusal(self.config, name, value, tail=tail, head=head,
+                                 open_segment=bool(r and r.get("open")))
+        if why is not None:
+            raise DeviceError(f"{self.where}: refusing to write {name} = {int(value)}: {why}")
+
+    def _host_published(self, tail: int) -> None:
+        """The host rang the doorbell itself: note the new tail and whether the
+        instructions it published end with a FINISH (read back when the driver can)."""
+        r = self._ring
+        n = (tail - r["tail"]) & _WORD
+        if n and self.read_program is not None and self.config is not None:
+            last = (tail - 1) % r["size"]
+            try:
+                raw = np.frombuffer(bytes(self.read_program(r["addr"] + last * INSN_BYTES,
+                                                            INSN_BYTES)), dtype=np.uint8)
+                r["open"] = int(decode_program(self.config, raw)["opcode"][0]) != Opcode.FINISH
+            except (DeviceError, ValueError):
+                r["open"] = False
+        r["tail"] = tail
 
     def status(self) -> int:
         """``STATUS`` now."""
@@ -337,7 +414,7 @@ class CoreDriver:
         self.write("INSN_ADDR_HI", insn_addr >> 32)
         self.write("INSN_COUNT", insn_count)
         if self.config is not None and self.config.INSN_RING:
-            self.write("RING_CTRL", 0)    # a one-shot run, even after an aborted session
+            self._write("RING_CTRL", 0)   # a one-shot run, even after an aborted session
         self.write("CTRL", ctrl | _START)
         self._launched = (insn_addr, insn_count)
         self._ring = None
@@ -389,7 +466,9 @@ class CoreDriver:
         index = self.read("ERR_INDEX")
         found = None
         seg = None
-        if self._ring is not None and self.config is not None:
+        if kind in regs.RING_KINDS:
+            pass                # about the ring, not an instruction (hw/regs.py)
+        elif self._ring is not None and self.config is not None:
             # a session: ERR_INSN counts the unit's instructions over every segment so far
             segs = self._ring["segments"]
             try:
@@ -454,13 +533,13 @@ class CoreDriver:
             raise CoreBusyError(f"{self.where}: the core is still busy (STATUS=0x{status:x}); "
                                 f"cannot open a ring session", status)
         ctrl = self._irq_ctrl(irq)
-        self.write("RING_BASE_LO", ring_addr & _WORD)
+        self._write("RING_BASE_LO", ring_addr & _WORD)
         self.write("RING_BASE_HI", ring_addr >> 32)
-        self.write("RING_TAIL", 0)
-        self.write("RING_CTRL", _RING_ENABLE)
+        self._write("RING_TAIL", 0)
+        self._write("RING_CTRL", _RING_ENABLE)
         self.write("CTRL", ctrl | _START)
         self._ring = {"addr": ring_addr, "size": size, "tail": 0, "write": write_ring,
-                      "segments": [], "appended": 0}
+                      "segments": [], "appended": 0, "open": False}
         self._launched = None
 
     def ring_free(self) -> int:
@@ -490,6 +569,11 @@ class CoreDriver:
                                    ).reshape(-1).view(np.uint8)
         if raw.size == 0 or raw.size % INSN_BYTES:
             raise DeviceError(f"a segment is whole 16-byte instructions, got {raw.size} bytes")
+        if self.config is not None and \
+                int(decode_program(self.config, raw[-INSN_BYTES:])["opcode"][0]) != Opcode.FINISH:
+            raise DeviceError(f"{self.where}: refusing to append a segment whose last "
+                              f"instruction is not its FINISH (the session could only close "
+                              f"with it unfinished)")
         count = raw.size // INSN_BYTES
         done = 0
         t0 = watchdog.now()
@@ -511,7 +595,7 @@ class CoreDriver:
                 lo = (done + first) * INSN_BYTES
                 r["write"](r["addr"] + slot * INSN_BYTES, raw[lo:lo + k * INSN_BYTES])
             r["tail"] = (r["tail"] + n) & _WORD
-            self.write("RING_TAIL", r["tail"])
+            self._write("RING_TAIL", r["tail"])
             done += n
         r["appended"] += 1
         r["segments"].append((r["appended"], bytes(raw)))
@@ -546,8 +630,16 @@ class CoreDriver:
                     raise fault
             if fin >= k:
                 return elapsed
+            status = self.status()
+            if self.is_done(status) and self.finish_count() < k:  # the session ended first
+                fault = self.fault(status)  # (a ring fault ends it)
+                if fault is not None:
+                    raise fault
+                raise DeviceError(f"{self.where}: the session ended with segment {k} not done "
+                                  f"(FINISH_COUNT={fin}, STATUS=0x{status:x})")
+            if self.is_done(status):
+                return elapsed
             if elapsed >= watchdog.limit:
-                status = self.status()
                 raise CoreTimeout(
                     f"{self.where}: segment {k} not done after {watchdog.limit:g} "
                     f"{watchdog.unit} (FINISH_COUNT={fin}, RING_HEAD="
@@ -557,7 +649,12 @@ class CoreDriver:
 
     def ring_close(self, watchdog: Watchdog) -> float:
         """End the session: clear ``RING_CTRL.ENABLE`` and wait for ``STATUS.DONE`` (the
-        ring drained) as :meth:`wait` does."""
+        ring drained) as :meth:`wait` does.
+
+        Raises:
+            DeviceError: the host published a segment without its FINISH (rung the doorbell
+                itself): refused before the write, the session stays open.
+        """
         self.write("RING_CTRL", 0)
         try:
             return self.wait(watchdog)

@@ -458,8 +458,18 @@ class PynqDevice(Device):
         off = regs.offset(name_or_offset) if isinstance(name_or_offset, str) else name_or_offset
         return int(self.mmio.read(off)) & 0xFFFFFFFF
 
-    def reg_write(self, name_or_offset: str | int, value: int) -> None:
-        """Write a control register."""
+    def reg_write(self, name_or_offset: str | int, value: int, *, raw: bool = False) -> None:
+        """Write a control register.  A ring register named by its name is checked by the
+        driver first (``CoreDriver.check_write``, against the open stream session);
+        ``raw=True`` writes it unchecked (the core then refuses what is unsafe: a ring
+        fault).
+
+        Raises:
+            DeviceError: the driver refused the write (nothing was written).
+        """
+        if isinstance(name_or_offset, str) and not raw:
+            self.driver.write(name_or_offset, value)
+            return
         off = regs.offset(name_or_offset) if isinstance(name_or_offset, str) else name_or_offset
         self.mmio.write(off, int(value) & 0xFFFFFFFF)
 
@@ -833,6 +843,7 @@ class PynqDevice(Device):
             raise DeviceError("board: no stream session is open (stream_open first)")
         if st["written"]:
             self.stream_wait(max(st["written"]), timeout_cycles=timeout_cycles)
+        self.driver.check_write("RING_CTRL", 0)  # refused: the session stays open
         try:
             self.driver.ring_close(self._stream_limit(timeout_cycles))
         except CoreTimeout as t:

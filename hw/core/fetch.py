@@ -17,7 +17,8 @@ waits (``RING_WAIT``, not busy); once ``ring_enable`` drops and every instructio
 been dispatched it returns to IDLE.  Segments do not overlap: after dispatching a FINISH,
 fetch dispatches nothing more until ``seg_done`` (that FINISH executed and every unit
 drained), so a segment's loads never pass the previous segment's stores (the same order as
-one launch after another).
+one launch after another).  ``seg_open`` is high while the session has dispatched
+instructions after its last FINISH (the top level refuses a close then: a ring fault).
 """
 
 from __future__ import annotations
@@ -73,9 +74,11 @@ class FetchUnit(wiring.Component):
         if cfg.INSN_RING:
             # ring mode: ring_enable (sampled at start, then "keep going"), ring_base (32,
             # byte address of slot 0), ring_tail (32, instructions appended); head (32,
-            # instructions read), ring_empty (nothing to fetch and nothing buffered)
+            # instructions read), ring_empty (nothing to fetch and nothing buffered),
+            # seg_open (instructions dispatched since the last FINISH)
             members.update({"ring_enable": In(1), "ring_base": In(32), "ring_tail": In(32),
-                            "head": Out(32), "ring_empty": Out(1), "seg_done": In(1)})
+                            "head": Out(32), "ring_empty": Out(1), "seg_done": In(1),
+                            "seg_open": Out(1)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -134,6 +137,8 @@ class FetchUnit(wiring.Component):
                 m.d.sync += barrier.eq(0)
             with m.If(sent & (op == Opcode.FINISH) & in_ring):
                 m.d.sync += barrier.eq(1)
+            with m.If(sent & in_ring):
+                m.d.sync += self.seg_open.eq(op != Opcode.FINISH)
         else:
             ok = buf.r_rdy
         m.d.comb += sent.eq(ok & ((to_ld & self.ld_rdy) | (to_gm & self.gm_rdy)
@@ -154,7 +159,7 @@ class FetchUnit(wiring.Component):
                     m.d.sync += [base.eq(first), count.eq(self.insn_count),
                                  self.index.eq(0), req_index.eq(0)]
                     if ring:
-                        m.d.sync += in_ring.eq(self.ring_enable)
+                        m.d.sync += [in_ring.eq(self.ring_enable), self.seg_open.eq(0)]
                     m.next = "NEXT"
             with m.State("NEXT"):
                 m.d.comb += [self.state.eq(FetchState.NEXT), self.busy.eq(1)]

@@ -26,14 +26,19 @@ Streamed execution (only when ``cfg.INSN_RING > 0``; ``hw/regs.py``): a START wi
 ``RING_CTRL.ENABLE`` set opens a ring session: fetch reads the ring as the host rings the
 doorbell (``RING_TAIL``), ``FINISH_COUNT`` counts the FINISH instructions executed, and
 ``RING_IDLE`` the cycles the ring was empty with every unit drained.  The session completes
-(DONE) when ENABLE has been cleared and the ring has drained; no FINISH is required then.
+(DONE) when ENABLE has been cleared and the ring has drained.  Ring faults (``hw/regs.py``):
+a START on a misaligned ``RING_BASE`` or with ``RING_TAIL`` past ``RING_SIZE``, a
+``RING_TAIL`` write that moves back or runs more than ``RING_SIZE`` ahead of
+``RING_HEAD`` (the write is dropped), and a close that leaves a segment without its
+FINISH are latched in ERROR like a scratchpad fault; after the first two kinds fetch takes
+nothing more from the ring and the session completes without a close.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
@@ -178,9 +183,17 @@ class VTACore(wiring.Component):
                      store.halt.eq(err_valid),
                      regs.err.eq(Cat(err_valid, err_unit, Const(0, 1), err_kind)),
                      regs.err_insn.eq(err_insn), regs.err_index.eq(err_index)]
+        running = Signal()
+        complete = Signal()
+        if cfg.INSN_RING:
+            ring = self._ring_guard(m, regs, fetch, start, running, complete)
         with m.If(start):
             m.d.sync += [err_valid.eq(0), err_unit.eq(0), err_kind.eq(0), err_insn.eq(0),
                          err_index.eq(0)]
+            if cfg.INSN_RING:   # a ring session refused at START (nothing is fetched)
+                with m.If(ring.bad_start):
+                    m.d.sync += [err_valid.eq(1), err_kind.eq(ring.start_kind),
+                                 err_index.eq(ring.start_index)]
         with m.Elif(~err_valid):
             with m.If(comp.err):
                 m.d.sync += [err_valid.eq(1), err_unit.eq(Unit.COMPUTE),
@@ -194,9 +207,15 @@ class VTACore(wiring.Component):
                 m.d.sync += [err_valid.eq(1), err_unit.eq(Unit.STORE),
                              err_kind.eq(ErrorKind.SRAM), err_insn.eq(taken["st"] - 1),
                              err_index.eq(store.err_index)]
+            if cfg.INSN_RING:   # ring faults during the session (unit 0: fetch)
+                with m.Elif(ring.bad_write):
+                    m.d.sync += [err_valid.eq(1), err_kind.eq(ring.write_kind),
+                                 err_insn.eq(ring.tail_ok), err_index.eq(regs.ring_tail)]
+                with m.Elif(ring.bad_close):
+                    m.d.sync += [err_valid.eq(1), err_kind.eq(ErrorKind.RING_FINISH),
+                                 err_insn.eq(ring.finish_count), err_index.eq(fetch.head)]
 
         # run control
-        running = Signal()
         done = Signal()
         finished = Signal()
         cycles = Signal(64)
@@ -205,12 +224,11 @@ class VTACore(wiring.Component):
                      fetch.insn_count.eq(regs.insn_count),
                      regs.busy.eq(running), regs.done.eq(done), regs.cycles.eq(cycles)]
         if cfg.INSN_RING:
-            session = Signal()      # this run is a ring session
-            finish_count = Signal(32)
+            session = ring.session
+            finish_count = ring.finish_count
             ring_idle = Signal(32)
-            m.d.comb += [fetch.ring_enable.eq(regs.ring_enable),
-                         fetch.ring_base.eq(regs.ring_base[:32]),
-                         fetch.ring_tail.eq(regs.ring_tail), regs.ring_head.eq(fetch.head),
+            m.d.comb += [fetch.ring_base.eq(regs.ring_base[:32]),
+                         regs.ring_head.eq(fetch.head),
                          regs.finish_count.eq(finish_count), regs.ring_idle.eq(ring_idle)]
             with m.If(start):
                 m.d.sync += [session.eq(regs.ring_enable), finish_count.eq(0),
@@ -233,7 +251,6 @@ class VTACore(wiring.Component):
             & (load.state == LoadState.IDLE) & (comp.state == ComputeState.IDLE)
             & (store.state == StoreState.IDLE)
             & ~load.busy & ~comp.busy & ~store.busy)
-        complete = Signal()
         if cfg.INSN_RING:
             m.d.comb += complete.eq(running & (finished | session) & drained & ~start)
             waiting = Signal()      # the ring is empty and every unit has drained
@@ -288,3 +305,42 @@ class VTACore(wiring.Component):
         m.d.comb += self.dbg_state.eq(Cat(fetch.state, load.state, comp.state, store.state,
                                           fetch.index[:8], Const(0, 8)))
         return m
+
+    def _ring_guard(self, m, regs, fetch, start, running, complete) -> SimpleNamespace:
+        """The ring-register checks (``hw/regs.py`` "Ring faults"; the rule is
+        :func:`vtaforge.hw.regs.ring_tail_fault`): fetch sees only the doorbell values that
+        pass (``tail_ok``); a bad START or ``RING_TAIL`` write, or a close with a segment
+        left open, is reported as a ring fault, after which fetch takes nothing more from
+        the ring and the session completes on its own.  Comparators on register writes
+        and two 32-bit registers."""
+        size = self.cfg.INSN_RING
+        r = SimpleNamespace(session=Signal(), finish_count=Signal(32), tail_ok=Signal(32),
+                            bad_start=Signal(), start_kind=Signal(4), start_index=Signal(32),
+                            bad_write=Signal(), write_kind=Signal(4), bad_close=Signal())
+        tail_seen = Signal(32)      # RING_TAIL as last seen: a change is a write
+        ring_err = Signal()         # a ring fault this run: fetch stops taking the ring
+        ahead = Signal(32)          # new tail - RING_HEAD
+        moved = Signal(32)          # new tail - accepted tail
+        new = regs.ring_tail
+        misaligned = regs.ring_base[:4] != 0
+        m.d.comb += [
+            ahead.eq(new - fetch.head), moved.eq(new - r.tail_ok),
+            r.bad_start.eq(regs.ring_enable & (misaligned | (new > size))),
+            r.start_kind.eq(Mux(misaligned, ErrorKind.RING_BASE, ErrorKind.RING_OVERFLOW)),
+            r.start_index.eq(Mux(misaligned, regs.ring_base[:32], new)),
+            r.bad_write.eq(running & r.session & ~start & ~ring_err & (new != tail_seen)
+                           & (moved[31] | (ahead > size))),
+            r.write_kind.eq(Mux(moved[31], ErrorKind.RING_REWIND, ErrorKind.RING_OVERFLOW)),
+            r.bad_close.eq(complete & r.session & fetch.seg_open),
+            fetch.ring_tail.eq(r.tail_ok),
+            fetch.ring_enable.eq(regs.ring_enable & (start | ~ring_err)),
+        ]
+        m.d.sync += tail_seen.eq(new)
+        with m.If(start):
+            m.d.sync += [r.tail_ok.eq(Mux(r.bad_start, 0, new)), ring_err.eq(r.bad_start)]
+        with m.Else():
+            with m.If(r.bad_write):
+                m.d.sync += ring_err.eq(1)
+            with m.Elif(running & r.session & ~ring_err & (new != tail_seen)):
+                m.d.sync += r.tail_ok.eq(new)
+        return r

@@ -366,8 +366,19 @@ class RtlDevice(Device):
         off = regs.offset(name_or_offset) if isinstance(name_or_offset, str) else name_or_offset
         return self.harness.read(off)
 
-    def reg_write(self, name_or_offset: str | int, value: int) -> None:
-        """Write a control register over AXI4-Lite."""
+    def reg_write(self, name_or_offset: str | int, value: int, *, raw: bool = False) -> None:
+        """Write a control register over AXI4-Lite.  A ring register named by its name is
+        checked by the driver first (``CoreDriver.check_write``, against the open stream
+        session); ``raw=True`` writes it unchecked, as a host bypassing the driver would
+        (the core then refuses what is unsafe: a ring fault).
+
+        Raises:
+            DeviceError: the driver refused the write (nothing was written).
+        """
+        if isinstance(name_or_offset, str) and not raw:
+            st = getattr(self, "_stream", None)
+            (st["driver"] if st is not None else self.driver).write(name_or_offset, value)
+            return
         off = regs.offset(name_or_offset) if isinstance(name_or_offset, str) else name_or_offset
         self.harness.write(off, value)
 
@@ -587,7 +598,7 @@ def _stream_methods():
         ring = self.alloc(self.config.INSN_RING * 16)
         lock = threading.RLock()
         drv = CoreDriver(_LockedPort(self.harness, lock), where="RTL core",
-                         config=self.config)
+                         config=self.config, read_program=self._read_mem)
         st = {"ring": ring, "lock": lock, "driver": drv, "stop": threading.Event(),
               "thread": None, "c0": self.harness.cycle, "work": threading.Event(),
               "park": False, "appending": False}
@@ -739,6 +750,7 @@ def _stream_methods():
         st = self._stream_session()
         limit = int(timeout_cycles or self.timeout_cycles)
         drv = st["driver"]
+        drv.check_write("RING_CTRL", 0)     # refused: the session stays open
         st["closing"] = True
         self._stream_wake(st)
         try:
