@@ -305,7 +305,8 @@ def cpu_reason(node: Node, graph: Graph) -> str:
     if op in REAL_OPS:
         rep = graph.meta.get("quant_report")
         why = rep.fallbacks.get(node.name) if rep is not None else None
-        return f"float {op} (the quantizer kept it float: {why or 'real-valued'})"
+        why = (why or "real-valued").removeprefix("kept real-valued: ")
+        return f"float {op} (the quantizer kept it float: {why})"
     d = REGISTRY.get(op)
     return d.cpu_reason if d is not None and d.cpu_reason else f"no VTA implementation for op {op!r}"
 
