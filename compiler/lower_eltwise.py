@@ -34,6 +34,7 @@ from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS, AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
 from ..runtime.cpu_ops import pack_int4
+from .lower_common import fit_queues
 from .lower_conv import LoweredOp, act_layout, emit_kernel, plan_for, requant_alu, window_geometry
 from .pack import pack_bias
 from .tiling import MAX_EXTENT, candidates
@@ -163,7 +164,7 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": t, "gemm_uops_ideal": 0,
                       "min_dram_bytes": int(B * c * (h * w + ho * wo))}
-    return LoweredOp(tb.trace, {}, {"x": xl, "y": yl})
+    return fit_queues(cfg, LoweredOp(tb.trace, {}, {"x": xl, "y": yl}))
 
 
 def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int, th: int,
@@ -312,7 +313,7 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     layouts = {"a": lay, "y": lay}
     if nops == 2:
         layouts["b"] = lay
-    return LoweredOp(tb.trace, {}, layouts)
+    return fit_queues(cfg, LoweredOp(tb.trace, {}, layouts))
 
 
 def gemm_add_ok(cfg: VTAConfig, attrs: dict) -> bool:
@@ -396,7 +397,7 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "gemm_add": True,
                       "round_row": bool(round_row),
                       "min_dram_bytes": int(B * 3 * int(np.prod(lay.shape)) * lay.bits // 8)}
-    return LoweredOp(tb.trace, consts, {"a": lay, "b": lay, "y": lay})
+    return fit_queues(cfg, LoweredOp(tb.trace, consts, {"a": lay, "b": lay, "y": lay}))
 
 
 def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -> LoweredOp:
@@ -459,7 +460,7 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
                       "min_dram_bytes": int(B * (2 * int(np.prod(chw)) + int(np.prod(chw_b))))}
-    return LoweredOp(tb.trace, {}, {"a": lay, "b": lay_b, "y": lay})
+    return fit_queues(cfg, LoweredOp(tb.trace, {}, {"a": lay, "b": lay_b, "y": lay}))
 
 
 def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attrs: dict,
@@ -535,4 +536,4 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "min_dram_bytes": int(B * 2 * int(np.prod(chw)))}
-    return LoweredOp(tb.trace, consts, {"a": lay, "y": lay})
+    return fit_queues(cfg, LoweredOp(tb.trace, consts, {"a": lay, "y": lay}))

@@ -45,12 +45,13 @@ from typing import Any, Callable
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import AluOp, Module
+from ..hw.isa import AluOp, Module, Queue, token_route
 from .device import DeviceError
 from .npz import atomic_open, open_npz, read_npz
 
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
-           "RowBands", "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
+           "RowBands", "ArtifactError", "replay", "token_fault", "save_artifact", "load_artifact",
+           "FORMAT_VERSION"]
 
 FORMAT_VERSION = 4
 """Version history: 1 -- tensor types ``(dtype, shape, exp)`` with a float ``log2(scale)``
@@ -429,6 +430,48 @@ class TraceBuilder:
 
     def dep_pop(self, frm, to) -> None:
         self.trace.ops.append(("W", int(frm), int(to)))
+
+
+def token_fault(trace: Trace, cap: int) -> str | None:
+    """Why ``trace`` cannot run with token queues of ``cap`` tokens (``TOKEN_QUEUE_DEPTH``),
+    or None when it can.
+
+    Each module's token moves (``"P"`` pushes, ``"W"`` pops) are taken in the module's
+    order, one at a time, whichever module can move: a pop needs a token, a push room.  This
+    is how the program builder runs a launch on shallow queues (its capacity order, with
+    pushes moved off popping instructions, :func:`.launch.split_pushes`), so a trace that
+    fits here fits there; greedy is complete (a move that can happen stays possible while
+    other modules move: each queue has one producer and one consumer).  Repeating a
+    token-balanced trace (batch blocks) needs no more room than one copy.
+    """
+    moves: dict[int, list[tuple[bool, int]]] = {int(m): [] for m in Module}
+    for o in trace.ops:
+        if o[0] in ("P", "W"):
+            q = int(token_route(Module(o[1]), Module(o[2])).queue)
+            moves[o[1] if o[0] == "P" else o[2]].append((o[0] == "P", q))
+    head = {m: 0 for m in moves}
+    tok = [0, 0, 0, 0]
+    moved = True
+    while moved:
+        moved = False
+        for m, mv in moves.items():
+            while head[m] < len(mv):
+                push, q = mv[head[m]]
+                if (tok[q] >= cap) if push else (tok[q] < 1):
+                    break
+                tok[q] += 1 if push else -1
+                head[m] += 1
+                moved = True
+    stuck = [mv[head[m]] for m, mv in moves.items() if head[m] < len(mv)]
+    if not stuck:
+        return None
+    full = sorted({Queue(q).name.lower() for push, q in stuck if push})
+    if not full:
+        return (f"{trace.uid}: the program pops token queue "
+                f"{', '.join(sorted({Queue(q).name.lower() for _, q in stuck}))} more often "
+                f"than it pushes it")
+    return (f"{trace.uid}: the program needs more than {cap} token(s) outstanding in token "
+            f"queue {', '.join(full)} (TOKEN_QUEUE_DEPTH = {cap})")
 
 
 def _replay_kernel(k: TraceKernel) -> Callable:
