@@ -34,7 +34,7 @@ from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS, AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
 from ..runtime.cpu_ops import pack_int4
-from .lower_common import fit_queues
+from .lower_common import dram_stats, fit_queues
 from .lower_conv import LoweredOp, act_layout, emit_kernel, plan_for, requant_alu, window_geometry
 from .pack import pack_bias
 from .tiling import MAX_EXTENT, candidates
@@ -163,7 +163,7 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": t, "gemm_uops_ideal": 0,
-                      "min_dram_bytes": int(B * c * (h * w + ho * wo))}
+                      **dram_stats(B * c * h * w, B * c * ho * wo)}
     return fit_queues(cfg, LoweredOp(tb.trace, {}, {"x": xl, "y": yl}))
 
 
@@ -309,7 +309,7 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
-                      "min_dram_bytes": int(B * (nops + 1) * int(np.prod(chw)))}
+                      **dram_stats(B * nops * int(np.prod(chw)), B * int(np.prod(chw)))}
     layouts = {"a": lay, "y": lay}
     if nops == 2:
         layouts["b"] = lay
@@ -396,7 +396,8 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "gemm_add": True,
                       "round_row": bool(round_row),
-                      "min_dram_bytes": int(B * 3 * int(np.prod(lay.shape)) * lay.bits // 8)}
+                      **dram_stats(B * 2 * int(np.prod(lay.shape)) * lay.bits // 8,
+                                   B * int(np.prod(lay.shape)) * lay.bits // 8)}
     return fit_queues(cfg, LoweredOp(tb.trace, consts, {"a": lay, "b": lay, "y": lay}))
 
 
@@ -459,7 +460,8 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
-                      "min_dram_bytes": int(B * (2 * int(np.prod(chw)) + int(np.prod(chw_b))))}
+                      **dram_stats(B * (int(np.prod(chw)) + int(np.prod(chw_b))),
+                                   B * int(np.prod(chw)))}
     return fit_queues(cfg, LoweredOp(tb.trace, {}, {"a": lay, "b": lay_b, "y": lay}))
 
 
@@ -535,5 +537,6 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
-    tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "min_dram_bytes": int(B * 2 * int(np.prod(chw)))}
+    tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
+                      **dram_stats(B * int(np.prod(chw)), B * int(np.prod(chw)))}
     return fit_queues(cfg, LoweredOp(tb.trace, consts, {"a": lay, "y": lay}))

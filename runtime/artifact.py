@@ -50,7 +50,7 @@ from .device import DeviceError
 from .npz import atomic_open, open_npz, read_npz
 
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
-           "RowBands", "ArtifactError", "replay", "token_fault", "save_artifact", "load_artifact",
+           "RowBands", "ArtifactError", "replay", "token_fault", "memory_cycles", "save_artifact", "load_artifact",
            "FORMAT_VERSION"]
 
 FORMAT_VERSION = 4
@@ -574,13 +574,11 @@ class RowBands:
     def bounds(self, cfg: VTAConfig, height: int, blocks: int = 1) -> int:
         """Estimated core cycles of every band over ``blocks`` batch blocks: the sum over
         bands of ``max(compute, memory)`` (:meth:`Step.bounds` of each band program)."""
-        bus = cfg.BUS_WIDTH // 8
         tot = 0
         for r0, r1 in self.spans(height):
             st = self.trace_of(r1 - r0).stats
             comp = int(st.get("gemm_uops_ideal", 0)) * blocks
-            mem = -(-int(st.get("min_dram_bytes", 0)) * blocks // bus)
-            tot += max(comp, mem, 1)
+            tot += max(comp, memory_cycles(cfg, st, blocks), 1)
         return tot
 
     def to_json(self) -> dict:
@@ -600,6 +598,20 @@ class RowBands:
             raise ArtifactError(f"row bands of {rows} rows")
         return cls(rows, Trace.from_json(d["trace"], arrays),
                    None if d.get("tail") is None else Trace.from_json(d["tail"], arrays))
+
+
+def memory_cycles(cfg: VTAConfig, stats: dict, blocks: int = 1) -> int:
+    """Memory lower bound (core cycles) of a program with trace statistics ``stats`` over
+    ``blocks`` batch blocks, at one bus beat (``BUS_WIDTH / 8`` bytes) per cycle and
+    channel.  Reads and writes take separate AXI channels, so a program that records them
+    apart (``min_dram_read_bytes``, ``min_dram_write_bytes``: adds, pools) is bound by the
+    busier channel; otherwise by ``min_dram_bytes`` on one channel."""
+    bus = cfg.BUS_WIDTH // 8
+    if "min_dram_read_bytes" in stats and "min_dram_write_bytes" in stats:
+        nbytes = max(int(stats["min_dram_read_bytes"]), int(stats["min_dram_write_bytes"]))
+    else:
+        nbytes = int(stats.get("min_dram_bytes", 0))
+    return -(-nbytes * blocks // bus)
 
 
 @dataclass
@@ -634,11 +646,11 @@ class Step:
         """``(compute, memory)`` lower bounds in core cycles of this VTA step over ``blocks``
         batch blocks, from its trace statistics: the ideal GEMM micro-ops (MACs over the
         array's MACs per cycle) and the minimum DRAM bytes at one bus beat
-        (``BUS_WIDTH / 8`` bytes) per cycle.  ``(0, 0)`` for a CPU step."""
+        (``BUS_WIDTH / 8`` bytes) per cycle (:func:`memory_cycles`).  ``(0, 0)`` for a
+        CPU step."""
         st = self.trace.stats if self.trace is not None else {}
         comp = int(st.get("gemm_uops_ideal", 0)) * blocks
-        mem = -(-int(st.get("min_dram_bytes", 0)) * blocks // (cfg.BUS_WIDTH // 8))
-        return comp, mem
+        return comp, memory_cycles(cfg, st, blocks)
 
 
 @dataclass
