@@ -87,10 +87,10 @@ import numpy as np
 
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS, AluOp, Module
-from ..runtime.artifact import RowBands, SlotLayout, TraceBuilder
+from ..runtime.artifact import RowBands, SlotLayout, TraceBuilder, token_fault
 from ..runtime.cpu_ops import pack_int4
 from .errors import CompileError
-from .lower_common import LoweredOp, emit_kernel, plan_for, requant_alu
+from .lower_common import LoweredOp, emit_kernel, fit_queues, plan_for, requant_alu
 from .pack import ceil_div, pack_bias, pack_weights
 from .tiling import acc_regions, candidates, conv_tiling
 
@@ -488,7 +488,8 @@ def channel_requant(cfg: VTAConfig, uid: str, attrs: dict, o: int):
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
                attrs: dict, *, pre_pad: bool | None = None,
                im2col: bool | None = None, bias_load: bool = False,
-               out_rows: int | None = None) -> LoweredOp:
+               out_rows: int | None = None, tile_inp: bool = True,
+               max_acc_regions: int | None = None) -> LoweredOp:
     """Lower one ``qconv2d`` (one batch block) to a :class:`LoweredOp`.
 
     Args:
@@ -519,6 +520,16 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             relocation are of that taller tensor), so a row band's program writes into the
             full output once its ``y`` slot is pointed at the band's first row
             (:func:`lower_conv_bands`).
+        tile_inp, max_acc_regions: token-queue room.  Placing inputs by tile
+            (:func:`_tile_inp_plan`) can need more tokens outstanding than shallow token
+            queues hold (a tile's every step frees its input region for the tile after
+            next: ``steps per tile`` compute->load tokens), and so can ``k`` ACC regions
+            (the store frees each for the tile ``k`` tiles later: with one-token queues
+            four regions deadlock).  A conv whose trace does not fit ``TOKEN_QUEUE_DEPTH``
+            (:func:`~vtaforge.runtime.artifact.token_fault`) is lowered again with inputs
+            placed by step (``tile_inp=False``), then with at most half as many ACC
+            regions (``max_acc_regions``) each time, down to one; deep queues (every
+            preset) never take these steps, so their programs are unchanged.
     Raises:
         CompileError: ``mult != 1`` without ``ALU_MUL`` or without an overflow-free
             sequence, pads > 15, no tile fits, ``out_rows < Ho``; a per-channel
@@ -530,6 +541,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
                            f"{cfg.WGT_WIDTH}" + (" (int4: int8 values in [-8, 7])"
                                                  if cfg.WGT_WIDTH == 4 else ""))
     abits = cfg.INP_WIDTH                   # bits per activation value (4, 8 or 16)
+    node_attrs = attrs
     attrs, pcq = channel_requant(cfg, uid, attrs, w.shape[0])
     bias_bytes = 4 * w.shape[0] * (1 if pcq is None else 2)     # the "b" constant
     plan = plan_for(cfg, uid, attrs, k_red * (1 << (cfg.INP_WIDTH - 1)) * (
@@ -594,6 +606,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             and bus_cycles <= 2 * mac_cycles):
         tl = _resident_retile(cfg, tl, nob, ho, wo, kk, sh, sw, kh, kw, row_skip, reserved)
     retiled = tl != tl0
+    if max_acc_regions is not None and tl.acc_nvt > max_acc_regions:
+        tl = replace(tl, acc_nvt=max_acc_regions)      # shallow token queues (see above)
     nvt = tl.nvt
     inp_half = cfg.INP_DEPTH // nvt
     wgt_half = cfg.WGT_DEPTH // nvt
@@ -687,7 +701,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     cleared = [0] * tl.acc_nvt
     resets_skipped = 0
     backlog = 0
-    inp_plan = _tile_inp_plan(tiles, tl.resident, nvt, inp_half, sh, sw, kh, kw, row_skip)
+    inp_plan = (_tile_inp_plan(tiles, tl.resident, nvt, inp_half, sh, sw, kh, kw, row_skip)
+                if tile_inp else None)
     pops_owed = 0
     # what the 1x1-roofline lowerings did (trace stats, for tests and profiles)
     feat = {"bank_split": False, "stream_steps": 0, "first_step_groups": 1,
@@ -705,7 +720,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         if ry1 <= ry0 or rx1 <= rx0:
             if not pre_pad:
                 return lower_conv(cfg, uid, in_chw, w, bias, attrs, pre_pad=True, im2col=False,
-                                  bias_load=bias_load, out_rows=out_rows)
+                                  bias_load=bias_load, out_rows=out_rows, tile_inp=tile_inp,
+                                  max_acc_regions=max_acc_regions)
             raise CompileError(f"{uid}: empty input window")  # pragma: no cover
         padv = (ry0 - iy0, iy0 + rows - ry1, rx0 - ix0, ix0 + cols - rx1)
         # rows held per input block: with row_skip the window's every sh-th row (padv has no
@@ -1015,6 +1031,10 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     for _ in range(min(len(tiles), tl.acc_nvt)):
         tb.dep_pop(S, C)
     tr = tb.trace
+    if (inp_plan is not None or tl.acc_nvt > 1) and token_fault(tr, cfg.TOKEN_QUEUE_DEPTH):
+        return lower_conv(cfg, uid, in_chw, w, bias, node_attrs, pre_pad=pre_pad,
+                          im2col=False, bias_load=bias_load, out_rows=out_rows, tile_inp=False,
+                          max_acc_regions=tl.acc_nvt if inp_plan is not None else tl.acc_nvt // 2)
     macs = o * (c // groups) * kh * kw * ho * wo
     tr.stats = {"tiling": [tl.obn, tl.ibn, tl.th, tl.tw, tl.nvt, int(tl.resident)],
                 "tiles": len(tiles), "steps": s, "pre_pad": bool(pre_pad), "row_skip": row_skip,
@@ -1033,7 +1053,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     else:
         bconst = pack_bias(bias, pcq[1], B, BO, shift=pcq[0])
     consts = {"w": pack_int4(wdata) if cfg.WGT_WIDTH == 4 else wdata, "b": bconst}
-    return LoweredOp(tr, consts, {"x": xl, "y": yl})
+    return fit_queues(cfg, LoweredOp(tr, consts, {"x": xl, "y": yl}))
 
 
 def weights_fit(cfg: VTAConfig, w: np.ndarray) -> bool:

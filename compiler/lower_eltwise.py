@@ -34,6 +34,7 @@ from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS, AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
 from ..runtime.cpu_ops import pack_int4
+from .lower_common import dram_stats, fit_queues
 from .lower_conv import LoweredOp, act_layout, emit_kernel, plan_for, requant_alu, window_geometry
 from .pack import pack_bias
 from .tiling import MAX_EXTENT, candidates
@@ -162,8 +163,8 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": t, "gemm_uops_ideal": 0,
-                      "min_dram_bytes": int(B * c * (h * w + ho * wo))}
-    return LoweredOp(tb.trace, {}, {"x": xl, "y": yl})
+                      **dram_stats(B * c * h * w, B * c * ho * wo)}
+    return fit_queues(cfg, LoweredOp(tb.trace, {}, {"x": xl, "y": yl}))
 
 
 def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int, th: int,
@@ -308,11 +309,11 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
-                      "min_dram_bytes": int(B * (nops + 1) * int(np.prod(chw)))}
+                      **dram_stats(B * nops * int(np.prod(chw)), B * int(np.prod(chw)))}
     layouts = {"a": lay, "y": lay}
     if nops == 2:
         layouts["b"] = lay
-    return LoweredOp(tb.trace, {}, layouts)
+    return fit_queues(cfg, LoweredOp(tb.trace, {}, layouts))
 
 
 def gemm_add_ok(cfg: VTAConfig, attrs: dict) -> bool:
@@ -395,8 +396,9 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "gemm_add": True,
                       "round_row": bool(round_row),
-                      "min_dram_bytes": int(B * 3 * int(np.prod(lay.shape)) * lay.bits // 8)}
-    return LoweredOp(tb.trace, consts, {"a": lay, "b": lay, "y": lay})
+                      **dram_stats(B * 2 * int(np.prod(lay.shape)) * lay.bits // 8,
+                                   B * int(np.prod(lay.shape)) * lay.bits // 8)}
+    return fit_queues(cfg, LoweredOp(tb.trace, consts, {"a": lay, "b": lay, "y": lay}))
 
 
 def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -> LoweredOp:
@@ -458,8 +460,9 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
     tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
-                      "min_dram_bytes": int(B * (2 * int(np.prod(chw)) + int(np.prod(chw_b))))}
-    return LoweredOp(tb.trace, {}, {"a": lay, "b": lay_b, "y": lay})
+                      **dram_stats(B * (int(np.prod(chw)) + int(np.prod(chw_b))),
+                                   B * int(np.prod(chw)))}
+    return fit_queues(cfg, LoweredOp(tb.trace, {}, {"a": lay, "b": lay_b, "y": lay}))
 
 
 def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attrs: dict,
@@ -534,5 +537,6 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
-    tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0, "min_dram_bytes": int(B * 2 * int(np.prod(chw)))}
-    return LoweredOp(tb.trace, consts, {"a": lay, "y": lay})
+    tb.trace.stats = {"tiles": t, "gemm_uops_ideal": 0,
+                      **dram_stats(B * int(np.prod(chw)), B * int(np.prod(chw)))}
+    return fit_queues(cfg, LoweredOp(tb.trace, consts, {"a": lay, "y": lay}))

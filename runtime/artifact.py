@@ -45,12 +45,13 @@ from typing import Any, Callable
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import AluOp, Module
+from ..hw.isa import AluOp, Module, Queue, token_route
 from .device import DeviceError
 from .npz import atomic_open, open_npz, read_npz
 
 __all__ = ["Trace", "TraceBuilder", "TraceKernel", "SlotLayout", "CompiledModel", "Step",
-           "RowBands", "ArtifactError", "replay", "save_artifact", "load_artifact", "FORMAT_VERSION"]
+           "RowBands", "ArtifactError", "replay", "token_fault", "memory_cycles", "save_artifact", "load_artifact",
+           "FORMAT_VERSION"]
 
 FORMAT_VERSION = 4
 """Version history: 1 -- tensor types ``(dtype, shape, exp)`` with a float ``log2(scale)``
@@ -431,6 +432,48 @@ class TraceBuilder:
         self.trace.ops.append(("W", int(frm), int(to)))
 
 
+def token_fault(trace: Trace, cap: int) -> str | None:
+    """Why ``trace`` cannot run with token queues of ``cap`` tokens (``TOKEN_QUEUE_DEPTH``),
+    or None when it can.
+
+    Each module's token moves (``"P"`` pushes, ``"W"`` pops) are taken in the module's
+    order, one at a time, whichever module can move: a pop needs a token, a push room.  This
+    is how the program builder runs a launch on shallow queues (its capacity order, with
+    pushes moved off popping instructions, :func:`.launch.split_pushes`), so a trace that
+    fits here fits there; greedy is complete (a move that can happen stays possible while
+    other modules move: each queue has one producer and one consumer).  Repeating a
+    token-balanced trace (batch blocks) needs no more room than one copy.
+    """
+    moves: dict[int, list[tuple[bool, int]]] = {int(m): [] for m in Module}
+    for o in trace.ops:
+        if o[0] in ("P", "W"):
+            q = int(token_route(Module(o[1]), Module(o[2])).queue)
+            moves[o[1] if o[0] == "P" else o[2]].append((o[0] == "P", q))
+    head = {m: 0 for m in moves}
+    tok = [0, 0, 0, 0]
+    moved = True
+    while moved:
+        moved = False
+        for m, mv in moves.items():
+            while head[m] < len(mv):
+                push, q = mv[head[m]]
+                if (tok[q] >= cap) if push else (tok[q] < 1):
+                    break
+                tok[q] += 1 if push else -1
+                head[m] += 1
+                moved = True
+    stuck = [mv[head[m]] for m, mv in moves.items() if head[m] < len(mv)]
+    if not stuck:
+        return None
+    full = sorted({Queue(q).name.lower() for push, q in stuck if push})
+    if not full:
+        return (f"{trace.uid}: the program pops token queue "
+                f"{', '.join(sorted({Queue(q).name.lower() for _, q in stuck}))} more often "
+                f"than it pushes it")
+    return (f"{trace.uid}: the program needs more than {cap} token(s) outstanding in token "
+            f"queue {', '.join(full)} (TOKEN_QUEUE_DEPTH = {cap})")
+
+
 def _replay_kernel(k: TraceKernel) -> Callable:
     def rec(r):
         loops = list(k.loops)
@@ -531,13 +574,11 @@ class RowBands:
     def bounds(self, cfg: VTAConfig, height: int, blocks: int = 1) -> int:
         """Estimated core cycles of every band over ``blocks`` batch blocks: the sum over
         bands of ``max(compute, memory)`` (:meth:`Step.bounds` of each band program)."""
-        bus = cfg.BUS_WIDTH // 8
         tot = 0
         for r0, r1 in self.spans(height):
             st = self.trace_of(r1 - r0).stats
             comp = int(st.get("gemm_uops_ideal", 0)) * blocks
-            mem = -(-int(st.get("min_dram_bytes", 0)) * blocks // bus)
-            tot += max(comp, mem, 1)
+            tot += max(comp, memory_cycles(cfg, st, blocks), 1)
         return tot
 
     def to_json(self) -> dict:
@@ -557,6 +598,20 @@ class RowBands:
             raise ArtifactError(f"row bands of {rows} rows")
         return cls(rows, Trace.from_json(d["trace"], arrays),
                    None if d.get("tail") is None else Trace.from_json(d["tail"], arrays))
+
+
+def memory_cycles(cfg: VTAConfig, stats: dict, blocks: int = 1) -> int:
+    """Memory lower bound (core cycles) of a program with trace statistics ``stats`` over
+    ``blocks`` batch blocks, at one bus beat (``BUS_WIDTH / 8`` bytes) per cycle and
+    channel.  Reads and writes take separate AXI channels, so a program that records them
+    apart (``min_dram_read_bytes``, ``min_dram_write_bytes``: adds, pools) is bound by the
+    busier channel; otherwise by ``min_dram_bytes`` on one channel."""
+    bus = cfg.BUS_WIDTH // 8
+    if "min_dram_read_bytes" in stats and "min_dram_write_bytes" in stats:
+        nbytes = max(int(stats["min_dram_read_bytes"]), int(stats["min_dram_write_bytes"]))
+    else:
+        nbytes = int(stats.get("min_dram_bytes", 0))
+    return -(-nbytes * blocks // bus)
 
 
 @dataclass
@@ -591,11 +646,11 @@ class Step:
         """``(compute, memory)`` lower bounds in core cycles of this VTA step over ``blocks``
         batch blocks, from its trace statistics: the ideal GEMM micro-ops (MACs over the
         array's MACs per cycle) and the minimum DRAM bytes at one bus beat
-        (``BUS_WIDTH / 8`` bytes) per cycle.  ``(0, 0)`` for a CPU step."""
+        (``BUS_WIDTH / 8`` bytes) per cycle (:func:`memory_cycles`).  ``(0, 0)`` for a
+        CPU step."""
         st = self.trace.stats if self.trace is not None else {}
         comp = int(st.get("gemm_uops_ideal", 0)) * blocks
-        mem = -(-int(st.get("min_dram_bytes", 0)) * blocks // (cfg.BUS_WIDTH // 8))
-        return comp, mem
+        return comp, memory_cycles(cfg, st, blocks)
 
 
 @dataclass

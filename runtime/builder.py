@@ -60,6 +60,7 @@ from .device import Buffer, Device, RunResult
 from .kernels import (ALU, GEMM, BuilderError, KernelRecorder, UopKernel,  # noqa: F401
                       _check_int, _module)
 from .launch import capacity_order as _capacity_order  # noqa: F401
+from .launch import split_pushes as _split_pushes
 
 __all__ = ["ProgramBuilder", "KernelRecorder", "UopKernel", "BuilderError", "GEMM", "ALU",
            "RecordedProgram"]
@@ -124,6 +125,9 @@ class BuilderStats:
     oversized_launches: int = 0
     #: launches whose fetch order was changed to fit the token-queue capacity
     reordered_launches: int = 0
+    #: launches that fit the token-queue capacity only with pushes moved onto NOPs
+    #: (:func:`.launch.split_pushes`; one-token queues)
+    split_launches: int = 0
 
 
 def _add_result(total: RunResult, res: RunResult) -> None:
@@ -611,7 +615,17 @@ class ProgramBuilder:
             out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
                             pop_next=int(i < extra_s2g), pop_prev=int(i < extra_l2g)))
         out.append(Insn(Opcode.FINISH, pop_prev=1, pop_next=1))
-        order = _capacity_order(out, self.cfg.TOKEN_QUEUE_DEPTH)
+        cap = self.cfg.TOKEN_QUEUE_DEPTH
+        try:
+            order = _capacity_order(out, cap)
+        except BuilderError:
+            # shallow queues: an instruction that pops one queue and pushes another can
+            # tie two modules together; with its pushes on NOPs right behind it the launch
+            # may fit (raises, as before, when it still does not)
+            out, where = _split_pushes(out)
+            uop_loads = [where[j] for j in uop_loads]
+            order = _capacity_order(out, cap)
+            self.stats.split_launches += 1
         if order is not None:
             pos = {old: new for new, old in enumerate(order)}
             out = [out[j] for j in order]
@@ -756,7 +770,8 @@ class ProgramBuilder:
             A :class:`RunResult` with ``cycles`` summed over launches and ``stats`` summed
             per key, plus the builder's counters (``launches``, ``insns``, ``uop_loads``,
             ``uop_words_loaded``, ``kernel_records``, ``kernel_hits``,
-            ``oversized_launches``, ``reordered_launches``).  An empty program runs nothing (``launches == 0``).
+            ``oversized_launches``, ``reordered_launches``, ``split_launches``).  An empty program
+            runs nothing (``launches == 0``).
 
         Raises:
             ProgramError: from the verifier or the device.

@@ -1,16 +1,22 @@
 """Launch-level ordering of the program builder: the token moves of an instruction stream
 and the capacity-respecting re-interleaving of a launch (:func:`capacity_order`), so
 that a launch never pushes more tokens into a queue than ``TOKEN_QUEUE_DEPTH`` holds
-before they are popped (see :mod:`.builder`)."""
+before they are popped (see :mod:`.builder`), with :func:`split_pushes` for streams
+that fit only when an instruction's pushes are taken apart from its pops."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..hw.isa import FLAG_QUEUES, Insn, Module, Queue
+import dataclasses
+
+from ..hw.config import MemType
+from ..hw.isa import FLAG_QUEUES, Insn, Module, Opcode, Queue
 from .kernels import BuilderError
 
-__all__ = ["token_moves", "capacity_order"]
+__all__ = ["token_moves", "capacity_order", "split_pushes"]
+
+_PUSH_FLAGS = ("push_prev", "push_next")
 
 
 def token_moves(insns: Sequence[Insn]) -> tuple[list[Module], list[tuple[int, ...]],
@@ -94,3 +100,39 @@ def capacity_order(insns: Sequence[Insn], cap: int) -> list[int] | None:
         heads[m] += 1
         order.append(i)
     return order
+
+
+def _nop(module: Module, **flags: int) -> Insn:
+    """A no-op of ``module`` (LOAD/STORE with ``x_size == 0``) carrying ``flags``."""
+    if module == Module.LOAD:
+        return Insn(Opcode.LOAD, memory_type=int(MemType.INP), **flags)
+    if module == Module.COMPUTE:
+        return Insn(Opcode.LOAD, memory_type=int(MemType.UOP), **flags)
+    return Insn(Opcode.STORE, memory_type=int(MemType.OUT), **flags)
+
+
+def split_pushes(insns: Sequence[Insn]) -> tuple[list[Insn], list[int]]:
+    """``insns`` with the pushes of every instruction that pops, or pushes two queues,
+    moved onto NOPs of its module right behind it (one NOP per pushed queue).
+
+    A module starts an instruction only when every queue it pops holds a token *and* every
+    queue it pushes has room, so an instruction that pops one queue and pushes another
+    ties the two together: with one-token queues, a GEMM that pops l2g and pushes g2l and
+    a LOAD that pops g2l and pushes l2g (a double-buffered pipeline whose steps are one
+    instruction each) wait for each other in every order.  Pushing later is always safe
+    (a token only announces work already done), and taken apart the two can run.
+
+    Returns the new stream and, for each instruction of ``insns``, its index in it.
+    """
+    out: list[Insn] = []
+    where: list[int] = []
+    mods, pops, pushes = token_moves(insns)
+    for insn, m, po, pu in zip(insns, mods, pops, pushes):
+        where.append(len(out))
+        if not pu or (not po and len(pu) == 1):
+            out.append(insn)
+            continue
+        flags = [f for f in _PUSH_FLAGS if getattr(insn, f)]
+        out.append(dataclasses.replace(insn, **{f: 0 for f in flags}))
+        out.extend(_nop(m, **{f: 1}) for f in flags)
+    return out, where

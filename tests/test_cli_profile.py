@@ -225,3 +225,62 @@ def test_run_on_rtl_prints_core_cycles_per_step(x_path):
     total = int(lines[i].split()[2])
     steps = [ln.split() for ln in lines[i + 1:] if ln.startswith("  ")]
     assert total > 0 and steps and sum(int(s[1]) for s in steps) == total, r.output
+
+
+@pytest.fixture(scope="module")
+def resnet18_224(tmp_path_factory):
+    onnx = pytest.importorskip("onnx")
+    from vtaforge.compiler import zoo
+
+    p = tmp_path_factory.mktemp("r18") / "resnet18.onnx"
+    onnx.save(zoo.resnet18(224, num_classes=1000), str(p))
+    return p
+
+
+@pytest.mark.parametrize("extra", [{}, {"ALU_REQUANT": True, "REQ_ENGINE": True}],
+                         ids=["pynq", "pynq+engine"])
+def test_profile_fsim_every_step_within_its_bound_with_residual_adds(resnet18_224, tmp_path,
+                                                                     extra):
+    """ResNet-18's residual adds read two operands and write one, on separate AXI channels:
+    their bound summed both (pynq: add42 1.13, add83 1.07; with the REQ engine 1.04-1.42).
+    The cycle model's lower bound is the busier channel, so no step may beat its bound."""
+    cfg = preset("pynq").replace(**extra)
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(cfg.to_json())
+    js = tmp_path / "p.json"
+    r = CliRunner().invoke(main, ["profile", str(resnet18_224), "--config", str(cfg_path),
+                                  "--target", "fsim", "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    steps = [s for s in json.loads(js.read_text())["steps"] if s["placement"] == "VTA"]
+    adds = [s for s in steps if s["name"].startswith("add")]
+    assert len(adds) == 8
+    for s in steps:
+        assert s["efficiency"] <= 1.0, (s["name"], s["cycles"], s["bound_cycles"])
+    # the adds' bound is the read channel's: two int8 operands over the 8-byte bus
+    hw = {64: 56, 128: 28, 256: 14, 512: 7}
+    for s, c in zip(adds, [64, 64, 128, 128, 256, 256, 512, 512]):
+        assert s["bound_cycles"] == 2 * c * hw[c] ** 2 // 8, s["name"]
+
+
+def test_profile_vtapkg_defaults_to_its_own_config(tmp_path):
+    """As for run: a .vtapkg compiled for another core, profiled without --config, runs on
+    that core (it was refused: compiled for another config than pynq)."""
+    from vtaforge.compiler.models import DIGITS_ONNX
+
+    cfg = preset("pynq").replace(TOKEN_QUEUE_DEPTH=2)
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(cfg.to_json())
+    pkg = tmp_path / "digits.vtapkg"
+    r = CliRunner().invoke(main, ["compile", str(DIGITS_ONNX), "-o", str(pkg), "--config",
+                                  str(cfg_path)])
+    assert r.exit_code == 0, r.output
+    js = tmp_path / "p.json"
+    r = CliRunner().invoke(main, ["profile", str(pkg), "--target", "fsim", "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(js.read_text())
+    assert d["config"] == cfg.to_dict()
+    assert sum(s["placement"] == "VTA" for s in d["steps"]) == 6
+    # --config still wins, and another config is refused in one error line
+    r = CliRunner().invoke(main, ["profile", str(pkg), "--target", "fsim", "--config", "pynq"])
+    assert r.exit_code != 0
+    assert "fingerprint" in r.output or "config" in r.output

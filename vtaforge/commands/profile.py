@@ -48,7 +48,8 @@ def profile_records(cm, stats: dict, cfg) -> dict:
         ``{"name", "placement", "cycles", "ideal_cycles", "bound_cycles", "efficiency",
         "dram_bytes", "units"}``: ``ideal_cycles`` the step's MACs over the array's MACs
         per cycle, ``bound_cycles`` the larger of that and its minimum DRAM bytes over the
-        bus width (``Step.bounds``), ``efficiency`` ``bound_cycles / cycles`` (``None``
+        bus width (``Step.bounds``: the busier AXI channel's, reads or writes, where the
+        step records them apart), ``efficiency`` ``bound_cycles / cycles`` (``None``
         without cycles), ``dram_bytes`` what the core read and wrote, ``units`` from
         :func:`unit_breakdown`.  CPU steps have zero cycles and bounds and no units.
         ``total_cycles`` sums the VTA steps' cycles.
@@ -216,8 +217,9 @@ def _default_inputs(model_path: str, calib_path):
 @click.option("--input", "input_path", default=None,
               help="input .npy or .npz (as for run); default one seeded uniform [0, 1) sample")
 @click.option("--calibrate", "calib_path", default=None, help="calibration data (ONNX models)")
-@click.option("--config", "config_spec", default="pynq", show_default=True,
-              help="preset name or vta_config.json file")
+@click.option("--config", "config_spec", default=None,
+              help="preset name or vta_config.json file  [default: a .vtapkg's own config, "
+                   "else pynq]")
 @click.option("--target", default="rtl", show_default=True,
               help="rtl (core cycles and counters) or fsim (the DSE cycle model's cycles)")
 @click.option("--json", "json_path", default=None, help="write the profile as JSON to this file")
@@ -237,7 +239,7 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
     from ..runtime.executor import Executor
     from ._inputs import check_arity, compiling, read_array, read_config, read_onnx
     from ._output import OutputPathError, check_output_path
-    from .run import _fixed_batch, _get_model, _run_batches
+    from .run import _artifact_config, _fixed_batch, _get_model, _run_batches
 
     if model and model_opt and model != model_opt:
         raise click.UsageError("give the model once: as MODEL or as --model")
@@ -261,7 +263,9 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
         except ImportError:
             raise OutputPathError("--plot needs matplotlib (pip install 'vtaforge[dse]')") \
                 from None
-    cfg = read_config(config_spec)
+    # as for run: a .vtapkg is profiled on the config it was compiled for unless told
+    cfg = read_config(config_spec if config_spec is not None
+                      else _artifact_config(model) or "pynq")
     if input_path is not None:
         x = read_array(input_path, "input")
         cm = _get_model(model, cfg, calib_path, x, input_path)
