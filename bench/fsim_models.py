@@ -2,11 +2,12 @@
 whole model on onnxruntime, single-threaded (issue 21's goal: <= 20x).
 
 For each model (``compiler/models/*.onnx``, the tiny real-exporter models of
-``tests/compiler/real_models`` and the zoo's ResNet-18 / MobileNet-v1 at a small input
-size), compiled for ``pynq`` with the executor on a :class:`~vtaforge.runtime.fsim.FsimDevice`:
+``tests/compiler/real_models`` and the zoo's ResNet-18 / MobileNet-v1 at ``--size``
+pixels, default 224), compiled for ``pynq`` with the executor on a :class:`~vtaforge.runtime.fsim.FsimDevice`:
 
 - ``ort ms``: onnxruntime (``intra_op_num_threads = inter_op_num_threads = 1``, default
-  graph optimizations) per image, the median of ``--reps`` runs after a warm-up;
+  graph optimizations) per image, the best of ``--reps`` runs after a warm-up (every
+  figure is the best of its runs: the least disturbed by other work on the host);
 - ``vta ms``: host time per image inside the executor's VTA steps (packing the host's
   inputs, launching the programs, the simulation itself), after a warm-up image (the first
   run of each program decodes and checks it and records its plan; later runs replay it);
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -124,11 +124,11 @@ def bench(name: str, model, shape, reps: int, device) -> dict:
         vta.append(t_vta[0])
         sim.append(t_sim[0])
     ex.close()
-    o = statistics.median(t_ort)
-    v = statistics.median(vta)
+    o = min(t_ort)
+    v = min(vta)
     nv = sum(s.target == "vta" for s in cm.steps)
     return {"model": name, "vta_steps": nv, "ort_ms": o * 1e3, "vta_ms": v * 1e3,
-            "sim_ms": statistics.median(sim) * 1e3, "first_ms": first * 1e3,
+            "sim_ms": min(sim) * 1e3, "first_ms": first * 1e3,
             "ratio": v / o}
 
 
@@ -145,7 +145,7 @@ def main() -> None:
     device = (lambda cfg: cls(cfg, plans=False)) if args.no_plans else cls
     print(f"fsim (pynq) VTA steps vs onnxruntime single-thread, per image, "
           f"{'plain path' if args.no_plans else 'replay'}{' (' + args.fsim + ')' if args.fsim else ''}"
-          f"; median of {args.reps}")
+          f"; best of {args.reps}")
     print(f"{'model':<18} {'steps':>5} {'ort ms':>8} {'vta ms':>9} {'sim ms':>9} "
           f"{'first ms':>9} {'x ort':>7}")
     for name, model, shape in models(args.size):

@@ -40,18 +40,32 @@ Data (element layouts, little-endian two's complement in DRAM):
 Speed: a GEMM loop nest only accumulates (it never writes INP or WGT), so its micro-ops
 commute and it is evaluated as dense matrix products: loop levels with weight factor 0 are
 matrix rows, micro-ops are grouped by destination and each group is one im2col-style
-contraction (one BLAS matmul per group for all rows; BLAS limited to one thread while a
-program runs, see :func:`_blas_one_thread`); destinations repeated across rows are reduced
-with a sort and ``np.add.reduceat``.  ALU loop nests run in chunks of micro-ops: a chunk
-with no hazard (no repeated destination, no read of an entry written earlier in the chunk)
-is one vectorised step; ALU chunks with hazards run as "waves" of hazard-free contiguous
-micro-ops, so results are always those of one-after-another execution.
+contraction (one BLAS matmul per group for all rows, or one 2-D matmul for groups that
+read the same sources, such as a 1x1 convolution's output blocks; BLAS limited to one
+thread while a program runs, see :func:`_blas_one_thread`); destinations repeated across
+rows are reduced with a sort and ``np.add.reduceat``.  ALU loop nests run in chunks of
+micro-ops: a chunk with no hazard (no repeated destination, no read of an entry written
+earlier in the chunk) is one vectorised step; ALU chunks with hazards run as "waves" of
+hazard-free contiguous micro-ops, so results are always those of one-after-another
+execution.
+
+Replay (:class:`FsimDevice` and its streamed segments, not :func:`simulate`): every
+instruction's data work (LOAD, STORE, GEMM, ALU) is a function of the machine whose
+indices, hazard analysis and GEMM grouping are computed once, while the instruction is
+decoded and checked; the plain run calls it at once and, on a device, records it into a
+:class:`_Plan`.  A later run of the same program (same config, instruction bytes, address,
+count and regions; the micro-op bytes it loaded unchanged; an image no smaller; a watchdog
+that allows the recorded steps) only calls the recorded functions, in the recorded order,
+on zeroed scratchpads: the same DRAM writes, statistics and (none) errors as the plain
+run, which every other run takes.  A model's images after the first run this way
+(``bench/fsim_models.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict, deque
+from types import FunctionType
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -149,8 +163,14 @@ class Regions:
 
 
 # ---------------------------------------------------------------------------- helpers
+_SIGNED = {8: np.int8, 16: np.int16, 32: np.int32}
+
+
 def _wrap(x: np.ndarray, bits: int) -> np.ndarray:
-    """Wrap int64 values to signed ``bits``-bit two's complement (in place when possible)."""
+    """Wrap int64 values to signed ``bits``-bit two's complement (a new array, int64)."""
+    t = _SIGNED.get(bits)
+    if t is not None and isinstance(x, np.ndarray):    # integer casts keep the low bits
+        return x.astype(t).astype(np.int64)
     half = np.int64(1 << (bits - 1))
     mask = np.int64((1 << bits) - 1)
     return ((x + half) & mask) - half
@@ -660,34 +680,45 @@ class _Machine:
         wgt = mt == MemType.WGT
         dense = not pad and (y == 1 or stride == xb)    # one contiguous run of elements
         n_el = R * C
-
-        def load(m: _Machine) -> None:
-            # a LOAD never writes DRAM: the rows are read through a view, not copied
-            if dense:
-                raw = m.dram[base:base + y * xb]
-            elif y:
-                raw = np.lib.stride_tricks.as_strided(m.dram[base:], shape=(y, xb),
-                                                      strides=(stride, 1), writeable=False)
-            else:
-                raw = np.zeros((0, xb), np.uint8)
-            if dt == "int4":    # two weights per byte, lane 2k in the low nibble
-                vals = unpack_int4(raw.reshape(-1)).reshape((y, x) + shape)
-            elif dense:
-                vals = raw.view(dt).reshape((y * x,) + shape)
-            else:
-                vals = raw.reshape(-1).view(dt).reshape((y, x) + shape)
+        end = sram + n_el
+        if dense and dt != "int4":      # one contiguous run of elements: no reshaping
+            nb = y * xb
+            vshape = (n_el,) + shape
+            # a view as a wider type needs contiguous bytes (an image may be a strided view)
+            cont = np.ascontiguousarray if np.dtype(dt).itemsize > 1 else _same
             if wgt:
-                vals = vals.swapaxes(-1, -2)
-            sp = getattr(m, spn)
-            if spn == "acc" and m.out_set is not None:
-                m.out_set[sram:sram + n_el] = False
-            if dense and dt != "int4":
-                sp[sram:sram + n_el] = vals
-                return
-            blk = sp[sram:sram + n_el].reshape((R, C) + sp.shape[1:])
-            if pad:
-                blk[...] = 0
-            blk[yp0:yp0 + y, xp0:xp0 + x] = vals
+                def load(m: _Machine) -> None:
+                    m.wgt_t[sram:end] = cont(m.dram[base:base + nb]).view(dt).reshape(
+                        vshape).swapaxes(1, 2)
+            elif spn == "inp":
+                def load(m: _Machine) -> None:
+                    m.inp[sram:end] = cont(m.dram[base:base + nb]).view(dt).reshape(vshape)
+            else:
+                def load(m: _Machine) -> None:
+                    if m.out_set is not None:
+                        m.out_set[sram:end] = False
+                    m.acc[sram:end] = cont(m.dram[base:base + nb]).view(dt).reshape(vshape)
+        else:
+            def load(m: _Machine) -> None:
+                # a LOAD never writes DRAM: the rows are read through a view, not copied
+                raw = _dram_view(m.dram, base, y, xb, stride) if y else \
+                    np.zeros((0, xb), np.uint8)
+                if dt == "int4":    # two weights per byte, lane 2k in the low nibble
+                    vals = unpack_int4(raw.reshape(-1)).reshape((y, x) + shape)
+                else:
+                    vals = raw.reshape(-1).view(dt).reshape((y, x) + shape)
+                if wgt:
+                    vals = vals.swapaxes(-1, -2)
+                sp = getattr(m, spn)
+                if spn == "acc" and m.out_set is not None:
+                    m.out_set[sram:end] = False
+                if dense:
+                    sp[sram:end] = vals.reshape((n_el,) + vals.shape[2:])
+                    return
+                blk = sp[sram:end].reshape((R, C) + sp.shape[1:])
+                if pad:
+                    blk[...] = 0
+                blk[yp0:yp0 + y, xp0:xp0 + x] = vals
 
         self._data(load)
         if self.rec is not None:
@@ -707,32 +738,32 @@ class _Machine:
             self.store_spans.append((b0, b0 + ((y - 1) * c["x_stride"][i] + x) * eb))
         sram = c["sram_base"][i]
         ow = cfg.OUT_WIDTH
-        omask = np.int64((1 << ow) - 1)
+        # the low OUT_WIDTH bits: an integer cast to an unsigned type keeps them
         udt = None if ow == 4 else _uint_dtype(ow)
         base = c["dram_base"][i] * eb
         stride = c["x_stride"][i] * eb
         xb = x * eb
+        n = y * x
+        contiguous = y == 1 or stride == xb
 
         def store(m: _Machine) -> None:
-            vals = m.acc[sram:sram + y * x]
+            vals = m.acc[sram:sram + n]
             if m.out_set is not None:
-                mark = m.out_set[sram:sram + y * x]
+                mark = m.out_set[sram:sram + n]
                 if mark.any():
-                    vals = np.where(mark[:, None, None], m.out_val[sram:sram + y * x], vals)
-            out = vals & omask
+                    vals = np.where(mark[:, None, None], m.out_val[sram:sram + n], vals)
             if udt is None:  # two lanes per byte, lane 2k in the low nibble (pack_int4's)
-                flat = out.reshape(-1).astype(np.uint8)
-                raw = (flat[0::2] | (flat[1::2] << 4)).reshape(y, xb)
+                flat = (vals & np.int64(15)).reshape(-1).astype(np.uint8)
+                raw = flat[0::2] | (flat[1::2] << 4)
             else:
-                raw = out.astype(udt).reshape(-1).view(np.uint8).reshape(y, xb)
+                raw = vals.astype(udt).reshape(-1).view(np.uint8)
             dram = m.dram
-            if y == 1 or stride == xb:
-                dram[base:base + y * xb] = raw.reshape(-1)
+            if contiguous:
+                dram[base:base + n * eb] = raw
             elif stride > xb:
-                view = np.lib.stride_tricks.as_strided(dram[base:], shape=(y, xb),
-                                                       strides=(stride, 1))
-                view[...] = raw
+                _dram_view(dram, base, y, xb, stride, writeable=True)[...] = raw.reshape(y, xb)
             else:  # overlapping rows: later rows win, row by row
+                raw = raw.reshape(y, xb)
                 for r in range(y):
                     dram[base + r * stride:base + r * stride + xb] = raw[r]
 
@@ -916,12 +947,17 @@ class _Machine:
         for g0 in range(0, G, gc):
             g1 = min(G, g0 + gc)
             ng = g1 - g0
-            rc = max(1, CHUNK // (ng * Kp))
+            # every group of the chunk reads the same sources (e.g. a 1x1 convolution's
+            # output-channel blocks): one 2-D matmul of the sources by all the groups'
+            # weights side by side, instead of a batch of ng small ones
+            shared = ng > 1 and bool((ps[g0:g1] == ps[g0]).all())
+            rc = max(1, CHUNK // ((1 if shared else ng) * Kp))
             items = []
             for r0 in range(0, R, rc):
                 r1 = min(R, r0 + rc)
                 nr = r1 - r0
-                xi = ps[g0:g1] + rs[None, None, r0:r1, None]      # (ng, S, nr, Ks)
+                pg = ps[g0:g0 + 1] if shared else ps[g0:g1]
+                xi = pg + rs[None, None, r0:r1, None]       # (ng or 1, S, nr, Ks)
                 dst = (gd[g0:g1, None] + rd[None, r0:r1]).reshape(-1)
                 if (R == 1 and distinct) or _unique(dst):
                     items.append((xi, nr, _fast_index(dst), None, None))
@@ -930,7 +966,7 @@ class _Machine:
                     sdst = dst[o]
                     first = np.flatnonzero(np.concatenate(([True], sdst[1:] != sdst[:-1])))
                     items.append((xi, nr, _fast_index(sdst[first]), o, first))
-            chunks.append((g0, g1, ng, items))
+            chunks.append((g0, g1, ng, shared, items))
 
         def gemm(m: _Machine) -> None:
             if not padded:
@@ -942,16 +978,25 @@ class _Machine:
                     else np.take(m.wgt_t, wsel, axis=0)
             W = W.reshape(G, S, Ks * BI, BO)
             acc, inp = m.acc, m.inp
-            for g0, g1, ng, items in chunks:
-                Wg = W[g0:g1].reshape(ng * S, Ks * BI, BO)
+            for g0, g1, ng, shared, items in chunks:
+                if shared:      # (S, Ks*BI, ng*BO): the groups' weights side by side
+                    Wg = W[g0:g1].transpose(1, 2, 0, 3).reshape(S, Ks * BI, ng * BO)
+                else:
+                    Wg = W[g0:g1].reshape(ng * S, Ks * BI, BO)
                 for xi, nr, dst, o, first in items:
-                    x = np.take(inp, xi, axis=0)                        # (ng, S, nr, Ks, B, BI)
+                    x = np.take(inp, xi, axis=0)                # (ng or 1, S, nr, Ks, B, BI)
                     if B > 1:
                         x = x.transpose(0, 1, 2, 4, 3, 5)
-                    x = x.reshape(ng * S, nr * B, Ks * BI)
-                    p = np.matmul(x, Wg).astype(np.int64)                # (ng*S, nr*B, BO)
-                    p = p.reshape(ng, S, nr * B * BO)
-                    p = p.sum(axis=1) if S > 1 else p[:, 0]
+                    if shared:
+                        x = x.reshape(S, nr * B, Ks * BI)
+                        p = np.matmul(x, Wg).astype(np.int64)        # (S, nr*B, ng*BO)
+                        p = p.sum(axis=0) if S > 1 else p[0]
+                        p = p.reshape(nr * B, ng, BO).transpose(1, 0, 2)
+                    else:
+                        x = x.reshape(ng * S, nr * B, Ks * BI)
+                        p = np.matmul(x, Wg).astype(np.int64)        # (ng*S, nr*B, BO)
+                        p = p.reshape(ng, S, nr * B * BO)
+                        p = p.sum(axis=1) if S > 1 else p[:, 0]
                     p = p.reshape(ng * nr, B, BO)
                     if o is not None:
                         p = np.add.reduceat(p[o], first, axis=0)
@@ -1051,8 +1096,26 @@ class _Machine:
         return run_waves
 
 
+def _same(x):
+    return x
+
+
+def _dram_view(dram: np.ndarray, base: int, y: int, xb: int, stride: int, *,
+               writeable: bool = False) -> np.ndarray:
+    """``y`` rows of ``xb`` bytes of ``dram`` from byte ``base``, ``stride`` bytes apart, as
+    a ``(y, xb)`` uint8 view (bounds already checked)."""
+    if dram.flags.c_contiguous:     # the ndarray constructor is far cheaper than as_strided
+        return np.ndarray((y, xb), np.uint8, dram, base, (stride, 1))
+    return np.lib.stride_tricks.as_strided(dram[base:], shape=(y, xb), strides=(stride, 1),
+                                           writeable=writeable)
+
+
 def _wrap_(v: np.ndarray, bits: int) -> None:
-    """:func:`_wrap` in place."""
+    """:func:`_wrap` in place (``v``: int64)."""
+    t = _SIGNED.get(bits)
+    if t is not None:
+        np.copyto(v, v.astype(t))
+        return
     v += np.int64(1 << (bits - 1))
     v &= np.int64((1 << bits) - 1)
     v -= np.int64(1 << (bits - 1))
@@ -1181,7 +1244,8 @@ def _fast_index(idx: np.ndarray):
     """``idx`` as a ``slice`` when it is an ascending run of consecutive entries (basic
     indexing, much faster than a gather), else unchanged."""
     n = idx.size
-    if n and int(idx[-1]) - int(idx[0]) == n - 1 and (n == 1 or bool((np.diff(idx) == 1).all())):
+    if n and int(idx[-1]) - int(idx[0]) == n - 1 and (
+            n == 1 or bool((idx[1:] - idx[:-1] == 1).all())):
         return slice(int(idx[0]), int(idx[0]) + n)
     return idx
 
@@ -1278,6 +1342,9 @@ class _Plan:
         self.nbytes = sum(_nbytes(fn) for fn in self.ops) + sum(map(len, self.uop_bytes))
 
     def matches(self, dram: np.ndarray, max_steps: int | None) -> bool:
+        """Whether a run of the plan's program on ``dram`` (1-D uint8) under watchdog
+        ``max_steps`` may replay it: the watchdog allows the recorded steps, the image is
+        no smaller and the micro-op bytes at the recorded spans are unchanged."""
         if self.steps > (DEFAULT_MAX_STEPS if max_steps is None else int(max_steps)):
             return False        # the plain run names the instruction the watchdog stops
         if dram.size < self.image_bytes:
@@ -1398,22 +1465,28 @@ class _PlanCache:
 def _nbytes(obj, depth: int = 0) -> int:
     """Bytes of the numpy arrays that ``obj`` (data work: a function, its closure's
     lists, tuples and functions) holds."""
-    if isinstance(obj, np.ndarray):
+    t = type(obj)
+    if t is np.ndarray:
         return obj.nbytes
     if depth > 6:
         return 0
-    if isinstance(obj, (list, tuple)):
-        return sum(_nbytes(o, depth + 1) for o in obj)
-    cells = getattr(obj, "__closure__", None)
+    if t is list or t is tuple:
+        return sum(_nbytes(o, depth + 1) for o in obj if type(o) in _HOLDERS)
+    if t is not FunctionType:
+        return 0
     n = 0
-    if cells:
-        for c in cells:
-            try:
-                n += _nbytes(c.cell_contents, depth + 1)
-            except ValueError:      # an empty cell
-                pass
+    for c in obj.__closure__ or ():
+        try:
+            v = c.cell_contents
+        except ValueError:      # an empty cell
+            continue
+        if type(v) in _HOLDERS:
+            n += _nbytes(v, depth + 1)
     fu = getattr(obj, "fuse", None)
     return n + (_nbytes(fu, depth + 1) if fu is not None else 0)
+
+
+_HOLDERS = (np.ndarray, list, tuple, FunctionType)
 
 
 def _merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -1524,6 +1597,14 @@ class FsimDevice(Device):
     scratchpad ranges) are still found before anything executes; computed-index errors,
     deadlocks and unbalanced tokens are found when reached (DRAM may then be partly
     written by the program's own STOREs, inside its regions).
+
+    Args:
+        config: the core configuration.
+        mem_bytes: device memory the allocator may hand out, in bytes.
+        plans: replay repeated programs (see the module docstring, "Replay"; the
+            results, statistics and errors are those of :func:`simulate`); ``False``: every
+            run takes the plain path.  ``self.plans`` holds the cache (``hits``: replays
+            run; ``records``: plans stored; ``clear()``).
     """
 
     target = "fsim"
@@ -1532,8 +1613,7 @@ class FsimDevice(Device):
     def __init__(self, config: VTAConfig, mem_bytes: int = 256 << 20, *, plans: bool = True):
         super().__init__(config, mem_bytes)
         self.mem = np.zeros(1 << 16, dtype=np.uint8)
-        #: recorded runs of the programs launched here (:class:`_Plan`; ``plans=False``:
-        #: every run takes the plain path)
+        #: recorded runs of the programs launched here (:class:`_Plan`; None: no replay)
         self.plans: _PlanCache | None = _PlanCache() if plans else None
 
     def _ensure(self, end: int) -> None:
@@ -1557,7 +1637,8 @@ class FsimDevice(Device):
             regions: Sequence[Buffer] | None = None, timeout_cycles: int | None = None
             ) -> RunResult:
         """Run a program in device memory (see :func:`simulate`; default regions: every live
-        buffer)."""
+        buffer).  A repeated program replays its recorded plan (``plans``), with the
+        results, statistics and errors of :func:`simulate`."""
         regs = self.buffers() if regions is None else list(regions)
         ends = [(r.end if isinstance(r, Buffer) else int(r[0]) + int(r[1])) for r in regs]
         self._ensure(max(ends, default=0))
