@@ -312,6 +312,9 @@ class _Machine:
         self.uop_wgt = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
         if not dry:
             self._scratchpads()
+            # an upper bound of |ACC entry| as the program runs (data-independent): a GEMM
+            # whose sums cannot leave the signed ACC_WIDTH range skips the wrap
+            self.acc_bound = np.zeros(cfg.ACC_DEPTH, dtype=np.float64)
         self.stats = {k: 0 for k in STAT_KEYS}
         # while a plan is recorded (:class:`_Plan`): the data work, in execution order, and
         # the DRAM byte ranges of the micro-op LOADs and of the STOREs
@@ -332,6 +335,7 @@ class _Machine:
         # stays an integer of magnitude <= 2**24 (float32) or 2**53 (float64)
         pmax = 1 << (cfg.INP_WIDTH + cfg.WGT_WIDTH - 2)
         self.kc = max(1, (1 << (24 if exact32 else 53)) // (pmax * BI))
+        self.pmax = pmax
         self.inp = np.zeros((cfg.INP_DEPTH, B, BI), dtype=self.fdt)
         # weights stored transposed, (depth, BLOCK_IN, BLOCK_OUT), ready for matmul
         self.wgt_t = np.zeros((cfg.WGT_DEPTH, BI, BO), dtype=self.fdt)
@@ -721,6 +725,9 @@ class _Machine:
                 blk[yp0:yp0 + y, xp0:xp0 + x] = vals
 
         self._data(load)
+        if spn == "acc":
+            self.acc_bound[sram:end] = 128.0 if mt == MemType.ACC8 else \
+                float(1 << (self.acc_bits - 1))
         if self.rec is not None:
             self._touch(spn, sram, sram + n_el)
 
@@ -824,10 +831,14 @@ class _Machine:
                 m.acc[zidx] = 0
 
             self._data(zero)
+            self.acc_bound[zidx] = 0.0
             return
+        lo_ = int(dst_b.min())
+        hi_ = int(dst_b.max()) + (I - 1) * int(dfo) + (J - 1) * int(dfi) + 1
         if self.rec is not None:        # GEMM or ALU: the entries it may write
-            self._touch("acc", int(dst_b.min()),
-                        int(dst_b.max()) + (I - 1) * int(dfo) + (J - 1) * int(dfi) + 1)
+            self._touch("acc", lo_, hi_)
+        if not gemm:
+            self.acc_bound[lo_:hi_] = float(1 << (self.acc_bits - 1))
         src_b = self.uop_src[bgn:end]
         sfo, sfi = c["src_factor_out"][i], c["src_factor_in"][i]
         if gemm:
@@ -942,6 +953,21 @@ class _Machine:
             ps[slot] = vs[order]
         ps = ps.reshape(G, S, 1, Ks)
         bits = self.acc_bits
+        # the wrap is the identity when no sum can leave the signed ACC_WIDTH range: every
+        # entry's bound plus its micro-ops' largest products
+        u, cnt = np.unique(vd, return_counts=True)
+        lo = int(u[0]) + int(rd.min())
+        if R == 1:
+            per = np.zeros(int(u[-1]) + 1 - int(u[0]), dtype=np.float64)
+            per[u - u[0]] = cnt
+        else:
+            per = np.bincount((u[:, None] + rd[None, :] - lo).reshape(-1),
+                              weights=np.repeat(cnt, R).astype(np.float64))
+        bound = self.acc_bound[lo:lo + per.size]
+        bound += per * float(BI * self.pmax)
+        wrap = float(bound.max()) > (1 << (bits - 1)) - 1
+        if wrap:
+            np.minimum(bound, float(1 << (bits - 1)), out=bound)
         gc = max(1, CHUNK // Kp)
         chunks = []
         for g0 in range(0, G, gc):
@@ -1003,9 +1029,12 @@ class _Machine:
                     if isinstance(dst, slice):
                         v = acc[dst]
                         v += p
-                        _wrap_(v, bits)
-                    else:
+                        if wrap:
+                            _wrap_(v, bits)
+                    elif wrap:
                         acc[dst] = _wrap(acc[dst] + p, bits)
+                    else:
+                        acc[dst] += p
 
         ops.append(gemm)
 
