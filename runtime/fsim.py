@@ -40,8 +40,8 @@ Data (element layouts, little-endian two's complement in DRAM):
 Speed: a GEMM loop nest only accumulates (it never writes INP or WGT), so its micro-ops
 commute and it is evaluated as dense matrix products: loop levels with weight factor 0 are
 matrix rows, micro-ops are grouped by destination and each group is one im2col-style
-contraction (one BLAS matmul per group for all rows, or one 2-D matmul for groups that
-read the same sources, such as a 1x1 convolution's output blocks; BLAS limited to one
+contraction (one BLAS matmul per group for all rows, the sources gathered once for groups
+that read the same ones, such as a 1x1 convolution's output blocks; BLAS limited to one
 thread while a program runs, see :func:`_blas_one_thread`); destinations repeated across
 rows are reduced with a sort and ``np.add.reduceat``.  ALU loop nests run in chunks of
 micro-ops: a chunk with no hazard (no repeated destination, no read of an entry written
@@ -974,10 +974,10 @@ class _Machine:
             g1 = min(G, g0 + gc)
             ng = g1 - g0
             # every group of the chunk reads the same sources (e.g. a 1x1 convolution's
-            # output-channel blocks): one 2-D matmul of the sources by all the groups'
-            # weights side by side, instead of a batch of ng small ones
+            # output-channel blocks): the sources are gathered once and broadcast over the
+            # groups' weights
             shared = ng > 1 and bool((ps[g0:g1] == ps[g0]).all())
-            rc = max(1, CHUNK // ((1 if shared else ng) * Kp))
+            rc = max(1, CHUNK // (ng * Kp))
             items = []
             for r0 in range(0, R, rc):
                 r1 = min(R, r0 + rc)
@@ -1005,24 +1005,19 @@ class _Machine:
             W = W.reshape(G, S, Ks * BI, BO)
             acc, inp = m.acc, m.inp
             for g0, g1, ng, shared, items in chunks:
-                if shared:      # (S, Ks*BI, ng*BO): the groups' weights side by side
-                    Wg = W[g0:g1].transpose(1, 2, 0, 3).reshape(S, Ks * BI, ng * BO)
-                else:
-                    Wg = W[g0:g1].reshape(ng * S, Ks * BI, BO)
+                # shared: (ng, S, Ks*BI, BO), the sources broadcast over the groups
+                Wg = W[g0:g1] if shared else W[g0:g1].reshape(ng * S, Ks * BI, BO)
                 for xi, nr, dst, o, first in items:
                     x = np.take(inp, xi, axis=0)                # (ng or 1, S, nr, Ks, B, BI)
                     if B > 1:
                         x = x.transpose(0, 1, 2, 4, 3, 5)
                     if shared:
-                        x = x.reshape(S, nr * B, Ks * BI)
-                        p = np.matmul(x, Wg).astype(np.int64)        # (S, nr*B, ng*BO)
-                        p = p.sum(axis=0) if S > 1 else p[0]
-                        p = p.reshape(nr * B, ng, BO).transpose(1, 0, 2)
+                        x = x.reshape(1, S, nr * B, Ks * BI)
                     else:
                         x = x.reshape(ng * S, nr * B, Ks * BI)
-                        p = np.matmul(x, Wg).astype(np.int64)        # (ng*S, nr*B, BO)
-                        p = p.reshape(ng, S, nr * B * BO)
-                        p = p.sum(axis=1) if S > 1 else p[:, 0]
+                    p = np.matmul(x, Wg).astype(np.int64)     # (ng*S or ng x S, nr*B, BO)
+                    p = p.reshape(ng, S, nr * B * BO)
+                    p = p.sum(axis=1) if S > 1 else p[:, 0]
                     p = p.reshape(ng * nr, B, BO)
                     if o is not None:
                         p = np.add.reduceat(p[o], first, axis=0)

@@ -290,3 +290,36 @@ def test_clearing_req_programs_replay_as_plain():
                 assert np.array_equal(read_out(cfg, got[0], out1, N), want1)
                 assert np.array_equal(read_out(cfg, got[0], out2, N), want2)
         assert plans.hits == 2
+
+
+@pytest.mark.parametrize("name,G,K,R", [("tiny", 3, 5, 4), ("batch2", 4, 3, 2),
+                                        ("pynq", 4, 80, 3)])
+def test_gemm_groups_sharing_sources(name, G, K, R):
+    """A 1x1-convolution-like nest: G destination groups read the same K sources with
+    their own weights, over R rows (pynq with K = 80: the contraction is split into float
+    sub-sums); plain run and replay against a numpy oracle."""
+    cfg = preset(name) if name != "tiny" else CONFIGS["tiny"]
+    rng = np.random.default_rng(G * 100 + K)
+    B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+    x = rng.integers(-128, 128, (R * K, B, BI))
+    w = rng.integers(-128, 128, (G * K, BO, BI))
+    g, k = np.divmod(np.arange(G * K), K)
+    im = Image(cfg)
+    ax = im.put(x.astype(np.int8))
+    aw = im.put(w.astype(np.int8))
+    au = im.uops(g, k, g * K + k)
+    ao = im.zeros(G * R * cfg.elem_bytes(OUT))
+    insns = [ld(INP, 0, im.base(ax, INP), 1, R * K),
+             ld(WGT, 0, im.base(aw, WGT), 1, G * K, push_next=1),
+             ld(UOP, 0, im.base(au, UOP), 1, G * K, pop_prev=1),
+             gemm(0, G * K, R, 1, d=(G, 0), reset=1),
+             gemm(0, G * K, R, 1, d=(G, 0), s=(K, 0), push_next=1),
+             st(0, im.base(ao, OUT), 1, G * R, pop_prev=1, push_prev=1), finish(pop_next=1)]
+    dram, ia, n = im.build(insns)
+    acc = np.einsum("rkbi,gkoi->rgbo", x.reshape(R, K, B, BI), w.reshape(G, K, BO, BI))
+    want = (((acc + 128) & 255) - 128).reshape(R * G, B, BO)
+    plans = fsim._PlanCache()
+    for _ in range(2):
+        got = planned(plans, cfg, dram, ia, n)
+        assert np.array_equal(read_out(cfg, got[0], ao, G * R), want)
+    assert plans.hits == 1
