@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict, deque
-from types import FunctionType
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -319,6 +318,7 @@ class _Machine:
         # while a plan is recorded (:class:`_Plan`): the data work, in execution order, and
         # the DRAM byte ranges of the micro-op LOADs and of the STOREs
         self.rec: list | None = None
+        self.rec_bytes = 0
         self.uop_spans: list[tuple[int, int]] = []
         self.store_spans: list[tuple[int, int]] = []
         self.dirty: dict[str, tuple[int, int]] = {}     # scratchpad -> entries written
@@ -823,14 +823,14 @@ class _Machine:
                 def unmark(m: _Machine) -> None:
                     m.out_set[marks] = False
 
-                self._data(unmark)
+                self._data(unmark, _index_bytes(marks))
         if reset:
             zidx = _nest_index(dst_b, I, J, U, dfo, dfi)
 
             def zero(m: _Machine) -> None:
                 m.acc[zidx] = 0
 
-            self._data(zero)
+            self._data(zero, _index_bytes(zidx))
             self.acc_bound[zidx] = 0.0
             return
         lo_ = int(dst_b.min())
@@ -845,8 +845,8 @@ class _Machine:
             ops: list = []
             self._gemm(ops, I, J, dst_b, src_b, self.uop_wgt[bgn:end], dfo, dfi, sfo, sfi,
                        c["wgt_factor_out"][i], c["wgt_factor_in"][i])
-            for fn in ops:
-                self._data(fn)
+            for fn, nb in ops:
+                self._data(fn, nb)
             return
         aop = c["alu_opcode"][i]
         imm = c["imm"][i]
@@ -859,19 +859,22 @@ class _Machine:
         for box in _nest_boxes(I, J, U):
             dst = _box_index(dst_b, box, dfo, dfi)
             src = None if use_imm else _box_index(src_b, box, sfo, sfi)
-            self._data(self._alu_chunk(aop, dst, src, imm, clear))
+            self._data(self._alu_chunk(aop, dst, src, imm, clear),
+                       dst.nbytes + (0 if src is None else src.nbytes))
 
     def _touch(self, pad: str, lo: int, hi: int) -> None:
         """Recording: scratchpad ``pad`` may be written in entries ``[lo, hi)``."""
         t = self.dirty.get(pad)
         self.dirty[pad] = (lo, hi) if t is None else (min(t[0], lo), max(t[1], hi))
 
-    def _data(self, fn) -> None:
+    def _data(self, fn, nbytes: int = 0) -> None:
         """Run the data work ``fn(machine)`` of an instruction; while a plan is recorded
-        (:class:`_Plan`), also append it."""
+        (:class:`_Plan`), also append it (``nbytes``: about the bytes of index arrays it
+        holds)."""
         fn(self)
         if self.rec is not None:
             self.rec.append(fn)
+            self.rec_bytes += nbytes
 
     def _gemm(self, ops: list, I: int, J: int, dst_b: np.ndarray, src_b: np.ndarray,
               wgt_b: np.ndarray, dfo: int, dfi: int, sfo: int, sfi: int, wfo: int,
@@ -1031,7 +1034,10 @@ class _Machine:
                     else:
                         acc[dst] += p
 
-        ops.append(gemm)
+        nb = _index_bytes(wsel) + (slot.nbytes if padded else 0) + sum(
+            sum(_index_bytes(a) for a in it if isinstance(a, (np.ndarray, slice)))
+            for c in chunks for it in c[4])
+        ops.append((gemm, nb))
 
     def _unique(self, dst: np.ndarray) -> bool:
         return _unique(dst)
@@ -1363,7 +1369,7 @@ class _Plan:
         self.steps = m.steps
         self.uop_spans = _merge_spans(m.uop_spans)
         self.uop_bytes = [m.dram[s:e].tobytes() for s, e in self.uop_spans]
-        self.nbytes = sum(_nbytes(fn) for fn in self.ops) + sum(map(len, self.uop_bytes))
+        self.nbytes = m.rec_bytes + sum(map(len, self.uop_bytes))
 
     def matches(self, dram: np.ndarray, max_steps: int | None) -> bool:
         """Whether a run of the plan's program on ``dram`` (1-D uint8) under watchdog
@@ -1486,31 +1492,9 @@ class _PlanCache:
         return pads
 
 
-def _nbytes(obj, depth: int = 0) -> int:
-    """Bytes of the numpy arrays that ``obj`` (data work: a function, its closure's
-    lists, tuples and functions) holds."""
-    t = type(obj)
-    if t is np.ndarray:
-        return obj.nbytes
-    if depth > 6:
-        return 0
-    if t is list or t is tuple:
-        return sum(_nbytes(o, depth + 1) for o in obj if type(o) in _HOLDERS)
-    if t is not FunctionType:
-        return 0
-    n = 0
-    for c in obj.__closure__ or ():
-        try:
-            v = c.cell_contents
-        except ValueError:      # an empty cell
-            continue
-        if type(v) in _HOLDERS:
-            n += _nbytes(v, depth + 1)
-    fu = getattr(obj, "fuse", None)
-    return n + (_nbytes(fu, depth + 1) if fu is not None else 0)
-
-
-_HOLDERS = (np.ndarray, list, tuple, FunctionType)
+def _index_bytes(idx) -> int:
+    """Bytes of an index (an array; 0 for a slice)."""
+    return idx.nbytes if isinstance(idx, np.ndarray) else 0
 
 
 def _merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -323,3 +323,24 @@ def test_gemm_groups_sharing_sources(name, G, K, R):
         got = planned(plans, cfg, dram, ia, n)
         assert np.array_equal(read_out(cfg, got[0], ao, G * R), want)
     assert plans.hits == 1
+
+
+def test_plan_cache_limits():
+    """Past ``size`` keys the least recently used is dropped; a plan over ``max_bytes``
+    is not kept; every run still gives the plain path's result."""
+    cfg = CONFIGS["tiny"]
+    progs = [generate(cfg, s) for s in (1, 2)]
+    plans = fsim._PlanCache(size=1)
+    for p in progs + progs:
+        same(planned(plans, cfg, p.dram, p.insn_addr, p.insn_count),
+             plain(cfg, p.dram, p.insn_addr, p.insn_count), f"seed {p.seed}")
+    assert plans.hits == 0 and len(plans.plans) == 1 and plans.records == 4
+    p = progs[0]
+    plans = fsim._PlanCache(max_bytes=0)
+    planned(plans, cfg, p.dram, p.insn_addr, p.insn_count)
+    assert not plans.plans and plans.nbytes == 0
+    plans = fsim._PlanCache()
+    planned(plans, cfg, p.dram, p.insn_addr, p.insn_count)
+    assert plans.nbytes == sum(q.nbytes for ps in plans.plans.values() for q in ps) > 0
+    plans.clear()
+    assert not plans.plans and plans.nbytes == 0
