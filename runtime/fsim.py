@@ -635,14 +635,6 @@ class _Machine:
             self._step(i, 1)
             st["finish_insns"] += 1
 
-    def _dram_rows(self, base: int, y: int, x: int, stride: int) -> np.ndarray:
-        """Copy of ``y`` rows of ``x`` bytes at byte ``base`` with row step ``stride`` bytes."""
-        if y == 1 or stride == x:
-            return self.dram[base:base + y * x].reshape(y, x).copy()
-        view = np.lib.stride_tricks.as_strided(self.dram[base:], shape=(y, x),
-                                               strides=(stride, 1), writeable=False)
-        return view.copy()
-
     def _load(self, i: int) -> None:
         c, cfg, st = self.cols, self.cfg, self.stats
         mt = c["memory_type"][i]
@@ -1038,12 +1030,6 @@ class _Machine:
             sum(_index_bytes(a) for a in it if isinstance(a, (np.ndarray, slice)))
             for c in chunks for it in c[4])
         ops.append((gemm, nb))
-
-    def _unique(self, dst: np.ndarray) -> bool:
-        return _unique(dst)
-
-    def _alu_op(self, aop: int, a: np.ndarray, b, imm: int = 0) -> np.ndarray:
-        return _alu_eval(aop, a, b, imm, self.acc_bits, self.cfg.LOG_ACC_WIDTH)
 
     def _alu_chunk(self, aop: int, dst: np.ndarray, src: np.ndarray | None, imm: int,
                    clear: bool = False):
