@@ -40,18 +40,31 @@ Data (element layouts, little-endian two's complement in DRAM):
 Speed: a GEMM loop nest only accumulates (it never writes INP or WGT), so its micro-ops
 commute and it is evaluated as dense matrix products: loop levels with weight factor 0 are
 matrix rows, micro-ops are grouped by destination and each group is one im2col-style
-contraction (one BLAS matmul per group for all rows; BLAS limited to one thread while a
-program runs, see :func:`_blas_one_thread`); destinations repeated across rows are reduced
-with a sort and ``np.add.reduceat``.  ALU loop nests run in chunks of micro-ops: a chunk
-with no hazard (no repeated destination, no read of an entry written earlier in the chunk)
-is one vectorised step; ALU chunks with hazards run as "waves" of hazard-free contiguous
-micro-ops, so results are always those of one-after-another execution.
+contraction (one BLAS matmul per group for all rows, the sources gathered once for groups
+that read the same ones, such as a 1x1 convolution's output blocks; BLAS limited to one
+thread while a program runs, see :func:`_blas_one_thread`); destinations repeated across
+rows are reduced with a sort and ``np.add.reduceat``.  ALU loop nests run in chunks of
+micro-ops: a chunk with no hazard (no repeated destination, no read of an entry written
+earlier in the chunk) is one vectorised step; ALU chunks with hazards run as "waves" of
+hazard-free contiguous micro-ops, so results are always those of one-after-another
+execution.
+
+Replay (:class:`FsimDevice` and its streamed segments, not :func:`simulate`): every
+instruction's data work (LOAD, STORE, GEMM, ALU) is a function of the machine whose
+indices, hazard analysis and GEMM grouping are computed once, while the instruction is
+decoded and checked; the plain run calls it at once and, on a device, records it into a
+:class:`_Plan`.  A later run of the same program (same config, instruction bytes, address,
+count and regions; the micro-op bytes it loaded unchanged; an image no smaller; a watchdog
+that allows the recorded steps) only calls the recorded functions, in the recorded order,
+on zeroed scratchpads: the same DRAM writes, statistics and (none) errors as the plain
+run, which every other run takes.  A model's images after the first run this way
+(``bench/fsim_models.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -149,8 +162,14 @@ class Regions:
 
 
 # ---------------------------------------------------------------------------- helpers
+_SIGNED = {8: np.int8, 16: np.int16, 32: np.int32}
+
+
 def _wrap(x: np.ndarray, bits: int) -> np.ndarray:
-    """Wrap int64 values to signed ``bits``-bit two's complement (in place when possible)."""
+    """Wrap int64 values to signed ``bits``-bit two's complement (a new array, int64)."""
+    t = _SIGNED.get(bits)
+    if t is not None and isinstance(x, np.ndarray):    # integer casts keep the low bits
+        return x.astype(t).astype(np.int64)
     half = np.int64(1 << (bits - 1))
     mask = np.int64((1 << bits) - 1)
     return ((x + half) & mask) - half
@@ -286,32 +305,47 @@ class _Machine:
         self.dry = dry
         self.max_steps = DEFAULT_MAX_STEPS if max_steps is None else int(max_steps)
         self.steps = 0
-        B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
         self.acc_bits = cfg.ACC_WIDTH
         self.uop_dst = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
         self.uop_src = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
         self.uop_wgt = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
         if not dry:
-            exact32 = cfg.INP_WIDTH + cfg.WGT_WIDTH - 2 + cfg.LOG_BLOCK_IN <= 24
-            self.fdt = np.float32 if exact32 else np.float64
-            # micro-ops per float contraction: every partial sum of kc * BLOCK_IN products
-            # stays an integer of magnitude <= 2**24 (float32) or 2**53 (float64)
-            pmax = 1 << (cfg.INP_WIDTH + cfg.WGT_WIDTH - 2)
-            self.kc = max(1, (1 << (24 if exact32 else 53)) // (pmax * BI))
-            self.inp = np.zeros((cfg.INP_DEPTH, B, BI), dtype=self.fdt)
-            # weights stored transposed, (depth, BLOCK_IN, BLOCK_OUT), ready for matmul
-            self.wgt_t = np.zeros((cfg.WGT_DEPTH, BI, BO), dtype=self.fdt)
-            self.acc = np.zeros((cfg.ACC_DEPTH, B, BO), dtype=np.int64)
-            # OUT apart from ACC (only after a clearing REQ, docs/semantics.md "Instructions"):
-            # ``out_set[e]`` marks an entry whose OUT is ``out_val[e]``; any later write to
-            # the entry clears the mark (OUT is the view of ACC again).  None until the
-            # first clearing REQ, so programs without one pay nothing.
-            self.out_set: np.ndarray | None = None
-            self.out_val: np.ndarray | None = None
+            self._scratchpads()
+            # an upper bound of |ACC entry| as the program runs (data-independent): a GEMM
+            # whose sums cannot leave the signed ACC_WIDTH range skips the wrap
+            self.acc_bound = np.zeros(cfg.ACC_DEPTH, dtype=np.float64)
         self.stats = {k: 0 for k in STAT_KEYS}
+        # while a plan is recorded (:class:`_Plan`): the data work, in execution order, and
+        # the DRAM byte ranges of the micro-op LOADs and of the STOREs
+        self.rec: list | None = None
+        self.rec_bytes = 0
+        self.uop_spans: list[tuple[int, int]] = []
+        self.store_spans: list[tuple[int, int]] = []
+        self.dirty: dict[str, tuple[int, int]] = {}     # scratchpad -> entries written
         self.pushes = [0, 0, 0, 0]
         self.pops = [0, 0, 0, 0]
         self.peak = [0, 0, 0, 0]
+
+    def _scratchpads(self) -> None:
+        cfg = self.cfg
+        B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+        exact32 = cfg.INP_WIDTH + cfg.WGT_WIDTH - 2 + cfg.LOG_BLOCK_IN <= 24
+        self.fdt = np.float32 if exact32 else np.float64
+        # micro-ops per float contraction: every partial sum of kc * BLOCK_IN products
+        # stays an integer of magnitude <= 2**24 (float32) or 2**53 (float64)
+        pmax = 1 << (cfg.INP_WIDTH + cfg.WGT_WIDTH - 2)
+        self.kc = max(1, (1 << (24 if exact32 else 53)) // (pmax * BI))
+        self.pmax = pmax
+        self.inp = np.zeros((cfg.INP_DEPTH, B, BI), dtype=self.fdt)
+        # weights stored transposed, (depth, BLOCK_IN, BLOCK_OUT), ready for matmul
+        self.wgt_t = np.zeros((cfg.WGT_DEPTH, BI, BO), dtype=self.fdt)
+        self.acc = np.zeros((cfg.ACC_DEPTH, B, BO), dtype=np.int64)
+        # OUT apart from ACC (only after a clearing REQ, docs/semantics.md "Instructions"):
+        # ``out_set[e]`` marks an entry whose OUT is ``out_val[e]``; any later write to
+        # the entry clears the mark (OUT is the view of ACC again).  None until the
+        # first clearing REQ, so programs without one pay nothing.
+        self.out_set: np.ndarray | None = None
+        self.out_val: np.ndarray | None = None
 
     # ------------------------------------------------------------------ errors
     def _err(self, i: int, msg: str) -> ProgramError:
@@ -601,14 +635,6 @@ class _Machine:
             self._step(i, 1)
             st["finish_insns"] += 1
 
-    def _dram_rows(self, base: int, y: int, x: int, stride: int) -> np.ndarray:
-        """Copy of ``y`` rows of ``x`` bytes at byte ``base`` with row step ``stride`` bytes."""
-        if y == 1 or stride == x:
-            return self.dram[base:base + y * x].reshape(y, x).copy()
-        view = np.lib.stride_tricks.as_strided(self.dram[base:], shape=(y, x),
-                                               strides=(stride, 1), writeable=False)
-        return view.copy()
-
     def _load(self, i: int) -> None:
         c, cfg, st = self.cols, self.cfg, self.stats
         mt = c["memory_type"][i]
@@ -623,6 +649,8 @@ class _Machine:
         base = c["dram_base"][i] * eb
         sram = c["sram_base"][i]
         if mt == MemType.UOP:
+            if self.rec is not None:
+                self.uop_spans.append((base, base + nbytes))
             words = self.dram[base:base + nbytes].view("<u4")
             d = decode_uops(cfg, words)
             self.uop_dst[sram:sram + x] = d["dst"]
@@ -634,29 +662,66 @@ class _Machine:
         yp0, yp1, xp0, xp1 = (c["y_pad_0"][i], c["y_pad_1"][i], c["x_pad_0"][i],
                               c["x_pad_1"][i])
         R, C = yp0 + y + yp1, xp0 + x + xp1
-        raw = self._dram_rows(base, y, x * eb, c["x_stride"][i] * eb) if y else \
-            np.zeros((0, x * eb), np.uint8)
         B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
         if mt == MemType.INP:
-            sp, shape, dt = self.inp, (B, BI), _int_dtype(cfg.INP_WIDTH)
+            spn, shape, dt = "inp", (B, BI), _int_dtype(cfg.INP_WIDTH)
         elif mt == MemType.WGT:
-            sp, shape, dt = self.wgt_t, (BO, BI), _int_dtype(cfg.WGT_WIDTH)
+            spn, shape, dt = "wgt_t", (BO, BI), _int_dtype(cfg.WGT_WIDTH)
         elif mt == MemType.ACC:
-            sp, shape, dt = self.acc, (B, BO), _int_dtype(cfg.ACC_WIDTH)
+            spn, shape, dt = "acc", (B, BO), _int_dtype(cfg.ACC_WIDTH)
         else:  # ACC8
-            sp, shape, dt = self.acc, (B, BO), "<i1"
-        if dt == "int4":    # two weights per byte, lane 2k in the low nibble
-            vals = unpack_int4(raw.reshape(-1)).reshape((y, x) + shape)
+            spn, shape, dt = "acc", (B, BO), "<i1"
+        xb, stride = x * eb, c["x_stride"][i] * eb
+        pad = bool(yp0 or yp1 or xp0 or xp1)
+        wgt = mt == MemType.WGT
+        dense = not pad and (y == 1 or stride == xb)    # one contiguous run of elements
+        n_el = R * C
+        end = sram + n_el
+        if dense and dt != "int4":      # one contiguous run of elements: no reshaping
+            nb = y * xb
+            vshape = (n_el,) + shape
+            # a view as a wider type needs contiguous bytes (an image may be a strided view)
+            cont = np.ascontiguousarray if np.dtype(dt).itemsize > 1 else _same
+            if wgt:
+                def load(m: _Machine) -> None:
+                    m.wgt_t[sram:end] = cont(m.dram[base:base + nb]).view(dt).reshape(
+                        vshape).swapaxes(1, 2)
+            elif spn == "inp":
+                def load(m: _Machine) -> None:
+                    m.inp[sram:end] = cont(m.dram[base:base + nb]).view(dt).reshape(vshape)
+            else:
+                def load(m: _Machine) -> None:
+                    if m.out_set is not None:
+                        m.out_set[sram:end] = False
+                    m.acc[sram:end] = cont(m.dram[base:base + nb]).view(dt).reshape(vshape)
         else:
-            vals = raw.reshape(-1).view(dt).reshape((y, x) + shape)
-        if mt == MemType.WGT:
-            vals = vals.swapaxes(-1, -2)
-        if sp is self.acc and self.out_set is not None:
-            self.out_set[sram:sram + R * C] = False
-        blk = sp[sram:sram + R * C].reshape((R, C) + sp.shape[1:])
-        if yp0 or yp1 or xp0 or xp1:
-            blk[...] = 0
-        blk[yp0:yp0 + y, xp0:xp0 + x] = vals
+            def load(m: _Machine) -> None:
+                # a LOAD never writes DRAM: the rows are read through a view, not copied
+                raw = _dram_view(m.dram, base, y, xb, stride) if y else \
+                    np.zeros((0, xb), np.uint8)
+                if dt == "int4":    # two weights per byte, lane 2k in the low nibble
+                    vals = unpack_int4(raw.reshape(-1)).reshape((y, x) + shape)
+                else:
+                    vals = raw.reshape(-1).view(dt).reshape((y, x) + shape)
+                if wgt:
+                    vals = vals.swapaxes(-1, -2)
+                sp = getattr(m, spn)
+                if spn == "acc" and m.out_set is not None:
+                    m.out_set[sram:end] = False
+                if dense:
+                    sp[sram:end] = vals.reshape((n_el,) + vals.shape[2:])
+                    return
+                blk = sp[sram:end].reshape((R, C) + sp.shape[1:])
+                if pad:
+                    blk[...] = 0
+                blk[yp0:yp0 + y, xp0:xp0 + x] = vals
+
+        self._data(load)
+        if spn == "acc":
+            self.acc_bound[sram:end] = 128.0 if mt == MemType.ACC8 else \
+                float(1 << (self.acc_bits - 1))
+        if self.rec is not None:
+            self._touch(spn, sram, sram + n_el)
 
     def _store(self, i: int) -> None:
         c, cfg, st = self.cols, self.cfg, self.stats
@@ -667,30 +732,41 @@ class _Machine:
         st["dram_write_nbytes"] += nbytes
         if self.dry or y == 0:
             return
+        if self.rec is not None:
+            b0 = c["dram_base"][i] * eb
+            self.store_spans.append((b0, b0 + ((y - 1) * c["x_stride"][i] + x) * eb))
         sram = c["sram_base"][i]
-        vals = self.acc[sram:sram + y * x]
-        if self.out_set is not None:
-            mark = self.out_set[sram:sram + y * x]
-            if mark.any():
-                vals = np.where(mark[:, None, None], self.out_val[sram:sram + y * x], vals)
         ow = cfg.OUT_WIDTH
-        out = (vals & np.int64((1 << ow) - 1))
-        if ow == 4:     # two lanes per byte, lane 2k in the low nibble (pack_int4's layout)
-            flat = out.reshape(-1).astype(np.uint8)
-            raw = (flat[0::2] | (flat[1::2] << 4)).reshape(y, x * eb)
-        else:
-            raw = out.astype(_uint_dtype(ow)).reshape(-1).view(np.uint8).reshape(y, x * eb)
+        # the low OUT_WIDTH bits: an integer cast to an unsigned type keeps them
+        udt = None if ow == 4 else _uint_dtype(ow)
         base = c["dram_base"][i] * eb
         stride = c["x_stride"][i] * eb
-        if y == 1 or stride == x * eb:
-            self.dram[base:base + y * x * eb] = raw.reshape(-1)
-        elif stride > x * eb:
-            view = np.lib.stride_tricks.as_strided(self.dram[base:], shape=(y, x * eb),
-                                                   strides=(stride, 1))
-            view[...] = raw
-        else:  # overlapping rows: later rows win, row by row
-            for r in range(y):
-                self.dram[base + r * stride:base + r * stride + x * eb] = raw[r]
+        xb = x * eb
+        n = y * x
+        contiguous = y == 1 or stride == xb
+
+        def store(m: _Machine) -> None:
+            vals = m.acc[sram:sram + n]
+            if m.out_set is not None:
+                mark = m.out_set[sram:sram + n]
+                if mark.any():
+                    vals = np.where(mark[:, None, None], m.out_val[sram:sram + n], vals)
+            if udt is None:  # two lanes per byte, lane 2k in the low nibble (pack_int4's)
+                flat = (vals & np.int64(15)).reshape(-1).astype(np.uint8)
+                raw = flat[0::2] | (flat[1::2] << 4)
+            else:
+                raw = vals.astype(udt).reshape(-1).view(np.uint8)
+            dram = m.dram
+            if contiguous:
+                dram[base:base + n * eb] = raw
+            elif stride > xb:
+                _dram_view(dram, base, y, xb, stride, writeable=True)[...] = raw.reshape(y, xb)
+            else:  # overlapping rows: later rows win, row by row
+                raw = raw.reshape(y, xb)
+                for r in range(y):
+                    dram[base + r * stride:base + r * stride + xb] = raw[r]
+
+        self._data(store)
 
     def _loop(self, i: int, gemm: bool) -> None:
         c, cfg, st = self.cols, self.cfg, self.stats
@@ -730,37 +806,75 @@ class _Machine:
             return
         dst_b = self.uop_dst[bgn:end]
         dfo, dfi = c["dst_factor_out"][i], c["dst_factor_in"][i]
-        acc = self.acc
         if self.out_set is not None and not clear:    # every other write: OUT follows ACC
             lo_ = int(dst_b.min())
             hi_ = int(dst_b.max()) + (I - 1) * int(dfo) + (J - 1) * int(dfi) + 1
             if self.out_set[lo_:hi_].any():
-                for box in _nest_boxes(I, J, U):
-                    self.out_set[_box_index(dst_b, box, dfo, dfi)] = False
+                marks = _nest_index(dst_b, I, J, U, dfo, dfi)
+
+                def unmark(m: _Machine) -> None:
+                    m.out_set[marks] = False
+
+                self._data(unmark, _index_bytes(marks))
         if reset:
-            for box in _nest_boxes(I, J, U):
-                acc[_box_index(dst_b, box, dfo, dfi)] = 0
+            zidx = _nest_index(dst_b, I, J, U, dfo, dfi)
+
+            def zero(m: _Machine) -> None:
+                m.acc[zidx] = 0
+
+            self._data(zero, _index_bytes(zidx))
+            self.acc_bound[zidx] = 0.0
             return
+        lo_ = int(dst_b.min())
+        hi_ = int(dst_b.max()) + (I - 1) * int(dfo) + (J - 1) * int(dfi) + 1
+        if self.rec is not None:        # GEMM or ALU: the entries it may write
+            self._touch("acc", lo_, hi_)
+        if not gemm:
+            self.acc_bound[lo_:hi_] = float(1 << (self.acc_bits - 1))
         src_b = self.uop_src[bgn:end]
         sfo, sfi = c["src_factor_out"][i], c["src_factor_in"][i]
         if gemm:
-            self._gemm(I, J, dst_b, src_b, self.uop_wgt[bgn:end], dfo, dfi, sfo, sfi,
+            ops: list = []
+            self._gemm(ops, I, J, dst_b, src_b, self.uop_wgt[bgn:end], dfo, dfi, sfo, sfi,
                        c["wgt_factor_out"][i], c["wgt_factor_in"][i])
+            for fn, nb in ops:
+                self._data(fn, nb)
             return
         aop = c["alu_opcode"][i]
         imm = c["imm"][i]
         if clear and self.out_set is None:
-            self.out_set = np.zeros(cfg.ACC_DEPTH, dtype=bool)
-            self.out_val = np.zeros_like(acc)
+            def init_out(m: _Machine) -> None:
+                m.out_set = np.zeros(m.acc.shape[0], dtype=bool)
+                m.out_val = np.zeros_like(m.acc)
+
+            self._data(init_out)
         for box in _nest_boxes(I, J, U):
             dst = _box_index(dst_b, box, dfo, dfi)
             src = None if use_imm else _box_index(src_b, box, sfo, sfi)
-            self._alu_chunk(aop, dst, src, imm, clear)
+            self._data(self._alu_chunk(aop, dst, src, imm, clear),
+                       dst.nbytes + (0 if src is None else src.nbytes))
 
-    def _gemm(self, I: int, J: int, dst_b: np.ndarray, src_b: np.ndarray, wgt_b: np.ndarray,
-              dfo: int, dfi: int, sfo: int, sfi: int, wfo: int, wfi: int) -> None:
+    def _touch(self, pad: str, lo: int, hi: int) -> None:
+        """Recording: scratchpad ``pad`` may be written in entries ``[lo, hi)``."""
+        t = self.dirty.get(pad)
+        self.dirty[pad] = (lo, hi) if t is None else (min(t[0], lo), max(t[1], hi))
+
+    def _data(self, fn, nbytes: int = 0) -> None:
+        """Run the data work ``fn(machine)`` of an instruction; while a plan is recorded
+        (:class:`_Plan`), also append it (``nbytes``: about the bytes of index arrays it
+        holds)."""
+        fn(self)
+        if self.rec is not None:
+            self.rec.append(fn)
+            self.rec_bytes += nbytes
+
+    def _gemm(self, ops: list, I: int, J: int, dst_b: np.ndarray, src_b: np.ndarray,
+              wgt_b: np.ndarray, dfo: int, dfi: int, sfo: int, sfi: int, wfo: int,
+              wfi: int) -> None:
         """One GEMM loop nest (no reset): ``acc[dst] += inp[src] @ wgt[wgt]^T`` for every
-        iteration ``(i, j)`` and micro-op ``k``, exactly, wrapped at ACC_WIDTH.
+        iteration ``(i, j)`` and micro-op ``k``, exactly, wrapped at ACC_WIDTH.  Appends
+        to ``ops`` the data work (functions of the machine), all index arithmetic done
+        here, once.
 
         A GEMM only adds into the accumulator and never writes what it reads (INP, WGT), so
         the micro-ops commute and the nest is evaluated as dense matrix products:
@@ -779,12 +893,12 @@ class _Machine:
                 (J > 1 and wfi and J * U > _VIRT_MAX):
             if I > 1 and wfo:   # expand the outer loop in Python (huge virtual nest)
                 for ii in range(I):
-                    self._gemm(1, J, dst_b + ii * dfo, src_b + ii * sfo, wgt_b + ii * wfo,
-                               0, dfi, 0, sfi, 0, wfi)
+                    self._gemm(ops, 1, J, dst_b + ii * dfo, src_b + ii * sfo,
+                               wgt_b + ii * wfo, 0, dfi, 0, sfi, 0, wfi)
             else:
                 for jj in range(J):
-                    self._gemm(I, 1, dst_b + jj * dfi, src_b + jj * sfi, wgt_b + jj * wfi,
-                               dfo, 0, sfo, 0, wfo, 0)
+                    self._gemm(ops, I, 1, dst_b + jj * dfi, src_b + jj * sfi,
+                               wgt_b + jj * wfi, dfo, 0, sfo, 0, wfo, 0)
             return
         vd, vs, vw = dst_b, src_b, wgt_b
         rd = np.zeros(1, dtype=np.int64)
@@ -824,110 +938,152 @@ class _Machine:
             gid = np.cumsum(newg) - 1
             slot = gid * Kp + (np.arange(V) - starts[gid])
         B, BI, BO = self.cfg.BATCH, self.cfg.BLOCK_IN, self.cfg.BLOCK_OUT
-        wsel = vw[order]
-        if G * Kp == V:
+        wsel = _fast_index(vw[order])
+        fdt = self.fdt
+        padded = G * Kp != V
+        if not padded:
             ps = vs[order]
-            W = np.take(self.wgt_t, wsel, axis=0)
         else:   # padding: any valid source row times a zero weight
             ps = np.full(G * Kp, vs[order[0]], dtype=np.int64)
             ps[slot] = vs[order]
-            W = np.zeros((G * Kp, BI, BO), dtype=self.fdt)
-            W[slot] = np.take(self.wgt_t, wsel, axis=0)
         ps = ps.reshape(G, S, 1, Ks)
-        W = W.reshape(G, S, Ks * BI, BO)
-        acc, bits = self.acc, self.acc_bits
+        bits = self.acc_bits
+        # the wrap is the identity when no sum can leave the signed ACC_WIDTH range: every
+        # entry's bound plus its micro-ops' largest products
+        u, cnt = np.unique(vd, return_counts=True)
+        lo = int(u[0]) + int(rd.min())
+        if R == 1:
+            per = np.zeros(int(u[-1]) + 1 - int(u[0]), dtype=np.float64)
+            per[u - u[0]] = cnt
+        else:
+            per = np.bincount((u[:, None] + rd[None, :] - lo).reshape(-1),
+                              weights=np.repeat(cnt, R).astype(np.float64))
+        bound = self.acc_bound[lo:lo + per.size]
+        bound += per * float(BI * self.pmax)
+        wrap = float(bound.max()) > (1 << (bits - 1)) - 1
+        if wrap:
+            np.minimum(bound, float(1 << (bits - 1)), out=bound)
         gc = max(1, CHUNK // Kp)
+        chunks = []
         for g0 in range(0, G, gc):
             g1 = min(G, g0 + gc)
             ng = g1 - g0
+            # every group of the chunk reads the same sources (e.g. a 1x1 convolution's
+            # output-channel blocks): the sources are gathered once and broadcast over the
+            # groups' weights
+            shared = ng > 1 and bool((ps[g0:g1] == ps[g0]).all())
             rc = max(1, CHUNK // (ng * Kp))
-            Wg = W[g0:g1].reshape(ng * S, Ks * BI, BO)
+            items = []
             for r0 in range(0, R, rc):
                 r1 = min(R, r0 + rc)
                 nr = r1 - r0
-                x = np.take(self.inp, ps[g0:g1] + rs[None, None, r0:r1, None], axis=0)
-                # x: (ng, S, nr, Ks, B, BI)
-                if B > 1:
-                    x = x.transpose(0, 1, 2, 4, 3, 5)
-                x = x.reshape(ng * S, nr * B, Ks * BI)
-                p = np.matmul(x, Wg).astype(np.int64)                    # (ng*S, nr*B, BO)
-                p = p.reshape(ng, S, nr * B * BO)
-                p = p.sum(axis=1) if S > 1 else p[:, 0]
+                pg = ps[g0:g0 + 1] if shared else ps[g0:g1]
+                xi = pg + rs[None, None, r0:r1, None]       # (ng or 1, S, nr, Ks)
                 dst = (gd[g0:g1, None] + rd[None, r0:r1]).reshape(-1)
-                p = p.reshape(ng * nr, B, BO)
-                if (R == 1 and distinct) or self._unique(dst):
-                    acc[dst] = _wrap(acc[dst] + p, bits)
+                if (R == 1 and distinct) or _unique(dst):
+                    items.append((xi, nr, _fast_index(dst), None, None))
                 else:
                     o = np.argsort(dst, kind="stable")
                     sdst = dst[o]
                     first = np.flatnonzero(np.concatenate(([True], sdst[1:] != sdst[:-1])))
-                    u = sdst[first]
-                    acc[u] = _wrap(acc[u] + np.add.reduceat(p[o], first, axis=0), bits)
+                    items.append((xi, nr, _fast_index(sdst[first]), o, first))
+            chunks.append((g0, g1, ng, shared, items))
 
-    def _unique(self, dst: np.ndarray) -> bool:
-        if dst.size <= 1:
-            return True
-        return int(np.bincount(dst, minlength=1).max()) <= 1
+        def gemm(m: _Machine) -> None:
+            if not padded:
+                W = np.take(m.wgt_t, wsel, axis=0) if not isinstance(wsel, slice) \
+                    else m.wgt_t[wsel]
+            else:
+                W = np.zeros((G * Kp, BI, BO), dtype=fdt)
+                W[slot] = m.wgt_t[wsel] if isinstance(wsel, slice) \
+                    else np.take(m.wgt_t, wsel, axis=0)
+            W = W.reshape(G, S, Ks * BI, BO)
+            acc, inp = m.acc, m.inp
+            for g0, g1, ng, shared, items in chunks:
+                # shared: (ng, S, Ks*BI, BO), the sources broadcast over the groups
+                Wg = W[g0:g1] if shared else W[g0:g1].reshape(ng * S, Ks * BI, BO)
+                for xi, nr, dst, o, first in items:
+                    x = np.take(inp, xi, axis=0)                # (ng or 1, S, nr, Ks, B, BI)
+                    if B > 1:
+                        x = x.transpose(0, 1, 2, 4, 3, 5)
+                    if shared:
+                        x = x.reshape(1, S, nr * B, Ks * BI)
+                    else:
+                        x = x.reshape(ng * S, nr * B, Ks * BI)
+                    p = np.matmul(x, Wg).astype(np.int64)     # (ng*S or ng x S, nr*B, BO)
+                    p = p.reshape(ng, S, nr * B * BO)
+                    p = p.sum(axis=1) if S > 1 else p[:, 0]
+                    p = p.reshape(ng * nr, B, BO)
+                    if o is not None:
+                        p = np.add.reduceat(p[o], first, axis=0)
+                    if isinstance(dst, slice):
+                        v = acc[dst]
+                        v += p
+                        if wrap:
+                            _wrap_(v, bits)
+                    elif wrap:
+                        acc[dst] = _wrap(acc[dst] + p, bits)
+                    else:
+                        acc[dst] += p
 
-    def _alu_op(self, aop: int, a: np.ndarray, b, imm: int = 0) -> np.ndarray:
-        bits = self.acc_bits
-        if aop == AluOp.REQ:    # b: the tensor operand, or 0 with use_imm (hw.isa.req_imm)
-            shift, lo, hi, _ = req_fields(imm)
-            t = self._alu_op(AluOp.SHR, self._alu_op(AluOp.ADD, a, b), np.int64(shift))
-            return np.minimum(np.maximum(t, lo), hi)
-        if aop == AluOp.MIN:
-            return np.minimum(a, b)
-        if aop == AluOp.MAX:
-            return np.maximum(a, b)
-        if aop == AluOp.ADD:
-            return _wrap(a + b, bits)
-        if aop == AluOp.MUL:
-            return _wrap(a * b, bits)
-        # SHR: shift amount = low LOG_ACC_WIDTH+1 bits of b, read as signed
-        m = self.cfg.LOG_ACC_WIDTH + 1
-        b = np.asarray(b, dtype=np.int64)
-        s = ((b & ((1 << m) - 1)) ^ (1 << (m - 1))) - (1 << (m - 1))
-        right = a >> np.clip(s, 0, 63)
-        left = _wrap(a << np.clip(-s, 0, 63), bits)
-        return np.where(s >= 0, right, left)
-
-    def _put(self, dst: np.ndarray, res: np.ndarray, clear: bool) -> None:
-        """Write ALU results of distinct entries ``dst``: into ACC (OUT follows), or with
-        ``clear`` (a clearing REQ) into OUT alone, ACC set to 0."""
-        if clear:
-            self.out_val[dst] = res
-            self.out_set[dst] = True
-            self.acc[dst] = 0
-        else:
-            self.acc[dst] = res
+        nb = _index_bytes(wsel) + (slot.nbytes if padded else 0) + sum(
+            sum(_index_bytes(a) for a in it if isinstance(a, (np.ndarray, slice)))
+            for c in chunks for it in c[4])
+        ops.append((gemm, nb))
 
     def _alu_chunk(self, aop: int, dst: np.ndarray, src: np.ndarray | None, imm: int,
-                   clear: bool = False) -> None:
-        """One chunk of an ALU nest (``clear``: a clearing REQ, :meth:`_put`)."""
-        acc = self.acc
+                   clear: bool = False):
+        """The data work of one chunk of an ALU nest (``clear``: a clearing REQ,
+        :func:`_put`), as a function of the machine; the hazard analysis is done here.
+        A hazard-free chunk that writes ACC is an in-place step on ``acc[dst]``
+        (:func:`_alu_step`), marked so that :class:`_Plan` can fuse consecutive ones."""
+        bits, law = self.acc_bits, self.cfg.LOG_ACC_WIDTH
+        bimm = np.int64(0 if aop == AluOp.REQ else imm)
+
+        def f(a, b):
+            return _alu_eval(aop, a, b, imm, bits, law)
+
         if src is None:
-            b = np.int64(0 if aop == AluOp.REQ else imm)
-            if self._unique(dst):
-                self._put(dst, self._alu_op(aop, acc[dst], b, imm), clear)
-                return
+            if _unique(dst):
+                d = _fast_index(dst)
+                if not clear:
+                    return _alu_fused(d, [(_alu_step(aop, imm, True, bits, law), None)])
+
+                def put_imm(m: _Machine) -> None:
+                    _put(m, d, f(m.acc[d], bimm), clear)
+
+                return put_imm
             if aop in (AluOp.MIN, AluOp.MAX):
-                u = np.unique(dst)  # idempotent: once per entry
-                acc[u] = self._alu_op(aop, acc[u], b)
-                return
+                u = _fast_index(np.unique(dst))  # idempotent: once per entry
+
+                def minmax_imm(m: _Machine) -> None:
+                    m.acc[u] = f(m.acc[u], bimm)
+
+                return minmax_imm
             if aop in (AluOp.ADD, AluOp.MUL):
-                (np.add if aop == AluOp.ADD else np.multiply).at(acc, dst, b)
-                u = np.unique(dst)
-                acc[u] = _wrap(acc[u], self.acc_bits)
-                return
+                uf = np.add if aop == AluOp.ADD else np.multiply
+                u = _fast_index(np.unique(dst))
+
+                def at_imm(m: _Machine) -> None:
+                    uf.at(m.acc, dst, bimm)
+                    m.acc[u] = _wrap(m.acc[u], bits)
+
+                return at_imm
             prev = _prev_conflict(dst, None)
         else:
-            depth = acc.shape[0]
-            if self._unique(dst):
+            depth = self.cfg.ACC_DEPTH
+            if _unique(dst):
                 firstw = np.full(depth, dst.size, dtype=np.int64)
                 firstw[dst] = np.arange(dst.size, dtype=np.int64)
                 if not (firstw[src] < np.arange(dst.size, dtype=np.int64)).any():
-                    self._put(dst, self._alu_op(aop, acc[dst], acc[src], imm), clear)
-                    return
+                    d, s = _fast_index(dst), _fast_index(src)
+                    if not clear:
+                        return _alu_fused(d, [(_alu_step(aop, imm, False, bits, law), s)])
+
+                    def put_src(m: _Machine) -> None:
+                        _put(m, d, f(m.acc[d], m.acc[s]), clear)
+
+                    return put_src
             else:
                 written = np.zeros(depth, dtype=bool)
                 written[dst] = True
@@ -935,17 +1091,221 @@ class _Machine:
                                                       AluOp.MUL):
                     uf = {AluOp.MIN: np.minimum, AluOp.MAX: np.maximum, AluOp.ADD: np.add,
                           AluOp.MUL: np.multiply}[aop]
-                    uf.at(acc, dst, acc[src])
-                    if aop in (AluOp.ADD, AluOp.MUL):
-                        u = np.unique(dst)
-                        acc[u] = _wrap(acc[u], self.acc_bits)
-                    return
+                    u = _fast_index(np.unique(dst)) if aop in (AluOp.ADD, AluOp.MUL) \
+                        else None
+
+                    def at_src(m: _Machine) -> None:
+                        uf.at(m.acc, dst, m.acc[src])
+                        if u is not None:
+                            m.acc[u] = _wrap(m.acc[u], bits)
+
+                    return at_src
             prev = _prev_conflict(dst, src)
-        for a, b_ in _waves(prev):
-            d = dst[a:b_]
-            operand = (np.int64(0 if aop == AluOp.REQ else imm) if src is None
-                       else acc[src[a:b_]])
-            self._put(d, self._alu_op(aop, acc[d], operand, imm), clear)
+        waves = [(_fast_index(dst[a:b_]), None if src is None else _fast_index(src[a:b_]))
+                 for a, b_ in _waves(prev)]
+
+        def run_waves(m: _Machine) -> None:
+            acc = m.acc
+            for d, s in waves:
+                _put(m, d, f(acc[d], bimm if s is None else acc[s]), clear)
+
+        return run_waves
+
+
+def _same(x):
+    return x
+
+
+def _dram_view(dram: np.ndarray, base: int, y: int, xb: int, stride: int, *,
+               writeable: bool = False) -> np.ndarray:
+    """``y`` rows of ``xb`` bytes of ``dram`` from byte ``base``, ``stride`` bytes apart, as
+    a ``(y, xb)`` uint8 view (bounds already checked)."""
+    if dram.flags.c_contiguous:     # the ndarray constructor is far cheaper than as_strided
+        return np.ndarray((y, xb), np.uint8, dram, base, (stride, 1))
+    return np.lib.stride_tricks.as_strided(dram[base:], shape=(y, xb), strides=(stride, 1),
+                                           writeable=writeable)
+
+
+def _wrap_(v: np.ndarray, bits: int) -> None:
+    """:func:`_wrap` in place (``v``: int64)."""
+    t = _SIGNED.get(bits)
+    if t is not None:
+        np.copyto(v, v.astype(t))
+        return
+    v += np.int64(1 << (bits - 1))
+    v &= np.int64((1 << bits) - 1)
+    v -= np.int64(1 << (bits - 1))
+
+
+def _alu_step(aop: int, imm: int, use_imm: bool, bits: int, log_acc: int):
+    """The ALU operation as an in-place step ``g(v, b)``: ``v[...] = op(v, b)`` for the
+    int64 destination values ``v`` and the source values ``b`` (ignored with
+    ``use_imm``), exactly as :func:`_alu_eval`; accumulator values are always wrapped, so
+    REQ's add of 0 is the identity."""
+    if use_imm:
+        bi = np.int64(imm)
+        if aop == AluOp.MIN:
+            return lambda v, b: np.minimum(v, bi, out=v)
+        if aop == AluOp.MAX:
+            return lambda v, b: np.maximum(v, bi, out=v)
+        if aop in (AluOp.ADD, AluOp.MUL):
+            uf = np.add if aop == AluOp.ADD else np.multiply
+
+            def addmul(v, b):
+                uf(v, bi, out=v)
+                _wrap_(v, bits)
+
+            return addmul
+        if aop in (AluOp.SHR, AluOp.REQ):
+            mb = log_acc + 1
+            sh = req_fields(imm)[0] if aop == AluOp.REQ else imm
+            sh = ((sh & ((1 << mb) - 1)) ^ (1 << (mb - 1))) - (1 << (mb - 1))
+            if sh < 0:
+                k = np.int64(min(-sh, 63))
+
+                def shl(v, b):
+                    np.left_shift(v, k, out=v)
+                    _wrap_(v, bits)
+
+                shift = shl
+            else:
+                k = np.int64(min(sh, 63))
+
+                def shift(v, b):
+                    np.right_shift(v, k, out=v)
+
+            if aop == AluOp.SHR:
+                return shift
+            _, lo, hi, _ = req_fields(imm)
+            lo, hi = np.int64(lo), np.int64(hi)
+
+            def req(v, b):
+                shift(v, b)
+                np.maximum(v, lo, out=v)
+                np.minimum(v, hi, out=v)
+
+            return req
+    else:
+        if aop == AluOp.MIN:
+            return lambda v, b: np.minimum(v, b, out=v)
+        if aop == AluOp.MAX:
+            return lambda v, b: np.maximum(v, b, out=v)
+        if aop in (AluOp.ADD, AluOp.MUL):
+            uf = np.add if aop == AluOp.ADD else np.multiply
+
+            def addmul_src(v, b):
+                uf(v, b, out=v)
+                _wrap_(v, bits)
+
+            return addmul_src
+
+    def general(v, b):
+        v[...] = _alu_eval(aop, v, np.int64(0 if aop == AluOp.REQ else imm) if use_imm
+                           else b, imm, bits, log_acc)
+
+    return general
+
+
+def _alu_fused(d, steps: list):
+    """The data work of ALU steps ``(g, s)`` applied in order to the distinct accumulator
+    entries ``d`` (a slice: in place; an index array: gathered, then written back), each
+    reading its source ``acc[s]`` (None: immediate).  With a slice every step sees the
+    writes of the ones before it (ufuncs read overlapping operands as if copied first);
+    with an index array only the first step may read a source (:func:`_fuse_alu`)."""
+    if isinstance(d, slice):
+        def alu(m: _Machine) -> None:
+            acc = m.acc
+            v = acc[d]
+            for g, s in steps:
+                g(v, None if s is None else acc[s])
+    else:
+        def alu(m: _Machine) -> None:
+            acc = m.acc
+            v = acc[d]
+            for g, s in steps:
+                g(v, None if s is None else acc[s])
+            acc[d] = v
+    alu.fuse = (d, steps)
+    return alu
+
+
+def _same_index(a, b) -> bool:
+    if isinstance(a, slice) or isinstance(b, slice):
+        return isinstance(a, slice) and isinstance(b, slice) and a == b
+    return a is b or (a.shape == b.shape and bool(np.array_equal(a, b)))
+
+
+def _fuse_alu(ops: list) -> list:
+    """Merge runs of consecutive ALU steps on the same entries (:func:`_alu_fused`) into
+    one function each; the results are those of running them one after another."""
+    out: list = []
+    for fn in ops:
+        fu = getattr(fn, "fuse", None)
+        prev = getattr(out[-1], "fuse", None) if out else None
+        if fu is not None and prev is not None and _same_index(prev[0], fu[0]) and \
+                (isinstance(fu[0], slice) or all(s is None for _, s in fu[1])):
+            out[-1] = _alu_fused(prev[0], prev[1] + fu[1])
+        else:
+            out.append(fn)
+    return out
+
+
+def _unique(dst: np.ndarray) -> bool:
+    if dst.size <= 1:
+        return True
+    return int(np.bincount(dst, minlength=1).max()) <= 1
+
+
+def _fast_index(idx: np.ndarray):
+    """``idx`` as a ``slice`` when it is an ascending run of consecutive entries (basic
+    indexing, much faster than a gather), else unchanged."""
+    n = idx.size
+    if n and int(idx[-1]) - int(idx[0]) == n - 1 and (
+            n == 1 or bool((idx[1:] - idx[:-1] == 1).all())):
+        return slice(int(idx[0]), int(idx[0]) + n)
+    return idx
+
+
+def _nest_index(base: np.ndarray, I: int, J: int, U: int, f_out: int, f_in: int):
+    """Every index of a loop nest (execution order), as one array or a slice."""
+    idx = np.concatenate([_box_index(base, box, f_out, f_in) for box in _nest_boxes(I, J, U)])
+    return _fast_index(idx)
+
+
+def _put(m: _Machine, dst, res: np.ndarray, clear: bool) -> None:
+    """Write ALU results of distinct entries ``dst``: into ACC (OUT follows), or with
+    ``clear`` (a clearing REQ) into OUT alone, ACC set to 0."""
+    if clear:
+        m.out_val[dst] = res
+        m.out_set[dst] = True
+        m.acc[dst] = 0
+    else:
+        m.acc[dst] = res
+
+
+def _alu_eval(aop: int, a: np.ndarray, b, imm: int, bits: int, log_acc: int) -> np.ndarray:
+    """One ALU operation on int64 operands ``a`` (destination) and ``b`` (source or
+    immediate), wrapped at ``bits`` (ACC_WIDTH); ``log_acc``: LOG_ACC_WIDTH."""
+    if aop == AluOp.REQ:    # b: the tensor operand, or 0 with use_imm (hw.isa.req_imm)
+        shift, lo, hi, _ = req_fields(imm)
+        t = _alu_eval(AluOp.SHR, _alu_eval(AluOp.ADD, a, b, imm, bits, log_acc),
+                      np.int64(shift), imm, bits, log_acc)
+        return np.minimum(np.maximum(t, lo), hi)
+    if aop == AluOp.MIN:
+        return np.minimum(a, b)
+    if aop == AluOp.MAX:
+        return np.maximum(a, b)
+    if aop == AluOp.ADD:
+        return _wrap(a + b, bits)
+    if aop == AluOp.MUL:
+        return _wrap(a * b, bits)
+    # SHR: shift amount = low LOG_ACC_WIDTH+1 bits of b, read as signed
+    mb = log_acc + 1
+    b = np.asarray(b, dtype=np.int64)
+    s = ((b & ((1 << mb) - 1)) ^ (1 << (mb - 1))) - (1 << (mb - 1))
+    right = a >> np.clip(s, 0, 63)
+    left = _wrap(a << np.clip(-s, 0, 63), bits)
+    return np.where(s >= 0, right, left)
 
 
 # ---------------------------------------------------------------------------- public API
@@ -969,6 +1329,184 @@ def _blas_one_thread():
     return ctl.limit(limits=1, user_api="blas")
 
 
+class _Plan:
+    """A recorded run of one program: its data work in execution order (functions of the
+    machine, every index computed), its statistics and steps, and the micro-op bytes it
+    loaded.
+
+    Everything but the data is fixed by the instruction bytes, the regions, the DRAM
+    image's size and the micro-ops: the schedule (token queues, command queues), the
+    static checks, the computed indices and their bounds checks, the hazard analysis of
+    ALU nests, the GEMM grouping.  So a run of the same program (same key, see
+    :func:`_plan_key`) whose micro-op LOADs read the same bytes and whose watchdog allows
+    its steps replays the data work alone, in the recorded order: the results, the DRAM
+    writes and the statistics are those of the plain run.  A program whose STOREs may
+    write where its micro-op LOADs read is never recorded, nor one that failed.
+    """
+
+    __slots__ = ("ops", "stats", "steps", "uop_spans", "uop_bytes", "image_bytes", "dirty",
+                 "nbytes")
+
+    def __init__(self, m: _Machine):
+        self.dirty = tuple((k, lo, hi) for k, (lo, hi) in m.dirty.items())
+        self.image_bytes = m.dram.size     # a larger image holds every region as well
+        self.ops = _fuse_alu(m.rec)
+        self.stats = dict(m.stats)
+        self.steps = m.steps
+        self.uop_spans = _merge_spans(m.uop_spans)
+        self.uop_bytes = [m.dram[s:e].tobytes() for s, e in self.uop_spans]
+        self.nbytes = m.rec_bytes + sum(map(len, self.uop_bytes))
+
+    def matches(self, dram: np.ndarray, max_steps: int | None) -> bool:
+        """Whether a run of the plan's program on ``dram`` (1-D uint8) under watchdog
+        ``max_steps`` may replay it: the watchdog allows the recorded steps, the image is
+        no smaller and the micro-op bytes at the recorded spans are unchanged."""
+        if self.steps > (DEFAULT_MAX_STEPS if max_steps is None else int(max_steps)):
+            return False        # the plain run names the instruction the watchdog stops
+        if dram.size < self.image_bytes:
+            return False
+        for (s, e), b in zip(self.uop_spans, self.uop_bytes):
+            if dram[s:e].tobytes() != b:
+                return False
+        return True
+
+    def replay(self, m: _Machine, dram: np.ndarray) -> dict:
+        """Run the data work on ``m``'s zeroed scratchpads (zeroed again after, in the
+        entries the program may have written); returns the statistics."""
+        m.dram = dram
+        m.out_set = m.out_val = None
+        try:
+            with _blas_one_thread():
+                for fn in self.ops:
+                    fn(m)
+        finally:
+            m.dram = None
+            m.out_set = m.out_val = None
+            for k, lo, hi in self.dirty:
+                getattr(m, k)[lo:hi] = 0
+        return dict(self.stats)
+
+
+def _plan_key(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int, regions,
+              raw) -> tuple | None:
+    """The key of a program's :class:`_Plan`: its address, length, instruction bytes and
+    regions (None: not cacheable; the plain run then checks and reports whatever is
+    wrong)."""
+    if not isinstance(dram, np.ndarray) or dram.dtype != np.uint8 or dram.ndim != 1 or \
+            not dram.flags.writeable:
+        return None
+    if regions is None:
+        rk = None
+    elif isinstance(regions, Regions):
+        return None
+    else:
+        try:
+            rk = tuple((r.addr, r.nbytes) if isinstance(r, Buffer) else (int(r[0]), int(r[1]))
+                       for r in regions)
+        except (TypeError, ValueError, IndexError):
+            return None
+    insn_addr, insn_count = int(insn_addr), int(insn_count)
+    if raw is None:
+        end = insn_addr + INSN_BYTES * insn_count
+        if insn_count <= 0 or insn_addr < 0 or end > dram.size:
+            return None
+        code = dram[insn_addr:end].tobytes()
+    else:
+        code = b"ring" + raw.tobytes()
+    return (cfg, insn_addr, insn_count, rk, code)
+
+
+class _PlanCache:
+    """The plans of one device: per key (:func:`_plan_key`) up to ``variants`` plans (one
+    per set of micro-op bytes), the least recently used key evicted past ``size`` keys or
+    past ``max_bytes`` of recorded index arrays in all (a plan larger than that is not
+    kept).  ``hits``: replays run; ``records``: plans stored."""
+
+    def __init__(self, size: int = 1024, variants: int = 4, max_bytes: int = 1 << 30):
+        self.size, self.variants, self.max_bytes = size, variants, max_bytes
+        self.plans: OrderedDict = OrderedDict()     # key -> [_Plan], most recent first
+        self.nbytes = 0
+        self.pads: _Machine | None = None           # zeroed scratchpads for replays
+        self.hits = 0
+        self.records = 0
+
+    def find(self, key, dram: np.ndarray, max_steps: int | None) -> _Plan | None:
+        """The plan of ``key`` valid for a run on ``dram`` under watchdog ``max_steps``."""
+        ps = self.plans.get(key)
+        if ps is None:
+            return None
+        self.plans.move_to_end(key)
+        for k, p in enumerate(ps):
+            if p.matches(dram, max_steps):
+                if k:
+                    ps.insert(0, ps.pop(k))
+                return p
+        return None
+
+    def put(self, key, plan: _Plan) -> None:
+        """Store ``plan`` under ``key`` (a variant with the same micro-op bytes is
+        replaced)."""
+        if plan.nbytes > self.max_bytes:
+            return
+        ps = self.plans.setdefault(key, [])
+        self.plans.move_to_end(key)
+        for k, p in enumerate(ps):
+            if p.uop_spans == plan.uop_spans and p.uop_bytes == plan.uop_bytes:
+                self.nbytes -= ps.pop(k).nbytes
+                break
+        ps.insert(0, plan)
+        self.nbytes += plan.nbytes
+        while len(ps) > self.variants:
+            self.nbytes -= ps.pop().nbytes
+        while len(self.plans) > self.size or self.nbytes > self.max_bytes:
+            _, old = self.plans.popitem(last=False)
+            self.nbytes -= sum(p.nbytes for p in old)
+        self.records += 1
+
+    def clear(self) -> None:
+        """Drop every plan."""
+        self.plans.clear()
+        self.nbytes = 0
+
+    def scratch(self, cfg: VTAConfig) -> _Machine:
+        """The zeroed scratchpads that replays run on (made once per config)."""
+        pads = self.pads
+        if pads is None or pads.cfg != cfg:
+            pads = self.pads = _Machine.__new__(_Machine)
+            pads.cfg, pads.dry = cfg, False
+            pads._scratchpads()
+        return pads
+
+
+def _index_bytes(idx) -> int:
+    """Bytes of an index (an array; 0 for a slice)."""
+    return idx.nbytes if isinstance(idx, np.ndarray) else 0
+
+
+def _merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Byte intervals ``[s, e)`` sorted and merged (touching ones too)."""
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _spans_overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
+    if not a or not b:
+        return False
+    b = sorted(b)
+    ends = np.maximum.accumulate(np.array([e for _, e in b], dtype=np.int64))
+    starts = np.array([s for s, _ in b], dtype=np.int64)
+    for s, e in a:      # any b-span with start < e and end > s
+        k = int(np.searchsorted(starts, e, side="left"))
+        if k and int(ends[k - 1]) > s and e > s:
+            return True
+    return False
+
+
 def _run_machine(cfg, dram, insn_addr, insn_count, regions, *, dry, max_steps,
                  raw=None) -> _Machine:
     m = _Machine(cfg, dram, regions, dry=dry, max_steps=max_steps)
@@ -979,6 +1517,31 @@ def _run_machine(cfg, dram, insn_addr, insn_count, regions, *, dry, max_steps,
         with _blas_one_thread():
             m.run()
     return m
+
+
+def _run_planned(cfg, dram, insn_addr, insn_count, regions, *, max_steps, raw=None,
+                 plans: _PlanCache | None = None) -> dict:
+    """Run a program (not dry), replaying its :class:`_Plan` from ``plans`` when one is
+    valid for this run, else the plain run (recording a plan when it can); returns the
+    statistics dict.  Errors as :func:`simulate`."""
+    key = None
+    if plans is not None:
+        key = _plan_key(cfg, dram, insn_addr, insn_count, regions, raw)
+        if key is not None:
+            plan = plans.find(key, dram, max_steps)
+            if plan is not None:
+                plans.hits += 1
+                return plan.replay(plans.scratch(cfg), dram)
+    m = _Machine(cfg, dram, regions, dry=False, max_steps=max_steps)
+    if key is not None:
+        m.rec = []
+    m.load_program(insn_addr, insn_count, raw)
+    with _blas_one_thread():
+        m.run()
+    if key is not None and not _spans_overlap(m.uop_spans, m.store_spans):
+        plans.put(key, _Plan(m))
+    m.rec = None
+    return m.stats
 
 
 def simulate(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int, *,
@@ -1028,14 +1591,24 @@ class FsimDevice(Device):
     scratchpad ranges) are still found before anything executes; computed-index errors,
     deadlocks and unbalanced tokens are found when reached (DRAM may then be partly
     written by the program's own STOREs, inside its regions).
+
+    Args:
+        config: the core configuration.
+        mem_bytes: device memory the allocator may hand out, in bytes.
+        plans: replay repeated programs (see the module docstring, "Replay"; the
+            results, statistics and errors are those of :func:`simulate`); ``False``: every
+            run takes the plain path.  ``self.plans`` holds the cache (``hits``: replays
+            run; ``records``: plans stored; ``clear()``).
     """
 
     target = "fsim"
     checks_in_run = True
 
-    def __init__(self, config: VTAConfig, mem_bytes: int = 256 << 20):
+    def __init__(self, config: VTAConfig, mem_bytes: int = 256 << 20, *, plans: bool = True):
         super().__init__(config, mem_bytes)
         self.mem = np.zeros(1 << 16, dtype=np.uint8)
+        #: recorded runs of the programs launched here (:class:`_Plan`; None: no replay)
+        self.plans: _PlanCache | None = _PlanCache() if plans else None
 
     def _ensure(self, end: int) -> None:
         if end > self.mem.size:
@@ -1058,12 +1631,14 @@ class FsimDevice(Device):
             regions: Sequence[Buffer] | None = None, timeout_cycles: int | None = None
             ) -> RunResult:
         """Run a program in device memory (see :func:`simulate`; default regions: every live
-        buffer)."""
+        buffer).  A repeated program replays its recorded plan (``plans``), with the
+        results, statistics and errors of :func:`simulate`."""
         regs = self.buffers() if regions is None else list(regions)
         ends = [(r.end if isinstance(r, Buffer) else int(r[0]) + int(r[1])) for r in regs]
         self._ensure(max(ends, default=0))
-        return simulate(self.config, self.mem, insn_addr, insn_count, regions=regs,
-                        max_steps=timeout_cycles)
+        stats = _run_planned(self.config, self.mem, insn_addr, insn_count, regs,
+                             max_steps=timeout_cycles, plans=self.plans)
+        return RunResult(cycles=0, stats=dict(stats))
 
     # ------------------------------------------------------------------ streaming
     def stream_open(self) -> None:
@@ -1181,14 +1756,15 @@ class FsimDevice(Device):
         ends = [(r.end if isinstance(r, Buffer) else int(r[0]) + int(r[1])) for r in regs]
         self._ensure(max(ends + [ring.end]))
         try:
-            m = _run_machine(self.config, self.mem, ring.addr, self.config.INSN_RING,
-                             list(regs), dry=False, max_steps=timeout_cycles or tmo, raw=raw)
+            stats = _run_planned(self.config, self.mem, ring.addr, self.config.INSN_RING,
+                                 list(regs), max_steps=timeout_cycles or tmo, raw=raw,
+                                 plans=self.plans)
         except ProgramError as e:
             st["failed"] = f"segment {k}: {e}"
             raise type(e)(st["failed"]) from None
         st["head"] += raw.size // INSN_BYTES
         st["finish"] = k
-        return RunResult(cycles=0, stats=dict(m.stats))
+        return RunResult(cycles=0, stats=dict(stats))
 
 
 def _ring_session_extra(ring: Buffer) -> dict:
