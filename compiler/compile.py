@@ -39,7 +39,7 @@ from ..hw.config import VTAConfig, load_config
 from ..hw.isa import AluOp
 from ..runtime.artifact import CompiledModel, Step
 from .errors import CompileError
-from .ir import FLOAT_OPS, QUANT_OPS, REAL_OPS, Graph
+from .ir import FLOAT_OPS, LAYOUT_OPS, QUANT_OPS, REAL_OPS, Graph
 from .partition import Partition, partition
 from .passes import optimize
 from .quantize import QuantConfig, _Quantizer, calibrate, layer_errors
@@ -244,15 +244,18 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         from .onnx_frontend import _load
 
         model = _load(model)
-    fg = import_onnx(model)
-    sym = {i: t.shape for i, t in fg.types.items() if i in fg.inputs
-           and any(isinstance(d, str) for d in t.shape[1:])}
-    if sym:     # symbolic non-batch dims (an OCR model's [N,3,?,?]): take them from the data
-        arrs = calib if isinstance(calib, dict) else {fg.inputs[0]: calib}
-        shapes = {i: (None,) + tuple(np.asarray(arrs[i]).shape[1:]) for i in sym if i in arrs
-                  and np.asarray(arrs[i]).ndim == len(sym[i])}
-        if shapes:
-            fg = import_onnx(model, input_shapes=shapes)
+    from .dynamic import declared_input_shapes
+
+    # symbolic non-batch dims (an OCR model's [N,3,?,?], an audio model's [batch, sequence]):
+    # taken from the data, before the import, so that nodes typed by running them (control
+    # flow) run at the real sizes
+    arrs = calib if isinstance(calib, dict) else (
+        {next(iter(declared_input_shapes(model)), ""): calib} if isinstance(calib, np.ndarray) else {})
+    shapes = {i: (None,) + tuple(np.shape(arrs[i])[1:])
+              for i, dims in declared_input_shapes(model).items()
+              if None in dims[1:] and i in arrs and isinstance(arrs[i], np.ndarray)
+              and np.ndim(arrs[i]) == len(dims)}
+    fg = import_onnx(model, input_shapes=shapes) if shapes else import_onnx(model)
     if isinstance(calib, np.ndarray):
         if len(fg.inputs) != 1:
             raise CompileError(f"model has {len(fg.inputs)} inputs: calibration must be a dict")
@@ -339,6 +342,8 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
                          for n, why in more.items()})
 
     q = settle()
+    if _keep_layout_between_real(fg, keep):
+        q = settle()
     if feeds is not None and qc.min_layer_cosine > 0:
         thr = qc.min_layer_cosine
         bad = {n: c for n, c in layer_errors(fg, q, feeds).items()
@@ -346,12 +351,45 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
         if bad:
             keep.update({n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} "
                             f"< {thr} against float on calibration data)" for n, c in bad.items()})
+            _keep_layout_between_real(fg, keep)
             q = settle()
     rep = q.meta["quant_report"]
     for k, why in keep.items():
         rep.fallbacks.setdefault(k, why)
     # the reasons reach the placement table through the quantizer's report
     return q, partition(q, cfg)
+
+
+def _keep_layout_between_real(fg: Graph, keep: dict) -> bool:
+    """Add to ``keep`` (node -> reason) every layout op (reshape, flatten, transpose,
+    concat, pad, upsample) whose inputs come from real-valued nodes (kept float, or ONNX
+    nodes) and whose consumers are real-valued, directly or through other such layout ops:
+    in int8 it would only add a quantize / dequantize round trip between float CPU nodes.
+    The largest such set (candidates with a non-real neighbour are dropped until none
+    is).  Returns whether any node was added."""
+    prod = fg.producers()
+    cons = fg.consumers()
+    cand = {n.name for n in fg.nodes if n.op in LAYOUT_OPS and n.name not in keep}
+
+    def real(n) -> bool:
+        return n.op == "onnx" or n.name in keep or n.name in cand
+    nodes = [n for n in fg.nodes if n.name in cand]
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if n.name not in cand:
+                continue
+            ins = [prod.get(i) for i in n.inputs if i not in fg.constants]
+            users = [c for o in n.outputs for c in cons.get(o, [])]
+            if not (ins and users and all(p is not None and real(p) for p in ins)
+                    and all(real(c) for c in users)):
+                cand.discard(n.name)
+                changed = True
+    for n in nodes:
+        if n.name in cand:
+            keep[n.name] = "kept real-valued: a layout op between real-valued CPU nodes"
+    return bool(cand)
 
 
 def _error_feeds(fg: Graph, calib, fixed_batch: int | None, one_run: bool,

@@ -77,7 +77,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import REAL_OPS, Graph, Node, TensorType, qrange, storage_dtype, validate
+from .ir import LAYOUT_OPS, REAL_OPS, Graph, Node, TensorType, qrange, storage_dtype, validate
 from .requant import MULT_MAX, avg_reciprocal, mult_plan, requant_round
 from .reference import run_float, run_quantized
 
@@ -85,6 +85,9 @@ __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement",
            "compare", "calibrate", "exp_for_range", "choose_multiplier", "layer_errors"]
 
 INT32_MAX = (1 << 31) - 1
+#: ops ``keep_real`` may keep float: the float ops with a real-valued CPU form, and layout
+#: ops (data movement of whatever dtype) between two real-valued nodes
+KEEPABLE_OPS = REAL_OPS | LAYOUT_OPS
 
 
 @dataclass(frozen=True)
@@ -550,7 +553,7 @@ class _Quantizer:
 
         for n in fg.nodes:
             rule = REGISTRY[n.op].quantize if n.op in REGISTRY else None
-            if rule == "q_real" or (n.name in self.keep_real and n.op in REAL_OPS):
+            if rule == "q_real" or (n.name in self.keep_real and n.op in KEEPABLE_OPS):
                 self.q_real(n)
                 continue
             state = (len(self.q.nodes), set(self.q.types), dict(self.qname), dict(self.fname),
