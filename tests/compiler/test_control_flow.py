@@ -147,3 +147,28 @@ def test_scan_runs_on_onnxruntime():
     for name, w in zip(cm.outputs, want):
         assert out[name].shape == w.shape
         np.testing.assert_allclose(out[name], w, atol=0.05)
+
+
+def test_if_whose_branches_run_only_at_the_data_size():
+    """An audio model's ``[batch, sequence]`` input and an If whose branches reshape the
+    sequence to a fixed ``[8, 64]`` (silero-vad's decoder squeezes a dim that is 1 only at
+    its real size): typing the If at placeholder sizes cannot run it, so the model is
+    imported at the calibration data's shapes."""
+    def branch(tag, red):
+        return helper.make_graph([helper.make_node("Reshape", ["x", "shp"], [f"{tag}0"]),
+                                  helper.make_node(red, [f"{tag}0"], [tag], axes=[2], keepdims=0)],
+                                 tag, [], [_vi(tag, ["N", 8])])
+    nodes = [helper.make_node("Equal", ["sr", "k16"], ["cond"]),
+             helper.make_node("If", ["cond"], ["b"], then_branch=branch("t", "ReduceMax"),
+                              else_branch=branch("e", "ReduceMin")),
+             helper.make_node("Relu", ["b"], ["y"])]
+    m = _model(nodes, [_vi("x", ["N", "S"]), _vi("sr", [], TP.INT64)], [_vi("y", ["N", 8])],
+               {"k16": np.array(16000, np.int64), "shp": np.array([0, 8, 64], np.int64)},
+               opset=13)
+    calib = {"x": RNG.normal(size=(4, 512)).astype(np.float32), "sr": np.array(16000, np.int64)}
+    cm = compile_model(m, calib, "pynq")
+    for sr in (16000, 8000):
+        feeds = {"x": RNG.normal(size=(1, 512)).astype(np.float32), "sr": np.array(sr, np.int64)}
+        got = Executor(cm, FsimDevice(cm.config)).run(feeds)[cm.outputs[0]]
+        # the Relu after the If is int8 (an output step of 2**-5)
+        np.testing.assert_allclose(got, run_ort(m, feeds)[0], rtol=0, atol=0.05)
