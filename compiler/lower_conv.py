@@ -485,7 +485,7 @@ def channel_requant(cfg: VTAConfig, uid: str, attrs: dict, o: int):
     return attrs, (shifts, rounds)
 
 
-def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
+def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,  # noqa: C901
                attrs: dict, *, pre_pad: bool | None = None,
                im2col: bool | None = None, bias_load: bool = False,
                out_rows: int | None = None, tile_inp: bool = True,

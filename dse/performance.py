@@ -421,7 +421,7 @@ class CycleModel:
                         holds[i] = (rng[0], int(np.argmax(hit)), int(d.size))
         return {"eligible": eligible, "blocks": blocks, "holds": holds}
 
-    def _schedule(self, cols, module: np.ndarray, cost: np.ndarray,
+    def _schedule(self, cols, module: np.ndarray, cost: np.ndarray,  # noqa: C901
                   rd: np.ndarray | None = None, rows: Mapping[int, np.ndarray] | None = None,
                   trace: list | None = None, fetch_beats: int = 2, queue_depth: int = 512,
                   engine: Mapping | None = None) -> float:

@@ -1773,7 +1773,7 @@ def _ring_session_extra(ring: Buffer) -> dict:
             "driver_open": False}
 
 
-def _ring_register_methods():
+def _ring_register_methods():  # noqa: C901
     """The ring registers of :class:`FsimDevice` (``hw/regs.py`` "Streamed execution"
     and "Ring faults"): the host rings the doorbell itself.  fsim's fetch is instant (it
     reads every published slot at once, so ``RING_HEAD`` = ``RING_TAIL``); published

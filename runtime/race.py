@@ -74,7 +74,7 @@ def _loop_sets(cfg, insn: Insn, ud, us, uw):
             idx(uw, insn.wgt_factor_out, insn.wgt_factor_in), np.arange(b, e))
 
 
-def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
+def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int  # noqa: C901
                ) -> RaceReport:
     """Check from the encoded program alone that its result cannot depend on the schedule.
 
