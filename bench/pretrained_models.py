@@ -15,10 +15,11 @@ Prints per model: compile seconds, steps on VTA / CPU, the cosine of the first o
 onnxruntime float and the argmax agreement along its last axis (targets: >= 0.9), for the
 recogniser the CTC-decoded lines identical to float's (target >= 90 %), for the detector
 the IoU of its text pixels (probability > 0.3) with float's, and the fsim
-seconds of the VTA steps against onnxruntime's whole-model seconds per sample (target:
-<= 20x).  Figures, not a pass/fail test; a model that fails is printed with its error.
+seconds of the VTA steps against onnxruntime's whole-model seconds per sample (the first
+sample, which records fsim's replay plans, apart; the ratio is of the later samples'
+mean; target: <= 20x).  Figures, not a pass/fail test; a model that fails is printed with its error.
 
-Run: ``.venv/bin/python bench/pretrained_models.py [--models DIR] [--samples 2] [MODEL.onnx ...]``
+Run: ``.venv/bin/python bench/pretrained_models.py [--models DIR] [--samples 3] [MODEL.onnx ...]``
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ def run_one(path: Path, kind: str, samples: int) -> None:
     nv = sum(s.target == "vta" for s in cm.steps)
     ex = Executor(cm, FsimDevice(cm.config, mem_bytes=1 << 30))
     cos, agree, t_vta, t_ort, got_all, want_all = [], [], 0.0, 0.0, [], []
-    for xi in x:
+    t_first = 0.0
+    for k, xi in enumerate(x):
         xi = xi[None]
         t0 = time.perf_counter()
         want = sess.run(None, {inp.name: xi})[0]
@@ -127,8 +129,12 @@ def run_one(path: Path, kind: str, samples: int) -> None:
         t0 = time.perf_counter()
         got = ex.run(xi)[cm.outputs[0]]
         # the VTA steps (fsim, with their host packing): the run less the CPU steps' kernels
-        t_vta += time.perf_counter() - t0 - (sum(st.host_seconds for st in ex.stats.values())
-                                             - cpu0)
+        t_run = time.perf_counter() - t0 - (sum(st.host_seconds for st in ex.stats.values())
+                                            - cpu0)
+        if k == 0:
+            t_first = t_run     # the first sample records fsim's replay plans
+        else:
+            t_vta += t_run
         cos.append(_cos(got, want))
         if want.ndim >= 2:
             agree.append(float(np.mean(want.reshape(-1, want.shape[-1]).argmax(-1)
@@ -147,16 +153,18 @@ def run_one(path: Path, kind: str, samples: int) -> None:
         extra = f"  text-pixel IoU {np.sum(a & b) / max(np.sum(a | b), 1):.3f}"
         agree = []
     ag = f"{np.mean(agree):.3f}" if agree else "  n/a"
-    ratio = t_vta / max(t_ort, 1e-9)
+    n_warm = max(len(x) - 1, 1)
+    t_warm = t_vta / n_warm if len(x) > 1 else t_first
+    ratio = t_warm / max(t_ort / len(x), 1e-9)
     print(f"{path.name:<40} {t_comp:7.1f} {nv:>4}/{len(cm.steps) - nv:<4} {np.mean(cos):7.4f} "
-          f"{ag:>7} {t_vta / len(x):8.3f} {t_ort / len(x):8.4f} {ratio:7.1f}x{extra}")
+          f"{ag:>7} {t_first:8.3f} {t_warm:8.3f} {t_ort / len(x):8.4f} {ratio:7.1f}x{extra}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="*", type=Path)
     ap.add_argument("--models", dest="models_dir", type=Path, default=None)
-    ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--samples", type=int, default=3)
     a = ap.parse_args()
     todo = [(find_ocr_model(k), k) for k in ("cls", "rec", "det")]
     todo = [(p, k) for p, k in todo if p is not None]
@@ -165,7 +173,8 @@ def main() -> None:
         extra += sorted(a.models_dir.rglob("*.onnx"))
     todo += [(p, "other") for p in extra]
     print(f"{'model':<40} {'comp s':>7} {'VTA/CPU':>9} {'cosine':>7} {'argmax':>7} "
-          f"{'VTA s':>8} {'ort s':>8} {'ratio':>8}   (targets: cosine/argmax >= 0.9, ratio <= 20x)")
+          f"{'VTA s 1st':>8} {'VTA s':>8} {'ort s':>8} {'ratio':>8}   (targets: cosine/argmax "
+          f">= 0.9, ratio of a sample after the first <= 20x)")
     for p, k in todo:
         run_one(p, k, a.samples)
 
