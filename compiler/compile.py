@@ -42,7 +42,7 @@ from .errors import CompileError
 from .ir import FLOAT_OPS, LAYOUT_OPS, QUANT_OPS, REAL_OPS, Graph
 from .partition import Partition, partition
 from .passes import optimize
-from .quantize import QuantConfig, _Quantizer, calibrate, layer_errors
+from .quantize import QuantConfig, _Quantizer, bias_correct, calibrate, layer_errors
 from .onnx_frontend import import_onnx
 from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
@@ -270,7 +270,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         raise CompileError(f"{calib_label} must be an ndarray or a dict {{input name: "
                            f"ndarray}}, not {type(calib).__name__}")
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
-                                     min_layer_cosine=0.99, **quant_widths(cfg, fg))
+                                     min_layer_cosine=0.99, bias_correction=True,
+                                     **quant_widths(cfg, fg))
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
     if n_samples is None:
         qc = replace(qc, batch_size=1 << 62)
@@ -354,6 +355,11 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
             _keep_layout_between_real(fg, keep)
             q = settle()
     rep = q.meta["quant_report"]
+    if feeds is not None and qc.bias_correction:
+        fixed = bias_correct(fg, q, feeds)
+        if fixed:
+            rep.notes.append(f"bias correction: {sum(fixed.values())} channel(s) of "
+                             f"{len(fixed)} conv/dense layer(s)")
     for k, why in keep.items():
         rep.fallbacks.setdefault(k, why)
     # the reasons reach the placement table through the quantizer's report

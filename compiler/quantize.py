@@ -82,7 +82,8 @@ from .requant import MULT_MAX, avg_reciprocal, mult_plan, requant_round
 from .reference import run_float, run_quantized
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
-           "compare", "calibrate", "exp_for_range", "choose_multiplier", "layer_errors"]
+           "compare", "calibrate", "exp_for_range", "choose_multiplier", "layer_errors",
+           "bias_correct"]
 
 INT32_MAX = (1 << 31) - 1
 #: ops ``keep_real`` may keep float: the float ops with a real-valued CPU form, and layout
@@ -124,6 +125,9 @@ class QuantConfig:
             cosine against float, measured on calibration samples with float inputs
             (:func:`layer_errors`), is below this stays a float CPU node; 0 disables.
             ``compile_model``'s default QuantConfig uses 0.99.
+        bias_correction: empirical bias correction of int8 convs/denses on calibration
+            samples (:func:`bias_correct`; :func:`~.compile.quantize_placed`);
+            ``compile_model``'s default QuantConfig turns it on.
     Raises:
         CompileError: ``act_bits`` not 4, 8 or 16, ``wgt_bits`` not 4, 8 or 16,
             ``per_channel`` not one of auto / on / off.
@@ -138,6 +142,7 @@ class QuantConfig:
     wgt_bits: int = 8
     per_channel: str = "auto"
     min_layer_cosine: float = 0.0
+    bias_correction: bool = False
 
     def __post_init__(self) -> None:
         if self.per_channel not in ("auto", "on", "off"):
@@ -1116,4 +1121,75 @@ def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
             f = fenv[f_out].astype(np.float64).ravel()
             nf, nv = float(np.linalg.norm(f)), float(np.linalg.norm(v))
             out[n.name] = 1.0 if nf == nv == 0 else float(f @ v) / max(nf * nv, 1e-300)
+    return out
+
+
+def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray],
+                 min_samples: int = 32) -> dict[str, int]:
+    """Empirical bias correction, in place: for each int8 ``qconv2d`` / ``qdense`` (power-of-two
+    scales, ``mult`` 1), in graph order, the mean per output channel of its pre-activation
+    error -- its exact integer accumulator ``acc + bias`` at exp ``exp_in + exp_w[o]``
+    minus the float node's ``conv(x, w) + b`` on the float graph's own input -- is
+    subtracted from its int32 bias (rounded to the accumulator's grid).  Earlier layers'
+    corrections are in the integer inputs of later ones (the run is sequential), so each
+    layer also absorbs the mean shift its inputs' errors cause.  A channel is corrected
+    only where the calibration samples give at least ``min_samples`` output positions
+    (``N*H*W``).  Technique: Nagel et al., "Data-Free Quantization Through Weight
+    Equalization and Bias Correction" (ICCV 2019), the empirical variant.
+
+    Args:
+        float_graph: the float graph ``qgraph`` was quantized from (after ``optimize``).
+        qgraph: its quantized graph; bias constants are replaced (int32, same shape).
+        feeds: ``input name -> array``, calibration samples.
+    Returns:
+        ``node name -> number of channels whose bias changed``.
+    """
+    from ..runtime.cpu_float import REAL_OPS as FLOAT_KERNELS
+    from ..runtime.cpu_float import conv2d_nchw
+    from .reference import _bind, _float_node, _q_node
+
+    fenv = run_float(float_graph, feeds, keep_all=True)
+    fnodes = {n.name: n for n in float_graph.nodes}
+    env = _bind(qgraph, feeds)
+    out: dict[str, int] = {}
+    for node in qgraph.nodes:
+        ins = [env[i] for i in node.inputs]
+        fn = fnodes.get(node.name)
+        a = node.attrs
+        if (node.op in ("qconv2d", "qdense") and fn is not None and fn.op in ("conv2d", "dense")
+                and a.get("mult", 1) == 1 and "scale_out" not in a
+                and all(qgraph.types[i].scale is None for i in node.inputs)
+                and qgraph.types[node.inputs[0]].dtype == "int8" and fn.inputs[0] in fenv):
+            x, wq, bq = ins[0].astype(np.int64), ins[1].astype(np.int64), ins[2].astype(np.int64)
+            ex = qgraph.types[node.inputs[0]].exp
+            o = wq.shape[0]
+            ew = np.asarray(a["w_exps"] if "w_exps" in a else [qgraph.types[node.inputs[1]].exp] * o,
+                            np.float64)
+            wf = float_graph.constants[fn.inputs[1]].astype(np.float64)
+            bf = (float_graph.constants[fn.inputs[2]].astype(np.float64) if len(fn.inputs) > 2
+                  else np.zeros(o))
+            xf = fenv[fn.inputs[0]].astype(np.float64)
+            if node.op == "qconv2d":
+                sa = (a["strides"], a["pads"], a["groups"])
+                acc = np.rint(conv2d_nchw(x, wq, *sa)) + bq.reshape(1, -1, 1, 1)
+                real_f = conv2d_nchw(xf, wf, *sa) + bf.reshape(1, -1, 1, 1)
+                axes, scale = (0, 2, 3), (2.0 ** (ex + ew)).reshape(1, -1, 1, 1)
+            else:
+                acc = x.astype(np.float64) @ wq.T.astype(np.float64) + bq
+                real_f = xf @ wf.T + bf
+                axes, scale = (0,), (2.0 ** (ex + ew)).reshape(1, -1)
+            count = acc.size // o
+            if count >= min_samples:
+                err = (acc * scale - real_f).mean(axis=axes)
+                delta = np.rint(err / (2.0 ** (ex + ew))).astype(np.int64)
+                if np.any(delta):
+                    nb = np.clip(bq - delta, -(1 << 31), (1 << 31) - 1).astype(np.int32)
+                    qgraph.constants[node.inputs[2]] = nb
+                    ins[2] = nb
+                    out[node.name] = int(np.count_nonzero(delta))
+        if node.op == "onnx" or node.op in FLOAT_KERNELS:     # as run_quantized does
+            for o_, y in zip(node.outputs, _float_node(node, ins, qgraph)):
+                env[o_] = np.asarray(y)
+        else:
+            env[node.outputs[0]] = _q_node(node, ins, qgraph)
     return out
