@@ -16,6 +16,11 @@ import click
 from . import __version__
 
 
+#: click >= 8.2 raises this (a UsageError, exit 2) for a group called without a command;
+#: older clicks print the help and exit 0 themselves.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 class _Group(click.Group):
     """A click group that turns known exceptions into ``error: ...`` lines."""
 
@@ -27,6 +32,9 @@ class _Group(click.Group):
             rv = super().main(*args, **kwargs)
         except click.exceptions.Exit as e:
             sys.exit(e.exit_code)
+        except _NO_ARGS_IS_HELP as e:   # `vtaforge`, `vtaforge hw` (click >= 8.2): the help
+            click.echo(e.ctx.get_help())
+            sys.exit(0)
         except click.exceptions.Abort:
             click.echo("error: aborted", err=True)
             sys.exit(1)

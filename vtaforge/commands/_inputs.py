@@ -27,7 +27,8 @@ from typing import Any, Iterator
 
 import click
 
-__all__ = ["InputError", "read_array", "read_json", "check_json_lines", "read_config", "read_onnx", "OnnxInfo",
+__all__ = ["InputError", "check_regular", "read_array", "read_json", "check_json_lines",
+           "read_config", "read_onnx", "OnnxInfo",
            "read_artifact", "read_bundle", "check_arity", "compiling"]
 
 #: Operator domains a model's nodes may use: the ONNX standard ones (vtaforge's importer and
@@ -61,6 +62,32 @@ def _os_reason(e: OSError) -> str:
     return e.strerror or _one_line(e)
 
 
+#: The largest ONNX model read: protobuf refuses a message over 2 GiB (larger weights live in
+#: external data files, which onnx reads itself).
+MAX_ONNX_BYTES = 2 << 30
+
+
+def check_regular(path, what: str, exc: type[Exception] = InputError) -> None:
+    """Refuse an existing ``path`` that is not a regular file or a directory (a FIFO, a
+    device such as ``/dev/zero``, a socket) before anything opens it: opening a FIFO blocks
+    until a writer comes, and reading a device may never end.  A missing file or a directory
+    is left to the reader, whose message names it.
+
+    Raises:
+        exc: ``"<what> '<path>' is not a regular file (a FIFO or a device)"``.
+    """
+    import os
+    import stat
+
+    try:
+        mode = os.stat(str(path)).st_mode
+    except (OSError, ValueError):
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise exc(f"{what} {str(path)!r} is not a regular file (a FIFO or a device); give "
+                  f"a file")
+
+
 def read_array(path: str, what: str = "input"):
     """A ``.npy`` array, or for a ``.npz`` archive ``{name: array}`` (one array per model
     input, keyed by the input's name).
@@ -75,6 +102,7 @@ def read_array(path: str, what: str = "input"):
     """
     from ..runtime.npz import load_array
 
+    check_regular(path, what)
     return load_array(path, what, InputError)
 
 
@@ -89,6 +117,7 @@ def read_json(path: str, what: str) -> Any:
     import stat
 
     p = str(path)
+    check_regular(p, what)
     try:
         with open(p, "rb") as f:
             if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):    # /dev/zero, a FIFO
@@ -126,6 +155,10 @@ def check_json_lines(path: str, what: str, advice: str = "") -> None:
     p = Path(path)
     if not p.exists():
         return
+    check_regular(p, what)
+    if p.is_file() and p.stat().st_size > MAX_JSON_BYTES * 4:
+        raise InputError(f"{what} {str(p)!r} is larger than {MAX_JSON_BYTES * 4 >> 20} MiB; "
+                         f"not a cache vtaforge wrote{advice}")
     try:
         data = p.read_bytes()
     except OSError as e:
@@ -154,8 +187,10 @@ def read_config(spec: str | None):
         ConfigError: neither a preset nor a valid config file (one line naming the file and
             the key or the cause).
     """
-    from ..hw.config import load_config
+    from ..hw.config import ConfigError, load_config
 
+    if spec is not None:
+        check_regular(spec, "config file", ConfigError)
     return load_config(spec)
 
 
@@ -191,7 +226,12 @@ def read_onnx(path: str, what: str = "model") -> OnnxInfo:
             nor onnxruntime implements (named with its op type and domain).
     """
     p = str(path)
+    check_regular(p, what)
     try:
+        if Path(p).is_file() and Path(p).stat().st_size > MAX_ONNX_BYTES:
+            raise InputError(f"{what} {p!r} is larger than 2 GiB, the most an ONNX model "
+                             f"file can hold (protobuf's limit; larger weights go in "
+                             f"external data files)")
         data = Path(p).read_bytes()
     except OSError as e:
         raise InputError(f"cannot read {what} {p!r}: {_os_reason(e)}") from None
@@ -209,6 +249,8 @@ def read_onnx(path: str, what: str = "model") -> OnnxInfo:
                          f"{_one_line(e)})") from None
     if not m.HasField("graph") or len(m.graph.node) == 0:
         raise InputError(f"{what} {p!r} is not an ONNX model (no graph or no nodes)")
+    if len(m.graph.output) == 0:
+        raise InputError(f"{what} {p!r} has no graph outputs: nothing to compute")
     functions = {(f.domain, f.name) for f in m.functions}
     bad = list(_domain_nodes(m.graph, functions))
     if bad:
@@ -224,8 +266,9 @@ def read_onnx(path: str, what: str = "model") -> OnnxInfo:
 def read_artifact(path: str, config=None):
     """A ``.vtapkg`` (:func:`~vtaforge.runtime.artifact.load_artifact`; its errors are one
     line naming the file)."""
-    from ..runtime.artifact import load_artifact
+    from ..runtime.artifact import ArtifactError, load_artifact
 
+    check_regular(path, "artifact", ArtifactError)
     return load_artifact(path, config)
 
 
@@ -239,6 +282,7 @@ def read_bundle(path: str, config=None):
     from ..runtime.bundle import BundleError, load_bundle
     from ..runtime.npz import check_npz
 
+    check_regular(path, "bundle", BundleError)
     check_npz(path, "bundle", BundleError)
     return load_bundle(path, config=config)
 

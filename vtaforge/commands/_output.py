@@ -30,6 +30,8 @@ def check_output_path(path: str, option: str) -> None:
     Raises:
         OutputPathError: the message names the option, the path and the cause.
     """
+    if not str(path).strip():
+        raise OutputPathError(f"{option} {path!r}: the path is empty")
     p = Path(path)
     d = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
@@ -38,6 +40,10 @@ def check_output_path(path: str, option: str) -> None:
         raise OutputPathError(f"{option} {path!r}: directory {str(d)!r} does not exist")
     if not os.access(d, os.W_OK | os.X_OK):
         raise OutputPathError(f"{option} {path!r}: directory {str(d)!r} is not writable")
+    if p.exists() and not p.is_file():
+        raise OutputPathError(f"{option} {path!r} exists and is not a regular file (a FIFO "
+                              f"or a device): vtaforge writes a new file and renames it over "
+                              f"the path, which would replace it")
     if p.exists() and not os.access(p, os.W_OK):
         raise OutputPathError(f"{option} {path!r} exists and is not writable")
 

@@ -60,11 +60,11 @@ def _flow_error(e: Exception) -> click.ClickException:
 def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | None,
                 jobs: int) -> None:
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
-    from ..hw.config import load_config
     from ..hw.flow import FlowError, FlowWarning, board_spec, pl_clock, write_project
     from ..hw.parts import check_board_part
+    from ._inputs import read_config
 
-    cfg = load_config(spec)
+    cfg = read_config(spec)
     try:
         spec_b = board_spec(cfg, board)
         if board_part is not None:
@@ -117,8 +117,13 @@ def timing_cmd(report: str, as_json: bool) -> None:
     """Read a Vivado report_timing_summary REPORT; print met, WNS and fmax (exit 1 if not
     met)."""
     from ..hw.flow import FlowError, parse_timing_summary
+    from ._inputs import check_regular
 
+    check_regular(report, "timing report", _FlowFailure)
     try:
+        if Path(report).is_file() and Path(report).stat().st_size > (256 << 20):
+            raise _FlowFailure(f"{report!r} is larger than 256 MiB: not a Vivado timing "
+                               f"summary")
         text = Path(report).read_text()
     except OSError as e:
         raise _FlowFailure(f"cannot read {report!r}: {e.strerror or e}") from None
@@ -198,7 +203,14 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
     """Write a self-contained folder for one board: overlay, config, models, the vtaforge
     wheel, manifest.json (sha256s), run.sh, verify.py and a Jupyter notebook."""
     from ..deploy import DeployError, make_package, source_tree
+    from ._inputs import check_regular
 
+    for opt, paths in (("--bitstream", [bitstream]), ("--hwh", [hwh]), ("--model", models),
+                       ("--wheel", [wheel]), ("--bitstream-info", [bitstream_info]),
+                       ("--config", [spec])):
+        for p in paths:
+            if p is not None:
+                check_regular(p, opt, _DeployFailure)
     try:
         r = make_package(spec, bitstream, hwh, list(models), out_dir, wheel=wheel,
                          bitstream_info=bitstream_info, allow_unmet_timing=allow_unmet_timing)
@@ -236,6 +248,11 @@ def verify_cmd(package_dir) -> None:
     """Check every file of a package against its manifest.json (sha256, size)."""
     from ..deploy import DeployError, verify_package
 
+    from ._inputs import read_json
+
+    manifest = Path(package_dir) / "manifest.json"
+    if manifest.exists():       # not JSON, too deeply nested, a FIFO: one line
+        read_json(str(manifest), "package manifest")
     notes: list[str] = []
     try:
         m = verify_package(package_dir, notes)
@@ -269,8 +286,16 @@ def deploy_cmd(package_dir, host, run_input, model, remote_dir, out_dir, copy, s
                timeout_s) -> None:
     """Copy a package to a board over ssh, verify and install it there, optionally run a
     model on an input and fetch the output and the run's statistics."""
-    from ..deploy import DeployError, deploy
+    import math
 
+    from ..deploy import DeployError, deploy
+    from ._inputs import check_regular
+
+    if not math.isfinite(timeout_s):
+        raise click.BadParameter(f"{timeout_s} is not a finite number of seconds",
+                                 param_hint="'--timeout'")
+    if run_input is not None:
+        check_regular(run_input, "--run", _DeployFailure)
     try:
         r = deploy(package_dir, host, run_input=run_input, model=model, remote_dir=remote_dir,
                    out_dir=out_dir, copy=copy, sudo=sudo, timeout_s=timeout_s,

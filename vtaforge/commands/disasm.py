@@ -65,9 +65,10 @@ def disasm(file: str, config_spec: str, insn_addr: int | None, insn_count: int |
     an exec bundle .npz."""
     from ..hw.isa import INSN_BYTES, disassemble
     from ..runtime.bundle import BundleError
-    from ._inputs import read_bundle, read_config
+    from ._inputs import check_regular, read_bundle, read_config
 
     cfg = read_config(config_spec)
+    check_regular(file, "program", BundleError)
     try:
         with open(file, "rb") as f:
             is_zip = f.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC

@@ -123,17 +123,19 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         with_width_axis
     from ..hw.config import ConfigError
 
-    from ._inputs import check_json_lines, read_json
+    from ._inputs import check_json_lines, check_regular, read_json
     from ._output import check_output_path, progress_enabled
 
-    if out_file:
+    if out_file is not None:
         check_output_path(out_file, "-o/--out")
-    if cache_file:
+    if cache_file is not None:
         check_output_path(cache_file, "--cache")
-    if csv_file:
+    if csv_file is not None:
         check_output_path(csv_file, "--csv")
-    if plot_file:
+    if plot_file is not None:
         check_output_path(plot_file, "--plot")
+        if not str(plot_file).lower().endswith(".png"):
+            _fail(f"--plot {plot_file!r}: the plot is a PNG; the name must end in .png")
         try:    # before the sweep, not after it
             import matplotlib  # noqa: F401
         except ImportError:
@@ -142,6 +144,7 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         _fail(f"--within {within_pct} must be a finite percentage (>= 0)")
     # the JSON files through the input boundary first: one line for a file that is not
     # UTF-8 JSON or is nested too deeply, before the readers of dse/ see it
+    check_regular(base, "base config", click.ClickException)
     if space_spec != "default":
         read_json(space_spec, "space file")
     if timing_file:
@@ -184,6 +187,8 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             part = part or "xc7z020"
             space = default_space(base, part) if space_spec == "default" \
                 else Space.from_json(space_spec)
+        if widths_spec is not None and not widths_spec.strip(" ,"):
+            raise DSEError("--widths is empty; give operand widths such as 8,16,w4,a4,a4w4")
         if widths_spec is not None:
             space = with_width_axis(space, widths_spec)
         wls = parse_workloads(wl_spec, sz)
@@ -200,6 +205,13 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
         cache_file = str(out_file) + ".cache.jsonl"
     if cache_file:
         check_json_lines(cache_file, "DSE cache", "; delete it to start over")
+        from ..dse.search import ResultCache
+
+        try:    # a file that is not a cache: one line, before the sweep's first line
+            ResultCache(cache_file)
+        except ValueError as e:
+            _fail(str(e))
+            return
     nv = space.n_valid
     if nv == 0:
         _fail(f"no valid point: all {space.size} config(s) of the space are refused "

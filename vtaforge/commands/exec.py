@@ -36,7 +36,7 @@ def exec_cmd(bundle: str, config_spec: str, target: str, output: str | None,
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
     if trace is not None and target != "rtl":
         raise DeviceError(f"--trace writes a waveform of the rtl target only, not {target!r}")
-    if output:
+    if output is not None:
         check_output_path(output, "-o/--output")
     if trace is not None:
         check_output_path(trace, "--trace")

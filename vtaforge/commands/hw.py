@@ -25,6 +25,21 @@ def hw_group() -> None:
     """Generate and measure the VTA core's hardware."""
 
 
+#: Verilog-2005 reserved words (IEEE 1364-2005 annex B): not usable as a module name.
+_VERILOG_KEYWORDS = frozenset("""
+always and assign automatic begin buf bufif0 bufif1 case casex casez cell cmos config deassign
+default defparam design disable edge else end endcase endconfig endfunction endgenerate
+endmodule endprimitive endspecify endtable endtask event for force forever fork function
+generate genvar highz0 highz1 if ifnone incdir include initial inout input instance integer
+join large liblist library localparam macromodule medium module nand negedge nmos nor
+noshowcancelled not notif0 notif1 or output parameter pmos posedge primitive pull0 pull1
+pulldown pullup pulsestyle_onevent pulsestyle_ondetect rcmos real realtime reg release repeat
+rnmos rpmos rtran rtranif0 rtranif1 scalared showcancelled signed small specify specparam
+strong0 strong1 supply0 supply1 table task time tran tranif0 tranif1 tri tri0 tri1 triand
+trior trireg unsigned use uwire vectored wait wand weak0 weak1 while wire wor xnor xor
+""".split())
+
+
 @hw_group.command("verilog")
 @click.option("--config", "spec", default="pynq", show_default=True,
               help="preset name or vta_config.json file")
@@ -40,6 +55,11 @@ def verilog_cmd(spec: str, out_dir: str, name: str) -> None:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):  # before creating OUT
         raise click.BadParameter(f"{name!r} is not a Verilog identifier",
                                  param_hint="'--name'")
+    if name in _VERILOG_KEYWORDS:
+        raise click.BadParameter(f"{name!r} is a Verilog keyword, not a module name",
+                                 param_hint="'--name'")
+    if not out_dir.strip():
+        raise click.BadParameter("the output directory is empty", param_hint="'-o/--out'")
     cfg = read_config(spec)
     from ..hw.core import emit_verilog
     from ..hw.regs import c_header, regmap_json
@@ -106,6 +126,11 @@ def timing_cmd(spec: str, device: str, seed: int, timeout_s: float, workdir: str
     from ._output import progress_enabled, progress_ticker
     from ..hw.timing import TimingError, estimate_fmax, format_estimate
 
+    import math
+
+    if not math.isfinite(timeout_s):
+        raise click.BadParameter(f"{timeout_s} is not a finite number of seconds",
+                                 param_hint="'--timeout'")
     cfg = read_config(spec)
     if workdir is not None and Path(workdir).exists() and not Path(workdir).is_dir():
         raise click.BadParameter(f"{workdir!r} exists and is not a directory",

@@ -196,7 +196,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
     if model_path is None:
-        if input_paths or calib_path or output_path or memory_budget is not None:
+        if input_paths or calib_path or output_path is not None or memory_budget is not None:
             raise DeviceError("--input/--calibrate/--output/--memory-budget need --model")
         _main_job(config_spec or "pynq", target, progress_enabled(no_progress))
         return
@@ -205,13 +205,13 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if not input_paths:
         raise DeviceError("--model needs --input X.npy")
     if len(input_paths) > 1:
-        if output_path:
+        if output_path is not None:
             raise DeviceError(f"--output takes one --input; got {len(input_paths)}")
         _run_many(model_path, read_config(config_spec), calib_path, input_paths, target,
                   cache_size, memory_budget, progress_enabled(no_progress))
         return
     input_path = input_paths[0]
-    if output_path:
+    if output_path is not None:
         from ._output import check_output_path
 
         check_output_path(output_path, "--output")
