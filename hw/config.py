@@ -566,20 +566,7 @@ class VTAConfig:
         if len(data) > _MAX_CONFIG_BYTES:
             raise ConfigError(f"config file {str(p)!r} is larger than "
                               f"{_MAX_CONFIG_BYTES >> 20} MiB; not a vta_config.json")
-        try:
-            text = data.decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"config file {str(p)!r} is not a text file (byte "
-                              f"0x{data[e.start]:02x} at offset {e.start} is not UTF-8; JSON "
-                              f"is UTF-8 text)") from None
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"config file {str(p)!r} is not valid JSON: {e.msg} "
-                              f"(line {e.lineno})") from None
-        except RecursionError:
-            raise ConfigError(f"config file {str(p)!r} is nested too deeply to parse (arrays "
-                              f"or objects inside each other thousands of levels deep)") from None
+        d = decode_json(data, f"config file {str(p)!r}", ConfigError)
         try:
             return cls.from_dict(d)
         except ConfigError as e:
@@ -697,3 +684,25 @@ def load_config(spec: str | Path | VTAConfig | None = None) -> VTAConfig:
     if s.endswith(".json") or Path(s).exists():
         return VTAConfig.from_json_file(s)
     raise ConfigError(f"{s!r} is neither a preset ({', '.join(PRESETS)}) nor a config file")
+
+
+def decode_json(data: bytes, label: str, error: type[Exception] = ValueError):
+    """The JSON value of ``data`` (UTF-8, a BOM allowed), for the file named ``label``.
+
+    Raises:
+        error: (one line naming ``label``) not UTF-8 text (the offset of the first bad
+            byte), not JSON (message, line, column), or nested too deeply for the parser.
+    """
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise error(f"{label} is not a text file (byte 0x{data[e.start]:02x} at offset "
+                    f"{e.start} is not UTF-8; JSON is UTF-8 text)") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"{label} is not valid JSON: {e.msg} (line {e.lineno}, column "
+                    f"{e.colno})") from None
+    except RecursionError:
+        raise error(f"{label} is nested too deeply to parse (arrays or objects inside each "
+                    f"other thousands of levels deep)") from None

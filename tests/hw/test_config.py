@@ -358,7 +358,7 @@ def test_not_a_json_object():
 def test_bad_json_file(tmp_path):
     p = tmp_path / "broken.json"
     p.write_text('{"LOG_BATCH": 0,,}')
-    with pytest.raises(ConfigError, match=r"broken\.json.* is not valid JSON: .*\(line 1\)"):
+    with pytest.raises(ConfigError, match=r"broken\.json.* is not valid JSON: .*\(line 1, column \d+\)"):
         VTAConfig.from_json_file(p)
     with pytest.raises(ConfigError, match=r"is not valid JSON"):
         load_config(str(p))

@@ -128,19 +128,9 @@ def read_json(path: str, what: str) -> Any:
     if len(data) > MAX_JSON_BYTES:
         raise InputError(f"{what} {p!r} is larger than {MAX_JSON_BYTES >> 20} MiB; not a "
                          f"JSON file vtaforge reads")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{what} {p!r} is not a text file (byte 0x{data[e.start]:02x} at "
-                         f"offset {e.start} is not UTF-8; JSON is UTF-8 text)") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{what} {p!r} is not valid JSON: {e.msg} (line {e.lineno}, "
-                         f"column {e.colno})") from None
-    except RecursionError:
-        raise InputError(f"{what} {p!r} is nested too deeply to parse (arrays or objects "
-                         f"inside each other thousands of levels deep)") from None
+    from ..hw.config import decode_json
+
+    return decode_json(data, f"{what} {p!r}", InputError)
 
 
 def check_json_lines(path: str, what: str, advice: str = "") -> None:
