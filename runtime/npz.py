@@ -106,12 +106,8 @@ def load_npy(path: str | Path, what: str, error: type[Exception] = DeviceError) 
             except (ValueError, EOFError) as e:
                 msg = str(e).strip().splitlines()[0] if str(e).strip() else "truncated"
                 raise error(f"{what} {p!r} is damaged: {msg}") from None
-    except FileNotFoundError:
-        raise error(f"cannot read {what} {p!r}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"cannot read {what} {p!r}: it is a directory") from None
     except OSError as e:
-        raise error(f"cannot read {what} {p!r}: {e.strerror or e}") from None
+        raise error(f"cannot read {what} {p!r}: {os_reason(e)}") from None
 
 
 def load_array(path: str | Path, what: str, error: type[Exception] = DeviceError):
@@ -171,17 +167,23 @@ def _head(p: str, what: str, error: type[Exception]) -> bytes:
     try:
         with open(p, "rb") as f:
             return f.read(max(len(NPY_MAGIC), len(ZIP_MAGIC)))
-    except FileNotFoundError:
-        raise error(f"cannot read {what} {p!r}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"cannot read {what} {p!r}: it is a directory") from None
     except OSError as e:
-        raise error(f"cannot read {what} {p!r}: {e.strerror or e}") from None
+        raise error(f"cannot read {what} {p!r}: {os_reason(e)}") from None
 
 
 def _one_line(e: BaseException) -> str:
     s = str(e).strip()
     return s.splitlines()[0] if s else type(e).__name__
+
+
+def os_reason(e: OSError) -> str:
+    """Why a file could not be read, in a few words: ``"no such file"``, ``"it is a
+    directory"``, or the OS's reason."""
+    if isinstance(e, FileNotFoundError):
+        return "no such file"
+    if isinstance(e, IsADirectoryError):
+        return "it is a directory"
+    return e.strerror or _one_line(e)
 
 
 def open_npz(path: str | Path, what: str,

@@ -55,11 +55,9 @@ def _one_line(e: BaseException) -> str:
 
 
 def _os_reason(e: OSError) -> str:
-    if isinstance(e, FileNotFoundError):
-        return "no such file"
-    if isinstance(e, IsADirectoryError):
-        return "it is a directory"
-    return e.strerror or _one_line(e)
+    from ..runtime.npz import os_reason
+
+    return os_reason(e)
 
 
 #: The largest ONNX model read: protobuf refuses a message over 2 GiB (larger weights live in

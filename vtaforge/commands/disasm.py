@@ -24,7 +24,7 @@ def _read_raw(file: str):
     import numpy as np
 
     from ..runtime.bundle import BundleError
-    from ..runtime.npz import load_npy
+    from ..runtime.npz import load_npy, os_reason
 
     try:
         with open(file, "rb") as f:
@@ -36,12 +36,8 @@ def _read_raw(file: str):
             if head != _NPY_MAGIC:
                 f.seek(0)
                 return np.frombuffer(f.read(), dtype=np.uint8)
-    except FileNotFoundError:
-        raise BundleError(f"cannot read {file!r}: no such file") from None
-    except IsADirectoryError:
-        raise BundleError(f"cannot read {file!r}: it is a directory") from None
     except OSError as e:
-        raise BundleError(f"cannot read {file!r}: {e.strerror or e}") from None
+        raise BundleError(f"cannot read {file!r}: {os_reason(e)}") from None
     arr = load_npy(file, "program", BundleError)
     if arr.dtype != np.uint8 or arr.ndim != 1:
         raise BundleError(f"{file!r} is a .npy array of dtype {arr.dtype} and shape "
