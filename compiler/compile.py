@@ -295,7 +295,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
 
 
 def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
-                    max_rounds: int = 4, feeds: dict | None = None) -> tuple[Graph, Partition]:
+                    max_rounds: int = 4, feeds: dict | None = None,
+                    measured: dict | None = None) -> tuple[Graph, Partition]:
     """Quantize an optimized float graph with calibrated ``exps`` and partition it, keeping
     real-valued every node whose int8 form the partitioner would place on the CPU, or whose
     int8 form is measured too inexact.
@@ -314,7 +315,12 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     ``qc.min_layer_cosine > 0``, each integer node's local error is measured
     (:func:`~.quantize.layer_errors`: its output against the float node's, both fed the
     float graph's inputs) and a node below ``min_layer_cosine`` is kept real-valued on the
-    CPU too, its reason naming the measured cosine.
+    CPU too, its reason naming the measured cosine; with ``qc.bias_correction`` the int8
+    biases are corrected on them (:func:`~.quantize.bias_correct`).  ``q.meta["measured"]``
+    records both (``{"keep": {node: reason}, "bias": {node: int64 delta [O]}}``); passing
+    such a record as ``measured`` (and no ``feeds``) applies it instead of measuring: a
+    :class:`~.dynamic.DynamicModel` measures at its calibration shape and applies the result
+    at every shape it specialises (node names do not depend on the shape).
 
     Returns:
         ``(quantized graph, partition)``.
@@ -329,6 +335,8 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
         return q, partition(q, cfg)
     real_ok = {n.name for n in fg.nodes if n.op in REAL_OPS}
     keep: dict[str, str] = {}
+    if measured is not None:
+        keep.update({n: why for n, why in measured.get("keep", {}).items() if n in real_ok})
 
     def settle():
         for k in range(max_rounds + 1):
@@ -342,28 +350,55 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
             keep.update({n: f"kept real-valued: its int8 form runs on the CPU ({why})"
                          for n, why in more.items()})
 
+    _keep_layout_between_real(fg, keep)
     q = settle()
     if _keep_layout_between_real(fg, keep):
         q = settle()
+    err_keep: dict[str, str] = {}
     if feeds is not None and qc.min_layer_cosine > 0:
         thr = qc.min_layer_cosine
         bad = {n: c for n, c in layer_errors(fg, q, feeds).items()
                if c < thr and n in real_ok and n not in keep}
         if bad:
-            keep.update({n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} "
-                            f"< {thr} against float on calibration data)" for n, c in bad.items()})
+            err_keep = {n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} "
+                           f"< {thr} against float on calibration data)" for n, c in bad.items()}
+            keep.update(err_keep)
             _keep_layout_between_real(fg, keep)
             q = settle()
+    elif measured is not None:
+        err_keep = {n: keep[n] for n in measured.get("keep", {}) if n in keep}
     rep = q.meta["quant_report"]
+    deltas: dict = {}
     if feeds is not None and qc.bias_correction:
-        fixed = bias_correct(fg, q, feeds)
-        if fixed:
-            rep.notes.append(f"bias correction: {sum(fixed.values())} channel(s) of "
-                             f"{len(fixed)} conv/dense layer(s)")
+        bias_correct(fg, q, feeds, deltas=deltas)
+    elif measured is not None:
+        deltas = _apply_bias_deltas(q, measured.get("bias", {}))
+    if deltas:
+        rep.notes.append(f"bias correction: {sum(int(np.count_nonzero(d)) for d in deltas.values())} "
+                         f"channel(s) of {len(deltas)} conv/dense layer(s)")
+    q.meta["measured"] = {"keep": err_keep, "bias": deltas}
     for k, why in keep.items():
         rep.fallbacks.setdefault(k, why)
     # the reasons reach the placement table through the quantizer's report
     return q, partition(q, cfg)
+
+
+def _apply_bias_deltas(q: Graph, deltas: dict) -> dict:
+    """Subtract recorded bias corrections (``node -> int64 [O]``, :func:`quantize_placed`'s
+    ``measured``) from the int32 biases of the int8 conv/dense nodes of ``q`` of that name
+    and output-channel count; returns the ones applied."""
+    done = {}
+    for n in q.nodes:
+        d = deltas.get(n.name)
+        if d is None or n.op not in ("qconv2d", "qdense"):
+            continue
+        b = q.constants[n.inputs[2]]
+        if b.shape != np.shape(d):
+            continue
+        q.constants[n.inputs[2]] = np.clip(b.astype(np.int64) - d, -(1 << 31),
+                                           (1 << 31) - 1).astype(np.int32)
+        done[n.name] = np.asarray(d, np.int64)
+    return done
 
 
 def _keep_layout_between_real(fg: Graph, keep: dict) -> bool:
@@ -406,7 +441,12 @@ def _error_feeds(fg: Graph, calib, fixed_batch: int | None, one_run: bool,
     if one_run:
         return dict(data)
     k = n if fixed_batch is None else fixed_batch
-    return {i: np.asarray(v)[:k] for i, v in data.items()}
+
+    def batched(i) -> bool:     # inputs whose dim 0 is the batch (not a state or a scalar)
+        t = fg.types.get(i)
+        return t is not None and t.rank > 0 and (isinstance(t.shape[0], str)
+                                                  or t.shape[0] == fixed_batch)
+    return {i: np.asarray(v)[:k] if batched(i) else v for i, v in data.items()}
 
 
 def quant_widths(cfg: VTAConfig, fg: Graph | None = None) -> dict:

@@ -94,6 +94,9 @@ class DynamicModel:
     quant_config: QuantConfig
     fallback: bool = True
     _proto: object = field(default=None, repr=False)
+    #: the per-layer error fallbacks and bias corrections measured at the first calibration
+    #: shape (:func:`~.compile.quantize_placed`'s ``measured``), applied at every shape
+    measured: dict | None = field(default=None, repr=False)
 
     @property
     def symbolic(self) -> bool:
@@ -170,7 +173,8 @@ class DynamicModel:
             if missing:
                 raise CompileError(f"tensor(s) {missing[:4]} did not exist at the calibration "
                                    f"shape(s); calibrate at this size too")
-            q, part = quantize_placed(fg, self.exps, self.quant_config, self.config)
+            q, part = quantize_placed(fg, self.exps, self.quant_config, self.config,
+                                      measured=self.measured)
             cm = lower_graph(q, part, fallback=self.fallback, name=f"{self.name}@{tag}")
         except CompileError as e:
             raise CompileError(f"input shape {what}: {e}", node=e.node, op_type=e.op_type,
@@ -254,10 +258,12 @@ def compile_dynamic(model, calib_data, config=None, *,
         proto.CopyFrom(model)
     dims = declared_input_shapes(proto)
     inputs = list(dims)
-    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse")
+    qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
+                                     min_layer_cosine=0.99, bias_correction=True)
     name = proto.graph.name or "model"
     exps: dict = {}
     shapes = []
+    first = None        # (float graph, data, batch) of the first calibration shape
     for data, label in zip(*_calib_groups(inputs, calib_data, calib_label)):
         for i in (i for i in inputs if i in data):
             shp, want = tuple(np.shape(data[i])), dims[i]
@@ -288,5 +294,15 @@ def compile_dynamic(model, calib_data, config=None, *,
         for t, e in calibrate(fg, data, qk).items():
             exps[t] = max(e, exps.get(t, e))
         shapes.append(tuple(tuple(np.shape(data[i])[1:]) for i in inputs))
+        if first is None:
+            first = (fg, data, b0)
+    measured = None
+    if first is not None and (qc.min_layer_cosine > 0 or qc.bias_correction):
+        from .compile import _error_feeds, quantize_placed
+
+        fg, data, b0 = first
+        feeds = _error_feeds(fg, data, b0 if isinstance(b0, int) else None, False)
+        q, _ = quantize_placed(fg, exps, qc, cfg, feeds=feeds)
+        measured = q.meta.get("measured")
     return DynamicModel(cfg, name, inputs, dims, exps, shapes, time.perf_counter() - t0, qc,
-                        fallback, proto)
+                        fallback, proto, measured=measured)

@@ -1125,7 +1125,7 @@ def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
 
 
 def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray],
-                 min_samples: int = 32) -> dict[str, int]:
+                 min_samples: int = 32, deltas: dict | None = None) -> dict[str, int]:
     """Empirical bias correction, in place: for each int8 ``qconv2d`` / ``qdense`` (power-of-two
     scales, ``mult`` 1), in graph order, the mean per output channel of its pre-activation
     error -- its exact integer accumulator ``acc + bias`` at exp ``exp_in + exp_w[o]``
@@ -1141,6 +1141,7 @@ def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
         float_graph: the float graph ``qgraph`` was quantized from (after ``optimize``).
         qgraph: its quantized graph; bias constants are replaced (int32, same shape).
         feeds: ``input name -> array``, calibration samples.
+        deltas: if given, filled with ``node name -> int64 [O]``, the amounts subtracted.
     Returns:
         ``node name -> number of channels whose bias changed``.
     """
@@ -1187,6 +1188,8 @@ def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
                     qgraph.constants[node.inputs[2]] = nb
                     ins[2] = nb
                     out[node.name] = int(np.count_nonzero(delta))
+                    if deltas is not None:
+                        deltas[node.name] = delta
         if node.op == "onnx" or node.op in FLOAT_KERNELS:     # as run_quantized does
             for o_, y in zip(node.outputs, _float_node(node, ins, qgraph)):
                 env[o_] = np.asarray(y)
