@@ -222,11 +222,11 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         calib_data: calibration inputs (``ndarray`` or ``{input: ndarray}``, batch first).
         config: VTAConfig, preset name or JSON path (default ``pynq``).
         quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL,
-            calibration="mse", min_layer_cosine=0.99)`` (exact non-power-of-two QDQ scales
-            where the core has ALU MUL, nearest powers of two otherwise; per-channel weight
-            exps where they halve a layer's weight error; an int8 layer whose measured
-            cosine against float is below 0.99 stays a float CPU node) with the config's
-            widths (:func:`quant_widths`: int16
+            calibration="mse", min_layer_cosine=0.99, bias_correction=True)`` (exact
+            non-power-of-two QDQ scales where the core has ALU MUL, nearest powers of two
+            otherwise; per-channel weight exps where they halve a layer's weight error; an
+            int8 layer whose measured cosine against float is below 0.99 stays a float CPU
+            node; int8 biases corrected on calibration samples) with the config's widths (:func:`quant_widths`: int16
             activations / weights on a ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4 core, int4
             activations (the IR dtype ``int4``) on a ``LOG_INP_WIDTH`` 2 core, int4 weights
             on a ``LOG_WGT_WIDTH`` 2 core).
