@@ -14,7 +14,9 @@ samples from another seed than the evaluation samples.
 Prints per model: compile seconds, steps on VTA / CPU, the cosine of the first output to
 onnxruntime float and the argmax agreement along its last axis (targets: >= 0.9), for the
 recogniser the CTC-decoded lines identical to float's (target >= 90 %), for the detector
-the IoU of its text pixels (probability > 0.3) with float's, and the fsim
+the IoU of its text pixels (probability > 0.3) with float's, for a PicoDet detector (eight
+outputs) the float boxes (score > 0.3, NMS) matched by ours at IoU >= 0.5 (target >= 90 %),
+and the fsim
 seconds of the VTA steps against onnxruntime's whole-model seconds per sample (the first
 sample, which records fsim's replay plans, apart; the ratio is of the later samples'
 mean; target: <= 20x).  Figures, not a pass/fail test; a model that fails is printed with its error.
@@ -78,11 +80,52 @@ def _inputs(kind: str, inp, n: int, seed: int) -> np.ndarray:
         return preprocess_cls(lines, (3, 48, 192 if kind == "cls" else 320))
     if kind == "det":
         return np.stack([_page(rng) for _ in range(n)])
+    if kind == "picodet":       # a document page at the model's own size
+        dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        h, w = dims[2], dims[3]
+        return np.stack([np.pad(_page(rng, min(h, w)), ((0, 0), (0, h - min(h, w)),
+                                                        (0, w - min(h, w))), mode="edge")
+                         for _ in range(n)])
     dims = [d.dim_value if d.dim_value > 0 else None for d in inp.type.tensor_type.shape.dim]
     if inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
         return rng.integers(0, 257, size=(n,) + tuple(d or 1 for d in dims[1:])).astype(np.int32)
     c, h, w = (d or s for d, s in zip(dims[1:], (3, 224, 224)))
     return np.stack([_image(rng, c, h, w) for _ in range(n)])
+
+
+def _picodet_boxes(outs: list[np.ndarray], hw: tuple[int, int], thr: float = 0.3,
+                   nms: float = 0.6) -> list[tuple[int, float, np.ndarray]]:
+    """Boxes of a PicoDet (GFL) head: ``outs`` are its class maps ``[1, N_s, C]`` (sigmoid
+    scores) then its distance maps ``[1, N_s, 4*8]`` (8-bin distributions per side) for the
+    strides 8, 16, 32, 64; cells' centres ``(j + 0.5) * s``; score > ``thr``, per-class
+    NMS at IoU ``nms``.  Returns ``(class, score, [x0, y0, x1, y1])``."""
+    k = len(outs) // 2
+    cand = []
+    for cls, reg, s in zip(outs[:k], outs[k:], (8, 16, 32, 64)):
+        gw = -(-hw[1] // s)
+        n = cls.shape[1]
+        jj = np.arange(n)
+        cx, cy = (jj % gw + 0.5) * s, (jj // gw + 0.5) * s
+        r = reg.reshape(n, 4, -1).astype(np.float64)
+        r = np.exp(r - r.max(-1, keepdims=True))
+        d = (r / r.sum(-1, keepdims=True)) @ np.arange(r.shape[-1]) * s
+        box = np.stack([cx - d[:, 0], cy - d[:, 1], cx + d[:, 2], cy + d[:, 3]], 1)
+        sc = cls[0]
+        for i, c in zip(*np.nonzero(sc > thr)):
+            cand.append((int(c), float(sc[i, c]), box[i]))
+    cand.sort(key=lambda t: -t[1])
+    kept: list = []
+    for c, sc, b in cand:
+        if all(kc != c or _iou(b, kb) < nms for kc, _, kb in kept):
+            kept.append((c, sc, b))
+    return kept
+
+
+def _iou(a, b) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    u = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - w * h
+    return w * h / u if u > 0 else 0.0
 
 
 def _ctc(p: np.ndarray, chars: list[str]) -> list[str]:
@@ -120,14 +163,17 @@ def run_one(path: Path, kind: str, samples: int) -> None:
     ex = Executor(cm, FsimDevice(cm.config, mem_bytes=1 << 30))
     cos, agree, t_vta, t_ort, got_all, want_all = [], [], 0.0, 0.0, [], []
     t_first = 0.0
+    boxes: list = []
     for k, xi in enumerate(x):
         xi = xi[None]
         t0 = time.perf_counter()
-        want = sess.run(None, {inp.name: xi})[0]
+        want_d = sess.run(None, {inp.name: xi})
+        want = want_d[0]
         t_ort += time.perf_counter() - t0
         cpu0 = sum(st.host_seconds for st in ex.stats.values())
         t0 = time.perf_counter()
-        got = ex.run(xi)[cm.outputs[0]]
+        got_d = ex.run(xi)
+        got = got_d[cm.outputs[0]]
         # the VTA steps (fsim, with their host packing): the run less the CPU steps' kernels
         t_run = time.perf_counter() - t0 - (sum(st.host_seconds for st in ex.stats.values())
                                             - cpu0)
@@ -141,6 +187,12 @@ def run_one(path: Path, kind: str, samples: int) -> None:
                                        == got.reshape(-1, want.shape[-1]).argmax(-1))))
         got_all.append(got)
         want_all.append(want)
+        if kind == "picodet":
+            hw = xi.shape[2:]
+            fb = _picodet_boxes(want_d, hw)
+            qb = _picodet_boxes([got_d[o] for o in cm.outputs], hw)
+            boxes.append((len(fb), sum(any(c == qc and _iou(b, qb_) >= 0.5 for qc, _, qb_ in qb)
+                                       for c, _, b in fb), len(qb)))
     extra = ""
     if kind == "rec":
         meta = {p.key: p.value for p in m.metadata_props}
@@ -152,12 +204,22 @@ def run_one(path: Path, kind: str, samples: int) -> None:
         a, b = np.concatenate(want_all) > 0.3, np.concatenate(got_all) > 0.3
         extra = f"  text-pixel IoU {np.sum(a & b) / max(np.sum(a | b), 1):.3f}"
         agree = []
+    if kind == "picodet":
+        nf, nm, nq = (sum(b[i] for b in boxes) for i in range(3))
+        extra = f"  boxes: float {nf}, matched at IoU >= 0.5 {nm} ({nm / max(nf, 1):.0%}), ours {nq}"
     ag = f"{np.mean(agree):.3f}" if agree else "  n/a"
     n_warm = max(len(x) - 1, 1)
     t_warm = t_vta / n_warm if len(x) > 1 else t_first
     ratio = t_warm / max(t_ort / len(x), 1e-9)
     print(f"{path.name:<40} {t_comp:7.1f} {nv:>4}/{len(cm.steps) - nv:<4} {np.mean(cos):7.4f} "
           f"{ag:>7} {t_first:8.3f} {t_warm:8.3f} {t_ort / len(x):8.4f} {ratio:7.1f}x{extra}")
+
+
+def _is_picodet(path: Path) -> bool:
+    """Eight outputs: four class maps and four 32-channel distance maps (PicoDet's head)."""
+    outs = onnx.load(str(path), load_external_data=False).graph.output
+    last = [o.type.tensor_type.shape.dim[-1].dim_value for o in outs]
+    return len(outs) == 8 and last[4:] == [32] * 4
 
 
 def main() -> None:
@@ -171,7 +233,7 @@ def main() -> None:
     extra = list(a.models)
     if a.models_dir is not None:
         extra += sorted(a.models_dir.rglob("*.onnx"))
-    todo += [(p, "other") for p in extra]
+    todo += [(p, "picodet" if _is_picodet(p) else "other") for p in extra]
     print(f"{'model':<40} {'comp s':>7} {'VTA/CPU':>9} {'cosine':>7} {'argmax':>7} "
           f"{'VTA s 1st':>8} {'VTA s':>8} {'ort s':>8} {'ratio':>8}   (targets: cosine/argmax "
           f">= 0.9, ratio of a sample after the first <= 20x)")

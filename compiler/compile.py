@@ -434,13 +434,19 @@ def _keep_layout_between_real(fg: Graph, keep: dict) -> bool:
 
 
 def _error_feeds(fg: Graph, calib, fixed_batch: int | None, one_run: bool,
-                 n: int = 4) -> dict:
+                 n: int = 4) -> dict | list:
     """The calibration samples :func:`quantize_placed` measures layer errors on: the first
-    ``n`` (one batch of a fixed-batch model; all of static data calibrated in one run)."""
+    ``n`` (a fixed-batch model's first ``ceil(n / batch)`` batches, as a list of feeds; all
+    of static data calibrated in one run)."""
     data = calib if isinstance(calib, dict) else {fg.inputs[0]: calib}
     if one_run:
         return dict(data)
-    k = n if fixed_batch is None else fixed_batch
+    if fixed_batch is not None:
+        m = min(-(-n // fixed_batch), max(1, min(len(np.asarray(v)) for v in data.values())
+                                          // fixed_batch))
+        return [{i: np.asarray(v)[j * fixed_batch:(j + 1) * fixed_batch] for i, v in data.items()}
+                for j in range(m)]
+    k = n
 
     def batched(i) -> bool:     # inputs whose dim 0 is the batch (not a state or a scalar)
         t = fg.types.get(i)

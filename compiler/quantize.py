@@ -1080,7 +1080,7 @@ def compare(float_graph: Graph, qgraph: Graph, data, labels: np.ndarray | None =
 MEASURED_OPS = frozenset({"qconv2d", "qdense", "qadd", "qmul", "qavg_pool", "qrequant"})
 
 
-def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
+def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict | list
                  ) -> dict[str, float]:
     """The local quantization error of each integer node of :data:`MEASURED_OPS`: the
     cosine similarity between its dequantized output and the float node's output, both fed
@@ -1091,7 +1091,8 @@ def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
         float_graph: the float graph ``qgraph`` was quantized from (after ``optimize``).
         qgraph: its quantized graph (:func:`quantize`; ``meta["float_of"]`` maps integer
             tensors to the float tensors they hold).
-        feeds: ``input name -> array``, a few calibration samples.
+        feeds: ``input name -> array``, a few calibration samples, or a list of such
+            batches (a fixed-batch model's: the mean cosine over them).
     Returns:
         ``node name -> cosine`` in [-1, 1] (1 = no error) for each measured node whose
         inputs and output map to float tensors; an all-zero float output with a zero
@@ -1099,6 +1100,9 @@ def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
     """
     from .reference import _q_node     # the integer rule of one node
 
+    if isinstance(feeds, list):     # batches of a fixed-batch model: their mean cosine
+        per = [layer_errors(float_graph, qgraph, f) for f in feeds]
+        return {k: float(np.mean([p[k] for p in per if k in p])) for k in per[0]} if per else {}
     fenv = run_float(float_graph, feeds, keep_all=True)
     float_of = qgraph.meta.get("float_of", {})
     out: dict[str, float] = {}
@@ -1126,7 +1130,7 @@ def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
     return out
 
 
-def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray],
+def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict | list,
                  min_samples: int = 32, deltas: dict | None = None) -> dict[str, int]:
     """Empirical bias correction, in place: for each int8 ``qconv2d`` / ``qdense`` (power-of-two
     scales, ``mult`` 1), in graph order, the mean per output channel of its pre-activation
@@ -1142,7 +1146,8 @@ def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
     Args:
         float_graph: the float graph ``qgraph`` was quantized from (after ``optimize``).
         qgraph: its quantized graph; bias constants are replaced (int32, same shape).
-        feeds: ``input name -> array``, calibration samples.
+        feeds: ``input name -> array``, calibration samples, or a list of such batches (a
+            fixed-batch model's; the mean error is over all of them).
         deltas: if given, filled with ``node name -> int64 [O]``, the amounts subtracted.
     Returns:
         ``node name -> number of channels whose bias changed``.
@@ -1151,19 +1156,21 @@ def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
     from ..runtime.cpu_float import conv2d_nchw
     from .reference import _bind, _float_node, _q_node
 
-    fenv = run_float(float_graph, feeds, keep_all=True)
+    batches = feeds if isinstance(feeds, list) else [feeds]
+    fenvs = [run_float(float_graph, f, keep_all=True) for f in batches]
     fnodes = {n.name: n for n in float_graph.nodes}
-    env = _bind(qgraph, feeds)
+    envs = [_bind(qgraph, f) for f in batches]
     out: dict[str, int] = {}
     for node in qgraph.nodes:
-        ins = [env[i] for i in node.inputs]
         fn = fnodes.get(node.name)
         a = node.attrs
         if (node.op in ("qconv2d", "qdense") and fn is not None and fn.op in ("conv2d", "dense")
                 and a.get("mult", 1) == 1 and "scale_out" not in a
                 and all(qgraph.types[i].scale is None for i in node.inputs)
-                and qgraph.types[node.inputs[0]].dtype == "int8" and fn.inputs[0] in fenv):
-            x, wq, bq = ins[0].astype(np.int64), ins[1].astype(np.int64), ins[2].astype(np.int64)
+                and qgraph.types[node.inputs[0]].dtype == "int8"
+                and all(fn.inputs[0] in fe for fe in fenvs)):
+            wq = qgraph.constants[node.inputs[1]].astype(np.int64)
+            bq = qgraph.constants[node.inputs[2]].astype(np.int64)
             ex = qgraph.types[node.inputs[0]].exp
             o = wq.shape[0]
             ew = np.asarray(a["w_exps"] if "w_exps" in a else [qgraph.types[node.inputs[1]].exp] * o,
@@ -1171,30 +1178,33 @@ def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict[str, np.ndarray]
             wf = float_graph.constants[fn.inputs[1]].astype(np.float64)
             bf = (float_graph.constants[fn.inputs[2]].astype(np.float64) if len(fn.inputs) > 2
                   else np.zeros(o))
-            xf = fenv[fn.inputs[0]].astype(np.float64)
-            if node.op == "qconv2d":
-                sa = (a["strides"], a["pads"], a["groups"])
-                acc = np.rint(conv2d_nchw(x, wq, *sa)) + bq.reshape(1, -1, 1, 1)
-                real_f = conv2d_nchw(xf, wf, *sa) + bf.reshape(1, -1, 1, 1)
-                axes, scale = (0, 2, 3), (2.0 ** (ex + ew)).reshape(1, -1, 1, 1)
-            else:
-                acc = x.astype(np.float64) @ wq.T.astype(np.float64) + bq
-                real_f = xf @ wf.T + bf
-                axes, scale = (0,), (2.0 ** (ex + ew)).reshape(1, -1)
-            count = acc.size // o
+            err_sum, count = np.zeros(o), 0
+            for env, fenv in zip(envs, fenvs):
+                x, xf = env[node.inputs[0]].astype(np.int64), fenv[fn.inputs[0]].astype(np.float64)
+                if node.op == "qconv2d":
+                    sa = (a["strides"], a["pads"], a["groups"])
+                    acc = np.rint(conv2d_nchw(x, wq, *sa)) + bq.reshape(1, -1, 1, 1)
+                    real_f = conv2d_nchw(xf, wf, *sa) + bf.reshape(1, -1, 1, 1)
+                    axes, scale = (0, 2, 3), (2.0 ** (ex + ew)).reshape(1, -1, 1, 1)
+                else:
+                    acc = x.astype(np.float64) @ wq.T.astype(np.float64) + bq
+                    real_f = xf @ wf.T + bf
+                    axes, scale = (0,), (2.0 ** (ex + ew)).reshape(1, -1)
+                err_sum += (acc * scale - real_f).sum(axis=axes)
+                count += acc.size // o
             if count >= min_samples:
-                err = (acc * scale - real_f).mean(axis=axes)
-                delta = np.rint(err / (2.0 ** (ex + ew))).astype(np.int64)
+                delta = np.rint(err_sum / count / (2.0 ** (ex + ew))).astype(np.int64)
                 if np.any(delta):
-                    nb = np.clip(bq - delta, -(1 << 31), (1 << 31) - 1).astype(np.int32)
-                    qgraph.constants[node.inputs[2]] = nb
-                    ins[2] = nb
+                    qgraph.constants[node.inputs[2]] = np.clip(
+                        bq - delta, -(1 << 31), (1 << 31) - 1).astype(np.int32)
                     out[node.name] = int(np.count_nonzero(delta))
                     if deltas is not None:
                         deltas[node.name] = delta
-        if node.op == "onnx" or node.op in FLOAT_KERNELS:     # as run_quantized does
-            for o_, y in zip(node.outputs, _float_node(node, ins, qgraph)):
-                env[o_] = np.asarray(y)
-        else:
-            env[node.outputs[0]] = _q_node(node, ins, qgraph)
+        for env in envs:
+            ins = [env[i] for i in node.inputs]
+            if node.op == "onnx" or node.op in FLOAT_KERNELS:     # as run_quantized does
+                for o_, y in zip(node.outputs, _float_node(node, ins, qgraph)):
+                    env[o_] = np.asarray(y)
+            else:
+                env[node.outputs[0]] = _q_node(node, ins, qgraph)
     return out
