@@ -1275,6 +1275,11 @@ class _Importer:
     def op_Softmax(self, name, onode, ins, outs, attrs, err):
         x = self.g.types.get(self.name(ins[0]))
         axis = int(attrs.get("axis", -1 if self.opset >= 13 else 1))
+        if not -x.rank <= axis < x.rank:
+            e = err(f"axis {axis} is out of range for its rank-{x.rank} input (ONNX takes "
+                    f"[{-x.rank}, {x.rank - 1}])")
+            e.infeasible = True     # an invalid model (onnxruntime refuses it too)
+            raise e
         if axis < 0:
             axis += x.rank
         if self.opset < 13 and axis != x.rank - 1:

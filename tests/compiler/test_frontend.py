@@ -205,3 +205,20 @@ def test_dequantize_of_int8_weight_keeps_scale_hint():
     x = rand(3, 9)
     np.testing.assert_allclose(run_float(g, {"x": x})["y"], run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert 0.25 in g.meta["scale_hints"].values()
+
+
+@pytest.mark.parametrize("axis", [5, 2, -3])
+def test_softmax_axis_out_of_range_is_an_invalid_model(axis):
+    """Softmax axis outside [-rank, rank - 1]: onnxruntime refuses the model; the import
+    refuses it as an invalid model (no CPU fallback), naming node, op and axis."""
+    import onnxruntime as ort
+
+    m = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=axis, name="sm")],
+                   [("x", [1, 4])], [("y", [1, 4])])
+    with pytest.raises(Exception, match="axis"):
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(CompileError, match=rf"node 'sm' \(Softmax\): axis {axis} is out of "
+                                           r"range for its rank-2 input") as e:
+        import_onnx(m)
+    assert e.value.infeasible
+
