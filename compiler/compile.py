@@ -256,12 +256,17 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
               if None in dims[1:] and i in arrs and isinstance(arrs[i], np.ndarray)
               and np.ndim(arrs[i]) == len(dims)}
     fg = import_onnx(model, input_shapes=shapes) if shapes else import_onnx(model)
+    _check_zero_dims(fg, calib, calib_label)
     if isinstance(calib, np.ndarray):
         if len(fg.inputs) != 1:
             raise CompileError(f"model has {len(fg.inputs)} inputs: calibration must be a dict")
         t = fg.types[fg.inputs[0]]
         _check_calib(fg.inputs[0], t.shape, calib, calib_label, t.dtype)
-        n_samples = len(calib)
+        if t.rank == 0:
+            # a scalar input carries no batch: the array is the one sample, run as given
+            calib, n_samples = {fg.inputs[0]: calib}, None
+        else:
+            n_samples = len(calib)
     elif isinstance(calib, dict) and _one_static_sample(fg, calib):
         n_samples = None     # all inputs static, the data has exactly their shapes: one run
     elif isinstance(calib, dict):
@@ -509,6 +514,24 @@ def _check_calib_dict(fg, calib: dict, label: str) -> int:
     return next(iter(counts.values()))
 
 
+def _check_zero_dims(fg, calib, label: str) -> None:
+    """Refuse a model input declared with a fixed dimension of 0 (a zero-size tensor, such
+    as ``[0, 4]``): it carries no values to calibrate the quantizer on, and onnxruntime
+    takes no other size for it (a ``[1, 4]`` input is refused there as well).  Raises
+    CompileError naming the input, the zero dim and the data's shape."""
+    for k in fg.inputs:
+        shape = fg.types[k].shape
+        zero = [j for j, d in enumerate(shape) if isinstance(d, int) and d == 0]
+        if not zero:
+            continue
+        x = calib.get(k) if isinstance(calib, dict) else calib if len(fg.inputs) == 1 else None
+        got = (f"; {label} has shape {list(np.shape(x))}" if isinstance(x, np.ndarray)
+               and tuple(np.shape(x)) != tuple(shape) else "")
+        raise CompileError(f"model input {k!r} is declared {list(shape)}: dim {zero[0]} is 0 "
+                           f"(a zero-size tensor), which has no values to calibrate or run on "
+                           f"VTA{got}")
+
+
 def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data",
                  dtype: str = "float32") -> None:
     if dtype == "float32" and x.dtype.kind != "f":
@@ -523,8 +546,9 @@ def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data",
     if x.ndim != len(shape) or any(isinstance(d, int) and d != s
                                    for d, s in zip(shape[1:], x.shape[1:])):
         raise CompileError(f"{label} for {name!r} has shape {list(x.shape)}, expected "
-                           f"{list(shape)} (any number of samples first)")
-    if x.shape[0] == 0:
+                           + (f"{list(shape)} (any number of samples first)" if shape
+                              else "a scalar (shape [], one sample)"))
+    if x.ndim and x.shape[0] == 0:     # (a scalar input's array is its one sample)
         raise CompileError(f"{label} for {name!r} has no samples (shape {list(x.shape)})")
     if not np.isfinite(x).all():
         raise CompileError(f"{label} for {name!r} contains NaN or infinity "

@@ -621,6 +621,8 @@ def _infer_pad(node, ts, quant):
 def _infer_softmax(node, ts, quant):
     if ts[0].dtype != "float32":
         raise _err(node, f"softmax runs on float32, got {ts[0]}")
+    if not 0 <= node.attrs["axis"] < max(ts[0].rank, 1):
+        raise _err(node, f"axis {node.attrs['axis']} out of range for rank {ts[0].rank}")
     return [ts[0]]
 
 

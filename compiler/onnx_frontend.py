@@ -164,6 +164,23 @@ class _Importer:
         self.int_consts: dict[str, np.ndarray] = {}
         self.orig_consts: dict[str, np.ndarray] = {}  # float16 / float64 constants as given
 
+    def wrapper_model(self, graph, opsets=None):
+        """A one-node model around ``graph`` (folding, typing, an ``onnx`` CPU step): the
+        model's opsets and its model-local functions (``ModelProto.functions``, with the
+        opsets their bodies import), so that a node calling such a function still runs."""
+        from onnx import helper
+
+        ids = dict(self.opsets) if opsets is None else {
+            ("" if o.domain == "ai.onnx" else o.domain): o.version for o in opsets}
+        for f in self.model.functions:
+            for o in f.opset_import:
+                ids.setdefault("" if o.domain == "ai.onnx" else o.domain, o.version)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                    for d, v in ids.items()],
+                              functions=list(self.model.functions))
+        m.ir_version = self.model.ir_version
+        return m
+
     # -- values -----------------------------------------------------------------
     def name(self, v: str) -> str:
         while v in self.alias:
@@ -390,8 +407,7 @@ class _Importer:
             graph = helper.make_graph(
                 [node], "fold", [helper.make_value_info(k, TypeProto()) for k in feeds],
                 [helper.make_value_info(o, TypeProto()) for o in node.output if o])
-            fm = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
-                                                         for d, v in self.opsets.items()])
+            fm = self.wrapper_model(graph)
             vals = ReferenceEvaluator(fm).run(None, feeds)
         except Exception:  # noqa: BLE001 - the evaluator raises many types
             return False
@@ -735,9 +751,7 @@ class _Importer:
         # typing: shape inference with the constant inputs' values (data propagation)
         inits = [self.onnx.numpy_helper.from_array(np.asarray(self.const(v)), f)
                  for f, v in zip(feed_names, names) if self.const(v) is not None]
-        probe = helper.make_model(helper.make_graph([node], "probe", vis, [], inits),
-                                  opset_imports=opsets)
-        probe.ir_version = self.model.ir_version
+        probe = self.wrapper_model(helper.make_graph([node], "probe", vis, [], inits), opsets)
         failed = ""
         try:
             inferred = shape_inference.infer_shapes(probe, strict_mode=True, data_prop=True)
@@ -791,8 +805,7 @@ class _Importer:
         ovis = [helper.make_tensor_value_info(f"o{k}", _onnx_dtype(t.dtype), None if flow
                                               else list(t.shape))
                 for k, t in zip(out_slots, out_types)]
-        run_model = helper.make_model(helper.make_graph([node], op, vis, ovis), opset_imports=opsets)
-        run_model.ir_version = self.model.ir_version
+        run_model = self.wrapper_model(helper.make_graph([node], op, vis, ovis), opsets)
         dom = onode.domain or ""
         attrs = {"op_type": op, "domain": dom, "opset": int(self.opsets.get(dom if dom != "ai.onnx" else "", 1)),
                  "onnx_attrs": attrs_to_json(onode),
@@ -824,8 +837,7 @@ class _Importer:
         except ImportError:
             raise node_error(name, node.op_type, f"{why}; typing it needs onnxruntime") from None
         outs = [helper.make_value_info(f"o{k}", TypeProto()) for k, o in enumerate(node.output) if o]
-        m = helper.make_model(helper.make_graph([node], "probe", vis, outs), opset_imports=opsets)
-        m.ir_version = self.model.ir_version
+        m = self.wrapper_model(helper.make_graph([node], "probe", vis, outs), opsets)
         batch, sym = None, []
         for v in names:
             t = self.g.types[v]
@@ -1275,6 +1287,11 @@ class _Importer:
     def op_Softmax(self, name, onode, ins, outs, attrs, err):
         x = self.g.types.get(self.name(ins[0]))
         axis = int(attrs.get("axis", -1 if self.opset >= 13 else 1))
+        if not -x.rank <= axis < x.rank:
+            e = err(f"axis {axis} is out of range for its rank-{x.rank} input (ONNX takes "
+                    f"[{-x.rank}, {x.rank - 1}])")
+            e.infeasible = True     # an invalid model (onnxruntime refuses it too)
+            raise e
         if axis < 0:
             axis += x.rank
         if self.opset < 13 and axis != x.rank - 1:

@@ -45,6 +45,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -344,11 +345,21 @@ def judge(result: Result, cfg_clock_mhz: float, capacity: Mapping,
             "throughput_label": label, "feasible": not reasons, "reasons": reasons}
 
 
+#: The fields of a timing file's entry and what each must be.
+TIMING_FIELDS = {"slack_ns": "a finite number", "fmax_mhz": "a positive finite number",
+                 "source": "a string"}
+
+
 def load_timing(path: str | Path) -> dict:
-    """Read a timing file (see :func:`judge`).
+    """Read a timing file (see :func:`judge`): an object mapping a config fingerprint
+    (``"0x…"``, hex, normalized to ``0x%08x``) or a bitstream name to an entry with a
+    finite number ``slack_ns`` and / or a positive finite number ``fmax_mhz``, and an
+    optional string ``source``.
 
     Raises:
-        DSEError: unreadable, not JSON, or an entry without ``slack_ns``/``fmax_mhz``.
+        DSEError: unreadable, not JSON, a malformed fingerprint, an entry without
+            ``slack_ns``/``fmax_mhz``, an unknown field or a field of the wrong type (one
+            line naming the entry and the field).
     """
     p = Path(path)
     try:
@@ -361,11 +372,47 @@ def load_timing(path: str | Path) -> dict:
     if not isinstance(d, dict):
         raise DSEError(f"timing file {str(p)!r} must be an object: fingerprint -> "
                        f"{{\"slack_ns\": x}}")
+    out: dict = {}
     for k, v in d.items():
+        where = f"timing file {str(p)!r}: entry {k!r}"
+        key = k
+        if k[:2].lower() == "0x":
+            try:
+                fp = int(k, 16)
+            except ValueError:
+                fp = -1
+            if not 0 <= fp < 1 << 32:
+                raise DSEError(f"{where}: not a config fingerprint (0x and up to 8 hex digits)")
+            key = f"0x{fp:08x}"
         if not isinstance(v, dict) or not ({"slack_ns", "fmax_mhz"} & set(v)):
-            raise DSEError(f"timing file {str(p)!r}: entry {k!r} needs \"slack_ns\" or "
-                           f"\"fmax_mhz\"")
-    return d
+            raise DSEError(f"{where} needs \"slack_ns\" or \"fmax_mhz\"")
+        for f, x in v.items():
+            if f not in TIMING_FIELDS:
+                raise DSEError(f"{where}: unknown field {f!r} (fields: "
+                               f"{', '.join(TIMING_FIELDS)})")
+            if f == "source":
+                ok = isinstance(x, str)
+            else:
+                ok = isinstance(x, (int, float)) and not isinstance(x, bool) \
+                    and math.isfinite(x) and (f != "fmax_mhz" or x > 0)
+            if not ok:
+                raise DSEError(f"{where}: {f!r} must be {TIMING_FIELDS[f]}, not "
+                               f"{json.dumps(x)}")
+        if key in out:
+            raise DSEError(f"{where}: a second entry for fingerprint {key}")
+        out[key] = v
+    return out
+
+
+def unmatched_timing(timing: Mapping, points) -> list[str]:
+    """The keys of ``timing`` (:func:`load_timing`) that name none of ``points`` (valid
+    space points) by fingerprint or bitstream name: entries that apply to nothing."""
+    names = set()
+    for pt in points:
+        if pt.cfg is not None:
+            names.add(f"0x{pt.cfg.fingerprint:08x}")
+            names.add(pt.cfg.bitstream_name)
+    return [k for k in timing if k not in names]
 
 
 def known_parts() -> list[str]:

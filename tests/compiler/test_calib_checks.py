@@ -61,3 +61,34 @@ def test_window_geometry_shared_by_conv_and_pool():
     assert (g.ho, g.wo) == (10, 9)
     with pytest.raises(CompileError, match=r"t: pads \(16, 0, 0, 0\) exceed the LOAD pad"):
         lower_conv.window_geometry("t", (16, 7, 9), 32, (3, 3), (1, 1), (16, 0, 0, 0), 1, 16, 16)
+
+
+def test_scalar_input_model_compiles_with_its_cpu_steps():
+    """A rank-0 (scalar) input carries no batch: the array given is its one sample; the
+    model compiles (its element-wise node on the CPU) and runs like onnxruntime."""
+    from onnx import TensorProto
+
+    from _onnx_util import run_ort
+    from vtaforge.hw.config import preset
+    from vtaforge.runtime.bundle import make_device
+    from vtaforge.runtime.executor import Executor
+
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [])], [("y", [])])
+    assert m.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    cm = compile_model(m, np.array(0.5, np.float32), "pynq")
+    assert all(s.target == "cpu" for s in cm.steps)
+    ex = Executor(cm, make_device("fsim", preset("pynq")))
+    for v in (-2.0, 3.0):
+        x = np.array(v, np.float32)
+        np.testing.assert_array_equal(ex.run({"x": x})["y"], run_ort(m, {"x": x})[0])
+    with pytest.raises(CompileError, match=r"has shape \[1, 4\], expected a scalar"):
+        compile_model(m, np.ones((1, 4), np.float32), "pynq")
+
+
+@pytest.mark.parametrize("data", [np.ones((1, 4), np.float32), np.zeros((0, 4), np.float32)])
+def test_zero_size_input_dim_is_refused_naming_it(data):
+    """An input declared [0, 4] is a zero-size tensor: nothing to calibrate (onnxruntime
+    also refuses any other size for it); one CompileError naming the input and the dim."""
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [0, 4])], [("y", [0, 4])])
+    with pytest.raises(CompileError, match=r"model input 'x' is declared \[0, 4\]: dim 0 is 0"):
+        compile_model(m, data, "pynq")

@@ -205,3 +205,37 @@ def test_dequantize_of_int8_weight_keeps_scale_hint():
     x = rand(3, 9)
     np.testing.assert_allclose(run_float(g, {"x": x})["y"], run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert 0.25 in g.meta["scale_hints"].values()
+
+
+@pytest.mark.parametrize("axis", [5, 2, -3])
+def test_softmax_axis_out_of_range_is_an_invalid_model(axis):
+    """Softmax axis outside [-rank, rank - 1]: onnxruntime refuses the model; the import
+    refuses it as an invalid model (no CPU fallback), naming node, op and axis."""
+    import onnxruntime as ort
+
+    m = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=axis, name="sm")],
+                   [("x", [1, 4])], [("y", [1, 4])])
+    with pytest.raises(Exception, match="axis"):
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(CompileError, match=rf"node 'sm' \(Softmax\): axis {axis} is out of "
+                                           r"range for its rank-2 input") as e:
+        import_onnx(m)
+    assert e.value.infeasible
+
+
+def test_model_local_function_runs_on_the_cpu_like_onnxruntime():
+    """A node calling a model-local function (ModelProto.functions, its own domain) is an
+    ``onnx`` CPU step whose one-node model carries the functions and their opsets."""
+    fn = helper.make_function("local.ops", "AddRelu", ["a", "b"], ["c"],
+                              [helper.make_node("Add", ["a", "b"], ["t"]),
+                               helper.make_node("Relu", ["t"], ["c"])],
+                              [helper.make_opsetid("", 17)])
+    m = make_model([helper.make_node("AddRelu", ["x", "k"], ["y"], domain="local.ops")],
+                   [("x", [2, 4])], [("y", [2, 4])], {"k": rand(2, 4, seed=4)})
+    m.opset_import.append(helper.make_opsetid("local.ops", 1))
+    m.functions.append(fn)
+    g = import_onnx(m)
+    (node,) = g.nodes
+    assert node.op == "onnx" and g.types["y"].shape == (2, 4)
+    x = rand(2, 4, seed=5)
+    np.testing.assert_allclose(run_float(g, {"x": x})["y"], run_ort(m, {"x": x})[0], rtol=1e-6)

@@ -629,3 +629,39 @@ def test_space_overrides_name_real_fields():
         Space.from_dict({"base": "tiny", "overrides": {"LOG_WIDTH": 4}, "axes": {"LOG_BATCH": [0]}})
     with pytest.raises(SpaceError, match=r"key 'NOPE' is not a VTAConfig field$"):
         Space.from_dict({"base": "tiny", "overrides": {"NOPE": 1}, "axes": {"LOG_BATCH": [0]}})
+
+
+@pytest.mark.parametrize("entry,msg", [
+    ({"0x1234": {"slack_ns": "abc"}}, r"entry '0x1234': 'slack_ns' must be a finite number, "
+                                      r"not \"abc\""),
+    ({"0x1": {"slack_ns": float("nan")}}, r"'slack_ns' must be a finite number, not NaN"),
+    ({"0x1": {"fmax_mhz": 0}}, r"'fmax_mhz' must be a positive finite number, not 0"),
+    ({"0x1": {"fmax_mhz": True}}, r"'fmax_mhz' must be a positive finite number, not true"),
+    ({"0x1": {"slack_ns": 1, "source": 3}}, r"'source' must be a string, not 3"),
+    ({"0x1": {"slack_ns": 1, "slak": 2}}, r"unknown field 'slak'"),
+    ({"0xzz": {"slack_ns": 1}}, r"entry '0xzz': not a config fingerprint"),
+    ({"0x1": {"slack_ns": 1}, "0x00000001": {"slack_ns": 2}}, r"a second entry"),
+    ({"0x1": {"source": "x"}}, r"needs \"slack_ns\" or \"fmax_mhz\""),
+])
+def test_load_timing_refuses_malformed_entries(tmp_path, entry, msg):
+    from vtaforge.dse.evaluate import load_timing
+
+    (tmp_path / "t.json").write_text(json.dumps(entry))
+    with pytest.raises(DSEError, match=msg):
+        load_timing(tmp_path / "t.json")
+
+
+def test_load_timing_normalizes_fingerprints_and_notes_unmatched(tmp_path):
+    from vtaforge.dse.evaluate import load_timing, unmatched_timing
+
+    cfg = preset("tiny")
+    (tmp_path / "t.json").write_text(json.dumps({
+        hex(cfg.fingerprint).upper().replace("X", "x"): {"slack_ns": -1},
+        "0x1234": {"fmax_mhz": 50, "source": "vivado"}, cfg.bitstream_name: {"slack_ns": 1}}))
+    t = load_timing(tmp_path / "t.json")
+    assert f"0x{cfg.fingerprint:08x}" in t and "0x00001234" in t
+    assert unmatched_timing(t, [Point({}, cfg)]) == ["0x00001234"]
+    r = CliRunner().invoke(main, ["dse", "run", "--no-progress", "--size", "7", "--workloads",
+                                  "resnet18-c2", "--timing", str(tmp_path / "t.json")])
+    assert r.exit_code == 0, r.output
+    assert "apply to nothing" in r.stderr

@@ -328,6 +328,8 @@ def make_files(d: Path) -> dict[str, str]:
     # artifacts
     relu_cm = compile_model(str(d / "relu.onnx"), x, cfg)
     save_artifact(relu_cm, d / "relu.vtapkg")
+    save_artifact(compile_model(str(d / "rank0.onnx"), np.array(0.5, np.float32),
+                                cfg), d / "rank0.vtapkg")
     raw = (d / "relu.vtapkg").read_bytes()
     (d / "relu_trunc.vtapkg").write_bytes(raw[: len(raw) // 2])
     (d / "relu_vtapkg.onnx").write_bytes(raw)
@@ -485,7 +487,13 @@ CASES: list[tuple[str, str, str]] = [
         "opset99_onnx", "if_missing_branch_onnx", "nonodes_onnx", "cycle_onnx",
         "unknown_op_onnx", "custom_sub_onnx", "string_in_onnx", "ext_missing_onnx",
         "bad_raw_onnx", "fifo_onnx", "zero_onnx", "sparse_onnx", "adir_onnx",
-        "relu_vtapkg_onnx", "prototxt_onnx", "loop_onnx", "rank0_onnx", "zero_dim_onnx")],
+        "relu_vtapkg_onnx", "prototxt_onnx", "loop_onnx", "zero_dim_onnx")],
+    # a scalar input (onnxruntime runs it): its random calibration value is the one sample
+    ("compile-model-rank0", "compile {rank0_onnx} -o {d}/r0.vtapkg", "rank0_pkg"),
+    ("run-model-rank0-scalar", "run --no-progress --model {rank0_onnx} --input {x0d_npy} "
+                               "--output {d}/y_r0.npy", "ort_rank0"),
+    ("run-pkg-rank0-scalar", "run --no-progress --model {rank0_vtapkg} --input {x0d_npy} "
+                             "--output {d}/y_r0p.npy", "ort_rank0_pkg"),
     *[(f"compile-calib-{k}", f"compile {R} -o {{d}}/m.vtapkg --calibrate {{{k}}}", "error")
       for k in ("x15_npy", "x04_npy", "x14_inf_npy", "x14_allnan_npy", "fifo_npy", "zero_npy",
                 "v9_npy", "x14_dt64_npy")],
@@ -720,20 +728,7 @@ CASES: list[tuple[str, str, str]] = [
 ]
 
 #: Cases that fail today (``id: reason``); a test of each is ``xfail(strict=True)``.
-XFAIL: dict[str, str] = {
-    "run-model-zero_dim_onnx": "a declared input dimension 0 is a ZeroDivisionError in the "
-                               "compiler (internal error, exit 3)",
-    "run-model-softmax_axis_onnx": "Softmax axis=5 on a rank-2 input is a numpy AxisError in "
-                                   "the compiler (internal error, exit 3)",
-    "compile-model-rank0_onnx": "a rank-0 (scalar) model input is an IndexError in compile's "
-                                "default calibration (internal error, exit 3)",
-    "run-model-local-function": "a model-local ONNX function (domain local.ops) that "
-                                "onnxruntime runs is refused: 'onnxruntime cannot load the "
-                                "model: local.ops:MyRelu(-1) is not a registered function/op' "
-                                "(exit 2; the CPU step's model loses the functions)",
-    "dse-timing-badval": "dse/evaluate.load_timing accepts {'slack_ns': 'abc'} silently (exit "
-                         "0); a malformed entry is not refused",
-}
+XFAIL: dict[str, str] = {}
 
 
 # ----------------------------------------------------------------------------- checks
@@ -790,6 +785,13 @@ def _compile_ok(files, stdout):
     assert cm.inputs == ["x"] or list(cm.inputs) == ["x"], cm.inputs
 
 
+def _rank0_pkg(files, stdout):
+    from vtaforge.runtime.artifact import load_artifact
+
+    cm = load_artifact(f"{files['d']}/r0.vtapkg")
+    assert list(cm.inputs) == ["x"] and cm.types["x"][1] == (), cm.types
+
+
 def _profile_ok(files, stdout):
     prof = json.loads(Path(f"{files['d']}/prof.json").read_text())
     assert prof, "empty profile"
@@ -815,6 +817,9 @@ CHECKS = {
     "either_f16": _ort_check("f16_onnx", "x14_f16_npy", "y_f16.npy"),
     "ort_f64": _ort_check("f64_onnx", "x14_f64_npy", "y_f64.npy"),
     "ort_gemm": _ort_check("gemm_onnx", "x14_npy", "y_gemm.npy"),
+    "rank0_pkg": _rank0_pkg,
+    "ort_rank0": _ort_check("rank0_onnx", "x0d_npy", "y_r0.npy"),
+    "ort_rank0_pkg": _ort_check("rank0_onnx", "x0d_npy", "y_r0p.npy"),
     "ort_conv": _ort_check("conv_onnx", "x1188_npy", "y_conv.npy"),
     "either_relu_x4": _relu_check("x4_npy", "y_x4.npy"),
     "ort_relu_x24": _ort_check("relu_dyn_onnx", "x24_npy", "y_x24.npy"),

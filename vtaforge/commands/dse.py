@@ -222,6 +222,15 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
     click.echo(f"dse: {n} {what} of {space.size} ({nv} valid, {100 * nv / space.size:.0f} %) "
                f"x {len(wls)} workloads ({', '.join(w.name for w in wls)}), part {part}"
                + (f", board {board}" if board else ""), err=True)
+    if timing:
+        from ..dse.evaluate import unmatched_timing
+
+        odd = unmatched_timing(timing, (p for p in space.grid() if p.valid))
+        if odd:
+            more = f" (and {len(odd) - 5} more)" if len(odd) > 5 else ""
+            click.echo(f"dse: note: --timing entries naming no point of the space (by "
+                       f"fingerprint or bitstream name) apply to nothing: "
+                       f"{', '.join(odd[:5])}{more}", err=True)
     stats = SearchStats()
     vsec = None
     floor = None if accuracy_floor is None else accuracy_floor / 100.0
