@@ -358,8 +358,9 @@ def load_timing(path: str | Path) -> dict:
 
     Raises:
         DSEError: unreadable, not JSON, a malformed fingerprint, an entry without
-            ``slack_ns``/``fmax_mhz``, an unknown field or a field of the wrong type (one
-            line naming the entry and the field).
+            ``slack_ns``/``fmax_mhz``, or one of those fields (or ``source``) of the
+            wrong type (one line naming the entry and the field); other fields (what
+            ``vtaforge hw timing`` records beside them) are ignored.
     """
     p = Path(path)
     try:
@@ -388,8 +389,7 @@ def load_timing(path: str | Path) -> dict:
             raise DSEError(f"{where} needs \"slack_ns\" or \"fmax_mhz\"")
         for f, x in v.items():
             if f not in TIMING_FIELDS:
-                raise DSEError(f"{where}: unknown field {f!r} (fields: "
-                               f"{', '.join(TIMING_FIELDS)})")
+                continue    # what else a timing run records (``vtaforge hw timing``: config ...)
             if f == "source":
                 ok = isinstance(x, str)
             else:
