@@ -147,12 +147,8 @@ def check_npz(path: str | Path, what: str, error: type[Exception] = DeviceError)
     with open_npz(p, what, error) as z:
         names = set(z.zip.namelist())
         for name in z.files:
-            member = name + ".npy" if name + ".npy" in names else name
             try:
-                info = z.zip.getinfo(member)
-                with z.zip.open(info) as f:
-                    shape, _fortran, dtype = _read_header(f)
-                    _check_declared(shape, dtype, info.file_size - f.tell())
+                with _checked_member(z, name, names) as f:
                     while f.read(1 << 20):
                         pass
             except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError,
@@ -169,6 +165,25 @@ def _head(p: str, what: str, error: type[Exception]) -> bytes:
             return f.read(max(len(NPY_MAGIC), len(ZIP_MAGIC)))
     except OSError as e:
         raise error(f"cannot read {what} {p!r}: {os_reason(e)}") from None
+
+
+def _checked_member(z, name: str, names: set):
+    """The open zip member of array ``name`` of ``.npz`` ``z``, its ``.npy`` header read and
+    its declared size checked against the member's size (:func:`_check_declared`) before
+    any data is read; the caller reads on or closes it.
+
+    Raises:
+        ValueError, EOFError, zipfile errors: a bad header or a size the member cannot hold.
+    """
+    info = z.zip.getinfo(name + ".npy" if name + ".npy" in names else name)
+    f = z.zip.open(info)
+    try:
+        shape, _fortran, dtype = _read_header(f)
+        _check_declared(shape, dtype, info.file_size - f.tell())
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def _one_line(e: BaseException) -> str:
@@ -246,12 +261,9 @@ def read_npz(z: np.lib.npyio.NpzFile, path: str | Path, what: str,
     for name in z.files:
         if name in skip:
             continue
-        member = name + ".npy" if name + ".npy" in names else name
         try:
-            info = z.zip.getinfo(member)
-            with z.zip.open(info) as f:
-                shape, _fortran, dtype = _read_header(f)
-                _check_declared(shape, dtype, info.file_size - f.tell())
+            with _checked_member(z, name, names):
+                pass
             out[name] = z[name]
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError) as e:
             raise error(f"{what} {p!r} is damaged: member {name!r}: {_one_line(e)}") from None

@@ -35,3 +35,18 @@ def run_ort(model, feeds):
 
 def rand(*shape, seed=0, scale=1.0):
     return (np.random.default_rng(seed).normal(0, scale, shape)).astype(np.float32)
+
+
+def vi(name, shape, t=TensorProto.FLOAT):
+    """A value info of ``name`` (ONNX elem type ``t``, dims ints or symbolic names)."""
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def graph_model(nodes, ins, outs, inits=(), opset=17):
+    """A model of ``nodes`` with value infos ``ins``/``outs`` (any dtype), ``inits``:
+    {name: ndarray}, at ``opset``."""
+    g = helper.make_graph(nodes, "t", ins, outs,
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m

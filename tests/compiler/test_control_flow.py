@@ -14,25 +14,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
-from _onnx_util import run_ort
+from _onnx_util import graph_model, run_ort, vi
 
 
-def _vi(name, shape, t=TP.FLOAT):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
-def _model(nodes, ins, outs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "t", ins, outs,
-                          [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
+_vi, _model = vi, graph_model
 
 
 RNG = np.random.default_rng(0)

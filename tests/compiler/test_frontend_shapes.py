@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from onnx import TensorProto as TP
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from vtaforge.compiler import import_onnx, optimize, run_float
 from vtaforge.compiler.compile import compile_model
@@ -26,19 +26,10 @@ from vtaforge.compiler.dynamic import compile_dynamic
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
-from _onnx_util import run_ort
+from _onnx_util import graph_model, run_ort, vi
 
 
-def _vi(name, shape, t=TP.FLOAT):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
-def _model(nodes, ins, outs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "t", ins, outs,
-                          [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
+_vi, _model = vi, graph_model
 
 
 def _i64(*v):
