@@ -9,12 +9,11 @@ change (:data:`SCALAR_HASHES`).
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 import numpy as np
 import pytest
 
+from program_identity import digest
+from program_identity import pattern as _pattern
 from vtaforge.compiler.errors import CompileError
 from vtaforge.compiler.lower_conv import lower_conv, lower_conv_bands, lower_dense
 from vtaforge.hw.config import preset
@@ -29,35 +28,10 @@ ENG = PYNQ.replace(ALU_REQUANT=True, REQ_ENGINE=True)
 CFGS = {"pynq": PYNQ, "req": REQ, "eng": ENG, "tiny": preset("tiny")}
 
 
-def _pattern(shape, mod, off, dtype):
-    """Deterministic pseudo-random integers in ``[-off, mod - off)`` (no RNG: the recorded
-    hashes must not depend on numpy's generators)."""
-    n = int(np.prod(shape))
-    v = (np.arange(n, dtype=np.int64) * 7919 + 104729) % 65521 % mod - off
-    return v.reshape(shape).astype(dtype)
-
-
 def _digest(lo=None, trace=None) -> str:
-    """sha256 of everything a lowering emits: the trace's ops, kernels (fields and micro-op
-    index arrays), block bytes, the packed constants and the slot layouts (not the
-    statistics)."""
-    h = hashlib.sha256()
-    tr = lo.trace if trace is None else trace
-    d = tr.to_json()
-    h.update(json.dumps([d["ops"], d["kernels"], d["block_bytes"]], sort_keys=True,
-                        default=int).encode())
-    for k in tr.kernels:
-        for a in (k.dst, k.src, k.wgt):
-            h.update(np.asarray(a, np.int64).tobytes())
-            h.update(b"|")
-    if lo is None:
-        return h.hexdigest()[:16]
-    for name in sorted(lo.consts):
-        a = np.ascontiguousarray(lo.consts[name])
-        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-        h.update(a.tobytes())
-    h.update(json.dumps({k: v.to_json() for k, v in sorted(lo.layouts.items())}).encode())
-    return h.hexdigest()[:16]
+    """The first 16 hex digits of :func:`program_identity.digest` (the program pins of
+    ``program_identity.json`` use the same hash)."""
+    return digest(lo, trace, 16)
 
 
 def _scalar_attrs(k, s, p, groups, shift, lo=-128, hi=127):
