@@ -43,14 +43,12 @@ __all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const", "gemm_
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
-#: Max-pool windows with ``k < 2·s`` on both axes run as a column pass in place, then a row
-#: pass (:func:`_max_pool_separable`); False: reset, copy and MAX per window element.
-SEPARABLE_MAX_POOL = True
-
-
-def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) -> LoweredOp:
+def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str, *,
+               separable: bool = True) -> LoweredOp:
     """Lower ``qmax_pool`` (``kind="max"``) or ``qavg_pool`` (``kind="avg"``) for one batch
-    block; slots ``x`` (ACC8, NCHW{B}n{BLOCK_OUT}c) and ``y`` (OUT).
+    block; slots ``x`` (ACC8, NCHW{B}n{BLOCK_OUT}c) and ``y`` (OUT).  ``separable``: a max
+    window with ``k < 2·s`` on both axes runs as a column pass in place, then a row pass
+    (:func:`_max_pool_separable`; False: reset, copy and MAX per window element).
 
     Raises:
         CompileError: ACC_8BIT off, non-power-of-two average window without a reciprocal
@@ -78,7 +76,7 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str) 
     cols = min(wp + pl + pr, (wo - 1) * sw + kw)
     xs = min(wp, cols - pl)                  # input columns loaded per row
     ncb = xl.cb
-    sep = SEPARABLE_MAX_POOL and kind == "max" and kw < 2 * sw and kh < 2 * sh
+    sep = separable and kind == "max" and kw < 2 * sw and kh < 2 * sh
     # overlapping rows (kh > sh): output row i goes to input row i*sh, dead after the
     # column pass, so the tile needs no output region (larger tiles, fewer reloaded rows)
     in_rows = sep and kh > sh

@@ -34,15 +34,12 @@ __all__ = ["ConvTiling", "conv_tiling", "candidates", "acc_regions", "MAX_EXTENT
 MAX_EXTENT = LIMITS.max("iter")  # loop extent field limit (14 bits)
 STEP_COST = 4096            # bytes-equivalent of one GEMM step (instructions, launches)
 ROW_COST = 24               # bytes-equivalent of one DMA row (~3 cycles of row overhead x 8 B)
-SINGLE_TILE_ACC = True      # allow ConvTiling.acc_nvt = 1 (see there)
 #: On a REQ engine core, a conv whose output takes more than ``QUAD_ACC_RATIO`` times as
 #: many STORE bus beats as GEMM cycles, and whose bias takes at most an eighth of the
 #: accumulator, gets four ACC regions, two per accumulator bank, taken in turn low, high,
 #: low, high (:func:`acc_regions`): a tile's GEMMs then wait for the STORE of the tile four
-#: back, not two, and the engine's REQ of the previous tile reads the other bank.  pynq
-#: rtl, MobileNet-v1's 112x112 32->64 1x1 (as many beats as GEMM cycles): 129,220 ->
-#: 105,606 cycles.  False: two regions.
-QUAD_ACC = True
+#: back, not two, and the engine's REQ of the previous tile reads the other bank.  The
+#: default of ``ConvOptions.quad_acc_ratio`` (:func:`conv_tiling`'s ``quad_acc_ratio``).
 QUAD_ACC_RATIO = 0.5
 
 
@@ -60,7 +57,7 @@ class ConvTiling:
     cost: float
     #: ACC regions (virtual threads of the accumulator, :func:`acc_regions`): ``nvt``, 1
     #: when the whole output fits the accumulator in one tile while INP/WGT stay
-    #: double-buffered, or 4 for a store-heavy conv on a REQ engine core (:data:`QUAD_ACC`).
+    #: double-buffered, or 4 for a store-heavy conv on a REQ engine core (:data:`QUAD_ACC_RATIO`).
     acc_nvt: int = 0
 
     def __post_init__(self):
@@ -74,7 +71,7 @@ def acc_regions(cfg: VTAConfig, nob: int, acc_nvt: int,
     after the ``reserved`` entries at entry 0 (default ``nob``: the bias; ``2 * nob`` for a
     per-channel requantize, whose shift amounts follow the bias).  One or two regions:
     ``reserved + k * size`` with ``size = (ACC_DEPTH - reserved) // acc_nvt``.  Four
-    (:data:`QUAD_ACC`): two in each bank of ``ACC_DEPTH / 2`` entries, in the order low,
+    (:data:`QUAD_ACC_RATIO`): two in each bank of ``ACC_DEPTH / 2`` entries, in the order low,
     high, low, high, each ``(ACC_DEPTH / 2 - reserved) // 2`` entries."""
     res = nob if reserved is None else int(reserved)
     if acc_nvt == 4:
@@ -104,7 +101,8 @@ def candidates(n: int, limit: int = 24) -> list[int]:
 
 def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: int, kw: int,
                 sh: int, sw: int, n_wgt_blocks: int, blocks_per_ob: int,
-                row_skip: bool = False, reserved: int | None = None) -> ConvTiling:
+                row_skip: bool = False, reserved: int | None = None, *,
+                quad_acc_ratio: float = QUAD_ACC_RATIO) -> ConvTiling:
     """Choose the tiling of a conv (see the module docstring).
 
     Args:
@@ -114,7 +112,9 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
             per output block (max); row_skip: a tile holds ``th`` input rows, not
             ``(th-1)*sh + kh`` (the lowering loads every ``sh``-th row; ``kh == 1`` only);
             reserved: accumulator entries kept at entry 0 (default ``nob``, the bias;
-            ``2 * nob`` with a per-channel requantize's shift amounts, :func:`acc_regions`).
+            ``2 * nob`` with a per-channel requantize's shift amounts, :func:`acc_regions`);
+            quad_acc_ratio: STORE beats per GEMM cycle above which a REQ engine core gets
+            four ACC regions (:data:`QUAD_ACC_RATIO`).
     Raises:
         CompileError: not even a one-pixel tile fits this config.
     """
@@ -128,8 +128,8 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
     # STORE beats per output element (bits / BUS_WIDTH) against GEMM cycles per output
     # element (1x1 convs of few input channels, im2col first layers)
     out_bits = cfg.elem_bytes(MemType.OUT) * 8
-    quad = bool(QUAD_ACC and cfg.REQ_ENGINE and res <= acc_d // 8
-                and out_bits > QUAD_ACC_RATIO * nib_span * kh * kw * cfg.BUS_WIDTH)
+    quad = bool(cfg.REQ_ENGINE and res <= acc_d // 8
+                and out_bits > quad_acc_ratio * nib_span * kh * kw * cfg.BUS_WIDTH)
     best = None
     for nvt in (2, 1):
         for obn in candidates(nob):
@@ -148,7 +148,7 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     th_acc = acc_regions(cfg, nob, acc_nvt, res)[1] // (obn * tw)
                     th_max = min(ho, th_inp, MAX_EXTENT // tw if tw else 0)
                     th = min(th_max, th_acc)
-                    if (SINGLE_TILE_ACC and nvt > 1 and obn == nob and tw == wo
+                    if (nvt > 1 and obn == nob and tw == wo
                             and th < th_max == ho and ho * obn * tw <= acc_free):
                         # the whole output in one tile of the full accumulator: nothing
                         # to overlap its ACC with, so one ACC region (INP stays doubled)

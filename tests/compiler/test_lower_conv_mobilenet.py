@@ -28,6 +28,12 @@ ENG = preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True)
 _conv = conv_case
 
 
+def _options(monkeypatch, **fields):
+    """Lower the convs of this test with ``ConvOptions(**fields)``: :func:`lower_conv`'s
+    ``options`` default, since the cases go through the whole-graph lowering."""
+    monkeypatch.setitem(lc.lower_conv.__kwdefaults__, "options", lc.ConvOptions(**fields))
+
+
 def test_resident_retile_and_ob_loop():
     """14x14 512 -> 512 1x1 (MobileNet-v1's middle pointwise convs): the tiler's 32 output
     blocks x 2 rows load 1,024 weight beats per 896-cycle first-tile step, so the tile
@@ -41,7 +47,7 @@ def test_resident_retile_and_ob_loop():
 
 def test_ob_loop_off_is_the_same_conv(monkeypatch):
     """Without the loop the same conv (exact either way) has one micro-op per block."""
-    monkeypatch.setattr(lc, "OB_LOOP", False)
+    _options(monkeypatch, ob_loop=False)
     st = _conv(ENG, 64, 64, 8, 1, 1)
     assert st["ob_loop_gemms"] == 0
 
@@ -51,7 +57,7 @@ def test_streamed_weights_one_load_per_step(monkeypatch):
     major, a one-block step's weights for all its output blocks are one LOAD."""
     st = _conv(ENG, 256, 256, 7, 3, 1)
     assert not st["tiling"][5] and st["w_loads"] == st["steps"]
-    monkeypatch.setattr(lc, "STREAMED_IB_MAJOR", False)
+    _options(monkeypatch, streamed_ib_major=False)
     st_off = _conv(ENG, 256, 256, 7, 3, 1)
     assert st_off["w_loads"] > st["w_loads"]
 
@@ -83,7 +89,7 @@ def test_keep_cleared_skips_resets(monkeypatch, keep):
     """112x112 32-channel depthwise 3x3 (MobileNet-v1's first): rows of 38, 38, 36 columns;
     the next row's first tile needs no reset when the clear of the 36-column tile keeps the
     zeros the 38-column tile's clear left (exact either way)."""
-    monkeypatch.setattr(lc, "KEEP_CLEARED", keep)
+    _options(monkeypatch, keep_cleared=keep)
     st = _conv(ENG, 32, 32, 112, 3, 1, groups=32)
     if keep:
         assert st["resets_skipped"] == st["tiles"] - 1     # all but the first tile
@@ -97,6 +103,6 @@ def test_depthwise_last_tile_requantizes_per_step(monkeypatch):
     steps); the stream of deferred steps without it (exact either way)."""
     st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024)
     assert st["step_req"] and st["stream_steps"] == 0
-    monkeypatch.setattr(lc, "STEP_REQ", False)
+    _options(monkeypatch, step_req=False)
     st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024)
     assert not st["step_req"] and st["stream_steps"] >= 1

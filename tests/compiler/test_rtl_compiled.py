@@ -216,7 +216,7 @@ def test_clearing_req_conv_tiny_rtl_equals_fsim(monkeypatch):
     """With ``ALU_REQUANT`` each conv tile ends with a clearing REQ (OUT gets the result,
     ACC 0), so a tile whose entries the previous tile of its ACC region cleared skips its
     GEMM reset: rtl equals fsim, the outputs equal those of the lowering without the clear
-    (``lower_conv.CLEARING_REQ = False``), the same GEMM and ALU micro-ops run, and the
+    (``ConvOptions(clearing_req=False)``), the same GEMM and ALU micro-ops run, and the
     core takes fewer cycles."""
     import vtaforge.compiler.lower_conv as lc
     from vtaforge.hw.config import preset
@@ -226,7 +226,8 @@ def test_clearing_req_conv_tiny_rtl_equals_fsim(monkeypatch):
     calib = rng.standard_normal((8, 8, 16, 16)).astype(np.float32)
     x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
     clear = compile_model(_conv_model(), calib, cfg)
-    monkeypatch.setattr(lc, "CLEARING_REQ", False)
+    monkeypatch.setitem(lc.lower_conv.__kwdefaults__, "options",
+                        lc.ConvOptions(clearing_req=False))
     plain = compile_model(_conv_model(), calib, cfg)
     conv = [s for s in clear.steps if s.target == "vta" and s.op == "qconv2d"]
     assert len(conv) == 1 and conv[0].trace.stats["resets_skipped"] >= 2

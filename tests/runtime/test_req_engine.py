@@ -250,11 +250,10 @@ def test_roofline_lowerings_on_the_engine(models, monkeypatch, cin, cout, k, s, 
     output-block loop (4 -> 8 ch: tiny's 32-bit OUT element is half a bus beat, so the
     store-heavy threshold is lowered to a quarter for it); streamed weights stored
     input-block-major (64 ch 3x3); weight groups of one block in the first step
-    (W_CHUNK_BEATS small).  Every tensor equal to fsim."""
+    (``ConvOptions.w_chunk_beats`` small).  Every tensor equal to fsim."""
     from vtaforge.compiler import lower_conv as lc
-    from vtaforge.compiler import tiling
-    monkeypatch.setattr(lc, "W_CHUNK_BEATS", 2)
-    monkeypatch.setattr(tiling, "QUAD_ACC_RATIO", 0.25)
+    monkeypatch.setitem(lc.lower_conv.__kwdefaults__, "options",
+                        lc.ConvOptions(w_chunk_beats=2, quad_acc_ratio=0.25))
     _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("r", cin, hw, k, s, cout=cout), 3)
 
 

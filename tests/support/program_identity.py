@@ -12,7 +12,8 @@ whole set by ``bench/program_identity.py`` (``--record`` rewrites the JSON, the 
 checks it).  The recorded hashes are in ``tests/compiler/program_identity.json``.
 
 Lowering variants that tests flip (the former module switches, now
-:class:`~vtaforge.compiler.lower_conv.ConvOptions` fields) are cases with ``opts``.
+:class:`~vtaforge.compiler.lower_conv.ConvOptions` fields, and ``lower_pool``'s
+``separable``) are cases with ``opts`` / ``sep``.
 """
 
 from __future__ import annotations
@@ -135,29 +136,15 @@ def _pc_shifts(o):
     return s
 
 
-def _options(cfg, opts):
-    """``(kwargs for lower_conv, undo)``: the variant ``opts`` ({switch name: value}) as a
-    ``ConvOptions`` when the lowering has one, else (before the redesign) as module
-    attributes set for the call."""
-    from vtaforge.compiler import lower_conv as lc
-    from vtaforge.compiler import lower_eltwise, tiling
+def _options(cfg, opts) -> dict:
+    """The variant ``opts`` ({former switch name: value}) as ``lower_conv`` keywords: a
+    ``ConvOptions`` of the lower-cased names.  (The pins were recorded before the redesign
+    by setting those module switches, at commit d311b15.)"""
+    from vtaforge.compiler.lower_conv import ConvOptions
 
     if not opts:
-        return {}, lambda: None
-    if hasattr(lc, "ConvOptions"):
-        conv = {k.lower(): v for k, v in opts.items() if k != "SEPARABLE_MAX_POOL"}
-        return ({"options": lc.ConvOptions.for_config(cfg, **conv)} if conv else {}), \
-            (lambda: None)
-    saved = []
-    for k, v in opts.items():
-        mod = next(m for m in (lc, tiling, lower_eltwise) if hasattr(m, k))
-        saved.append((mod, k, getattr(mod, k)))
-        setattr(mod, k, v)
-
-    def undo():
-        for mod, k, v in saved:
-            setattr(mod, k, v)
-    return {}, undo
+        return {}
+    return {"options": ConvOptions.for_config(cfg, **{k.lower(): v for k, v in opts.items()})}
 
 
 def conv(cfg_name, cin, cout, h, k, s, p, groups=1, *, wd=None, shift=8, per_channel=False,
@@ -175,11 +162,8 @@ def conv(cfg_name, cin, cout, h, k, s, p, groups=1, *, wd=None, shift=8, per_cha
         sh = _pc_shifts(cout)
         a["shift"] = [int(v) for v in sh]
         a["round"] = [int(1 << (v - 1)) if v > 0 else 0 for v in sh]
-    extra, undo = _options(cfg, opts)
-    try:
-        return lower_conv(cfg, "c", (cin, h, h if wd is None else wd), w, b, a, **kw, **extra)
-    finally:
-        undo()
+    return lower_conv(cfg, "c", (cin, h, h if wd is None else wd), w, b, a, **kw,
+                      **_options(cfg, opts))
 
 
 def dense(cfg_name, k, m, *, per_channel=False):
@@ -220,13 +204,6 @@ def pool(cfg_name, k, s, pads, c, hw, kind="max", sep=True):
         n = k[0] * k[1]
         attrs.update(divisor=n, shift=n.bit_length() - 1, round=n // 2, mult=1, clip_lo=-128,
                      clip_hi=127)
-    if hasattr(lower_eltwise, "SEPARABLE_MAX_POOL"):
-        old = lower_eltwise.SEPARABLE_MAX_POOL
-        lower_eltwise.SEPARABLE_MAX_POOL = sep
-        try:
-            return lower_eltwise.lower_pool(cfg, "p", (c,) + tuple(hw), attrs, kind)
-        finally:
-            lower_eltwise.SEPARABLE_MAX_POOL = old
     return lower_eltwise.lower_pool(cfg, "p", (c,) + tuple(hw), attrs, kind, separable=sep)
 
 

@@ -1,0 +1,963 @@
+"""The conv lowering's plan: small planning passes, each returning a typed, printable plan,
+that :func:`plan_conv` chains into one :class:`ConvPlan`; :mod:`.lower_conv` emits it.
+
+Passes, in order (each a pure function of the layer and the plans before it):
+
+1. :func:`plan_tiling` -- tile sizes (:func:`~.tiling.conv_tiling`, retiled for resident
+   weights by :func:`_resident_retile`), the output tiles and their reduction steps (one
+   input block per step where that hides the loads): :class:`TilingPlan`.
+2. :func:`plan_inputs` -- INP placement by tile (:class:`InpPlan`) or by step (``None``).
+3. :func:`plan_acc` -- per tile: its ACC region, each output block's first accumulator
+   entry (side by side, or split over the banks), the input window, and on a REQ engine
+   core how its end overlaps the engine's requantize (streamed steps or a REQ per step):
+   :class:`TilePlan`.
+4. :func:`plan_weights` -- weight order in DRAM/WGT and, per step, the weight LOADs
+   (resident: as first needed, in chunks, the first step in groups, the next step's
+   prefetched; streamed: the step's runs): :class:`WeightPlan`.
+5. :func:`plan_resets` -- per tile, how its accumulator starts (bias load, GEMM reset,
+   engine ALU resets of the entries no clearing REQ left at 0, or nothing): :class:`TileSetup`.
+6. :func:`schedule_steps` -- per step, the token waits and pushes, the GEMMs, the stream
+   of per-block GEMMs and REQs (with its lag behind the previous tile's REQ on the
+   engine), and the stores: :class:`StepPlan`.
+
+:class:`ConvOptions` holds the lowering's choices that tests flip (the former module
+switches); :meth:`ConvOptions.for_config` gives a config's defaults.  ``str(plan)`` of any
+plan is a short readable description; ``vtaforge compile --explain`` prints one per conv.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+
+import numpy as np
+
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS
+from .tiling import QUAD_ACC_RATIO, ConvTiling, acc_regions, candidates, conv_tiling
+
+__all__ = ["ConvOptions", "ConvLayer", "TilingPlan", "InpPlan", "TilePlan", "WeightPlan",
+           "TileSetup", "StepPlan", "ConvPlan", "plan_conv", "plan_tiling", "plan_inputs",
+           "plan_acc", "plan_weights", "plan_resets", "schedule_steps"]
+
+
+@dataclass(frozen=True)
+class ConvOptions:
+    """Choices of the conv lowering that are not the config's (all exact: every setting
+    computes the same outputs; the defaults are the fastest measured).
+
+    Attributes:
+        clearing_req: with ``ALU_REQUANT``, end each tile's bias-fused REQ as a clearing REQ
+            (its ACC entries to 0) and skip the reset of the next tile of that ACC region
+            the clear covered (False: every tile resets).
+        keep_cleared: a clearing REQ of a tile smaller than its region's cleared extent
+            keeps that extent (False: the extent becomes the tile's).
+        step_req: on a REQ engine core, the last tile of a conv whose output blocks each
+            complete in one step (depthwise) requantizes each block after its step
+            (False: the stream of deferred steps).
+        ob_loop: 1x1 convs whose tile pixels are one run in INP run a step's output blocks
+            as a GEMM loop, one micro-op per input block (False: one per stored block).
+        streamed_ib_major: streamed (non-resident) weights are stored input-block-major,
+            like resident ones (False: output-block-major).
+        w_chunk_beats: resident weight LOADs are requests of at most this many bus beats
+            (whole blocks, at least one); also the first step's weight group size.
+        quad_acc_ratio: a conv on a REQ engine core whose output takes more than this many
+            times as many STORE beats as GEMM cycles gets four ACC regions
+            (:func:`~.tiling.conv_tiling`).
+        stream_request_cycles: cycles allowed per DMA request when judging whether a
+            one-input-block step of streamed weights hides its load (a board's latency).
+        retile_request_cycles: the same for resident weights' retiling (the ideal bus's
+            request overhead).
+    Raises:
+        ValueError: a count below 1 or a negative ratio.
+    """
+
+    clearing_req: bool = True
+    keep_cleared: bool = True
+    step_req: bool = True
+    ob_loop: bool = True
+    streamed_ib_major: bool = True
+    w_chunk_beats: int = 256
+    quad_acc_ratio: float = QUAD_ACC_RATIO
+    stream_request_cycles: int = 64
+    retile_request_cycles: int = 8
+
+    def __post_init__(self):
+        for name in ("w_chunk_beats", "stream_request_cycles", "retile_request_cycles"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"ConvOptions.{name} must be >= 1, got {getattr(self, name)}")
+        if self.quad_acc_ratio < 0:
+            raise ValueError(f"ConvOptions.quad_acc_ratio must be >= 0, got "
+                             f"{self.quad_acc_ratio}")
+
+    @classmethod
+    def for_config(cls, cfg: VTAConfig, **overrides) -> "ConvOptions":
+        """The defaults for ``cfg`` (today the same on every config), with ``overrides``
+        (field names).  Raises ``TypeError`` on an unknown name."""
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(overrides) - known)
+        if bad:
+            raise TypeError(f"unknown ConvOptions field(s) {bad}; known: {sorted(known)}")
+        return cls(**overrides)
+
+    def __str__(self) -> str:
+        d = ConvOptions()
+        diff = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                if getattr(self, f.name) != getattr(d, f.name)]
+        return "options: " + (", ".join(diff) if diff else "defaults")
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """The facts of one conv that the passes read (elements, blocks; after im2col and
+    pre-padding): input ``c x h x wd`` (``hp x wp`` as stored, pads still to apply
+    ``pads`` = (top, left, bottom, right)), output ``o x ho x wo`` into planes of ``hpl``
+    rows, kernel ``kh x kw`` stride ``sh x sw``, ``groups``; ``nob``/``nib`` output/input
+    channel blocks, ``kk = kh*kw``; ``reserved`` accumulator entries before the ACC regions;
+    ``row_skip`` (a 1x1 conv of vertical stride > 1 loads only the rows it reads);
+    ``per_channel`` requantize; ``bias_load``; ``clears`` (each tile's requantize is one
+    clearing REQ); ``mac_cycles`` / ``bus_cycles`` (ideal GEMM and DRAM cycles)."""
+
+    uid: str
+    c: int
+    h: int
+    wd: int
+    o: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    groups: int
+    pads: tuple
+    hp: int
+    wp: int
+    ho: int
+    wo: int
+    hpl: int
+    pre_pad: bool
+    row_skip: bool
+    nob: int
+    nib: int
+    kk: int
+    span: int
+    per_ob: int
+    reserved: int
+    per_channel: bool
+    bias_load: bool
+    clears: bool
+    mac_cycles: int
+    bus_cycles: int
+
+    def __str__(self) -> str:
+        return (f"conv {self.uid!r}: {self.c}x{self.h}x{self.wd} -> {self.o}x{self.ho}x{self.wo}, "
+                f"{self.kh}x{self.kw}/{self.sh}x{self.sw}"
+                + (f" groups {self.groups}" if self.groups > 1 else "")
+                + f", {self.nob} out x {self.nib} in blocks"
+                + (", row skip" if self.row_skip else "") + (", pre-padded" if self.pre_pad else "")
+                + (", per-channel requantize" if self.per_channel else "")
+                + (", bias load" if self.bias_load else ""))
+
+
+def _beats(cfg: VTAConfig, mem: MemType) -> int:
+    """Bus beats per element of ``mem`` (at least 1)."""
+    return max(1, cfg.elem_bytes(mem) * 8 // cfg.BUS_WIDTH)
+
+
+def _window(th: int, tw: int, sh: int, sw: int, kh: int, kw: int,
+            row_skip: bool) -> tuple[int, int]:
+    """INP rows held per input block and columns of a tile of ``th`` x ``tw`` outputs:
+    with ``row_skip`` the window's every ``sh``-th row (one per output row), else every
+    row of the window; the LOADs and the token plan both place inputs by these."""
+    return (th if row_skip else (th - 1) * sh + kh), (tw - 1) * sw + kw
+
+
+def _runs(ids) -> list[tuple[int, int]]:
+    """Maximal runs ``[a, b)`` of consecutive integers in ``ids``, in order."""
+    out: list[list[int]] = []
+    for i in ids:
+        if out and out[-1][1] == i:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return [(a, b) for a, b in out]
+
+
+# ------------------------------------------------------------------ 1. tiling
+def _one_block_step_hides(cfg: VTAConfig, tile, kk: int, sh: int, sw: int, kh: int,
+                          kw: int, request_cycles: int, whole_image: bool = False,
+                          w_runs: int = 1) -> bool:
+    """Whether a one-input-block step of ``tile`` (streamed weights) loads its weights and
+    input window in no more cycles than its GEMMs take, allowing ``request_cycles`` per DMA
+    request (``w_runs`` weight runs; one per input row, or one when the window is the
+    whole unpadded image, ``whole_image``).  Cycles: bus beats (``BUS_WIDTH`` bits each)
+    against one GEMM micro-op per cycle."""
+    ob0, ob1, y0, y1, x0, x1, _ = tile
+    obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
+    rows, cols = (th - 1) * sh + kh, (tw - 1) * sw + kw
+    load = (obn * kk * _beats(cfg, MemType.WGT) + rows * cols * _beats(cfg, MemType.INP)
+            + (w_runs + (1 if whole_image else rows)) * request_cycles)
+    return load <= obn * kk * th * tw
+
+
+def _resident_retile(cfg: VTAConfig, tl: ConvTiling, ly: ConvLayer,
+                     opt: ConvOptions) -> ConvTiling:
+    """A tiling with resident weights whose first tile's one-input-block steps do not hide
+    their loads on the ideal bus (:func:`_one_block_step_hides`, weights in requests of
+    ``w_chunk_beats``, ``retile_request_cycles`` per request): the same tiling with the
+    most output blocks per tile ``obn' < obn`` whose tile, as tall as the ACC region and
+    one input block's window in an INP region allow and taller than ``tl.th``, hides them
+    (the input is then read once per output block chunk).  ``tl`` when it hides, or when
+    no such ``obn'`` does."""
+    kk, sh, sw, kh, kw = ly.kk, ly.sh, ly.sw, ly.kh, ly.kw
+    w_beats = _beats(cfg, MemType.WGT)
+    acc_half = acc_regions(cfg, ly.nob, tl.acc_nvt, ly.reserved)[1]
+    inp_half = cfg.INP_DEPTH // tl.nvt
+
+    def hides(obn, th):
+        runs = -(-obn * kk * w_beats // opt.w_chunk_beats)
+        return _one_block_step_hides(cfg, (0, obn, 0, th, 0, tl.tw, None), kk, sh, sw, kh, kw,
+                                     opt.retile_request_cycles, w_runs=runs)
+    if hides(tl.obn, tl.th):
+        return tl
+    for obn in [v for v in candidates(ly.nob) if v < tl.obn]:
+        th = min(ly.ho, acc_half // (obn * tl.tw), LIMITS.max("iter") // tl.tw)
+        rows_l, cols = _window(th, tl.tw, sh, sw, kh, kw, ly.row_skip)
+        while th > tl.th and rows_l * cols > inp_half:
+            th -= 1
+            rows_l, cols = _window(th, tl.tw, sh, sw, kh, kw, ly.row_skip)
+        if th > tl.th and hides(obn, th):
+            return replace(tl, obn=obn, th=th)
+    return tl
+
+
+@dataclass(frozen=True)
+class TilingPlan:
+    """Tile sizes and tiles: ``tiling`` (:class:`~.tiling.ConvTiling`), whether it was
+    ``retiled`` for resident weights, ``tiles`` ``(ob0, ob1, y0, y1, x0, x1, reds)`` with
+    ``reds`` the reduction steps ``(i0, i1)`` (input blocks), ``one_block`` ("no", "first"
+    or "all": which tiles reduce one input block per step), ``acc_bases`` (first entry of
+    each ACC region) and ``steps`` ``(tile, (i0, i1))`` in order."""
+
+    tiling: ConvTiling
+    retiled: bool
+    tiles: tuple
+    one_block: str
+    acc_bases: tuple
+    steps: tuple
+
+    def __str__(self) -> str:
+        tl = self.tiling
+        return (f"tiling: {tl.obn} out blocks x {tl.ibn} in blocks x {tl.th} rows x {tl.tw} "
+                f"cols per tile, {tl.nvt} INP/WGT thread(s), {tl.acc_nvt} ACC region(s), "
+                f"weights {'resident' if tl.resident else 'streamed'}"
+                + (" (retiled)" if self.retiled else "")
+                + f"; {len(self.tiles)} tile(s), {len(self.steps)} step(s)"
+                + ("" if self.one_block == "no" else f", one-block steps: {self.one_block} tile(s)"))
+
+
+def _tiles(tl: ConvTiling, ly: ConvLayer, wpk) -> list:
+    """The output tiles of ``tl`` and their reduction steps of ``tl.ibn`` input blocks."""
+    tiles = []
+    for ob0 in range(0, ly.nob, tl.obn):
+        ob1 = min(ly.nob, ob0 + tl.obn)
+        ibs = np.unique(np.concatenate([wpk.ibs(ob) for ob in range(ob0, ob1)]))
+        if ibs.size == 0:
+            ibs = np.array([0])
+        lo, hi = int(ibs.min()), int(ibs.max()) + 1
+        reds = tuple((i0, min(hi, i0 + tl.ibn)) for i0 in range(lo, hi, tl.ibn))
+        for y0 in range(0, ly.ho, tl.th):
+            for x0 in range(0, ly.wo, tl.tw):
+                tiles.append((ob0, ob1, y0, min(ly.ho, y0 + tl.th), x0,
+                              min(ly.wo, x0 + tl.tw), reds))
+    return tiles
+
+
+def plan_tiling(cfg: VTAConfig, ly: ConvLayer, wpk, opt: ConvOptions,
+                max_acc_regions: int | None = None) -> TilingPlan:
+    """Pass 1: the tiling (at most ``max_acc_regions`` ACC regions) and its tiles.
+
+    The first tile reduces one input block per step, so its first GEMM waits for one
+    block's input and weights, unless the layer's DRAM traffic takes over twice its MAC
+    cycles (more, smaller loads only add request overhead there).  With resident weights
+    every tile does; with streamed weights every tile does when such a step hides its load
+    (:func:`_one_block_step_hides`).
+
+    Raises:
+        CompileError: no tile fits (:func:`~.tiling.conv_tiling`).
+    """
+    tl = tl0 = conv_tiling(cfg, ly.nob, ly.span, ly.ho, ly.wo, ly.kh, ly.kw, ly.sh, ly.sw,
+                           len(wpk.blocks), ly.per_ob, ly.row_skip, ly.reserved,
+                           quad_acc_ratio=opt.quad_acc_ratio)
+    light = ly.bus_cycles <= 2 * ly.mac_cycles
+    if tl.resident and ly.groups == 1 and light:
+        tl = _resident_retile(cfg, tl, ly, opt)
+    retiled = tl != tl0
+    if max_acc_regions is not None and tl.acc_nvt > max_acc_regions:
+        tl = replace(tl, acc_nvt=max_acc_regions)      # shallow token queues
+    tiles = _tiles(tl, ly, wpk)
+
+    def one_block_steps(tile):
+        return tile[:6] + (tuple((i, i + 1) for a, b in tile[6] for i in range(a, b)),)
+
+    one_block = "no"
+    if light and len(tiles[0][6]) and max(b - a for a, b in tiles[0][6]) > 1:
+        tiles[0] = one_block_steps(tiles[0])
+        one_block = "first"
+        whole = (opt.streamed_ib_major and ly.pads == (0, 0, 0, 0)
+                 and _window(ly.ho, ly.wo, ly.sh, ly.sw, ly.kh, ly.kw, ly.row_skip)
+                 == (ly.hp, ly.wp) and tiles[0][2:6] == (0, ly.ho, 0, ly.wo))
+        if tl.resident or _one_block_step_hides(
+                cfg, tiles[0], ly.kk, ly.sh, ly.sw, ly.kh, ly.kw, opt.stream_request_cycles,
+                whole, 1 if opt.streamed_ib_major else tiles[0][1] - tiles[0][0]):
+            tiles = [one_block_steps(tile) for tile in tiles]
+            one_block = "all"
+    acc_bases, _ = acc_regions(cfg, ly.nob, tl.acc_nvt, ly.reserved)
+    steps = tuple((t, red) for t, tile in enumerate(tiles) for red in tile[6])
+    return TilingPlan(tl, retiled, tuple(tiles), one_block, tuple(acc_bases), steps)
+
+
+# ------------------------------------------------------------------ 2. inputs
+@dataclass(frozen=True)
+class InpPlan:
+    """Input placement by tile (:func:`plan_inputs`): per step, its INP ``base`` entry,
+    whether its loads first wait for a compute->load token (``pop_before``), and whether
+    compute pushes one after it (``push_after``)."""
+
+    base: tuple
+    pop_before: tuple
+    push_after: tuple
+
+    def __str__(self) -> str:
+        return (f"inputs: by tile ({sum(self.pop_before)} load wait(s) on compute over "
+                f"{len(self.base)} steps)")
+
+
+def plan_inputs(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan,
+                tile_inp: bool = True) -> InpPlan | None:
+    """Pass 2: place inputs by tile instead of by step when every tile's whole input window
+    fits one INP region and the weights are resident (and ``tile_inp``): tile ``t`` uses
+    region ``t % nvt`` and its steps lie side by side in it, so the next tile's loads need
+    not wait for this tile's steps.
+
+    Tokens: step ``s``'s loads wait for the latest earlier step ``j`` whose INP entries
+    they overwrite, when no earlier wait covered ``j`` (compute runs in order); compute
+    pushes a token after exactly those steps ``j`` and after the last step (the conv's end
+    pops every token still owed).  ``None`` when placement by step applies (step ``s`` in
+    region ``s % nvt``)."""
+    tl = tp.tiling
+    if not (tile_inp and tl.resident):
+        return None
+    inp_half = cfg.INP_DEPTH // tl.nvt
+    spans = []          # per step: [lo, hi) INP entries
+    for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tp.tiles):
+        rows_l, cols = _window(y1 - y0, x1 - x0, ly.sh, ly.sw, ly.kh, ly.kw, ly.row_skip)
+        per = rows_l * cols
+        lo = reds[0][0]
+        if (reds[-1][1] - lo) * per > inp_half:
+            return None
+        base0 = (t % tl.nvt) * inp_half
+        spans += [(base0 + (i0 - lo) * per, base0 + (i1 - lo) * per) for i0, i1 in reds]
+    n = len(spans)
+    pop_before, push_after = [False] * n, [False] * n
+    waited = -1
+    for s_, (a, b) in enumerate(spans):
+        j = max((k for k in range(s_) if spans[k][0] < b and a < spans[k][1]), default=-1)
+        if j > waited:
+            pop_before[s_], push_after[j], waited = True, True, j
+    # and after the last step, which the end of the conv waits for
+    push_after[-1] = True
+    return InpPlan(tuple(a for a, _ in spans), tuple(pop_before), tuple(push_after))
+
+
+# ------------------------------------------------------------------ 3. ACC regions
+def _bank_order(cfg: VTAConfig, blk_addr: dict, n: int) -> list[int]:
+    """Output blocks (``blk_addr``: block -> first accumulator entry, ``n`` entries each)
+    in the order a streamed step runs them on a ``REQ_ENGINE`` core: blocks of the low and
+    the high accumulator bank alternating while both last (the engine's REQ of one block
+    then runs beside the next block's GEMMs on the other bank), then the rest, then the
+    blocks that straddle the banks, each group ascending.  All in one bank: ascending."""
+    half = cfg.ACC_DEPTH // 2
+    lo, hi, mid = [], [], []
+    for ob in sorted(blk_addr):
+        a = blk_addr[ob]
+        (lo if a + n <= half else hi if a >= half else mid).append(ob)
+    k = min(len(lo), len(hi))
+    return [ob for pair in zip(lo, hi) for ob in pair] + lo[k:] + hi[k:] + mid
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """One output tile: output blocks ``[ob0, ob1)``, rows ``[y0, y1)``, columns
+    ``[x0, x1)``, reduction steps ``reds``; ACC region ``avt`` from ``acc_base``;
+    ``blk_addr`` (output block -> first accumulator entry, ``n_t = th*tw`` entries each;
+    ``split`` over the two banks); its input window (``rows_l`` x ``cols`` per input block,
+    from stored row ``ry0`` / column ``rx0``, ``ry1 - ry0`` x ``rx1 - rx0`` of them loaded
+    with pads ``padv``; ``ystep`` INP entries per output row; ``full``: the whole stored
+    image); ``ob_order`` (the order streamed blocks run); on a REQ engine core the last
+    tile's ``n_stream`` final steps streamed per output block, or ``done_at`` (step ->
+    output blocks it completes: each requantized after its step)."""
+
+    t: int
+    ob0: int
+    ob1: int
+    y0: int
+    y1: int
+    x0: int
+    x1: int
+    reds: tuple
+    avt: int
+    acc_base: int
+    blk_addr: dict
+    split: bool
+    rows_l: int
+    cols: int
+    ry0: int
+    ry1: int
+    rx0: int
+    rx1: int
+    padv: tuple
+    ystep: int
+    full: bool
+    ob_order: tuple
+    n_stream: int
+    done_at: dict = field(default_factory=dict)
+
+    @property
+    def obn(self) -> int:
+        return self.ob1 - self.ob0
+
+    @property
+    def th(self) -> int:
+        return self.y1 - self.y0
+
+    @property
+    def tw(self) -> int:
+        return self.x1 - self.x0
+
+    @property
+    def n_t(self) -> int:
+        return self.th * self.tw
+
+    def blk_runs(self, b0: int, b1: int) -> list[tuple[int, int]]:
+        """Runs ``[a, b)`` of output blocks in ``[b0, b1)`` that lie side by side."""
+        out, a = [], b0
+        for ob in range(b0 + 1, b1 + 1):
+            if ob == b1 or self.blk_addr[ob] != self.blk_addr[ob - 1] + self.n_t:
+                out.append((a, ob))
+                a = ob
+        return out
+
+    def __str__(self) -> str:
+        end = (f", REQ per step of {sum(map(len, self.done_at.values()))} block(s)"
+               if self.done_at else f", last {self.n_stream} step(s) streamed per block"
+               if self.n_stream else "")
+        return (f"tile {self.t}: blocks {self.ob0}..{self.ob1 - 1} rows {self.y0}..{self.y1 - 1} "
+                f"cols {self.x0}..{self.x1 - 1}, ACC region {self.avt} @ {self.acc_base}"
+                + (" (bank split)" if self.split else "") + end)
+
+
+def plan_acc(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, inp: InpPlan | None,
+             wb: _Blocks, opt: ConvOptions) -> tuple:
+    """Pass 3: a :class:`TilePlan` per tile.
+
+    Output blocks lie side by side from the region's first entry, or (a conv of one tile
+    in one ACC region on a REQ engine core) the first half from there and the rest from
+    the high bank's first entry, so the stream alternates banks.  On a REQ engine core
+    (scalar requantize) the last tile either requantizes each output block right after the
+    step that completes it (``step_req``, when every block has entries in one step only)
+    or streams as many final steps as it takes for their GEMMs to cover the output's
+    write beats (at most one per INP region when regions alternate by step).
+
+    Raises:
+        _EmptyWindow: a tile's input window lies entirely in the padding (the caller
+            lowers again with the input pre-padded).
+    """
+    tl, tiles = tp.tiling, tp.tiles
+    pt, pl, _, _ = ly.pads
+    half = cfg.ACC_DEPTH // 2
+    engine_req = cfg.REQ_ENGINE and not ly.per_channel
+    out = []
+    for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
+        avt = t % tl.acc_nvt
+        obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
+        acc_base = tp.acc_bases[avt]
+        rows = (th - 1) * ly.sh + ly.kh
+        rows_l, cols = _window(th, tw, ly.sh, ly.sw, ly.kh, ly.kw, ly.row_skip)
+        iy0, ix0 = y0 * ly.sh - pt, x0 * ly.sw - pl
+        ry0, ry1 = max(0, iy0), min(ly.hp, iy0 + rows)
+        rx0, rx1 = max(0, ix0), min(ly.wp, ix0 + cols)
+        if ry1 <= ry0 or rx1 <= rx0:
+            raise _EmptyWindow(ly.uid)
+        padv = (ry0 - iy0, iy0 + rows - ry1, rx0 - ix0, ix0 + cols - rx1)
+        n_t = th * tw
+        h_ = -(-obn // 2)
+        split = bool(engine_req and len(tiles) == 1 and tl.acc_nvt == 1 and obn > 1
+                     and acc_base + h_ * n_t <= half and half + (obn - h_) * n_t <= cfg.ACC_DEPTH)
+        blk_addr = {ob: (half + (ob - ob0 - h_) * n_t if split and ob - ob0 >= h_
+                         else acc_base + (ob - ob0) * n_t) for ob in range(ob0, ob1)}
+        last = t == len(tiles) - 1
+        done_at: dict = {}
+        if opt.step_req and engine_req and last and obn > 1 and not ly.bias_load:
+            steps_of: dict = {}
+            for r_, (a_, b_) in enumerate(reds):
+                for ob_, _, _ in wb.entries(ob0, ob1, a_, b_):
+                    steps_of.setdefault(ob_, set()).add(r_)
+            if len(steps_of) == obn and all(len(v) == 1 for v in steps_of.values()):
+                for ob_, v in sorted(steps_of.items()):
+                    done_at.setdefault(next(iter(v)), []).append(ob_)
+        n_stream = 0
+        if not done_at and engine_req and last and obn > 1:
+            out_beats = obn * n_t * _beats(cfg, MemType.OUT)
+            cap = len(reds) if inp is not None else min(len(reds), tl.nvt)
+            covered = 0
+            while n_stream < cap and (n_stream == 0 or covered < out_beats):
+                a_, b_ = reds[len(reds) - 1 - n_stream]
+                covered += ly.kk * n_t * len(wb.entries(ob0, ob1, a_, b_))
+                n_stream += 1
+        out.append(TilePlan(
+            t, ob0, ob1, y0, y1, x0, x1, reds, avt, acc_base, blk_addr, split, rows_l, cols,
+            ry0, ry1, rx0, rx1, padv, cols if ly.row_skip else ly.sh * cols,
+            padv == (0, 0, 0, 0) and rows_l == ly.hp and cols == ly.wp,
+            tuple(_bank_order(cfg, blk_addr, n_t)), n_stream,
+            {k: tuple(v) for k, v in done_at.items()}))
+    return tuple(out)
+
+
+class _EmptyWindow(Exception):
+    """A tile's input window lies entirely in the LOAD padding."""
+
+
+class _Blocks:
+    """The stored weight blocks of a packed conv (:func:`~.pack.pack_weights`) and each
+    one's index, by ``(ob, ib)``."""
+
+    def __init__(self, wpk):
+        self.wpk = wpk
+        self.index = {(int(a), int(b)): i for i, (a, b) in enumerate(wpk.blocks)}
+
+    def entries(self, ob0: int, ob1: int, i0: int, i1: int) -> list:
+        """A step's stored weight blocks: ``(ob, ib, block index)`` for output blocks
+        ``[ob0, ob1)`` and input blocks ``[i0, i1)``, output-block-major."""
+        return [(ob, ib, self.index[(ob, ib)]) for ob in range(ob0, ob1)
+                for ib in self.wpk.ibs(ob) if i0 <= ib < i1]
+
+
+# ------------------------------------------------------------------ 4. weights
+@dataclass(frozen=True)
+class WeightLoad:
+    """One weight LOAD: ``n`` WGT elements from element ``dram`` of the stored weights to
+    WGT entry ``sram``."""
+
+    dram: int
+    sram: int
+    n: int
+
+
+@dataclass(frozen=True, eq=False)
+class WeightPlan:
+    """Weight streaming: the stored block ``order`` (input-block-major when ``ib_major``),
+    each block's WGT position ``wpos`` (in blocks), resident LOADs in requests of at most
+    ``chunk`` elements; per step, its GEMM groups ``subs`` (the first step of resident
+    weights in groups of about ``w_chunk_beats``, each behind its own data-ready token),
+    the LOADs of each group ``groups``, the next step's weights ``prefetch``-ed behind this
+    step's token, and ``widx`` (stored block -> WGT entry)."""
+
+    resident: bool
+    ib_major: bool
+    order: np.ndarray
+    wpos: np.ndarray
+    chunk: int
+    subs: tuple
+    groups: tuple
+    prefetch: tuple
+    widx: tuple
+
+    @property
+    def n_loads(self) -> int:
+        return sum(len(g) for gs in self.groups for g in gs) + sum(map(len, self.prefetch))
+
+    def __str__(self) -> str:
+        first = len(self.subs[0]) if self.subs else 1
+        return (f"weights: {'resident' if self.resident else 'streamed per step'}, "
+                f"{'input' if self.ib_major else 'output'}-block-major, {self.n_loads} LOAD(s)"
+                + (f" of <= {self.chunk} elements, next step's prefetched" if self.resident else "")
+                + (f", first step in {first} groups" if first > 1 else ""))
+
+
+def plan_weights(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, tiles: tuple, wb: _Blocks,
+                 opt: ConvOptions) -> WeightPlan:
+    """Pass 4: weight order and LOADs.  Weights are stored input-block-major (``(ib, ob)``
+    order, in DRAM and WGT) when resident or ``streamed_ib_major``: a one-block step's
+    weights for every output block of its tile are one contiguous run (one LOAD).  The
+    order depends on the weights only, so row bands agree with the whole conv's
+    constants.  Resident weights load block run by block run as the steps first need
+    them (on the load module, overlapping the GEMMs before), the next step's behind this
+    step's data-ready token."""
+    tl, kk = tp.tiling, ly.kk
+    blocks = wb.wpk.blocks
+    ib_major = tl.resident or opt.streamed_ib_major
+    order = (np.lexsort((blocks[:, 0], blocks[:, 1])) if ib_major else np.arange(len(blocks)))
+    wpos = np.empty(len(order), np.int64)
+    wpos[order] = np.arange(len(order))
+    w_beats = _beats(cfg, MemType.WGT)
+    per_group = max(1, opt.w_chunk_beats // (w_beats * kk))
+    chunk = min(LIMITS.max("size"), per_group * kk)
+    loaded = np.zeros(len(blocks), dtype=bool)
+    wgt_half = cfg.WGT_DEPTH // tl.nvt
+
+    def load(bis) -> tuple:
+        new = sorted({bi for bi in bis if not loaded[bi]})
+        out = []
+        for a, b in _runs(sorted(int(wpos[bi]) for bi in new)):
+            for e0 in range(a * kk, b * kk, chunk):
+                out.append(WeightLoad(e0, e0, min(chunk, b * kk - e0)))
+        loaded[new] = True
+        return tuple(out)
+
+    subs_l, groups_l, pre_l, widx_l = [], [], [], []
+    for s, (t, (i0, i1)) in enumerate(tp.steps):
+        tile = tiles[t]
+        sel = wb.entries(tile.ob0, tile.ob1, i0, i1)
+        streamed_r = tile.reds.index((i0, i1)) >= len(tile.reds) - tile.n_stream \
+            if tile.n_stream else False
+        subs = [sel]
+        if tl.resident and s == 0 and sel and not streamed_r:
+            subs = []
+            for e in sel:
+                if not subs or (len(subs[-1]) >= per_group and e[0] != subs[-1][-1][0]):
+                    subs.append([])
+                subs[-1].append(e)
+        if tl.resident:
+            widx = {bi: int(wpos[bi]) * kk for _, _, bi in sel}
+            groups = tuple(load([bi for _, _, bi in sub]) for sub in subs)
+            pre = ()
+            if s + 1 < len(tp.steps):
+                tn, (a_n, b_n) = tp.steps[s + 1]
+                pre = load([bi for _, _, bi in wb.entries(tiles[tn].ob0, tiles[tn].ob1, a_n, b_n)])
+        else:
+            wbase = (s % tl.nvt) * wgt_half
+            widx, runs, pos = {}, [], 0
+            for a, b in _runs(sorted(int(wpos[bi]) for _, _, bi in sel)):
+                runs.append(WeightLoad(a * kk, wbase + pos * kk, (b - a) * kk))
+                for p_ in range(a, b):
+                    widx[int(order[p_])] = wbase + (pos + p_ - a) * kk
+                pos += b - a
+            groups, pre = (tuple(runs),), ()
+        subs_l.append(tuple(tuple(x) for x in subs))
+        groups_l.append(groups)
+        pre_l.append(pre)
+        widx_l.append(widx)
+    return WeightPlan(tl.resident, ib_major, order, wpos, chunk, tuple(subs_l), tuple(groups_l),
+                      tuple(pre_l), tuple(widx_l))
+
+
+# ------------------------------------------------------------------ 5. resets
+@dataclass(frozen=True)
+class TileSetup:
+    """How tile ``t``'s accumulator starts: ``wait_store`` (its ACC region's previous tile
+    must be stored first), ``kind`` ("bias": broadcast ACC LOADs of the bias; "skip": the
+    previous clearing REQ left its entries at 0; "engine": one-micro-op ALU resets of
+    ``engine`` ``(entry, n)`` ranges that the REQ engine runs; "gemm": a GEMM reset), and
+    ``regions``: on the first tile, the first tile of every other ACC region reset at once
+    by engine resets."""
+
+    t: int
+    wait_store: bool
+    kind: str
+    engine: tuple = ()
+    regions: tuple = ()
+
+    def __str__(self) -> str:
+        return f"{self.kind}" + (f"+{len(self.regions)} region(s)" if self.regions else "")
+
+
+def plan_resets(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, tiles: tuple,
+                opt: ConvOptions) -> tuple[tuple, int, int]:
+    """Pass 5: ``(setups, resets skipped, partial resets)``, one :class:`TileSetup` per
+    tile.  Per ACC region the pass tracks the entries ``[acc_base, acc_base + n)`` its last
+    tile's clearing REQ left at 0: a tile of at most ``n`` entries needs no reset, and an
+    engine reset covers only the entries beyond them (a tile wider than the one before
+    it).  A clearing REQ of a tile smaller than the cleared extent keeps it
+    (``keep_cleared``, not for bank-split tiles)."""
+    tl = tp.tiling
+    cleared = [0] * tl.acc_nvt
+    out, skipped, partial = [], 0, 0
+    for tile in tiles:
+        t, avt, n = tile.t, tile.avt, tile.obn * tile.n_t
+        kind, eng, regions = "gemm", [], []
+        if ly.bias_load:
+            kind = "bias"
+        elif n <= cleared[avt]:
+            kind = "skip"
+            skipped += 1
+        elif cfg.REQ_ENGINE:
+            kind = "engine"
+            done = tile.acc_base + cleared[avt]
+            for a, b in tile.blk_runs(tile.ob0, tile.ob1):
+                e0, e1 = tile.blk_addr[a], tile.blk_addr[a] + (b - a) * tile.n_t
+                if tile.acc_base <= e0 < done:
+                    e0 = min(e1, done)
+                    partial += 1
+                if e1 > e0:
+                    eng.append((e0, e1 - e0))
+        if t == 0 and cfg.REQ_ENGINE and opt.clearing_req and not ly.bias_load:
+            for v in range(1, min(tl.acc_nvt, len(tiles))):
+                tv = tiles[v]
+                nv = tv.obn * tv.n_t
+                regions.append((tp.acc_bases[v], nv))
+                cleared[v] = max(cleared[v], nv)
+        out.append(TileSetup(t, t >= tl.acc_nvt, kind, tuple(eng), tuple(regions)))
+        if ly.clears:
+            cleared[avt] = max(n, cleared[avt]) if opt.keep_cleared and not tile.split else n
+        else:
+            cleared[avt] = 0
+    return tuple(out), skipped, partial
+
+
+# ------------------------------------------------------------------ 6. step schedule
+def _ob_loop(cfg: VTAConfig, grp, blk_addr: dict, widx: dict, n_t: int, th: int, tw: int,
+             ystep: int, sw: int, kk: int):
+    """A step's GEMM with the output blocks as a loop: for a 1x1 kernel whose tile pixels
+    are one arithmetic run in INP (``ystep == tw * sw``), when every input block of
+    ``grp`` ((ob, ib, stored block)) has the same output blocks, lying ``n_t`` accumulator
+    entries apart, with weights a constant ``dw`` WGT entries apart: one micro-op per
+    input block under the loops ``(obs, n_t, 0, dw)`` and ``(th*tw, 1, sw, 0)`` -- the same
+    (acc, inp, wgt) triples as one micro-op per entry, in another order, with ``obs``
+    times fewer micro-ops to load.  Returns ``(obs, dw, ibs, acc entry, [wgt entry per
+    ib])`` or None."""
+    if not (grp and kk == 1 and ystep == tw * sw and th * tw <= LIMITS.max("iter")):
+        return None
+    by_ib: dict = {}
+    for ob, ib, bi in grp:
+        by_ib.setdefault(ib, {})[ob] = bi
+    ibs = sorted(by_ib)
+    obs = sorted(by_ib[ibs[0]])
+    n = len(obs)
+    if n < 2 or n > LIMITS.max("iter") or any(sorted(by_ib[ib]) != obs for ib in ibs):
+        return None
+    if any(blk_addr[obs[j + 1]] - blk_addr[obs[j]] != n_t for j in range(n - 1)):
+        return None
+    dws = {widx[by_ib[ib][obs[j + 1]]] - widx[by_ib[ib][obs[j]]] for ib in ibs
+           for j in range(n - 1)}
+    if len(dws) != 1:
+        return None
+    dw = dws.pop()
+    if not (0 <= dw < cfg.WGT_DEPTH and n_t < cfg.ACC_DEPTH):
+        return None
+    return n, dw, ibs, blk_addr[obs[0]], [widx[by_ib[ib][obs[0]]] for ib in ibs]
+
+
+@dataclass(frozen=True, eq=False)
+class Gemm:
+    """One GEMM of a step over ``entries`` ((ob, ib, stored block)): input blocks from
+    ``i0`` at INP entry ``inp_base``, WGT entries ``widx``; ``ob_loop`` (the output blocks
+    as a loop, :func:`_ob_loop`) or None (one micro-op per entry and tap)."""
+
+    i0: int
+    inp_base: int
+    entries: tuple
+    widx: dict
+    ob_loop: tuple | None
+
+
+@dataclass(frozen=True, eq=False)
+class StepPlan:
+    """Step ``s`` (tile ``t``, input blocks ``red``): its input at INP ``inp_base``, loaded
+    after a compute->load wait when ``pop_inp``; the GEMMs run now (``gemms``, a
+    load->compute wait before each but the first; empty when deferred to the stream);
+    ``stream``: on the tile's last step, ``("gemm", Gemm)`` and ``("req", ob)`` items (the
+    streamed steps per output block, each REQ followed by a compute->store push); the
+    blocks ``reqs_after`` requantized after this step; ``frees`` compute->load pushes."""
+
+    s: int
+    t: int
+    red: tuple
+    inp_base: int
+    pop_inp: bool
+    gemms: tuple
+    stream: tuple
+    reqs_after: tuple
+    frees: int
+
+
+@dataclass(frozen=True)
+class TileEnd:
+    """After tile ``t``'s steps: ``streamed`` (requantized per block during the steps:
+    a compute->store wait before each block's STORE) or one requantize of the whole tile;
+    ``store_order`` (output blocks, the order they are stored); ``lag`` (blocks whose
+    GEMMs the first streamed REQ follows)."""
+
+    t: int
+    streamed: bool
+    store_order: tuple
+    lag: int = 0
+
+
+def schedule_steps(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, inp: InpPlan | None,
+                   tiles: tuple, wp: WeightPlan, wb: _Blocks, opt: ConvOptions) -> dict:
+    """Pass 6: the step schedule.  Returns ``{"steps": (StepPlan, ...), "ends": (TileEnd,
+    ...), "pops_owed": compute->load waits at the end, "gemm_uops": planned GEMM
+    micro-ops, "stream_steps", "step_req", "ob_loop_gemms"}``.
+
+    Streamed steps (a REQ engine core's last tile) run per output block: each block's REQ
+    (on the engine) beside the next block's GEMMs, its STORE beside the rest.  The engine
+    may still run the previous tile's REQ (``backlog`` entries): the first block REQs
+    follow that many blocks' GEMMs (the stream lag), a block's GEMM cycles being the
+    deferred steps' average per output block.  With ``done_at`` each block is requantized
+    once its step is done and this tile's GEMM cycles so far cover the backlog.  Compute
+    frees a step's input region after its GEMMs (a deferred step's after the stream)."""
+    tl = tp.tiling
+    nvt, kk = tl.nvt, ly.kk
+    inp_half = cfg.INP_DEPTH // nvt
+    s, pops_owed, backlog, planned = 0, 0, 0, 0
+    steps, ends = [], []
+    stats = {"stream_steps": 0, "step_req": False, "ob_loop_gemms": 0}
+
+    def gemm(tile, i0, inp_base, grp, widx):
+        lp = _ob_loop(cfg, grp, tile.blk_addr, widx, tile.n_t, tile.th, tile.tw, tile.ystep,
+                      ly.sw, kk) if opt.ob_loop else None
+        stats["ob_loop_gemms"] += lp is not None
+        return Gemm(i0, inp_base, tuple(grp), widx, lp)
+
+    for tile in tiles:
+        reds, obn, n_px = tile.reds, tile.obn, tile.n_t
+        tile_gemm, lag = 0, 0
+        deferred, req_order, pending = [], [], []
+        stats["step_req"] |= bool(tile.done_at)
+        for r, (i0, i1) in enumerate(reds):
+            last = r == len(reds) - 1
+            if inp is None:
+                inp_base, pop = (s % nvt) * inp_half, s >= nvt
+            else:
+                inp_base, pop = inp.base[s], inp.pop_before[s]
+            pops_owed -= pop
+            sel = wb.entries(tile.ob0, tile.ob1, i0, i1)
+            widx = wp.widx[s]
+            is_deferred = bool(sel) and r >= len(reds) - tile.n_stream
+            gemms = (tuple(gemm(tile, i0, inp_base, sub, widx) for sub in wp.subs[s])
+                     if sel and not is_deferred else ())
+            if is_deferred:
+                deferred.append((i0, inp_base, widx, sel, s))
+            stream = []
+            if last and deferred:
+                stats["stream_steps"] = max(stats["stream_steps"], len(deferred))
+                blk = max(1, sum(len(f[3]) for f in deferred) * kk * n_px // obn)
+                lag = min(obn - 1, -(-max(0, backlog - tile_gemm) // blk))
+                order = list(tile.ob_order)
+                for gi, ob in enumerate(order + [None] * lag):
+                    for f in (deferred if ob is not None else ()):
+                        grp = [e for e in f[3] if e[0] == ob]
+                        if grp:
+                            stream.append(("gemm", gemm(tile, f[0], f[1], grp, f[2])))
+                    if gi >= lag:
+                        stream.append(("req", order[gi - lag]))
+            if sel:
+                planned += len(sel) * kk * n_px
+                if not is_deferred:
+                    tile_gemm += len(sel) * kk * n_px
+            reqs = []
+            if tile.done_at:
+                pending += tile.done_at.get(r, ())
+                while pending and (tile_gemm >= backlog or last):
+                    reqs.append(pending.pop(0))
+                req_order += reqs
+            frees = ([] if is_deferred else [s]) + ([f[4] for f in deferred] if last else [])
+            nfree = sum(1 for f_s in frees if inp is None or inp.push_after[f_s])
+            pops_owed += nfree
+            steps.append(StepPlan(s, tile.t, (i0, i1), inp_base, bool(pop), gemms,
+                                  tuple(stream), tuple(reqs), nfree))
+            s += 1
+        streamed = bool(deferred) or bool(tile.done_at)
+        order = tuple(req_order) if tile.done_at else tile.ob_order
+        ends.append(TileEnd(tile.t, streamed, order if streamed else
+                            tuple(range(tile.ob0, tile.ob1)), lag))
+        backlog = 0 if streamed else obn * n_px
+    return dict(stats, steps=tuple(steps), ends=tuple(ends), pops_owed=pops_owed,
+                gemm_uops=planned)
+
+
+# ------------------------------------------------------------------ the whole plan
+@dataclass(frozen=True, eq=False)
+class ConvPlan:
+    """Everything the emitter (:func:`~.lower_conv.emit_conv`) needs, decided: the layer,
+    the options, and the plans of the passes (:func:`plan_conv`).  ``pops_owed``:
+    compute->load waits at the end of the conv; ``stats``: what the lowering did (trace
+    statistics).  ``str(plan)`` is :meth:`describe`."""
+
+    layer: ConvLayer
+    options: ConvOptions
+    tiling: TilingPlan
+    inputs: InpPlan | None
+    tiles: tuple
+    weights: WeightPlan
+    setups: tuple
+    steps: tuple
+    ends: tuple
+    pops_owed: int
+    stats: dict
+
+    def describe(self) -> str:
+        """A short block: the layer, each pass's plan in a line, the options if not the
+        defaults."""
+        kinds: dict = {}
+        for su in self.setups:
+            kinds[su.kind] = kinds.get(su.kind, 0) + 1
+        last, end = self.tiles[-1], self.ends[-1]
+        tail = ("REQ per step" if last.done_at else
+                f"{last.n_stream} step(s) streamed per block, lag {end.lag}" if last.n_stream
+                else "one requantize per tile")
+        lines = [str(self.layer), "  " + str(self.tiling),
+                 "  " + (str(self.inputs) if self.inputs else
+                         f"inputs: by step ({self.tiling.tiling.nvt} region(s))"),
+                 f"  ACC: regions at {list(self.tiling.acc_bases)}, "
+                 f"{'clearing REQ' if self.layer.clears else 'no clearing REQ'}"
+                 + (", bank split" if self.stats["bank_split"] else "")
+                 + "; tile starts: " + ", ".join(f"{v} {k}" for k, v in kinds.items())
+                 + (f" ({self.stats['partial_resets']} partial)"
+                    if self.stats["partial_resets"] else ""),
+                 "  " + str(self.weights),
+                 f"  last tile: {tail}; {self.stats['gemm_uops']} GEMM micro-op cycles planned"
+                 + (f", {self.stats['ob_loop_gemms']} output-block-loop GEMMs"
+                    if self.stats["ob_loop_gemms"] else "")]
+        if self.options != ConvOptions():
+            lines.append("  " + str(self.options))
+        return "\n".join(lines)
+
+    __str__ = describe
+
+
+def plan_conv(cfg: VTAConfig, ly: ConvLayer, wpk, opt: ConvOptions, *, tile_inp: bool = True,
+              max_acc_regions: int | None = None) -> ConvPlan:
+    """Run the passes (module docstring) for layer ``ly`` with packed weights ``wpk``.
+
+    Raises:
+        CompileError: no tile fits.
+        _EmptyWindow: a tile's window lies in the padding (lower with ``pre_pad``).
+    """
+    wb = _Blocks(wpk)
+    tp = plan_tiling(cfg, ly, wpk, opt, max_acc_regions)
+    inp = plan_inputs(cfg, ly, tp, tile_inp)
+    tiles = plan_acc(cfg, ly, tp, inp, wb, opt)
+    wp = plan_weights(cfg, ly, tp, tiles, wb, opt)
+    setups, skipped, partial = plan_resets(cfg, ly, tp, tiles, opt)
+    sch = schedule_steps(cfg, ly, tp, inp, tiles, wp, wb, opt)
+    stats = {"bank_split": any(t.split for t in tiles), "stream_steps": sch["stream_steps"],
+             "first_step_groups": max([1] + [len(x) for x in wp.subs]),
+             "inp_by_tile": inp is not None, "ob_loop_gemms": sch["ob_loop_gemms"],
+             "retiled": tp.retiled, "partial_resets": partial, "w_loads": wp.n_loads,
+             "step_req": sch["step_req"], "resets_skipped": skipped,
+             "gemm_uops": sch["gemm_uops"]}
+    return ConvPlan(ly, opt, tp, inp, tiles, wp, setups, sch["steps"], sch["ends"],
+                    sch["pops_owed"], stats)
+
+
+def requant_clears(cfg: VTAConfig, attrs: dict, mult_plan, per_channel: bool, bias_load: bool,
+                   opt: ConvOptions) -> bool:
+    """Whether each tile's requantize is one clearing bias-fused REQ (``ALU_REQUANT``, an
+    8-bit clip, a shift in ``[-32, 31]``, no multiplier, scalar, the bias not loaded):
+    the condition under which :func:`~.lower_common.requant_alu` clears (the emitter
+    checks the two agree)."""
+    lo, hi, shift = int(attrs["clip_lo"]), int(attrs["clip_hi"]), attrs["shift"]
+    return bool(opt.clearing_req and cfg.ALU_REQUANT and not per_channel and not bias_load
+                and mult_plan is None and -32 <= int(shift) <= 31 and lo in REQ_LOWER_BOUNDS
+                and lo <= hi <= 127)
+
