@@ -102,7 +102,7 @@ from .pack import ceil_div, pack_bias, pack_weights
 
 __all__ = ["lower_conv", "lower_dense", "ConvOptions", "ConvPlan", "emit_conv", "act_layout",
            "LoweredOp", "emit_kernel", "requant_alu", "plan_for", "use_im2col", "lower_conv_bands",
-           "band_rows", "bandable", "channel_requant"]
+           "band_rows", "bandable", "channel_requant", "explain_node"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
@@ -698,3 +698,29 @@ def lower_dense(cfg: VTAConfig, uid: str, k: int, w: np.ndarray, bias: np.ndarra
     a = dict(attrs)
     a.update(kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0), groups=1)
     return lower_conv(cfg, uid, (k, 1, 1), w.reshape(w.shape[0], k, 1, 1), bias, a, **kwargs)
+
+
+def explain_node(cfg: VTAConfig, graph, node) -> str:
+    """The plan of a VTA-placed ``qconv2d`` / ``qdense`` node of a quantized graph, as
+    :meth:`~.conv_plan.ConvPlan.describe` prints it (the node lowered again, as
+    :func:`~.compile.lower_graph` lowers it; ``vtaforge compile --explain``).
+
+    Raises:
+        CompileError: the node is not a conv or dense layer, or its lowering fails.
+    """
+    x, w, b = node.inputs
+    shape = graph.types[x].shape
+    out: list = []
+    if node.op == "qconv2d":
+        lower_conv(cfg, node.name, tuple(shape[1:]), graph.constants[w], graph.constants[b],
+                   node.attrs, explain=out)
+    elif node.op == "qdense":
+        lower_dense(cfg, node.name, shape[1], graph.constants[w], graph.constants[b],
+                    node.attrs, explain=out)
+    else:
+        raise CompileError(f"node '{node.name}' ({node.op}) is not a conv or dense layer")
+    text = out[-1].describe()
+    if node.op == "qconv2d" and out[-1].layer.c != shape[1]:
+        kh, kw = graph.constants[w].shape[2:]
+        text += f"\n  (im2col on the host: {shape[1]}x{kh}x{kw} patches as {out[-1].layer.c} channels)"
+    return text

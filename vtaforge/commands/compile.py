@@ -15,7 +15,12 @@ import numpy as np
 @click.option("--calibrate", "calib_path", default=None,
               help="calibration .npy (float, batch first); default: 16 uniform random "
                    "samples in [0, 1) of the model's input shape (batch 1 if symbolic)")
-def compile_cmd(model: str, output_path: str, config_spec: str, calib_path) -> None:
+@click.option("--explain", is_flag=True, default=False,
+              help="print each VTA conv/dense layer's lowering plan (tiling, input "
+                   "placement, ACC regions and resets, weight streaming, the last tile's "
+                   "stream), one block per layer")
+def compile_cmd(model: str, output_path: str, config_spec: str, calib_path,
+                explain: bool = False) -> None:
     """Compile MODEL (ONNX) for a VTA config and write a .vtapkg artifact."""
     from ..compiler.compile import compile_model
     from ..compiler.errors import CompileError
@@ -46,8 +51,21 @@ def compile_cmd(model: str, output_path: str, config_spec: str, calib_path) -> N
     click.echo("placement:")
     click.echo(cm.placement_table())
     nv = sum(1 for s in cm.steps if s.target == "vta")
+    if explain:
+        _explain(cm)
     click.echo(f"{cm.name}: {nv}/{len(cm.steps)} steps on VTA for {cfg.bitstream_name} "
                f"(fingerprint 0x{cfg.fingerprint:08x}) -> {output_path}")
+
+
+def _explain(cm) -> None:
+    """Print the conv plan of every VTA-placed conv / dense step of ``cm``."""
+    from ..compiler.lower_conv import explain_node
+
+    nodes = {n.name: n for n in cm.qgraph.nodes}
+    steps = [s for s in cm.steps if s.target == "vta" and s.op in ("qconv2d", "qdense")]
+    click.echo(f"conv plans ({len(steps)} layer(s)):")
+    for s in steps:
+        click.echo(explain_node(cm.config, cm.qgraph, nodes[s.name]))
 
 
 COMMANDS = [compile_cmd]
