@@ -3,7 +3,7 @@
 :func:`lower_conv` describes the layer (:class:`~.conv_plan.ConvLayer`), runs the planning
 passes of :mod:`.conv_plan` (:func:`~.conv_plan.plan_conv`, a printable
 :class:`~.conv_plan.ConvPlan`; choices that tests flip are :class:`~.conv_plan.ConvOptions`)
-and emits the plan with :func:`emit_conv`, which decides nothing.
+and emits the plan with :func:`~.conv_emit.emit_conv`, which decides nothing.
 
 One batch block (``BATCH`` images) per trace; the executor replays it per block.
 
@@ -90,21 +90,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..hw.config import MemType, VTAConfig
-from ..hw.isa import LIMITS, AluOp, Module
+from ..hw.config import VTAConfig
+from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS
 from ..runtime.artifact import RowBands, SlotLayout, TraceBuilder, token_fault
 from ..runtime.cpu_ops import pack_int4
 from .errors import CompileError
 from .lower_common import LoweredOp, emit_kernel, fit_queues, plan_for, requant_alu
-from .conv_plan import (ConvLayer, ConvOptions, ConvPlan, Gemm, StepPlan, TilePlan, TileSetup,
-                        _EmptyWindow, plan_conv, requant_clears)
+from .conv_emit import emit_conv
+from .conv_plan import ConvLayer, ConvOptions, ConvPlan, _EmptyWindow, plan_conv
 from .pack import ceil_div, pack_bias, pack_weights
 
 __all__ = ["lower_conv", "lower_dense", "ConvOptions", "ConvPlan", "emit_conv", "act_layout",
            "LoweredOp", "emit_kernel", "requant_alu", "plan_for", "use_im2col", "lower_conv_bands",
            "band_rows", "bandable", "channel_requant", "explain_node"]
 
-L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
 def use_im2col(cfg: VTAConfig, c: int, groups: int, kh: int, kw: int) -> bool:
     """Whether a conv should run as a 1x1 conv over its im2col'd input.
@@ -407,161 +406,16 @@ def _stats(cfg: VTAConfig, plan: ConvPlan, w: np.ndarray) -> dict:
                                   + weight_bytes(cfg, w) + bias_bytes)}
 
 
-# ------------------------------------------------------------------ the emitter
-def _engine_reset(tb: TraceBuilder, base: int, n: int) -> None:
-    """Clear accumulator entries ``[base, base + n)`` with ALU resets of one micro-op each
-    (``LIMITS.max("iter")`` entries per instruction), the kind the REQ engine runs."""
-    for e0 in range(0, n, LIMITS.max("iter")):
-        mm = min(LIMITS.max("iter"), n - e0)
-        emit_kernel(tb, "alu", [(mm, 1, 1, 0)], [base + e0], [base + e0], op=AluOp.ADD, imm=0,
-                    reset=True)
-
-
-def _emit_gemm(tb: TraceBuilder, ly: ConvLayer, tile: TilePlan, g: Gemm) -> None:
-    """One planned GEMM: one micro-op per (entry, kh, kw) under the tile's rows x cols loop
-    nest, or (``g.ob_loop``) one per input block under an output-block loop."""
-    per_ib = tile.rows_l * tile.cols
-    if g.ob_loop is not None:
-        obs_n, dw, ibs, a0, w0 = g.ob_loop
-        emit_kernel(tb, "gemm", [(obs_n, tile.n_t, 0, dw), (tile.n_t, 1, ly.sw, 0)],
-                    [a0] * len(ibs), [g.inp_base + (ib - g.i0) * per_ib for ib in ibs], w0)
-        return
-    ki, kj = np.meshgrid(np.arange(ly.kh), np.arange(ly.kw), indexing="ij")
-    ki, kj = ki.reshape(-1), kj.reshape(-1)
-    d, sr, wg = [], [], []
-    for ob, ib, bi in g.entries:
-        d.append(np.full(ly.kk, tile.blk_addr[ob]))
-        sr.append(g.inp_base + (ib - g.i0) * per_ib + ki * tile.cols + kj)
-        wg.append(g.widx[bi] + ki * ly.kw + kj)
-    emit_kernel(tb, "gemm", [(tile.th, tile.tw, tile.ystep, 0), (tile.tw, 1, ly.sw, 0)],
-                np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
-
-
-def _emit_requant(cfg: VTAConfig, tb: TraceBuilder, ly: ConvLayer, tile: TilePlan, b0: int,
-                  b1: int, attrs: dict, mplan, opt: ConvOptions) -> None:
-    """Requantize output blocks ``[b0, b1)`` of ``tile`` (:func:`~.lower_common.requant_alu`,
-    per run of adjacent blocks); checks the clear agrees with the plan's ``clears``."""
-    n_t = tile.n_t
-    lo, hi = int(attrs["clip_lo"]), int(attrs["clip_hi"])
-    for a, b in tile.blk_runs(b0, b1):
-        bloops = [(b - a, n_t, 1, 0), (n_t, 1, 0, 0)]
-        bias_add = None if ly.bias_load else (bloops, [tile.blk_addr[a]], [a])
-        if ly.per_channel:
-            # per-channel: SHR by the shift row of each entry's block, on the ALU
-            requant_alu(tb, tile.blk_addr[a], (b - a) * n_t, 0, lo, hi, bias=bias_add,
-                        shift_src=(bloops, [tile.blk_addr[a]], [ly.nob + a]))
-            continue
-        clr = requant_alu(tb, tile.blk_addr[a], (b - a) * n_t, int(attrs["shift"]), lo, hi,
-                          plan=mplan, bias=bias_add, fused=cfg.ALU_REQUANT,
-                          clear=opt.clearing_req and not ly.bias_load)
-        assert clr == ly.clears, "requant_clears disagrees with requant_alu"
-
-
-def _emit_setup(tb: TraceBuilder, tile: TilePlan, su: TileSetup) -> None:
-    """A tile's accumulator set-up (before the wait for its first step's loads)."""
-    if su.wait_store:
-        tb.dep_pop(S, C)
-    if su.kind == "bias":
-        for ob in range(tile.ob0, tile.ob1):
-            tb.load_2d("b", ob, MemType.ACC, tile.blk_addr[ob], tile.n_t, 1, 0)
-    elif su.kind == "engine":
-        for e0, n in su.engine:
-            _engine_reset(tb, e0, n)
-    elif su.kind == "gemm":
-        emit_kernel(tb, "gemm", [(tile.th, tile.tw, 0, 0), (tile.tw, 1, 0, 0)],
-                    [tile.blk_addr[ob] for ob in range(tile.ob0, tile.ob1)],
-                    np.zeros(tile.obn), reset=True)
-    for base, n in su.regions:
-        _engine_reset(tb, base, n)
-
-
-def _emit_step(cfg: VTAConfig, tb: TraceBuilder, plan: ConvPlan, sp: StepPlan, attrs: dict,
-               mplan) -> None:
-    """One planned step: input and weight LOADs, tokens, set-up, GEMMs, stream, REQs."""
-    ly, tile, wp = plan.layer, plan.tiles[sp.t], plan.weights
-    i0, i1 = sp.red
-    if sp.pop_inp:
-        tb.dep_pop(C, L)
-    hp, wp_ = ly.hp, ly.wp
-    if tile.full:
-        tb.load_2d("x", i0 * hp * wp_, MemType.INP, sp.inp_base, i1 - i0, hp * wp_, hp * wp_)
-    else:
-        for ib in range(i0, i1):
-            tb.load_2d("x", (ib * hp + tile.ry0) * wp_ + tile.rx0, MemType.INP,
-                       sp.inp_base + (ib - i0) * tile.rows_l * tile.cols,
-                       tile.th if ly.row_skip else tile.ry1 - tile.ry0, tile.rx1 - tile.rx0,
-                       ly.sh * wp_ if ly.row_skip else wp_, pad=tile.padv)
-    groups = wp.groups[sp.s]
-    for k, grp in enumerate(groups):
-        if k:
-            tb.dep_push(L, C)
-        for ld in grp:
-            tb.load_2d("w", ld.dram, MemType.WGT, ld.sram, 1, ld.n, ld.n)
-    tb.dep_push(L, C)
-    for ld in wp.prefetch[sp.s]:
-        tb.load_2d("w", ld.dram, MemType.WGT, ld.sram, 1, ld.n, ld.n)
-    if sp.red == tile.reds[0]:
-        _emit_setup(tb, tile, plan.setups[sp.t])
-    tb.dep_pop(L, C)
-    for k, g in enumerate(sp.gemms):
-        if k:
-            tb.dep_pop(L, C)
-        _emit_gemm(tb, ly, tile, g)
-    for kind, x in sp.stream:
-        if kind == "gemm":
-            _emit_gemm(tb, ly, tile, x)
-        else:
-            _emit_requant(cfg, tb, ly, tile, x, x + 1, attrs, mplan, plan.options)
-            tb.dep_push(C, S)
-    for ob in sp.reqs_after:
-        _emit_requant(cfg, tb, ly, tile, ob, ob + 1, attrs, mplan, plan.options)
-        tb.dep_push(C, S)
-    for _ in range(sp.frees):
-        tb.dep_push(C, L)
-
-
-def emit_conv(cfg: VTAConfig, tb: TraceBuilder, plan: ConvPlan, attrs: dict, mplan,
-              per_channel: bool) -> None:
-    """Turn ``plan`` into instructions on ``tb``; decides nothing.
-
-    ``attrs``: the node's requantize attributes (``shift``, ``clip_lo``, ``clip_hi``; scalar
-    unless ``per_channel``); ``mplan``: the multiplier plan (:func:`~.lower_common.plan_for`)
-    or None.  Order: the bias (and shift amounts) LOAD, then per tile its steps
-    (:class:`StepPlan`), its requantize unless streamed, its STOREs; at the end the token
-    waits still owed.
-    """
-    ly, tl = plan.layer, plan.tiling.tiling
-    assert per_channel == ly.per_channel
-    if not ly.bias_load:
-        # the bias (+round), and the shift amounts of a per-channel requantize: one LOAD
-        tb.load_2d("b", 0, MemType.ACC, 0, 1, ly.reserved, ly.reserved)
-    elif ly.per_channel:
-        # bias_load: the tiles load the bias themselves; the shift amounts stay for the conv
-        tb.load_2d("b", ly.nob, MemType.ACC, ly.nob, 1, ly.nob, ly.nob)
-    by_tile: dict = {}
-    for sp in plan.steps:
-        by_tile.setdefault(sp.t, []).append(sp)
-    for tile, end in zip(plan.tiles, plan.ends):
-        for sp in by_tile[tile.t]:
-            _emit_step(cfg, tb, plan, sp, attrs, mplan)
-        if not end.streamed:
-            _emit_requant(cfg, tb, ly, tile, tile.ob0, tile.ob1, attrs, mplan, plan.options)
-            tb.dep_push(C, S)
-            tb.dep_pop(C, S)
-        for ob in end.store_order:
-            if end.streamed:
-                tb.dep_pop(C, S)
-            if tile.tw == ly.wo:
-                tb.store_2d(tile.blk_addr[ob], "y", (ob * ly.hpl + tile.y0) * ly.wo, 1,
-                            tile.th * ly.wo, tile.th * ly.wo)
-            else:
-                tb.store_2d(tile.blk_addr[ob], "y", (ob * ly.hpl + tile.y0) * ly.wo + tile.x0,
-                            tile.th, tile.tw, ly.wo)
-        tb.dep_push(S, C)
-    for _ in range(plan.pops_owed):
-        tb.dep_pop(C, L)
-    for _ in range(min(len(plan.tiles), tl.acc_nvt)):
-        tb.dep_pop(S, C)
+def requant_clears(cfg: VTAConfig, attrs: dict, mult_plan, per_channel: bool, bias_load: bool,
+                   opt: ConvOptions) -> bool:
+    """Whether each tile's requantize is one clearing bias-fused REQ (``ALU_REQUANT``, an
+    8-bit clip, a shift in ``[-32, 31]``, no multiplier, scalar, the bias not loaded):
+    the condition under which :func:`~.lower_common.requant_alu` clears (the emitter
+    checks the two agree)."""
+    lo, hi, shift = int(attrs["clip_lo"]), int(attrs["clip_hi"]), attrs["shift"]
+    return bool(opt.clearing_req and cfg.ALU_REQUANT and not per_channel and not bias_load
+                and mult_plan is None and -32 <= int(shift) <= 31 and lo in REQ_LOWER_BOUNDS
+                and lo <= hi <= 127)
 
 
 def weights_fit(cfg: VTAConfig, w: np.ndarray) -> bool:
