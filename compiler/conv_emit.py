@@ -130,18 +130,16 @@ def _emit_step(cfg: VTAConfig, tb: TraceBuilder, plan: ConvPlan, sp: StepPlan, a
         tb.dep_push(C, L)
 
 
-def emit_conv(cfg: VTAConfig, tb: TraceBuilder, plan: ConvPlan, attrs: dict, mplan,
-              per_channel: bool) -> None:
+def emit_conv(cfg: VTAConfig, tb: TraceBuilder, plan: ConvPlan, attrs: dict, mplan) -> None:
     """Turn ``plan`` into instructions on ``tb``; decides nothing.
 
-    ``attrs``: the node's requantize attributes (``shift``, ``clip_lo``, ``clip_hi``; scalar
-    unless ``per_channel``); ``mplan``: the multiplier plan (:func:`~.lower_common.plan_for`)
-    or None.  Order: the bias (and shift amounts) LOAD, then per tile its steps
+    ``attrs``: the node's requantize attributes (``shift``, ``clip_lo``, ``clip_hi``;
+    scalar unless ``plan.layer.per_channel``); ``mplan``: the multiplier plan
+    (:func:`~.lower_common.plan_for`) or None.  Order: the bias (and shift amounts) LOAD, then per tile its steps
     (:class:`StepPlan`), its requantize unless streamed, its STOREs; at the end the token
     waits still owed.
     """
     ly, tl = plan.layer, plan.tiling.tiling
-    assert per_channel == ly.per_channel
     if not ly.bias_load:
         # the bias (+round), and the shift amounts of a per-channel requantize: one LOAD
         tb.load_2d("b", 0, MemType.ACC, 0, 1, ly.reserved, ly.reserved)

@@ -520,6 +520,10 @@ class _Blocks:
                 for ib in self.wpk.ibs(ob) if i0 <= ib < i1]
 
 # ------------------------------------------------------------------ the whole plan
+_START = {"bias": "bias load", "skip": "already zero", "engine": "engine reset",
+          "gemm": "GEMM reset"}
+
+
 @dataclass(frozen=True, eq=False)
 class ConvPlan:
     """Everything the emitter (:func:`~.conv_emit.emit_conv`) needs, decided: the layer,
@@ -555,7 +559,7 @@ class ConvPlan:
                  f"  ACC: regions at {list(self.tiling.acc_bases)}, "
                  f"{'clearing REQ' if self.layer.clears else 'no clearing REQ'}"
                  + (", bank split" if self.stats["bank_split"] else "")
-                 + "; tile starts: " + ", ".join(f"{v} {k}" for k, v in kinds.items())
+                 + "; tile starts: " + ", ".join(f"{v} {_START[k]}" for k, v in kinds.items())
                  + (f" ({self.stats['partial_resets']} partial)"
                     if self.stats["partial_resets"] else ""),
                  "  " + str(self.weights),

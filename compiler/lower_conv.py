@@ -291,7 +291,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         return lower_conv(cfg, uid, in_chw, w, bias, attrs, pre_pad=True, im2col=False,
                           tile_inp=tile_inp, max_acc_regions=max_acc_regions, **kw_)
     tb = TraceBuilder(uid, {"x": xl.block_bytes, "y": yl.block_bytes})
-    emit_conv(cfg, tb, plan, attrs, mplan, pcq is not None)
+    emit_conv(cfg, tb, plan, attrs, mplan)
     tr = tb.trace
     tl = plan.tiling.tiling
     if (plan.inputs is not None or tl.acc_nvt > 1) and token_fault(tr, cfg.TOKEN_QUEUE_DEPTH):

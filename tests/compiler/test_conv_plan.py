@@ -56,7 +56,7 @@ def test_plan_agrees_with_the_program(cfg, args):
     tb = TraceBuilder("c", dict(lo.trace.block_bytes))
     attrs = pi.scalar_attrs(args[3], args[4], args[5], args[6] if len(args) > 6 else 1, 8,
                             *pi._clip(pi.CFGS[cfg]))
-    emit_conv(pi.CFGS[cfg], tb, plan, attrs, None, False)
+    emit_conv(pi.CFGS[cfg], tb, plan, attrs, None)
     assert pi.digest(trace=tb.trace) == pi.digest(trace=lo.trace)
 
 
