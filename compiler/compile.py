@@ -42,7 +42,10 @@ from .errors import CompileError
 from .ir import FLOAT_OPS, LAYOUT_OPS, QUANT_OPS, REAL_OPS, Graph
 from .partition import Partition, partition
 from .passes import optimize
-from .quantize import QuantConfig, _Quantizer, bias_correct, calibrate, layer_errors
+from .quantize import (DEFAULT_MIN_LAYER_COSINE, OUTPUT_AGREEMENT_TARGET, TIGHTER_FLOORS,
+                       QuantConfig, _Quantizer, bias_correct, calibrate, layer_errors,
+                       output_agreement)
+from .reference import run_float
 from .onnx_frontend import import_onnx
 from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
@@ -222,11 +225,13 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         calib_data: calibration inputs (``ndarray`` or ``{input: ndarray}``, batch first).
         config: VTAConfig, preset name or JSON path (default ``pynq``).
         quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL,
-            calibration="mse", min_layer_cosine=0.99, bias_correction=True)`` (exact
-            non-power-of-two QDQ scales where the core has ALU MUL, nearest powers of two
-            otherwise; per-channel weight exps where they halve a layer's weight error; an
-            int8 layer whose measured cosine against float is below 0.99 stays a float CPU
-            node; int8 biases corrected on calibration samples) with the config's widths (:func:`quant_widths`: int16
+            calibration="mse", min_layer_cosine=0.99, bias_correction=True,
+            adaptive_floor=True)`` (exact non-power-of-two QDQ scales where the core has ALU
+            MUL, nearest powers of two otherwise; per-channel weight exps where they halve a
+            layer's weight error; an int8 layer whose measured cosine against float is below
+            0.99 stays a float CPU node, a stricter floor where the model's outputs agree with
+            float below 0.99 and it helps; int8 biases corrected on calibration samples)
+            with the config's widths (:func:`quant_widths`: int16
             activations / weights on a ``LOG_INP_WIDTH`` / ``LOG_WGT_WIDTH`` 4 core, int4
             activations (the IR dtype ``int4``) on a ``LOG_INP_WIDTH`` 2 core, int4 weights
             on a ``LOG_WGT_WIDTH`` 2 core).
@@ -275,7 +280,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         raise CompileError(f"{calib_label} must be an ndarray or a dict {{input name: "
                            f"ndarray}}, not {type(calib).__name__}")
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
-                                     min_layer_cosine=0.99, bias_correction=True,
+                                     min_layer_cosine=DEFAULT_MIN_LAYER_COSINE, bias_correction=True,
+                                     adaptive_floor=True,
                                      **quant_widths(cfg, fg))
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
     if n_samples is None:
@@ -361,15 +367,35 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
         q = settle()
     err_keep: dict[str, str] = {}
     if feeds is not None and qc.min_layer_cosine > 0:
-        thr = qc.min_layer_cosine
-        bad = {n: c for n, c in layer_errors(fg, q, feeds).items()
-               if c < thr and n in real_ok and n not in keep}
-        if bad:
-            err_keep = {n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} "
-                           f"< {thr} against float on calibration data)" for n, c in bad.items()}
-            keep.update(err_keep)
-            _keep_layout_between_real(fg, keep)
-            q = settle()
+        errs = layer_errors(fg, q, feeds)
+        before = dict(keep)
+
+        def floored(thr: float) -> tuple[Graph, dict, dict]:
+            k2 = dict(before)
+            bad = {n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} < {thr} "
+                      f"against float on calibration data)"
+                   for n, c in errs.items() if c < thr and n in real_ok and n not in before}
+            k2.update(bad)
+            if bad:
+                _keep_layout_between_real(fg, k2)
+            keep.clear()
+            keep.update(k2)
+            return (settle() if bad else q), k2, bad
+        q, keep_now, err_keep = floored(qc.min_layer_cosine)
+        if qc.adaptive_floor:
+            batches = feeds if isinstance(feeds, list) else [feeds]
+            fenvs = [run_float(fg, f, keep_all=True) for f in batches]
+            best = output_agreement(q, batches, fenvs)
+            for thr in TIGHTER_FLOORS:
+                if best >= OUTPUT_AGREEMENT_TARGET or thr <= qc.min_layer_cosine:
+                    continue
+                q2, k2, bad2 = floored(thr)
+                a = output_agreement(q2, batches, fenvs) if len(k2) > len(keep_now) else best
+                if a < best + 0.005:
+                    break
+                q, keep_now, err_keep, best = q2, k2, bad2, a
+            keep.clear()
+            keep.update(keep_now)
     elif measured is not None:
         err_keep = {n: keep[n] for n in measured.get("keep", {}) if n in keep}
     rep = q.meta["quant_report"]
@@ -409,12 +435,15 @@ def _apply_bias_deltas(q: Graph, deltas: dict) -> dict:
 def _keep_layout_between_real(fg: Graph, keep: dict) -> bool:
     """Add to ``keep`` (node -> reason) every layout op (reshape, flatten, transpose,
     concat, pad, upsample) whose inputs come from real-valued nodes (kept float, or ONNX
-    nodes) and whose consumers are real-valued, directly or through other such layout ops:
-    in int8 it would only add a quantize / dequantize round trip between float CPU nodes.
+    nodes) and whose consumers are real-valued or graph outputs, directly or through other
+    such layout ops: in int8 it would only add a quantize / dequantize round trip between
+    float CPU nodes (or before the model's float output: a detector's box regression
+    reshaped and transposed to the output lost a quarter of its cosine to that rounding).
     The largest such set (candidates with a non-real neighbour are dropped until none
     is).  Returns whether any node was added."""
     prod = fg.producers()
     cons = fg.consumers()
+    outs = set(fg.outputs)
     cand = {n.name for n in fg.nodes if n.op in LAYOUT_OPS and n.name not in keep}
 
     def real(n) -> bool:
@@ -428,7 +457,9 @@ def _keep_layout_between_real(fg: Graph, keep: dict) -> bool:
                 continue
             ins = [prod.get(i) for i in n.inputs if i not in fg.constants]
             users = [c for o in n.outputs for c in cons.get(o, [])]
-            if not (ins and users and all(p is not None and real(p) for p in ins)
+            # a graph output counts as a real-valued consumer: the model returns floats
+            to_output = any(o in outs for o in n.outputs)
+            if not (ins and (users or to_output) and all(p is not None and real(p) for p in ins)
                     and all(real(c) for c in users)):
                 cand.discard(n.name)
                 changed = True

@@ -40,7 +40,7 @@ import numpy as np
 from ..hw.config import VTAConfig, load_config
 from ..runtime.artifact import CompiledModel
 from .errors import CompileError
-from .quantize import QuantConfig
+from .quantize import DEFAULT_MIN_LAYER_COSINE, QuantConfig
 
 __all__ = ["DynamicModel", "compile_dynamic", "declared_input_shapes"]
 
@@ -259,7 +259,8 @@ def compile_dynamic(model, calib_data, config=None, *,
     dims = declared_input_shapes(proto)
     inputs = list(dims)
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
-                                     min_layer_cosine=0.99, bias_correction=True)
+                                     min_layer_cosine=DEFAULT_MIN_LAYER_COSINE, bias_correction=True,
+                                     adaptive_floor=True)
     name = proto.graph.name or "model"
     exps: dict = {}
     shapes = []

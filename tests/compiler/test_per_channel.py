@@ -221,3 +221,28 @@ def test_dynamic_model_applies_the_measured_fallbacks_and_bias_corrections_at_ev
     got = Executor(cm, FsimDevice(cm.config)).run(x)[cm.outputs[0]]
     (want,) = run_ort(m, {"x": x})
     assert _cos(got, want) >= 0.95      # measured 0.962 (per-tensor weights here)
+
+
+def test_layout_ops_from_a_float_node_to_a_graph_output_stay_float():
+    """A detector head's box regression leaves a float CPU node (here: Sin, which VTA does
+    not run), is reshaped and transposed, and is a graph output: those layout ops stay
+    real-valued (no quantize before them, no int8 rounding of the model's float output),
+    so that output equals onnxruntime's to float32 precision; the conv branch beside it
+    still runs on VTA."""
+    w = rand(8, 3, 3, 3, seed=1, scale=0.3)
+    m = make_model([helper.make_node("Sin", ["x"], ["s"]),
+                    helper.make_node("Reshape", ["s", "shape"], ["r"]),
+                    helper.make_node("Transpose", ["r"], ["reg"], perm=[0, 2, 1]),
+                    helper.make_node("Conv", ["x", "w"], ["cls"], pads=[1, 1, 1, 1])],
+                   [("x", [1, 3, 8, 8])], [("reg", [1, 64, 3]), ("cls", [1, 8, 8, 8])],
+                   {"w": w, "shape": np.array([1, 3, 64], np.int64)})
+    calib = rand(8, 1, 3, 8, 8, seed=2) * 3.0
+    cm = compile_model(m, {"x": calib.reshape(8, 3, 8, 8)[:1]}, "pynq")
+    rounded = [n.name for n in cm.qgraph.nodes if n.op == "quantize" and n.inputs == ["s"]]
+    assert not rounded, rounded
+    assert any(s.target == "vta" for s in cm.steps)
+    x = calib[3]
+    want_reg, want_cls = run_ort(m, {"x": x})
+    got = Executor(cm, FsimDevice(cm.config)).run(x)
+    assert np.max(np.abs(got["reg"] - want_reg)) < 1e-6
+    assert _cos(got["cls"], want_cls) > 0.99

@@ -94,3 +94,43 @@ def test_rec_via_cli(tmp_path, lines):
     want = run_ort_float(MODEL, x)
     assert got.shape == want.shape
     assert _cos(got, want) >= MIN_COSINE
+
+
+@pytest.mark.slow
+def test_rec_guarded_bias_correction_and_error_floor(monkeypatch):
+    """On eight calibration lines, the default pipeline's guarded bias correction never
+    lowers the agreement of the graph's output with float on those lines, where correcting
+    every layer unconditionally lowers it (measured 0.89 -> 0.64: after accumulated upstream
+    error a layer's mean error is mostly other layers'); and held-out lines agree with
+    onnxruntime float at cosine >= 0.9 (measured 0.96; was 0.55 with unguarded correction)."""
+    import copy
+
+    import vtaforge.compiler.compile as comp
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.compiler.reference import run_float, run_quantized
+
+    qmod = sys.modules["vtaforge.compiler.quantize"]
+    seen = {}
+    real_bc = comp.bias_correct
+
+    def recording(fg, q, feeds, **kw):
+        seen.update(fg=fg, before=copy.deepcopy(q), feeds=feeds)
+        return real_bc(fg, q, feeds, **kw)
+    monkeypatch.setattr(comp, "bias_correct", recording)
+    imgs, _ = render_text_lines(8, seed=1, rotated=False)
+    calib = preprocess_cls(imgs, REC_SHAPE)
+    cm = compile_model(str(MODEL), calib, "pynq")
+    fg, before, feeds = seen["fg"], seen["before"], seen["feeds"]
+    batches = feeds if isinstance(feeds, list) else [feeds]
+    fenvs = [run_float(fg, f, keep_all=True) for f in batches]
+    base = qmod.output_agreement(before, batches, fenvs)
+    assert qmod.output_agreement(cm.qgraph, batches, fenvs) >= base
+    unguarded = copy.deepcopy(before)
+    qmod.bias_correct(fg, unguarded, feeds, groups=0)
+    assert qmod.output_agreement(unguarded, batches, fenvs) < base - 0.05
+
+    test_imgs, _ = render_text_lines(3, seed=2, rotated=False)
+    x = preprocess_cls(test_imgs, REC_SHAPE)
+    got = run_quantized(cm.qgraph, {cm.qgraph.inputs[0]: x})[cm.qgraph.outputs[0]]
+    want = run_ort_float(MODEL, x)
+    assert _cos(got, want) >= 0.9, _cos(got, want)
