@@ -34,9 +34,6 @@ KNOWN = {
     "runtime/rtl/build.py::build_model": 155,
     "runtime/rtl/device.py::_stream_methods": 204,
     "vtaforge/commands/dse.py::run_cmd": 169,
-    "vtaforge/deploy.py::_run_sh": 121,
-    "vtaforge/deploy.py::deploy": 123,
-    "vtaforge/deploy.py::make_package": 156,
 }
 
 

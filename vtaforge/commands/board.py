@@ -12,7 +12,7 @@
 - ``vtaforge board package --config C --bitstream X.bit [--hwh X.hwh] --model M.vtapkg
   ... -o DIR [--wheel W.whl]``: a self-contained folder for one board (overlay, config,
   models, wheel, manifest.json with sha256s, run.sh, verify.py, a notebook); refuses a
-  model or a bitstream built for another config (:mod:`vtaforge.deploy`).
+  model or a bitstream built for another config (:mod:`vtaforge.runtime.board`).
 - ``vtaforge board verify DIR``: checks a package's files against its manifest.
 - ``vtaforge board deploy DIR --host USER@HOST [--run X.npy] [--model NAME]``: copies a
   package over ssh (rsync or scp), verifies and installs it there, optionally runs a model
@@ -156,7 +156,7 @@ def _write_sidecar(project_dir: str, res) -> None:
     """Best effort, silent: ``out/vta.json`` beside the bitstream (fingerprint, config,
     sha256, timing), which ``board package`` checks; the project's board.json stands in
     when it is missing, so a failure here does not fail the build."""
-    from ..deploy import DeployError, write_bitstream_sidecar
+    from ..runtime.board import DeployError, write_bitstream_sidecar
 
     try:
         write_bitstream_sidecar(project_dir, res)
@@ -202,7 +202,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
                 allow_unmet_timing) -> None:
     """Write a self-contained folder for one board: overlay, config, models, the vtaforge
     wheel, manifest.json (sha256s), run.sh, verify.py and a Jupyter notebook."""
-    from ..deploy import DeployError, make_package, source_tree
+    from ..runtime.board import DeployError, make_package, source_tree
     from ._inputs import check_regular
 
     for opt, paths in (("--bitstream", [bitstream]), ("--hwh", [hwh]), ("--model", models),
@@ -246,8 +246,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
 @click.argument("package_dir", type=click.Path(file_okay=False))
 def verify_cmd(package_dir) -> None:
     """Check every file of a package against its manifest.json (sha256, size)."""
-    from ..deploy import DeployError, verify_package
-
+    from ..runtime.board import DeployError, verify_package
     from ._inputs import read_json
 
     manifest = Path(package_dir) / "manifest.json"
@@ -288,7 +287,7 @@ def deploy_cmd(package_dir, host, run_input, model, remote_dir, out_dir, copy, s
     model on an input and fetch the output and the run's statistics."""
     import math
 
-    from ..deploy import DeployError, deploy
+    from ..runtime.board import DeployError, deploy
     from ._inputs import check_regular
 
     if not math.isfinite(timeout_s):
