@@ -460,11 +460,13 @@ def test_wheel_is_built_once_and_cached(tmp_path):
     assert cached and again == whl
     names = zipfile.ZipFile(whl).namelist()
     for n in ("vtaforge/runtime/board/run.py", "vtaforge/commands/board.py", "vtaforge/hw/config.py",
+              "vtaforge/hw/build.tcl.in",
               "vtaforge/runtime/pynq.py", "vtaforge/compiler/models/digits.onnx"):
         assert n in names, n
     # a pure-Python wheel imports as a zip: the board's modules come from it, not from here
     p = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(whl)!r}); "
-                        "import vtaforge, vtaforge.runtime.board, vtaforge.runtime.pynq; "
+                        "import vtaforge, vtaforge.runtime.board, vtaforge.runtime.pynq, vtaforge.hw.vivado; "
+                        "assert 'stage 6' in vtaforge.hw.vivado.build_tcl(vtaforge.preset('pynq')); "
                         "print(vtaforge.runtime.board.__file__)"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.startswith(str(whl)), p.stdout + p.stderr
