@@ -31,7 +31,6 @@ KNOWN = {
     "runtime/fsim.py::_ring_register_methods": 181,
     "runtime/race.py::race_check": 189,
     "runtime/rtl/build.py::build_model": 155,
-    "runtime/rtl/device.py::_stream_methods": 204,
     "vtaforge/commands/dse.py::run_cmd": 169,
 }
 
