@@ -306,7 +306,7 @@ def _bus_for_part(base: VTAConfig, part: str) -> int:
     Zynq-7000 S_AXI_HP0 64 bits, ZynqMP S_AXI_HP0_FPD 128 bits): a wider core bus only adds
     a width converter."""
     from ..hw.estimate import EstimateError, part_info
-    from ..hw.flow import FlowError, board_spec
+    from ..hw.parts import FlowError, board_spec
 
     try:
         part_info(part)
@@ -341,7 +341,7 @@ def board_setup(board: str) -> dict:
         SpaceError: unknown board.
     """
     from ..hw.config import preset
-    from ..hw.flow import BOARDS, TARGET_BOARDS, pl_clock
+    from ..hw.parts import BOARDS, TARGET_BOARDS, pl_clock
 
     key = BOARD_ALIASES.get(board, board)
     if key not in BOARDS:

@@ -14,9 +14,8 @@ Three tables, each fact written once:
   builds by default; :data:`TARGETS`: each upstream ``TARGET``'s part, clock and bus
   (upstream ``pkg_config.py``) and its board.
 
-Views derived from these tables, kept under their old names: ``hw.config.TARGETS`` (the
-per-target config defaults), ``hw.estimate.PARTS`` (Yosys capacities),
-``hw.timing.DEVICES`` (ECP5 capacities) and ``hw.flow.BOARDS``/``board_spec``/``pl_clock``.
+Views derived from these tables: ``hw.config.TARGETS`` (the per-target config defaults),
+``hw.estimate.PARTS`` (Yosys capacities) and ``hw.timing.DEVICES`` (ECP5 capacities).
 ``tests/hw/test_parts.py`` fails when a view disagrees with these tables.
 
 Boards (:data:`BOARDS`, :func:`board_spec`): PYNQ-Z1, PYNQ-Z2 (``xc7z020clg400-1``),

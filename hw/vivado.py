@@ -33,7 +33,7 @@ files (written by :func:`write_project`):
 The board (its part, PS, ports, register base and PL clock) comes from
 :func:`vtaforge.hw.parts.board_spec`; hw/parts.py says which boards there are, how the
 PL clock is made (:func:`~vtaforge.hw.parts.pl_clock`) and why the DMA port is not
-coherent.  ``hw.flow`` re-exports this module and hw/parts.py under their old names.
+coherent.
 
 Block design, Zynq-7000: ``processing_system7``; the core's ``m_axi`` → SmartConnect →
 ``S_AXI_HP0`` (64 bit, DDR only), ``M_AXI_GP0`` → SmartConnect → ``s_axi`` at 0x43C00000

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from fake_ssh import boardkit as bk
 from vtaforge.cli import main
-from vtaforge.hw import flow
+from vtaforge.hw import parts, vivado
 from vtaforge.hw.config import load_config, preset
 
 PYNQ = preset("pynq")
@@ -100,7 +100,7 @@ def test_package_layout_and_manifest(kit, pkg):
     assert side["fingerprint"] == PYNQ.fingerprint
     assert side["bitstream_sha256"] == _sha(pkg / "overlay/vta.bit")
     assert man["overlay"]["fingerprint_from"].endswith("board.json")
-    assert man["overlay"]["reg_base"] == flow.board_spec(PYNQ).reg_base
+    assert man["overlay"]["reg_base"] == parts.board_spec(PYNQ).reg_base
     (m,) = man["models"]
     assert (m["name"], m["file"], m["steps"], m["steps_on_vta"]) == ("digits",
                                                                      "models/digits.vtapkg", 9, 6)
@@ -201,8 +201,8 @@ def test_board_build_writes_a_sidecar_that_package_checks(kit, tmp_path, monkeyp
     proj = tmp_path / "proj"
     bit = bk.write_project(proj, PYNQ)
     for rpt, met in (("timing_met.rpt", True), ("timing_failed.rpt", False)):
-        res = flow.parse_timing_summary((DATA / rpt).read_text())
-        monkeypatch.setattr(flow, "run_vivado", lambda d, res=res: res)
+        res = vivado.parse_timing_summary((DATA / rpt).read_text())
+        monkeypatch.setattr(vivado, "run_vivado", lambda d, res=res: res)
         a = CliRunner().invoke(main, ["board", "timing", str(DATA / rpt)])
         b = CliRunner().invoke(main, ["board", "build", str(proj)])
         assert a.exit_code == b.exit_code == (0 if met else 1) and a.output == b.output
@@ -227,8 +227,8 @@ def test_board_build_writes_a_sidecar_that_package_checks(kit, tmp_path, monkeyp
 
 
 def test_board_build_without_a_project_writes_nothing(tmp_path, monkeypatch):
-    res = flow.parse_timing_summary((DATA / "timing_met.rpt").read_text())
-    monkeypatch.setattr(flow, "run_vivado", lambda d: res)
+    res = vivado.parse_timing_summary((DATA / "timing_met.rpt").read_text())
+    monkeypatch.setattr(vivado, "run_vivado", lambda d: res)
     r = CliRunner().invoke(main, ["board", "build", str(tmp_path)])
     assert r.exit_code == 0 and list(tmp_path.iterdir()) == [], r.output
 

@@ -60,7 +60,8 @@ def _flow_error(e: Exception) -> click.ClickException:
 def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | None,
                 jobs: int) -> None:
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
-    from ..hw.flow import FlowError, FlowWarning, board_spec, pl_clock, write_project
+    from ..hw.parts import FlowError, board_spec, pl_clock
+    from ..hw.vivado import FlowWarning, write_project
     from ..hw.parts import check_board_part
     from ._inputs import read_config
 
@@ -116,7 +117,8 @@ def _report_verdict(res, as_json: bool) -> None:
 def timing_cmd(report: str, as_json: bool) -> None:
     """Read a Vivado report_timing_summary REPORT; print met, WNS and fmax (exit 1 if not
     met)."""
-    from ..hw.flow import FlowError, parse_timing_summary
+    from ..hw.parts import FlowError
+    from ..hw.vivado import parse_timing_summary
     from ._inputs import check_regular
 
     check_regular(report, "timing report", _FlowFailure)
@@ -142,7 +144,8 @@ def timing_cmd(report: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the timing verdict as JSON")
 def build_cmd(project_dir: str, as_json: bool) -> None:
     """Run Vivado on a project written by `board project` (hours; needs vivado on PATH)."""
-    from ..hw.flow import FlowError, run_vivado
+    from ..hw.parts import FlowError
+    from ..hw.vivado import run_vivado
 
     try:
         res = run_vivado(project_dir)
