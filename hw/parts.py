@@ -298,6 +298,16 @@ BOARDS: dict[str, BoardSpec] = {
                                   preset="zcu104", board_ids=("zcu104",)),
 }
 
+#: Short board names accepted beside the :data:`BOARDS` keys (``vtaforge dse run --board``).
+BOARD_ALIASES: dict[str, str] = {"ultra96": "ultra96-v2"}
+
+
+def board_names(*, aliases: bool = False) -> list[str]:
+    """The board names a ``--board`` option takes: the :data:`BOARDS` keys in table order,
+    or (``aliases``) those and the :data:`BOARD_ALIASES`, sorted."""
+    return sorted(set(BOARDS) | set(BOARD_ALIASES)) if aliases else list(BOARDS)
+
+
 _BOARD_PART = re.compile(r"^([A-Za-z0-9_.-]+):([A-Za-z0-9_.-]+):(part\d+):(\d+(?:\.\d+)*)$")
 
 

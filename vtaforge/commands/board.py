@@ -30,6 +30,14 @@ from pathlib import Path
 
 import click
 
+from ..hw.parts import board_names
+
+
+def board_list() -> str:
+    """The boards of hw/parts.py as ``--board``'s help names them (``a, b, c or d``)."""
+    names = board_names()
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
 
 @click.group("board")
 def board_group() -> None:
@@ -52,7 +60,7 @@ def _flow_error(e: Exception) -> click.ClickException:
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="project directory (created if missing)")
 @click.option("--board", default=None,
-              help="pynq-z1, pynq-z2, ultra96-v2 or zcu104 (default: the config's target board)")
+              help=f"{board_list()} (default: the config's target board)")
 @click.option("--board-part", default=None,
               help="Vivado board part (e.g. xilinx.com:zcu104:part0:1.1) to apply its PS preset")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
