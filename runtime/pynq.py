@@ -744,9 +744,9 @@ class PynqDevice(Device):
             DeviceError: the core has no ring (``INSN_RING = 0``), a session is open, or
                 the core is busy.
         """
-        from .fsim import _check_ring  # noqa: PLC0415
+        from .device import check_ring  # noqa: PLC0415
 
-        _check_ring(self.config)
+        check_ring(self.config)
         if getattr(self, "_stream", None) is not None:
             raise DeviceError("board: a stream session is already open")
         ring = self.alloc(self.config.INSN_RING * 16)

@@ -28,7 +28,6 @@ KNOWN = {
     "runtime/builder.py::ProgramBuilder._lower": 125,
     "runtime/fsim.py::_Machine._gemm": 162,
     "runtime/fsim.py::_Machine._static_checks": 130,
-    "runtime/fsim.py::_ring_register_methods": 181,
     "runtime/race.py::race_check": 189,
     "runtime/rtl/build.py::build_model": 155,
     "vtaforge/commands/dse.py::run_cmd": 169,

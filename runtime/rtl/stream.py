@@ -15,7 +15,7 @@ import time
 from typing import Any, Sequence
 
 from ...hw import regs
-from ..device import Buffer, DeviceError, RunResult
+from ..device import Buffer, DeviceError, RunResult, check_ring
 from ..mmio import CoreDriver, CoreFault, CoreTimeout, RingFull, Watchdog
 from .harness import HarnessError, _LockedPort
 
@@ -46,9 +46,7 @@ class RtlStreamMixin:
         Raises:
             DeviceError: the core has no ring (``INSN_RING = 0``), or a session is open.
         """
-        from ..fsim import _check_ring  # noqa: PLC0415
-
-        _check_ring(self.config)
+        check_ring(self.config)
         if getattr(self, "_stream", None) is not None:
             raise DeviceError("RTL core: a stream session is already open")
         ring = self.alloc(self.config.INSN_RING * 16)
