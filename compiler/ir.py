@@ -178,15 +178,12 @@ from typing import Any, Callable, Union
 import numpy as np
 
 from .errors import CompileError, node_error
-# the requantize arithmetic lives in requant.py; re-exported here for existing callers
-from .requant import (IMM_MIN, MULT_MAX, MultPlan, avg_exact,  # noqa: F401
-                      avg_reciprocal, mult_plan, requant_round)
+from .requant import MULT_MAX, avg_exact, requant_round
 
 __all__ = [
     "Dim", "TensorType", "Node", "Graph", "OPS", "FLOAT_OPS", "QUANT_OPS", "LAYOUT_OPS",
-    "REAL_OPS", "infer_types", "validate", "dump", "requant_round", "MultPlan", "mult_plan",
-    "avg_reciprocal", "MULT_MAX", "QINT_DTYPES", "qrange", "qbits", "storage_dtype",
-    "channel_shifts",
+    "REAL_OPS", "infer_types", "validate", "dump", "QINT_DTYPES", "qrange", "qbits",
+    "storage_dtype", "channel_shifts",
 ]
 
 Dim = Union[int, str]

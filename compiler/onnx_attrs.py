@@ -3,8 +3,8 @@
 :func:`attrs_to_json` turns a ``NodeProto``'s attributes into plain ints, floats, strings, lists
 and ``{"tensor": ...}`` dicts, so that a node kept for the host CPU can be stored in a compiled
 artifact and run by :func:`vtaforge.runtime.float_ops.run_numpy` on a board where only numpy is
-installed.  :func:`tensor_attr` (implemented in the runtime, re-exported here) is its inverse for
-TENSOR attributes.
+installed.  :func:`vtaforge.runtime.float_ops.tensor_attr` is its inverse for TENSOR
+attributes.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from ..runtime.float_ops import NUMPY_DTYPES, tensor_attr
+from ..runtime.float_ops import NUMPY_DTYPES
 
-__all__ = ["attrs_to_json", "tensor_attr"]
+__all__ = ["attrs_to_json"]
 
 _A = onnx.AttributeProto
 

@@ -28,9 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.cpu_ops import pack_act, unpack_act  # noqa: F401  (re-exported)
-
-__all__ = ["pack_act", "unpack_act", "WeightPack", "pack_weights", "pack_bias", "ceil_div"]
+__all__ = ["WeightPack", "pack_weights", "pack_bias", "ceil_div"]
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -12,8 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-
-
+from ..hw.isa import Module, module_tokens
 from .result import DSEError, Result, _fp
 from .workloads import DseWorkload, compile_workload, workload_layers
 
@@ -40,6 +39,14 @@ ENGINE_HOLD_DRAIN = 3
 #: latencies within this fraction of each other are ties for "best latency" (kept at
 #: 2.5 %: the pairs are all on the ideal bus).
 MODEL_ERROR_BAND = 0.025
+
+#: Per module (index ``Module - 1``: 0 load, 1 compute, 2 store), the ``(flag, queue)`` of
+#: each token queue it pops / pushes, in queue order: derived from hw/isa.py
+#: ``TOKEN_ROUTES`` (queues 0 l2g, 1 g2l, 2 g2s, 3 s2g).
+TOKEN_POPS: dict[int, tuple[tuple[str, int], ...]] = {
+    int(m) - 1: tuple((r.pop_flag, int(r.queue)) for r in module_tokens(m)[0]) for m in Module}
+TOKEN_PUSHES: dict[int, tuple[tuple[str, int], ...]] = {
+    int(m) - 1: tuple((r.push_flag, int(r.queue)) for r in module_tokens(m)[1]) for m in Module}
 
 
 # =============================================================================== cycles
@@ -452,11 +459,7 @@ class CycleModel:
         ``engine_take``; the rules of the class docstring hold the others."""
         from collections import deque
 
-        # queue ids: 0 l2g, 1 g2l, 2 g2s, 3 s2g (hw/isa.py FLAG_QUEUES)
-        pops_of = {0: (("pop_next", 1),), 1: (("pop_prev", 0), ("pop_next", 3)),
-                   2: (("pop_prev", 2),)}
-        push_of = {0: (("push_next", 0),), 1: (("push_prev", 1), ("push_next", 2)),
-                   2: (("push_prev", 3),)}
+        pops_of, push_of = TOKEN_POPS, TOKEN_PUSHES
         flags = {k: np.asarray(cols[k]).tolist() for k in ("pop_prev", "pop_next",
                                                            "push_prev", "push_next")}
         n = len(cost)

@@ -45,7 +45,7 @@ import numpy as np
 from ..hw.config import ConfigError, VTAConfig, load_config
 
 __all__ = ["Space", "Point", "SpaceError", "default_space", "board_space", "board_setup",
-           "BOARD_ALIASES", "AXIS_ALIASES", "DEPTH_AXES", "valid_fraction", "with_width_axis"]
+           "AXIS_ALIASES", "DEPTH_AXES", "valid_fraction", "with_width_axis"]
 
 #: Axis names that expand to several VTAConfig fields.
 AXIS_ALIASES: dict[str, tuple[str, ...]] = {"LOG_BLOCK": ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"),
@@ -274,8 +274,6 @@ class Space:
             raise SpaceError(f"{p}: {e}") from None
 
 
-#: Short board names accepted next to hw/parts.py's BOARDS keys.
-BOARD_ALIASES: dict[str, str] = {"ultra96": "ultra96-v2"}
 
 #: Depth axes of the default and board spaces (log2 entries).  Every combination fits the
 #: ISA budget (hw/isa.py ``check_layout_fits``): GEMM needs 37 + 2·(uop + acc + inp + wgt)
@@ -306,7 +304,7 @@ def _bus_for_part(base: VTAConfig, part: str) -> int:
     Zynq-7000 S_AXI_HP0 64 bits, ZynqMP S_AXI_HP0_FPD 128 bits): a wider core bus only adds
     a width converter."""
     from ..hw.estimate import EstimateError, part_info
-    from ..hw.flow import FlowError, board_spec
+    from ..hw.parts import FlowError, board_spec
 
     try:
         part_info(part)
@@ -341,12 +339,12 @@ def board_setup(board: str) -> dict:
         SpaceError: unknown board.
     """
     from ..hw.config import preset
-    from ..hw.flow import BOARDS, TARGET_BOARDS, pl_clock
+    from ..hw.parts import BOARD_ALIASES, BOARDS, TARGET_BOARDS, board_names, pl_clock
 
     key = BOARD_ALIASES.get(board, board)
     if key not in BOARDS:
         raise SpaceError(f"unknown board {board!r}; allowed: "
-                         f"{', '.join(sorted(set(BOARDS) | set(BOARD_ALIASES)))}")
+                         f"{', '.join(board_names(aliases=True))}")
     spec = BOARDS[key]
     targets = [t for t, b in TARGET_BOARDS.items() if BOARDS[b].device == spec.device]
     if not targets:

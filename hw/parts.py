@@ -14,9 +14,8 @@ Three tables, each fact written once:
   builds by default; :data:`TARGETS`: each upstream ``TARGET``'s part, clock and bus
   (upstream ``pkg_config.py``) and its board.
 
-Views derived from these tables, kept under their old names: ``hw.config.TARGETS`` (the
-per-target config defaults), ``hw.estimate.PARTS`` (Yosys capacities),
-``hw.timing.DEVICES`` (ECP5 capacities) and ``hw.flow.BOARDS``/``board_spec``/``pl_clock``.
+Views derived from these tables: ``hw.config.TARGETS`` (the per-target config defaults),
+``hw.estimate.PARTS`` (Yosys capacities) and ``hw.timing.DEVICES`` (ECP5 capacities).
 ``tests/hw/test_parts.py`` fails when a view disagrees with these tables.
 
 Boards (:data:`BOARDS`, :func:`board_spec`): PYNQ-Z1, PYNQ-Z2 (``xc7z020clg400-1``),
@@ -298,6 +297,16 @@ BOARDS: dict[str, BoardSpec] = {
                                   part="xczu7ev-ffvc1156-2-e", ddr_bytes=2 << 30,
                                   preset="zcu104", board_ids=("zcu104",)),
 }
+
+#: Short board names accepted beside the :data:`BOARDS` keys (``vtaforge dse run --board``).
+BOARD_ALIASES: dict[str, str] = {"ultra96": "ultra96-v2"}
+
+
+def board_names(*, aliases: bool = False) -> list[str]:
+    """The board names a ``--board`` option takes: the :data:`BOARDS` keys in table order,
+    or (``aliases``) those and the :data:`BOARD_ALIASES`, sorted."""
+    return sorted(set(BOARDS) | set(BOARD_ALIASES)) if aliases else list(BOARDS)
+
 
 _BOARD_PART = re.compile(r"^([A-Za-z0-9_.-]+):([A-Za-z0-9_.-]+):(part\d+):(\d+(?:\.\d+)*)$")
 

@@ -332,6 +332,18 @@ def offset(name: str) -> int:
     return _BY_NAME[name].offset
 
 
+def bitfield(register: str, name: str) -> BitField:
+    """The field ``name`` of register ``register`` (e.g. ``bitfield("CTRL", "START")``).
+
+    Raises:
+        KeyError: no such register or field.
+    """
+    for f in _BY_NAME[register].fields:
+        if f.name == name:
+            return f
+    raise KeyError(f"register {register} has no field {name}")
+
+
 def regmap_dict(cfg: VTAConfig) -> dict:
     """The register map as a JSON-ready dict, with the config's fingerprint value."""
     return {

@@ -6,8 +6,9 @@ Public API: :class:`Device`, :class:`Buffer`, :class:`RunResult`, :class:`Device
 :class:`FsimDevice` (imported lazily from ``runtime.fsim`` on first access).
 """
 
-from .builder import BuilderError, KernelRecorder, ProgramBuilder, UopKernel
+from .builder import ProgramBuilder
 from .device import Buffer, DeadlockError, Device, DeviceError, ProgramError, RunResult
+from .kernels import BuilderError, KernelRecorder, UopKernel
 
 __all__ = ["Device", "Buffer", "RunResult", "DeviceError", "ProgramError", "DeadlockError",
            "ProgramBuilder", "KernelRecorder", "UopKernel", "BuilderError", "FsimDevice"]

@@ -1,7 +1,7 @@
 """The program builder (the JIT): instruction queue, dependency tokens, micro-op kernels.
 
-Micro-op kernels (:class:`UopKernel`, :class:`KernelRecorder`) live in :mod:`.kernels`
-and the capacity ordering of a launch in :mod:`.launch`; both are re-exported here.
+Micro-op kernels (:class:`~.kernels.UopKernel`, :class:`~.kernels.KernelRecorder`) live in
+:mod:`.kernels` and the capacity ordering of a launch in :mod:`.launch`.
 
 A :class:`ProgramBuilder` turns calls such as :meth:`~ProgramBuilder.load_2d`,
 :meth:`~ProgramBuilder.gemm` and :meth:`~ProgramBuilder.dep_push` into a VTA instruction
@@ -56,14 +56,11 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import (FLAG_QUEUES, INSN_BYTES, LIMITS, AluOp, Insn, Module, Opcode, Queue, token_route,
                       encode_program)
 from .device import Buffer, Device, RunResult
-# micro-op kernels and launch ordering live in kernels.py and launch.py (re-exported here)
-from .kernels import (ALU, GEMM, BuilderError, KernelRecorder, UopKernel,  # noqa: F401
-                      _check_int, _module)
-from .launch import capacity_order as _capacity_order  # noqa: F401
+from .kernels import ALU, GEMM, BuilderError, KernelRecorder, UopKernel, _check_int, _module
+from .launch import capacity_order as _capacity_order
 from .launch import split_pushes as _split_pushes
 
-__all__ = ["ProgramBuilder", "KernelRecorder", "UopKernel", "BuilderError", "GEMM", "ALU",
-           "RecordedProgram"]
+__all__ = ["ProgramBuilder", "RecordedProgram"]
 
 
 _MAX_16 = LIMITS.max("size")      # sram_base, y_size, x_size, x_stride: 16-bit fields

@@ -213,3 +213,11 @@ class Device(abc.ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def check_ring(cfg) -> None:
+    """Raise :class:`DeviceError` unless ``cfg`` (a ``VTAConfig``) has the instruction
+    ring: streamed execution (``stream_open``) needs a core built with ``INSN_RING > 0``."""
+    if not cfg.INSN_RING:
+        raise DeviceError(f"{cfg.bitstream_name} has no instruction ring (INSN_RING = 0): "
+                          f"streamed execution needs a core built with INSN_RING > 0")

@@ -6,7 +6,7 @@ the protocol is written once.  A backend supplies two small things:
 
 - a **register port**: any object with ``read(offset) -> int`` and
   ``write(offset, value)``, 32-bit registers at byte offsets from the core's register
-  base (``pynq.MMIO`` has exactly this shape; so does ``rtl.device.Harness``);
+  base (``pynq.MMIO`` has exactly this shape; so does ``rtl.harness.Harness``);
 - a :class:`Watchdog` for :meth:`CoreDriver.wait`: what "time" is (wall-clock seconds on
   a board, simulated cycles for ``rtl``), the limit, and what the host does between two
   polls of ``STATUS`` (sleep; clock the simulation).

@@ -272,7 +272,7 @@ def find_core(ip_dict: dict) -> tuple[str, dict] | None:
     Raises:
         DeviceError: several entries match (pass ``reg_base`` to pick one).
     """
-    from ..hw.flow import WRAPPER_NAME  # noqa: PLC0415
+    from ..hw.vivado import WRAPPER_NAME  # noqa: PLC0415
 
     prefix = f"xilinx.com:module_ref:{WRAPPER_NAME}:"
     hits = [(n, ip) for n, ip in ip_dict.items()
@@ -374,7 +374,7 @@ class PynqDevice(Device):
                 ip_dict = getattr(self.overlay, "ip_dict", None) or {}
                 hit = find_core(ip_dict)
                 if hit is None:
-                    from ..hw.flow import WRAPPER_NAME  # noqa: PLC0415
+                    from ..hw.vivado import WRAPPER_NAME  # noqa: PLC0415
 
                     raise DeviceError(
                         f"overlay {bitstream!r} has no vtaforge core: no ip_dict entry of "
@@ -388,7 +388,7 @@ class PynqDevice(Device):
                                       f"{self.core_name}; its register map needs "
                                       f"{regs.REGMAP_SIZE}")
         if reg_base is None:
-            from ..hw.flow import FlowError, board_spec  # noqa: PLC0415
+            from ..hw.parts import FlowError, board_spec  # noqa: PLC0415
 
             try:
                 reg_base = board_spec(config).reg_base
@@ -744,9 +744,9 @@ class PynqDevice(Device):
             DeviceError: the core has no ring (``INSN_RING = 0``), a session is open, or
                 the core is busy.
         """
-        from .fsim import _check_ring  # noqa: PLC0415
+        from .device import check_ring  # noqa: PLC0415
 
-        _check_ring(self.config)
+        check_ring(self.config)
         if getattr(self, "_stream", None) is not None:
             raise DeviceError("board: a stream session is already open")
         ring = self.alloc(self.config.INSN_RING * 16)

@@ -40,7 +40,7 @@ sys.meta_path.insert(0, _NotInstalled())
 BOARD_MODULES = ("vtaforge.hw.config", "vtaforge.hw.isa", "vtaforge.hw.regs",
                  "vtaforge.runtime", "vtaforge.runtime.fsim", "vtaforge.runtime.executor",
                  "vtaforge.runtime.artifact", "vtaforge.runtime.pynq", "vtaforge.runtime.cpu_ops",
-                 "vtaforge.runtime.bundle", "vtaforge.cli")
+                 "vtaforge.runtime.bundle", "vtaforge.runtime.board", "vtaforge.cli")
 
 
 def _python(code: str, *, block: bool = True) -> subprocess.CompletedProcess:

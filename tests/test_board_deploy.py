@@ -192,7 +192,7 @@ def test_bad_arguments_are_refused_before_any_ssh(pkg, tmp_path):
 
 
 def test_missing_ssh_is_one_error_line(pkg, tmp_path, monkeypatch):
-    from vtaforge.deploy import DeployError, deploy
+    from vtaforge.runtime.board import DeployError, deploy
 
     empty = tmp_path / "bin"
     empty.mkdir()

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from fake_ssh import boardkit as bk
 from vtaforge.cli import main
-from vtaforge.hw import flow
+from vtaforge.hw import parts, vivado
 from vtaforge.hw.config import load_config, preset
 
 PYNQ = preset("pynq")
@@ -100,7 +100,7 @@ def test_package_layout_and_manifest(kit, pkg):
     assert side["fingerprint"] == PYNQ.fingerprint
     assert side["bitstream_sha256"] == _sha(pkg / "overlay/vta.bit")
     assert man["overlay"]["fingerprint_from"].endswith("board.json")
-    assert man["overlay"]["reg_base"] == flow.board_spec(PYNQ).reg_base
+    assert man["overlay"]["reg_base"] == parts.board_spec(PYNQ).reg_base
     (m,) = man["models"]
     assert (m["name"], m["file"], m["steps"], m["steps_on_vta"]) == ("digits",
                                                                      "models/digits.vtapkg", 9, 6)
@@ -201,8 +201,8 @@ def test_board_build_writes_a_sidecar_that_package_checks(kit, tmp_path, monkeyp
     proj = tmp_path / "proj"
     bit = bk.write_project(proj, PYNQ)
     for rpt, met in (("timing_met.rpt", True), ("timing_failed.rpt", False)):
-        res = flow.parse_timing_summary((DATA / rpt).read_text())
-        monkeypatch.setattr(flow, "run_vivado", lambda d, res=res: res)
+        res = vivado.parse_timing_summary((DATA / rpt).read_text())
+        monkeypatch.setattr(vivado, "run_vivado", lambda d, res=res: res)
         a = CliRunner().invoke(main, ["board", "timing", str(DATA / rpt)])
         b = CliRunner().invoke(main, ["board", "build", str(proj)])
         assert a.exit_code == b.exit_code == (0 if met else 1) and a.output == b.output
@@ -227,8 +227,8 @@ def test_board_build_writes_a_sidecar_that_package_checks(kit, tmp_path, monkeyp
 
 
 def test_board_build_without_a_project_writes_nothing(tmp_path, monkeypatch):
-    res = flow.parse_timing_summary((DATA / "timing_met.rpt").read_text())
-    monkeypatch.setattr(flow, "run_vivado", lambda d: res)
+    res = vivado.parse_timing_summary((DATA / "timing_met.rpt").read_text())
+    monkeypatch.setattr(vivado, "run_vivado", lambda d: res)
     r = CliRunner().invoke(main, ["board", "build", str(tmp_path)])
     assert r.exit_code == 0 and list(tmp_path.iterdir()) == [], r.output
 
@@ -267,7 +267,7 @@ def test_bit_and_hwh_checks(kit, tmp_path, case, message):
 
 def test_zynqmp_bitstream_check(tmp_path):
     """The UltraScale+ branch: zynq_ultra_ps_e, PL0 clock parameter, HPM0 register base."""
-    from vtaforge.deploy import check_bitstream
+    from vtaforge.runtime.board import check_bitstream
 
     cfg = preset("ultra96")
     bit = bk.write_project(tmp_path / "proj", cfg)
@@ -444,7 +444,7 @@ def test_notebook_is_nbformat4_and_its_cells_run(kit, pkg, tmp_path):
 def test_wheel_is_built_once_and_cached(tmp_path):
     """`python -m build --wheel` on a copy of the source tree (the tree gets no build/),
     cached by content; the wheel carries the board modules and installs with --no-deps."""
-    from vtaforge import deploy
+    from vtaforge.runtime import board as deploy
 
     root = deploy.source_tree()
     assert root is not None
@@ -459,13 +459,15 @@ def test_wheel_is_built_once_and_cached(tmp_path):
     again, cached = deploy.build_wheel(cache_dir=tmp_path / "cache")
     assert cached and again == whl
     names = zipfile.ZipFile(whl).namelist()
-    for n in ("vtaforge/deploy.py", "vtaforge/commands/board.py", "vtaforge/hw/config.py",
+    for n in ("vtaforge/runtime/board/run.py", "vtaforge/commands/board.py", "vtaforge/hw/config.py",
+              "vtaforge/hw/build.tcl.in",
               "vtaforge/runtime/pynq.py", "vtaforge/compiler/models/digits.onnx"):
         assert n in names, n
     # a pure-Python wheel imports as a zip: the board's modules come from it, not from here
     p = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(whl)!r}); "
-                        "import vtaforge, vtaforge.deploy, vtaforge.runtime.pynq; "
-                        "print(vtaforge.deploy.__file__)"], cwd=tmp_path, capture_output=True,
+                        "import vtaforge, vtaforge.runtime.board, vtaforge.runtime.pynq, vtaforge.hw.vivado; "
+                        "assert 'stage 6' in vtaforge.hw.vivado.build_tcl(vtaforge.preset('pynq')); "
+                        "print(vtaforge.runtime.board.__file__)"], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0 and p.stdout.startswith(str(whl)), p.stdout + p.stderr
 
@@ -473,7 +475,7 @@ def test_wheel_is_built_once_and_cached(tmp_path):
 def test_wheel_without_the_build_package(tmp_path, monkeypatch):
     """Without PyPA's build (CI's venv has none) the wheel comes from ``pip wheel``; a
     Python with neither gets one line naming both and --wheel."""
-    from vtaforge import deploy
+    from vtaforge.runtime.board import wheel as deploy
 
     real = deploy._call
 
@@ -519,7 +521,7 @@ def test_package_and_board_side_without_the_extras(kit, pkg, tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0 and "verify: 8 files" in r.stdout, r.stderr
     st = tmp_path / "st.json"
-    r = subprocess.run([sys.executable, "-c", blocker + "import sys\nfrom vtaforge.deploy import main\n"
+    r = subprocess.run([sys.executable, "-c", blocker + "import sys\nfrom vtaforge.runtime.board import main\n"
                         "sys.exit(main(sys.argv[1:]))", "stats", "--model",
                         str(out / "models" / "digits.vtapkg"), "--config", str(out / "config.json"),
                         "--input", str(kit["x"]), "--output", str(tmp_path / "none.npy"),
@@ -536,7 +538,7 @@ def test_verify_refuses_unlisted_files(pkg, tmp_path):
     script at the top) fails verify; inputs beside it and what a run leaves do not."""
     import shutil
 
-    from vtaforge.deploy import DeployError, verify_package
+    from vtaforge.runtime.board import DeployError, verify_package
 
     copy = tmp_path / "copy"
     shutil.copytree(pkg, copy)
@@ -611,11 +613,11 @@ def test_saved_notebook_and_user_files_do_not_break_the_package(kit, pkg, tmp_pa
 
 
 def test_board_runner_errors_without_click(kit, tmp_path):
-    """``python -m vtaforge.deploy run`` (run.sh's runner) reports bad input as one error
+    """``python -m vtaforge.runtime.board run`` (run.sh's runner) reports bad input as one error
     line, exit status 2, with click unimportable."""
     bad = tmp_path / "bad.npy"
     bad.write_bytes(b"not npy")
-    r = subprocess.run([sys.executable, "-c", _NO_CLICK + "import sys\nfrom vtaforge.deploy "
+    r = subprocess.run([sys.executable, "-c", _NO_CLICK + "import sys\nfrom vtaforge.runtime.board "
                         "import main\nsys.exit(main(sys.argv[1:]))", "run", "--model",
                         str(kit["model"]), "--input", str(bad), "--config", "pynq",
                         "--target", "fsim"], capture_output=True, text=True, timeout=120)
@@ -723,7 +725,7 @@ def test_package_after_a_plain_pip_install(kit, tmp_path):
     _installed_layout(site)
     out = tmp_path / "p"
     code = (f"import sys; sys.path.insert(0, {str(site)!r})\n"
-            "import vtaforge.deploy as d\n"
+            "import vtaforge.runtime.board.wheel as d\n"
             f"assert d.__file__.startswith({str(site)!r}) and d.source_tree() is None\n"
             "from vtaforge.cli import main\n"
             "main(sys.argv[1:])")
@@ -738,7 +740,7 @@ def test_package_after_a_plain_pip_install(kit, tmp_path):
     assert "note: no source tree (vtaforge installed with pip install .)" in r.stdout
     whl = out / "wheel" / "vtaforge-0.1.0-py3-none-any.whl"
     names = zipfile.ZipFile(whl).namelist()
-    for n in ("vtaforge/deploy.py", "vtaforge/runtime/pynq.py", "vtaforge/hw/config.py",
+    for n in ("vtaforge/runtime/board/run.py", "vtaforge/runtime/pynq.py", "vtaforge/hw/config.py",
               "vtaforge/compiler/models/digits.onnx", "vtaforge-0.1.0.dist-info/METADATA",
               "vtaforge-0.1.0.dist-info/WHEEL", "vtaforge-0.1.0.dist-info/RECORD",
               "vtaforge-0.1.0.dist-info/entry_points.txt"):
@@ -755,8 +757,8 @@ def test_package_after_a_plain_pip_install(kit, tmp_path):
                        text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     p = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, "
-                        f"{str(target)!r}); import vtaforge.deploy, vtaforge.runtime.pynq; "
-                        "print(vtaforge.deploy.__file__)"], capture_output=True, text=True,
+                        f"{str(target)!r}); import vtaforge.runtime.board, vtaforge.runtime.pynq; "
+                        "print(vtaforge.runtime.board.__file__)"], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and p.stdout.startswith(str(target)), p.stdout + p.stderr
     # no .dist-info beside the installed package: the command to run instead
@@ -775,13 +777,13 @@ def test_package_after_a_plain_pip_install(kit, tmp_path):
 
 @pytest.mark.parametrize("target", ["fsim", "pynq"])
 def test_board_runner_prints_what_vtaforge_run_prints(kit, tmp_path, capsys, monkeypatch, target):
-    """run.sh's runner (``python -m vtaforge.deploy run``, no click) and ``vtaforge run
+    """run.sh's runner (``python -m vtaforge.runtime.board run``, no click) and ``vtaforge run
     --model X.vtapkg`` print the same lines (timings aside: run_stats reads them) and write
     the same output; on pynq (here a device reporting the cycle model's cycles) also the
     core cycles per VTA step."""
     import re
 
-    from vtaforge import deploy
+    from vtaforge.runtime import board as deploy
     from vtaforge.commands.profile import model_cycles_device
     from vtaforge.runtime import bundle
 
@@ -810,7 +812,7 @@ def test_package_after_the_readmes_plain_install(kit, tmp_path):
     """The README's plain install (pip install ., not editable: pip builds the wheel and
     installs it) leaves no source tree; `board package` without --wheel packs what pip
     installed, a wheel with the same modules as the real one, and says so."""
-    from vtaforge import deploy
+    from vtaforge.runtime import board as deploy
 
     real, _ = deploy.build_wheel(cache_dir=tmp_path / "cache")
     site = tmp_path / "site"
@@ -820,7 +822,7 @@ def test_package_after_the_readmes_plain_install(kit, tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     out = tmp_path / "p"
     code = (f"import sys; sys.path.insert(0, {str(site)!r})\n"
-            "import vtaforge.deploy as d\n"
+            "import vtaforge.runtime.board.wheel as d\n"
             f"assert d.__file__.startswith({str(site)!r}) and d.source_tree() is None\n"
             "from vtaforge.cli import main\n"
             "main(sys.argv[1:])")

@@ -24,18 +24,12 @@ KNOWN = {
     "hw/core/load.py::TensorLoader.elaborate": 193,
     "hw/core/store.py::StoreUnit.elaborate": 125,
     "hw/core/top.py::VTACore.elaborate": 229,
-    "hw/vivado.py::build_tcl": 232,
     "runtime/builder.py::ProgramBuilder._lower": 125,
     "runtime/fsim.py::_Machine._gemm": 162,
     "runtime/fsim.py::_Machine._static_checks": 130,
-    "runtime/fsim.py::_ring_register_methods": 181,
     "runtime/race.py::race_check": 189,
     "runtime/rtl/build.py::build_model": 155,
-    "runtime/rtl/device.py::_stream_methods": 204,
     "vtaforge/commands/dse.py::run_cmd": 169,
-    "vtaforge/deploy.py::_run_sh": 121,
-    "vtaforge/deploy.py::deploy": 123,
-    "vtaforge/deploy.py::make_package": 156,
 }
 
 

@@ -1,8 +1,9 @@
 """The import rules between the product's packages, checked statically (issue 10, item 4).
 
 - ``vtaforge.hw`` imports nothing of ``runtime``, ``compiler``, ``dse`` or the CLI
-  (``vtaforge.cli``, ``vtaforge.commands``, ``vtaforge.deploy``);
-- ``vtaforge.runtime`` never imports ``compiler`` or ``dse``;
+  (``vtaforge.cli``, ``vtaforge.commands``);
+- ``vtaforge.runtime`` never imports ``compiler`` or ``dse`` (a board runs it: its board side,
+  ``runtime.board``, included), and neither it nor ``hw`` imports click;
 - ``vtaforge.compiler`` never imports ``dse``.
 
 Every module's source is parsed with :mod:`ast` (nothing is imported or run): every
@@ -24,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"hw": "vtaforge.hw", "runtime": "vtaforge.runtime",
             "compiler": "vtaforge.compiler", "dse": "vtaforge.dse"}
 
-CLI = ("vtaforge.cli", "vtaforge.commands", "vtaforge.deploy")
+CLI = ("vtaforge.cli", "vtaforge.commands")
 
 #: package -> the packages it must never import.
 FORBIDDEN = {
-    "vtaforge.hw": ("vtaforge.runtime", "vtaforge.compiler", "vtaforge.dse", *CLI),
-    "vtaforge.runtime": ("vtaforge.compiler", "vtaforge.dse", *CLI),
+    "vtaforge.hw": ("vtaforge.runtime", "vtaforge.compiler", "vtaforge.dse", *CLI, "click"),
+    "vtaforge.runtime": ("vtaforge.compiler", "vtaforge.dse", *CLI, "click"),
     "vtaforge.compiler": ("vtaforge.dse", *CLI),
 }
 

@@ -259,6 +259,29 @@ class DMAEngine(wiring.Component):
         return m
 
 
+def _lsb(register: str, field: str) -> int:
+    """Bit position of a one-bit field of hw/regs.py."""
+    f = regmap.bitfield(register, field)
+    assert f.width == 1, (register, field)
+    return f.lsb
+
+
+def _reg_value(register: str, **fields):
+    """The read value of ``register`` from its hw/regs.py fields: each named field's value
+    at its bit position, zeros for unnamed fields and gaps (``Cat`` from bit 0 to the last
+    named field; a lone field at bit 0 is the value itself)."""
+    last = max(regmap.bitfield(register, n).lsb for n in fields)
+    parts, pos = [], 0
+    for f in sorted(regmap.reg(register).fields, key=lambda f: f.lsb):
+        if f.lsb > last:
+            break
+        if f.lsb > pos:
+            parts.append(Const(0, f.lsb - pos))
+        parts.append(fields[f.name] if f.name in fields else Const(0, f.width))
+        pos = f.lsb + f.width
+    return parts[0] if len(parts) == 1 else Cat(*parts)
+
+
 class AXILiteRegs(wiring.Component):
     """AXI4-Lite control slave implementing :mod:`vtaforge.hw.regs`.
 
@@ -322,10 +345,10 @@ class AXILiteRegs(wiring.Component):
             m.d.sync += bvalid.eq(1)
             with m.Switch(waddr):
                 with m.Case(regmap.offset("CTRL") >> 2):
-                    m.d.comb += self.start.eq(wdata[0])
-                    m.d.sync += self.irq_en.eq(wdata[1])
+                    m.d.comb += self.start.eq(wdata[_lsb("CTRL", "START")])
+                    m.d.sync += self.irq_en.eq(wdata[_lsb("CTRL", "IRQ_EN")])
                 with m.Case(regmap.offset("IRQ_STATUS") >> 2):
-                    with m.If(wdata[0] & ~self.set_irq):
+                    with m.If(wdata[_lsb("IRQ_STATUS", "DONE")] & ~self.set_irq):
                         m.d.sync += irq_status.eq(0)
                 with m.Case(regmap.offset("INSN_ADDR_LO") >> 2):
                     m.d.sync += insn_lo.eq(wdata)
@@ -334,9 +357,8 @@ class AXILiteRegs(wiring.Component):
                 with m.Case(regmap.offset("INSN_COUNT") >> 2):
                     m.d.sync += self.insn_count.eq(wdata)
                 if self.cfg.INSN_RING:
-                    en = next(f for f in regmap.reg("RING_CTRL").fields if f.name == "ENABLE")
                     with m.Case(regmap.offset("RING_CTRL") >> 2):
-                        m.d.sync += self.ring_enable.eq(wdata[en.lsb])
+                        m.d.sync += self.ring_enable.eq(wdata[_lsb("RING_CTRL", "ENABLE")])
                     with m.Case(regmap.offset("RING_BASE_LO") >> 2):
                         m.d.sync += ring_lo.eq(wdata)
                     with m.Case(regmap.offset("RING_BASE_HI") >> 2):
@@ -352,9 +374,10 @@ class AXILiteRegs(wiring.Component):
         with m.If(rvalid & self.s_axi_rready):
             m.d.sync += rvalid.eq(0)
         values = {
-            "CTRL": Cat(Const(0, 1), self.irq_en),
-            "STATUS": Cat(self.busy, self.done, self.err[0]),
-            "IRQ_STATUS": irq_status,
+            # START reads back 0
+            "CTRL": _reg_value("CTRL", IRQ_EN=self.irq_en),
+            "STATUS": _reg_value("STATUS", BUSY=self.busy, DONE=self.done, ERROR=self.err[0]),
+            "IRQ_STATUS": _reg_value("IRQ_STATUS", DONE=irq_status),
             "INSN_ADDR_LO": insn_lo, "INSN_ADDR_HI": insn_hi, "INSN_COUNT": self.insn_count,
             "CYCLES_LO": self.cycles[:32], "CYCLES_HI": self.cycles[32:],
             "FINGERPRINT": Const(self.cfg.fingerprint, 32),
@@ -364,9 +387,9 @@ class AXILiteRegs(wiring.Component):
         for n in self.COUNTERS:
             values[n] = getattr(self, f"cnt_{n.lower()}")
         if self.cfg.INSN_RING:
-            en = next(f for f in regmap.reg("RING_CTRL").fields if f.name == "ENABLE")
             values.update({
-                "RING_CTRL": self.ring_enable << en.lsb, "RING_BASE_LO": ring_lo,
+                "RING_CTRL": self.ring_enable << _lsb("RING_CTRL", "ENABLE"),
+                "RING_BASE_LO": ring_lo,
                 "RING_BASE_HI": ring_hi, "RING_SIZE": Const(self.cfg.INSN_RING, 32),
                 "RING_TAIL": self.ring_tail, "RING_HEAD": self.ring_head,
                 "FINISH_COUNT": self.finish_count, "RING_IDLE": self.ring_idle})

@@ -3,35 +3,29 @@
 The device memory is the harness's DRAM model (C++, byte-addressed, an AXI4 slave on the
 core's master port); the host reads and writes it with ``memmove`` through a numpy view.
 Runs follow the one launch protocol of :mod:`vtaforge.runtime.mmio` (``CoreDriver``): its
-register port is the harness's AXI4-Lite master (:class:`Harness`), and its watchdog counts
+register port is the harness's AXI4-Lite master (``Harness``), and its watchdog counts
 simulated cycles, clocking the core ``poll_interval`` cycles between two polls of
 ``STATUS.DONE``, until the run completes, a bus rule is broken, or the watchdog fires.
 
-:class:`Harness` (one simulated core with its DRAM model, as a register port with a
-clock) is also what ``tests/runtime/fakepynq`` builds its simulated PYNQ board on.
-
-Streamed execution (a core built with ``INSN_RING > 0``; :meth:`RtlDevice.stream_open`):
-the ring protocol of :class:`~vtaforge.runtime.mmio.CoreDriver`.  By default a clock
-thread runs the simulation freely while the session is open, as a board's clock runs: the
-host appends segments and does its own work while the core executes them (each
-``vh_step`` call releases the GIL).  One lock serialises the harness between the thread and
-the host's register and memory accesses.
+:class:`~vtaforge.runtime.rtl.harness.Harness` (``harness.py``) is the simulated core;
+streamed execution (a core built with ``INSN_RING > 0``; :meth:`RtlDevice.stream_open`) is
+:class:`~vtaforge.runtime.rtl.stream.RtlStreamMixin`'s (``stream.py``).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Mapping, Sequence
 
-import ctypes
 import numpy as np
 
 from ...hw import regs
 from ...hw.config import VTAConfig
 from ..device import Buffer, Device, DeviceError, ProgramError, RunResult
-from ..mmio import STAT_REGISTERS, CoreDriver, CoreFault, CoreIdentityError, CoreTimeout, RingFull, Watchdog, field_mask  # noqa: F401
+from ..mmio import CoreDriver, CoreIdentityError, CoreTimeout, Watchdog, field_mask
 from .build import TRACE_FORMATS, RtlModel, build_model
+from .harness import Harness, HarnessError
+from .stream import RtlStreamMixin
 
 #: Default watchdog, cycles from START (``timeout_cycles`` overrides it per device or run).
 DEFAULT_TIMEOUT_CYCLES = 50_000_000
@@ -42,9 +36,6 @@ DEFAULT_POLL_INTERVAL = 256
 WATCHDOG_SLACK = 16
 #: Reset length in cycles.
 RESET_CYCLES = 8
-#: Cycles the stream clock thread runs per call into the harness (the lock is released
-#: between two calls, so the host waits at most this long for a register access).
-STREAM_CHUNK = 256
 
 #: dbg_state fields: unit -> (lsb, width).
 DBG_FIELDS = {"fetch": (0, 4), "load": (4, 4), "compute": (8, 4), "store": (12, 4)}
@@ -103,167 +94,7 @@ def describe_dbg_state(dbg: int, names: Mapping | None = None) -> str:
     return ", ".join(parts)
 
 
-class HarnessError(DeviceError):
-    """The harness reported an error (``rc``: -1 bus/protocol rule broken, -3 usage)."""
-
-    def __init__(self, msg: str, rc: int):
-        super().__init__(msg)
-        self.rc = rc
-
-
-class Harness:
-    """One Verilated core with its DRAM model and AXI4-Lite master (``harness.cpp``).
-
-    A register port for :class:`~vtaforge.runtime.mmio.CoreDriver` (:meth:`read`,
-    :meth:`write`: one AXI4-Lite transaction each, a few cycles) plus the simulation's
-    clock (:meth:`step`, :attr:`cycle`).
-
-    Args:
-        model: the built model.
-        mem_bytes: size of the DRAM model (zero-filled).
-        mem_base: byte address of its first byte: the model answers bursts to
-            ``[mem_base, mem_base + mem_bytes)`` and flags any other as a bus error.
-
-    Raises:
-        DeviceError: the model cannot be loaded, or was compiled against another
-            register map than ``hw/regs.py``'s; the DRAM model cannot be allocated.
-    """
-
-    def __init__(self, model: RtlModel, mem_bytes: int, *, mem_base: int = 0):
-        self._h = None
-        self.model = model
-        self._lib = model.load()
-        got = int(self._lib.vh_regmap_version())
-        if got != regs.REGMAP_VERSION:
-            raise DeviceError(f"model {model.path} was compiled against register map "
-                              f"0x{got:08x}, hw/regs.py has 0x{regs.REGMAP_VERSION:08x}; "
-                              f"rebuild it")
-        self._h = self._lib.vh_create(int(mem_bytes))
-        if not self._h:
-            raise DeviceError(f"cannot allocate a {mem_bytes}-byte DRAM model")
-        if mem_base:
-            self._lib.vh_set_mem_base(self._h, int(mem_base))
-
-    @property
-    def bus_bytes(self) -> int:
-        """AXI master data width of the model, bytes."""
-        return int(self._lib.vh_bus_bytes())
-
-    @property
-    def last_error(self) -> str:
-        """The harness's last error message."""
-        return self._lib.vh_last_error(self._h).decode(errors="replace")
-
-    def _check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            raise HarnessError(f"{what}: {self.last_error}", int(rc))
-
-    def read(self, offset: int) -> int:
-        """Read the 32-bit register at byte ``offset`` over AXI4-Lite.
-
-        Raises:
-            HarnessError: a bus error (earlier or now), or an offset outside the map.
-        """
-        out = ctypes.c_uint32()
-        self._check(self._lib.vh_reg_read(self._h, int(offset), ctypes.byref(out)),
-                    f"register read 0x{int(offset):02x}")
-        return out.value
-
-    def write(self, offset: int, value: int) -> None:
-        """Write the 32-bit register at byte ``offset`` over AXI4-Lite."""
-        self._check(self._lib.vh_reg_write(self._h, int(offset), int(value) & 0xFFFFFFFF),
-                    f"register write 0x{int(offset):02x}")
-
-    def step(self, cycles: int) -> None:
-        """Run the clock for ``cycles`` cycles (the DRAM model stays active).
-
-        Raises:
-            HarnessError: a bus rule was broken.
-        """
-        self._check(self._lib.vh_step(self._h, int(cycles)), "step")
-
-    def poll(self, offset: int, mask: int, interval: int, stop: int) -> int:
-        """Clock ``interval`` cycles at a time, reading the register at ``offset`` after
-        each stretch, until a read has a bit of ``mask`` set or :attr:`cycle` reaches
-        ``stop`` (the last stretch is shortened to end there; at least one cycle is
-        clocked), all in one call into the harness.  Returns the last value read (0 when
-        the first stretch already reached ``stop``).
-
-        Raises:
-            HarnessError: a bus rule was broken, or an offset outside the map.
-        """
-        out = ctypes.c_uint32()
-        self._check(self._lib.vh_poll(self._h, int(offset), int(mask), max(1, int(interval)),
-                                      max(0, int(stop)), ctypes.byref(out)),
-                    f"polling register 0x{int(offset):02x}")
-        return out.value
-
-    def reset(self, cycles: int = 8) -> None:
-        """Hold the core in reset for ``cycles`` cycles; clears bus state and recorded
-        errors.  The DRAM model is kept."""
-        self._lib.vh_reset(self._h, int(cycles))
-
-    def set_bus(self, lat_min: int, lat_max: int, backpressure: float, seed: int) -> None:
-        """Random DRAM-model timing (see ``harness.cpp``, ``vh_set_bus``)."""
-        self._lib.vh_set_bus(self._h, int(lat_min), int(lat_max), float(backpressure),
-                             int(seed))
-
-    @property
-    def cycle(self) -> int:
-        """Cycles simulated since the harness was created (reset included)."""
-        return int(self._lib.vh_cycle(self._h))
-
-    @property
-    def dbg_state(self) -> int:
-        """The core's ``dbg_state`` output now."""
-        return int(self._lib.vh_dbg_state(self._h))
-
-    @property
-    def irq(self) -> bool:
-        """The core's interrupt line now."""
-        return bool(self._lib.vh_irq(self._h))
-
-    @property
-    def mem_base(self) -> int:
-        """Byte address of the DRAM model's first byte."""
-        return int(self._lib.vh_mem_base(self._h))
-
-    @property
-    def mem(self) -> np.ndarray:
-        """The whole DRAM model as a writable ``uint8`` view (index 0 is :attr:`mem_base`;
-        invalid after :meth:`resize`)."""
-        n = int(self._lib.vh_mem_size(self._h))
-        return np.ctypeslib.as_array(self._lib.vh_mem_ptr(self._h), shape=(n,))
-
-    def resize(self, nbytes: int) -> None:
-        """Resize the DRAM model to ``nbytes`` bytes (contents kept, new bytes zero)."""
-        if self._lib.vh_mem_resize(self._h, int(nbytes)) != 0:
-            raise DeviceError(f"cannot resize the DRAM model to {nbytes} bytes")
-
-    def stat(self, which: int) -> int:
-        """Harness statistic ``which`` (0 read bursts, 1 write bursts, 2 read beats, 3 write
-        beats, 4 evals that skipped the input-combinational pass)."""
-        return int(self._lib.vh_stat(self._h, int(which)))
-
-    def trace_open(self, path: str) -> int:
-        """Start a waveform (trace builds only); 0 on success."""
-        return int(self._lib.vh_trace_open(self._h, str(path).encode()))
-
-    def close(self) -> None:
-        """Close the waveform and free the simulation."""
-        if self._h is not None:
-            self._lib.vh_trace_close(self._h)
-            self._lib.vh_destroy(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-
-class RtlDevice(Device):
+class RtlDevice(RtlStreamMixin, Device):
     """The Verilator simulation of the core as a :class:`Device` (target ``"rtl"``).
 
     Args:
@@ -554,232 +385,6 @@ class RtlDevice(Device):
             self.close()
         except Exception:
             pass
-
-
-class _LockedPort:
-    """The harness as a register port, each access under the stream lock."""
-
-    def __init__(self, harness: Harness, lock: threading.RLock):
-        self.h, self.lock = harness, lock
-
-    def read(self, offset: int) -> int:
-        with self.lock:
-            return self.h.read(offset)
-
-    def write(self, offset: int, value: int) -> None:
-        with self.lock:
-            self.h.write(offset, value)
-
-
-def _stream_methods():
-    """The streamed-execution methods of :class:`RtlDevice` (kept together here)."""
-
-    def stream_open(self, *, clock: bool | str | None = None) -> None:
-        """Start a streamed-execution session: allocate the ring (``INSN_RING`` slots of
-        16 bytes) in device memory and open it (``CoreDriver.ring_open``).
-
-        Args:
-            clock: ``True``/``"free"``: a background thread clocks the simulation freely
-                while the session is open (the core executes while the host works, and
-                idles as on a board: ``RING_IDLE`` counts the cycles it waited);
-                ``"busy"``: the thread parks while every appended segment is done (no
-                simulated idle cycles: the wall time the host would see if idle cycles
-                cost nothing); ``False``: no thread, the core is clocked only while the
-                host waits (:meth:`stream_wait`, a full ring).  ``None``: the device's
-                ``stream_clock`` attribute (default ``"free"``).
-        Raises:
-            DeviceError: the core has no ring (``INSN_RING = 0``), or a session is open.
-        """
-        from ..fsim import _check_ring  # noqa: PLC0415
-
-        _check_ring(self.config)
-        if getattr(self, "_stream", None) is not None:
-            raise DeviceError("RTL core: a stream session is already open")
-        ring = self.alloc(self.config.INSN_RING * 16)
-        lock = threading.RLock()
-        drv = CoreDriver(_LockedPort(self.harness, lock), where="RTL core",
-                         config=self.config, read_program=self._read_mem)
-        st = {"ring": ring, "lock": lock, "driver": drv, "stop": threading.Event(),
-              "thread": None, "c0": self.harness.cycle, "work": threading.Event(),
-              "park": False, "appending": False}
-        self._stream = st
-        try:
-            drv.ring_open(ring.addr, self.config.INSN_RING, write_ring=self._write_mem,
-                          irq=None)
-        except BaseException:
-            self._stream = None
-            self.free(ring)
-            raise
-        if clock is None:
-            clock = getattr(self, "stream_clock", "free")
-        if clock not in (True, False, "free", "busy"):
-            raise DeviceError(f"clock must be True, False, 'free' or 'busy', got {clock!r}")
-        st["park"] = clock == "busy"
-        if clock:
-            t = threading.Thread(target=self._stream_clock, args=(st,), daemon=True,
-                                 name="vtaforge-rtl-clock")
-            st["thread"] = t
-            t.start()
-
-    def _stream_clock(self, st: dict) -> None:
-        h, lock, stop, work = self.harness, st["lock"], st["stop"], st["work"]
-        fin = regs.offset("FINISH_COUNT")
-        drv = st["driver"]
-        while not stop.is_set():
-            with lock:
-                try:
-                    h.step(STREAM_CHUNK)
-                    idle = (st["park"] and not st.get("closing") and not st["appending"]
-                            and h.read(fin) >= drv._ring["appended"])
-                    if idle:
-                        work.clear()
-                except HarnessError as e:
-                    st["error"] = e
-                    return
-            if idle:
-                work.wait()
-            else:
-                time.sleep(0)
-
-    def _stream_dog(self, st: dict, limit: int) -> Watchdog:
-        h = self.harness
-        if st["thread"] is not None:
-            def idle() -> None:
-                if "error" in st:
-                    raise st["error"]
-                time.sleep(50e-6)
-        else:
-            def idle() -> None:
-                with st["lock"]:
-                    h.step(self.poll_interval)
-        return Watchdog(limit, lambda: h.cycle, idle, "cycles")
-
-    def _stream_fail(self, st: dict, err: Exception, limit: int) -> None:
-        self._stream_stop(st)
-        self._stream = None
-        self.free(st["ring"])
-        if isinstance(err, CoreFault):
-            self.reset()
-            raise err
-        self._raise_run_error(err, limit)
-
-    def _stream_wake(self, st: dict, **flags: Any) -> None:
-        # under the lock: the clock thread decides to park (and clears ``work``) inside
-        # one locked block, so a wake-up is never lost between its check and its clear
-        with st["lock"]:
-            st.update(flags)
-            st["work"].set()
-
-    def _stream_stop(self, st: dict) -> None:
-        st["stop"].set()
-        st["work"].set()
-        t = st["thread"]
-        if t is not None:
-            t.join()
-            st["thread"] = None
-
-    def stream_append(self, insn_addr: int, insn_count: int, *,
-                      regions: Sequence[Buffer] | None = None,
-                      timeout_cycles: int | None = None) -> int:
-        """Verify a segment (``verify.verify_segment``, unless ``verify=False``) and append
-        it: its instructions, read from device memory at ``insn_addr``, are written into
-        the ring and the doorbell is rung.  Returns the segment's number ``k``.
-
-        Raises:
-            ProgramError: refused by the verifier (nothing appended); the ring stayed full
-                past the watchdog; a fault the core reported meanwhile.
-            DeviceError: no session is open.
-        """
-        st = self._stream_session()
-        if self.verify:
-            from ..verify import verify_segment  # noqa: PLC0415
-
-            regs = [b for b in (self.buffers() if regions is None else list(regions))
-                    if b != st["ring"]]
-            with st["lock"]:
-                verify_segment(self.config, self.mem, insn_addr, insn_count, regs)
-        prog = self._read_mem(int(insn_addr), int(insn_count) * 16)
-        limit = int(timeout_cycles or self.timeout_cycles)
-        try:
-            self._stream_wake(st, appending=True)
-            k = st["driver"].ring_append(prog, self._stream_dog(st, limit))
-            self._stream_wake(st, appending=False)
-            return k
-        except (HarnessError, RingFull, CoreFault) as e:
-            self._stream_fail(st, e if not isinstance(e, RingFull) else CoreTimeout(
-                str(e), 0, limit, limit, "cycles"), limit)
-
-    def stream_wait(self, k: int, *, timeout_cycles: int | None = None) -> RunResult:
-        """Wait until segment ``k`` is done (``FINISH_COUNT >= k``), with the cycle
-        watchdog (``timeout_cycles`` from this call, default the device's).
-
-        Returns:
-            a :class:`RunResult`: ``cycles`` = the session's CYCLES so far; ``stats``:
-            ``finish_count``, ``ring_head``, ``ring_idle`` (cycles the core waited for
-            the host).
-        Raises:
-            ProgramError: the watchdog (the session is closed and the core reset; the
-                message names each unit's state) or a fault report (``CoreFault``, its
-                message starts with ``segment <k>:``).
-        """
-        st = self._stream_session()
-        limit = int(timeout_cycles or self.timeout_cycles)
-        drv = st["driver"]
-        try:
-            drv.ring_wait(int(k), self._stream_dog(st, limit))
-            stats = {"finish_count": drv.finish_count(), "ring_head": drv.read("RING_HEAD"),
-                     "ring_idle": drv.read("RING_IDLE")}
-            cyc = drv.read("CYCLES_LO") | (drv.read("CYCLES_HI") << 32)
-        except (HarnessError, CoreTimeout, CoreFault) as e:
-            self._stream_fail(st, e, limit)
-        return RunResult(cycles=cyc, stats=stats)
-
-    @property
-    def finish_count(self) -> int:
-        """``FINISH_COUNT`` of the open session."""
-        return self._stream_session()["driver"].finish_count()
-
-    def stream_close(self, *, timeout_cycles: int | None = None) -> RunResult:
-        """End the session (``CoreDriver.ring_close``: the ring drains, DONE rises), stop
-        the clock thread and free the ring.  Returns the session's counters (``cycles``,
-        the unit counters, ``ring_idle``, ``finish_count``).
-
-        Raises:
-            ProgramError: as :meth:`stream_wait`.
-        """
-        st = self._stream_session()
-        limit = int(timeout_cycles or self.timeout_cycles)
-        drv = st["driver"]
-        drv.check_write("RING_CTRL", 0)     # refused: the session stays open
-        st["closing"] = True
-        self._stream_wake(st)
-        try:
-            drv.ring_close(self._stream_dog(st, limit))
-        except (HarnessError, CoreTimeout, CoreFault) as e:
-            self._stream_fail(st, e, limit)
-        self._stream_stop(st)
-        stats: dict[str, Any] = dict(self.driver.counters())
-        stats["ring_idle"] = self.driver.read("RING_IDLE")
-        stats["finish_count"] = self.driver.read("FINISH_COUNT")
-        stats["sim_cycles"] = self.harness.cycle - st["c0"]
-        self._stream = None
-        self.free(st["ring"])
-        return RunResult(cycles=stats["cycles"], stats=stats)
-
-    def _stream_session(self) -> dict:
-        st = getattr(self, "_stream", None)
-        if st is None:
-            raise DeviceError("RTL core: no stream session is open (stream_open first)")
-        return st
-
-    return {f.__name__: f for f in (stream_open, _stream_clock, _stream_dog, _stream_fail,
-                                    _stream_wake, _stream_stop, stream_append, stream_wait, stream_close,
-                                    _stream_session)} | {"finish_count": finish_count}
-
-
-for _name, _fn in _stream_methods().items():
-    setattr(RtlDevice, _name, _fn)
-del _name, _fn
 
 
 def _whole_beats(cfg: VTAConfig, nbytes: int) -> int:

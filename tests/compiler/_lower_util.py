@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from vtaforge.compiler.compile import lower_graph
-from vtaforge.compiler.ir import Graph, Node, TensorType, requant_round, validate
+from vtaforge.compiler.ir import Graph, Node, TensorType, validate
+from vtaforge.compiler.requant import requant_round
 from vtaforge.compiler.partition import partition
 from vtaforge.hw.config import VTAConfig, preset
 from vtaforge.hw.isa import Opcode, decode_program

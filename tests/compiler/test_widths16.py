@@ -14,7 +14,8 @@ from onnx import helper
 
 from vtaforge.compiler.compile import compile_model, lower_graph
 from vtaforge.compiler.errors import CompileError
-from vtaforge.compiler.ir import Graph, Node, TensorType, requant_round, validate
+from vtaforge.compiler.ir import Graph, Node, TensorType, validate
+from vtaforge.compiler.requant import requant_round
 from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
 from vtaforge.compiler.partition import partition
 from vtaforge.compiler.quantize import QuantConfig, quantize

@@ -400,7 +400,7 @@ def test_default_and_board_spaces_are_valid(board):
 
 def test_board_setup_reads_hw_flow():
     from vtaforge.dse.space import board_setup, board_space
-    from vtaforge.hw.flow import BOARDS, pl_clock, reachable_pl_clocks
+    from vtaforge.hw.parts import BOARDS, pl_clock, reachable_pl_clocks
 
     for board, key in (("pynq-z2", "pynq-z2"), ("ultra96", "ultra96-v2"),
                        ("zcu104", "zcu104")):

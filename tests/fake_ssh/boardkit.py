@@ -34,28 +34,26 @@ def bit_bytes(part: str = "7z020clg484", user_id: int = 0xFFFFFFFF, nbytes: int 
 
 
 def board_part(cfg) -> str:
-    """The part Vivado builds for: the board's (hw/flow.py ``BoardSpec.part``) if the flow
-    names one, else ``cfg.PART``."""
-    from vtaforge.hw.flow import board_spec
+    """The part Vivado builds for: the board's (hw/parts.py ``BoardSpec.part``), else
+    ``cfg.PART`` (a generic board of the part's family)."""
+    from vtaforge.hw.parts import board_spec
 
-    return getattr(board_spec(cfg), "part", None) or cfg.PART
+    return board_spec(cfg).part or cfg.PART
 
 
 def pl_clock_mhz(cfg) -> float:
     """The PL clock the project asks the PS for (the flow may round CLOCK_MHZ down to one
-    the PS can make), else ``cfg.CLOCK_MHZ``."""
-    from vtaforge.hw import flow
+    the PS can make)."""
+    from vtaforge.hw import parts
 
-    if hasattr(flow, "pl_clock"):
-        return float(flow.pl_clock(flow.board_spec(cfg), cfg.CLOCK_MHZ).mhz)
-    return float(cfg.CLOCK_MHZ)
+    return float(parts.pl_clock(parts.board_spec(cfg), cfg.CLOCK_MHZ).mhz)
 
 
 def hwh_text(cfg, *, core: str = "vta_wrapper", clock_mhz: float | None = None,
              device: str | None = None) -> str:
     """A Vivado hardware hand-off of the block design ``board project`` builds for
     ``cfg`` (PS, reset, SmartConnects elided to what the package checks read)."""
-    from vtaforge.hw.flow import board_spec
+    from vtaforge.hw.parts import board_spec
 
     spec = board_spec(cfg)
     part = board_part(cfg).lower()
@@ -134,7 +132,7 @@ def hwh_text(cfg, *, core: str = "vta_wrapper", clock_mhz: float | None = None,
 def write_project(d: Path, cfg, *, bit: bytes | None = None) -> Path:
     """A board project (``vtaforge board project`` files, a stub core) with the outputs
     Vivado leaves: ``out/vta.bit`` and ``out/vta.hwh``.  Returns the ``.bit``."""
-    from vtaforge.hw.flow import write_project as wp
+    from vtaforge.hw.vivado import write_project as wp
 
     with warnings.catch_warnings():  # a rounded PL clock (FlowWarning) is the flow's business
         warnings.simplefilter("ignore")

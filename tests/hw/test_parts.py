@@ -1,7 +1,7 @@
 """The one table of parts and boards (hw/parts.py) and every view derived from it.
 
 Each part, board and target fact is written once, in hw/parts.py; ``config.TARGETS``,
-``estimate.PARTS``, ``timing.DEVICES`` and ``flow.BOARDS``/``board_spec`` are views of it.
+``estimate.PARTS`` and ``timing.DEVICES`` are views of it.
 These tests fail when a view disagrees with the table, when the table disagrees with
 itself (a board whose preset is for another device, a bus wider than the board's port),
 or when a part fact is written again as a literal somewhere in the product.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from vtaforge.hw import config, estimate, flow, parts, timing, vivado
+from vtaforge.hw import config, estimate, parts, timing, vivado
 from vtaforge.hw.config import preset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,18 +53,13 @@ def test_timing_devices_are_the_ecp5_devices():
     assert parts.ECP5_SPEEDS == (6, 7, 8)
 
 
-def test_flow_re_exports_the_parts_and_vivado_halves():
-    assert flow.BOARDS is parts.BOARDS
-    assert flow.TARGET_BOARDS is parts.TARGET_BOARDS
-    for name in ("board_spec", "pl_clock", "reachable_pl_clocks", "BoardSpec", "PLClock",
-                 "FlowError", "COHERENCE_FLUSH_INVALIDATE"):
-        assert getattr(flow, name) is getattr(parts, name), name
-    for name in ("write_project", "build_tcl", "wrapper_verilog", "board_json", "build_sh",
-                 "run_vivado", "parse_timing_summary", "FlowWarning", "TimingResult"):
-        assert getattr(flow, name) is getattr(vivado, name), name
+def test_the_flow_has_two_halves_and_no_shim():
+    """hw/parts.py (boards, clocks) and hw/vivado.py (the project) are imported by their own
+    names: the old ``hw.flow`` re-export module is gone."""
+    import importlib.util
+
+    assert importlib.util.find_spec("vtaforge.hw.flow") is None
     assert vivado.FlowError is parts.FlowError
-    for name in flow.__all__:
-        assert hasattr(flow, name), name
 
 
 @pytest.mark.parametrize("key", sorted(parts.BOARDS))

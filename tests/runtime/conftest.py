@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from programs import *  # noqa: F401,F403  (re-exported for older imports)
 from vtaforge.hw.config import preset
 
 #: The configs the Verilated backends run (one core build each per session, cached on

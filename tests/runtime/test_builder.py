@@ -9,7 +9,8 @@ import pytest
 
 from vtaforge.hw.config import MemType, preset
 from vtaforge.hw.isa import AluOp, Module, Opcode, decode_program, decode_uops
-from vtaforge.runtime.builder import BuilderError, ProgramBuilder
+from vtaforge.runtime.builder import ProgramBuilder
+from vtaforge.runtime.kernels import BuilderError
 from vtaforge.runtime.device import Device, RunResult
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE

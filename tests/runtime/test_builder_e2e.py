@@ -11,7 +11,8 @@ import pytest
 
 from vtaforge.hw.config import MemType, preset
 from vtaforge.hw.isa import AluOp, Module
-from vtaforge.runtime.builder import BuilderError, ProgramBuilder
+from vtaforge.runtime.builder import ProgramBuilder
+from vtaforge.runtime.kernels import BuilderError
 
 fsim = pytest.importorskip("vtaforge.runtime.fsim")
 

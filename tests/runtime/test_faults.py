@@ -402,7 +402,8 @@ def test_f5_compiled_conv_on_one_entry_queues():
     TOKEN_QUEUE_DEPTH = 1 deadlocked ("compute stalled ... g2l is full"); now it is exact."""
     pytest.importorskip("onnx")
     from vtaforge.compiler.compile import lower_graph
-    from vtaforge.compiler.ir import Graph, Node, TensorType, requant_round, validate
+    from vtaforge.compiler.ir import Graph, Node, TensorType, validate
+    from vtaforge.compiler.requant import requant_round
     from vtaforge.compiler.partition import partition
     from vtaforge.runtime.executor import Executor
     from vtaforge.runtime.fsim import FsimDevice
@@ -446,7 +447,8 @@ def test_f5_impossible_capacity_refused_with_reason():
     """Load pushes two l2g before popping g2l; compute pushes two g2l before popping l2g:
     fine with deep token queues, impossible with one-token queues in any order."""
     from vtaforge.hw.isa import Insn, Opcode
-    from vtaforge.runtime.builder import BuilderError, _capacity_order
+    from vtaforge.runtime.kernels import BuilderError
+    from vtaforge.runtime.launch import capacity_order
 
     inp, uop = int(MemType.INP), int(MemType.UOP)
     insns = [Insn(Opcode.LOAD, memory_type=inp, push_next=1),
@@ -457,9 +459,9 @@ def test_f5_impossible_capacity_refused_with_reason():
              Insn(Opcode.LOAD, memory_type=inp, pop_next=1),
              Insn(Opcode.LOAD, memory_type=uop, pop_prev=1),
              Insn(Opcode.FINISH, pop_prev=1)]
-    assert _capacity_order(insns, 2) is None
+    assert capacity_order(insns, 2) is None
     with pytest.raises(BuilderError, match=r"TOKEN_QUEUE_DEPTH = 1.*token queue (g2l|l2g)"):
-        _capacity_order(insns, 1)
+        capacity_order(insns, 1)
 
 
 # ------------------------------------------------------------------------------ bundles

@@ -21,8 +21,9 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from vtaforge.compiler.onnx_attrs import attrs_to_json, tensor_attr
+from vtaforge.compiler.onnx_attrs import attrs_to_json
 from vtaforge.runtime import float_ops as F
+from vtaforge.runtime.float_ops import tensor_attr
 
 try:
     import onnxruntime as ort

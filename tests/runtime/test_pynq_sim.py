@@ -325,7 +325,7 @@ def test_harness_register_window_from_generated_header(board):
     """The harness checks offsets against vta_regs.h's window (hw/regs.py's map), and the
     library reports the register-map version it was compiled with."""
     from vtaforge.hw import regs
-    from vtaforge.runtime.rtl.device import HarnessError
+    from vtaforge.runtime.rtl.harness import HarnessError
 
     h = board.harness
     assert h._lib.vh_regmap_version() == regs.REGMAP_VERSION

@@ -30,7 +30,7 @@ from vtaforge.compiler.reference import run_quantized
 from vtaforge.hw.config import MemType, preset
 from vtaforge.hw.isa import Insn, Module, Opcode
 from vtaforge.runtime.artifact import TraceBuilder, token_fault
-from vtaforge.runtime.builder import BuilderError
+from vtaforge.runtime.kernels import BuilderError
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 from vtaforge.runtime.launch import capacity_order, split_pushes

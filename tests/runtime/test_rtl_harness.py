@@ -294,7 +294,7 @@ def test_poll_stops_exactly_at_the_limit(tiny, stub):
         assert h.poll(status, 2, 300, c0 + 1000) == 1  # BUSY, not DONE, in the last read
         assert h.cycle == c0 + 1000                     # the last stretch is shortened
         assert h.poll(status, 2, 300, c0) == 0 and h.cycle == c0 + 1001  # at least one cycle
-        with pytest.raises(rtl.device.HarnessError, match="outside the 0x[0-9a-f]+-byte register map"):
+        with pytest.raises(rtl.harness.HarnessError, match="outside the 0x[0-9a-f]+-byte register map"):
             h.poll(0x1001, 2, 300, c0 + 5000)
 
 

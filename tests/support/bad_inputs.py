@@ -333,7 +333,7 @@ CASES: list[tuple[str, str]] = [
     ("dse-show-missing", "dse show {d}/nope.json"),
     ("dse-show-dir", "dse show {dir}"),
     ("dse-show-devzero", "dse show /dev/zero"),
-    # ---- board (vtaforge/commands/board.py, vtaforge/deploy.py)
+    # ---- board (vtaforge/commands/board.py, runtime/board/)
     ("board-timing-binary", "board timing {binary_bin}"),
     ("board-timing-missing", "board timing {d}/nope.rpt"),
     ("board-project-config", "board project --config {deep_json} -o {d}/proj"),

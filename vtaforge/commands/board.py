@@ -12,7 +12,7 @@
 - ``vtaforge board package --config C --bitstream X.bit [--hwh X.hwh] --model M.vtapkg
   ... -o DIR [--wheel W.whl]``: a self-contained folder for one board (overlay, config,
   models, wheel, manifest.json with sha256s, run.sh, verify.py, a notebook); refuses a
-  model or a bitstream built for another config (:mod:`vtaforge.deploy`).
+  model or a bitstream built for another config (:mod:`vtaforge.runtime.board`).
 - ``vtaforge board verify DIR``: checks a package's files against its manifest.
 - ``vtaforge board deploy DIR --host USER@HOST [--run X.npy] [--model NAME]``: copies a
   package over ssh (rsync or scp), verifies and installs it there, optionally runs a model
@@ -29,6 +29,14 @@ import warnings
 from pathlib import Path
 
 import click
+
+from ..hw.parts import board_names
+
+
+def board_list() -> str:
+    """The boards of hw/parts.py as ``--board``'s help names them (``a, b, c or d``)."""
+    names = board_names()
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 
 @click.group("board")
@@ -52,7 +60,7 @@ def _flow_error(e: Exception) -> click.ClickException:
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="project directory (created if missing)")
 @click.option("--board", default=None,
-              help="pynq-z1, pynq-z2, ultra96-v2 or zcu104 (default: the config's target board)")
+              help=f"{board_list()} (default: the config's target board)")
 @click.option("--board-part", default=None,
               help="Vivado board part (e.g. xilinx.com:zcu104:part0:1.1) to apply its PS preset")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
@@ -60,7 +68,8 @@ def _flow_error(e: Exception) -> click.ClickException:
 def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | None,
                 jobs: int) -> None:
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
-    from ..hw.flow import FlowError, FlowWarning, board_spec, pl_clock, write_project
+    from ..hw.parts import FlowError, board_spec, pl_clock
+    from ..hw.vivado import FlowWarning, write_project
     from ..hw.parts import check_board_part
     from ._inputs import read_config
 
@@ -116,7 +125,8 @@ def _report_verdict(res, as_json: bool) -> None:
 def timing_cmd(report: str, as_json: bool) -> None:
     """Read a Vivado report_timing_summary REPORT; print met, WNS and fmax (exit 1 if not
     met)."""
-    from ..hw.flow import FlowError, parse_timing_summary
+    from ..hw.parts import FlowError
+    from ..hw.vivado import parse_timing_summary
     from ._inputs import check_regular
 
     check_regular(report, "timing report", _FlowFailure)
@@ -142,7 +152,8 @@ def timing_cmd(report: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="print the timing verdict as JSON")
 def build_cmd(project_dir: str, as_json: bool) -> None:
     """Run Vivado on a project written by `board project` (hours; needs vivado on PATH)."""
-    from ..hw.flow import FlowError, run_vivado
+    from ..hw.parts import FlowError
+    from ..hw.vivado import run_vivado
 
     try:
         res = run_vivado(project_dir)
@@ -156,7 +167,7 @@ def _write_sidecar(project_dir: str, res) -> None:
     """Best effort, silent: ``out/vta.json`` beside the bitstream (fingerprint, config,
     sha256, timing), which ``board package`` checks; the project's board.json stands in
     when it is missing, so a failure here does not fail the build."""
-    from ..deploy import DeployError, write_bitstream_sidecar
+    from ..runtime.board import DeployError, write_bitstream_sidecar
 
     try:
         write_bitstream_sidecar(project_dir, res)
@@ -202,7 +213,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
                 allow_unmet_timing) -> None:
     """Write a self-contained folder for one board: overlay, config, models, the vtaforge
     wheel, manifest.json (sha256s), run.sh, verify.py and a Jupyter notebook."""
-    from ..deploy import DeployError, make_package, source_tree
+    from ..runtime.board import DeployError, make_package, source_tree
     from ._inputs import check_regular
 
     for opt, paths in (("--bitstream", [bitstream]), ("--hwh", [hwh]), ("--model", models),
@@ -246,8 +257,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
 @click.argument("package_dir", type=click.Path(file_okay=False))
 def verify_cmd(package_dir) -> None:
     """Check every file of a package against its manifest.json (sha256, size)."""
-    from ..deploy import DeployError, verify_package
-
+    from ..runtime.board import DeployError, verify_package
     from ._inputs import read_json
 
     manifest = Path(package_dir) / "manifest.json"
@@ -288,7 +298,7 @@ def deploy_cmd(package_dir, host, run_input, model, remote_dir, out_dir, copy, s
     model on an input and fetch the output and the run's statistics."""
     import math
 
-    from ..deploy import DeployError, deploy
+    from ..runtime.board import DeployError, deploy
     from ._inputs import check_regular
 
     if not math.isfinite(timeout_s):

@@ -21,6 +21,8 @@ import sys
 
 import click
 
+from ..hw.parts import board_names
+
 
 #: The largest ``--jobs``: a LocalCluster on one machine (Dask starts every worker process
 #: up front; a million of them never came up).  More workers: a ``--scheduler``.
@@ -39,7 +41,7 @@ def dse_group() -> None:
 
 @dse_group.command("run")
 @click.option("--board", default=None,
-              help="pynq-z2 | ultra96 | zcu104 (any hw/parts.py board): sets part, bus, "
+              help=f"{' | '.join(board_names(aliases=True))} (hw/parts.py): sets part, bus, "
                    "clock and the space")
 @click.option("--space", "space_spec", default="default", show_default=True,
               help="'default' (around --base) or a space JSON file")

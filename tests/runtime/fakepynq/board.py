@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from vtaforge.hw import regs
-from vtaforge.runtime.rtl.device import Harness, HarnessError
+from vtaforge.runtime.rtl.harness import Harness, HarnessError
 
 DDR_TOP = 0x2000_0000  # PYNQ-Z2: 512 MiB of DDR from 0
 HIGH_BASE = 0x1_0000_0000  # where the XRT quirk puts small buffers on 64-bit boards

@@ -1,0 +1,106 @@
+"""What the board-package modules share: :class:`DeployError`, the package's constants,
+file helpers (sha256, atomic JSON) and running an external command with a timeout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any, Sequence
+
+#: ``format`` of a package's manifest.json (``version`` 1).
+PACKAGE_FORMAT = "vtaforge-board-package"
+#: ``format`` of a bitstream sidecar ``NAME.json`` (``version`` 1).
+SIDECAR_FORMAT = "vtaforge-bitstream"
+#: Files of a package that its user may edit (Jupyter saves the notebook when it is run):
+#: listed in the manifest's ``user_files``, never checked; ``verify`` notes a change.
+#: ``files`` holds what the board runs: overlay, config, models, wheel, scripts.
+USER_FILES = ("vtaforge.ipynb", "README.md")
+#: Base name of the overlay files in a package (``overlay/vta.bit`` + ``overlay/vta.hwh``).
+OVERLAY_STEM = "vta"
+#: Default seconds for one external command (ssh, scp, rsync, the wheel build).
+DEFAULT_TIMEOUT_S = 600.0
+#: The PYNQ 3.x image's Python environment.
+PYNQ_VENV = "/usr/local/share/pynq-venv"
+#: Model names in a package: file stems that are safe in a shell word and a path.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: Remote directories and hosts that need no quoting anywhere (ssh, scp, rsync).
+_REMOTE_DIR = re.compile(r"^[A-Za-z0-9_.~/+-]+$")
+_HOST = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.+-]*@)?[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class DeployError(RuntimeError):
+    """A package or a deployment that cannot proceed (the message is one line)."""
+
+
+def _sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _first_line(text: str) -> str:
+    return (str(text).strip().splitlines() or [""])[0]
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _load_json(p: Path) -> dict | None:
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def _call(cmd: Sequence[str], *, timeout_s: float, what: str, check: bool = True
+          ) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (its own process group, stdin closed, output captured) with a timeout.
+
+    Raises:
+        DeployError: the program is missing, it ran past ``timeout_s`` (its process group
+            is killed), or (``check``) it exited non-zero (the last error-looking line).
+    """
+    try:
+        p = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    except FileNotFoundError:
+        raise DeployError(f"{cmd[0]} is not installed (needed to {what})") from None
+    except OSError as e:
+        raise DeployError(f"cannot run {cmd[0]} to {what}: {e.strerror or e}") from None
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            p.kill()
+        p.communicate()
+        raise DeployError(f"{Path(cmd[0]).name} did not finish within {timeout_s:g} s (to "
+                          f"{what}); raise --timeout") from None
+    r = subprocess.CompletedProcess(list(cmd), p.returncode, out, err)
+    if check and r.returncode != 0:
+        raise DeployError(f"{what}: {Path(cmd[0]).name} failed (exit {r.returncode}): "
+                          f"{_last_error(out, err)}")
+    return r
+
+
+def _last_error(out: str, err: str) -> str:
+    """The most telling line of a failed command: its last ``error:`` line, else the last
+    non-empty line of stderr, else of stdout."""
+    lines = [ln.strip() for ln in (out + "\n" + err).splitlines() if ln.strip()]
+    errs = [ln for ln in lines if ln.lower().startswith("error")]
+    if errs:
+        return errs[-1]
+    elines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    return (elines or lines or ["no output"])[-1]
