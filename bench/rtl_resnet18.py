@@ -23,6 +23,7 @@ import time
 from collections import defaultdict
 
 import numpy as np
+from _record import header
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.zoo import mobilenet_v1, resnet18
@@ -61,6 +62,7 @@ def main() -> None:
                     help="DRAM model's random first-beat latency per burst, cycles "
                          "(board-like: 40,60; default 0,0 = ideal bus)")
     args = ap.parse_args()
+    print(header(__file__), flush=True)
     lat = tuple(int(v) for v in args.latency.split(","))
     bus = "ideal bus" if lat == (0, 0) else f"DRAM latency {lat[0]}-{lat[1]} cycles per burst"
     cfg = load_config(args.config)
