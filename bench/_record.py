@@ -4,7 +4,7 @@ Every figure quoted in ``README.md`` and ``docs/*.md`` cites the bench script, t
 and the date of the run that printed it, as ``(bench/X.py, commit abc1234, 2026-12-07)``.
 :func:`header` is the line a bench script prints first; :func:`stamp` is the same
 record as a dict for scripts that write JSON.  A working tree with uncommitted changes
-is marked ``+dirty``: a figure from such a run does not belong to the commit it names.
+(Markdown aside) is marked ``+dirty``: a figure from such a run does not belong to the commit it names.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> str:
-    """``git rev-parse --short HEAD``, ``+dirty`` appended when tracked files differ from
-    it (untracked files are ignored); ``unknown`` outside a git checkout."""
+    """``git rev-parse --short HEAD``, ``+dirty`` appended when tracked files other than
+    Markdown differ from it (untracked files and doc edits do not change a figure);
+    ``unknown`` outside a git checkout."""
     rev = _git("rev-parse", "--short", "HEAD")
     if rev is None:
         return "unknown"
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!*.md")
     return rev + ("+dirty" if dirty else "")
 
 
