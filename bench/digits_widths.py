@@ -1,6 +1,6 @@
 """Top-1 accuracy of the bundled digits CNN per operand width of the core, on fsim.
 
-For each width (``8``: int8 both, ``w4``: int4 weights, ``a4``: int4 activations, ``a4w4``:
+For each width (``8``: int8 both, ``16``: int16 both, ``w4``: int4 weights, ``a4``: int4 activations, ``a4w4``:
 int4 both) a ``pynq``-based config of that width is measured with the DSE's accuracy
 evaluator (``dse/accuracy.py`` ``make_accuracy("digits")``: calibrated on the 1297
 training images, 500 held-out test images, every VTA step checked against the integer
@@ -9,7 +9,7 @@ or the buffers, so the buffers are shrunk where a narrower element would not fit
 fields.  Printed under the run's record (commit and date) that README.md and
 docs/compiler.md cite.  Run time: about a minute per width on two shared cores.
 
-Usage: python bench/digits_widths.py [8 w4 a4 a4w4 ...]
+Usage: python bench/digits_widths.py [8 16 w4 a4 a4w4 ...]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from _record import header
 from vtaforge.dse.accuracy import make_accuracy
 from vtaforge.hw.config import ConfigError, VTAConfig
 
-WIDTHS = {"8": (3, 3), "w4": (3, 2), "a4": (2, 3), "a4w4": (2, 2)}
+WIDTHS = {"8": (3, 3), "16": (4, 4), "w4": (3, 2), "a4": (2, 3), "a4w4": (2, 2)}
 
 
 def _config(inp: int, wgt: int) -> VTAConfig:
