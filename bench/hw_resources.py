@@ -7,7 +7,8 @@ The first line is the run's record (commit and date) that the docs cite beside t
 figures.  Run time: tiny about 1-3 min, pynq and ultra96 several minutes each on two
 shared cores; ``--verilog-only`` prints only the Verilog sizes (seconds per preset).
 
-Usage: python bench/hw_resources.py [--verilog-only] [PRESET ...]
+Usage: python bench/hw_resources.py [--verilog-only] [PRESET | CONFIG.json ...]
+(a JSON config is synthesized for the xc7z020 unless its TARGET is an UltraScale+ board)
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 from _record import header
 
-from vtaforge.hw.config import preset
+from vtaforge.hw.config import load_config, preset
 from vtaforge.hw.core import emit_verilog
 from vtaforge.hw.estimate import estimate_resources, format_report
 
@@ -35,9 +36,13 @@ def main(argv: list[str]) -> None:
     print()
     if verilog_only:
         return
-    for name, part in [p for p in PLAN if not names or p[0] in names]:
+    plan = [p for p in PLAN if not names or p[0] in names]
+    plan += [(n, None) for n in names if n.endswith(".json")]
+    for name, part in plan:
+        cfg = preset(name) if part else load_config(name)
+        part = part or ("xczu3eg" if cfg.PART.startswith("xczu") else "xc7z020")
         t = time.time()
-        res = estimate_resources(preset(name), part)
+        res = estimate_resources(cfg, part)
         print(format_report(name, res, part))
         print(f"  (yosys synth_xilinx, {time.time() - t:.0f} s)")
         print()
