@@ -344,7 +344,7 @@ class AnalyticResources:
 class YosysResources(AnalyticResources):
     """Yosys ``synth_xilinx`` counts (``hw/estimate.py``) for configs with at most
     ``max_macs`` GEMM multipliers; larger configs fall back to the analytic model with a
-    note (a 256-MAC core takes 5-7 minutes on two cores)."""
+    note (synthesis time grows with the GEMM array: minutes for a 256-MAC core)."""
 
     name = "yosys"
     cheap = False
