@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 import onnxruntime as ort
+from _record import header
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.reference import run_quantized
@@ -26,6 +27,7 @@ from vtaforge.runtime.fsim import FsimDevice
 
 
 def main() -> None:
+    print(header(__file__), flush=True)
     size = int(sys.argv[1]) if len(sys.argv) > 1 else 224
     m = resnet18(size)
     x = np.random.default_rng(0).standard_normal((2, 3, size, size)).astype(np.float32)

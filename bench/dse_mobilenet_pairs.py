@@ -1,6 +1,6 @@
 """Record calibration pairs (config, layer program, RTL cycles) of MobileNet-v1 layers on the
 pynq + ALU_REQUANT + REQ_ENGINE core, full size, and print the DSE cycle model's error on
-each: the layers whose programs use this project's MobileNet lowerings (docs/hardware.md
+each: the layers whose programs use this project's MobileNet lowerings (bench/RESULTS.md
 "MobileNet-v1 under 3.5 M cycles": the output-block GEMM loop, four bank-aligned ACC
 regions, re-tiled resident weights, streamed weights stored input-block-major, partial
 resets and kept clears), so the model is checked on those program shapes too

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _record import header
 
 from vtaforge.dse.space import Space, board_space
 from vtaforge.hw.config import VTAConfig, preset
@@ -323,6 +324,7 @@ def main() -> None:
     ap.add_argument("--write-roles", action="store_true",
                     help="fit: write the plan's fit/held-out roles into the data file")
     a = ap.parse_args()
+    print(header(__file__), flush=True)
     if a.cmd == "record":
         record(a.only, a.data)
     elif a.cmd == "units":

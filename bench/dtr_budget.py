@@ -35,7 +35,9 @@ Run: ``.venv/bin/python bench/dtr_budget.py [--resnet-size 224] [--unet-size 64]
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -215,6 +217,9 @@ def main() -> None:
     ap.add_argument("--json", default=None, metavar="PATH",
                     help="also write every row (dtr_report keys) to this JSON file")
     args = ap.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))   # the tests load this file
+    from _record import header                                  # by path, bench/ not on it
+    print(header(__file__), flush=True)
     from vtaforge.compiler.compile import compile_model
     from vtaforge.compiler.zoo import resnet18
 

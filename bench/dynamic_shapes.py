@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _record import header
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.dynamic import compile_dynamic
@@ -92,6 +93,7 @@ def bench(label: str, model, config: str, calib_hw, sizes, *, n_calib: int = 8,
 
 
 def main() -> None:
+    print(header(__file__), flush=True)
     quick = "--quick" in sys.argv[1:]
     torch_model = str(HERE / "dynhw_cnn.ts_op17_dynhw.onnx")
     sizes = [(16, 16), (17, 23), (33, 21), (64, 48)]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from _record import header
 
 from vtaforge.hw.config import MemType, preset
 from vtaforge.hw.isa import AluOp, Module
@@ -127,6 +128,7 @@ def build_and_run(dev: FsimDevice, x: np.ndarray, w: np.ndarray):
 
 
 def main() -> None:
+    print(header(__file__), flush=True)
     cfg = preset("pynq")
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, (CIN, H, W)).astype(np.int8)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from _record import header
+
 from vtaforge.hw.config import VTAConfig, preset
 from vtaforge.hw.timing import DoesNotFitError, estimate_fmax, format_estimate
 
@@ -31,6 +33,7 @@ PLAN: dict[str, VTAConfig] = {
 
 
 def main(argv: list[str]) -> None:
+    print(header(__file__), flush=True)
     names = argv or list(PLAN)
     for name in names:
         cfg = PLAN[name]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from _record import header
 
 from vtaforge.compiler.compile import lower_graph
 from vtaforge.compiler.partition import partition
@@ -26,6 +27,7 @@ from vtaforge.runtime.fsim import FsimDevice
 
 
 def main() -> None:
+    print(header(__file__), flush=True)
     cfg = preset("pynq")
     print(f"{'layer':<5} {'tiling obn/ibn/th/tw/vt/res':<28} {'GEMM uops':>10} {'ideal':>10} "
           f"{'ratio':>6} {'DRAM B':>10} {'min B':>10} {'ratio':>6} {'insns':>6} {'run s':>6} exact")

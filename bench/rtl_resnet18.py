@@ -12,7 +12,7 @@ bytes)``; pooling and element-wise steps ``min DRAM bytes / bus bytes`` (each op
 and the output written once, at the bus width per cycle).
 
 Run: ``.venv/bin/python bench/rtl_resnet18.py [--size 224] [--steps] [--config FILE]
-[--model mobilenet_v1] [--latency 40,60]`` (``--steps`` prints every step, otherwise one
+[--model mobilenet_v1] [--latency 40,60] [--per-channel auto|on|off]`` (``--steps`` prints every step, otherwise one
 line per op kind; ``--latency`` sets the DRAM model's random first-beat latency per burst).
 """
 
@@ -23,8 +23,10 @@ import time
 from collections import defaultdict
 
 import numpy as np
+from _record import header
 
 from vtaforge.compiler.compile import compile_model
+from vtaforge.compiler.quantize import QuantConfig
 from vtaforge.compiler.zoo import mobilenet_v1, resnet18
 from vtaforge.hw.config import load_config
 from vtaforge.runtime.executor import Executor
@@ -60,14 +62,23 @@ def main() -> None:
     ap.add_argument("--latency", default="0,0", metavar="MIN,MAX",
                     help="DRAM model's random first-beat latency per burst, cycles "
                          "(board-like: 40,60; default 0,0 = ideal bus)")
+    ap.add_argument("--per-channel", choices=["auto", "on", "off"], default=None,
+                    help="QuantConfig.per_channel for compile_model's default quantization "
+                         "(default: compile_model's own)")
     args = ap.parse_args()
+    print(header(__file__), flush=True)
     lat = tuple(int(v) for v in args.latency.split(","))
     bus = "ideal bus" if lat == (0, 0) else f"DRAM latency {lat[0]}-{lat[1]} cycles per burst"
     cfg = load_config(args.config)
     x = np.random.default_rng(0).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
     t0 = time.perf_counter()
     build = {"resnet18": resnet18, "mobilenet_v1": mobilenet_v1}[args.model]
-    cm = compile_model(build(args.size), x, cfg)
+    qc = None
+    if args.per_channel is not None:
+        qc = QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
+                         min_layer_cosine=0.99, bias_correction=True,
+                         per_channel=args.per_channel)
+    cm = compile_model(build(args.size), x, cfg, quant_config=qc)
     tc = time.perf_counter() - t0
     vta = [s for s in cm.steps if s.target == "vta"]
     dev = RecordingRtl(cfg, 512 << 20, progress=False, latency=lat)

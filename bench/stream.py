@@ -33,6 +33,7 @@ import statistics
 import time
 
 import numpy as np
+from _record import header, stamp
 
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
@@ -94,9 +95,11 @@ def main() -> None:
         rows.append(row)
     steps = [s.target for s in cm.steps]
     if a.json:
-        print(json.dumps({"model": "digits", "config": f"tiny+INSN_RING={RING}",
+        print(json.dumps({"record": stamp(__file__), "model": "digits",
+                          "config": f"tiny+INSN_RING={RING}",
                           "batch": a.batch, "steps": steps, "rows": rows}, indent=2))
         return
+    print(header(__file__))
     print(f"digits on tiny + INSN_RING={RING}, batch {a.batch}: {steps.count('vta')} VTA "
           f"steps, {steps.count('cpu')} CPU steps; outputs identical in all schedules")
     print(f"{'schedule':<12} {'first run s':>12} {'warm run s':>11} {'core cycles':>12} "

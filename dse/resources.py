@@ -67,7 +67,8 @@ def memory_map(cfg: VTAConfig) -> list[dict]:
     bits (``SyncFIFOBuffered``: one entry is a register, the memory holds depth − 1).
     With ``REQ_ENGINE`` the ACC and OUT scratchpads are two half-depth banks each
     (hw/core/scratchpad.py ``BankedScratchpad``: ``acc.bank0``, ``acc.bank1``, ...), each
-    mapped on its own (measured: +2.5 BRAM36 on tiny, +1 on pynq).
+    mapped on its own (the Yosys points of tests/dse/data/yosys_points.json confirm the
+    extra BRAM36; docs/dse.md "Resource model").
     """
     out = []
     for mem in cfg.memories():      # the core's own inventory (hw/config.py)
@@ -104,8 +105,8 @@ FF_COEFFS = (2565.01, 42.55, -33.99, -25.63, 6.24, -0.52, -1.71)
 #: What the fused requantize (``ALU_REQUANT``) adds: LUTs per ALU lane (BATCH × BLOCK_OUT:
 #: the shifter's input muxes and the 8-bit clip of hw/core/compute.py) and FFs in all (the
 #: immediate and opcode carried to stage D).  Fitted through the origin on the Yosys
-#: differences of tests/dse/data/yosys_points.json's ``option`` points against their bases:
-#: tiny +479 LUT / +13 FF (4 lanes), pynq +2,361 / +13 (16 lanes).
+#: differences of tests/dse/data/yosys_points.json's ``option`` points against their bases
+#: (a 4-lane and a 16-lane core; the differences are in docs/dse.md "Resource model").
 ALU_REQUANT_LUT_PER_LANE = 146.0
 ALU_REQUANT_FF = 13.0
 
@@ -115,30 +116,30 @@ ALU_REQUANT_FF = 13.0
 #: operand mux, and the bank muxes on the accumulator (two write and two read ports over two
 #: half-depth banks) and on the OUT view; once, the range comparators, loop counters and
 #: latched fields.  LUT: a line through the two ``option`` points' Yosys differences
-#: against their ALU_REQUANT bases (tests/dse/data/yosys_points.json): tiny +2,370 (4
-#: lanes), pynq +7,598 (16 lanes) -> 435.7 per lane + 627.  FF: structural per lane, the
-#: two ACC_WIDTH-bit registers per lane (``ee_src_reg``, ``ee_shifted``), and a constant
-#: fitted to the same differences (+478 - 4 x 64 = 222, +1,276 - 16 x 64 = 252: 237).
+#: against their ALU_REQUANT bases (tests/dse/data/yosys_points.json: a 4-lane and a
+#: 16-lane core), solved for a per-lane and a constant term.  FF: structural per lane, the
+#: two ACC_WIDTH-bit registers per lane (``ee_src_reg``, ``ee_shifted``), and a constant:
+#: the mean of what the same differences leave after those registers.
 REQ_ENGINE_LUT = 627.0
 REQ_ENGINE_LUT_PER_LANE = 435.7
 REQ_ENGINE_FF = 237.0
 #: DSP48s of ``REQ_ENGINE``: the four loop-bound products of EPREP (``ee_d_last``,
 #: ``ee_s_last``: (iter - 1) x factor, wider than :data:`DSP_MIN_PRODUCT_BITS`), one slice
-#: each, whatever the lanes (measured: +4 on tiny and on pynq).
+#: each, whatever the lanes (the same on the 4-lane and the 16-lane Yosys point).
 REQ_ENGINE_DSP = 4
 
 
 #: Yosys ``synth_xilinx`` maps a multiply to a DSP48 only when its product is at least this
 #: many bits wide (``mul2dsp`` ``-D DSP_Y_MINWIDTH=9``: "small multiplies are those 4x4 and
 #: smaller", UG901); narrower products are built from LUTs.  Of the core's widths only an
-#: unpacked int4 × int4 product (8 bits) is narrower: measured, ``1x16x8_a4w4_p1`` has no
-#: DSP48 at all.
+#: unpacked int4 × int4 product (8 bits) is narrower: the Yosys point ``1x16x8_a4w4_p1``
+#: (tests/dse/data/yosys_points.json) has no DSP48 at all.
 DSP_MIN_PRODUCT_BITS = 9
 
 
 #: LUTs of one registered int4 × int4 signed product built from LUTs: Yosys (the same
-#: ``synth_xilinx -family xc7`` flow) on a module holding one such product alone: 26 LUT,
-#: 8 FF, 2 CARRY4.
+#: ``synth_xilinx -family xc7`` flow) on a module holding one such product alone
+#: (docs/dse.md "Resource model").
 SOFT_MUL4X4_LUTS = 26
 
 
@@ -182,20 +183,18 @@ def width_terms(cfg: VTAConfig) -> tuple[int, int]:
     * Loaders (LUT and FF alike): an INP or WGT element wider than the bus is gathered in
       an ``elem_bits − BUS_WIDTH``-bit shift register (:func:`_loader_shreg_bits`), one FF
       and one LUT (the zero-padding gate of the assembled word) per bit; minus those of
-      the int8 config.  Measured on the load unit: +580 LUT / +576 FF for 1×8×8 int16,
-      −260 / −258 for 1×8×8 int4 weights, −1,090 / −1,088 for 1×16×16 int4 both.
+      the int8 config (checked on the load unit alone: docs/dse.md "Resource model").
     * DSP-packed products (``packs_dsp_pairs``: int8 or int4 operands, ``DSP_PACKING =
       2``) are split in fabric, so their adder trees are fabric adders:
       ``BATCH·BLOCK_OUT·(BLOCK_IN − 1)`` adders whose operands are ``INP_WIDTH +
       WGT_WIDTH``-bit products instead of 16-bit ones, one LUT per bit, the pair's
       high-product fix-up add ``(P >> 16) + P[15]`` as wide, and one FF per product bit
       (the product registers): LUT ``(adders + pairs)·(INP_WIDTH + WGT_WIDTH − 16)``, FF
-      ``products·(INP_WIDTH + WGT_WIDTH − 16)``.  Measured on the compute unit: 1×16×16
-      int4 both −2,922 LUT / −2,048 FF (terms −2,944 / −2,048).
+      ``products·(INP_WIDTH + WGT_WIDTH − 16)`` (checked on the compute unit alone).
     * Unpacked products (int16, or ``DSP_PACKING = 1``) stay in the DSP48 (P register)
       and Yosys folds their adds into the DSP's post-adder: the product width adds no
-      LUT there (compute unit, 1×8×8 int16 against int8 unpacked: +109 LUT, 2,089 FF
-      both) and no FF.  The final add into the ACC_WIDTH lane does not change.
+      LUT there (compute unit, int16 against int8 unpacked: about the same LUTs, the same
+      FFs) and no FF.  The final add into the ACC_WIDTH lane does not change.
     * Products built from LUTs (:func:`soft_products`: unpacked int4 × int4) have no DSP to
       hold them or fold their adds: :data:`SOFT_MUL4X4_LUTS` LUTs and ``INP_WIDTH +
       WGT_WIDTH`` FFs (the product register) per product, and the whole adder tree in
@@ -345,7 +344,7 @@ class AnalyticResources:
 class YosysResources(AnalyticResources):
     """Yosys ``synth_xilinx`` counts (``hw/estimate.py``) for configs with at most
     ``max_macs`` GEMM multipliers; larger configs fall back to the analytic model with a
-    note (a 256-MAC core takes 5-7 minutes on two cores)."""
+    note (synthesis time grows with the GEMM array: minutes for a 256-MAC core)."""
 
     name = "yosys"
     cheap = False

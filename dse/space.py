@@ -362,9 +362,9 @@ def board_space(board: str) -> Space:
     ISA budget, DSP packing fixed at 2 (int8 × int8: it halves the GEMM DSPs and leaves
     the programs, hence the cycles, unchanged; the resource model has no term that packing
     raises, so packing 1 is always dominated), and ``ALU_REQUANT`` fixed on (the fused
-    requantize: 5-8 % fewer ResNet-18 cycles for about 146 LUTs per ALU lane and no DSP
-    or BRAM; a PYNQ-Z2 sweep with the axis off/on, 288 points, had it on at all 11 Pareto
-    points, so the off half only doubled the sweep; a space JSON can still sweep it).
+    requantize: fewer cycles for LUTs only, no DSP or BRAM; a PYNQ-Z2 sweep with the axis
+    off/on had it on at every Pareto point, so the off half only doubled the sweep; a
+    space JSON can still sweep it; docs/dse.md has the figures).
 
     Raises:
         SpaceError: unknown board.

@@ -184,7 +184,7 @@ def compile_workload(cfg: VTAConfig, wl: DseWorkload, seed: int = 0):
     """``(CompiledModel, run input)`` of ``wl`` for ``cfg``: ``compile_model`` on the first
     call for a workload; later calls in the same process reuse its quantized graph (ONNX
     import and quantization depend on the workload, the seed, ``ALU_MUL`` and the
-    input/weight widths only: ~20 %
+    input/weight widths only: a sizeable share
     of a point's time) and redo only partitioning and lowering for the new config.
 
     Raises:

@@ -16,8 +16,8 @@ another and to find the critical path; a Zynq timing verdict needs Vivado
 nextpnr's own utilisation report): LFE5U-85F 83,640 LUT4, 208 DP16KD block RAMs, 156
 MULT18X18D multipliers (hardware-notes.md, "Open-source timing estimate").
 
-Run time on the shared two-core machine: ``tiny`` 30 s of synthesis plus 2.5 min of place
-and route (6 min in all under load); a 1x16x16 core about 8 min of synthesis alone.
+Run time grows with the core: minutes for ``tiny``, up to an hour for a 1x16x16 core
+(``bench/hw_timing.py`` prints each run's time; bench/RESULTS.md has the recorded ones).
 
 :func:`write_timing_json` runs the estimate for several configs and writes the timing file
 that ``vtaforge dse run --timing FILE`` (``dse.evaluate.load_timing``) reads.
@@ -113,8 +113,8 @@ def ecp5_usage(cells: Mapping[str, int]) -> dict[str, int]:
     ``cells`` is cell type → count (``parse_yosys_stat(text).cells``).  LUTs are counted
     as nextpnr's "Total LUT4s" before packing: LUT4, plus two per CCU2C (a carry cell spans
     two LUT4 sites), plus six per TRELLIS_DPR16X4 (four RAM LUTs and two RAMW LUTs).
-    Placement adds a few percent of feed-through LUTs (tiny: 10,034 counted, 10,458
-    TRELLIS_COMB placed).
+    Placement adds a few percent of feed-through LUTs, so nextpnr's placed TRELLIS_COMB
+    count is a little higher.
 
     Returns:
         ``{"lut", "bram", "mult", "ff"}``.

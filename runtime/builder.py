@@ -68,7 +68,8 @@ _MAX_PAD = LIMITS.max("pad")
 _DRAIN_INSNS = 3  # worst case drain: store NOP, load NOP, FINISH
 #: Micro-op kernels placed one after another (scratchpad and staging buffer) share one
 #: micro-op LOAD of at most this many micro-ops: every LOAD is a compute-unit instruction
-#: that waits for the read channel (pynq rtl, ResNet-18 C7: 45 LOADs, 1,380 cycles).
+#: that waits for the read channel, so fewer LOADs mean fewer compute stalls (the effect
+#: on the 1x1 convs: bench/RESULTS.md, 2026-12-02).
 UOP_LOAD_MERGE_MAX = 256
 
 

@@ -1,5 +1,5 @@
 """The lowerings that bring MobileNet-v1 under 3.5 M cycles on the REQ-engine core
-(docs/hardware.md "MobileNet-v1 under 3.5 M cycles"): streamed weights stored
+(bench/RESULTS.md "MobileNet-v1 under 3.5 M cycles"): streamed weights stored
 input-block-major (one LOAD per one-block step), resident weights re-tiled when the first
 tile's steps would be load-bound, the output blocks of a whole-row 1x1 step as a GEMM loop
 (one micro-op per input block), four bank-aligned ACC regions for store-heavy convs,

@@ -1,5 +1,5 @@
 """The 1x1-conv lowerings that bring ResNet-18's C4, C7 and C10 to 0.90 of their bound on
-the REQ-engine core (docs/hardware.md "1x1 convs: start, tiles and the stream"): inputs
+the REQ-engine core (bench/RESULTS.md "1×1 convs toward the roofline"): inputs
 placed by tile, every tile in one-block steps, the first step's weights in groups of
 output blocks, the next step's weights prefetched, the last steps streamed per output
 block (as many as cover the output's write beats), the output blocks of a one-tile conv
