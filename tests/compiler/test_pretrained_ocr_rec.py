@@ -7,10 +7,10 @@ symbolic width (it failed with "cannot reshape float32[N,120,H,W] to [0, 120, -1
 agree with onnxruntime's float model (cosine of the [N, T, 6625] probabilities, and the
 per-step argmax that CTC decoding reads).
 
-The imported float graph is exact (cosine 1.0 vs onnxruntime on a rendered line); the
-int8 compiled model is far less so on rendered text (measured cosine 0.54, argmax agreement
-0.53 with two calibration lines; 0.98 on uniform noise, where the blank class dominates):
-that is the quantizer's accuracy on this model, held here as a floor, not the frontend's.
+The imported float graph is exact (cosine 1.0 vs onnxruntime on a rendered line).  The
+int8 compiled model with two calibration lines: measured cosine 0.944, per-step argmax
+agreement 0.925 (2026-12-07; was 0.54 / 0.53 before per-channel weights, the error floor and
+the guarded bias correction), held here as floors with margin.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ if MODEL is None:
                 allow_module_level=True)
 
 REC_SHAPE = (3, 48, 320)
-MIN_COSINE = 0.45               # int8, measured 0.54 (see the module docstring)
-MIN_ARGMAX_AGREEMENT = 0.4      # measured 0.53
+MIN_COSINE = 0.85               # int8, measured 0.944 (see the module docstring)
+MIN_ARGMAX_AGREEMENT = 0.8      # measured 0.925
 
 
 def _cos(a, b) -> float:
