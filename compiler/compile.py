@@ -326,8 +326,13 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     ``qc.min_layer_cosine > 0``, each integer node's local error is measured
     (:func:`~.quantize.layer_errors`: its output against the float node's, both fed the
     float graph's inputs) and a node below ``min_layer_cosine`` is kept real-valued on the
-    CPU too, its reason naming the measured cosine; with ``qc.bias_correction`` the int8
-    biases are corrected on them (:func:`~.quantize.bias_correct`).  ``q.meta["measured"]``
+    CPU too, its reason naming the measured cosine; with ``qc.adaptive_floor``, where the
+    graph's outputs then agree with float below
+    :data:`~.quantize.OUTPUT_AGREEMENT_TARGET` on those samples
+    (:func:`~.quantize.output_agreement`), the floors :data:`~.quantize.TIGHTER_FLOORS`
+    are tried in turn, each kept while it raises the agreement by at least 0.005; with
+    ``qc.bias_correction`` the int8 biases are corrected on them
+    (:func:`~.quantize.bias_correct`, guarded end to end).  ``q.meta["measured"]``
     records both (``{"keep": {node: reason}, "bias": {node: int64 delta [O]}}``); passing
     such a record as ``measured`` (and no ``feeds``) applies it instead of measuring: a
     :class:`~.dynamic.DynamicModel` measures at its calibration shape and applies the result
