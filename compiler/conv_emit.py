@@ -47,21 +47,46 @@ def _emit_gemm(tb: TraceBuilder, ly: ConvLayer, tile: TilePlan, g: Gemm) -> None
                 np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
 
 
+def _shift_rows(tb: TraceBuilder, ly: ConvLayer, tile: TilePlan, a: int, b: int) -> None:
+    """The tensor SHR of an aligned per-channel requantize (``ly.pc_shift``) over the
+    side-by-side blocks ``[a, b)``: each entry by its block's shift row (entry ``OB + ob``,
+    ``shift[o] - pc_shift <= 0``: a left shift), skipping blocks whose rows are all 0."""
+    n_t, ob = tile.n_t, a
+    while ob < b:
+        if not ly.pc_shr[ob]:
+            ob += 1
+            continue
+        e = ob
+        while e < b and ly.pc_shr[e]:
+            e += 1
+        emit_kernel(tb, "alu", [(e - ob, n_t, 1, 0), (n_t, 1, 0, 0)], [tile.blk_addr[ob]],
+                    [ly.nob + ob], op=AluOp.SHR)
+        ob = e
+
+
 def _emit_requant(cfg: VTAConfig, tb: TraceBuilder, ly: ConvLayer, tile: TilePlan, b0: int,
                   b1: int, attrs: dict, mplan, opt: ConvOptions) -> None:
     """Requantize output blocks ``[b0, b1)`` of ``tile`` (:func:`~.lower_common.requant_alu`,
-    per run of adjacent blocks); checks the clear agrees with the plan's ``clears``."""
+    per run of adjacent blocks); checks the clear agrees with the plan's ``clears``.
+
+    Per-channel, aligned (``ly.pc_shift``): the tensor SHR by the shift rows, then the
+    scalar requantize with shift ``pc_shift`` (the bias rows were scaled to match), so on an
+    ``ALU_REQUANT`` core one bias-fused (clearing) REQ; not aligned: ADD bias, SHR by the
+    shift rows, clip (one REQ of shift 0 on an ``ALU_REQUANT`` core, else MAX, MIN)."""
     n_t = tile.n_t
     lo, hi = int(attrs["clip_lo"]), int(attrs["clip_hi"])
     for a, b in tile.blk_runs(b0, b1):
         bloops = [(b - a, n_t, 1, 0), (n_t, 1, 0, 0)]
         bias_add = None if ly.bias_load else (bloops, [tile.blk_addr[a]], [a])
-        if ly.per_channel:
-            # per-channel: SHR by the shift row of each entry's block, on the ALU
+        if ly.per_channel and ly.pc_shift is None:
             requant_alu(tb, tile.blk_addr[a], (b - a) * n_t, 0, lo, hi, bias=bias_add,
+                        fused=cfg.ALU_REQUANT,
                         shift_src=(bloops, [tile.blk_addr[a]], [ly.nob + a]))
             continue
-        clr = requant_alu(tb, tile.blk_addr[a], (b - a) * n_t, int(attrs["shift"]), lo, hi,
+        if ly.per_channel:
+            _shift_rows(tb, ly, tile, a, b)
+        shift = ly.pc_shift if ly.per_channel else int(attrs["shift"])
+        clr = requant_alu(tb, tile.blk_addr[a], (b - a) * n_t, shift, lo, hi,
                           plan=mplan, bias=bias_add, fused=cfg.ALU_REQUANT,
                           clear=opt.clearing_req and not ly.bias_load)
         assert clr == ly.clears, "requant_clears disagrees with requant_alu"

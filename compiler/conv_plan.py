@@ -112,7 +112,10 @@ class ConvLayer:
     channel blocks, ``kk = kh*kw``; ``reserved`` accumulator entries before the ACC regions;
     ``row_skip`` (a 1x1 conv of vertical stride > 1 loads only the rows it reads);
     ``per_channel`` requantize; ``bias_load``; ``clears`` (each tile's requantize is one
-    clearing REQ); ``mac_cycles`` / ``bus_cycles`` (ideal GEMM and DRAM cycles)."""
+    clearing REQ); ``mac_cycles`` / ``bus_cycles`` (ideal GEMM and DRAM cycles);
+    ``pc_shift`` (a per-channel requantize aligned to one fused REQ: its common shift
+    ``max(shift)``, else None) and ``pc_shr`` (then, per output block, whether its shift
+    rows are not all 0, i.e. it needs the tensor SHR before the REQ)."""
 
     uid: str
     c: int
@@ -143,6 +146,8 @@ class ConvLayer:
     clears: bool
     mac_cycles: int
     bus_cycles: int
+    pc_shift: int | None = None
+    pc_shr: tuple = ()
 
     def __str__(self) -> str:
         return (f"conv {self.uid!r}: {self.c}x{self.h}x{self.wd} -> {self.o}x{self.ho}x{self.wo}, "
@@ -151,6 +156,8 @@ class ConvLayer:
                 + f", {self.nob} out x {self.nib} in blocks"
                 + (", row skip" if self.row_skip else "") + (", pre-padded" if self.pre_pad else "")
                 + (", per-channel requantize" if self.per_channel else "")
+                + (f" (aligned to REQ shift {self.pc_shift})" if self.pc_shift is not None
+                   else "")
                 + (", bias load" if self.bias_load else ""))
 
 def _window(th: int, tw: int, sh: int, sw: int, kh: int, kw: int,
@@ -441,7 +448,8 @@ def plan_acc(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, inp: InpPlan | None,
     Output blocks lie side by side from the region's first entry, or (a conv of one tile
     in one ACC region on a REQ engine core) the first half from there and the rest from
     the high bank's first entry, so the stream alternates banks.  On a REQ engine core
-    (scalar requantize) the last tile either requantizes each output block right after the
+    (scalar requantize, or per-channel aligned to one REQ: ``pc_shift``)
+    the last tile either requantizes each output block right after the
     step that completes it (``step_req``, when every block has entries in one step only)
     or streams as many final steps as it takes for their GEMMs to cover the output's
     write beats (at most one per INP region when regions alternate by step).
@@ -453,7 +461,7 @@ def plan_acc(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, inp: InpPlan | None,
     tl, tiles = tp.tiling, tp.tiles
     pt, pl, _, _ = ly.pads
     half = cfg.ACC_DEPTH // 2
-    engine_req = cfg.REQ_ENGINE and not ly.per_channel
+    engine_req = cfg.REQ_ENGINE and (not ly.per_channel or ly.pc_shift is not None)
     out = []
     for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tiles):
         avt = t % tl.acc_nvt

@@ -127,7 +127,8 @@ Per-channel weights (``qconv2d`` / ``qdense`` with the optional ``w_exps``): out
     only), ``bias[o]`` is at ``exp_in + w_exps[o]``, and ``shift`` / ``round`` are tuples of
     O ints: channel ``o`` requantizes with ``shift[o] = exp_out - (exp_in + w_exps[o])`` and
     ``round[o] = requant_round(shift[o])``; ``mult`` is 1 and every scale a power of two.
-    On VTA the shifts are an ACC constant and the SHR takes it as a tensor operand.
+    On VTA the shifts are an ACC constant and the SHR takes it as a tensor operand
+    (on ``ALU_REQUANT`` cores aligned to one fused REQ: ``lower_conv.channel_align``).
 ``qadd`` (a int8, b int8: same shape, or a constant broadcast against a) -> int8; ``lshift_a``, ``lshift_b``
     (>= 0), ``shift``, ``round``, ``mult``, ``clip_lo``, ``clip_hi`` (operands: power-of-two scales)::
 

@@ -133,8 +133,10 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
     ``shift_src = (loops, dst, src)`` (a per-output-channel requantize): the shift is a
     tensor operand, the shift row of each entry's output block (laid out as ``bias``; the
     SHR reads its low ``LOG_ACC_WIDTH + 1`` bits as signed, negative = left) instead of
-    the immediate ``shift``: ADD bias, SHR by the rows, MAX lo, MIN hi.  Never fused (REQ's
-    shift is an immediate), never with a ``plan`` or ``extra_round``.
+    the immediate ``shift``: ADD bias, SHR by the rows, MAX lo, MIN hi; with ``fused`` and
+    a REQ clip the MAX/MIN are one ``REQ`` of shift 0 (immediate operand: clip only).
+    Never with a ``plan`` or ``extra_round``.  (The conv lowering's aligned per-channel
+    form, one bias-fused REQ, does its tensor SHR itself and calls this as scalar.)
 
     Returns whether the entries were cleared (a clearing REQ was emitted)."""
     req = None
@@ -145,9 +147,13 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
         if bias is not None:
             emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.ADD)
         emit_kernel(tb, "alu", shift_src[0], shift_src[1], shift_src[2], op=AluOp.SHR)
+        clip_req = fused and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127
         for e0 in range(0, n, LIMITS.max("iter")):
             m = min(LIMITS.max("iter"), n - e0)
             loops, d = [(m, 1, 1, 0)], [base + e0]
+            if clip_req:
+                emit_kernel(tb, "alu", loops, d, d, op=AluOp.REQ, imm=req_imm(0, lo, hi))
+                continue
             if lo > -(1 << 31):
                 emit_kernel(tb, "alu", loops, d, d, op=AluOp.MAX, imm=lo)
             if hi < (1 << 31) - 1:

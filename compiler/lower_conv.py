@@ -51,11 +51,14 @@ the ACC regions start after those ``2*OB`` entries (:func:`~.tiling.acc_regions`
 ``reserved``).  The epilogue is ADD bias (tensor operand, the bias row of each entry's
 output block), SHR by the shift row of each entry's output block (tensor operand, entry
 ``OB + ob``; negative = left shift, docs/semantics.md), MAX ``clip_lo``, MIN ``clip_hi``
-on the ALU: never the fused REQ (its shift is an immediate), so no clearing REQ either
-(each tile resets its entries), and on a REQ engine core none of the forms that overlap
-the engine's REQ with GEMMs (the REQ per step, the streamed last steps, the bank split);
-the engine still runs the ALU resets.  ``bias_load`` works too: the shift
-amounts are loaded once to ``[OB, 2*OB)``, the tiles start at the bias.  Tuples whose
+on the ALU (with ``ALU_REQUANT`` the MAX/MIN are one REQ of shift 0).  On an
+``ALU_REQUANT`` core, when no value can wrap (:func:`channel_align`), the shifts are
+aligned to ``s_max = max(shift)`` instead: the shift rows hold ``shift[o] - s_max <= 0``
+(a left shift by ``k[o]``), the bias rows ``(bias + round) << k[o]``, and the epilogue is
+the tensor SHR (blocks whose rows are all 0 skip it) then the scalar one with shift
+``s_max``: one bias-fused clearing REQ, with the REQ engine forms (the REQ per step, the
+streamed last steps, the bank split).  ``bias_load`` works too: the shift amounts are
+loaded once to ``[OB, 2*OB)``, the tiles start at the (unscaled) bias.  Tuples whose
 channels all agree lower as the scalar requantize.
 
 Few input channels (:func:`use_im2col`, e.g. 1 or 3 channels with a 3x3 / 7x7 kernel): the
@@ -102,7 +105,7 @@ from .pack import ceil_div, pack_bias, pack_weights
 
 __all__ = ["lower_conv", "lower_dense", "ConvOptions", "ConvPlan", "emit_conv", "act_layout",
            "LoweredOp", "emit_kernel", "requant_alu", "plan_for", "use_im2col", "lower_conv_bands",
-           "band_rows", "bandable", "channel_requant", "explain_node"]
+           "band_rows", "bandable", "channel_requant", "channel_align", "explain_node"]
 
 
 def use_im2col(cfg: VTAConfig, c: int, groups: int, kh: int, kw: int) -> bool:
@@ -208,6 +211,35 @@ def channel_requant(cfg: VTAConfig, uid: str, attrs: dict, o: int):
     return attrs, (shifts, rounds)
 
 
+def channel_align(cfg: VTAConfig, w: np.ndarray, bias: np.ndarray, attrs: dict,
+                  pcq) -> np.ndarray | None:
+    """The aligned form of a per-channel requantize (``pcq = (shift, round)`` of
+    :func:`channel_requant`), or None: ``k[o] = max(shift) - shift[o]`` (int64 ``[O]``).
+
+    ``clip((acc + B[o]) >> s[o]) == clip(((acc << k[o]) + (B[o] << k[o])) >> max(s))``
+    exactly (``B = bias + round``; for ``s[o] > 0`` the floor shifts compose, for
+    ``s[o] <= 0`` both sides are ``(acc + B) << -s[o]``), so the epilogue is a tensor SHR
+    by ``-k[o]`` (a left shift) and one fused REQ of shift ``max(s)`` with the bias rows
+    ``B << k`` (or, with the bias loaded first, REQ on ``(acc + B) << k``).  Only on an
+    ``ALU_REQUANT`` core with a REQ clip and a REQ shift, and only when no value can wrap
+    at ``ACC_WIDTH``: for every channel ``(G[o] + |B[o]|) << (k[o] + max(0, -max(s)))``
+    below ``2**(ACC_WIDTH-1)``, ``G[o] = sum|w[o]| * 2**(INP_WIDTH-1)`` (every input),
+    which bounds every partial sum too."""
+    lo, hi = int(attrs["clip_lo"]), int(attrs["clip_hi"])
+    shifts, rounds = pcq
+    smax = int(shifts.max())
+    if not (cfg.ALU_REQUANT and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127
+            and -32 <= smax <= 31):
+        return None
+    k = smax - shifts
+    g = np.abs(w.astype(np.int64)).reshape(w.shape[0], -1).sum(axis=1) << (cfg.INP_WIDTH - 1)
+    bnd = g + np.abs(bias.astype(np.int64) + rounds)
+    lift = np.minimum(k + max(0, -smax), 62)
+    if (bnd > np.right_shift((1 << (cfg.ACC_WIDTH - 1)) - 1, lift)).any():
+        return None
+    return k
+
+
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
                attrs: dict, *, pre_pad: bool | None = None,
                im2col: bool | None = None, bias_load: bool = False,
@@ -281,8 +313,9 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     attrs, pcq = channel_requant(cfg, uid, attrs, o)
     mplan = plan_for(cfg, uid, attrs, int(np.prod(w.shape[1:])) * (1 << (cfg.INP_WIDTH - 1)) * (
         1 << (cfg.WGT_WIDTH - 1)) + int(np.abs(np.asarray(bias, np.int64)).max(initial=0)))
+    align = None if pcq is None else channel_align(cfg, w, bias, attrs, pcq)
     ly, xl, yl, wpk = _layer(cfg, uid, in_chw, w, attrs, pcq is not None, mplan, pre_pad,
-                             bias_load, out_rows, opt)
+                             bias_load, out_rows, opt, align)
     try:
         plan = plan_conv(cfg, ly, wpk, opt, tile_inp=tile_inp, max_acc_regions=max_acc_regions)
     except _EmptyWindow:
@@ -307,8 +340,12 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     if pcq is None:
         rnd = int(attrs["round"]) if mplan is None else mplan.pre_add
         bconst = pack_bias(bias, rnd, cfg.BATCH, cfg.BLOCK_OUT)
-    else:
+    elif align is None:
         bconst = pack_bias(bias, pcq[1], cfg.BATCH, cfg.BLOCK_OUT, shift=pcq[0])
+    else:   # aligned: the bias rows B << k (unless the tiles load B), shift rows -k
+        b64 = bias.astype(np.int64) + pcq[1]
+        bconst = pack_bias(b64 if bias_load else b64 << align, np.zeros(o, np.int64),
+                           cfg.BATCH, cfg.BLOCK_OUT, shift=-align)
     consts = {"w": pack_int4(wdata) if cfg.WGT_WIDTH == 4 else wdata, "b": bconst}
     return fit_queues(cfg, LoweredOp(tr, consts, {"x": xl, "y": yl}))
 
@@ -345,8 +382,10 @@ def _lower_im2col(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: 
 
 
 def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
-           per_channel: bool, mplan, pre_pad, bias_load: bool, out_rows, opt: ConvOptions):
-    """``(ConvLayer, x layout, y layout, packed weights)`` of a direct (not im2col) conv.
+           per_channel: bool, mplan, pre_pad, bias_load: bool, out_rows, opt: ConvOptions,
+           align: np.ndarray | None = None):
+    """``(ConvLayer, x layout, y layout, packed weights)`` of a direct (not im2col) conv;
+    ``align``: :func:`channel_align`'s ``k`` of an aligned per-channel requantize.
 
     Raises:
         CompileError: pads > 15 (:func:`window_geometry`), ``out_rows`` below ``Ho``.
@@ -373,6 +412,12 @@ def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
     # (the skipping LOAD's row pitch sh*wp must fit the x_stride field)
     row_skip = (kh == 1 and sh > 1 and pt == 0 and pb == 0 and sh * wp <= LIMITS.max("stride"))
     bias_bytes = 4 * o * (2 if per_channel else 1)
+    pc_shift, pc_shr = None, ()
+    if align is not None:
+        kb = np.zeros(nob * BO, np.int64)
+        kb[:o] = align
+        pc_shift = int(attrs["shift"][int(np.argmin(align))])
+        pc_shr = tuple(bool(v) for v in kb.reshape(nob, BO).any(axis=1))
     mac_cycles = o * (c // groups) * kh * kw * ho * wo * B // cfg.macs_per_cycle
     bus_cycles = (((B * c * h * wd + B * o * ho * wo) * cfg.INP_WIDTH // 8
                    + weight_bytes(cfg, w) + bias_bytes) * 8 // cfg.BUS_WIDTH)
@@ -380,8 +425,9 @@ def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
                    hpl, geo.pre_pad, row_skip, nob, wpk.n_ib, kh * kw, span,
                    max(b - a for a, b in wpk.ob_ranges), 2 * nob if per_channel else nob,
                    per_channel, bool(bias_load),
-                   requant_clears(cfg, attrs, mplan, per_channel, bias_load, opt),
-                   mac_cycles, bus_cycles)
+                   requant_clears(cfg, attrs if pc_shift is None else dict(attrs, shift=pc_shift),
+                                  mplan, per_channel and pc_shift is None, bias_load, opt),
+                   mac_cycles, bus_cycles, pc_shift, pc_shr)
     return ly, xl, yl, wpk
 
 
