@@ -371,6 +371,9 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     if _keep_layout_between_real(fg, keep):
         q = settle()
     err_keep: dict[str, str] = {}
+    batches = feeds if isinstance(feeds, list) else [feeds]
+    fenvs = ([run_float(fg, f, keep_all=True) for f in batches]    # once: floor and correction
+             if feeds is not None and (qc.adaptive_floor or qc.bias_correction) else None)
     if feeds is not None and qc.min_layer_cosine > 0:
         errs = layer_errors(fg, q, feeds)
         before = dict(keep)
@@ -388,8 +391,6 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
             return (settle() if bad else q), k2, bad
         q, keep_now, err_keep = floored(qc.min_layer_cosine)
         if qc.adaptive_floor:
-            batches = feeds if isinstance(feeds, list) else [feeds]
-            fenvs = [run_float(fg, f, keep_all=True) for f in batches]
             best = output_agreement(q, batches, fenvs)
             for thr in TIGHTER_FLOORS:
                 if best >= OUTPUT_AGREEMENT_TARGET or thr <= qc.min_layer_cosine:
@@ -406,7 +407,7 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     rep = q.meta["quant_report"]
     deltas: dict = {}
     if feeds is not None and qc.bias_correction:
-        bias_correct(fg, q, feeds, deltas=deltas)
+        bias_correct(fg, q, feeds, deltas=deltas, fenvs=fenvs)
     elif measured is not None:
         deltas = _apply_bias_deltas(q, measured.get("bias", {}))
     if deltas:

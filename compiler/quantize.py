@@ -1097,6 +1097,12 @@ def compare(float_graph: Graph, qgraph: Graph, data, labels: np.ndarray | None =
 MEASURED_OPS = frozenset({"qconv2d", "qdense", "qadd", "qmul", "qavg_pool", "qrequant"})
 
 
+def _cosine(f: np.ndarray, v: np.ndarray) -> float:
+    """Cosine similarity of two float64 vectors; two all-zero vectors count as 1."""
+    nf, nv = float(np.linalg.norm(f)), float(np.linalg.norm(v))
+    return 1.0 if nf == nv == 0 else float(f @ v) / max(nf * nv, 1e-300)
+
+
 def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict | list
                  ) -> dict[str, float]:
     """The local quantization error of each integer node of :data:`MEASURED_OPS`: the
@@ -1141,9 +1147,7 @@ def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict | list
         else:
             t = qgraph.types[n.outputs[0]]
             v = _q_node(n, xs, qgraph).astype(np.float64).ravel() * t.real_scale
-            f = fenv[f_out].astype(np.float64).ravel()
-            nf, nv = float(np.linalg.norm(f)), float(np.linalg.norm(v))
-            out[n.name] = 1.0 if nf == nv == 0 else float(f @ v) / max(nf * nv, 1e-300)
+            out[n.name] = _cosine(fenv[f_out].astype(np.float64).ravel(), v)
     return out
 
 
@@ -1185,14 +1189,13 @@ def _bc_delta(node: Node, fn: Node, float_graph: Graph, qgraph: Graph, envs: lis
     return np.rint(err_sum / count / (2.0 ** (ex + ew))).astype(np.int64)
 
 
-def _bc_pass(float_graph: Graph, qgraph: Graph, batches: list, fenvs: list, only: set,
-             min_samples: int) -> dict[str, np.ndarray]:
+def _bc_pass(float_graph: Graph, qgraph: Graph, batches: list, fenvs: list, fnodes: dict,
+             only: set, min_samples: int) -> dict[str, np.ndarray]:
     """One sequential pass of :func:`bias_correct` over the nodes named in ``only`` (each
     measured on the integer graph as corrected so far); returns their non-zero deltas."""
     from ..runtime.cpu_float import REAL_OPS as FLOAT_KERNELS
     from .reference import _bind, _float_node, _q_node
 
-    fnodes = {n.name: n for n in float_graph.nodes}
     envs = [_bind(qgraph, f) for f in batches]
     left = set(only)
     out: dict[str, np.ndarray] = {}
@@ -1231,14 +1234,13 @@ def output_agreement(qgraph: Graph, batches: list, fenvs: list) -> float:
         f = np.concatenate([np.ravel(fe[name]).astype(np.float64) for fe in fenvs])
         if not (np.all(np.isfinite(v)) and np.all(np.isfinite(f))):
             continue
-        nf, nv = float(np.linalg.norm(f)), float(np.linalg.norm(v))
-        cos.append(1.0 if nf == nv == 0 else float(f @ v) / max(nf * nv, 1e-300))
+        cos.append(_cosine(f, v))
     return float(np.mean(cos)) if cos else 1.0
 
 
 def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict | list,
                  min_samples: int = 32, deltas: dict | None = None,
-                 groups: int = 8) -> dict[str, int]:
+                 groups: int = 8, fenvs: list | None = None) -> dict[str, int]:
     """Empirical bias correction, in place: for each int8 ``qconv2d`` / ``qdense`` (power-of-two
     scales, ``mult`` 1), in graph order, the mean per output channel of its pre-activation
     error -- its exact integer accumulator ``acc + bias`` at exp ``exp_in + exp_w[o]``
@@ -1265,11 +1267,14 @@ def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict | list,
             fixed-batch model's; the mean error is over all of them).
         deltas: if given, filled with ``node name -> int64 [O]``, the amounts subtracted.
         groups: number of guarded groups (costs two integer runs of the samples each).
+        fenvs: the float graph's runs of those batches (``run_float(..., keep_all=True)``),
+            where the caller has them already.
     Returns:
         ``node name -> number of channels whose bias changed``.
     """
     batches = feeds if isinstance(feeds, list) else [feeds]
-    fenvs = [run_float(float_graph, f, keep_all=True) for f in batches]
+    if fenvs is None:
+        fenvs = [run_float(float_graph, f, keep_all=True) for f in batches]
     fnodes = {n.name: n for n in float_graph.nodes}
     cands = []
     for node in qgraph.nodes:
@@ -1288,16 +1293,16 @@ def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict | list,
         base = output_agreement(qgraph, batches, fenvs) if chunks else None
     done: dict[str, np.ndarray] = {}
     for chunk in chunks:
-        saved = {n.name: qgraph.constants[n.inputs[2]] for n in qgraph.nodes if n.name in chunk}
-        got = _bc_pass(float_graph, qgraph, batches, fenvs, set(chunk), min_samples)
+        members = set(chunk)
+        saved = {n.inputs[2]: qgraph.constants[n.inputs[2]] for n in qgraph.nodes
+                 if n.name in members}
+        got = _bc_pass(float_graph, qgraph, batches, fenvs, fnodes, members, min_samples)
         if not got:
             continue
         if base is not None:
             score = output_agreement(qgraph, batches, fenvs)
             if score <= base:         # the group does not help end to end: undone
-                for n in qgraph.nodes:
-                    if n.name in saved:
-                        qgraph.constants[n.inputs[2]] = saved[n.name]
+                qgraph.constants.update(saved)
                 continue
             base = score
         done.update(got)
