@@ -32,8 +32,8 @@ def dram_stats(read: int, write: int) -> dict:
     and writes take separate AXI channels, each one bus beat per cycle, so the memory
     bound of the program is the busier channel's beats
     (:meth:`~vtaforge.runtime.artifact.Step.bounds`), not the sum: an add reads two
-    operands while it writes one (pynq fsim, ResNet-18 at 224: add42 66,572 cycles
-    against a summed bound of 75,264)."""
+    operands while it writes one, so its cycles can lie below the summed bound
+    (docs/cli.md "vtaforge profile")."""
     return {"min_dram_bytes": int(read) + int(write), "min_dram_read_bytes": int(read),
             "min_dram_write_bytes": int(write)}
 

@@ -25,7 +25,7 @@ Schedule (tiles from :func:`.tiling.conv_tiling`):
    REQ that left its entries at 0; on a REQ engine core the reset is an ALU reset the
    engine runs, on the entries no clearing REQ left at 0; one micro-op per (ob, ib, kh,
    kw) stored block under a (rows x cols) loop nest, or for a 1x1 conv one per input block
-   under an output-block loop, :func:`~.conv_plan._ob_loop`).  INP/WGT regions alternate between two
+   under an output-block loop, :func:`~.conv_schedule._ob_loop`).  INP/WGT regions alternate between two
    virtual threads per step, or INP regions per tile (:func:`~.conv_plan.plan_inputs`), and ACC
    regions per tile (two, or four bank-aligned ones for a store-heavy conv on a REQ engine
    core: :func:`~.tiling.acc_regions`), with the token pattern of docs/runtime.md.  On a
@@ -268,8 +268,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             bias ADD of the epilogue.  Exact, but slower on every preset: an ACC element
             (``BATCH*BLOCK_OUT*4`` bytes, pynq 64) is 8 bus beats on pynq's 8-byte bus and
             the compute unit waits for its own loads, against 2 micro-op cycles for reset +
-            ADD (pynq rtl: C4 60,774 -> 132,407 cycles, C5 507,797 -> 580,448, C10 54,561 ->
-            73,317).  Default off; kept for cores with a wider bus or a broadcast load.
+            ADD (figures: bench/RESULTS.md).  Default off; kept for cores with a wider bus
+            or a broadcast load.
         out_rows: the height (rows) of the destination's channel planes, ``>=`` this conv's
             output height ``Ho`` (default ``Ho``): the program stores its ``Ho`` rows at the
             top of planes of ``out_rows`` rows (the ``y`` slot and its batch-block
@@ -277,8 +277,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             full output once its ``y`` slot is pointed at the band's first row
             (:func:`lower_conv_bands`).
         tile_inp, max_acc_regions: token-queue room.  Placing inputs by tile
-            (:func:`_tile_inp_plan`) can need more tokens outstanding than shallow token
-            queues hold (a tile's every step frees its input region for the tile after
+            (:func:`~.conv_plan.plan_inputs`) can need more tokens outstanding than shallow
+            token queues hold (a tile's every step frees its input region for the tile after
             next: ``steps per tile`` compute->load tokens), and so can ``k`` ACC regions
             (the store frees each for the tile ``k`` tiles later: with one-token queues
             four regions deadlock).  A conv whose trace does not fit ``TOKEN_QUEUE_DEPTH``

@@ -168,9 +168,9 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     if row_skip:
                         # DMA rows: INP rows per input block, OUT rows per output block (one
                         # per tile when it spans whole rows).  Without this term row-skip
-                        # tilings pick column strips of short rows (pynq C4: th 28 x tw 4,
-                        # 36,839 rtl cycles; with it 4 x 28, 36,277).  Not applied to other
-                        # convs: there it moved C5 by +0.02 % and only reshuffled tilings.
+                        # tilings pick column strips of short rows, each row paying its
+                        # request overhead.  Not applied to other convs, where it only
+                        # reshuffled tilings (figures: docs/compiler.md "Tiling").
                         dma_rows = (n_ob * n_sp * n_red * ibn * rows
                                     + nob * -(-wo // tw) * (-(-ho // th) if tw == wo else ho))
                         cost += ROW_COST * dma_rows

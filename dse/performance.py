@@ -160,9 +160,9 @@ class CycleModel:
     #: load read that arrived while the fetch's previous request held it (hw/core/fetch.py
     #: leaves a cycle between requests, in which the arbiter grants the waiting read).
     #: ``False`` (default, the model as fitted): the fetch keeps the channel through a run
-    #: of requests and the read waits for the whole run (tiny + REQ_ENGINE C4 at size 14:
-    #: a UOP load held 1,140 cycles, +4.28 %; with ``True`` +0.52 %, and every recorded
-    #: pair within 1.68 %, docs/dse.md "REQ engine").
+    #: of requests and the read waits for the whole run, which overestimates a layer whose
+    #: UOP loads wait behind long fetch runs (tiny + REQ_ENGINE C4; figures: docs/dse.md
+    #: "REQ engine").
     fetch_yields: bool = False
 
     def __post_init__(self) -> None:

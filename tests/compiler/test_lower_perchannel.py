@@ -206,7 +206,7 @@ PC_CFGS = ("pynq", "eng", "req", "tiny")
     (16, 32, 8, 3, 1, 1, 1),        # 3x3, groups 1
     (64, 64, 14, 3, 1, 1, 1),       # 3x3, several tiles / streamed steps on eng
     (32, 32, 10, 3, 1, 1, 32),      # depthwise
-    (128, 128, 14, 3, 1, 1, 128),   # depthwise, one block per step (STEP_REQ on eng)
+    (128, 128, 14, 3, 1, 1, 128),   # depthwise, one block per step (ConvOptions.step_req on eng)
     (64, 96, 9, 1, 1, 0, 1),        # 1x1
     (64, 128, 28, 1, 2, 0, 1),      # 1x1 stride 2 (row skip)
     (32, 48, 11, 3, 2, 1, 1),       # 3x3 stride 2

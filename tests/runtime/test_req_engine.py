@@ -234,7 +234,7 @@ def test_compiled_conv_on_the_engine(models):
 @pytest.mark.rtl
 def test_compiled_depthwise_on_the_engine(models):
     """A depthwise 3x3 conv (block-diagonal GEMMs; the last tile requantizes each output
-    block right after its step, STEP_REQ) compiled for the engine core equals fsim."""
+    block right after its step, ConvOptions.step_req) compiled for the engine core equals fsim."""
     _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("dw", 16, 14, 3, 1, groups=16), 6)
 
 

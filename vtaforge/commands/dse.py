@@ -1,6 +1,6 @@
 """``vtaforge dse``: design-space exploration of VTA configurations.
 
-- ``vtaforge dse run [--board pynq-z2|ultra96|zcu104] [--space default|FILE.json]
+- ``vtaforge dse run [--board BOARD] [--space default|FILE.json]
   [--base pynq] [--workloads resnet18-c2,c5] [--size 14] [--part xc7z020] [--samples N]
   [--seed S] [--resources analytic|yosys]
   [--perf model|rtl|none] [--timing FILE.json] [--cache FILE.jsonl] [-o report.json]
@@ -8,6 +8,8 @@
   [--budget N] [--within PCT] [--plot OUT.png] [--accuracy digits|MODEL.onnx:DATA.npz]
   [--widths 8,16,w4,a4,a4w4] [--accuracy-floor PCT] [--no-progress]``:
   evaluate the space, print the table and best designs, write the JSON report.
+  ``BOARD``: a name from :func:`~vtaforge.hw.parts.board_names` (with aliases; the
+  ``--board`` help lists them).
 - ``vtaforge dse show report.json [--all] [--feasible]``: print a saved report.
 
 See docs/dse.md.  Bad input (space, workload list, part, timing file, accuracy model or
