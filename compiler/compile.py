@@ -164,6 +164,7 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
     steps, consts = [], {}
     vta_y: dict = {}                    # tensor -> packed layout of the VTA step writing it
     host_notes: list[str] = []
+    failed: dict[str, str] = {}         # node -> why its VTA lowering failed (now CPU)
     for node in graph.nodes:
         pl = part.placements[node.name]
         target, reason = pl.target, pl.reason
@@ -174,6 +175,7 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
                 if not fallback:
                     raise
                 target, reason = "cpu", f"VTA lowering failed: {e}"
+                failed[node.name] = reason
         if target == "vta":
             slots = dict(act)
             for slot, arr in lo.consts.items():
@@ -209,10 +211,12 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
                               attrs, cs, {}, {}, None, reason))
     types = {k: (t.dtype, tuple(t.shape), t.exp, t.real_scale)
              for k, t in graph.types.items() if k not in graph.constants}
+    part = part.with_cpu(failed)      # the report and summary say where each node ran
     report = "\n".join([part.report()] + host_notes
                        + [f"  note: {t}" for t in graph.meta.get("notes", [])])
     m = CompiledModel(cfg, name or graph.name, list(graph.inputs), list(graph.outputs), types,
-                      steps, consts, {"placement_report": report, "summary": part.summary()})
+                      steps, consts, {"placement_report": report, "summary": part.summary(),
+                                      "notes": list(graph.meta.get("notes", []))})
     return m
 
 
@@ -295,6 +299,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         calib = (calib[:n] if isinstance(calib, np.ndarray)
                  else {k: v[:n] for k, v in calib.items()})
         qc = replace(qc, batch_size=b0)
+    fg.meta.setdefault("notes", []).extend(calib_range_notes(fg, calib, calib_label))
     fg = optimize(fg)
     q, part = quantize_placed(fg, calibrate(fg, calib, qc), qc, cfg,
                               feeds=_error_feeds(fg, calib, b0 if isinstance(b0, int) else None,
@@ -395,8 +400,11 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
             for thr in TIGHTER_FLOORS:
                 if best >= OUTPUT_AGREEMENT_TARGET or thr <= qc.min_layer_cosine:
                     continue
+                if not any(c < thr and n in real_ok and n not in keep_now
+                           for n, c in errs.items()):
+                    continue            # nothing new below this floor: try the next one
                 q2, k2, bad2 = floored(thr)
-                a = output_agreement(q2, batches, fenvs) if len(k2) > len(keep_now) else best
+                a = output_agreement(q2, batches, fenvs)
                 if a < best + 0.005:
                     break
                 q, keep_now, err_keep, best = q2, k2, bad2, a
@@ -567,6 +575,34 @@ def _check_zero_dims(fg, calib, label: str) -> None:
         raise CompileError(f"model input {k!r} is declared {list(shape)}: dim {zero[0]} is 0 "
                            f"(a zero-size tensor), which has no values to calibrate or run on "
                            f"VTA{got}")
+
+
+#: Calibration magnitudes above this are noted as a likely unit error (raw int16 audio
+#: reaches 32,768 and 8-bit images 255; a range of 1e6 or more is rarely meant).
+CALIB_RANGE_NOTE = 1e6
+
+
+def calib_range_notes(fg: Graph, calib, label: str = "calibration data") -> list[str]:
+    """Notes (for the placement report) on float calibration inputs whose range makes the
+    int8 steps meaningless: every value 0 (each activation range is 0, so every step is
+    the smallest one and real inputs clip at its +-127 steps), or a largest magnitude of
+    :data:`CALIB_RANGE_NOTE` or more (real inputs much smaller than that round to 0).
+    ``calib``: an ndarray (a one-input model) or ``{input name: ndarray}``; inputs of
+    other dtypes (indices, masks) are not checked."""
+    arrs = calib if isinstance(calib, dict) else {fg.inputs[0]: calib}
+    notes = []
+    for k, x in arrs.items():
+        if k not in fg.types or fg.types[k].dtype != "float32" or not np.size(x):
+            continue
+        m = float(np.max(np.abs(x)))
+        if m == 0:
+            notes.append(f"{label} for {k!r} is all zeros: every int8 range derived from it "
+                         f"is empty, so real inputs will clip; calibrate on real samples")
+        elif m >= CALIB_RANGE_NOTE:
+            notes.append(f"{label} for {k!r} reaches {m:.3g}: inputs much smaller than that "
+                         f"round to 0 in int8; check the data's units (calibrate on samples "
+                         f"like those the model will run on)")
+    return notes
 
 
 def _check_calib(name, shape, x: np.ndarray, label: str = "calibration data",

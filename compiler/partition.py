@@ -133,6 +133,21 @@ class Partition:
                 return r
         raise KeyError(node)
 
+    def with_cpu(self, reasons: dict[str, str]) -> "Partition":
+        """A copy with the named nodes moved to the CPU (numpy backend) for the given
+        reasons (e.g. a VTA lowering that failed), regions formed again.
+
+        Raises:
+            KeyError: a name that is not a node of the graph.
+        """
+        if not reasons:
+            return self
+        pl = dict(self.placements)
+        for n, why in reasons.items():
+            p = pl[n]
+            pl[n] = Placement(n, p.op, CPU, why, "numpy")
+        return Partition(self.graph, self.config, pl, _regions(self.graph, pl))
+
     def report(self) -> str:
         """Placement report: one line per node (where, node, op, reason), a summary line
         (``N/M nodes on VTA, K% of MACs on VTA``), then the regions."""
@@ -590,6 +605,12 @@ def partition(graph: Graph, config: VTAConfig | str | None = None) -> Partition:
             if bwhy:
                 why = f"{why}; onnxruntime: {bwhy}"
         placements[n.name] = Placement(n.name, n.op, VTA if ok else CPU, why, backend)
+    return Partition(graph, cfg, placements, _regions(graph, placements))
+
+
+def _regions(graph: Graph, placements: dict[str, Placement]) -> list[Region]:
+    """Maximal runs of consecutive VTA nodes, each CPU node its own region, with their
+    inputs, outputs and constants (see the module docstring)."""
     regions: list[Region] = []
     for n in graph.nodes:
         t = placements[n.name].target
@@ -612,4 +633,4 @@ def partition(graph: Graph, config: VTAConfig | str | None = None) -> Partition:
             for o in by_name[nn].outputs:
                 if o in graph.outputs or any(c.name not in members for c in cons.get(o, [])):
                     r.outputs.append(o)
-    return Partition(graph, cfg, placements, regions)
+    return regions

@@ -692,7 +692,8 @@ class CompiledModel:
 
     def placement_table(self) -> str:
         """The placement table: one line per step (where, name, op, reason), then the
-        summary ``N/M nodes on VTA, K% of MACs on VTA`` the compiler recorded."""
+        summary ``N/M nodes on VTA, K% of MACs on VTA`` and the notes (``note: ...``:
+        the frontend's rewrites, a suspicious calibration range) the compiler recorded."""
         w = max((len(s.name) for s in self.steps), default=4)
         lines = []
         for s in self.steps:
@@ -700,6 +701,7 @@ class CompiledModel:
             lines.append(f"  {self.where(s):<17}  {s.name:<{w}}  {op:<14}  {s.reason}")
         nv = sum(1 for s in self.steps if s.target == "vta")
         lines.append("  " + str(self.meta.get("summary") or f"{nv}/{len(self.steps)} steps on VTA"))
+        lines += [f"  note: {t}" for t in self.meta.get("notes", [])]
         return "\n".join(lines)
 
     def requires(self) -> dict[str, list[str]]:

@@ -92,3 +92,17 @@ def test_zero_size_input_dim_is_refused_naming_it(data):
     m = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", [0, 4])], [("y", [0, 4])])
     with pytest.raises(CompileError, match=r"model input 'x' is declared \[0, 4\]: dim 0 is 0"):
         compile_model(m, data, "pynq")
+
+
+@pytest.mark.parametrize("scale,note", [(0.0, "is all zeros"), (1e30, "reaches 1e+30"),
+                                        (1.0, None)])
+def test_meaningless_calibration_range_is_noted(scale, note):
+    """All-zero or absurdly large calibration data compiles (the model is valid) but the
+    placement table says why its int8 ranges are meaningless; ordinary data adds no note."""
+    x = np.full((2, 16, 4, 4), scale, np.float32)
+    cm = compile_model(_relu_model(), x, "pynq")
+    notes = [t for t in cm.placement_table().splitlines() if t.lstrip().startswith("note:")]
+    if note is None:
+        assert not notes, notes
+    else:
+        assert len(notes) == 1 and "calibration data for 'x'" in notes[0] and note in notes[0], notes

@@ -305,3 +305,26 @@ def test_adaptive_floor_tightens_only_while_it_pays(monkeypatch):
     assert c1 not in ints and c2 in ints, (ints, list(place))
     why = cm.qgraph.meta["quant_report"].fallbacks[c1]
     assert "0.9930 < 0.995" in why, why
+
+
+def test_adaptive_floor_tries_the_next_floor_when_one_adds_nothing(monkeypatch):
+    """A floor that moves no new layer to the CPU does not end the search: with both
+    convs' local cosines between 0.995 and 0.998 (0.996, 0.997) and the outputs agreeing
+    0.90 int8 / 0.96 float, the 0.995 floor changes nothing and 0.998 puts both on the CPU."""
+    import vtaforge.compiler.compile as comp
+
+    names = {}
+
+    def fake_errors(fg, q, feeds):
+        names.setdefault("all", [n.name for n in fg.nodes if n.op == "conv2d"])
+        c1, c2 = names["all"]
+        return {c1: 0.996, c2: 0.997}
+
+    def fake_agreement(q, batches, fenvs):
+        return 0.90 if any(n.op == "qconv2d" for n in q.nodes) else 0.96
+    monkeypatch.setattr(comp, "layer_errors", fake_errors)
+    monkeypatch.setattr(comp, "output_agreement", fake_agreement)
+    cm = compile_model(_two_conv_model(), rand(4, 3, 8, 8, seed=13), "pynq")
+    assert not any(n.op == "qconv2d" for n in cm.qgraph.nodes), cm.steps
+    why = cm.qgraph.meta["quant_report"].fallbacks[names["all"][0]]
+    assert "0.9960 < 0.998" in why, why

@@ -45,6 +45,13 @@ def test_lowering_failure_falls_back_to_cpu_by_default():
     cm = compile_model(m, x, "pynq", quant_config=QuantConfig(calibration="max"))
     table = cm.placement_table()
     assert "VTA lowering failed" in table, table
+    # the table, its summary and the regions say where each node ran, not where the
+    # partitioner first put it
+    line = next(t for t in table.splitlines() if "VTA lowering failed" in t)
+    assert line.lstrip().startswith("CPU"), line
+    n_vta = sum(s.target == "vta" for s in cm.steps)
+    assert cm.meta["summary"].startswith(f"{n_vta}/{len(cm.steps)} nodes on VTA"), cm.meta
+    assert cm.meta["summary"] in table, table
     y = _run(cm, x)
     ref = run_ort(m, {"x": x})[0]
     # int8 activations: within two output steps of the float result
