@@ -230,7 +230,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         config: VTAConfig, preset name or JSON path (default ``pynq``).
         quant_config: quantizer options; default ``QuantConfig(exact_multiply=cfg.ALU_MUL,
             calibration="mse", min_layer_cosine=0.99, bias_correction=True,
-            adaptive_floor=True)`` (exact non-power-of-two QDQ scales where the core has ALU
+            adaptive_floor=True, channel_act_exps=True)`` (exact non-power-of-two QDQ scales where the core has ALU
             MUL, nearest powers of two otherwise; per-channel weight exps where they halve a
             layer's weight error; an int8 layer whose measured cosine against float is below
             0.99 stays a float CPU node, a stricter floor where the model's outputs agree with
@@ -285,7 +285,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
                            f"ndarray}}, not {type(calib).__name__}")
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
                                      min_layer_cosine=DEFAULT_MIN_LAYER_COSINE, bias_correction=True,
-                                     adaptive_floor=True,
+                                     adaptive_floor=True, channel_act_exps=True,
                                      **quant_widths(cfg, fg))
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
     if n_samples is None:

@@ -97,6 +97,9 @@ class DynamicModel:
     #: the per-layer error fallbacks and bias corrections measured at the first calibration
     #: shape (:func:`~.compile.quantize_placed`'s ``measured``), applied at every shape
     measured: dict | None = field(default=None, repr=False)
+    #: per-channel activation exps (``QuantConfig.channel_act_exps``; tensor -> int64
+    #: [C]), the coarsest over the calibration shapes, applied at every shape
+    channel_exps: dict = field(default_factory=dict, repr=False)
 
     @property
     def symbolic(self) -> bool:
@@ -169,6 +172,8 @@ class DynamicModel:
         try:
             fg = optimize(import_onnx(self._proto, name=f"{self.name}@{tag}",
                                       input_shapes=shapes))
+            if self.channel_exps:
+                fg.meta["channel_exps"] = dict(self.channel_exps)
             missing = [t for t in _float_tensors(fg) if t not in self.exps]
             if missing:
                 raise CompileError(f"tensor(s) {missing[:4]} did not exist at the calibration "
@@ -260,9 +265,10 @@ def compile_dynamic(model, calib_data, config=None, *,
     inputs = list(dims)
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
                                      min_layer_cosine=DEFAULT_MIN_LAYER_COSINE, bias_correction=True,
-                                     adaptive_floor=True)
+                                     adaptive_floor=True, channel_act_exps=True)
     name = proto.graph.name or "model"
     exps: dict = {}
+    chx: dict = {}      # tensor -> per-channel activation exps (coarsest over the shapes)
     shapes = []
     first = None        # (float graph, data, batch) of the first calibration shape
     for data, label in zip(*_calib_groups(inputs, calib_data, calib_label)):
@@ -294,6 +300,8 @@ def compile_dynamic(model, calib_data, config=None, *,
             qk = replace(qc, batch_size=b0)
         for t, e in calibrate(fg, data, qk).items():
             exps[t] = max(e, exps.get(t, e))
+        for t, ce in fg.meta.get("channel_exps", {}).items():
+            chx[t] = np.maximum(chx[t], ce) if t in chx and len(chx[t]) == len(ce) else ce
         shapes.append(tuple(tuple(np.shape(data[i])[1:]) for i in inputs))
         if first is None:
             first = (fg, data, b0)
@@ -302,8 +310,14 @@ def compile_dynamic(model, calib_data, config=None, *,
         from .compile import _error_feeds, quantize_placed
 
         fg, data, b0 = first
+        # per-channel exps never finer than any shape's (a channel's exp <= the tensor's)
+        chx = {t: np.minimum(ce, exps[t]) for t, ce in chx.items() if t in exps}
+        if chx:
+            fg.meta["channel_exps"] = chx
         feeds = _error_feeds(fg, data, b0 if isinstance(b0, int) else None, False)
         q, _ = quantize_placed(fg, exps, qc, cfg, feeds=feeds)
         measured = q.meta.get("measured")
     return DynamicModel(cfg, name, inputs, dims, exps, shapes, time.perf_counter() - t0, qc,
-                        fallback, proto, measured=measured)
+                        fallback, proto, measured=measured,
+                        channel_exps={t: np.minimum(ce, exps[t]) for t, ce in chx.items()
+                                      if t in exps})

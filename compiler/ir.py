@@ -129,6 +129,15 @@ Per-channel weights (``qconv2d`` / ``qdense`` with the optional ``w_exps``): out
     ``round[o] = requant_round(shift[o])``; ``mult`` is 1 and every scale a power of two.
     On VTA the shifts are an ACC constant and the SHR takes it as a tensor operand
     (on ``ALU_REQUANT`` cores aligned to one fused REQ: ``lower_conv.channel_align``).
+Per-channel activations (a ``quantize`` with the optional ``channel_exps``, feeding
+    depthwise ``qconv2d`` nodes with ``x_exps`` equal to them): input channel ``c`` is
+    quantized at its own exp ``channel_exps[c]`` (the tensor's ``exp`` is their maximum).
+    Each reader folds ``2**(channel_exps[c] - exp)`` into channel ``c``'s float weights
+    before quantizing them per channel, so its integer rule is the per-channel-weight rule
+    above at ``exp_in = exp``, exactly (a depthwise channel reads one input channel, and
+    the fold is a power of two).  A narrow channel beside a wide one thus keeps its
+    precision (PicoDet's depthwise inputs span 700x across channels).  No other node may
+    read such a tensor (the validator checks).
 ``qadd`` (a int8, b int8: same shape, or a constant broadcast against a) -> int8; ``lshift_a``, ``lshift_b``
     (>= 0), ``shift``, ``round``, ``mult``, ``clip_lo``, ``clip_hi`` (operands: power-of-two scales)::
 
@@ -233,18 +242,31 @@ class TensorType:
     """Type of a tensor: ``dtype``, ``shape`` (ints or symbolic ``str`` dims), ``exp``.
 
     ``exp`` is the power-of-two scale exponent of a quantized tensor
-    (``real = int * 2**exp``) or ``None`` for float tensors.
+    (``real = int * 2**exp``) or ``None`` for float tensors.  ``channel_exps`` (an int8
+    activation made by a per-channel ``quantize``, see "Per-channel activations" in the
+    module docstring): one exp per channel of axis 1, ``real[:, c] = int[:, c] *
+    2**channel_exps[c]``; ``exp`` is then their maximum, the exp its consumers' integer
+    rules are written at.
     """
 
     dtype: str
     shape: tuple[Dim, ...]
     exp: int | None = None
     scale: float | None = None
+    channel_exps: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES and self.dtype != "int4":
             raise CompileError(f"unknown dtype {self.dtype!r}")
         object.__setattr__(self, "shape", tuple(self.shape))
+        if self.channel_exps is not None:
+            ce = tuple(int(e) for e in self.channel_exps)
+            c = self.shape[1] if len(self.shape) >= 2 else None
+            if (self.exp is None or self.scale is not None or not ce or max(ce) != self.exp
+                    or (isinstance(c, int) and c != len(ce))):
+                raise CompileError(f"channel exps {list(ce)[:8]} need a power-of-two exp equal "
+                                   f"to their maximum and one exp per channel of {self.shape}")
+            object.__setattr__(self, "channel_exps", ce)
         if self.scale is not None:
             if self.exp is None or not (isinstance(self.scale, float) and self.scale > 0
                                         and math.isfinite(self.scale)):
@@ -278,6 +300,8 @@ class TensorType:
     def __str__(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
         e = f"@2^{self.exp}" if self.exp is not None else ""
+        if self.channel_exps is not None:
+            e = f"@2^({min(self.channel_exps)}..{self.exp} per channel)"
         if self.scale is not None:
             e = f"@{self.scale:.6g}"
         return f"{self.dtype}[{dims}]{e}"
@@ -630,7 +654,11 @@ def _infer_quantize(node, ts, quant):
     dt = node.attrs.get("dtype", "int8")
     if dt not in QINT_DTYPES:
         raise _err(node, f"quantize dtype {dt!r} is not one of {QINT_DTYPES}")
-    return [TensorType(dt, ts[0].shape, node.attrs["exp"], node.attrs.get("scale"))]
+    ce = node.attrs.get("channel_exps")
+    if ce is not None and (dt != "int8" or ts[0].rank != 4):
+        raise _err(node, f"per-channel quantize needs an int8 NCHW output, got {dt}{list(ts[0].shape)}")
+    return [TensorType(dt, ts[0].shape, node.attrs["exp"], node.attrs.get("scale"),
+                       None if ce is None else tuple(ce))]
 
 
 def _infer_dequantize(node, ts, quant):
@@ -930,7 +958,27 @@ def validate(graph: Graph) -> Graph:
     for o in graph.outputs:
         if o not in written:
             raise CompileError(f"graph '{graph.name}': output {o!r} is never produced")
+    if graph.kind == "quantized":
+        _check_channel_exps(graph, types)
     return graph
+
+
+def _check_channel_exps(graph: Graph, types: dict[str, TensorType]) -> None:
+    """A per-channel activation (``channel_exps``) is read only by depthwise ``qconv2d``
+    nodes that folded the same exps into their weights (``x_exps``) and is no graph
+    output: any other reader would take ``exp`` for every channel."""
+    for node in graph.nodes:
+        for k, i in enumerate(node.inputs):
+            ce = types[i].channel_exps if i in types else None
+            if ce is None:
+                continue
+            if not (k == 0 and node.op == "qconv2d"
+                    and tuple(node.attrs.get("x_exps", ())) == ce):
+                raise _err(node, f"reads per-channel activation {i!r} without its exps "
+                                 f"(only a depthwise qconv2d with x_exps may)")
+    for o in graph.outputs:
+        if types.get(o) is not None and types[o].channel_exps is not None:
+            raise CompileError(f"graph '{graph.name}': output {o!r} is a per-channel activation")
 
 
 def _fmt_attr(v: Any) -> str:

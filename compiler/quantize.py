@@ -146,6 +146,13 @@ class QuantConfig:
             agreement by at least 0.005 (:func:`~.compile.quantize_placed`); a model whose
             outputs already agree keeps every layer the plain floor keeps on VTA.
             ``compile_model``'s default QuantConfig turns it on.
+        channel_act_exps: per-channel activation exps (``ir`` "Per-channel activations")
+            for the int8 input of a depthwise conv that a CPU ``quantize`` makes (its
+            producer runs real-valued on the CPU, or it is a graph input): channel ``c`` at
+            ``min(exp, exp_for_range(max |x[:, c]|))`` over the calibration set
+            (:func:`calibrate` records them in ``graph.meta["channel_exps"]``), folded into
+            the conv's per-channel weights exactly.  ``compile_model``'s default
+            QuantConfig turns it on.
     Raises:
         CompileError: ``act_bits`` not 4, 8 or 16, ``wgt_bits`` not 4, 8 or 16,
             ``per_channel`` not one of auto / on / off.
@@ -162,6 +169,7 @@ class QuantConfig:
     min_layer_cosine: float = 0.0
     bias_correction: bool = False
     adaptive_floor: bool = False
+    channel_act_exps: bool = False
 
     def __post_init__(self) -> None:
         if self.per_channel not in ("auto", "on", "off"):
@@ -312,9 +320,13 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
         graph: optimized float graph.
         data: ``ndarray`` (single-input graphs) or ``{input name: ndarray}``, batch first.
     Returns:
-        ``tensor name -> exp`` for graph inputs and node outputs.
+        ``tensor name -> exp`` for graph inputs and node outputs.  With
+        ``config.channel_act_exps``, also sets ``graph.meta["channel_exps"]`` to
+        ``tensor name -> int64 [C]`` for each 4-D (NCHW) float tensor: channel ``c``'s exp
+        ``min(exp, exp_for_range(max |x[:, c]|))`` (an all-zero channel keeps ``exp``).
     """
     maxabs: dict[str, float] = {}
+    chmax: dict[str, np.ndarray] = {}
     samples: dict[str, list[np.ndarray]] = {}
     rng = np.random.default_rng(0)
     for feeds in _feeds_batches(graph, data, config.batch_size):
@@ -327,6 +339,9 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
             a = np.abs(v.astype(np.float64)).ravel()
             a = a[np.isfinite(a)]
             maxabs[name] = max(maxabs.get(name, 0.0), float(a.max()) if a.size else 0.0)
+            if config.channel_act_exps and v.ndim == 4 and v.size and np.isfinite(v).all():
+                cm = np.abs(v.astype(np.float64)).max(axis=(0, 2, 3))
+                chmax[name] = np.maximum(chmax[name], cm) if name in chmax else cm
             if config.calibration != "max":
                 k = min(a.size, max(1, config.max_samples // 8))
                 samples.setdefault(name, []).append(a if a.size <= k else rng.choice(a, k, replace=False))
@@ -354,6 +369,11 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
         elif config.calibration != "max":
             raise CompileError(f"unknown calibration statistic {config.calibration!r}")
         exps[name] = e
+    if config.channel_act_exps:
+        graph.meta["channel_exps"] = {
+            name: np.array([min(exps[name], exp_for_range(float(c), qm)) if c > 0
+                            else exps[name] for c in cm], np.int64)
+            for name, cm in chmax.items() if name in exps}
     return exps
 
 
@@ -390,6 +410,7 @@ class _Quantizer:
                        meta={"notes": list(fg.meta.get("notes", []))})
         self.rep = QuantReport()
         self.qname: dict[str, str] = {}   # float tensor -> int8 tensor
+        self.qname_ch: dict[tuple, str] = {}  # (float tensor, channel exps) -> int8 tensor
         self.fname: dict[str, str] = {}   # float tensor -> float tensor in q graph
         self.hints = fg.meta.get("scale_hints", {})
         self.scales: dict[str, float] = {}   # float tensor -> exact non-power-of-two scale
@@ -478,6 +499,46 @@ class _Quantizer:
             self.qname[t] = out
             return out
         raise CompileError(f"tensor '{t}' has no quantized value")
+
+    def qin_channels(self, t: str, ce: np.ndarray) -> str:
+        """The int8 tensor of float tensor ``t`` quantized per channel at exps ``ce``
+        (int64 ``[C]``, max = the tensor's exp): a ``quantize`` with ``channel_exps``
+        (``ir`` "Per-channel activations"), one per tensor."""
+        key = (t, tuple(int(e) for e in ce))
+        if key in self.qname_ch:
+            return self.qname_ch[key]
+        out = self.q.fresh(f"{t}_qc")
+        attrs = {"exp": int(ce.max()), "channel_exps": key[1]}
+        self.add(self.q.fresh(f"{t}_quantize_channels"), "quantize", [self.fname[t]], out, attrs,
+                 TensorType("int8", self.q.types[self.fname[t]].shape, int(ce.max()),
+                            channel_exps=key[1]))
+        self.qname_ch[key] = out
+        return out
+
+    def depthwise_channel_exps(self, n: Node, w: np.ndarray) -> np.ndarray | None:
+        """Per-channel activation exps (int64 ``[C]``) for the input of depthwise conv ``n``
+        (``QuantConfig.channel_act_exps``), or None: not depthwise (groups = C, one weight
+        channel each), the input not a float tensor a ``quantize`` would convert (its
+        producer an int8 node), no calibration record, an exact (non-power-of-two) scale
+        or weight hint, a non-int8 core, or every channel at the tensor's exp."""
+        t = n.inputs[0]
+        ce = self.fg.meta.get("channel_exps", {}).get(t)
+        if (not self.cfg.channel_act_exps or ce is None or self.adt != "int8"
+                or self.cfg.wgt_bits != 8 or self.cfg.per_channel == "off"):
+            return None
+        c = self.fg.types[t].shape[1] if self.fg.types[t].rank == 4 else None
+        if (n.op != "conv2d" or n.attrs.get("groups", 1) != c or w.shape[0] != c
+                or w.shape[1] != 1 or len(ce) != c):
+            return None
+        if (t in self.qname or t not in self.fname or t in self.scales
+                or self.hints.get(n.inputs[1]) is not None or n.outputs[0] in self.scales):
+            return None
+        prod = self.q.producers().get(self.fname[t])
+        if prod is not None and prod.op == "dequantize":
+            return None         # an int8 node's output: re-quantizing it would cost a trip
+        if np.all(ce == self.exps[t]):
+            return None
+        return np.asarray(ce, np.int64)
 
     def fin(self, t: str) -> str:
         if t in self.fname:
@@ -608,7 +669,8 @@ class _Quantizer:
             self.q.outputs.append(o)
         self.q.meta["quant_report"] = self.rep
         # integer tensor -> the float tensor it holds (for :func:`layer_errors`)
-        self.q.meta["float_of"] = {v: k for k, v in self.qname.items()}
+        self.q.meta["float_of"] = ({v: k for k, v in self.qname.items()}
+                                   | {v: k[0] for k, v in self.qname_ch.items()})
         return validate(self.q)
 
     def unsupported(self, n: Node):
@@ -622,6 +684,7 @@ class _Quantizer:
             del self.q.types[t]
             self.q.constants.pop(t, None)
         self.qname, self.fname = qname, fname
+        self.qname_ch = {k: v for k, v in self.qname_ch.items() if v in self.q.types}
         self.rep.exps, self.rep.shifts = exps, shifts
         del self.rep.qdq[nq:], self.rep.multipliers[nm:], self.rep.notes[nnotes:]
 
@@ -657,11 +720,19 @@ class _Quantizer:
 
     def _linear(self, n: Node, qop: str):
         fg = self.fg
-        x = self.qin(n.inputs[0])
-        ex = self.q.types[x].exp
         if n.inputs[1] not in fg.constants:
             raise node_error(n.name, n.op, "weight must be a constant")
         w = fg.constants[n.inputs[1]]
+        ce = self.depthwise_channel_exps(n, w)
+        if ce is not None:
+            # per-channel activation: channel c's 2**(ce[c] - exp) folded into its weights
+            # (a power of two: the per-channel weight grid below absorbs it exactly)
+            x = self.qin_channels(n.inputs[0], ce)
+            ex = self.q.types[x].exp
+            w = (w.astype(np.float64) * 2.0 ** (ce - ex).reshape(-1, 1, 1, 1)).astype(w.dtype)
+        else:
+            x = self.qin(n.inputs[0])
+            ex = self.q.types[x].exp
         ew, sw = self.weight_exp(n.inputs[1], w)
         b = fg.constants[n.inputs[2]] if len(n.inputs) > 2 else np.zeros(w.shape[0], np.float32)
         sx = self.q.types[x].scale
@@ -675,8 +746,11 @@ class _Quantizer:
             # (a finer bias that may overflow int32 raises: the node stays a float CPU node,
             # which measured better than its per-tensor int8 form on PP-OCR rec and
             # orientation)
-            self._linear_per_channel(n, qop, x, w, b, ex, pc)
+            self._linear_per_channel(n, qop, x, w, b, ex, pc, ce)
             return
+        if ce is not None:
+            raise node_error(n.name, n.op, "per-channel activation exps need per-channel "
+                             "weight exps (they could not be chosen)")
         if self.adt == "int8" and self.cfg.wgt_bits == 8:
             wq = self.const_int8(f"{n.inputs[1]}_q", w, ew, lo=-127 if sw is None else -128, scale=sw)
             s_acc = None if sx is None and sw is None else self.rscale(x) * self.q.types[wq].real_scale
@@ -742,10 +816,11 @@ class _Quantizer:
         return pc
 
     def _linear_per_channel(self, n: Node, qop: str, x: str, w: np.ndarray, b: np.ndarray,
-                            ex: int, pc: np.ndarray) -> None:
+                            ex: int, pc: np.ndarray, ce: np.ndarray | None = None) -> None:
         """``qconv2d`` / ``qdense`` with per-channel weight exps ``pc`` (ir "Per-channel
         weights"): weights ``clip(rint(w[o] / 2**pc[o]), -127, 127)``, bias at
-        ``ex + pc[o]``, one shift per channel."""
+        ``ex + pc[o]``, one shift per channel; ``ce``: the input's per-channel activation
+        exps, already folded into ``w`` (recorded as ``x_exps``)."""
         fg = self.fg
         o = w.shape[0]
         shp = (o,) + (1,) * (w.ndim - 1)
@@ -771,6 +846,10 @@ class _Quantizer:
                       "mult": 1, "clip_lo": int(lo), "clip_hi": int(hi), "exp_out": int(eo),
                       "w_exps": tuple(int(e) for e in pc)})
         self.rep.notes.append(f"'{n.name}': per-channel weight exps 2^{int(pc.min())}..2^{ew}")
+        if ce is not None:
+            attrs["x_exps"] = tuple(int(e) for e in ce)
+            self.rep.notes.append(f"'{n.name}': per-channel input exps 2^{int(ce.min())}.."
+                                  f"2^{int(ce.max())} (folded into its weights)")
         qo = self.int_name(out)
         self.add(n.name, qop, [x, wname, bname], qo, attrs, self.otype(out, fg.types[out].shape))
         self.qname[out] = qo
@@ -1142,7 +1221,9 @@ def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict | list
             if fi not in fenv or t.exp is None:
                 break
             lo, hi = qrange(t.dtype)
-            xs.append(np.clip(np.floor(fenv[fi].astype(np.float64) / t.real_scale + 0.5), lo, hi)
+            sc = (t.real_scale if t.channel_exps is None
+                  else 2.0 ** np.asarray(t.channel_exps, np.float64).reshape(1, -1, 1, 1))
+            xs.append(np.clip(np.floor(fenv[fi].astype(np.float64) / sc + 0.5), lo, hi)
                       .astype(storage_dtype(t.dtype)))
         else:
             t = qgraph.types[n.outputs[0]]

@@ -152,10 +152,13 @@ def _bind(graph: Graph, feeds) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------
 
 def ref_quantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``quantize``: ``clip(floor(x * 2**-e + 0.5), lo, hi)``, ``e`` the output's scale exp,
+    """``quantize``: ``clip(floor(x * 2**-e + 0.5), lo, hi)``, ``e`` the output's scale exp
+    (per channel of axis 1 for a per-channel activation: its ``channel_exps``),
     ``[lo, hi]`` the output dtype's range (int8 ``[-128, 127]``, int16 ``[-32768, 32767]``)."""
     t = graph.types[node.outputs[0]]
     e = t.scale_exp
+    if t.channel_exps is not None:      # per-channel activation: channel c at its own exp
+        e = np.asarray(t.channel_exps, np.float64).reshape(1, -1, 1, 1)
     q = np.floor(x[0].astype(np.float64) * 2.0 ** (-e) + 0.5)
     lo, hi = qrange(t.dtype)
     return np.clip(q, lo, hi).astype(storage_dtype(t.dtype))

@@ -210,7 +210,11 @@ def _attr_scale(a: dict) -> float:
 
 
 def _quantize(a, ins, scales):
-    f = scale_factor(_attr_scale(a), inverse=True)
+    if a.get("channel_exps") is not None:
+        # a per-channel activation (NCHW, int8): channel c at 2**channel_exps[c]
+        f = 2.0 ** -np.asarray(a["channel_exps"], np.float64).reshape(1, -1, 1, 1)
+    else:
+        f = scale_factor(_attr_scale(a), inverse=True)
     q = np.floor(ins[0].astype(np.float64) * f + 0.5)
     name = a.get("dtype", "int8")
     if name == "int4":      # int4 activations: [-8, 7] held in int8 (numpy has no int4)
