@@ -39,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "compi
 
 from pretrained import find_ocr_model, preprocess_cls, render_text_lines  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import header  # noqa: E402
+
 from vtaforge.compiler.compile import compile_model  # noqa: E402
 from vtaforge.runtime.executor import Executor  # noqa: E402
 from vtaforge.runtime.fsim import FsimDevice  # noqa: E402
@@ -234,6 +237,7 @@ def main() -> None:
     if a.models_dir is not None:
         extra += sorted(a.models_dir.rglob("*.onnx"))
     todo += [(p, "picodet" if _is_picodet(p) else "other") for p in extra]
+    print(header(__file__), flush=True)
     print(f"{'model':<40} {'comp s':>7} {'VTA/CPU':>9} {'cosine':>7} {'argmax':>7} "
           f"{'VTA s 1st':>8} {'VTA s':>8} {'ort s':>8} {'ratio':>8}   (targets: cosine/argmax "
           f">= 0.9, ratio of a sample after the first <= 20x)")
