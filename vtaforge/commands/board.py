@@ -34,14 +34,19 @@ from ..hw.parts import board_names
 
 
 def board_list() -> str:
-    """The boards of hw/parts.py as ``--board``'s help names them (``a, b, c or d``)."""
-    names = board_names()
+    """The boards of hw/parts.py and their aliases as ``--board``'s help names them
+    (``a, b, c or d``)."""
+    names = board_names(aliases=True)
     return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 
 @click.group("board")
 def board_group() -> None:
-    """Build bitstreams for Zynq boards (Vivado project generation, timing reports)."""
+    """Zynq boards: bitstreams, board packages, deployment.
+
+    Vivado projects (project), their builds (build) and timing reports (timing);
+    self-contained board packages (package, verify) and their deployment over ssh
+    (deploy)."""
 
 
 class _FlowFailure(click.ClickException):
@@ -68,9 +73,8 @@ def _flow_error(e: Exception) -> click.ClickException:
 def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | None,
                 jobs: int) -> None:
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
-    from ..hw.parts import FlowError, board_spec, pl_clock
+    from ..hw.parts import FlowError, board_spec, check_board_part, pl_clock
     from ..hw.vivado import FlowWarning, write_project
-    from ..hw.parts import check_board_part
     from ._inputs import read_config
 
     cfg = read_config(spec)
