@@ -624,6 +624,49 @@ def test_board_runner_errors_without_click(kit, tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("error: cannot read input"), r.stderr
 
 
+@pytest.mark.parametrize("where, message", [
+    ("under_file", "--output '{p}': directory '{d}' does not exist"),
+    ("dir", "--output '{p}' is a directory, not a file"),
+    ("missing_dir", "--output '{p}': directory '{d}' does not exist"),
+    ("empty", "--output '': the path is empty"),
+], ids=["under_file", "dir", "missing_dir", "empty"])
+def test_board_runner_checks_output_before_running(kit, tmp_path, capsys, monkeypatch,
+                                                   where, message):
+    """``python -m vtaforge.runtime.board run --output Y`` refuses an unwritable Y before it
+    loads the model or makes a device (it used to run the model, then fail writing Y)."""
+    from vtaforge.runtime import board as deploy
+    from vtaforge.runtime import bundle
+
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    out = {"under_file": tmp_path / "afile" / "y.npy", "dir": tmp_path / "adir",
+           "missing_dir": tmp_path / "nodir" / "y.npy", "empty": ""}[where]
+
+    def no_device(*a, **kw):
+        raise AssertionError("the model ran before --output was checked")
+
+    monkeypatch.setattr(bundle, "make_device", no_device)
+    capsys.readouterr()
+    assert deploy.main(["run", "--model", str(kit["model"]), "--input", str(kit["x"]),
+                        "--config", "pynq", "--target", "fsim", "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    want = message.format(p=out, d=Path(out).parent)
+    assert err.strip() == f"error: {want}", err
+
+
+def test_board_stats_checks_its_output_first(kit, tmp_path, capsys):
+    """``stats -o STATS.json`` in a missing directory: one error line, nothing written."""
+    from vtaforge.runtime import board as deploy
+
+    out = tmp_path / "nodir" / "stats.json"
+    capsys.readouterr()
+    assert deploy.main(["stats", "--model", str(kit["model"]), "--config", "pynq", "--input",
+                        str(kit["x"]), "--output", str(tmp_path / "y.npy"), "--target", "fsim",
+                        "--start", "0", "--end", "1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: -o '{out}': directory '{out.parent}' does not exist", err
+
+
 def test_package_prints_the_boards_part(kit, pkg, tmp_path):
     """The pynq preset's PART is upstream's clg484, the PYNQ-Z1/Z2 are clg400: the package
     names the board's part (the one the bitstream was built for)."""

@@ -55,6 +55,38 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def check_output_file(path: str | Path, what: str) -> None:
+    """Check, before a run, that ``path`` can be written as a new file renamed over it
+    (what :func:`_write_json` and ``run --output`` do): not empty, not a directory, its
+    directory exists and takes a new file, and an existing ``path`` is a regular file.
+
+    Raises:
+        DeployError: one line naming ``what`` (``--output``), the path and the cause.
+    """
+    if not str(path).strip():
+        raise DeployError(f"{what} {str(path)!r}: the path is empty")
+    p = Path(path)
+    d = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise DeployError(f"{what} {str(path)!r} is a directory, not a file")
+    if not d.is_dir():
+        raise DeployError(f"{what} {str(path)!r}: directory {str(d)!r} does not exist")
+    if p.exists() and not p.is_file():
+        raise DeployError(f"{what} {str(path)!r} exists and is not a regular file (a FIFO or "
+                          f"a device), which the new file would replace")
+    probe = d / f".{p.name}.tmp"
+    try:                        # os.access says yes to root on a read-only file system
+        with open(probe, "xb"):
+            pass
+    except FileExistsError:
+        pass                    # a leftover of an earlier run: it is overwritten then
+    except OSError as e:
+        raise DeployError(f"{what} {str(path)!r}: directory {str(d)!r} is not writable "
+                          f"({e.strerror or e})") from None
+    else:
+        probe.unlink()
+
+
 def _load_json(p: Path) -> dict | None:
     try:
         d = json.loads(p.read_text())

@@ -15,7 +15,7 @@ from ... import __version__
 from ...hw.config import ConfigError, load_config
 from ..artifact import ArtifactError, load_artifact
 from ..device import DeviceError
-from ._common import DeployError, _first_line, _write_json
+from ._common import DeployError, _first_line, _write_json, check_output_file
 from .package import verify_package
 
 _SUMMARY = re.compile(r"sample\(s\) on \S+ \(.*?\) in ([0-9.]+) s; (\d+)/(\d+) steps on VTA, "
@@ -82,14 +82,17 @@ def run_model(*, model: str, input: str, config: str, target: str = "pynq",
     the core cycles per VTA step, and writes the first output (float32) to ``output``.
 
     Raises:
-        DeployError: an unreadable input; the runtime's errors (ConfigError,
-            ArtifactError, DeviceError) pass through.
+        DeployError: an unreadable input; an ``output`` that cannot be written (checked
+            before anything runs); the runtime's errors (ConfigError, ArtifactError,
+            DeviceError) pass through.
     """
     import numpy as np
 
     from ..bundle import make_device
     from ..executor import Executor
 
+    if output is not None:
+        check_output_file(output, "--output")
     cfg = load_config(config)
     cm = load_artifact(model, cfg)
     try:
@@ -127,7 +130,7 @@ def run_model(*, model: str, input: str, config: str, target: str = "pynq",
     dt = time.perf_counter() - t0
     host = sum(st.host_seconds for st in ex.stats.values())
     y = np.asarray(out[cm.outputs[0]], np.float32)
-    if output:
+    if output is not None:
         tmp = Path(output).with_name(f".{Path(output).name}.tmp")
         with open(tmp, "wb") as f:
             np.save(f, y)
@@ -184,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             verify_package(a.package)
             print(f"verify: {a.package}: every file matches manifest.json")
             return 0
+        check_output_file(a.o, "-o")
         d = run_stats(model=a.model, config=a.config, input=a.input, output=a.output,
                       log=a.log, target=a.target, start=a.start, end=a.end,
                       exit_status=a.exit_status)
