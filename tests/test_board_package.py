@@ -667,6 +667,30 @@ def test_board_stats_checks_its_output_first(kit, tmp_path, capsys):
     assert err.strip() == f"error: -o '{out}': directory '{out.parent}' does not exist", err
 
 
+@pytest.mark.parametrize("cli", [True, False])
+def test_verify_names_a_missing_package_directory(tmp_path, capsys, cli):
+    """``board verify`` / ``python -m vtaforge.runtime.board verify`` / ``verify_package`` on a
+    path that does not exist: the message names that path, not a manifest.json inside it;
+    an empty folder: "no manifest.json (not a board package)"."""
+    from vtaforge.runtime import board as deploy
+
+    missing = tmp_path / "nopkg"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(deploy.DeployError,
+                       match=rf"^package directory '{missing}' does not exist$"):
+        deploy.verify_package(missing)
+    if cli:
+        line = _error(CliRunner().invoke(main, ["board", "verify", str(missing)]))
+        assert line == f"error: package directory '{missing}' does not exist"
+        line = _error(CliRunner().invoke(main, ["board", "verify", str(tmp_path / "empty")]))
+        assert line == (f"error: verify '{tmp_path / 'empty'}': no manifest.json (not a board "
+                        f"package)")
+    else:
+        capsys.readouterr()
+        assert deploy.main(["verify", str(missing)]) == 2
+        assert capsys.readouterr().err == f"error: package directory '{missing}' does not exist\n"
+
+
 def test_package_prints_the_boards_part(kit, pkg, tmp_path):
     """The pynq preset's PART is upstream's clg484, the PYNQ-Z1/Z2 are clg400: the package
     names the board's part (the one the bitstream was built for)."""

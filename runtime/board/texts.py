@@ -39,7 +39,13 @@ def check(root):
     """(manifest, notes): the manifest when every file in its "files" matches (else
     ValueError, one line); notes name the user files ("user_files": the notebook, the
     README, which Jupyter and the user may save) that changed since packaging."""
+    if not os.path.isdir(root):
+        raise ValueError("package directory %r does not exist" % root
+                         if not os.path.exists(root) else
+                         "%r is not a directory (a package is a folder)" % root)
     path = os.path.join(root, "manifest.json")
+    if not os.path.exists(path):
+        raise ValueError("no manifest.json (not a board package)")
     try:
         with open(path) as f:
             man = json.load(f)
