@@ -1,7 +1,8 @@
 """The bench scripts' command lines: ``--help`` prints the usage and exits 0 without
-running the bench, and an unknown argument is one argparse error (exit status 2), never a
-traceback.  Each script runs in process through ``runpy`` with ``sys.argv`` set, so the
-test measures nothing and takes seconds."""
+running the bench (``digits_widths.py --help`` raised KeyError; others ran the whole
+bench or failed on ``int('--help')``), and an unknown argument is one argparse error (exit
+status 2), never a traceback.  Each script runs in process through ``runpy`` with
+``sys.argv`` set, so the test measures nothing and takes seconds."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import runpy
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))
 
 
 def _run(script: str, *args: str) -> int:
@@ -25,13 +29,30 @@ def _run(script: str, *args: str) -> int:
     return 0
 
 
-def test_digits_widths_help(capsys):
-    assert _run("digits_widths.py", "--help") == 0
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_prints_the_usage_and_runs_nothing(script, capsys):
+    pytest.importorskip("onnxruntime")
+    assert _run(script, "--help") == 0
     out = capsys.readouterr().out
-    assert "usage:" in out and "a4w4" in out
+    assert out.startswith(f"usage: {script}"), out[:300]
+    assert "commit" not in out.split("\n\n")[0], out[:300]     # no run record printed
 
 
-def test_digits_widths_unknown_width(capsys):
-    assert _run("digits_widths.py", "9") == 2
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_unknown_option_is_one_argparse_error(script, capsys):
+    pytest.importorskip("onnxruntime")
+    assert _run(script, "--no-such-option") == 2
     err = capsys.readouterr().err
-    assert "unknown width '9'" in err and "Traceback" not in err
+    assert f"{script}: error: " in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("script, arg, message", [
+    ("digits_widths.py", "9", "unknown width '9'"),
+    ("hw_timing.py", "nosuch", "unknown config 'nosuch'"),
+    ("dse_board_pick.py", "nosuch", "unknown board 'nosuch'"),
+    ("compile_resnet18.py", "big", "invalid int value: 'big'"),
+])
+def test_bad_argument_is_one_argparse_error(script, arg, message, capsys):
+    assert _run(script, arg) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
