@@ -87,6 +87,33 @@ def check_output_file(path: str | Path, what: str) -> None:
         probe.unlink()
 
 
+def check_output_dir(path: str | Path, what: str) -> None:
+    """Check, before anything runs, that folder ``path`` can be made (its nearest existing
+    ancestor is a directory that takes a new file) or, when it exists, is a directory.
+
+    Raises:
+        DeployError: one line naming ``what``, the path and the cause.
+    """
+    p = Path(path)
+    if not str(path).strip():
+        raise DeployError(f"{what} {str(path)!r}: the path is empty")
+    if p.exists() and not p.is_dir():
+        raise DeployError(f"{what} {str(path)!r} exists and is not a directory")
+    up = p
+    while not up.exists() and up.parent != up and not up.is_symlink():
+        up = up.parent
+    if not up.is_dir():
+        raise DeployError(f"{what} {str(path)!r}: {str(up)!r} is not a directory")
+    probe = up / f".vtaforge-probe-{os.getpid()}"
+    try:
+        with open(probe, "xb"):
+            pass
+        probe.unlink()
+    except OSError as e:
+        raise DeployError(f"{what} {str(path)!r}: directory {str(up)!r} is not writable "
+                          f"({e.strerror or e})") from None
+
+
 def _load_json(p: Path) -> dict | None:
     try:
         d = json.loads(p.read_text())

@@ -76,8 +76,10 @@ def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | No
     from ..hw.parts import FlowError, board_spec, check_board_part, pl_clock
     from ..hw.vivado import FlowWarning, write_project
     from ._inputs import read_config
+    from ._output import check_output_dir
 
     cfg = read_config(spec)
+    check_output_dir(out_dir, "-o/--out")
     try:
         spec_b = board_spec(cfg, board)
         if board_part is not None:
@@ -219,6 +221,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
     wheel, manifest.json (sha256s), run.sh, verify.py and a Jupyter notebook."""
     from ..runtime.board import DeployError, make_package, source_tree
     from ._inputs import check_regular
+    from ._output import check_output_dir
 
     for opt, paths in (("--bitstream", [bitstream]), ("--hwh", [hwh]), ("--model", models),
                        ("--wheel", [wheel]), ("--bitstream-info", [bitstream_info]),
@@ -226,6 +229,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
         for p in paths:
             if p is not None:
                 check_regular(p, opt, _DeployFailure)
+    check_output_dir(out_dir, "-o/--out")
     try:
         r = make_package(spec, bitstream, hwh, list(models), out_dir, wheel=wheel,
                          bitstream_info=bitstream_info, allow_unmet_timing=allow_unmet_timing)
@@ -304,12 +308,15 @@ def deploy_cmd(package_dir, host, run_input, model, remote_dir, out_dir, copy, s
 
     from ..runtime.board import DeployError, deploy
     from ._inputs import check_regular
+    from ._output import check_output_dir
 
     if not math.isfinite(timeout_s):
         raise click.BadParameter(f"{timeout_s} is not a finite number of seconds",
                                  param_hint="'--timeout'")
     if run_input is not None:
         check_regular(run_input, "--run", _DeployFailure)
+    if out_dir is not None:     # fetched into after the run on the board: checked first
+        check_output_dir(out_dir, "-o/--out")
     try:
         r = deploy(package_dir, host, run_input=run_input, model=model, remote_dir=remote_dir,
                    out_dir=out_dir, copy=copy, sudo=sudo, timeout_s=timeout_s,
