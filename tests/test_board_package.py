@@ -621,7 +621,8 @@ def test_board_runner_errors_without_click(kit, tmp_path):
                         "import main\nsys.exit(main(sys.argv[1:]))", "run", "--model",
                         str(kit["model"]), "--input", str(bad), "--config", "pynq",
                         "--target", "fsim"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.startswith("error: cannot read input"), r.stderr
+    assert r.returncode == 2 and r.stderr.startswith(f"error: input '{bad}' is neither a .npy "
+                                                     f"array nor a .npz archive"), r.stderr
 
 
 @pytest.mark.parametrize("where, message", [
@@ -689,6 +690,92 @@ def test_verify_names_a_missing_package_directory(tmp_path, capsys, cli):
         capsys.readouterr()
         assert deploy.main(["verify", str(missing)]) == 2
         assert capsys.readouterr().err == f"error: package directory '{missing}' does not exist\n"
+
+
+@pytest.fixture
+def specials(tmp_path):
+    """FIFOs where the board runner takes files, a deeply nested and a FIFO manifest."""
+    d = {}
+    for name in ("in.npy", "cfg.json", "m.vtapkg", "run.log"):
+        os.mkfifo(tmp_path / name)
+        d[name] = str(tmp_path / name)
+    for name, make in (("deep", lambda p: p.write_text("[" * 100000 + "]" * 100000)),
+                       ("fifo", lambda p: os.mkfifo(p))):
+        (tmp_path / name).mkdir()
+        make(tmp_path / name / "manifest.json")
+        d[name] = str(tmp_path / name)
+    return d
+
+
+def _board_main(argv, capsys) -> tuple[int, str]:
+    """``python -m vtaforge.runtime.board ARGV`` in process, a hang failing after 30 s."""
+    import signal
+
+    from vtaforge.runtime import board as deploy
+
+    def hang(*a):
+        raise AssertionError(f"hung: {argv}")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(30)
+    capsys.readouterr()
+    try:
+        try:
+            rc = deploy.main(argv)
+        except SystemExit as e:
+            rc = e.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    return rc, capsys.readouterr().err
+
+
+def test_board_runner_refuses_fifos_and_odd_files(kit, specials, tmp_path, capsys):
+    """The board runner opened FIFOs (input, config, model, run log, manifest) and blocked
+    for ever, and a 100000-deep manifest was a RecursionError traceback: each is one error
+    line now (``stats`` still writes its statistics, with the error in them)."""
+    run = ["run", "--model", str(kit["model"]), "--input", str(kit["x"]), "--config", "pynq",
+           "--target", "fsim"]
+    for flag, key, what in (("--input", "in.npy", "input"), ("--config", "cfg.json",
+                            "config file"), ("--model", "m.vtapkg", "artifact")):
+        argv = list(run)
+        argv[argv.index(flag) + 1] = specials[key]
+        rc, err = _board_main(argv, capsys)
+        assert (rc, err) == (2, f"error: {what} '{specials[key]}' is not a regular file (a "
+                                f"FIFO or a device)\n"), (flag, err)
+    for key, msg in (("deep", "manifest.json is nested too deeply (not a package manifest)"),
+                     ("fifo", "manifest.json is not a regular file")):
+        rc, err = _board_main(["verify", specials[key]], capsys)
+        assert (rc, err) == (2, f"error: verify '{specials[key]}': {msg}\n"), err
+    out = tmp_path / "stats.json"
+    stats = ["stats", "--model", specials["m.vtapkg"], "--config", specials["cfg.json"],
+             "--input", specials["in.npy"], "--output", str(tmp_path / "y.npy"), "--target",
+             "fsim", "--start", "0", "--end", "1", "--log", specials["run.log"], "-o", str(out)]
+    assert _board_main(stats, capsys)[0] == 0
+    d = json.loads(out.read_text())
+    assert d["error"] == (f"error: config '{specials['cfg.json']}' is not a regular file (a "
+                          f"FIFO or a device)"), d["error"]
+    assert d["input_shape"] is None and d["run_s"] is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["stats", "--model", "m", "--config", "pynq", "--input", "x", "--output", "y",
+      "--target", "fsim", "--start", "nan", "--end", "1", "-o", "s.json"],
+     "stats: argument --start: invalid finite number of seconds value: 'nan'"),
+    (["stats", "--model", "m", "--config", "pynq", "--input", "x", "--output", "y",
+      "--target", "fsim", "--start", "0", "--end", "inf", "-o", "s.json"],
+     "stats: argument --end: invalid finite number of seconds value: 'inf'"),
+    (["verify", "p", "--bogus"], "unrecognized arguments: --bogus"),
+    (["nosuch"], "argument cmd: invalid choice: 'nosuch'"),
+    ([], "the following arguments are required: cmd"),
+], ids=["start-nan", "end-inf", "unknown-option", "unknown-command", "no-command"])
+def test_board_runner_usage_errors_are_one_line(argv, message, capsys):
+    """argparse's usage errors (two lines: usage, then ``prog: error:``) are one ``error:``
+    line; an infinite --end was an OverflowError traceback in time.gmtime."""
+    rc, err = _board_main(argv, capsys)
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error: python -m "
+                                                                "vtaforge.runtime.board"), err
+    assert message in err, err
 
 
 def test_package_prints_the_boards_part(kit, pkg, tmp_path):

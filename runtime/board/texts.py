@@ -46,11 +46,17 @@ def check(root):
     path = os.path.join(root, "manifest.json")
     if not os.path.exists(path):
         raise ValueError("no manifest.json (not a board package)")
+    if not os.path.isfile(path):    # a FIFO would block the open
+        raise ValueError("manifest.json is not a regular file")
+    if os.path.getsize(path) > (64 << 20):
+        raise ValueError("manifest.json is larger than 64 MiB (not a package manifest)")
     try:
         with open(path) as f:
             man = json.load(f)
     except OSError as e:
         raise ValueError("cannot read manifest.json: %s" % (e.strerror or e))
+    except RecursionError:
+        raise ValueError("manifest.json is nested too deeply (not a package manifest)")
     except ValueError:
         raise ValueError("manifest.json is not valid JSON")
     if not isinstance(man, dict) or man.get("format") != FORMAT:
@@ -66,7 +72,8 @@ def check(root):
             continue
         p = os.path.join(root, *rel.split("/"))
         if not os.path.isfile(p):
-            bad.append("%s (missing)" % rel)
+            bad.append("%s (%s)" % (rel, "not a regular file" if os.path.lexists(p)
+                                    else "missing"))
             continue
         size = os.path.getsize(p)
         if size != want.get("size"):

@@ -475,3 +475,17 @@ def test_fingerprint_int_and_float_clock_equal():
 
 def test_targets_table_covers_upstream_targets():
     assert set(TARGETS) == {"sim", "tsim", "pynq", "ultra96", "zcu104", "de10nano", "intelfocl"}
+
+
+def test_a_fifo_config_file_is_refused_not_opened(tmp_path):
+    """``load_config`` on a FIFO blocked in open() until a writer came (the board runner's
+    ``--config``); it is refused by its type now, as a device is."""
+    import os
+
+    from vtaforge.hw.config import ConfigError, load_config
+
+    fifo = tmp_path / "c.json"
+    os.mkfifo(fifo)
+    for p in (fifo, "/dev/zero"):
+        with pytest.raises(ConfigError, match=r"is not a regular file \(a FIFO or a device\)"):
+            load_config(str(p))
