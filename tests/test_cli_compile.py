@@ -47,3 +47,29 @@ def test_default_calibration_matches_the_help(tmp_path, monkeypatch, dims, want)
     assert seen["shape"] == want
     assert seen["label"] == f"uniform random calibration data of shape {want}"
     assert ((tmp_path / "m.vtapkg").exists()) is False
+
+
+@pytest.mark.parametrize("cmd", ["compile", "run", "profile"])
+def test_a_model_without_inputs_is_named_as_such(tmp_path, cmd):
+    """A model whose outputs are constants (no graph inputs): compile and profile said "a
+    model with several inputs () needs --calibrate/--input DATA.npz ... named ", run said
+    "model has 0 inputs: calibration must be a dict"."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    vi = helper.make_tensor_value_info
+    c = helper.make_node("Constant", [], ["y"],
+                         value=numpy_helper.from_array(np.ones((1, 4), np.float32)))
+    g = helper.make_graph([c], "g", [], [vi("y", TensorProto.FLOAT, [1, 4])])
+    model = tmp_path / "const.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((1, 4), np.float32))
+    argv = {"compile": ["compile", str(model), "-o", str(tmp_path / "m.vtapkg")],
+            "run": ["run", "--model", str(model), "--input", str(x)],
+            "profile": ["profile", str(model), "--target", "fsim"]}[cmd]
+    r = CliRunner().invoke(main, argv)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == (f"error: model '{model}' has no graph inputs (its outputs are "
+                                f"constants): nothing to calibrate or feed; vtaforge compiles "
+                                f"models that take an input"), r.stderr
