@@ -691,7 +691,10 @@ def load_config(spec: str | Path | VTAConfig | None = None) -> VTAConfig:
     s = str(spec)
     if s in PRESETS:
         return preset(s)
-    if s.endswith(".json") or Path(s).exists():
+    if not s.strip():
+        raise ConfigError(f"config {s!r} is empty: give a preset ({', '.join(PRESETS)}) or a "
+                          f"config file")
+    if s.endswith(".json") or os.sep in s or Path(s).exists():
         return VTAConfig.from_json_file(s)
     raise ConfigError(f"{s!r} is neither a preset ({', '.join(PRESETS)}) nor a config file")
 

@@ -778,6 +778,15 @@ def test_board_runner_usage_errors_are_one_line(argv, message, capsys):
     assert message in err, err
 
 
+def test_bitstream_info_nested_too_deeply_is_one_error_line(kit, tmp_path):
+    """``--bitstream-info`` of a 100000-deep JSON was a RecursionError: internal error,
+    exit 3."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    line = _error(_package(kit, tmp_path / "p", "--bitstream-info", str(deep)))
+    assert line == f"error: --bitstream-info '{deep}' is not a readable JSON object", line
+
+
 def test_package_prints_the_boards_part(kit, pkg, tmp_path):
     """The pynq preset's PART is upstream's clg484, the PYNQ-Z1/Z2 are clg400: the package
     names the board's part (the one the bitstream was built for)."""

@@ -115,9 +115,13 @@ def check_output_dir(path: str | Path, what: str) -> None:
 
 
 def _load_json(p: Path) -> dict | None:
+    """The JSON object in file ``p``, or None (missing, not a regular file, not UTF-8, not
+    JSON, nested too deeply for the parser, not an object)."""
     try:
+        if not p.is_file():             # a FIFO would block read_text
+            return None
         d = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     return d if isinstance(d, dict) else None
 

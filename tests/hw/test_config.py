@@ -489,3 +489,18 @@ def test_a_fifo_config_file_is_refused_not_opened(tmp_path):
     for p in (fifo, "/dev/zero"):
         with pytest.raises(ConfigError, match=r"is not a regular file \(a FIFO or a device\)"):
             load_config(str(p))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("", "config '' is empty: give a preset (pynq, "),
+    ("  ", "config '  ' is empty"),
+    ("some/dir/nope", "cannot read config file 'some/dir/nope': No such file or directory"),
+])
+def test_load_config_names_an_empty_spec_and_a_missing_path(spec, message):
+    """``--config ''`` was "cannot read config file '.': Is a directory" (Path('') is '.');
+    a missing path without .json was "neither a preset nor a config file"."""
+    from vtaforge.hw.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(spec)
+    assert str(e.value).startswith(message), str(e.value)

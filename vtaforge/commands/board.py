@@ -31,6 +31,7 @@ from pathlib import Path
 import click
 
 from ..hw.parts import board_names
+from ..hw.vivado import MAX_VIVADO_JOBS
 
 
 def board_list() -> str:
@@ -68,8 +69,9 @@ def _flow_error(e: Exception) -> click.ClickException:
               help=f"{board_list()} (default: the config's target board)")
 @click.option("--board-part", default=None,
               help="Vivado board part (e.g. xilinx.com:zcu104:part0:1.1) to apply its PS preset")
-@click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
-              help="Vivado run jobs (>= 1)")
+@click.option("--jobs", default=2, show_default=True,
+              type=click.IntRange(min=1, max=MAX_VIVADO_JOBS),
+              help=f"Vivado run jobs (1..{MAX_VIVADO_JOBS})")
 def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | None,
                 jobs: int) -> None:
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
