@@ -241,6 +241,9 @@ def test_board_build_without_a_project_writes_nothing(tmp_path, monkeypatch):
     ("hwh_clock", "sets the PL clock to 150 MHz, but the config's CLOCK_MHZ is 100"),
     ("hwh_device", "is for device 7z010, but the config's PART is xc7z020clg484-1"),
     ("no_hwh", "does not exist (PYNQ needs the .hwh of the bitstream; pass --hwh)"),
+    # a copy cut short was packaged (the header was whole): PYNQ would load part of a design
+    ("truncated", "is truncated: its header declares 256 bytes of configuration data, the "
+                  "file holds 100"),
 ])
 def test_bit_and_hwh_checks(kit, tmp_path, case, message):
     proj = tmp_path / "proj"
@@ -260,6 +263,9 @@ def test_bit_and_hwh_checks(kit, tmp_path, case, message):
         hwh.write_text(bk.hwh_text(PYNQ, device="7z010"))
     elif case == "no_hwh":
         hwh.unlink()
+    elif case == "truncated":
+        whole = bit.read_bytes()
+        bit.write_bytes(whole[:len(whole) - 256 + 100])
     line = _error(_package(kit, tmp_path / "p", bit=bit))
     assert message in line, line
     assert not (tmp_path / "p").exists()
