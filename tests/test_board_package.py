@@ -793,6 +793,28 @@ def test_bitstream_info_nested_too_deeply_is_one_error_line(kit, tmp_path):
     assert line == f"error: --bitstream-info '{deep}' is not a readable JSON object", line
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("config"), "manifest.json has no config fingerprint"),
+    (lambda d: d.update(models="digits"), "manifest.json's models are not a list of {name, "
+                                          "file} objects"),
+    (lambda d: d.update(models=[{"name": 1}]), "manifest.json's models are not a list"),
+    (lambda d: d.update(user_files=["README.md"]), "files or user_files entries are not"),
+    (lambda d: d["files"].update({"run.sh": "abc"}), "files or user_files entries are not"),
+], ids=["no-config", "models-str", "model-no-file", "user-files-list", "file-entry-str"])
+def test_verify_refuses_a_malformed_manifest(pkg, tmp_path, edit, message):
+    """manifest.json fields that verify did not look at but the tools read after it: a
+    missing config was a KeyError in ``board verify``, a models string a TypeError in
+    ``board deploy`` (internal errors, exit 3)."""
+    work = tmp_path / "pkg"
+    shutil.copytree(pkg, work)
+    d = json.loads((work / "manifest.json").read_text())
+    edit(d)
+    (work / "manifest.json").write_text(json.dumps(d))
+    for argv in (["board", "verify", str(work)], ["board", "deploy", str(work), "--host", "u@h"]):
+        line = _error(CliRunner().invoke(main, argv))
+        assert line.startswith(f"error: verify '{work}': ") and message in line, (argv, line)
+
+
 def test_package_prints_the_boards_part(kit, pkg, tmp_path):
     """The pynq preset's PART is upstream's clg484, the PYNQ-Z1/Z2 are clg400: the package
     names the board's part (the one the bitstream was built for)."""

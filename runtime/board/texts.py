@@ -64,6 +64,21 @@ def check(root):
     files = man.get("files")
     if not isinstance(files, dict) or not files:
         raise ValueError("manifest.json lists no files")
+    # the fields the tools read after verify: malformed ones are refused here, in one line
+    cfg = man.get("config")
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("fingerprint"), str):
+        raise ValueError("manifest.json has no config fingerprint (not a package manifest "
+                         "of this version)")
+    models = man.get("models", [])
+    if not isinstance(models, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("name"), str)
+            and isinstance(m.get("file"), str) for m in models):
+        raise ValueError("manifest.json's models are not a list of {name, file} objects")
+    user = man.get("user_files") or {}
+    if not isinstance(user, dict) or not all(isinstance(v, dict) for v in user.values()) \
+            or not all(isinstance(v, dict) for v in files.values()):
+        raise ValueError("manifest.json's files or user_files entries are not "
+                         "{size, sha256} objects")
     bad = []
     for rel in sorted(files):
         want = files[rel]
@@ -81,7 +96,6 @@ def check(root):
         elif sha256(p) != want.get("sha256"):
             bad.append("%s (sha256 differs)" % rel)
     notes = []
-    user = man.get("user_files") or {}
     for rel in sorted(user):
         p = os.path.join(root, *rel.split("/"))
         if not os.path.isfile(p):
