@@ -12,6 +12,7 @@ Run: ``/work/venv/bin/python bench/compile_resnet18.py [size]``
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -26,9 +27,12 @@ from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("size", nargs="?", type=int, default=224,
+                    help="input height and width (default 224)")
+    size = ap.parse_args(argv).size
     print(header(__file__), flush=True)
-    size = int(sys.argv[1]) if len(sys.argv) > 1 else 224
     m = resnet18(size)
     x = np.random.default_rng(0).standard_normal((2, 3, size, size)).astype(np.float32)
     t0 = time.perf_counter()
@@ -80,4 +84,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

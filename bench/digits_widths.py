@@ -14,6 +14,7 @@ Usage: python bench/digits_widths.py [8 16 w4 a4 a4w4 ...]
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -37,9 +38,16 @@ def _config(inp: int, wgt: int) -> VTAConfig:
 
 
 def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("widths", nargs="*", metavar="WIDTH",
+                    help=f"widths to measure, of {', '.join(WIDTHS)} (default: all)")
+    args = ap.parse_args(argv)
+    bad = [w for w in args.widths if w not in WIDTHS]
+    if bad:     # not choices=: argparse rejects an empty nargs="*" list against choices
+        ap.error(f"unknown width {bad[0]!r} (choose from {', '.join(WIDTHS)})")
     print(header(__file__), flush=True)
     ev = make_accuracy("digits")
-    for name in argv or list(WIDTHS):
+    for name in args.widths or list(WIDTHS):
         cfg = _config(*WIDTHS[name])
         t = time.time()
         r = ev.measure(cfg)

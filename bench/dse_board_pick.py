@@ -11,6 +11,7 @@ Usage: python bench/dse_board_pick.py [BOARD ...] [-- EXTRA dse run ARGS]
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -18,13 +19,22 @@ from pathlib import Path
 
 from _record import header
 
+from vtaforge.hw.parts import board_names
+
 
 def main(argv: list[str]) -> None:
     extra: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    boards = argv or ["ultra96"]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 epilog="arguments after -- go to vtaforge dse run")
+    ap.add_argument("boards", nargs="*", metavar="BOARD",
+                    help=f"boards, of {', '.join(board_names(aliases=True))} (default: ultra96)")
+    boards = ap.parse_args(argv).boards or ["ultra96"]
+    bad = [b for b in boards if b not in board_names(aliases=True)]
+    if bad:
+        ap.error(f"unknown board {bad[0]!r} (choose from {', '.join(board_names(aliases=True))})")
     print(header(__file__))
     exe = Path(sys.executable).with_name("vtaforge")
     for board in boards:

@@ -21,6 +21,7 @@ Run: ``.venv/bin/python bench/dynamic_shapes.py [--quick]`` (``--quick``: no Res
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 import time
@@ -92,9 +93,11 @@ def bench(label: str, model, config: str, calib_hw, sizes, *, n_calib: int = 8,
               f"bytes not copied again")
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="skip ResNet-18")
+    quick = ap.parse_args(argv).quick
     print(header(__file__), flush=True)
-    quick = "--quick" in sys.argv[1:]
     torch_model = str(HERE / "dynhw_cnn.ts_op17_dynhw.onnx")
     sizes = [(16, 16), (17, 23), (33, 21), (64, 48)]
     bench("dynhw_cnn (PyTorch, dynamic_axes N/H/W)", torch_model, "tiny", (16, 16), sizes)
@@ -108,4 +111,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

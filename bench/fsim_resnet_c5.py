@@ -24,6 +24,8 @@ Run: ``/work/venv/bin/python bench/fsim_resnet_c5.py``
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 
 import numpy as np
@@ -127,7 +129,8 @@ def build_and_run(dev: FsimDevice, x: np.ndarray, w: np.ndarray):
     return out.reshape(COUT, H, W), res
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     print(header(__file__), flush=True)
     cfg = preset("pynq")
     rng = np.random.default_rng(0)
@@ -165,4 +168,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

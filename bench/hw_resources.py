@@ -13,6 +13,7 @@ Usage: python bench/hw_resources.py [--verilog-only] [PRESET | CONFIG.json ...]
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -27,9 +28,13 @@ VERILOG_PRESETS = ("tiny", "batch2", "pynq", "ultra96", "zcu104")
 
 
 def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--verilog-only", action="store_true", help="print only the Verilog sizes")
+    ap.add_argument("names", nargs="*", metavar="PRESET|CONFIG.json",
+                    help="presets or config files (default: the plan's presets)")
+    args = ap.parse_args(argv)
+    verilog_only, names = args.verilog_only, args.names
     print(header(__file__))
-    verilog_only = "--verilog-only" in argv
-    names = [a for a in argv if not a.startswith("--")]
     for name in [n for n in VERILOG_PRESETS if not names or n in names]:
         text = emit_verilog(preset(name), name="vta_core")
         print(f"{name}: Verilog {len(text.encode()) / 1e6:.2f} MB ({len(text.encode()):,} bytes)")

@@ -11,6 +11,7 @@ Usage: python bench/hw_timing.py [NAME ...]   (names of PLAN; several minutes ea
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from _record import header
@@ -33,8 +34,14 @@ PLAN: dict[str, VTAConfig] = {
 
 
 def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("names", nargs="*", metavar="NAME",
+                    help=f"configs of the plan, of {', '.join(PLAN)} (default: all)")
+    names = ap.parse_args(argv).names or list(PLAN)
+    bad = [n for n in names if n not in PLAN]
+    if bad:
+        ap.error(f"unknown config {bad[0]!r} (choose from {', '.join(PLAN)})")
     print(header(__file__), flush=True)
-    names = argv or list(PLAN)
     for name in names:
         cfg = PLAN[name]
         try:

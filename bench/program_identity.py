@@ -12,6 +12,7 @@ Run: ``python bench/program_identity.py [--record] [--cheap] [NAME-PREFIX ...]``
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -23,9 +24,13 @@ import program_identity as pi  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    record = "--record" in argv
-    cheap = "--cheap" in argv
-    prefixes = [a for a in argv if not a.startswith("--")]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", action="store_true",
+                    help="rewrite the JSON from this tree's lowering instead of checking")
+    ap.add_argument("--cheap", action="store_true", help="only the cheap cases")
+    ap.add_argument("prefixes", nargs="*", metavar="NAME-PREFIX", help="cases to run")
+    args = ap.parse_args(argv)
+    record, cheap, prefixes = args.record, args.cheap, args.prefixes
     want = {} if record or not pi.JSON_PATH.exists() else pi.load()
     got, bad, n_prog = {}, [], 0
     t0 = time.perf_counter()

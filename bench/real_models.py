@@ -11,6 +11,7 @@ Run: ``.venv/bin/python bench/real_models.py [substring ...]``
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -32,10 +33,13 @@ def _cos(a, b) -> float:
     return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-30))
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("pick", nargs="*", metavar="SUBSTRING",
+                    help="only the model files whose name contains one of these")
+    pick = ap.parse_args(argv).pick
     man = json.loads((HERE / "manifest.json").read_text())
     inputs = np.load(HERE / "inputs.npz")
-    pick = sys.argv[1:]
     print(f"{'model':<50} {'nodes VTA/np/ort':>17} {'MACs on VTA':>12} {'cosine':>7} "
           f"{'max err':>8} {'CPU s':>7} {'run s':>7}")
     for f in man["files"]:
@@ -69,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -10,6 +10,8 @@ Run: ``/work/venv/bin/python bench/resnet18_layers.py``
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 
 import numpy as np
@@ -26,7 +28,8 @@ from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
     print(header(__file__), flush=True)
     cfg = preset("pynq")
     print(f"{'layer':<5} {'tiling obn/ibn/th/tw/vt/res':<28} {'GEMM uops':>10} {'ideal':>10} "
@@ -60,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

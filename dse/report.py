@@ -419,6 +419,17 @@ def load_report(path: str | Path) -> dict:
         raise ValueError(f"{p}: not a JSON file ({e.msg}, line {e.lineno})") from None
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
         raise ValueError(f"{p}: not a vtaforge DSE report (schema {SCHEMA!r} expected)")
+    for key, kind in (("points", list), ("capacity", dict), ("summary", dict),
+                      ("best", dict), ("evaluator", dict)):
+        if not isinstance(d.get(key), kind):
+            raise ValueError(f"{p}: malformed DSE report: {key!r} is "
+                             f"{'missing' if key not in d else type(d[key]).__name__}, not a "
+                             f"{'list' if kind is list else 'JSON object'}")
+    bad = next((i for i, q in enumerate(d["points"])
+                if not isinstance(q, dict) or not isinstance(q.get("params"), dict)), None)
+    if bad is not None:
+        raise ValueError(f"{p}: malformed DSE report: point {bad} is not an object with "
+                         f"'params'")
     return d
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
@@ -557,7 +558,16 @@ class VTAConfig:
             ConfigError: unreadable file, invalid JSON, or invalid content (the message
                 names the file).
         """
+        import stat
+
         p = Path(path)
+        try:        # a FIFO would block the open until a writer came; a device never ends
+            mode = os.stat(p).st_mode
+        except (OSError, ValueError):
+            mode = None     # missing, a bad name: the open below names the cause
+        if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise ConfigError(f"config file {str(p)!r} is not a regular file (a FIFO or a "
+                              f"device)")
         try:
             with open(p, "rb") as f:
                 data = f.read(_MAX_CONFIG_BYTES + 1)
@@ -681,7 +691,10 @@ def load_config(spec: str | Path | VTAConfig | None = None) -> VTAConfig:
     s = str(spec)
     if s in PRESETS:
         return preset(s)
-    if s.endswith(".json") or Path(s).exists():
+    if not s.strip():
+        raise ConfigError(f"config {s!r} is empty: give a preset ({', '.join(PRESETS)}) or a "
+                          f"config file")
+    if s.endswith(".json") or os.sep in s or Path(s).exists():
         return VTAConfig.from_json_file(s)
     raise ConfigError(f"{s!r} is neither a preset ({', '.join(PRESETS)}) nor a config file")
 

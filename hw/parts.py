@@ -385,7 +385,8 @@ def board_spec(cfg: VTAConfig, board: str | None = None) -> BoardSpec:
 
     Args:
         cfg: the config (its ``PART`` and ``TARGET`` are read).
-        board: a key of :data:`BOARDS`; default: the board of ``cfg.TARGET``
+        board: a key of :data:`BOARDS` or a :data:`BOARD_ALIASES` name (``ultra96``);
+            default: the board of ``cfg.TARGET``
             (:data:`TARGET_BOARDS`) when ``cfg.PART`` is that board's device, else a
             generic board of ``cfg.PART``'s family (``xc7z*`` → Zynq-7000, ``xczu*`` →
             UltraScale+) with ``part`` = ``cfg.PART``.
@@ -400,9 +401,11 @@ def board_spec(cfg: VTAConfig, board: str | None = None) -> BoardSpec:
         if device_of(part) == default.device:
             return default
     if board is not None:
-        if board not in BOARDS:
-            raise FlowError(f"unknown board {board!r}; supported: {', '.join(BOARDS)}")
-        spec = BOARDS[board]
+        key = BOARD_ALIASES.get(board, board)
+        if key not in BOARDS:
+            raise FlowError(f"unknown board {board!r}; supported: "
+                            f"{', '.join(board_names(aliases=True))}")
+        spec = BOARDS[key]
         if device_of(part) != spec.device:
             raise FlowError(f"config PART {cfg.PART!r} is not the {spec.title}'s device "
                             f"({spec.part}): a bitstream for one device does not load on "

@@ -100,6 +100,10 @@ class FlowWarning(UserWarning):
     one the PS can make)."""
 
 
+#: The most Vivado run jobs ``board project --jobs`` takes (as ``dse run --jobs``): more
+#: than any host's cores, and a larger integer overflows Vivado's Tcl.
+MAX_VIVADO_JOBS = 256
+
 def _clock_note(spec: BoardSpec, clk: PLClock) -> str:
     """One line on a request the PS cannot make (empty when it can)."""
     if clk.exact:
@@ -386,8 +390,9 @@ def build_tcl(cfg: VTAConfig, *, board: str | None = None, board_part: str | Non
             user-supplied can inject TCL.
     """
     spec = board_spec(cfg, board)
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise FlowError(f"--jobs must be an integer >= 1, got {jobs!r}")
+    if (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1
+            or jobs > MAX_VIVADO_JOBS):
+        raise FlowError(f"--jobs must be an integer in 1..{MAX_VIVADO_JOBS}, got {jobs!r}")
     part = _tcl_word(spec.part or cfg.PART, "part (PART)")
     _tcl_word(cfg.PART, "part (PART)")
     if board_part is not None:
@@ -688,8 +693,8 @@ def run_vivado(project_dir: str | Path, *, vivado: str = "vivado", timeout_s: fl
     """
     d = Path(project_dir)
     if not (d / "build.tcl").is_file():
-        raise FlowError(f"{d} has no build.tcl; write the project first "
-                        f"(vtaforge board project --config PRESET -o {d})")
+        raise FlowError(f"{str(d)!r} has no build.tcl; write the project first "
+                        f"(vtaforge board project --config PRESET -o DIR)")
     exe = shutil.which(vivado)
     if exe is None:
         raise FlowError(f"{vivado!r} is not on PATH: install Vivado (with Zynq device support) "

@@ -22,7 +22,7 @@ import numpy as np
 from .device import DeviceError
 
 __all__ = ["open_npz", "read_npz", "check_npz", "load_npy", "load_array", "atomic_open",
-           "NPY_MAGIC", "ZIP_MAGIC"]
+           "check_regular", "NPY_MAGIC", "ZIP_MAGIC"]
 
 #: The first bytes of a ``.npy`` file and of a zip archive (``.npz``, ``.vtapkg``).
 NPY_MAGIC = b"\x93NUMPY"
@@ -93,6 +93,7 @@ def load_npy(path: str | Path, what: str, error: type[Exception] = DeviceError) 
             size larger than the file or the memory, data shorter than declared).
     """
     p = str(path)
+    check_regular(p, what, error)
     try:
         with open(p, "rb") as f:
             if f.read(len(NPY_MAGIC)) != NPY_MAGIC:
@@ -158,8 +159,24 @@ def check_npz(path: str | Path, what: str, error: type[Exception] = DeviceError)
         return list(z.files)
 
 
+def check_regular(p: str, what: str, error: type[Exception]) -> None:
+    """Refuse an existing ``p`` that is neither a regular file nor a directory (a FIFO, a
+    device such as ``/dev/zero``, a socket) before it is opened: opening a FIFO blocks until
+    a writer comes, reading a device may never end.  Missing paths and directories are left
+    to the reader, whose message names them."""
+    import stat
+
+    try:
+        mode = os.stat(p).st_mode
+    except (OSError, ValueError):
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise error(f"{what} {p!r} is not a regular file (a FIFO or a device)")
+
+
 def _head(p: str, what: str, error: type[Exception]) -> bytes:
     """The first bytes of the file ``p`` (enough for either magic)."""
+    check_regular(p, what, error)
     try:
         with open(p, "rb") as f:
             return f.read(max(len(NPY_MAGIC), len(ZIP_MAGIC)))

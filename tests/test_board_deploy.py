@@ -177,6 +177,11 @@ def test_bad_arguments_are_refused_before_any_ssh(pkg, tmp_path):
         (["--host", "b", "--run", str(tmp_path / "none.npy")], "does not exist"),
         (["--host", "b", "--run", str(x), "--model", "resnet"], "is not in the package"),
         (["--host", "b", "--model", "digits"], "--model needs --run INPUT.npy"),
+        # the results folder is written after the run on the board: checked before any ssh
+        (["--host", "b", "--run", str(x), "-o", str(x / "out")],
+         f"-o/--out '{x / 'out'}': '{x}' is a file, not a directory"),
+        (["--host", "b", "--run", str(x), "-o", "/proc/vtaforge-out"],
+         "-o/--out '/proc/vtaforge-out': directory '/proc' is not writable"),
     ]
     for args, msg in cases:
         r, _, calls = _deploy(tmp_path, str(pkg), *args)
@@ -189,6 +194,17 @@ def test_bad_arguments_are_refused_before_any_ssh(pkg, tmp_path):
     assert "config.json (" in _error(r) and calls == []
     r, _, calls = _deploy(tmp_path, str(tmp_path / "nope"), "--host", "b")
     assert "is not a folder" in _error(r) and calls == []
+
+
+def test_deploy_checks_its_results_folder_before_any_ssh(pkg, tmp_path):
+    """``runtime.board.deploy(out_dir=...)`` (the library call under the CLI) refuses a
+    results folder it could not create before it copies or runs anything."""
+    from vtaforge.runtime.board import DeployError, deploy
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(DeployError, match=r"^-o/--out '.*afile/r': '.*afile' is not a "
+                                          r"directory$"):
+        deploy(pkg, "u@nohost", run_input=pkg.parent / "x.npy", out_dir=tmp_path / "afile" / "r")
 
 
 def test_missing_ssh_is_one_error_line(pkg, tmp_path, monkeypatch):

@@ -241,6 +241,9 @@ def test_board_build_without_a_project_writes_nothing(tmp_path, monkeypatch):
     ("hwh_clock", "sets the PL clock to 150 MHz, but the config's CLOCK_MHZ is 100"),
     ("hwh_device", "is for device 7z010, but the config's PART is xc7z020clg484-1"),
     ("no_hwh", "does not exist (PYNQ needs the .hwh of the bitstream; pass --hwh)"),
+    # a copy cut short was packaged (the header was whole): PYNQ would load part of a design
+    ("truncated", "is truncated: its header declares 256 bytes of configuration data, the "
+                  "file holds 100"),
 ])
 def test_bit_and_hwh_checks(kit, tmp_path, case, message):
     proj = tmp_path / "proj"
@@ -260,6 +263,9 @@ def test_bit_and_hwh_checks(kit, tmp_path, case, message):
         hwh.write_text(bk.hwh_text(PYNQ, device="7z010"))
     elif case == "no_hwh":
         hwh.unlink()
+    elif case == "truncated":
+        whole = bit.read_bytes()
+        bit.write_bytes(whole[:len(whole) - 256 + 100])
     line = _error(_package(kit, tmp_path / "p", bit=bit))
     assert message in line, line
     assert not (tmp_path / "p").exists()
@@ -621,7 +627,192 @@ def test_board_runner_errors_without_click(kit, tmp_path):
                         "import main\nsys.exit(main(sys.argv[1:]))", "run", "--model",
                         str(kit["model"]), "--input", str(bad), "--config", "pynq",
                         "--target", "fsim"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and r.stderr.startswith("error: cannot read input"), r.stderr
+    assert r.returncode == 2 and r.stderr.startswith(f"error: input '{bad}' is neither a .npy "
+                                                     f"array nor a .npz archive"), r.stderr
+
+
+@pytest.mark.parametrize("where, message", [
+    ("under_file", "--output '{p}': directory '{d}' does not exist"),
+    ("dir", "--output '{p}' is a directory, not a file"),
+    ("missing_dir", "--output '{p}': directory '{d}' does not exist"),
+    ("empty", "--output '': the path is empty"),
+], ids=["under_file", "dir", "missing_dir", "empty"])
+def test_board_runner_checks_output_before_running(kit, tmp_path, capsys, monkeypatch,
+                                                   where, message):
+    """``python -m vtaforge.runtime.board run --output Y`` refuses an unwritable Y before it
+    loads the model or makes a device (it used to run the model, then fail writing Y)."""
+    from vtaforge.runtime import board as deploy
+    from vtaforge.runtime import bundle
+
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "adir").mkdir()
+    out = {"under_file": tmp_path / "afile" / "y.npy", "dir": tmp_path / "adir",
+           "missing_dir": tmp_path / "nodir" / "y.npy", "empty": ""}[where]
+
+    def no_device(*a, **kw):
+        raise AssertionError("the model ran before --output was checked")
+
+    monkeypatch.setattr(bundle, "make_device", no_device)
+    capsys.readouterr()
+    assert deploy.main(["run", "--model", str(kit["model"]), "--input", str(kit["x"]),
+                        "--config", "pynq", "--target", "fsim", "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    want = message.format(p=out, d=Path(out).parent)
+    assert err.strip() == f"error: {want}", err
+
+
+def test_board_stats_checks_its_output_first(kit, tmp_path, capsys):
+    """``stats -o STATS.json`` in a missing directory: one error line, nothing written."""
+    from vtaforge.runtime import board as deploy
+
+    out = tmp_path / "nodir" / "stats.json"
+    capsys.readouterr()
+    assert deploy.main(["stats", "--model", str(kit["model"]), "--config", "pynq", "--input",
+                        str(kit["x"]), "--output", str(tmp_path / "y.npy"), "--target", "fsim",
+                        "--start", "0", "--end", "1", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"error: -o '{out}': directory '{out.parent}' does not exist", err
+
+
+@pytest.mark.parametrize("cli", [True, False])
+def test_verify_names_a_missing_package_directory(tmp_path, capsys, cli):
+    """``board verify`` / ``python -m vtaforge.runtime.board verify`` / ``verify_package`` on a
+    path that does not exist: the message names that path, not a manifest.json inside it;
+    an empty folder: "no manifest.json (not a board package)"."""
+    from vtaforge.runtime import board as deploy
+
+    missing = tmp_path / "nopkg"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(deploy.DeployError,
+                       match=rf"^package directory '{missing}' does not exist$"):
+        deploy.verify_package(missing)
+    if cli:
+        line = _error(CliRunner().invoke(main, ["board", "verify", str(missing)]))
+        assert line == f"error: package directory '{missing}' does not exist"
+        line = _error(CliRunner().invoke(main, ["board", "verify", str(tmp_path / "empty")]))
+        assert line == (f"error: verify '{tmp_path / 'empty'}': no manifest.json (not a board "
+                        f"package)")
+    else:
+        capsys.readouterr()
+        assert deploy.main(["verify", str(missing)]) == 2
+        assert capsys.readouterr().err == f"error: package directory '{missing}' does not exist\n"
+
+
+@pytest.fixture
+def specials(tmp_path):
+    """FIFOs where the board runner takes files, a deeply nested and a FIFO manifest."""
+    d = {}
+    for name in ("in.npy", "cfg.json", "m.vtapkg", "run.log"):
+        os.mkfifo(tmp_path / name)
+        d[name] = str(tmp_path / name)
+    for name, make in (("deep", lambda p: p.write_text("[" * 100000 + "]" * 100000)),
+                       ("fifo", lambda p: os.mkfifo(p))):
+        (tmp_path / name).mkdir()
+        make(tmp_path / name / "manifest.json")
+        d[name] = str(tmp_path / name)
+    return d
+
+
+def _board_main(argv, capsys) -> tuple[int, str]:
+    """``python -m vtaforge.runtime.board ARGV`` in process, a hang failing after 30 s."""
+    import signal
+
+    from vtaforge.runtime import board as deploy
+
+    def hang(*a):
+        raise AssertionError(f"hung: {argv}")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(30)
+    capsys.readouterr()
+    try:
+        try:
+            rc = deploy.main(argv)
+        except SystemExit as e:
+            rc = e.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    return rc, capsys.readouterr().err
+
+
+def test_board_runner_refuses_fifos_and_odd_files(kit, specials, tmp_path, capsys):
+    """The board runner opened FIFOs (input, config, model, run log, manifest) and blocked
+    for ever, and a 100000-deep manifest was a RecursionError traceback: each is one error
+    line now (``stats`` still writes its statistics, with the error in them)."""
+    run = ["run", "--model", str(kit["model"]), "--input", str(kit["x"]), "--config", "pynq",
+           "--target", "fsim"]
+    for flag, key, what in (("--input", "in.npy", "input"), ("--config", "cfg.json",
+                            "config file"), ("--model", "m.vtapkg", "artifact")):
+        argv = list(run)
+        argv[argv.index(flag) + 1] = specials[key]
+        rc, err = _board_main(argv, capsys)
+        assert (rc, err) == (2, f"error: {what} '{specials[key]}' is not a regular file (a "
+                                f"FIFO or a device)\n"), (flag, err)
+    for key, msg in (("deep", "manifest.json is nested too deeply (not a package manifest)"),
+                     ("fifo", "manifest.json is not a regular file")):
+        rc, err = _board_main(["verify", specials[key]], capsys)
+        assert (rc, err) == (2, f"error: verify '{specials[key]}': {msg}\n"), err
+    out = tmp_path / "stats.json"
+    stats = ["stats", "--model", specials["m.vtapkg"], "--config", specials["cfg.json"],
+             "--input", specials["in.npy"], "--output", str(tmp_path / "y.npy"), "--target",
+             "fsim", "--start", "0", "--end", "1", "--log", specials["run.log"], "-o", str(out)]
+    assert _board_main(stats, capsys)[0] == 0
+    d = json.loads(out.read_text())
+    assert d["error"] == (f"error: config '{specials['cfg.json']}' is not a regular file (a "
+                          f"FIFO or a device)"), d["error"]
+    assert d["input_shape"] is None and d["run_s"] is None
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["stats", "--model", "m", "--config", "pynq", "--input", "x", "--output", "y",
+      "--target", "fsim", "--start", "nan", "--end", "1", "-o", "s.json"],
+     "stats: argument --start: invalid finite number of seconds value: 'nan'"),
+    (["stats", "--model", "m", "--config", "pynq", "--input", "x", "--output", "y",
+      "--target", "fsim", "--start", "0", "--end", "inf", "-o", "s.json"],
+     "stats: argument --end: invalid finite number of seconds value: 'inf'"),
+    (["verify", "p", "--bogus"], "unrecognized arguments: --bogus"),
+    (["nosuch"], "argument cmd: invalid choice: 'nosuch'"),
+    ([], "the following arguments are required: cmd"),
+], ids=["start-nan", "end-inf", "unknown-option", "unknown-command", "no-command"])
+def test_board_runner_usage_errors_are_one_line(argv, message, capsys):
+    """argparse's usage errors (two lines: usage, then ``prog: error:``) are one ``error:``
+    line; an infinite --end was an OverflowError traceback in time.gmtime."""
+    rc, err = _board_main(argv, capsys)
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error: python -m "
+                                                                "vtaforge.runtime.board"), err
+    assert message in err, err
+
+
+def test_bitstream_info_nested_too_deeply_is_one_error_line(kit, tmp_path):
+    """``--bitstream-info`` of a 100000-deep JSON was a RecursionError: internal error,
+    exit 3."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    line = _error(_package(kit, tmp_path / "p", "--bitstream-info", str(deep)))
+    assert line == f"error: --bitstream-info '{deep}' is not a readable JSON object", line
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.pop("config"), "manifest.json has no config fingerprint"),
+    (lambda d: d.update(models="digits"), "manifest.json's models are not a list of {name, "
+                                          "file} objects"),
+    (lambda d: d.update(models=[{"name": 1}]), "manifest.json's models are not a list"),
+    (lambda d: d.update(user_files=["README.md"]), "files or user_files entries are not"),
+    (lambda d: d["files"].update({"run.sh": "abc"}), "files or user_files entries are not"),
+], ids=["no-config", "models-str", "model-no-file", "user-files-list", "file-entry-str"])
+def test_verify_refuses_a_malformed_manifest(pkg, tmp_path, edit, message):
+    """manifest.json fields that verify did not look at but the tools read after it: a
+    missing config was a KeyError in ``board verify``, a models string a TypeError in
+    ``board deploy`` (internal errors, exit 3)."""
+    work = tmp_path / "pkg"
+    shutil.copytree(pkg, work)
+    d = json.loads((work / "manifest.json").read_text())
+    edit(d)
+    (work / "manifest.json").write_text(json.dumps(d))
+    for argv in (["board", "verify", str(work)], ["board", "deploy", str(work), "--host", "u@h"]):
+        line = _error(CliRunner().invoke(main, argv))
+        assert line.startswith(f"error: verify '{work}': ") and message in line, (argv, line)
 
 
 def test_package_prints_the_boards_part(kit, pkg, tmp_path):

@@ -47,8 +47,10 @@ def test_exec_max_steps_must_be_positive(tmp_path, v):
     assert r.exit_code == 2 and "--max-steps" in r.output + r.stderr
 
 
-def test_board_project_jobs_zero(tmp_path):
+@pytest.mark.parametrize("v", ["0", "257", "999999999999999999999"])
+def test_board_project_jobs_out_of_range(tmp_path, v):
+    """--jobs 0 and --jobs 10**21 (written into build.tcl, where Vivado's Tcl overflows)."""
     r = CliRunner().invoke(main, ["board", "project", "--config", "tiny", "-o",
-                                  str(tmp_path / "p"), "--jobs", "0"])
-    assert r.exit_code == 2 and "--jobs" in r.output + r.stderr
+                                  str(tmp_path / "p"), "--jobs", v])
+    assert r.exit_code == 2 and "'--jobs'" in r.stderr and "1<=x<=256" in r.stderr, r.stderr
     assert not (tmp_path / "p").exists()

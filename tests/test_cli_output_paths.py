@@ -104,3 +104,43 @@ def test_exec_output_still_written(tmp_path, bundle):
     from vtaforge.runtime.bundle import load_result
 
     assert load_result(out)[0].shape == (64,)
+
+
+#: A directory that refuses new files even to root (os.access says it is writable).
+_NO_NEW_FILES = "/proc"
+
+
+@pytest.mark.parametrize("args, option", [
+    (["compile", str(DIGITS_ONNX), "-o", "{d}/m.vtapkg"], "-o/--output"),
+    (["run", "--model", str(DIGITS_ONNX), "--input", "{x}", "--output", "{d}/y.npy"],
+     "--output"),
+    (["exec", "{bundle}", "-o", "{d}/r.npz"], "-o/--output"),
+    (["exec", "{bundle}", "--target", "rtl", "--trace", "{d}/t.vcd"], "--trace"),
+    (["profile", str(DIGITS_ONNX), "--target", "fsim", "--json", "{d}/p.json"], "--json"),
+    (["dse", "run", "--no-progress", "--size", "7", "--workloads", "resnet18-c2", "-o",
+      "{d}/r.json"], "-o/--out"),
+    (["hw", "verilog", "--config", "tiny", "-o", "{d}/rtl"], "-o/--out"),
+    (["hw", "verilog", "--config", "tiny", "-o", "{d}/a/b/rtl"], "-o/--out"),
+    (["hw", "timing", "--no-progress", "--workdir", "{d}/w"], "--workdir"),
+    (["board", "project", "--config", "tiny", "-o", "{d}/proj"], "-o/--out"),
+], ids=["compile", "run", "exec", "exec-trace", "profile-json", "dse", "hw-verilog",
+        "hw-verilog-deep", "hw-timing", "board-project"])
+def test_a_directory_that_takes_no_new_file_is_refused_first(tmp_path, bundle, args, option):
+    """``os.access`` says yes to root on /proc: the check creates a file to know, so the
+    command fails at once naming the option, not after its run with a bare errno line."""
+    import os
+
+    if not os.path.isdir(_NO_NEW_FILES):
+        pytest.skip("no /proc")
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((1, 1, 8, 8), np.float32))
+    argv = [a.format(d=_NO_NEW_FILES, x=x, bundle=bundle) for a in args]
+    r = CliRunner().invoke(main, argv)
+    _error_line(r, f"{option} '{_NO_NEW_FILES}/", f"directory '{_NO_NEW_FILES}' is not writable")
+
+
+def test_output_folder_under_a_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    r = CliRunner().invoke(main, ["hw", "verilog", "--config", "tiny", "-o",
+                                  str(tmp_path / "afile" / "rtl")])
+    _error_line(r, "-o/--out", "afile' is a file, not a directory")

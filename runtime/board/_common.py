@@ -55,10 +55,73 @@ def _write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def _load_json(p: Path) -> dict | None:
+def check_output_file(path: str | Path, what: str) -> None:
+    """Check, before a run, that ``path`` can be written as a new file renamed over it
+    (what :func:`_write_json` and ``run --output`` do): not empty, not a directory, its
+    directory exists and takes a new file, and an existing ``path`` is a regular file.
+
+    Raises:
+        DeployError: one line naming ``what`` (``--output``), the path and the cause.
+    """
+    if not str(path).strip():
+        raise DeployError(f"{what} {str(path)!r}: the path is empty")
+    p = Path(path)
+    d = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise DeployError(f"{what} {str(path)!r} is a directory, not a file")
+    if not d.is_dir():
+        raise DeployError(f"{what} {str(path)!r}: directory {str(d)!r} does not exist")
+    if p.exists() and not p.is_file():
+        raise DeployError(f"{what} {str(path)!r} exists and is not a regular file (a FIFO or "
+                          f"a device), which the new file would replace")
+    probe = d / f".{p.name}.tmp"
+    try:                        # os.access says yes to root on a read-only file system
+        with open(probe, "xb"):
+            pass
+    except FileExistsError:
+        pass                    # a leftover of an earlier run: it is overwritten then
+    except OSError as e:
+        raise DeployError(f"{what} {str(path)!r}: directory {str(d)!r} is not writable "
+                          f"({e.strerror or e})") from None
+    else:
+        probe.unlink()
+
+
+def check_output_dir(path: str | Path, what: str) -> None:
+    """Check, before anything runs, that folder ``path`` can be made (its nearest existing
+    ancestor is a directory that takes a new file) or, when it exists, is a directory.
+
+    Raises:
+        DeployError: one line naming ``what``, the path and the cause.
+    """
+    p = Path(path)
+    if not str(path).strip():
+        raise DeployError(f"{what} {str(path)!r}: the path is empty")
+    if p.exists() and not p.is_dir():
+        raise DeployError(f"{what} {str(path)!r} exists and is not a directory")
+    up = p
+    while not up.exists() and up.parent != up and not up.is_symlink():
+        up = up.parent
+    if not up.is_dir():
+        raise DeployError(f"{what} {str(path)!r}: {str(up)!r} is not a directory")
+    probe = up / f".vtaforge-probe-{os.getpid()}"
     try:
+        with open(probe, "xb"):
+            pass
+        probe.unlink()
+    except OSError as e:
+        raise DeployError(f"{what} {str(path)!r}: directory {str(up)!r} is not writable "
+                          f"({e.strerror or e})") from None
+
+
+def _load_json(p: Path) -> dict | None:
+    """The JSON object in file ``p``, or None (missing, not a regular file, not UTF-8, not
+    JSON, nested too deeply for the parser, not an object)."""
+    try:
+        if not p.is_file():             # a FIFO would block read_text
+            return None
         d = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     return d if isinstance(d, dict) else None
 

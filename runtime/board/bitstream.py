@@ -27,7 +27,8 @@ def read_bit_header(path: str | Path) -> dict[str, Any]:
         ``{"design", "user_id" (int or None), "tool_version", "part", "date", "time",
         "data_bytes"}``.
     Raises:
-        DeployError: unreadable, or not a ``.bit`` (a raw ``.bin`` has no header).
+        DeployError: unreadable, not a ``.bit`` (a raw ``.bin`` has no header), or
+            shorter than the configuration data its header declares.
     """
     p = Path(path)
     try:
@@ -47,6 +48,11 @@ def read_bit_header(path: str | Path) -> dict[str, Any]:
             if pos + 4 > len(raw):
                 raise bad
             fields["e"] = struct.unpack(">I", raw[pos:pos + 4])[0]
+            held = size - (pos + 4)
+            if held < fields["e"]:      # a copy cut short: PYNQ would load a partial design
+                raise DeployError(f"bitstream {str(p)!r} is truncated: its header declares "
+                                  f"{fields['e']} bytes of configuration data, the file holds "
+                                  f"{max(held, 0)}")
             break
         if pos + 2 > len(raw):
             raise bad

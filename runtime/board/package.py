@@ -234,8 +234,14 @@ def verify_package(package_dir: str | Path, notes: list[str] | None = None) -> d
     Returns:
         the manifest.
     Raises:
-        DeployError: no manifest, or files missing or differing (one line naming them).
+        DeployError: ``package_dir`` missing or not a directory, no manifest, or files
+            missing or differing (one line naming them).
     """
+    root = Path(package_dir)
+    if not root.is_dir():
+        raise DeployError(f"package directory {str(package_dir)!r} does not exist"
+                          if not root.exists() else
+                          f"{str(package_dir)!r} is not a directory (a package is a folder)")
     try:
         man, found = _load_verifier()["check"](str(package_dir))
         if notes is not None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ._common import _HOST, _NAME, _REMOTE_DIR, DEFAULT_TIMEOUT_S, DeployError, _call, _last_error, _load_json
+from ._common import (_HOST, _NAME, _REMOTE_DIR, DEFAULT_TIMEOUT_S, DeployError, _call, _last_error,
+                      _load_json, check_output_dir)
 from .package import verify_package
 
 @dataclass
@@ -94,6 +95,8 @@ def deploy(package_dir: str | Path, host: str, *, run_input: str | Path | None =
         raise DeployError(f"package {str(pkg)!r} is not a folder (make one with vtaforge "
                           f"board package)")
     man = verify_package(pkg)
+    if out_dir is not None:     # fetched into after the run: checked before anything runs
+        check_output_dir(out_dir, "-o/--out")
     if not isinstance(host, str) or not _HOST.fullmatch(host):
         raise DeployError(f"--host {host!r} is not USER@HOST (letters, digits and _ . + -, "
                           f"not starting with -)")

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import stat
 import sys
 import time
 from pathlib import Path
@@ -15,8 +17,11 @@ from ... import __version__
 from ...hw.config import ConfigError, load_config
 from ..artifact import ArtifactError, load_artifact
 from ..device import DeviceError
-from ._common import DeployError, _first_line, _write_json
+from ._common import DeployError, _first_line, _write_json, check_output_file
 from .package import verify_package
+
+#: The end of a run log that ``stats`` reads (its summary and ``error:`` lines are last).
+_LOG_TAIL_BYTES = 1 << 20
 
 _SUMMARY = re.compile(r"sample\(s\) on \S+ \(.*?\) in ([0-9.]+) s; (\d+)/(\d+) steps on VTA, "
                       r"([0-9.]+) s in CPU steps")
@@ -39,6 +44,9 @@ def run_stats(*, model: str, config: str, input: str, output: str, log: str | No
                          "exit_status": int(exit_status), "error": None,
                          "wall_s": round(float(end) - float(start), 6)}
     try:
+        for what, path in (("config", config), ("model", model)):
+            if Path(path).exists() and not _regular_file(path) and not Path(path).is_dir():
+                raise DeployError(f"{what} {path!r} is not a regular file (a FIFO or a device)")
         cfg = load_config(config)
         d["config_fingerprint"] = f"0x{cfg.fingerprint:08x}"
         d["bitstream_name"] = cfg.bitstream_name
@@ -50,15 +58,20 @@ def run_stats(*, model: str, config: str, input: str, output: str, log: str | No
         d["error"] = f"error: {_first_line(str(e))}"
     for key, path in (("input", input), ("output", output)):
         d[key] = path
+        d[f"{key}_shape"] = d[f"{key}_dtype"] = None
+        if not _regular_file(path):     # a FIFO would block np.load
+            continue
         try:
             a = np.load(path, mmap_mode="r", allow_pickle=False)
             d[f"{key}_shape"], d[f"{key}_dtype"] = list(a.shape), str(a.dtype)
-        except (OSError, ValueError):
-            d[f"{key}_shape"] = d[f"{key}_dtype"] = None
+        except (OSError, ValueError, EOFError):
+            pass
     text = ""
-    if log:
+    if log and _regular_file(log):
         try:
-            text = Path(log).read_text(errors="replace")
+            with open(log, "rb") as f:      # the summary and error lines are at the end
+                f.seek(max(0, os.fstat(f.fileno()).st_size - _LOG_TAIL_BYTES))
+                text = f.read().decode(errors="replace")
         except OSError:
             pass
     m = _SUMMARY.search(text)
@@ -69,8 +82,16 @@ def run_stats(*, model: str, config: str, input: str, output: str, log: str | No
         d["error"] = errs[-1]
     d.update(host=platform.node(), machine=platform.machine(),
              python=platform.python_version(), vtaforge=__version__,
-             finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(end))))
+             finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(end)))
+             if math.isfinite(float(end)) and abs(float(end)) < 1e11 else None)
     return d
+
+
+def _regular_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def run_model(*, model: str, input: str, config: str, target: str = "pynq",
@@ -82,33 +103,27 @@ def run_model(*, model: str, input: str, config: str, target: str = "pynq",
     the core cycles per VTA step, and writes the first output (float32) to ``output``.
 
     Raises:
-        DeployError: an unreadable input; the runtime's errors (ConfigError,
-            ArtifactError, DeviceError) pass through.
+        DeployError: an unreadable input; an ``output`` that cannot be written (checked
+            before anything runs); the runtime's errors (ConfigError, ArtifactError,
+            DeviceError) pass through.
     """
     import numpy as np
 
     from ..bundle import make_device
     from ..executor import Executor
 
+    if output is not None:
+        check_output_file(output, "--output")
+    from ..npz import load_array
+
     cfg = load_config(config)
     cm = load_artifact(model, cfg)
-    try:
-        x = np.load(input, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise DeployError(f"cannot read input {input!r}: {e or 'empty file'}") from None
-    if isinstance(x, np.lib.npyio.NpzFile):
-        from ..npz import read_npz
-
-        with x:
-            x = read_npz(x, input, "input")
-        if not x:
-            raise DeployError(f"input {input!r} is an empty .npz archive")
+    x = load_array(input, "input", DeployError)    # headers checked, FIFOs refused
+    if isinstance(x, dict):
         extra = [k for k in x if k not in cm.inputs]
         if extra:
             raise DeployError(f"input {input!r} has unknown input(s) {extra}; the model's "
                               f"inputs: {list(cm.inputs)}")
-    elif not isinstance(x, np.ndarray):
-        raise DeployError(f"input {input!r} is not a single .npy array")
     echo("placement:")
     echo(cm.placement_table())
     ex = Executor(cm, make_device(target, cfg))
@@ -127,7 +142,7 @@ def run_model(*, model: str, input: str, config: str, target: str = "pynq",
     dt = time.perf_counter() - t0
     host = sum(st.host_seconds for st in ex.stats.values())
     y = np.asarray(out[cm.outputs[0]], np.float32)
-    if output:
+    if output is not None:
         tmp = Path(output).with_name(f".{Path(output).name}.tmp")
         with open(tmp, "wb") as f:
             np.save(f, y)
@@ -151,14 +166,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``run.sh`` calls: no click) and ``python -m vtaforge.runtime.board verify PACKAGE_DIR``."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m vtaforge.runtime.board")
+    class _Parser(argparse.ArgumentParser):
+        """Usage errors as one ``error:`` line, exit status 2 (run.sh's logs and stats
+        take the last ``error:`` line)."""
+
+        def error(self, message):
+            self.exit(2, f"error: {self.prog}: {message} (--help for the usage)\n")
+
+    def _seconds(text: str) -> float:
+        v = float(text)
+        if not math.isfinite(v):
+            raise ValueError(text)
+        return v
+
+    _seconds.__name__ = "finite number of seconds"
+    ap = _Parser(prog="python -m vtaforge.runtime.board")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("stats", help="write the statistics of a vtaforge run")
     for k in ("--model", "--config", "--input", "--output", "--target", "-o"):
         s.add_argument(k, required=True)
     s.add_argument("--log")
-    s.add_argument("--start", type=float, required=True)
-    s.add_argument("--end", type=float, required=True)
+    s.add_argument("--start", type=_seconds, required=True)
+    s.add_argument("--end", type=_seconds, required=True)
     s.add_argument("--exit-status", type=int, default=0)
     v = sub.add_parser("verify", help="check a package against its manifest")
     v.add_argument("package")
@@ -184,6 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             verify_package(a.package)
             print(f"verify: {a.package}: every file matches manifest.json")
             return 0
+        check_output_file(a.o, "-o")
         d = run_stats(model=a.model, config=a.config, input=a.input, output=a.output,
                       log=a.log, target=a.target, start=a.start, end=a.end,
                       exit_status=a.exit_status)

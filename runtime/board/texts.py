@@ -39,12 +39,24 @@ def check(root):
     """(manifest, notes): the manifest when every file in its "files" matches (else
     ValueError, one line); notes name the user files ("user_files": the notebook, the
     README, which Jupyter and the user may save) that changed since packaging."""
+    if not os.path.isdir(root):
+        raise ValueError("package directory %r does not exist" % root
+                         if not os.path.exists(root) else
+                         "%r is not a directory (a package is a folder)" % root)
     path = os.path.join(root, "manifest.json")
+    if not os.path.exists(path):
+        raise ValueError("no manifest.json (not a board package)")
+    if not os.path.isfile(path):    # a FIFO would block the open
+        raise ValueError("manifest.json is not a regular file")
+    if os.path.getsize(path) > (64 << 20):
+        raise ValueError("manifest.json is larger than 64 MiB (not a package manifest)")
     try:
         with open(path) as f:
             man = json.load(f)
     except OSError as e:
         raise ValueError("cannot read manifest.json: %s" % (e.strerror or e))
+    except RecursionError:
+        raise ValueError("manifest.json is nested too deeply (not a package manifest)")
     except ValueError:
         raise ValueError("manifest.json is not valid JSON")
     if not isinstance(man, dict) or man.get("format") != FORMAT:
@@ -52,6 +64,21 @@ def check(root):
     files = man.get("files")
     if not isinstance(files, dict) or not files:
         raise ValueError("manifest.json lists no files")
+    # the fields the tools read after verify: malformed ones are refused here, in one line
+    cfg = man.get("config")
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("fingerprint"), str):
+        raise ValueError("manifest.json has no config fingerprint (not a package manifest "
+                         "of this version)")
+    models = man.get("models", [])
+    if not isinstance(models, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("name"), str)
+            and isinstance(m.get("file"), str) for m in models):
+        raise ValueError("manifest.json's models are not a list of {name, file} objects")
+    user = man.get("user_files") or {}
+    if not isinstance(user, dict) or not all(isinstance(v, dict) for v in user.values()) \
+            or not all(isinstance(v, dict) for v in files.values()):
+        raise ValueError("manifest.json's files or user_files entries are not "
+                         "{size, sha256} objects")
     bad = []
     for rel in sorted(files):
         want = files[rel]
@@ -60,7 +87,8 @@ def check(root):
             continue
         p = os.path.join(root, *rel.split("/"))
         if not os.path.isfile(p):
-            bad.append("%s (missing)" % rel)
+            bad.append("%s (%s)" % (rel, "not a regular file" if os.path.lexists(p)
+                                    else "missing"))
             continue
         size = os.path.getsize(p)
         if size != want.get("size"):
@@ -68,7 +96,6 @@ def check(root):
         elif sha256(p) != want.get("sha256"):
             bad.append("%s (sha256 differs)" % rel)
     notes = []
-    user = man.get("user_files") or {}
     for rel in sorted(user):
         p = os.path.join(root, *rel.split("/"))
         if not os.path.isfile(p):

@@ -664,3 +664,41 @@ def test_load_timing_normalizes_fingerprints_and_notes_unmatched(tmp_path):
                                   "resnet18-c2", "--timing", str(tmp_path / "t.json")])
     assert r.exit_code == 0, r.output
     assert "apply to nothing" in r.stderr
+
+
+_EDITS = {   # a report edited by hand, or of another version: each was an internal error
+    "no-points": (lambda d: d.pop("points"), "'points' is missing, not a list"),
+    "points-not-objects": (lambda d: d.update(points=[1, "a", None]),
+                           "point 0 is not an object with 'params'"),
+    "point-without-params": (lambda d: d["points"][0].pop("params"),
+                             "point 0 is not an object with 'params'"),
+    "points-empty": (lambda d: d.update(points=[]), "it refers to "),
+    "numbers-as-strings": (lambda d: [p.update(latency_us="x") for p in d["points"]],
+                           "malformed DSE report (Unknown format code"),
+    "summary-null": (lambda d: d.update(summary=None), "'summary' is NoneType, not a JSON"),
+}
+
+
+@pytest.fixture(scope="module")
+def small_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rep") / "r.json"
+    r = CliRunner().invoke(main, ["dse", "run", "--workloads", "resnet18-c2", "--size", "4",
+                                  "--no-progress", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("edit", list(_EDITS))
+def test_cli_show_malformed_report_is_one_error_line(small_report, tmp_path, edit):
+    import copy
+
+    d = copy.deepcopy(small_report)
+    change, msg = _EDITS[edit]
+    change(d)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(d))
+    r = CliRunner().invoke(main, ["dse", "show", str(f)])
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {f}: malformed DSE report"), lines
+    assert msg in lines[0] and "internal error" not in lines[0], lines[0]

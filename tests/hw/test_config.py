@@ -475,3 +475,32 @@ def test_fingerprint_int_and_float_clock_equal():
 
 def test_targets_table_covers_upstream_targets():
     assert set(TARGETS) == {"sim", "tsim", "pynq", "ultra96", "zcu104", "de10nano", "intelfocl"}
+
+
+def test_a_fifo_config_file_is_refused_not_opened(tmp_path):
+    """``load_config`` on a FIFO blocked in open() until a writer came (the board runner's
+    ``--config``); it is refused by its type now, as a device is."""
+    import os
+
+    from vtaforge.hw.config import ConfigError, load_config
+
+    fifo = tmp_path / "c.json"
+    os.mkfifo(fifo)
+    for p in (fifo, "/dev/zero"):
+        with pytest.raises(ConfigError, match=r"is not a regular file \(a FIFO or a device\)"):
+            load_config(str(p))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("", "config '' is empty: give a preset (pynq, "),
+    ("  ", "config '  ' is empty"),
+    ("some/dir/nope", "cannot read config file 'some/dir/nope': No such file or directory"),
+])
+def test_load_config_names_an_empty_spec_and_a_missing_path(spec, message):
+    """``--config ''`` was "cannot read config file '.': Is a directory" (Path('') is '.');
+    a missing path without .json was "neither a preset nor a config file"."""
+    from vtaforge.hw.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(spec)
+    assert str(e.value).startswith(message), str(e.value)

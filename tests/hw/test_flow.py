@@ -329,6 +329,11 @@ def test_run_vivado_absent(tmp_path, monkeypatch):
         vivado.run_vivado(tmp_path)
     with pytest.raises(parts.FlowError, match="has no build.tcl"):
         vivado.run_vivado(tmp_path / "nothing")
+    # a folder name with a newline: the CLI's one error line was "error: <the part before it>"
+    with pytest.raises(parts.FlowError, match=r"^'a\\nb' has no build.tcl"):
+        vivado.run_vivado("a\nb")
+    with pytest.raises(parts.FlowError, match=r"--jobs must be an integer in 1\.\.256"):
+        vivado.build_tcl(preset("tiny"), jobs=257)
 
 
 def test_run_vivado_with_stub(tmp_path, monkeypatch):

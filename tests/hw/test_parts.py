@@ -97,6 +97,17 @@ def test_target_boards_and_board_spec_agree():
         assert parts.board_spec(cfg, key) is b
 
 
+def test_board_spec_resolves_aliases():
+    """``board_spec`` takes the :data:`BOARD_ALIASES` names as ``dse run --board`` does
+    (``dse.space.board_setup``), and names them when it refuses a board."""
+    for alias, key in parts.BOARD_ALIASES.items():
+        b = parts.BOARDS[key]
+        cfg = preset(b.preset).replace(PART=b.part)
+        assert parts.board_spec(cfg, alias) is b
+    with pytest.raises(parts.FlowError, match=r"unknown board 'kv260'; supported: .*ultra96, "):
+        parts.board_spec(preset("pynq"), "kv260")
+
+
 def test_generic_family_board_for_an_untabulated_part():
     cfg = preset("pynq").replace(PART="xc7z010clg400-1")
     spec = parts.board_spec(cfg)

@@ -47,3 +47,23 @@ def test_load_result_missing_key(tmp_path):
     save_bundle(p, np.zeros(16, np.uint8), 0, 1)  # a bundle, not a result file
     with pytest.raises(BundleError, match=r"r\.npz' lacks key 'cycles'"):
         load_result(p)
+
+
+@pytest.mark.parametrize("reader", ["load_array", "load_npy", "open_npz", "load_artifact",
+                                    "load_bundle"])
+def test_a_fifo_or_device_is_refused_before_it_is_opened(tmp_path, reader):
+    """Opening a FIFO blocks until a writer comes (the board runner hung on one); a device
+    never ends: every reader refuses both by their type, naming the file."""
+    import os
+
+    from vtaforge.runtime import npz
+
+    fifo = tmp_path / "p.npz"
+    os.mkfifo(fifo)
+    fn = {"load_array": lambda p: npz.load_array(p, "input"),
+          "load_npy": lambda p: npz.load_npy(p, "input"),
+          "open_npz": lambda p: npz.open_npz(p, "input"),
+          "load_artifact": load_artifact, "load_bundle": load_bundle}[reader]
+    for p in (fifo, "/dev/zero"):
+        with pytest.raises(Exception, match=r"is not a regular file \(a FIFO or a device\)"):
+            fn(str(p))

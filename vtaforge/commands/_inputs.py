@@ -248,7 +248,12 @@ def read_onnx(path: str, what: str = "model") -> OnnxInfo:
         raise InputError(f"{what} {p!r}: {who} is in operator domain {dom!r}{more}, which "
                          f"neither vtaforge nor onnxruntime implements")
     inits = {t.name for t in m.graph.initializer}
-    return OnnxInfo(p, tuple(i.name for i in m.graph.input if i.name not in inits))
+    inputs = tuple(i.name for i in m.graph.input if i.name not in inits)
+    if not inputs:
+        raise InputError(f"{what} {p!r} has no graph inputs (its outputs are constants): "
+                         f"nothing to calibrate or feed; vtaforge compiles models that take "
+                         f"an input")
+    return OnnxInfo(p, inputs)
 
 
 def read_artifact(path: str, config=None):

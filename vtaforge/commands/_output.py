@@ -1,6 +1,8 @@
 """Output helpers shared by the commands: output-path checks for the commands that write a
 file after a (possibly long) run (``run --output``, ``exec -o``, ``compile -o``, ``dse run
--o``): a missing or unwritable directory is reported before anything runs, not after; and
+-o``) and for the output folders (``hw verilog -o``, ``board project -o``, ``board package
+-o``, ``board deploy -o``, ``hw timing --workdir``): a missing or unwritable directory is
+reported before anything runs, not after; and
 the progress bars of the long commands (stderr, a terminal only, ``--no-progress``)."""
 
 from __future__ import annotations
@@ -40,12 +42,54 @@ def check_output_path(path: str, option: str) -> None:
         raise OutputPathError(f"{option} {path!r}: directory {str(d)!r} does not exist")
     if not os.access(d, os.W_OK | os.X_OK):
         raise OutputPathError(f"{option} {path!r}: directory {str(d)!r} is not writable")
+    _probe(d, option, path)
     if p.exists() and not p.is_file():
         raise OutputPathError(f"{option} {path!r} exists and is not a regular file (a FIFO "
                               f"or a device): vtaforge writes a new file and renames it over "
                               f"the path, which would replace it")
     if p.exists() and not os.access(p, os.W_OK):
         raise OutputPathError(f"{option} {path!r} exists and is not writable")
+
+
+def _probe(d: Path, option: str, path: str) -> None:
+    """Create and remove a file in directory ``d``: ``os.access`` says yes to root on a
+    file system that refuses new files (``/proc``, ``/sys``, a read-only mount), so a
+    command would run for minutes and then fail to write."""
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".vtaforge-probe-", dir=str(d))
+    except OSError as e:
+        raise OutputPathError(f"{option} {path!r}: directory {str(d)!r} is not writable "
+                              f"({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(name)
+
+
+def check_output_dir(path: str, option: str) -> None:
+    """Check that the output folder ``path`` can be made and written: not empty, not an
+    existing file, its nearest existing ancestor a writable directory (the command creates
+    the missing ones).
+
+    Raises:
+        OutputPathError: the message names the option, the path and the cause.
+    """
+    if not str(path).strip():
+        raise OutputPathError(f"{option} {path!r}: the path is empty")
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OutputPathError(f"{option} {path!r} exists and is not a directory")
+    up = p
+    while not up.exists():
+        if up.is_symlink():
+            raise OutputPathError(f"{option} {path!r}: {str(up)!r} is a broken symbolic link")
+        nxt = up.parent if str(up.parent) else Path(".")
+        if nxt == up:
+            break
+        up = nxt
+    if not up.is_dir():
+        raise OutputPathError(f"{option} {path!r}: {str(up)!r} is a file, not a directory")
+    _probe(up, option, path)
 
 
 # ------------------------------------------------------------------------ progress bars

@@ -31,17 +31,23 @@ from pathlib import Path
 import click
 
 from ..hw.parts import board_names
+from ..hw.vivado import MAX_VIVADO_JOBS
 
 
 def board_list() -> str:
-    """The boards of hw/parts.py as ``--board``'s help names them (``a, b, c or d``)."""
-    names = board_names()
+    """The boards of hw/parts.py and their aliases as ``--board``'s help names them
+    (``a, b, c or d``)."""
+    names = board_names(aliases=True)
     return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 
 @click.group("board")
 def board_group() -> None:
-    """Build bitstreams for Zynq boards (Vivado project generation, timing reports)."""
+    """Zynq boards: bitstreams, board packages, deployment.
+
+    Vivado projects (project), their builds (build) and timing reports (timing);
+    self-contained board packages (package, verify) and their deployment over ssh
+    (deploy)."""
 
 
 class _FlowFailure(click.ClickException):
@@ -63,17 +69,19 @@ def _flow_error(e: Exception) -> click.ClickException:
               help=f"{board_list()} (default: the config's target board)")
 @click.option("--board-part", default=None,
               help="Vivado board part (e.g. xilinx.com:zcu104:part0:1.1) to apply its PS preset")
-@click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
-              help="Vivado run jobs (>= 1)")
+@click.option("--jobs", default=2, show_default=True,
+              type=click.IntRange(min=1, max=MAX_VIVADO_JOBS),
+              help=f"Vivado run jobs (1..{MAX_VIVADO_JOBS})")
 def project_cmd(spec: str, out_dir: str, board: str | None, board_part: str | None,
                 jobs: int) -> None:
     """Write the Vivado project for the config into OUT (run OUT/build.sh where Vivado is)."""
-    from ..hw.parts import FlowError, board_spec, pl_clock
+    from ..hw.parts import FlowError, board_spec, check_board_part, pl_clock
     from ..hw.vivado import FlowWarning, write_project
-    from ..hw.parts import check_board_part
     from ._inputs import read_config
+    from ._output import check_output_dir
 
     cfg = read_config(spec)
+    check_output_dir(out_dir, "-o/--out")
     try:
         spec_b = board_spec(cfg, board)
         if board_part is not None:
@@ -215,6 +223,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
     wheel, manifest.json (sha256s), run.sh, verify.py and a Jupyter notebook."""
     from ..runtime.board import DeployError, make_package, source_tree
     from ._inputs import check_regular
+    from ._output import check_output_dir
 
     for opt, paths in (("--bitstream", [bitstream]), ("--hwh", [hwh]), ("--model", models),
                        ("--wheel", [wheel]), ("--bitstream-info", [bitstream_info]),
@@ -222,6 +231,7 @@ def package_cmd(spec, bitstream, hwh, models, out_dir, wheel, bitstream_info,
         for p in paths:
             if p is not None:
                 check_regular(p, opt, _DeployFailure)
+    check_output_dir(out_dir, "-o/--out")
     try:
         r = make_package(spec, bitstream, hwh, list(models), out_dir, wheel=wheel,
                          bitstream_info=bitstream_info, allow_unmet_timing=allow_unmet_timing)
@@ -300,12 +310,15 @@ def deploy_cmd(package_dir, host, run_input, model, remote_dir, out_dir, copy, s
 
     from ..runtime.board import DeployError, deploy
     from ._inputs import check_regular
+    from ._output import check_output_dir
 
     if not math.isfinite(timeout_s):
         raise click.BadParameter(f"{timeout_s} is not a finite number of seconds",
                                  param_hint="'--timeout'")
     if run_input is not None:
         check_regular(run_input, "--run", _DeployFailure)
+    if out_dir is not None:     # fetched into after the run on the board: checked first
+        check_output_dir(out_dir, "-o/--out")
     try:
         r = deploy(package_dir, host, run_input=run_input, model=model, remote_dir=remote_dir,
                    out_dir=out_dir, copy=copy, sudo=sudo, timeout_s=timeout_s,

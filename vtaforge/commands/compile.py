@@ -5,6 +5,25 @@ from __future__ import annotations
 import click
 import numpy as np
 
+#: Samples of the default calibration (no ``--calibrate``): uniform random in [0, 1), of the
+#: model's input shape; a fixed batch B takes whole batches (the next multiple of B).
+DEFAULT_CALIB_SAMPLES = 16
+#: The size the default calibration gives every other symbolic dimension (height, width).
+DEFAULT_CALIB_DIM = 16
+
+
+def default_calibration(shape) -> np.ndarray:
+    """The default calibration of an input of ``shape`` (ints and symbolic names):
+    :data:`DEFAULT_CALIB_SAMPLES` samples (rounded up to whole batches of a fixed batch),
+    other symbolic dimensions :data:`DEFAULT_CALIB_DIM`; a scalar input: one value."""
+    shape = list(shape)
+    if shape:
+        b = shape[0]
+        shape[0] = (DEFAULT_CALIB_SAMPLES if not isinstance(b, int) or b < 1 else
+                    b * -(-DEFAULT_CALIB_SAMPLES // b))
+        shape[1:] = [d if isinstance(d, int) else DEFAULT_CALIB_DIM for d in shape[1:]]
+    return np.random.default_rng(0).random(shape, dtype=np.float32)
+
 
 @click.command("compile")
 @click.argument("model", type=click.Path(dir_okay=False))
@@ -13,8 +32,10 @@ import numpy as np
 @click.option("--config", "config_spec", default="pynq", show_default=True,
               help="preset name or vta_config.json file")
 @click.option("--calibrate", "calib_path", default=None,
-              help="calibration .npy (float, batch first); default: 16 uniform random "
-                   "samples in [0, 1) of the model's input shape (batch 1 if symbolic)")
+              help=f"calibration .npy (float, batch first); default: "
+                   f"{DEFAULT_CALIB_SAMPLES} uniform random samples in [0, 1) of the model's "
+                   f"input shape (whole batches of a fixed batch; other symbolic dimensions "
+                   f"{DEFAULT_CALIB_DIM})")
 @click.option("--explain", is_flag=True, default=False,
               help="print each VTA conv/dense layer's lowering plan (tiling, input "
                    "placement, ACC regions and resets, weight streaming, the last tile's "
@@ -42,9 +63,8 @@ def compile_cmd(model: str, output_path: str, config_spec: str, calib_path,
             raise CompileError(f"a model with several inputs ({', '.join(g.inputs)}) needs "
                                f"--calibrate DATA.npz with one array per input, named "
                                f"{', '.join(g.inputs)}")
-        shape = [d if isinstance(d, int) else 16 for d in g.types[g.inputs[0]].shape]
-        calib = np.random.default_rng(0).random(shape, dtype=np.float32)
-        data = f"uniform random calibration data of shape {shape}"
+        calib = default_calibration(g.types[g.inputs[0]].shape)
+        data = f"uniform random calibration data of shape {list(calib.shape)}"
     with compiling(model, data):
         cm = compile_model(model, calib, cfg, calib_label=data)
     save_artifact(cm, output_path)

@@ -308,7 +308,15 @@ def show_cmd(report_file, show_all, feasible) -> None:
     except ValueError as e:
         _fail(str(e))
         return
-    click.echo(format_table(rep, limit=None if show_all else 30, only_feasible=feasible))
+    try:
+        table = format_table(rep, limit=None if show_all else 30, only_feasible=feasible)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        # an edited report, or one of another version: the table reads every field
+        what = (f"it refers to {e}, which it lacks" if isinstance(e, KeyError)
+                else str(e).splitlines()[0])
+        _fail(f"{report_file}: malformed DSE report ({what})")
+        return
+    click.echo(table)
 
 
 COMMANDS = [dse_group]

@@ -61,6 +61,9 @@ def verilog_cmd(spec: str, out_dir: str, name: str) -> None:
     if not out_dir.strip():
         raise click.BadParameter("the output directory is empty", param_hint="'-o/--out'")
     cfg = read_config(spec)
+    from ._output import check_output_dir
+
+    check_output_dir(out_dir, "-o/--out")
     from ..hw.core import emit_verilog
     from ..hw.regs import c_header, regmap_json
 
@@ -135,6 +138,10 @@ def timing_cmd(spec: str, device: str, seed: int, timeout_s: float, workdir: str
     if workdir is not None and Path(workdir).exists() and not Path(workdir).is_dir():
         raise click.BadParameter(f"{workdir!r} exists and is not a directory",
                                  param_hint="'--workdir'")
+    if workdir is not None:
+        from ._output import check_output_dir
+
+        check_output_dir(workdir, "--workdir")
     try:
         with progress_ticker(f"hw timing {cfg.bitstream_name}: yosys synth_ecp5 + "
                              f"nextpnr-ecp5 ({device})", progress_enabled(no_progress)):
