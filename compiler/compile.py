@@ -46,7 +46,7 @@ from .quantize import (DEFAULT_MIN_LAYER_COSINE, OUTPUT_AGREEMENT_TARGET, TIGHTE
                        QuantConfig, _Quantizer, bias_correct, calibrate, layer_errors,
                        output_agreement)
 from .reference import run_float
-from .onnx_frontend import import_onnx
+from .onnx_frontend import _load, declared_input_shapes, import_onnx
 from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
 
@@ -246,11 +246,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     cfg = load_config(config)
     calib = calib_data
     if isinstance(model, (bytes, bytearray)) or not hasattr(model, "SerializeToString"):
-        from .onnx_frontend import _load
-
         model = _load(model)
-    from .dynamic import declared_input_shapes
-
     # symbolic non-batch dims (an OCR model's [N,3,?,?], an audio model's [batch, sequence]):
     # taken from the data, before the import, so that nodes typed by running them (control
     # flow) run at the real sizes

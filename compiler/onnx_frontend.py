@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import DTYPES, Graph, Node, TensorType, _infer_node
+from .ir import DTYPES, Graph, Node, TensorType, _infer_node, validate
+from .onnx_attrs import attrs_to_json
 
-__all__ = ["import_onnx", "SUPPORTED_ONNX_OPS"]
+__all__ = ["import_onnx", "declared_input_shapes", "SUPPORTED_ONNX_OPS"]
 
 #: ONNX ops with an IR conversion (the others, and refused forms, stay ``onnx`` nodes)
 SUPPORTED_ONNX_OPS = (
@@ -65,6 +66,23 @@ def _load(src) -> "Any":
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise CompileError(f"{what}: malformed ONNX model (no graph or no nodes)")
     return model
+
+
+def declared_input_shapes(model) -> dict[str, tuple]:
+    """The declared shape of every graph input of an ONNX ``ModelProto`` (initializers
+    excluded): ``{name: dims}`` with an ``int`` per fixed dim and ``None`` per symbolic dim
+    (``dim_param``, unnamed, ``?`` or negative)."""
+    inits = {i.name for i in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = []
+        for d in (tt.shape.dim if tt.HasField("shape") else ()):
+            dims.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else None)
+        out[vi.name] = tuple(dims)
+    return out
 
 
 def _dtype_name(elem_type: int) -> str | None:
@@ -696,8 +714,6 @@ class _Importer:
         import base64
 
         from onnx import helper, shape_inference
-
-        from .onnx_attrs import attrs_to_json
 
         op = onode.op_type
         in_slots, names, feed_names = [], [], []
@@ -1373,8 +1389,6 @@ def import_onnx(src, *, name: str | None = None, input_shapes: dict | None = Non
             inconsistent shapes (message ``node 'NAME' (OpType): reason``).
         OSError: the file cannot be read.
     """
-    from .ir import validate
-
     g = _Importer(_load(src), name, input_shapes).run()
     used = {i for n in g.nodes for i in n.inputs}
     for c in [c for c in g.constants if c not in used]:

@@ -78,10 +78,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..runtime.cpu_float import REAL_OPS as FLOAT_KERNELS
+from ..runtime.cpu_float import conv2d_nchw
 from .errors import CompileError, node_error
 from .ir import LAYOUT_OPS, REAL_OPS, Graph, Node, TensorType, qrange, storage_dtype, validate
 from .requant import MULT_MAX, avg_reciprocal, mult_plan, requant_round
-from .reference import run_float, run_quantized
+from .passes import optimize as run_optimize
+from .reference import _bind, _float_node, _q_node, run_float, run_quantized
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
            "compare", "calibrate", "exp_for_range", "choose_multiplier", "layer_errors",
@@ -1045,9 +1048,7 @@ def quantize(graph: Graph, calib_data, config: QuantConfig = QuantConfig(), *,
     Raises:
         CompileError: an op the quantizer cannot express, overflow risk, etc.
     """
-    from .passes import optimize as _opt
-
-    fg = _opt(graph) if optimize else validate(graph)
+    fg = run_optimize(graph) if optimize else validate(graph)
     exps = calibrate(fg, calib_data, config)
     return _Quantizer(fg, exps, config).run()
 
@@ -1121,8 +1122,6 @@ def layer_errors(float_graph: Graph, qgraph: Graph, feeds: dict | list
         inputs and output map to float tensors; an all-zero float output with a zero
         integer output counts as 1.
     """
-    from .reference import _q_node     # the integer rule of one node
-
     if isinstance(feeds, list):     # batches of a fixed-batch model: their mean cosine
         per = [layer_errors(float_graph, qgraph, f) for f in feeds]
         return {k: float(np.mean([p[k] for p in per if k in p])) for k in per[0]} if per else {}
@@ -1156,8 +1155,6 @@ def _bc_delta(node: Node, fn: Node, float_graph: Graph, qgraph: Graph, envs: lis
     """The rounded mean pre-activation error per output channel of one int8 conv/dense
     (:func:`bias_correct`), int64 ``[O]`` in accumulator units, or None where the samples
     give fewer than ``min_samples`` positions per channel."""
-    from ..runtime.cpu_float import conv2d_nchw
-
     a = node.attrs
     wq = qgraph.constants[node.inputs[1]].astype(np.int64)
     bq = qgraph.constants[node.inputs[2]].astype(np.int64)
@@ -1193,9 +1190,6 @@ def _bc_pass(float_graph: Graph, qgraph: Graph, batches: list, fenvs: list, fnod
              only: set, min_samples: int) -> dict[str, np.ndarray]:
     """One sequential pass of :func:`bias_correct` over the nodes named in ``only`` (each
     measured on the integer graph as corrected so far); returns their non-zero deltas."""
-    from ..runtime.cpu_float import REAL_OPS as FLOAT_KERNELS
-    from .reference import _bind, _float_node, _q_node
-
     envs = [_bind(qgraph, f) for f in batches]
     left = set(only)
     out: dict[str, np.ndarray] = {}
