@@ -418,6 +418,33 @@ class QuantRules:
         self.q.add_constant(name, q, e, scale)
         return name
 
+    def qdq_exps(self) -> None:
+        """Before the rules run: each per-tensor QDQ pair (``fake_quant``) fixes the exp (and,
+        with ``exact_multiply``, the exact scale) of its output, and of its input tensor when
+        the pair is that tensor's only consumer and a node computes it."""
+        fg = self.fg
+        prod = fg.producers()
+        cons = fg.consumers()
+        for n in fg.nodes:
+            if n.op == "fake_quant" and not isinstance(n.attrs["scale"], tuple):
+                s, lo_r, hi_r = self._fq_range(n)
+                # nearest power of two that does not clip what calibration saw inside the
+                # pair's range: floor(log2 s) when the data fits it, else ceil
+                cal = self.exps.get(n.outputs[0], math.ceil(math.log2(s)))
+                e = min(math.ceil(math.log2(s)), max(math.floor(math.log2(s)), cal))
+                exact = self.cfg.exact_multiply and not _p2(s)
+                if exact:
+                    self.scales[n.outputs[0]] = float(s)
+                elif not _p2(s):
+                    self.rep.qdq.append(QDQApprox(n.outputs[0], s, e, abs(2.0 ** e - s) / s))
+                self.exps[n.outputs[0]] = e
+                x = n.inputs[0]
+                src = x in prod or (exact and x in fg.inputs)
+                if src and len(cons.get(x, [])) == 1 and x not in fg.outputs:
+                    self.exps[x] = e
+                    if exact:
+                        self.scales[x] = float(s)
+
     def real_in(self, t: str) -> str:
         """The real-valued (float or other non-quantized dtype) version of ``t`` in the
         quantized graph: a constant as is, a quantized tensor dequantized."""

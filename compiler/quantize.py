@@ -73,19 +73,18 @@ int8 scales and are quantized at 8 bits only (:class:`CompileError` otherwise). 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.cpu_float import REAL_OPS as FLOAT_KERNELS
 from ..runtime.cpu_float import conv2d_nchw
 from .errors import CompileError, node_error
 from .ir import LAYOUT_OPS, REAL_OPS, Graph, Node, TensorType, qrange, storage_dtype, validate
+from .ops import REGISTRY
 from .passes import optimize as run_optimize
 from .quant_rules import (MultChoice, QDQApprox, QuantConfig, QuantReport, QuantRules,
-                          _p2, choose_multiplier, exp_for_range)
-from .reference import _bind, _float_node, _q_node, run_float, run_quantized
+                          choose_multiplier, exp_for_range)
+from .reference import _bind, _q_node, run_float, run_node, run_quantized
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
            "compare", "calibrate", "exp_for_range", "choose_multiplier", "layer_errors",
@@ -181,33 +180,10 @@ class _Quantizer(QuantRules):
             self.q.inputs.append(i)
             self.q.types[i] = fg.types[i]
             self.fname[i] = i
-        # fake_quant fixes the exp of its input tensor when the producer computes it
-        prod = fg.producers()
-        cons = fg.consumers()
-        for n in fg.nodes:
-            if n.op == "fake_quant" and not isinstance(n.attrs["scale"], tuple):
-                s, lo_r, hi_r = self._fq_range(n)
-                # nearest power of two that does not clip what calibration saw inside the
-                # pair's range: floor(log2 s) when the data fits it, else ceil
-                cal = self.exps.get(n.outputs[0], math.ceil(math.log2(s)))
-                e = min(math.ceil(math.log2(s)), max(math.floor(math.log2(s)), cal))
-                exact = self.cfg.exact_multiply and not _p2(s)
-                if exact:
-                    self.scales[n.outputs[0]] = float(s)
-                elif not _p2(s):
-                    self.rep.qdq.append(QDQApprox(n.outputs[0], s, e, abs(2.0 ** e - s) / s))
-                self.exps[n.outputs[0]] = e
-                x = n.inputs[0]
-                src = x in prod or (exact and x in fg.inputs)
-                if src and len(cons.get(x, [])) == 1 and x not in fg.outputs:
-                    self.exps[x] = e
-                    if exact:
-                        self.scales[x] = float(s)
-        from .ops import REGISTRY
-
+        self.qdq_exps()
         for n in fg.nodes:
             rule = REGISTRY[n.op].quantize if n.op in REGISTRY else None
-            if rule == "q_real" or (n.name in self.keep_real and n.op in KEEPABLE_OPS):
+            if rule is QuantRules.q_real or (n.name in self.keep_real and n.op in KEEPABLE_OPS):
                 self.q_real(n)
                 continue
             state = (len(self.q.nodes), set(self.q.types), dict(self.qname), dict(self.fname),
@@ -216,7 +192,7 @@ class _Quantizer(QuantRules):
             try:
                 if rule is None:
                     self.unsupported(n)
-                getattr(self, rule)(n)
+                rule(self, n)
             except CompileError as e:
                 if n.op not in REAL_OPS:
                     raise
@@ -430,12 +406,8 @@ def _bc_pass(float_graph: Graph, qgraph: Graph, batches: list, fenvs: list, fnod
                     bq - delta, -(1 << 31), (1 << 31) - 1).astype(np.int32)
                 out[node.name] = delta
         for env in envs:
-            ins = [env[i] for i in node.inputs]
-            if node.op == "onnx" or node.op in FLOAT_KERNELS:     # as run_quantized does
-                for o_, y in zip(node.outputs, _float_node(node, ins, qgraph)):
-                    env[o_] = np.asarray(y)
-            else:
-                env[node.outputs[0]] = _q_node(node, ins, qgraph)
+            for o_, y in zip(node.outputs, run_node(node, [env[i] for i in node.inputs], qgraph)):
+                env[o_] = y
     return out
 
 
