@@ -48,15 +48,18 @@ from typing import Callable
 
 import numpy as np
 
-from ..hw.config import VTAConfig
-from ..hw.isa import AluOp
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import LIMITS, AluOp, Module
+from ..runtime.artifact import SlotLayout, TraceBuilder
 from . import placement as pl
 from . import ref_kernels as rk
+from .errors import CompileError, node_error
 from .ir import OPS, Graph, Node, OpSpec
-from .lower_common import operand_chw
+from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, operand_chw
 from .lower_conv import lower_conv, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
 from .quant_rules import QuantRules as _Q
+from .tiling import MAX_EXTENT
 
 __all__ = ["OpDef", "REGISTRY"]
 
@@ -157,6 +160,99 @@ def lower_qmul(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
 
 
 # ---------------------------------------------------------------------------
+# max / qmax: every facet beside the entry (docs/compiler.md "Adding an op")
+# ---------------------------------------------------------------------------
+
+def q_max(qz: _Q, n: Node) -> None:
+    """``max`` -> ``qmax`` of both operands at the output's calibrated exp (and exact QDQ
+    scale): an operand at another one is requantized first (``qrequant``, on VTA like any
+    standalone requantize).  Exact: a requantize is monotone, so ``max(r(a), r(b)) ==
+    r(max(a, b))``, and ``qmax`` needs none of its own.
+
+    Raises:
+        CompileError: a constant operand (the frontend maps ``Max`` with a scalar to
+            ``clip`` and keeps other constants as ONNX nodes).
+    """
+    out = n.outputs[0]
+    eo, so = qz.exps[out], qz.scales.get(out)
+    so_real = 2.0 ** eo if so is None else so
+    aligned = []
+    for t in n.inputs:
+        if t in qz.fg.constants:
+            raise node_error(n.name, n.op, "a constant operand (Max with a scalar is a clip)")
+        x = qz.qin(t)
+        xt = qz.q.types[x]
+        if (xt.exp, xt.scale) != (eo, so):
+            r = qz.q.fresh(f"{x}_align")
+            qz.add(qz.q.fresh(f"{n.name}_align"), "qrequant", [x], r,
+                   qz.requant_for(n, xt.real_scale / so_real, qz.half, out), qz.otype(out, xt.shape))
+            x = r
+        aligned.append(x)
+    qo = qz.int_name(out)
+    qz.add(n.name, "qmax", aligned, qo, {}, qz.otype(out, qz.fg.types[out].shape))
+    qz.qname[out] = qo
+
+
+def ref_max(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``max`` / ``qmax``: ``np.maximum(a, b)`` in the operands' dtype (float32 in a float
+    graph, the integer oracle in a quantized one: exact, no requantize)."""
+    return np.maximum(x[0], x[1])
+
+
+def vta_max(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
+    """``qmax``: NC or NCHW operands of one shape, ``ACC_8BIT`` (both are ACC8 loads)."""
+    ta, tb = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    if ta.rank not in (2, 4):
+        return False, f"element-wise op on a rank-{ta.rank} tensor: the VTA lowering takes NC or NCHW"
+    if tb.shape != ta.shape:
+        return False, f"max of {ta} and a broadcast {tb}: VTA takes two tensors of one shape"
+    if not cfg.ACC_8BIT:
+        return False, "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
+    return True, "element-wise max: ACC8 loads + ALU MAX (tensor operand)"
+
+
+def lower_qmax(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qmax`` for one batch block (slots ``a``, ``b``, ``y``): per chunk of at most a
+    quarter of the accumulator, ACC8 loads of ``a`` and ``b``, one ALU MAX micro-op loop
+    (tensor operand), STORE; two virtual threads alternate ACC halves, store->compute tokens
+    guard their reuse.  No requantize: the stored low 8 bits are the int8 maximum.
+
+    Raises:
+        CompileError: ACC_8BIT off, activations other than int8, operands of two shapes.
+    """
+    a, b = node.inputs
+    chw = operand_chw(graph, a)
+    if not cfg.ACC_8BIT or cfg.INP_WIDTH != 8:
+        raise CompileError(f"{uid}: qmax on VTA needs ACC_8BIT and int8 activations (ACC8 loads)")
+    if operand_chw(graph, b) != chw:
+        raise CompileError(f"{uid}: qmax of {list(chw)} and {list(operand_chw(graph, b))}: one shape only")
+    lay = SlotLayout(tuple(chw), cfg.BATCH, cfg.BLOCK_OUT)
+    n_el = lay.cb * lay.hw[0] * lay.hw[1]
+    nvt = 2 if cfg.ACC_DEPTH >= 4 else 1
+    half = cfg.ACC_DEPTH // nvt
+    chunk = max(1, min(MAX_EXTENT, LIMITS.max("size"), half // 2))
+    tb = TraceBuilder(uid, {"a": lay.block_bytes, "b": lay.block_bytes, "y": lay.block_bytes})
+    starts = range(0, n_el, chunk)
+    for t, e0 in enumerate(starts):
+        m = min(chunk, n_el - e0)
+        base = (t % nvt) * half
+        if t >= nvt:
+            tb.dep_pop(Module.STORE, Module.COMPUTE)
+        tb.load_2d("a", e0, MemType.ACC8, base, 1, m, m)
+        tb.load_2d("b", e0, MemType.ACC8, base + m, 1, m, m)
+        emit_kernel(tb, "alu", [(m, 1, 1, 0)], [base], [base + m], op=AluOp.MAX)
+        tb.dep_push(Module.COMPUTE, Module.STORE)
+        tb.dep_pop(Module.COMPUTE, Module.STORE)
+        tb.store_2d(base, "y", e0, 1, m, m)
+        tb.dep_push(Module.STORE, Module.COMPUTE)
+    for _ in range(min(len(starts), nvt)):
+        tb.dep_pop(Module.STORE, Module.COMPUTE)
+    size = cfg.BATCH * int(np.prod(chw))
+    tb.trace.stats = {"tiles": len(starts), "gemm_uops_ideal": 0, **dram_stats(2 * size, size)}
+    return fit_queues(cfg, LoweredOp(tb.trace, {}, {"a": lay, "b": lay, "y": lay})), {"a": a, "b": b}
+
+
+# ---------------------------------------------------------------------------
 # The registry
 # ---------------------------------------------------------------------------
 
@@ -176,6 +272,7 @@ def _defs() -> dict[str, OpDef]:
         OpDef("clip", _Q.q_clip, ("qrequant",), cpu="real"),
         OpDef("add", _Q.q_add, ("qadd", "qrequant"), cpu="real"),
         OpDef("mul", _Q.q_mul, ("qmul", "qrequant"), cpu="real"),
+        OpDef("max", q_max, ("qmax", "qrequant"), reference=ref_max),   # always quantized
         OpDef("batch_norm", _Q.q_batch_norm, (), cpu="real"),   # folded by the passes first
         OpDef("max_pool", _Q.q_max_pool, ("qmax_pool",), cpu="real"),
         OpDef("avg_pool", _Q.q_avg_pool, ("qavg_pool",), cpu="real"),
@@ -219,6 +316,8 @@ def _defs() -> dict[str, OpDef]:
               reference=rk.ref_qmul, cpu="int",
               capability="vta: by a tensor (same shape or per channel) or a scalar / per-channel "
                          "constant: ACC8 loads + ALU MUL{mul}{acc8}{elt}"),
+        OpDef("qmax", vta=vta_max, acc_bound=pl.operand_bound, lower=lower_qmax, reference=ref_max,
+              cpu="int", capability="vta: two tensors of one shape: ACC8 loads + ALU MAX{acc8}{elt}"),
     ]
     return {o.name: o for o in d}
 
