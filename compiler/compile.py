@@ -36,86 +36,21 @@ from dataclasses import replace
 import numpy as np
 
 from ..hw.config import VTAConfig, load_config
-from ..hw.isa import AluOp
 from ..runtime.artifact import CompiledModel, Step
 from .errors import CompileError
 from .ir import FLOAT_OPS, LAYOUT_OPS, QUANT_OPS, REAL_OPS, Graph
 from .partition import Partition, partition
+from .ops import REGISTRY
 from .passes import optimize
 from .quantize import (DEFAULT_MIN_LAYER_COSINE, OUTPUT_AGREEMENT_TARGET, TIGHTER_FLOORS,
                        QuantConfig, _Quantizer, bias_correct, calibrate, layer_errors,
                        output_agreement)
 from .reference import run_float
-from .onnx_frontend import import_onnx
-from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
-from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
+from .onnx_frontend import _load, declared_input_shapes, import_onnx
+from .lower_common import operand_chw
+from .lower_conv import bandable, lower_conv_bands
 
 __all__ = ["compile_model", "lower_graph", "lower_node", "quant_widths"]
-
-
-def _chw(graph: Graph, tensor: str) -> tuple:
-    shape = graph.types[tensor].shape
-    if len(shape) == 4:
-        return tuple(shape[1:])
-    if len(shape) == 2:
-        return (shape[1], 1, 1)
-    raise CompileError(f"tensor {tensor!r}: VTA operands are NCHW or NC, got {shape}")
-
-
-def lower_qconv2d(cfg: VTAConfig, graph: Graph, node, uid: str):
-    """``qconv2d`` -> GEMM program (:func:`~.lower_conv.lower_conv`); slot ``x``."""
-    x, w, b = node.inputs
-    return lower_conv(cfg, uid, _chw(graph, x), graph.constants[w], graph.constants[b], node.attrs), {"x": x}
-
-
-def lower_qdense(cfg: VTAConfig, graph: Graph, node, uid: str):
-    """``qdense`` -> a 1x1 conv on a 1x1 image (:func:`~.lower_conv.lower_dense`); slot ``x``."""
-    x, w, b = node.inputs
-    lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w], graph.constants[b], node.attrs)
-    return lo, {"x": x}
-
-
-def lower_qpool(cfg: VTAConfig, graph: Graph, node, uid: str):
-    """``qmax_pool`` / ``qavg_pool`` -> ACC8 loads + ALU (:func:`~.lower_eltwise.lower_pool`)."""
-    lo = lower_pool(cfg, uid, _chw(graph, node.inputs[0]), node.attrs,
-                    "max" if node.op == "qmax_pool" else "avg")
-    return lo, {"x": node.inputs[0]}
-
-
-def _const_vals(graph: Graph, name: str) -> np.ndarray:
-    """An int8 constant operand as int64 values: one for a scalar, else one per channel
-    (the shapes :func:`~.partition.const_kind` admits)."""
-    c = graph.constants[name].astype(np.int64).reshape(-1)
-    return c[:1] if c.size == 1 else c
-
-
-def lower_qadd(cfg: VTAConfig, graph: Graph, node, uid: str):
-    """``qadd`` -> ACC8 loads of both operands + ALU (:func:`~.lower_eltwise.lower_eltwise`);
-    a constant operand -> an immediate or a per-channel ACC constant
-    (:func:`~.lower_eltwise.lower_add_const`)."""
-    a, b = node.inputs
-    if b in graph.constants:
-        vals = _const_vals(graph, b) << int(node.attrs["lshift_b"])
-        return lower_add_const(cfg, uid, _chw(graph, a), vals, node.attrs), {"a": a}
-    lo = lower_eltwise(cfg, uid, _chw(graph, a), "qadd", node.attrs)
-    return lo, {"a": a, "b": b}
-
-
-def lower_qrequant(cfg: VTAConfig, graph: Graph, node, uid: str):
-    """``qrequant`` -> ACC8 load + the ALU requantize (:func:`~.lower_eltwise.lower_eltwise`)."""
-    lo = lower_eltwise(cfg, uid, _chw(graph, node.inputs[0]), "qrequant", node.attrs)
-    return lo, {"a": node.inputs[0]}
-
-
-def lower_qmul(cfg: VTAConfig, graph: Graph, node, uid: str):
-    """``qmul`` of two tensors -> ACC8 loads + a tensor-operand ALU MUL
-    (:func:`~.lower_eltwise.lower_mul`), slots ``a``, ``b``; by a scalar or per-channel
-    constant -> MUL by an immediate or a resident ACC constant
-    (:func:`~.lower_eltwise.lower_add_const` with ``MUL``), slot ``a``."""
-    a, b = node.inputs
-    if b in graph.constants:
-        return lower_add_const(cfg, uid, _chw(graph, a), _const_vals(graph, b), node.attrs, AluOp.MUL), {"a": a}
-    return lower_mul(cfg, uid, _chw(graph, a), _chw(graph, b), node.attrs), {"a": a, "b": b}
 
 
 def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
@@ -125,8 +60,6 @@ def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
     Raises:
         CompileError: the op has no VTA lowering, or the lowering refuses the node.
     """
-    from .ops import REGISTRY
-
     d = REGISTRY.get(node.op)
     if d is None or d.lower is None:
         raise CompileError(f"node '{node.name}' ({node.op}): no VTA lowering")
@@ -147,7 +80,7 @@ def _bands(cfg: VTAConfig, graph: Graph, node, lo, uid: str, vta_y: dict) -> lis
     if lo.layouts["x"].pre_pad != (0, 0, 0, 0):
         return []
     x, w, b = node.inputs
-    chw, wt = _chw(graph, x), graph.constants[w]
+    chw, wt = operand_chw(graph, x), graph.constants[w]
     if not bandable(cfg, chw, wt.shape, node.attrs):
         return []
     try:
@@ -250,11 +183,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     cfg = load_config(config)
     calib = calib_data
     if isinstance(model, (bytes, bytearray)) or not hasattr(model, "SerializeToString"):
-        from .onnx_frontend import _load
-
         model = _load(model)
-    from .dynamic import declared_input_shapes
-
     # symbolic non-batch dims (an OCR model's [N,3,?,?], an audio model's [batch, sequence]):
     # taken from the data, before the import, so that nodes typed by running them (control
     # flow) run at the real sizes

@@ -39,27 +39,13 @@ import numpy as np
 
 from ..hw.config import VTAConfig, load_config
 from ..runtime.artifact import CompiledModel
+from .compile import _check_calib_dict, _error_feeds, lower_graph, quantize_placed
 from .errors import CompileError
-from .quantize import DEFAULT_MIN_LAYER_COSINE, QuantConfig
+from .onnx_frontend import _load, declared_input_shapes, import_onnx
+from .passes import optimize
+from .quantize import DEFAULT_MIN_LAYER_COSINE, QuantConfig, calibrate
 
 __all__ = ["DynamicModel", "compile_dynamic", "declared_input_shapes"]
-
-
-def declared_input_shapes(model) -> dict[str, tuple]:
-    """The declared shape of every graph input of an ONNX ``ModelProto`` (initializers
-    excluded): ``{name: dims}`` with an ``int`` per fixed dim and ``None`` per symbolic dim
-    (``dim_param``, unnamed, ``?`` or negative)."""
-    inits = {i.name for i in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        dims = []
-        for d in (tt.shape.dim if tt.HasField("shape") else ()):
-            dims.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else None)
-        out[vi.name] = tuple(dims)
-    return out
 
 
 def _fmt(dims) -> str:
@@ -153,10 +139,6 @@ class DynamicModel:
             CompileError: the model cannot take that shape (a kernel larger than its
                 padded input, a reshape that does not fit ...), prefixed with the shape.
         """
-        from .compile import lower_graph, quantize_placed
-        from .onnx_frontend import import_onnx
-        from .passes import optimize
-
         key = tuple(tuple(int(d) for d in k) for k in key)
         if len(key) != len(self.inputs):
             raise CompileError(f"shape key has {len(key)} entries, the model {len(self.inputs)} "
@@ -250,11 +232,6 @@ def compile_dynamic(model, calib_data, config=None, *,
             a fixed dim that differs, NaN ...), a calibration size the model cannot take.
         ValueError: a list ``calib_label`` whose length differs from ``calib_data``'s.
     """
-    from .compile import _check_calib_dict
-    from .onnx_frontend import _load, import_onnx
-    from .passes import optimize
-    from .quantize import calibrate
-
     t0 = time.perf_counter()
     cfg = load_config(config)
     proto = _load(model)
@@ -307,8 +284,6 @@ def compile_dynamic(model, calib_data, config=None, *,
             first = (fg, data, b0)
     measured = None
     if first is not None and (qc.min_layer_cosine > 0 or qc.bias_correction):
-        from .compile import _error_feeds, quantize_placed
-
         fg, data, b0 = first
         # per-channel exps never finer than any shape's (a channel's exp <= the tensor's)
         chx = {t: np.minimum(ce, exps[t]) for t, ce in chx.items() if t in exps}

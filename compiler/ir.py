@@ -50,7 +50,8 @@ Float ops (``kind == "float"``)
 ``"clip"``), ``act_min``, ``act_max`` (floats or ``None``: the fused
 activation); ``dense`` (x[N,K], w[M,K][, b[M]]) with ``act``/``act_min``/``act_max``;
 ``relu``; ``clip`` (``min``, ``max``, floats or ``None``); ``add`` (two tensors,
-numpy broadcasting; ``act`` as above); ``mul`` (by a constant, broadcast);
+numpy broadcasting; ``act`` as above); ``mul`` (by a constant, broadcast); ``max``
+(element-wise maximum of two tensors, the second equal to or broadcast against the first);
 ``batch_norm`` (x, scale, bias, mean, var; ``epsilon``); ``max_pool`` /
 ``avg_pool`` (``kernel``, ``strides``, ``pads``; avg also
 ``count_include_pad``); ``global_avg_pool``; ``flatten`` (``axis``);
@@ -146,6 +147,10 @@ Per-channel activations (a ``quantize`` with the optional ``channel_exps``, feed
 
 ``qmul`` (x int8, c int8 constant broadcastable to x) -> int8; requantize
     attrs: ``out = requantize(x * c)``; needs ``ALU_MUL`` on VTA, else CPU.
+``qmax`` (a int8, b int8: same shape, or broadcast against a) -> int8; no attributes:
+    ``out = max(a, b)`` element-wise, exact: both operands and the output have one exp
+    and scale (the quantizer requantizes an operand at another one with ``qrequant``
+    first; a requantize is monotone, so ``max(r(a), r(b)) == r(max(a, b))``).
 ``qrequant`` (x int8) -> int8; requantize attrs: ``out = requantize(x)``
     (standalone ReLU/Clip with ``shift = 0``; scale alignment for concat and
     QDQ rescaling).  Optional ``exp_scale = k`` (default 0): the node also multiplies
@@ -182,7 +187,7 @@ produced by ``dequantize`` from an int8 tensor named ``<output>_q``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Union
 
 import numpy as np
@@ -532,6 +537,18 @@ def _infer_mul(node, ts, quant):
     return [TensorType("float32", a.shape)]
 
 
+def _infer_max(node, ts, quant):
+    """``max`` / ``qmax``: ``b`` equal to or broadcast against ``a`` (never larger); a
+    quantized output keeps ``a``'s dtype, exp and scale (the operands share them)."""
+    a, b = ts
+    if _broadcast(node, a.shape, b.shape) != tuple(a.shape):
+        raise _err(node, f"the operand {list(b.shape)} may not enlarge the tensor {list(a.shape)}")
+    if quant:
+        _check_q(node, ts, ("int8", "int8"))
+        return [TensorType(a.dtype, a.shape, a.exp, a.scale)]
+    return [TensorType("float32", a.shape)]
+
+
 def _infer_bn(node, ts, quant):
     x = ts[0]
     if x.rank < 2:
@@ -695,14 +712,184 @@ def _infer_onnx(node, ts, quant):
     return [TensorType(dt, tuple(shp)) for dt, shp in outs]
 
 
+def channel_shifts(attrs: dict) -> np.ndarray | None:
+    """The per-output-channel requantize shifts of a ``qconv2d`` / ``qdense`` with
+    per-channel weight exps (``w_exps``): int64 ``[O]``, or None for a per-tensor node
+    (``shift`` an int)."""
+    s = attrs.get("shift")
+    return np.asarray(s, np.int64) if isinstance(s, tuple) else None
+
+
+def _check_per_channel(node: Node, types: dict[str, TensorType]) -> None:
+    """The integer rules of a per-channel ``qconv2d`` / ``qdense`` (module docstring)."""
+    a = node.attrs
+    x, w, b = (types[i] for i in node.inputs)
+    out = types[node.outputs[0]]
+    we, s, r = a["w_exps"], a["shift"], a["round"]
+    o = w.shape[0]
+    if not (isinstance(we, tuple) and isinstance(s, tuple) and isinstance(r, tuple)
+            and len(we) == len(s) == len(r) == o
+            and all(isinstance(v, int) for v in we + s + r)):
+        raise _err(node, f"w_exps, shift and round must be tuples of {o} ints (one per output "
+                   f"channel)")
+    if a["mult"] != 1 or any(t.scale is not None for t in (x, w, b, out)):
+        raise _err(node, "per-channel weight exps need power-of-two scales and mult 1")
+    if max(we) != w.exp or b.exp != x.exp + w.exp:
+        raise _err(node, f"weight exp {w.exp} / bias exp {b.exp} must be max(w_exps) "
+                   f"{max(we)} / exp_in + max(w_exps) {x.exp + max(we)}")
+    for k in range(o):
+        if s[k] != out.exp - x.exp - we[k] or r[k] != requant_round(s[k]) or abs(s[k]) > 31:
+            raise _err(node, f"channel {k}: shift {s[k]} / round {r[k]} != exp_out - exp_in - "
+                       f"w_exps = {out.exp - x.exp - we[k]} (within [-31, 31]) and its round")
+
+
+def _check_requant(node: Node) -> None:
+    """The per-tensor requantize attributes: ``round`` matches ``shift``, ``mult`` a 16-bit
+    immediate (and 1 with a left shift), ``|shift| <= 31``."""
+    a = node.attrs
+    s = a["shift"]
+    if not isinstance(s, int) or a["round"] != requant_round(s):
+        raise _err(node, f"round {a['round']} does not match shift {s}")
+    if not isinstance(a["mult"], int) or not 1 <= a["mult"] <= MULT_MAX:
+        raise _err(node, f"mult must be an int in [1, {MULT_MAX}] (16-bit ALU immediate), "
+                   f"got {a['mult']}")
+    if a["mult"] != 1 and s < 0:
+        raise _err(node, f"mult {a['mult']} with a left shift {s}: use a larger mult")
+    if abs(s) > 31:
+        raise _err(node, f"shift {s} outside [-31, 31]")
+
+
+def _check_linear(node: Node, types: dict[str, TensorType]) -> None:
+    """``qconv2d`` / ``qdense``: per-channel weights (:func:`_check_per_channel`), or the
+    requantize attributes, ``bias exp == exp_in + exp_w`` (scale ``scale_in * scale_w``)
+    and the requantize ratio."""
+    if "w_exps" in node.attrs:
+        _check_per_channel(node, types)
+        return
+    _check_requant(node)
+    x, w, b = (types[i] for i in node.inputs)
+    if b.exp != x.exp + w.exp:
+        raise _err(node, f"bias exp {b.exp} != exp_in + exp_w = {x.exp + w.exp}")
+    exact = x.scale is None and w.scale is None and b.scale is None
+    if not exact and abs(b.real_scale / (x.real_scale * w.real_scale) - 1) > 1e-9:
+        raise _err(node, f"bias scale {b.real_scale:.6g} != scale_in * scale_w")
+    _check_ratio(node, b, types[node.outputs[0]])
+
+
+def _check_qadd(node: Node, types: dict[str, TensorType]) -> None:
+    """``qadd``: power-of-two operand scales, ``lshift_a`` / ``lshift_b`` align the operand
+    exps to the smaller one, the requantize ratio from it."""
+    a = node.attrs
+    _check_requant(node)
+    ea, eb = types[node.inputs[0]].exp, types[node.inputs[1]].exp
+    c = min(ea, eb)
+    if types[node.inputs[0]].scale is not None or types[node.inputs[1]].scale is not None:
+        raise _err(node, "qadd operands need power-of-two scales (align them with qrequant)")
+    if (a["lshift_a"], a["lshift_b"]) != (ea - c, eb - c):
+        raise _err(node, "lshift_a/lshift_b do not align the operand exps")
+    _check_ratio(node, TensorType("int32", (), c), types[node.outputs[0]])
+
+
+def _check_qrequant(node: Node, types: dict[str, TensorType]) -> None:
+    """``qrequant``: ``exp_scale`` an int in ``[-31, 31]``, the requantize ratio from
+    ``exp_in + exp_scale``."""
+    _check_requant(node)
+    x, k = types[node.inputs[0]], node.attrs.get("exp_scale", 0)
+    if not isinstance(k, int) or abs(k) > 31:
+        raise _err(node, f"exp_scale must be an int in [-31, 31], got {k!r}")
+    acc = x if k == 0 else TensorType("int32", (), x.exp + k,
+                                      None if x.scale is None else x.scale * 2.0 ** k)
+    _check_ratio(node, acc, types[node.outputs[0]])
+
+
+def _check_qmul(node: Node, types: dict[str, TensorType]) -> None:
+    """``qmul``: the requantize ratio from ``scale_x * scale_c``."""
+    _check_requant(node)
+    x, cc = types[node.inputs[0]], types[node.inputs[1]]
+    acc = TensorType("int32", (), x.exp + cc.exp, None if x.scale is None and cc.scale is None
+                     else x.real_scale * cc.real_scale)
+    _check_ratio(node, acc, types[node.outputs[0]])
+
+
+def _check_qavg_pool(node: Node, types: dict[str, TensorType]) -> None:
+    """``qavg_pool``: a power-of-two divisor's shift and round, or an exact fixed-point
+    reciprocal (zero deviation from the rounding division for every int8 window sum), or
+    no ``mult`` / ``shift`` (CPU division)."""
+    a = node.attrs
+    d = a["divisor"]
+    p2 = d & (d - 1) == 0
+    if p2 and (a["shift"] != d.bit_length() - 1 or a["round"] != d // 2):
+        raise _err(node, f"divisor {d} needs shift {d.bit_length() - 1} and round {d // 2}")
+    m = a.get("mult")
+    if p2 and m not in (None, 1):
+        raise _err(node, f"divisor {d} is a power of two: mult must be 1 or absent")
+    if not p2 and m is None and a["shift"] is not None:
+        raise _err(node, f"divisor {d} is not a power of two: shift must be None without mult")
+    if not p2 and m is not None:
+        if not (isinstance(m, int) and 1 <= m <= MULT_MAX and isinstance(a["shift"], int)
+                and 0 < a["shift"] <= 31 and isinstance(a["round"], int)
+                and 0 <= a["round"] < (1 << a["shift"])):
+            raise _err(node, f"reciprocal mult {m} / shift {a['shift']} / round "
+                       f"{a['round']} out of range")
+        acc, want = avg_exact(d)
+        if 128 * d * m + a["round"] >= 1 << 31 or not np.array_equal(
+                (acc * m + a["round"]) >> a["shift"], want):
+            raise _err(node, f"reciprocal (acc*{m} + {a['round']}) >> {a['shift']} is not "
+                       f"the rounding division by {d} for every int8 window sum")
+
+
+def _check_qmax(node: Node, types: dict[str, TensorType]) -> None:
+    """``qmax``: both operands of one dtype, exp and scale (the quantizer aligns them with
+    ``qrequant``), so the element-wise maximum needs no requantize and is exact."""
+    a, b = (types[i] for i in node.inputs)
+    if (a.dtype, a.exp, a.scale) != (b.dtype, b.exp, b.scale):
+        raise _err(node, f"operands {a} and {b} differ in dtype or scale (align them with qrequant)")
+
+
+def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
+    """The integer rules of one node of a quantized graph: the clip range every op with a
+    clip shares, then the op's own rules (its :class:`OpSpec`'s ``check``)."""
+    a = node.attrs
+    spec = OPS[node.op]
+    if "w_exps" in a and spec.check is not _check_linear:
+        raise _err(node, "w_exps (per-channel weight exps) is for qconv2d / qdense only")
+    odt = types[node.outputs[0]].dtype if node.outputs[0] in types else "int8"
+    qlo, qhi = qrange(odt) if odt in QINT_DTYPES else (-128, 127)
+    if "clip_lo" in a and not qlo <= a["clip_lo"] <= a["clip_hi"] <= qhi:
+        raise _err(node, f"clip [{a['clip_lo']}, {a['clip_hi']}] outside the {odt} range")
+    if spec.check is not None:
+        spec.check(node, types)
+
+
+def _check_ratio(node: Node, acc: TensorType, out: TensorType) -> None:
+    """``mult * 2**-shift`` must be the real ratio ``scale_acc / scale_out``: exactly
+    (``mult == 1``, ``shift == exp_out - exp_acc``) for power-of-two scales, else to within
+    half a unit of ``mult`` (``|mult - ratio * 2**shift| <= 0.5``)."""
+    a = node.attrs
+    if acc.scale is None and out.scale is None and a["mult"] == 1:
+        if a["shift"] != out.exp - acc.exp:
+            raise _err(node, f"shift {a['shift']} != exp_out - exp_acc = {out.exp - acc.exp}")
+        return
+    r = acc.real_scale / out.real_scale
+    if abs(a["mult"] - r * 2.0 ** a["shift"]) > 0.5 + 1e-9 * a["mult"]:
+        raise _err(node, f"mult {a['mult']} * 2^-{a['shift']} does not approximate the scale "
+                   f"ratio {r:.6g} to half a unit of mult")
+
+
 @dataclass(frozen=True)
 class OpSpec:
-    """Operator description: input count range, required attrs, type inference, graph kind."""
+    """Operator description, the IR facets of an op: ``n_in`` (input count range),
+    ``attrs`` (required attributes), ``infer`` (type inference ``(node, input types,
+    quantized) -> [output types]``), ``kinds`` (the graph kinds it may appear in) and
+    ``check`` (its integer rules in a quantized graph, ``(node, types) -> None`` raising
+    :class:`CompileError`; :func:`validate` runs it after the clip range every op shares;
+    None: no rules of its own)."""
 
     n_in: tuple[int, int]
     attrs: tuple[str, ...]
     infer: Callable
     kinds: tuple[str, ...]  # graph kinds it may appear in
+    check: Callable | None = None
 
 
 _REQ = ("shift", "round", "mult", "clip_lo", "clip_hi", "exp_out")
@@ -717,6 +904,7 @@ OPS: dict[str, OpSpec] = {
     "clip": OpSpec((1, 1), ("min", "max"), _infer_same, F),
     "add": OpSpec((2, 2), ("act",), _infer_add, F),
     "mul": OpSpec((2, 2), (), _infer_mul, F),
+    "max": OpSpec((2, 2), (), _infer_max, F),
     "batch_norm": OpSpec((5, 5), ("epsilon",), _infer_bn, F),
     "max_pool": OpSpec((1, 1), _POOL, _infer_pool, F),
     "avg_pool": OpSpec((1, 1), _POOL + ("count_include_pad",), _infer_pool, F),
@@ -731,14 +919,15 @@ OPS: dict[str, OpSpec] = {
     "softmax": OpSpec((1, 1), ("axis",), _infer_softmax, FQ),
     "quantize": OpSpec((1, 1), ("exp",), _infer_quantize, Q),
     "dequantize": OpSpec((1, 1), (), _infer_dequantize, Q),
-    "qconv2d": OpSpec((3, 3), _CONV + _REQ, _infer_conv, Q),
-    "qdense": OpSpec((3, 3), _REQ, _infer_dense, Q),
-    "qadd": OpSpec((2, 2), ("lshift_a", "lshift_b") + _REQ, _infer_add, Q),
-    "qmul": OpSpec((2, 2), _REQ, _infer_mul, Q),
-    "qrequant": OpSpec((1, 1), _REQ, _infer_requant, Q),
+    "qconv2d": OpSpec((3, 3), _CONV + _REQ, _infer_conv, Q, _check_linear),
+    "qdense": OpSpec((3, 3), _REQ, _infer_dense, Q, _check_linear),
+    "qadd": OpSpec((2, 2), ("lshift_a", "lshift_b") + _REQ, _infer_add, Q, _check_qadd),
+    "qmul": OpSpec((2, 2), _REQ, _infer_mul, Q, _check_qmul),
+    "qrequant": OpSpec((1, 1), _REQ, _infer_requant, Q, _check_qrequant),
+    "qmax": OpSpec((2, 2), (), _infer_max, Q, _check_qmax),
     "qmax_pool": OpSpec((1, 1), _POOL, _infer_pool, Q),
     "qavg_pool": OpSpec((1, 1), _POOL + ("divisor", "shift", "round", "clip_lo", "clip_hi"),
-                        _infer_pool, Q),
+                        _infer_pool, Q, _check_qavg_pool),
     "onnx": OpSpec((0, 1024), ("op_type", "domain", "opset", "onnx_attrs", "in_types", "out_types",
                                "in_slots", "model"), _infer_onnx, FQ),
 }
@@ -747,7 +936,7 @@ OPS: dict[str, OpSpec] = {
 REAL_OPS = frozenset({"conv2d", "dense", "relu", "clip", "add", "mul", "batch_norm", "max_pool",
                       "avg_pool", "global_avg_pool", "fake_quant"})
 for _k in REAL_OPS:
-    OPS[_k] = OpSpec(OPS[_k].n_in, OPS[_k].attrs, OPS[_k].infer, FQ)
+    OPS[_k] = replace(OPS[_k], kinds=FQ)
 del _k
 FLOAT_OPS = frozenset(k for k, v in OPS.items() if "float" in v.kinds)
 QUANT_OPS = frozenset(k for k, v in OPS.items() if "quantized" in v.kinds)
@@ -794,124 +983,6 @@ def infer_types(graph: Graph) -> Graph:
             types[name] = t
     graph.types = types
     return graph
-
-
-def channel_shifts(attrs: dict) -> np.ndarray | None:
-    """The per-output-channel requantize shifts of a ``qconv2d`` / ``qdense`` with
-    per-channel weight exps (``w_exps``): int64 ``[O]``, or None for a per-tensor node
-    (``shift`` an int)."""
-    s = attrs.get("shift")
-    return np.asarray(s, np.int64) if isinstance(s, tuple) else None
-
-
-def _check_per_channel(node: Node, types: dict[str, TensorType]) -> None:
-    """The integer rules of a per-channel ``qconv2d`` / ``qdense`` (module docstring)."""
-    a = node.attrs
-    x, w, b = (types[i] for i in node.inputs)
-    out = types[node.outputs[0]]
-    we, s, r = a["w_exps"], a["shift"], a["round"]
-    o = w.shape[0]
-    if not (isinstance(we, tuple) and isinstance(s, tuple) and isinstance(r, tuple)
-            and len(we) == len(s) == len(r) == o
-            and all(isinstance(v, int) for v in we + s + r)):
-        raise _err(node, f"w_exps, shift and round must be tuples of {o} ints (one per output "
-                   f"channel)")
-    if a["mult"] != 1 or any(t.scale is not None for t in (x, w, b, out)):
-        raise _err(node, "per-channel weight exps need power-of-two scales and mult 1")
-    if max(we) != w.exp or b.exp != x.exp + w.exp:
-        raise _err(node, f"weight exp {w.exp} / bias exp {b.exp} must be max(w_exps) "
-                   f"{max(we)} / exp_in + max(w_exps) {x.exp + max(we)}")
-    for k in range(o):
-        if s[k] != out.exp - x.exp - we[k] or r[k] != requant_round(s[k]) or abs(s[k]) > 31:
-            raise _err(node, f"channel {k}: shift {s[k]} / round {r[k]} != exp_out - exp_in - "
-                       f"w_exps = {out.exp - x.exp - we[k]} (within [-31, 31]) and its round")
-
-
-def _check_quant_node(node: Node, types: dict[str, TensorType]) -> None:
-    a = node.attrs
-    if "w_exps" in a:
-        if node.op not in ("qconv2d", "qdense"):
-            raise _err(node, "w_exps (per-channel weight exps) is for qconv2d / qdense only")
-        _check_per_channel(node, types)
-    elif "shift" in a and node.op != "qavg_pool":
-        s = a["shift"]
-        if not isinstance(s, int) or a["round"] != requant_round(s):
-            raise _err(node, f"round {a['round']} does not match shift {s}")
-        if not isinstance(a["mult"], int) or not 1 <= a["mult"] <= MULT_MAX:
-            raise _err(node, f"mult must be an int in [1, {MULT_MAX}] (16-bit ALU immediate), "
-                       f"got {a['mult']}")
-        if a["mult"] != 1 and s < 0:
-            raise _err(node, f"mult {a['mult']} with a left shift {s}: use a larger mult")
-        if abs(s) > 31:
-            raise _err(node, f"shift {s} outside [-31, 31]")
-    if node.op == "qavg_pool":
-        d = a["divisor"]
-        p2 = d & (d - 1) == 0
-        if p2 and (a["shift"] != d.bit_length() - 1 or a["round"] != d // 2):
-            raise _err(node, f"divisor {d} needs shift {d.bit_length() - 1} and round {d // 2}")
-        m = a.get("mult")
-        if p2 and m not in (None, 1):
-            raise _err(node, f"divisor {d} is a power of two: mult must be 1 or absent")
-        if not p2 and m is None and a["shift"] is not None:
-            raise _err(node, f"divisor {d} is not a power of two: shift must be None without mult")
-        if not p2 and m is not None:
-            if not (isinstance(m, int) and 1 <= m <= MULT_MAX and isinstance(a["shift"], int)
-                    and 0 < a["shift"] <= 31 and isinstance(a["round"], int)
-                    and 0 <= a["round"] < (1 << a["shift"])):
-                raise _err(node, f"reciprocal mult {m} / shift {a['shift']} / round "
-                           f"{a['round']} out of range")
-            acc, want = avg_exact(d)
-            if 128 * d * m + a["round"] >= 1 << 31 or not np.array_equal(
-                    (acc * m + a["round"]) >> a["shift"], want):
-                raise _err(node, f"reciprocal (acc*{m} + {a['round']}) >> {a['shift']} is not "
-                           f"the rounding division by {d} for every int8 window sum")
-    odt = types[node.outputs[0]].dtype if node.outputs[0] in types else "int8"
-    qlo, qhi = qrange(odt) if odt in QINT_DTYPES else (-128, 127)
-    if "clip_lo" in a and not qlo <= a["clip_lo"] <= a["clip_hi"] <= qhi:
-        raise _err(node, f"clip [{a['clip_lo']}, {a['clip_hi']}] outside the {odt} range")
-    if (node.op == "qconv2d" or node.op == "qdense") and "w_exps" not in a:
-        x, w, b = (types[i] for i in node.inputs)
-        if b.exp != x.exp + w.exp:
-            raise _err(node, f"bias exp {b.exp} != exp_in + exp_w = {x.exp + w.exp}")
-        exact = x.scale is None and w.scale is None and b.scale is None
-        if not exact and abs(b.real_scale / (x.real_scale * w.real_scale) - 1) > 1e-9:
-            raise _err(node, f"bias scale {b.real_scale:.6g} != scale_in * scale_w")
-        _check_ratio(node, b, types[node.outputs[0]])
-    if node.op == "qadd":
-        ea, eb = types[node.inputs[0]].exp, types[node.inputs[1]].exp
-        c = min(ea, eb)
-        if types[node.inputs[0]].scale is not None or types[node.inputs[1]].scale is not None:
-            raise _err(node, "qadd operands need power-of-two scales (align them with qrequant)")
-        if (a["lshift_a"], a["lshift_b"]) != (ea - c, eb - c):
-            raise _err(node, "lshift_a/lshift_b do not align the operand exps")
-        _check_ratio(node, TensorType("int32", (), c), types[node.outputs[0]])
-    if node.op == "qrequant":
-        x, k = types[node.inputs[0]], a.get("exp_scale", 0)
-        if not isinstance(k, int) or abs(k) > 31:
-            raise _err(node, f"exp_scale must be an int in [-31, 31], got {k!r}")
-        acc = x if k == 0 else TensorType("int32", (), x.exp + k,
-                                          None if x.scale is None else x.scale * 2.0 ** k)
-        _check_ratio(node, acc, types[node.outputs[0]])
-    if node.op == "qmul":
-        x, cc = types[node.inputs[0]], types[node.inputs[1]]
-        acc = TensorType("int32", (), x.exp + cc.exp, None if x.scale is None and cc.scale is None
-                         else x.real_scale * cc.real_scale)
-        _check_ratio(node, acc, types[node.outputs[0]])
-
-
-def _check_ratio(node: Node, acc: TensorType, out: TensorType) -> None:
-    """``mult * 2**-shift`` must be the real ratio ``scale_acc / scale_out``: exactly
-    (``mult == 1``, ``shift == exp_out - exp_acc``) for power-of-two scales, else to within
-    half a unit of ``mult`` (``|mult - ratio * 2**shift| <= 0.5``)."""
-    a = node.attrs
-    if acc.scale is None and out.scale is None and a["mult"] == 1:
-        if a["shift"] != out.exp - acc.exp:
-            raise _err(node, f"shift {a['shift']} != exp_out - exp_acc = {out.exp - acc.exp}")
-        return
-    r = acc.real_scale / out.real_scale
-    if abs(a["mult"] - r * 2.0 ** a["shift"]) > 0.5 + 1e-9 * a["mult"]:
-        raise _err(node, f"mult {a['mult']} * 2^-{a['shift']} does not approximate the scale "
-                   f"ratio {r:.6g} to half a unit of mult")
 
 
 def validate(graph: Graph) -> Graph:

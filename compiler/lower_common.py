@@ -13,9 +13,26 @@ from ..hw.config import VTAConfig
 from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS, AluOp, req_imm
 from ..runtime.artifact import Trace, TraceBuilder, token_fault
 from .errors import CompileError
+from .ir import Graph
 from .requant import MultPlan, mult_plan
 
-__all__ = ["LoweredOp", "emit_kernel", "plan_for", "requant_alu", "fit_queues", "dram_stats"]
+__all__ = ["LoweredOp", "emit_kernel", "plan_for", "requant_alu", "fit_queues", "dram_stats",
+           "operand_chw"]
+
+
+def operand_chw(graph: Graph, tensor: str) -> tuple:
+    """The per-sample shape ``(C, H, W)`` of a VTA operand: NCHW ``[N, C, H, W]`` gives
+    ``(C, H, W)``, NC ``[N, C]`` gives ``(C, 1, 1)``.
+
+    Raises:
+        CompileError: another rank.
+    """
+    shape = graph.types[tensor].shape
+    if len(shape) == 4:
+        return tuple(shape[1:])
+    if len(shape) == 2:
+        return (shape[1], 1, 1)
+    raise CompileError(f"tensor {tensor!r}: VTA operands are NCHW or NC, got {shape}")
 
 
 class LoweredOp:

@@ -476,8 +476,6 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
         CompileError: ACC_8BIT off, a scalar beyond the 16-bit immediate, a channel block
             whose ``H*W`` does not fit half the accumulator, no overflow-free requantize.
     """
-    from .pack import pack_bias
-
     if not cfg.ACC_8BIT or (alu == AluOp.MUL and not cfg.ALU_MUL):
         raise CompileError(f"{uid}: this op on VTA needs ACC_8BIT" + (" and ALU_MUL" if alu == AluOp.MUL else ""))
     la = int(attrs.get("lshift_a", 0))

@@ -10,7 +10,8 @@ refused for an unsupported op).  Per node, in order (``docs/compiler.md`` has th
    ``QLinearGlobalAveragePool``) or a layout / max-pool op on a quantized tensor becomes
    its real-valued twin between fake-quant pairs (the QDQ form).
 3. An op with an IR conversion (:data:`SUPPORTED_ONNX_OPS`: Conv incl. 1-D and dilated,
-   Gemm, MatMul, Relu, Clip, Add, Sub, Mul, Div, BatchNormalization, MaxPool, AveragePool,
+   Gemm, MatMul, Relu, Clip, Add, Sub, Mul, Div, Max (of two tensors; with a scalar:
+   Clip), BatchNormalization, MaxPool, AveragePool,
    GlobalAveragePool, ReduceMean over H,W, Flatten, Reshape, Squeeze, Unsqueeze, Transpose,
    Concat, Softmax, Identity, Dropout, QuantizeLinear/DequantizeLinear) maps to IR ops.
 4. Anything else -- or a form the converter refuses (its reason is kept) -- stays an
@@ -31,13 +32,14 @@ from typing import Any
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import DTYPES, Graph, Node, TensorType, _infer_node
+from .ir import DTYPES, Graph, Node, TensorType, _infer_node, validate
+from .onnx_attrs import attrs_to_json
 
-__all__ = ["import_onnx", "SUPPORTED_ONNX_OPS"]
+__all__ = ["import_onnx", "declared_input_shapes", "SUPPORTED_ONNX_OPS"]
 
 #: ONNX ops with an IR conversion (the others, and refused forms, stay ``onnx`` nodes)
 SUPPORTED_ONNX_OPS = (
-    "Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Sub", "Mul", "Div", "BatchNormalization",
+    "Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Sub", "Mul", "Div", "Max", "BatchNormalization",
     "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten", "Reshape", "Squeeze",
     "Unsqueeze", "Transpose", "Concat", "Softmax", "Identity", "Dropout", "Constant", "Resize",
     "Upsample", "Pad", "QuantizeLinear", "DequantizeLinear",
@@ -65,6 +67,23 @@ def _load(src) -> "Any":
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise CompileError(f"{what}: malformed ONNX model (no graph or no nodes)")
     return model
+
+
+def declared_input_shapes(model) -> dict[str, tuple]:
+    """The declared shape of every graph input of an ONNX ``ModelProto`` (initializers
+    excluded): ``{name: dims}`` with an ``int`` per fixed dim and ``None`` per symbolic dim
+    (``dim_param``, unnamed, ``?`` or negative)."""
+    inits = {i.name for i in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        dims = []
+        for d in (tt.shape.dim if tt.HasField("shape") else ()):
+            dims.append(int(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else None)
+        out[vi.name] = tuple(dims)
+    return out
 
 
 def _dtype_name(elem_type: int) -> str | None:
@@ -697,8 +716,6 @@ class _Importer:
 
         from onnx import helper, shape_inference
 
-        from .onnx_attrs import attrs_to_json
-
         op = onode.op_type
         in_slots, names, feed_names = [], [], []
         captured = _outer_refs(onode)       # values a control-flow body reads from this scope
@@ -1074,6 +1091,33 @@ class _Importer:
         self.add_const(cn, (1.0 / c.astype(np.float64)).astype(np.float32))
         self.emit(onode, name, "mul", [ins[0], cn], {}, outs[0])
 
+    def op_Max(self, name, onode, ins, outs, attrs, err):
+        """``Max`` of two tensors -> ``max`` (the larger operand first, the other equal to or
+        broadcast against it); of a tensor and a float scalar constant -> ``clip`` with that
+        minimum; of one input -> identity.  More inputs, or another constant, stay an ONNX
+        node."""
+        ins = [i for i in ins if i]
+        if len(ins) == 1:
+            self.alias[outs[0]] = self.name(ins[0])
+            return
+        if len(ins) != 2:
+            raise err(f"Max of {len(ins)} inputs is kept as an ONNX node (two map to max)")
+        a, b = ins
+        if self.const(a) is not None and self.const(b) is None:
+            a, b = b, a
+        c = self.const(b)
+        if c is not None:
+            if c.size != 1 or c.dtype.kind != "f":
+                raise err(f"Max with a constant of shape {list(c.shape)} is kept as an ONNX node "
+                          f"(a float scalar maps to clip)")
+            self.emit(onode, name, "clip", [a], {"min": float(c.reshape(())), "max": None}, outs[0])
+            return
+        ta, tb = self.g.types.get(self.name(a)), self.g.types.get(self.name(b))
+        if ta is not None and tb is not None and tb.rank >= ta.rank and ta.shape != tb.shape and \
+                all(x == y or x == 1 for x, y in zip(ta.shape[::-1], tb.shape[::-1])):
+            a, b = b, a
+        self.emit(onode, name, "max", [a, b], {}, outs[0])
+
     def op_Dropout(self, name, onode, ins, outs, attrs, err):
         if len([o for o in outs if o]) > 1:
             raise err("the mask output of Dropout is computed on the host")
@@ -1373,8 +1417,6 @@ def import_onnx(src, *, name: str | None = None, input_shapes: dict | None = Non
             inconsistent shapes (message ``node 'NAME' (OpType): reason``).
         OSError: the file cannot be read.
     """
-    from .ir import validate
-
     g = _Importer(_load(src), name, input_shapes).run()
     used = {i for n in g.nodes for i in n.inputs}
     for c in [c for c in g.constants if c not in used]:

@@ -1,30 +1,44 @@
-"""The op registry: one entry per IR op, every facet of the op in one place.
+"""The op registry: one entry per IR op, every facet of the op reachable from it.
 
 FINN keeps an op's shape inference, execution and estimates in one class; tinygrad keeps
 rewrites in pattern tables.  Here each IR op has one :class:`OpDef` in :data:`REGISTRY`
-naming its
+holding its
 
-* **spec** -- arity, required attributes, type/shape inference, graph kinds
-  (``compiler/ir.py``'s :data:`~.ir.OPS`, which the validator runs between passes);
-* **quantize** -- the quantizer rule that turns the float op into int8 ops
-  (a :class:`~.quantize._Quantizer` method) and the ops it ``produces``; a float op the
-  rule refuses stays real-valued on the CPU (``q_real``, the BYOC fallback);
+* **spec** -- arity, required attributes, type/shape inference, graph kinds and the
+  integer rules a quantized graph checks (``check``): the :class:`~.ir.OpSpec` in
+  ``compiler/ir.py``'s :data:`~.ir.OPS`, which the validator runs between passes;
+* **quantize** -- the quantizer rule ``rule(quantizer, node)`` that turns the float op into
+  integer ops (:class:`~.quant_rules.QuantRules` ``q_<op>``) and the ops it ``produces``;
+  a float op the rule refuses stays real-valued on the CPU (``q_real``, the BYOC fallback)
+  when it has a runtime float kernel (``cpu="real"``);
 * **vta** -- the VTA predicate ``(node, graph, config, producers) -> (ok, reason)``
-  (``compiler/partition.py``), run after the checks every VTA op shares; ``None``: the op
+  (``compiler/placement.py``), run after the checks every VTA op shares; ``None``: the op
   always runs on the CPU, for ``cpu_reason``;
-* **lower** -- the VTA lowering ``(config, graph, node, uid) -> (LoweredOp, slots)``
-  (``compiler/compile.py``);
-* **reference** -- the integer oracle ``(node, inputs, graph) -> array``
-  (``compiler/reference.py``; real-valued ops run the runtime's float kernels instead);
+* **acc_bound** -- the worst-case ``|acc|`` entering the op's requantize,
+  ``(node, graph) -> int`` (``compiler/placement.py``), from which a multiplier's
+  overflow-free ALU sequence is planned;
+* **lower** -- the VTA lowering ``(config, graph, node, uid) -> (LoweredOp, slots)``: the
+  adapters below, which hand a node's tensors to the program builders of
+  ``compiler/lower_conv.py`` / ``lower_eltwise.py``;
+* **reference** -- the numpy kernel ``(node, inputs, graph) -> array``
+  (``compiler/ref_kernels.py``): the integer oracle of a quantized op; a layout op's
+  kernel moves data of any dtype and also runs in float graphs (real-valued float ops run
+  the runtime's float kernels instead);
 * **cpu** -- the runtime kernel that runs the op on the host: ``"int"``
   (``runtime/cpu_ops.CPU_KERNELS``), ``"real"`` (``runtime/cpu_float.run_float_op``) or
-  ``"onnx"`` (``runtime/cpu_float.run_onnx_node``: numpy kernel or onnxruntime).
+  ``"onnx"`` (``runtime/cpu_float.run_onnx_node``: numpy kernel or onnxruntime);
+* **capability** -- the line of :func:`~.partition.capability_table`, a template whose
+  fields (``{acc8}``, ``{mul}``, ``{lin}``, ``{elt}``, ``{add}``, ``{max_pad}``) the
+  config's caveats fill (:func:`~.partition.capability_caveats`).
 
-The dispatchers (:func:`~.partition.vta_support`, :func:`~.compile.lower_node`,
-``reference._q_node``, the quantizer's main loop) look ops up here; ``tests/compiler/
-test_ops_registry.py`` checks that no op can be placed on VTA without a lowering, that
-every quantized op has an integer reference and a runtime CPU kernel, and that every op a
-quantizer rule produces is registered with both.
+The dispatchers (:func:`~.partition.vta_support`, :func:`~.partition.acc_bound`,
+:func:`~.compile.lower_node`, :func:`~.reference.run_node`, the quantizer's main loop, the
+float executor) import this module at the top and look ops up here; this module imports
+only the facet modules (``ir``, ``placement``, ``quant_rules``, ``ref_kernels``,
+``lower_*``), none of which imports a dispatcher, so the imports are acyclic.
+``tests/compiler/test_ops_registry.py`` checks that every facet is present where needed and
+that no compiler module imports another inside a function.  ``docs/compiler.md`` "Adding
+an op" gives the steps.
 """
 
 from __future__ import annotations
@@ -32,72 +46,278 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from . import reference as _r
-from .compile import lower_qadd, lower_qconv2d, lower_qdense, lower_qmul, lower_qpool, lower_qrequant
-from .ir import OPS, OpSpec
-from .partition import vta_avg_pool, vta_eltwise, vta_linear, vta_max_pool, vta_mul
+import numpy as np
+
+from ..hw.config import MemType, VTAConfig
+from ..hw.isa import LIMITS, AluOp, Module
+from ..runtime.artifact import SlotLayout, TraceBuilder
+from . import placement as pl
+from . import ref_kernels as rk
+from .errors import CompileError, node_error
+from .ir import OPS, Graph, Node, OpSpec
+from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, operand_chw
+from .lower_conv import lower_conv, lower_dense
+from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
+from .quant_rules import QuantRules as _Q
+from .tiling import MAX_EXTENT
 
 __all__ = ["OpDef", "REGISTRY"]
 
 _LAYOUT = "layout op: the host rearranges the data between device calls (no arithmetic)"
 _FLOAT = "float arithmetic runs on the CPU"
+_LAYOUT_CAP = "cpu: layout op (host rearranges data, no arithmetic)"
 
 
 @dataclass(frozen=True)
 class OpDef:
-    """One IR op's facets (see the module docstring)."""
+    """One IR op's facets (see the module docstring); ``None`` / ``""``: the op has none."""
 
     name: str
-    quantize: str | None = None
+    quantize: Callable[[_Q, Node], None] | None = None
     produces: tuple[str, ...] = ()
     vta: Callable | None = None
+    acc_bound: Callable[[Node, Graph], int] | None = None
     lower: Callable | None = None
     reference: Callable | None = None
     cpu: str = ""
     cpu_reason: str = ""
+    capability: str = ""
 
     @property
     def spec(self) -> OpSpec:
-        """The op's :class:`~.ir.OpSpec` (arity, attributes, inference, graph kinds)."""
+        """The op's :class:`~.ir.OpSpec` (arity, attributes, inference, graph kinds, check)."""
         return OPS[self.name]
+
+    @property
+    def check(self) -> Callable | None:
+        """The op's integer rules in a quantized graph (its spec's ``check``)."""
+        return self.spec.check
+
+
+# ---------------------------------------------------------------------------
+# Lowering adapters (the ``lower`` facet): a node's tensors -> a program builder
+# ---------------------------------------------------------------------------
+
+def lower_qconv2d(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qconv2d`` -> GEMM program (:func:`~.lower_conv.lower_conv`); slot ``x``."""
+    x, w, b = node.inputs
+    lo = lower_conv(cfg, uid, operand_chw(graph, x), graph.constants[w], graph.constants[b], node.attrs)
+    return lo, {"x": x}
+
+
+def lower_qdense(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qdense`` -> a 1x1 conv on a 1x1 image (:func:`~.lower_conv.lower_dense`); slot ``x``."""
+    x, w, b = node.inputs
+    lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w], graph.constants[b], node.attrs)
+    return lo, {"x": x}
+
+
+def lower_qmax_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qmax_pool`` -> ACC8 loads + ALU MAX (:func:`~.lower_eltwise.lower_pool`); slot ``x``."""
+    return lower_pool(cfg, uid, operand_chw(graph, node.inputs[0]), node.attrs, "max"), {"x": node.inputs[0]}
+
+
+def lower_qavg_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qavg_pool`` -> ACC8 loads + ALU ADD, SHR (:func:`~.lower_eltwise.lower_pool`); slot ``x``."""
+    return lower_pool(cfg, uid, operand_chw(graph, node.inputs[0]), node.attrs, "avg"), {"x": node.inputs[0]}
+
+
+def _const_vals(graph: Graph, name: str) -> np.ndarray:
+    """An int8 constant operand as int64 values: one for a scalar, else one per channel
+    (the shapes :func:`~.placement.const_kind` admits)."""
+    c = graph.constants[name].astype(np.int64).reshape(-1)
+    return c[:1] if c.size == 1 else c
+
+
+def lower_qadd(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qadd`` -> ACC8 loads of both operands + ALU (:func:`~.lower_eltwise.lower_eltwise`);
+    a constant operand -> an immediate or a per-channel ACC constant
+    (:func:`~.lower_eltwise.lower_add_const`)."""
+    a, b = node.inputs
+    if b in graph.constants:
+        vals = _const_vals(graph, b) << int(node.attrs["lshift_b"])
+        return lower_add_const(cfg, uid, operand_chw(graph, a), vals, node.attrs), {"a": a}
+    lo = lower_eltwise(cfg, uid, operand_chw(graph, a), "qadd", node.attrs)
+    return lo, {"a": a, "b": b}
+
+
+def lower_qrequant(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qrequant`` -> ACC8 load + the ALU requantize (:func:`~.lower_eltwise.lower_eltwise`)."""
+    lo = lower_eltwise(cfg, uid, operand_chw(graph, node.inputs[0]), "qrequant", node.attrs)
+    return lo, {"a": node.inputs[0]}
+
+
+def lower_qmul(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qmul`` of two tensors -> ACC8 loads + a tensor-operand ALU MUL
+    (:func:`~.lower_eltwise.lower_mul`), slots ``a``, ``b``; by a scalar or per-channel
+    constant -> MUL by an immediate or a resident ACC constant
+    (:func:`~.lower_eltwise.lower_add_const` with ``MUL``), slot ``a``."""
+    a, b = node.inputs
+    if b in graph.constants:
+        lo = lower_add_const(cfg, uid, operand_chw(graph, a), _const_vals(graph, b), node.attrs, AluOp.MUL)
+        return lo, {"a": a}
+    return lower_mul(cfg, uid, operand_chw(graph, a), operand_chw(graph, b), node.attrs), {"a": a, "b": b}
+
+
+# ---------------------------------------------------------------------------
+# max / qmax: every facet beside the entry (docs/compiler.md "Adding an op")
+# ---------------------------------------------------------------------------
+
+def q_max(qz: _Q, n: Node) -> None:
+    """``max`` -> ``qmax`` of both operands at the output's calibrated exp (and exact QDQ
+    scale): an operand at another one is requantized first (``qrequant``, on VTA like any
+    standalone requantize).  Exact: a requantize is monotone, so ``max(r(a), r(b)) ==
+    r(max(a, b))``, and ``qmax`` needs none of its own.
+
+    Raises:
+        CompileError: a constant operand (the frontend maps ``Max`` with a scalar to
+            ``clip`` and keeps other constants as ONNX nodes).
+    """
+    out = n.outputs[0]
+    eo, so = qz.exps[out], qz.scales.get(out)
+    so_real = 2.0 ** eo if so is None else so
+    aligned = []
+    for t in n.inputs:
+        if t in qz.fg.constants:
+            raise node_error(n.name, n.op, "a constant operand (Max with a scalar is a clip)")
+        x = qz.qin(t)
+        xt = qz.q.types[x]
+        if (xt.exp, xt.scale) != (eo, so):
+            r = qz.q.fresh(f"{x}_align")
+            qz.add(qz.q.fresh(f"{n.name}_align"), "qrequant", [x], r,
+                   qz.requant_for(n, xt.real_scale / so_real, qz.half, out), qz.otype(out, xt.shape))
+            x = r
+        aligned.append(x)
+    qo = qz.int_name(out)
+    qz.add(n.name, "qmax", aligned, qo, {}, qz.otype(out, qz.fg.types[out].shape))
+    qz.qname[out] = qo
+
+
+def ref_max(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``max`` / ``qmax``: ``np.maximum(a, b)`` in the operands' dtype (float32 in a float
+    graph, the integer oracle in a quantized one: exact, no requantize)."""
+    return np.maximum(x[0], x[1])
+
+
+def vta_max(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
+    """``qmax``: NC or NCHW operands of one shape, ``ACC_8BIT`` (both are ACC8 loads)."""
+    ta, tb = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    if ta.rank not in (2, 4):
+        return False, f"element-wise op on a rank-{ta.rank} tensor: the VTA lowering takes NC or NCHW"
+    if tb.shape != ta.shape:
+        return False, f"max of {ta} and a broadcast {tb}: VTA takes two tensors of one shape"
+    if not cfg.ACC_8BIT:
+        return False, "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
+    return True, "element-wise max: ACC8 loads + ALU MAX (tensor operand)"
+
+
+def lower_qmax(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qmax`` for one batch block (slots ``a``, ``b``, ``y``): per chunk of at most a
+    quarter of the accumulator, ACC8 loads of ``a`` and ``b``, one ALU MAX micro-op loop
+    (tensor operand), STORE; two virtual threads alternate ACC halves, store->compute tokens
+    guard their reuse.  No requantize: the stored low 8 bits are the int8 maximum.
+
+    Raises:
+        CompileError: ACC_8BIT off, activations other than int8, operands of two shapes.
+    """
+    a, b = node.inputs
+    chw = operand_chw(graph, a)
+    if not cfg.ACC_8BIT or cfg.INP_WIDTH != 8:
+        raise CompileError(f"{uid}: qmax on VTA needs ACC_8BIT and int8 activations (ACC8 loads)")
+    if operand_chw(graph, b) != chw:
+        raise CompileError(f"{uid}: qmax of {list(chw)} and {list(operand_chw(graph, b))}: one shape only")
+    lay = SlotLayout(tuple(chw), cfg.BATCH, cfg.BLOCK_OUT)
+    n_el = lay.cb * lay.hw[0] * lay.hw[1]
+    nvt = 2 if cfg.ACC_DEPTH >= 4 else 1
+    half = cfg.ACC_DEPTH // nvt
+    chunk = max(1, min(MAX_EXTENT, LIMITS.max("size"), half // 2))
+    tb = TraceBuilder(uid, {"a": lay.block_bytes, "b": lay.block_bytes, "y": lay.block_bytes})
+    starts = range(0, n_el, chunk)
+    for t, e0 in enumerate(starts):
+        m = min(chunk, n_el - e0)
+        base = (t % nvt) * half
+        if t >= nvt:
+            tb.dep_pop(Module.STORE, Module.COMPUTE)
+        tb.load_2d("a", e0, MemType.ACC8, base, 1, m, m)
+        tb.load_2d("b", e0, MemType.ACC8, base + m, 1, m, m)
+        emit_kernel(tb, "alu", [(m, 1, 1, 0)], [base], [base + m], op=AluOp.MAX)
+        tb.dep_push(Module.COMPUTE, Module.STORE)
+        tb.dep_pop(Module.COMPUTE, Module.STORE)
+        tb.store_2d(base, "y", e0, 1, m, m)
+        tb.dep_push(Module.STORE, Module.COMPUTE)
+    for _ in range(min(len(starts), nvt)):
+        tb.dep_pop(Module.STORE, Module.COMPUTE)
+    size = cfg.BATCH * int(np.prod(chw))
+    tb.trace.stats = {"tiles": len(starts), "gemm_uops_ideal": 0, **dram_stats(2 * size, size)}
+    return fit_queues(cfg, LoweredOp(tb.trace, {}, {"a": lay, "b": lay, "y": lay})), {"a": a, "b": b}
+
+
+# ---------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------
+
+def _layout_op(name: str, reference: Callable, produces: tuple[str, ...] | None = None,
+               capability: str = _LAYOUT_CAP) -> OpDef:
+    """A layout op (float and quantized graphs): data movement on the host."""
+    return OpDef(name, getattr(_Q, f"q_{name}"), produces or (name,), reference=reference, cpu="int",
+                 cpu_reason=_LAYOUT, capability=capability)
 
 
 def _defs() -> dict[str, OpDef]:
     d = [
         # float ops: a quantizer rule each; kept real-valued (CPU) when the rule refuses
-        OpDef("conv2d", "q_conv2d", ("qconv2d",), cpu="real"),
-        OpDef("dense", "q_dense", ("qdense",), cpu="real"),
-        OpDef("relu", "q_relu", ("qrequant",), cpu="real"),
-        OpDef("clip", "q_clip", ("qrequant",), cpu="real"),
-        OpDef("add", "q_add", ("qadd", "qrequant"), cpu="real"),
-        OpDef("mul", "q_mul", ("qmul", "qrequant"), cpu="real"),
-        OpDef("batch_norm", "q_batch_norm", (), cpu="real"),   # folded by the passes first
-        OpDef("max_pool", "q_max_pool", ("qmax_pool",), cpu="real"),
-        OpDef("avg_pool", "q_avg_pool", ("qavg_pool",), cpu="real"),
-        OpDef("global_avg_pool", "q_global_avg_pool", ("qavg_pool",), cpu="real"),
-        OpDef("fake_quant", "q_fake_quant", ("qrequant",), cpu="real"),
+        OpDef("conv2d", _Q.q_conv2d, ("qconv2d",), cpu="real"),
+        OpDef("dense", _Q.q_dense, ("qdense",), cpu="real"),
+        OpDef("relu", _Q.q_relu, ("qrequant",), cpu="real"),
+        OpDef("clip", _Q.q_clip, ("qrequant",), cpu="real"),
+        OpDef("add", _Q.q_add, ("qadd", "qrequant"), cpu="real"),
+        OpDef("mul", _Q.q_mul, ("qmul", "qrequant"), cpu="real"),
+        OpDef("max", q_max, ("qmax", "qrequant"), reference=ref_max),   # always quantized
+        OpDef("batch_norm", _Q.q_batch_norm, (), cpu="real"),   # folded by the passes first
+        OpDef("max_pool", _Q.q_max_pool, ("qmax_pool",), cpu="real"),
+        OpDef("avg_pool", _Q.q_avg_pool, ("qavg_pool",), cpu="real"),
+        OpDef("global_avg_pool", _Q.q_global_avg_pool, ("qavg_pool",), cpu="real"),
+        OpDef("fake_quant", _Q.q_fake_quant, ("qrequant",), cpu="real"),
         # layout ops (float and quantized graphs): data movement on the host
-        OpDef("flatten", "q_flatten", ("flatten",), reference=_r.ref_layout, cpu="int", cpu_reason=_LAYOUT),
-        OpDef("reshape", "q_reshape", ("reshape",), reference=_r.ref_layout, cpu="int", cpu_reason=_LAYOUT),
-        OpDef("transpose", "q_transpose", ("transpose",), reference=_r.ref_layout, cpu="int",
-              cpu_reason=_LAYOUT),
-        OpDef("concat", "q_concat", ("concat", "qrequant"), reference=_r.ref_layout, cpu="int",
-              cpu_reason=_LAYOUT),
-        OpDef("upsample", "q_upsample", ("upsample",), reference=_r.ref_layout, cpu="int", cpu_reason=_LAYOUT),
-        OpDef("pad", "q_pad", ("pad",), reference=_r.ref_layout, cpu="int", cpu_reason=_LAYOUT),
-        OpDef("softmax", "q_softmax", ("softmax", "dequantize"), cpu="int", cpu_reason=_FLOAT),
+        _layout_op("flatten", rk.layout_flatten),
+        _layout_op("reshape", rk.layout_reshape),
+        _layout_op("transpose", rk.layout_transpose),
+        _layout_op("concat", rk.layout_concat, ("concat", "qrequant")),
+        _layout_op("upsample", rk.layout_upsample),
+        _layout_op("pad", rk.layout_pad),
+        OpDef("softmax", _Q.q_softmax, ("softmax", "dequantize"), cpu="int", cpu_reason=_FLOAT,
+              capability="cpu: float exponentials"),
         # an ONNX node kept as is: always real-valued, on the CPU
-        OpDef("onnx", "q_real", (), cpu="onnx"),
+        OpDef("onnx", _Q.q_real, (), cpu="onnx"),
         # quantized ops
-        OpDef("quantize", reference=_r.ref_quantize, cpu="int", cpu_reason=_FLOAT),
-        OpDef("dequantize", reference=_r.ref_dequantize, cpu="int", cpu_reason=_FLOAT),
-        OpDef("qconv2d", vta=vta_linear, lower=lower_qconv2d, reference=_r.ref_qconv2d, cpu="int"),
-        OpDef("qdense", vta=vta_linear, lower=lower_qdense, reference=_r.ref_qdense, cpu="int"),
-        OpDef("qadd", vta=vta_eltwise, lower=lower_qadd, reference=_r.ref_qadd, cpu="int"),
-        OpDef("qrequant", vta=vta_eltwise, lower=lower_qrequant, reference=_r.ref_qrequant, cpu="int"),
-        OpDef("qmax_pool", vta=vta_max_pool, lower=lower_qpool, reference=_r.ref_qmax_pool, cpu="int"),
-        OpDef("qavg_pool", vta=vta_avg_pool, lower=lower_qpool, reference=_r.ref_qavg_pool, cpu="int"),
-        OpDef("qmul", vta=vta_mul, lower=lower_qmul, reference=_r.ref_qmul, cpu="int"),
+        OpDef("quantize", reference=rk.ref_quantize, cpu="int", cpu_reason=_FLOAT,
+              capability="cpu: float input"),
+        OpDef("dequantize", reference=rk.ref_dequantize, cpu="int", cpu_reason=_FLOAT,
+              capability="cpu: float output"),
+        OpDef("qconv2d", vta=pl.vta_linear, acc_bound=pl.linear_acc_bound, lower=lower_qconv2d,
+              reference=rk.ref_qconv2d, cpu="int",
+              capability="vta: GEMM + ALU requantize; groups/depthwise ok; pads <= {max_pad}; "
+                         "mult 1 unless ALU_MUL{lin}"),
+        OpDef("qdense", vta=pl.vta_linear, acc_bound=pl.linear_acc_bound, lower=lower_qdense,
+              reference=rk.ref_qdense, cpu="int", capability="vta: GEMM + ALU requantize{lin}"),
+        OpDef("qadd", vta=pl.vta_add, acc_bound=pl.add_acc_bound, lower=lower_qadd,
+              reference=rk.ref_qadd, cpu="int",
+              capability="vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{add}"),
+        OpDef("qrequant", vta=pl.vta_requant, acc_bound=pl.operand_bound, lower=lower_qrequant,
+              reference=rk.ref_qrequant, cpu="int", capability="vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{elt}"),
+        OpDef("qmax_pool", vta=pl.vta_max_pool, acc_bound=pl.operand_bound, lower=lower_qmax_pool,
+              reference=rk.ref_qmax_pool, cpu="int",
+              capability="vta: ACC8 loads + ALU MAX; padding only on non-negative inputs{acc8}{elt}"),
+        OpDef("qavg_pool", vta=pl.vta_avg_pool, acc_bound=pl.avg_acc_bound, lower=lower_qavg_pool,
+              reference=rk.ref_qavg_pool, cpu="int",
+              capability="vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; other windows: "
+                         "ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{elt}"),
+        OpDef("qmul", vta=pl.vta_mul, acc_bound=pl.mul_acc_bound, lower=lower_qmul,
+              reference=rk.ref_qmul, cpu="int",
+              capability="vta: by a tensor (same shape or per channel) or a scalar / per-channel "
+                         "constant: ACC8 loads + ALU MUL{mul}{acc8}{elt}"),
+        OpDef("qmax", vta=vta_max, acc_bound=pl.operand_bound, lower=lower_qmax, reference=ref_max,
+              cpu="int", capability="vta: two tensors of one shape: ACC8 loads + ALU MAX{acc8}{elt}"),
     ]
     return {o.name: o for o in d}
 

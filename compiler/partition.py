@@ -53,20 +53,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..hw.config import VTAConfig, load_config
-from .errors import CompileError
 from ..runtime.cpu_float import onnx_backend
+from .errors import CompileError
 from .ir import REAL_OPS, Graph, Node, qbits
 from .lower_conv import weights_fit
 from .lower_eltwise import gemm_add_ok
+from .ops import REGISTRY
+from .placement import IMM_MAX, MAX_PAD, linear_acc_bound
 from .requant import mult_plan
 
-__all__ = ["Placement", "Region", "Partition", "capability_table", "vta_support", "partition",
-           "VTA", "CPU", "acc_bound", "linear_acc_bound", "node_mult_plan", "node_macs"]
+__all__ = ["Placement", "Region", "Partition", "capability_table", "capability_caveats", "vta_support",
+           "partition", "VTA", "CPU", "acc_bound", "linear_acc_bound", "node_mult_plan", "node_macs",
+           "MAX_PAD", "IMM_MAX"]
 
 VTA = "vta"
 CPU = "cpu"
-MAX_PAD = 15
-IMM_MAX = (1 << 15) - 1
 
 
 @dataclass(frozen=True)
@@ -208,8 +209,19 @@ def node_macs(node: Node, graph: Graph) -> int:
 
 
 def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
-    """``op -> "vta: <condition>"`` or ``"cpu: <reason>"`` for a config (human-readable)."""
-    cfg = load_config(config)
+    """``op -> "vta: <condition>"`` or ``"cpu: <reason>"`` for a config (human-readable):
+    each registry entry's ``capability`` text (:data:`~.ops.REGISTRY`) with the config's
+    caveats filled in (:func:`capability_caveats`)."""
+    fill = capability_caveats(load_config(config))
+    return {name: d.capability.format(**fill) for name, d in REGISTRY.items() if d.capability}
+
+
+def capability_caveats(cfg: VTAConfig) -> dict[str, str]:
+    """The fields a registry entry's ``capability`` text may name, for ``cfg``: ``acc8``
+    (``ACC_8BIT`` off), ``mul`` (``ALU_MUL`` off), ``lin`` (conv/dense at the core's
+    widths), ``elt`` (element-wise ACC8 ops at the core's widths), ``add`` (``qadd``:
+    ``elt``, or its int4 GEMM form), ``max_pad`` (:data:`~.placement.MAX_PAD`); each
+    ``""`` when it does not apply."""
     acc8 = "" if cfg.ACC_8BIT else " [unavailable: ACC_8BIT off]"
     mul = "" if cfg.ALU_MUL else " [unavailable: ALU_MUL off]"
     widths = (cfg.INP_WIDTH, cfg.WGT_WIDTH, cfg.OUT_WIDTH) == (8, 8, 8)
@@ -227,71 +239,22 @@ def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
                + (": int8 constants in [-8, 7], else cpu" if cfg.WGT_WIDTH == 4 else "") + "]")
         add = (f" [int4 activations: only two tensors as a GEMM over INP loads, BLOCK_IN == "
                f"BLOCK_OUT and lshift <= {cfg.WGT_WIDTH - 2}; else cpu]")
-    return {
-        "qconv2d": f"vta: GEMM + ALU requantize; groups/depthwise ok; pads <= {MAX_PAD}; mult 1 unless ALU_MUL{lin}",
-        "qdense": f"vta: GEMM + ALU requantize{lin}",
-        "qadd": f"vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{add}",
-        "qmax_pool": f"vta: ACC8 loads + ALU MAX; padding only on non-negative inputs{acc8}{elt}",
-        "qavg_pool": f"vta: power-of-two window: ACC8 loads + ALU ADD/SHR/MIN/MAX; other windows: "
-                     f"ADD, MUL by an exact reciprocal, SHR when ALU_MUL, else cpu{acc8}{elt}",
-        "qrequant": f"vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{elt}",
-        "qmul": f"vta: by a tensor (same shape or per channel) or a scalar / per-channel constant: ACC8 "
-                f"loads + ALU MUL{mul}{acc8}{elt}",
-        "quantize": "cpu: float input",
-        "dequantize": "cpu: float output",
-        "softmax": "cpu: float exponentials",
-        "flatten": "cpu: layout op (host rearranges data, no arithmetic)",
-        "reshape": "cpu: layout op (host rearranges data, no arithmetic)",
-        "transpose": "cpu: layout op (host rearranges data, no arithmetic)",
-        "concat": "cpu: layout op (host rearranges data, no arithmetic)",
-    }
-
-
-def _in_half(node: Node, graph: Graph) -> int:
-    """``2**(bits-1)`` of ``node``'s activation input: 8 (int4), 128 (int8) or 32768
-    (int16)."""
-    t = graph.types.get(node.inputs[0]) if node.inputs else None
-    return 1 << (((qbits(t.dtype) if t is not None else 0) or 8) - 1)
-
-
-def linear_acc_bound(node: Node, graph: Graph) -> int:
-    """Worst-case ``|acc|`` of a ``qconv2d`` / ``qdense`` before its requantize (bias
-    included, rounding constant not): int8 operands ``K*128*128 + max|bias|`` (the
-    data-independent bound of the int8 path); any other width ``max_o sum_k |w[o, k]| *
-    2**(in_bits-1) + max|bias|``, the exact worst case over all inputs of the input dtype
-    for the constant weights."""
-    k = 1
-    for d in graph.types[node.inputs[1]].shape[1:]:
-        k *= d
-    b = graph.constants.get(node.inputs[2])
-    bmax = int(abs(b.astype("int64")).max()) if b is not None and b.size else 0
-    w = graph.constants.get(node.inputs[1])
-    half = _in_half(node, graph)
-    if half == 128 and (w is None or w.dtype == "int8"):
-        return k * 128 * 128 + bmax
-    l1 = int(abs(w.astype("int64")).reshape(w.shape[0], -1).sum(1).max(initial=0))
-    return l1 * half + bmax
+    return {"acc8": acc8, "mul": mul, "lin": lin, "elt": elt, "add": add, "max_pad": str(MAX_PAD)}
 
 
 def acc_bound(node: Node, graph: Graph) -> int:
-    """Worst-case ``|acc|`` entering the requantize of ``node`` (over all inputs of its
-    dtype; ``h = 2**(bits-1)``: 128 for int8, 32768 for int16).
+    """Worst-case ``|acc|`` entering the requantize of ``node`` over all inputs of its dtype:
+    its registry entry's ``acc_bound`` (:mod:`.placement`: conv/dense
+    :func:`~.placement.linear_acc_bound`; qadd ``h*(2**lshift_a + 2**lshift_b)``; qmul
+    ``h*max|c|``; qrequant and qmax_pool ``h``; qavg_pool ``h*divisor``; ``h = 2**(bits-1)``).
 
-    conv/dense: :func:`linear_acc_bound`; qadd: ``h*(2**lshift_a + 2**lshift_b)``;
-    qmul: ``h*max|c|``; qrequant: h; qavg_pool: ``h*divisor``.
+    Raises:
+        CompileError: the op has no accumulator (no ``acc_bound`` facet).
     """
-    a = node.attrs
-    h = _in_half(node, graph)
-    if node.op in ("qconv2d", "qdense"):
-        return linear_acc_bound(node, graph)
-    if node.op == "qadd":
-        return h * ((1 << a["lshift_a"]) + (1 << a["lshift_b"]))
-    if node.op == "qmul":
-        c = graph.constants.get(node.inputs[1])
-        return h * (int(abs(c.astype("int64")).max()) if c is not None and c.size else h)
-    if node.op == "qavg_pool":
-        return h * a["divisor"]
-    return h
+    d = REGISTRY.get(node.op)
+    if d is None or d.acc_bound is None:
+        raise CompileError(f"node '{node.name}' ({node.op}): no accumulator bound")
+    return d.acc_bound(node, graph)
 
 
 def node_mult_plan(node: Node, graph: Graph, acc_width: int):
@@ -303,17 +266,8 @@ def node_mult_plan(node: Node, graph: Graph, acc_width: int):
                      acc_bound(node, graph), acc_width)
 
 
-def _nonneg(g: Graph, tensor: str, prod: dict[str, Node]) -> bool:
-    n = prod.get(tensor)
-    while n is not None and n.op in ("qmax_pool", "flatten", "reshape", "transpose"):
-        n = prod.get(n.inputs[0])
-    return n is not None and n.attrs.get("clip_lo") is not None and n.attrs["clip_lo"] >= 0
-
-
 def cpu_reason(node: Node, graph: Graph) -> str:
     """Why a node without a VTA predicate runs on the CPU (its registry entry's reason)."""
-    from .ops import REGISTRY
-
     op = node.op
     if op == "onnx":
         return node.attrs.get("why") or f"ONNX op {node.attrs['op_type']} kept as is"
@@ -326,178 +280,22 @@ def cpu_reason(node: Node, graph: Graph) -> str:
     return d.cpu_reason if d is not None and d.cpu_reason else f"no VTA implementation for op {op!r}"
 
 
-def _mul_suffix(a: dict) -> str:
-    return f"MUL {a['mult']}, " if a.get("mult") not in (None, 1) else ""
-
-
-def _round_imm(a: dict) -> str | None:
-    if ("shift" in a and isinstance(a.get("round"), int) and a["round"] > IMM_MAX
-            and a.get("mult") in (None, 1)):
-        return f"rounding constant {a['round']} (shift {a['shift']}) does not fit a 16-bit ALU immediate"
-    return None
-
-
-def _acc8(cfg: VTAConfig) -> str | None:
-    return None if cfg.ACC_8BIT else "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
-
-
-def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
-    """``qconv2d`` / ``qdense``: the worst-case accumulator fits ``ACC_WIDTH``; conv pads fit
-    the LOAD pad field."""
-    a, op = node.attrs, node.op
-    worst = linear_acc_bound(node, graph) + (max(a["round"]) if isinstance(a["round"], tuple)
-                                             else a["round"])
-    if worst >= 1 << (cfg.ACC_WIDTH - 1):
-        return False, f"worst-case accumulator {worst} does not fit ACC_WIDTH {cfg.ACC_WIDTH}"
-    if op == "qconv2d" and max(a["pads"]) > MAX_PAD:
-        return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
-    what = "depthwise conv" if op == "qconv2d" and a["groups"] == graph.types[node.inputs[0]].shape[1] \
-        and a["groups"] > 1 else ("group conv" if op == "qconv2d" and a["groups"] > 1 else op[1:])
-    mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
-    if isinstance(a["shift"], tuple):
-        shift = f"per-channel shifts {min(a['shift'])}..{max(a['shift'])} (tensor SHR)"
-    else:
-        shift = f"shift {a['shift']}"
-    return True, f"{what}: GEMM + ALU requantize ({mul}{shift}, clip [{a['clip_lo']}, {a['clip_hi']}])"
-
-
-def const_kind(graph: Graph, node: Node) -> str | None:
-    """``"scalar"`` or ``"per-channel"`` (one value per channel of an NC / NCHW first
-    operand) for the constant second operand of ``node``, else None: the constant shapes
-    the VTA lowerings take (``lower_eltwise.lower_add_const``)."""
-    c = graph.constants[node.inputs[1]]
-    ta = graph.types[node.inputs[0]]
-    if c.size == 1:
-        return "scalar"
-    shp = (1,) * (ta.rank - c.ndim) + tuple(c.shape)
-    if ta.rank in (2, 4) and shp[1] == ta.shape[1] and all(d == 1 for k, d in enumerate(shp) if k != 1):
-        return "per-channel"
-    return None
-
-
-def add_const_kind(graph: Graph, node: Node) -> str | None:
-    """:func:`const_kind` of ``qadd``'s constant, and for a scalar only when its aligned
-    value ``c << lshift_b`` is a 16-bit immediate."""
-    kind = const_kind(graph, node)
-    if kind == "scalar":
-        v = int(graph.constants[node.inputs[1]].reshape(())) << int(node.attrs["lshift_b"])
-        return kind if -(1 << 15) <= v < (1 << 15) else None
-    return kind
-
-
-def vta_eltwise(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
-    """``qadd`` / ``qrequant``: NC or NCHW, ``ACC_8BIT``, the rounding constant an immediate."""
-    a = node.attrs
-    r = graph.types[node.inputs[0]].rank
-    if r not in (2, 4):
-        return False, f"element-wise op on a rank-{r} tensor: the VTA lowering takes NC or NCHW"
-    why = _acc8(cfg) or _round_imm(a)
-    if why:
-        return False, why
-    if node.op == "qadd" and node.inputs[1] in graph.constants:
-        kind = add_const_kind(graph, node)
-        if kind is None:
-            return False, (f"adding a constant of shape {list(graph.types[node.inputs[1]].shape)}: only a "
-                           f"scalar (16-bit immediate after alignment) or a per-channel constant runs on VTA")
-        return True, (f"add of a {kind} constant: ACC8 load + ALU SHL {a['lshift_a']}, ADD, "
-                      f"{_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")
-    if node.op == "qadd" and graph.types[node.inputs[0]].dtype == "int4":
-        return True, (f"residual add of int4 tensors: GEMM over INP loads (diagonal weights "
-                      f"{1 << a['lshift_a']}, {1 << a['lshift_b']}), {_mul_suffix(a)}SHR "
-                      f"{a['shift']}, MAX/MIN")
-    if node.op == "qadd":
-        return True, (f"residual add: ACC8 loads + ALU SHL {a['lshift_a']}/{a['lshift_b']}, ADD, "
-                      f"{_mul_suffix(a)}SHR {a['shift']}, MAX/MIN")
-    return True, f"requantize: ACC8 load + ALU {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN"
-
-
-def vta_max_pool(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
-    """``qmax_pool``: ``ACC_8BIT``; padding only on inputs known non-negative (LOAD pads zeros)."""
-    a = node.attrs
-    why = _acc8(cfg)
-    if why:
-        return False, why
-    if max(a["pads"]) > MAX_PAD:
-        return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
-    if any(a["pads"]) and not _nonneg(graph, node.inputs[0], producers or graph.producers()):
-        return False, "padded max-pool of possibly negative values needs -128 padding; LOAD pads zeros"
-    return True, "max-pool: ACC8 loads + ALU MAX"
-
-
-def vta_avg_pool(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
-    """``qavg_pool``: ``ACC_8BIT``; a power-of-two window or an exact reciprocal (``ALU_MUL``)."""
-    a = node.attrs
-    why = _acc8(cfg)
-    if why:
-        return False, why
-    if a["shift"] is None:
-        return False, (f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power "
-                       f"of two and has no exact 16-bit reciprocal (needs a divide)")
-    if max(a["pads"]) > MAX_PAD:
-        return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
-    why = _round_imm(a)
-    if why:
-        return False, why
-    mul = _mul_suffix(a)
-    if mul:
-        return True, f"avg-pool: ACC8 loads + ALU ADD, {mul}SHR {a['shift']} (exact reciprocal of {a['divisor']})"
-    return True, f"avg-pool: ACC8 loads + ALU ADD, SHR {a['shift']}"
-
-
-def vta_mul(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
-    """``qmul``: by a scalar or per-channel constant, or by a tensor of the same shape or
-    per channel (``[N,C,1,1]`` against NCHW); needs ``ALU_MUL`` and ``ACC_8BIT``."""
-    a = node.attrs
-    ta, tb = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
-    if node.inputs[1] in graph.constants:
-        kind = const_kind(graph, node)
-        if kind is None:
-            c = graph.constants[node.inputs[1]]
-            return False, f"multiply by a constant of shape {list(c.shape)}: only scalar or per-channel on VTA"
-        no_mul = "multiply by a non-power-of-two constant needs ALU_MUL, which this config lacks"
-        ok = f"multiply by a {kind} constant: ACC8 load + ALU MUL, {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN"
-    else:
-        if ta.rank not in (2, 4) or tb.rank != ta.rank:
-            return False, f"multiply of {ta} by {tb}: the VTA lowering takes NC or NCHW operands"
-        if tb.shape != ta.shape and not (ta.rank == 4 and tuple(tb.shape[1:]) == (ta.shape[1], 1, 1)):
-            return False, f"multiply of {ta} by {tb}: only equal shapes or a per-channel operand on VTA"
-        no_mul = "a tensor multiply needs ALU_MUL, which this config lacks"
-        kind = "per-channel" if tb.shape != ta.shape else "element-wise"
-        ok = f"{kind} multiply: ACC8 loads + ALU MUL (tensor operand), {_mul_suffix(a)}SHR {a['shift']}, MAX/MIN"
-    if not cfg.ALU_MUL:
-        return False, no_mul
-    why = _acc8(cfg) or _round_imm(a)
-    return (False, why) if why else (True, ok)
-
-
 def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str, Node] | None = None
                 ) -> tuple[bool, str]:
     """Can ``node`` run on VTA with ``config``? Returns ``(ok, reason)``.
 
-    The checks every VTA op shares (int8 widths, a requantize multiplier needs ``ALU_MUL``
-    and an overflow-free plan), then the op's own predicate from its registry entry
-    (:data:`~.ops.REGISTRY`); ops without one run on the CPU with the entry's reason.
+    The checks every VTA op shares (the graph's widths are the core's, the batch is dim 0),
+    then the op's own predicate from its registry entry (:data:`~.ops.REGISTRY`,
+    :mod:`.placement`; a requantizing op's predicate checks its multiplier with
+    :func:`~.placement.mult_why`); ops without one run on the CPU with the entry's reason.
     """
-    from .ops import REGISTRY
-
-    cfg = config
-    a = node.attrs
     d = REGISTRY.get(node.op)
     if d is None or d.vta is None:
         return False, cpu_reason(node, graph)
-    why = _width_mismatch(node, graph, cfg) or _batch_mismatch(node, graph)
+    why = _width_mismatch(node, graph, config) or _batch_mismatch(node, graph)
     if why:
         return False, why
-    if node.op == "qavg_pool" and a.get("mult") not in (None, 1) and not cfg.ALU_MUL:
-        return False, (f"window {a['kernel'][0]}x{a['kernel'][1]} = {a['divisor']} is not a power "
-                       f"of two: its reciprocal multiply needs ALU_MUL, which this config lacks")
-    if a.get("mult") not in (None, 1):
-        if not cfg.ALU_MUL:
-            return False, f"requantize multiplier {a['mult']} needs ALU_MUL, which this config lacks"
-        if node_mult_plan(node, graph, cfg.ACC_WIDTH) is None:
-            return False, (f"requantize multiplier {a['mult']} (shift {a['shift']}) may overflow "
-                           f"ACC_WIDTH {cfg.ACC_WIDTH} (worst case |acc| {acc_bound(node, graph)})")
-    return d.vta(node, graph, cfg, producers)
+    return d.vta(node, graph, config, producers)
 
 
 def _batch_mismatch(node: Node, graph: Graph) -> str | None:

@@ -28,6 +28,7 @@ import numpy as np
 
 from .errors import CompileError
 from .ir import Graph, Node, validate
+from .reference import _float_node
 
 __all__ = ["FoldConstants", "FoldBatchNorm", "FoldAffineIntoConv", "FuseActivation", "DeadCode",
            "DEFAULT_PASSES", "run_passes", "optimize"]
@@ -56,8 +57,6 @@ class FoldConstants:
     name = "fold-constants"
 
     def apply(self, graph: Graph) -> tuple[Graph, bool]:
-        from .reference import _float_node
-
         g = graph.copy()
         changed = False
         for node in list(g.nodes):

@@ -35,65 +35,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime.cpu_float import REAL_OPS, _pad, _windows, conv2d_nchw, run_float_op, run_onnx_node
+from ..runtime.cpu_float import REAL_OPS, run_float_op, run_onnx_node
 from .errors import CompileError, node_error
-from .ir import LAYOUT_OPS, Graph, Node, qrange, storage_dtype
+from .ir import Graph, Node
+from .ops import REGISTRY
+from .ref_kernels import conv2d_nchw, requantize
 
-__all__ = ["run_float", "run_quantized", "conv2d_nchw", "requantize"]
-
-
-# ---------------------------------------------------------------------------
-# Kernels
-# ---------------------------------------------------------------------------
-
-def _int_sum_check(k: int, x: np.ndarray | None = None, w: np.ndarray | None = None) -> None:
-    bits = sum(8 * (a.dtype.itemsize if a is not None else 1) - 1 for a in (x, w))
-    if k * (1 << bits) >= (1 << 53):
-        raise CompileError(f"reduction length {k} too long for an exact float64 integer sum")
-
-
-def requantize(acc: np.ndarray, attrs: dict, dtype: str = "int8") -> np.ndarray:
-    """The requantize rule of :mod:`.ir`, int64: ``*mult``, ``(+round) >> shift`` or ``<< -shift``,
-    clip; the result as ``dtype`` (the node's output dtype, int8 or int16).  ``shift`` /
-    ``round`` may be tuples, one per channel of ``acc``'s axis 1 (per-channel weights)."""
-    acc = acc.astype(np.int64)
-    if attrs["mult"] != 1:
-        acc = acc * np.int64(attrs["mult"])
-    s = attrs["shift"]
-    if isinstance(s, tuple):    # per output channel (axis 1): ir "Per-channel weights"
-        shp = (1, len(s)) + (1,) * (acc.ndim - 2)
-        sv = np.asarray(s, np.int64).reshape(shp)
-        rv = np.asarray(attrs["round"], np.int64).reshape(shp)
-        acc = np.where(sv > 0, (acc + rv) >> np.maximum(sv, 0), acc << np.maximum(-sv, 0))
-    elif s > 0:
-        acc = (acc + np.int64(attrs["round"])) >> np.int64(s)
-    elif s < 0:
-        acc = acc << np.int64(-s)
-    return np.clip(acc, attrs["clip_lo"], attrs["clip_hi"]).astype(storage_dtype(dtype))
-
-
-def _odt(node: Node, graph: Graph) -> str:
-    return graph.types[node.outputs[0]].dtype
-
-
-def _layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    a = node.attrs
-    if node.op == "flatten":
-        ax = a["axis"] if a["axis"] >= 0 else a["axis"] + x[0].ndim
-        return x[0].reshape(int(np.prod(x[0].shape[:ax], dtype=np.int64)), -1)
-    if node.op == "reshape":
-        tgt = [x[0].shape[i] if d == 0 else d for i, d in enumerate(a["shape"])]
-        return x[0].reshape(tgt)
-    if node.op == "transpose":
-        return np.transpose(x[0], a["perm"])
-    if node.op == "concat":
-        return np.concatenate(x, axis=a["axis"])
-    if node.op == "upsample":
-        return np.repeat(np.repeat(x[0], a["scales"][0], axis=2), a["scales"][1], axis=3)
-    if node.op == "pad":
-        pt, pl, pb, pr = a["pads"]
-        return np.pad(x[0], ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    raise AssertionError(node.op)
+__all__ = ["run_float", "run_quantized", "run_node", "conv2d_nchw", "requantize"]
 
 
 # ---------------------------------------------------------------------------
@@ -101,13 +49,18 @@ def _layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 def _float_node(node: Node, x: list[np.ndarray], graph: Graph) -> list[np.ndarray]:
-    """Outputs of one node of a float graph (or a real-valued node of a quantized graph)."""
-    if node.op == "onnx":
+    """Outputs of one node of a float graph (or a real-valued node of a quantized graph):
+    an ``onnx`` node by the runtime's ONNX kernels, a real-valued op by its runtime float
+    kernel (``runtime/cpu_float.py``), any other op by its registry entry's ``reference``
+    (the layout ops, whose kernels move data of any dtype, and float ops the quantizer
+    always rewrites)."""
+    d = REGISTRY.get(node.op)
+    if d is not None and d.cpu == "onnx":
         return run_onnx_node(node.attrs, x)
-    if node.op in LAYOUT_OPS:
-        return [_layout(node, x, graph)]
     if node.op in REAL_OPS:
         return [run_float_op(node.op, node.attrs, x)]
+    if d is not None and d.reference is not None:
+        return [d.reference(node, x, graph)]
     raise node_error(node.name, node.op, "the float executor cannot run this op")
 
 
@@ -151,92 +104,22 @@ def _bind(graph: Graph, feeds) -> dict[str, np.ndarray]:
 # Integer executor (the oracle)
 # ---------------------------------------------------------------------------
 
-def ref_quantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``quantize``: ``clip(floor(x * 2**-e + 0.5), lo, hi)``, ``e`` the output's scale exp
-    (per channel of axis 1 for a per-channel activation: its ``channel_exps``),
-    ``[lo, hi]`` the output dtype's range (int8 ``[-128, 127]``, int16 ``[-32768, 32767]``)."""
-    t = graph.types[node.outputs[0]]
-    e = t.scale_exp
-    if t.channel_exps is not None:      # per-channel activation: channel c at its own exp
-        e = np.asarray(t.channel_exps, np.float64).reshape(1, -1, 1, 1)
-    q = np.floor(x[0].astype(np.float64) * 2.0 ** (-e) + 0.5)
-    lo, hi = qrange(t.dtype)
-    return np.clip(q, lo, hi).astype(storage_dtype(t.dtype))
-
-
-def ref_dequantize(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``dequantize``: ``q * 2**e``, ``e`` the input's scale exp."""
-    e = graph.types[node.inputs[0]].scale_exp
-    return (x[0].astype(np.float64) * 2.0 ** e).astype(np.float32)
-
-
-def ref_qconv2d(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``qconv2d``: exact int64 cross-correlation + bias, then requantize."""
-    a, w = node.attrs, x[1]
-    _int_sum_check(w.shape[1] * w.shape[2] * w.shape[3], x[0], w)
-    acc = np.rint(conv2d_nchw(x[0], w, a["strides"], a["pads"], a["groups"])).astype(np.int64)
-    return requantize(acc + x[2].astype(np.int64).reshape(1, -1, 1, 1), a, _odt(node, graph))
-
-
-def ref_qdense(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``qdense``: ``x @ w.T + bias`` (exact), then requantize."""
-    _int_sum_check(x[1].shape[1], x[0], x[1])
-    acc = np.rint(x[0].astype(np.float64) @ x[1].astype(np.float64).T).astype(np.int64)
-    return requantize(acc + x[2].astype(np.int64), node.attrs, _odt(node, graph))
-
-
-def ref_qadd(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``qadd``: ``(a << lshift_a) + (b << lshift_b)``, then requantize."""
-    a = node.attrs
-    acc = (x[0].astype(np.int64) << np.int64(a["lshift_a"])) + (
-        x[1].astype(np.int64) << np.int64(a["lshift_b"]))
-    return requantize(acc, a, _odt(node, graph))
-
-
-def ref_qmul(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``qmul``: ``x * c``, then requantize."""
-    return requantize(x[0].astype(np.int64) * x[1].astype(np.int64), node.attrs, _odt(node, graph))
-
-
-def ref_qrequant(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``qrequant``: requantize alone."""
-    return requantize(x[0].astype(np.int64), node.attrs, _odt(node, graph))
-
-
-def ref_qmax_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``qmax_pool``: window max with the dtype's minimum as padding (int8 -128)."""
-    a = node.attrs
-    dt = _odt(node, graph)
-    xp = _pad(x[0].astype(np.int64), a["pads"], qrange(dt)[0])
-    return _windows(xp, a["kernel"], a["strides"]).max(axis=(-2, -1)).astype(storage_dtype(dt))
-
-
-def ref_qavg_pool(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``qavg_pool``: window sum, rounding division (or its exact fixed-point reciprocal)."""
-    a = node.attrs
-    xp = _pad(x[0].astype(np.int64), a["pads"], 0)
-    acc = _windows(xp, a["kernel"], a["strides"]).sum(axis=(-2, -1), dtype=np.int64)
-    d = np.int64(a["divisor"])
-    if a.get("mult") is not None and a["divisor"] & (a["divisor"] - 1):
-        # the fixed-point reciprocal rule (exact for every int8 window sum: ir.validate)
-        y = (acc * np.int64(a["mult"]) + np.int64(a["round"])) >> np.int64(a["shift"])
-    else:
-        y = np.floor_divide(2 * acc + d, 2 * d)
-    return np.clip(y, a["clip_lo"], a["clip_hi"]).astype(storage_dtype(_odt(node, graph)))
-
-
-def ref_layout(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``flatten`` / ``reshape`` / ``transpose`` / ``concat``: data movement only."""
-    return _layout(node, x, graph)
-
-
 def _q_node(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    from .ops import REGISTRY
-
+    """The output of one integer node of a quantized graph: its registry entry's
+    ``reference`` (:mod:`.ref_kernels`)."""
     d = REGISTRY.get(node.op)
     if d is None or d.reference is None:
         raise node_error(node.name, node.op, "the integer reference cannot run this op")
     return d.reference(node, x, graph)
+
+
+def run_node(node: Node, x: list[np.ndarray], graph: Graph) -> list[np.ndarray]:
+    """The outputs of one node of a quantized graph (``x``: its input arrays, in order): a
+    real-valued CPU node (an ``onnx`` node, a float op the BYOC fallback kept) by the float
+    kernels, any other by its integer reference.  Returns one array per output."""
+    if node.op == "onnx" or node.op in REAL_OPS:
+        return [np.asarray(y) for y in _float_node(node, x, graph)]
+    return [_q_node(node, x, graph)]
 
 
 def run_quantized(graph: Graph, feeds: dict[str, np.ndarray], *, keep_all: bool = False
@@ -256,11 +139,7 @@ def run_quantized(graph: Graph, feeds: dict[str, np.ndarray], *, keep_all: bool 
         raise CompileError(f"run_quantized needs a quantized graph, got a {graph.kind} graph")
     env = _bind(graph, feeds)
     for node in graph.nodes:
-        ins = [env[i] for i in node.inputs]
-        if node.op == "onnx" or node.op in REAL_OPS:   # real-valued CPU nodes (BYOC fallback)
-            for o, y in zip(node.outputs, _float_node(node, ins, graph)):
-                env[o] = np.asarray(y)
-        else:
-            env[node.outputs[0]] = _q_node(node, ins, graph)
+        for o, y in zip(node.outputs, run_node(node, [env[i] for i in node.inputs], graph)):
+            env[o] = y
     names = env.keys() if keep_all else graph.outputs
     return {k: env[k] for k in names}

@@ -110,9 +110,9 @@ def test_helper_net_one_compile_every_size_fsim(gap, monkeypatch):
     m = _helper_model(gap)
     rng = np.random.default_rng(1)
     calls = []
-    qmod = sys.modules["vtaforge.compiler.quantize"]
-    real = qmod.calibrate
-    monkeypatch.setattr(qmod, "calibrate",
+    dmod = sys.modules["vtaforge.compiler.dynamic"]      # the caller's binding
+    real = dmod.calibrate
+    monkeypatch.setattr(dmod, "calibrate",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     dm = compile_dynamic(m, _calib(rng, [(16, 16), (11, 13)]), "tiny")
     assert len(calls) == 2 and dm.symbolic                  # one calibration run per size
