@@ -194,6 +194,9 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
               if None in dims[1:] and i in arrs and isinstance(arrs[i], np.ndarray)
               and np.ndim(arrs[i]) == len(dims)}
     fg = import_onnx(model, input_shapes=shapes) if shapes else import_onnx(model)
+    if not fg.inputs:
+        raise CompileError("the model has no inputs (its outputs are constants): there is "
+                           "nothing to calibrate or to run on VTA")
     _check_zero_dims(fg, calib, calib_label)
     if isinstance(calib, np.ndarray):
         if len(fg.inputs) != 1:

@@ -106,3 +106,17 @@ def test_meaningless_calibration_range_is_noted(scale, note):
         assert not notes, notes
     else:
         assert len(notes) == 1 and "calibration data for 'x'" in notes[0] and note in notes[0], notes
+
+
+@pytest.mark.parametrize("calib", [np.ones((1, 4), np.float32), {}])
+def test_model_without_inputs_is_one_clear_error(calib):
+    """A model whose outputs are constants (no graph inputs) is refused with its cause,
+    whatever calibration data comes with it (a dict used to raise IndexError)."""
+    from onnx import TensorProto, numpy_helper
+
+    c = numpy_helper.from_array(np.ones((1, 4), np.float32), "c")
+    g = helper.make_graph([helper.make_node("Relu", ["c"], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [c])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(CompileError, match="the model has no inputs"):
+        compile_model(m, calib, "pynq")
