@@ -17,6 +17,7 @@ from vtaforge.dse import (AccSafety, AnalyticResources, CycleModel, DesignEvalua
                           parse_workloads, run_search)
 from vtaforge.dse.search import PointResult, mark_pareto
 from vtaforge.dse.space import Point
+from vtaforge.dse.workloads import workload_layers
 from vtaforge.hw.config import preset
 from vtaforge.hw.isa import Opcode
 
@@ -78,6 +79,25 @@ def test_workload_parsing():
     assert (w.layer.height, w.layer.width, w.layer.in_channels) == (8, 8, 64)
     with pytest.raises(DSEError, match="unknown layer 'c12'"):
         parse_workloads("resnet18-c12")
+
+
+def test_whole_network_workloads():
+    """``resnet18-net`` / ``mobilenet-net``: the zoo network at 224 at full size, else at
+    the input whose 56x56 stage the cap reduces (size 14: 64, a multiple of 32)."""
+    from vtaforge.dse.workloads import net_size
+
+    a, b = parse_workloads("resnet18-net,mobilenet-net", None)
+    assert (a.kind, a.layer, a.size, b.layer, b.size) == ("net", "resnet18", 224,
+                                                         "mobilenet_v1", 224)
+    assert [net_size(s) for s in (None, 14, 7, 1, 56, 100)] == [224, 64, 32, 32, 224, 224]
+    w = parse_workloads("resnet18-c2,resnet18-net", 14)
+    assert [x.name for x in w] == ["resnet18-c2", "resnet18-net"] and w[1].size == 64
+    assert w[1].describe() == {"name": "resnet18-net", "kind": "net", "network": "resnet18",
+                               "size": 64}
+    model, calib, x = w[1].model_and_inputs()
+    assert calib.shape == (2, 3, 64, 64) and x.shape == (1, 3, 64, 64)
+    layers = workload_layers(w[1])
+    assert len(layers) == 21 and sum(L["macs"] for L in layers) > 0   # 20 convs, fc
 
 
 # ------------------------------------------------------------------ BR-08
