@@ -635,6 +635,13 @@ _MAX_CONFIG_BYTES = 16 << 20
 
 def _preset_dicts() -> dict[str, dict[str, Any]]:
     return {
+        # The fast core of each board (FAST_PRESETS), first: the DSE's fastest design on the
+        # whole networks (vtaforge dse run --board B --workloads resnet18-net,mobilenet-net
+        # --size full over the board space with REQ_ENGINE and ALU_FORWARD as axes;
+        # docs/dse.md "Presets"): pynq's 1x16x16 with a 16 KiB micro-op buffer, the fused
+        # requantize, the REQ engine and ALU forwarding, on the PYNQ-Z1/Z2's part.
+        "pynq-fast": {"TARGET": "pynq", "PART": "xc7z020clg400-1", "LOG_UOP_BUFF_SIZE": 14,
+                      "ALU_REQUANT": True, "REQ_ENGINE": True, "ALU_FORWARD": True},
         # Upstream default (HW_VER 0.0.2): 1x16x16, i8 w8 a32, 32/32/256/128 KiB, 64-bit bus.
         "pynq": {"TARGET": "pynq"},
         "ultra96": {"TARGET": "ultra96"},
@@ -651,6 +658,10 @@ def _preset_dicts() -> dict[str, dict[str, Any]]:
 
 
 PRESETS: tuple[str, ...] = tuple(_preset_dicts())
+
+#: Per TARGET with a board, the preset of its fast core (the DSE's pick for that board on
+#: whole networks; docs/dse.md "Presets"); the TARGET's own preset stays upstream's core.
+FAST_PRESETS: dict[str, str] = {"pynq": "pynq-fast"}
 
 
 def preset(name: str) -> VTAConfig:
