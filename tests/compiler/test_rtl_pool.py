@@ -8,8 +8,8 @@ form they replace.
   smaller last tile, and a 2x2/2 one, on tiny, tiny + engine, tiny + forwarding and tiny +
   both; with forwarding the pool takes fewer cycles than without.
 - pynq (``slow``: pynq-sized builds): ResNet-18's max-pool (64x112x112, 3x3/2 pad 1) on
-  ``pynq`` and on pynq + ALU_REQUANT + REQ_ENGINE + ALU_FORWARD, where it runs at >= 0.85
-  of its memory bound (input read and output written once at the bus width).
+  ``pynq`` and on ``pynq-fast`` (REQ engine and ALU forwarding), where it runs at >= 0.85 of
+  its memory bound (input read and output written once at the bus width).
 """
 
 from __future__ import annotations
@@ -100,16 +100,14 @@ def test_acc8_form_rtl_equals_fsim(monkeypatch):
     assert not st.get("gemm_copy")
 
 
-PYNQ_CFGS = {"pynq": preset("pynq"),
-             "pynq+req+eng+fwd": preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True,
-                                                        ALU_FORWARD=True)}
+PYNQ_CFGS = {"pynq": preset("pynq"), "pynq-fast": preset("pynq-fast")}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PYNQ_CFGS))
 def test_resnet18_max_pool_pynq(name):
-    """ResNet-18's max-pool at full size on pynq and on the forwarding engine core, bit for
-    bit against fsim; on the latter at >= 0.85 of its memory bound."""
+    """ResNet-18's max-pool at full size on pynq and on pynq-fast (REQ engine and ALU
+    forwarding), bit for bit against fsim; on pynq-fast at >= 0.85 of its memory bound."""
     cfg = PYNQ_CFGS[name]
     cyc, st = pool_on_rtl(cfg, pool_model(64, 112, 112, 3, 2, 1), (1, 64, 112, 112),
                           mem=256 << 20)
