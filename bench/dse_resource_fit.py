@@ -116,6 +116,12 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     # planned after the two above set the REQ_ENGINE_* terms, held out from them: 8 lanes
     ("1x16x8_req_engine", "held-out", {"LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 3, "DSP_PACKING": 2,
                                        "ALU_REQUANT": True, "REQ_ENGINE": True, **_D}),
+    # ALU result forwarding (ALU_FORWARD) against tiny_req_engine / pynq_req_engine
+    # (dse/resources.py ALU_FORWARD_*; not in the fit)
+    ("tiny_alu_forward", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                                    "ALU_FORWARD": True}),
+    ("pynq_alu_forward", "option", {"preset": "pynq", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                                    "ALU_FORWARD": True}),
 )
 
 

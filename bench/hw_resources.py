@@ -1,4 +1,5 @@
-"""Print Yosys resource estimates of the generated core for pynq, tiny and ultra96, next to
+"""Print Yosys resource estimates of the generated core for pynq-fast, pynq, tiny and
+ultra96, next to
 each part's capacity (hardware-notes.md: the xc7z020 has 53,200 LUT, 106,400 FF, 220 DSP48E1,
 140 RAMB36; upstream's HLS build of the pynq configuration used 277 DSPs on a ZU3EG), and
 the size of the emitted Verilog (``emit_verilog``) of each.
@@ -23,8 +24,9 @@ from vtaforge.hw.config import load_config, preset
 from vtaforge.hw.core import emit_verilog
 from vtaforge.hw.estimate import estimate_resources, format_report
 
-PLAN = (("pynq", "xc7z020"), ("tiny", "xc7z020"), ("ultra96", "xczu3eg"))
-VERILOG_PRESETS = ("tiny", "batch2", "pynq", "ultra96", "zcu104")
+PLAN = (("pynq-fast", "xc7z020"), ("pynq", "xc7z020"), ("tiny", "xc7z020"),
+        ("ultra96", "xczu3eg"))
+VERILOG_PRESETS = ("tiny", "batch2", "pynq-fast", "pynq", "ultra96", "zcu104")
 
 
 def main(argv: list[str]) -> None:

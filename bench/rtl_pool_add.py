@@ -7,7 +7,9 @@ Run: ``.venv/bin/python bench/rtl_pool_add.py [--config F.json] [--div N] [--rec
 (``--div`` divides the spatial sizes; default 1 = ResNet-18 224 sizes).  ``--record FILE``
 appends each pool/add step's launched programs as calibration pairs (the format of
 ``vtaforge.dse.calibrate``: instructions, UOP-load payloads, RTL cycles; workloads
-``resnet18-maxpool`` and ``resnet18-add-CxH``; full size only, ``--div 1``) to FILE,
+``resnet18-maxpool`` (the ACC8 form), ``resnet18-maxpool-copy`` (the INP-load and
+identity-GEMM form, compiler/lower_eltwise.py ``_max_pool_copy``) and
+``resnet18-add-CxH``; full size only, ``--div 1``) to FILE,
 replacing that config's earlier pairs of the same workloads; the cycle model's estimate is
 printed beside the RTL either way.
 """
@@ -31,6 +33,7 @@ from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import header  # noqa: E402
 from rtl_resnet18 import RecordingRtl  # noqa: E402 - bench/ scripts run from bench/ or the repo root
 
 
@@ -93,6 +96,7 @@ def main() -> None:
     bus = (1 << cfg.LOG_BUS_WIDTH) // 8
     dev = PairRtl(cfg, 256 << 20, progress=False)
     fp = f"0x{cfg.fingerprint:08x}"
+    print(header(__file__))
     print(f"{args.config} ({fp}), ideal bus, spatial size / {args.div}")
     print(f"{'step':<26} {'op':<10} {'cycles':>9} {'bound':>9} {'eff':>6} exact "
           f"{'model':>9} {'error':>7} {'lower':>9}")
@@ -120,6 +124,8 @@ def main() -> None:
         for s, cyc, pair, est in zip(vta, dev.log, dev.pairs, dev.est):
             if s.op != want:
                 continue
+            if s.trace.stats.get("gemm_copy"):    # the INP-load / identity-GEMM form
+                wl = "resnet18-maxpool-copy"
             bound = -(-s.trace.stats["min_dram_bytes"] // bus)
             ok = np.array_equal(out[s.outputs[0]], ref[s.outputs[0]])
             err = est["cycles"] / cyc - 1

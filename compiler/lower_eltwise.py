@@ -1,9 +1,11 @@
 """Lowering of ``qmax_pool``, ``qavg_pool`` (power-of-two window), ``qadd`` and
-``qrequant`` to relocatable VTA programs.  All operands are int8 loaded into the
-accumulator with ACC8 loads (sign-extended), processed on the ALU and stored.
+``qrequant`` to relocatable VTA programs.  Operands are int8 loaded into the accumulator
+with ACC8 loads (sign-extended) or, for the GEMM forms (the separable max-pool where
+:func:`pool_copy_ok` holds: :func:`_max_pool_copy`; ``qadd``), INP loads multiplied by
+resident diagonal weights; processed on the ALU and stored.
 
-Pooling: tiles of (channel blocks x output rows), full width; per channel block one ACC8
-LOAD of the input rows with zero padding (exact for max-pool only on non-negative inputs,
+Pooling, the ACC8 form: tiles of (channel blocks x output rows), full width; per channel
+block one ACC8 LOAD of the input rows with zero padding (exact for max-pool only on non-negative inputs,
 which the partitioner checks; exact for average pooling, whose padding counts as zero).
 Max: ALU reset of the output, ADD of the first window element (a copy), MAX of the others.
 Average: reset, ADD of every window element, ADD round, SHR shift, MAX/MIN clip; a window
@@ -39,16 +41,20 @@ from .lower_conv import LoweredOp, act_layout, emit_kernel, plan_for, requant_al
 from .pack import pack_bias
 from .tiling import MAX_EXTENT, candidates
 
-__all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const", "gemm_add_ok"]
+__all__ = ["lower_pool", "lower_eltwise", "lower_mul", "lower_add_const", "gemm_add_ok",
+           "pool_copy_ok"]
 
 L, C, S = Module.LOAD, Module.COMPUTE, Module.STORE
 
 def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str, *,
-               separable: bool = True) -> LoweredOp:
+               separable: bool = True, gemm_copy: bool = True) -> LoweredOp:
     """Lower ``qmax_pool`` (``kind="max"``) or ``qavg_pool`` (``kind="avg"``) for one batch
     block; slots ``x`` (ACC8, NCHW{B}n{BLOCK_OUT}c) and ``y`` (OUT).  ``separable``: a max
     window with ``k < 2·s`` on both axes runs as a column pass in place, then a row pass
     (:func:`_max_pool_separable`; False: reset, copy and MAX per window element).
+    ``gemm_copy``: on a core where :func:`pool_copy_ok` holds, the separable max-pool
+    loads its input with INP loads and copies it into the accumulator with an identity
+    GEMM (:func:`_max_pool_copy`; False: ACC8 loads, the form before).
 
     Raises:
         CompileError: ACC_8BIT off, non-power-of-two average window without a reciprocal
@@ -77,6 +83,10 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str, 
     xs = min(wp, cols - pl)                  # input columns loaded per row
     ncb = xl.cb
     sep = separable and kind == "max" and kw < 2 * sw and kh < 2 * sh
+    if sep and gemm_copy and pool_copy_ok(cfg):
+        lo = _max_pool_copy(cfg, uid, (c, h, w), geo, (kh, kw), (sh, sw), cols, xs)
+        if lo is not None:
+            return lo
     # overlapping rows (kh > sh): output row i goes to input row i*sh, dead after the
     # column pass, so the tile needs no output region (larger tiles, fewer reloaded rows)
     in_rows = sep and kh > sh
@@ -163,6 +173,274 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str, 
     tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": t, "gemm_uops_ideal": 0,
                       **dram_stats(B * c * h * w, B * c * ho * wo)}
     return fit_queues(cfg, LoweredOp(tb.trace, {}, {"x": xl, "y": yl}))
+
+
+def pool_copy_ok(cfg: VTAConfig) -> bool:
+    """Whether the separable max-pool can take its input through INP loads and an identity
+    GEMM (:func:`_max_pool_copy`): INP and ACC elements hold the same channels
+    (``BLOCK_IN == BLOCK_OUT``), int8 activations (the values an ACC8 load gives) and a
+    weight width that holds 1 (int8 or int4)."""
+    return cfg.BLOCK_IN == cfg.BLOCK_OUT and cfg.INP_WIDTH == 8 and cfg.WGT_WIDTH in (4, 8)
+
+
+class _CopyLayout:
+    """Where one channel block's tile lives in the accumulator in :func:`_max_pool_copy`
+    (``th`` output rows, ``rows`` × ``cols`` input entries), in entries from the block's
+    own bases: ``o`` (the outputs: row ``i`` of the column pass, column phase ``u``, at
+    ``o + i·wo + j``, contiguous for the STORE) and ``rest`` (everything else: the other
+    column phases ``p`` of the column-pass rows at ``eo[p] + i·ns + j``, then the source
+    rows of each row phase ``q`` at ``srow[q] + i·cols + c``, natural column order).
+
+    Column ``c = j·sw + p`` is in phase ``p``, row ``r = i·sh + q`` in row phase ``q``; the
+    column pass writes row phase ``v = kh - sh`` (one row per window no neighbour reads),
+    the row pass column phase ``u = kw - sw``."""
+
+    def __init__(self, kernel, strides, th: int, wo: int, cols: int):
+        (kh, kw), (sh, sw) = kernel, strides
+        self.u, self.v = kw - sw, kh - sh
+        self.th, self.wo, self.cols = th, wo, cols
+        self.rows = (th - 1) * sh + kh
+        self.n_col = [len(range(p, cols, sw)) for p in range(sw)]
+        self.ns = max([n for p, n in enumerate(self.n_col) if p != self.u], default=0)
+        self.n_row = [len(range(q, self.rows, sh)) for q in range(sh)]
+        self.out = th * wo
+        self.eo, off = {}, 0
+        for p in range(sw):
+            if p != self.u:
+                self.eo[p] = off
+                off += th * self.ns
+        self.srow = {}
+        for q in range(sh):
+            if q != self.v:
+                self.srow[q] = off
+                off += self.n_row[q] * cols
+        self.rest = off
+
+    @property
+    def size(self) -> int:
+        return self.out + self.rest
+
+
+def _max_pool_copy(cfg: VTAConfig, uid: str, chw: tuple, geo, kernel, strides, cols: int,
+                   xs: int) -> LoweredOp | None:
+    """The separable max-pool (``k < 2·s`` on both axes) with its input through INP loads
+    on the load module (double-buffered, so they overlap the previous tile's compute) and
+    an identity GEMM that copies each input element to its place in the accumulator
+    (:class:`_CopyLayout`: the rows the column pass writes apart from the rows it reads,
+    and in those rows the output column phase apart from the others), then both passes in
+    place: the column pass MAXes each window's other rows into its row ``i·sh + v``, the
+    row pass the other columns of that row into column ``j·sw + u``, which then holds the
+    output, contiguous per channel block: one STORE per block and tile, no copy, no
+    output region.  The input ACC region is zeroed before its copy (the GEMM adds): on a
+    ``REQ_ENGINE`` core by the engine, beside the previous tile's copy (the part the last
+    STORE does not read first, then the outputs once that STORE is done), else by an ALU
+    reset on the pipeline.  With ``ALU_FORWARD`` each output's micro-ops run back to back
+    (the destination forwarded, one cycle each); without, the window offsets neighbours
+    share go as micro-op pairs on one source (:func:`_window_pass`).  Exact: the copy
+    gives the ACC8 load's values (an int8 times 1 in every lane), the MAXes are those of
+    the separable form.  Returns None when no tile fits (the caller uses the ACC8 form).
+    """
+    sh = strides[0]
+    xl, yl, ho, wo = geo.xl, geo.yl, geo.ho, geo.wo
+    pt, pl, _, _ = geo.pads
+    hp, wp = xl.hw
+    ncb = xl.cb
+    nvt = 2
+    inp_half, acc_half = cfg.INP_DEPTH // nvt, cfg.ACC_DEPTH // nvt
+    best = None
+    for cbn in candidates(ncb):
+        for th in range(ho, 0, -1):
+            lay = _CopyLayout(kernel, strides, th, wo, cols)
+            if (cbn * lay.rows * cols <= inp_half and cbn * lay.size <= acc_half
+                    and th * wo <= MAX_EXTENT and lay.rows <= MAX_EXTENT):
+                steps = -(-ncb // cbn) * -(-ho // th)
+                if best is None or steps < best[0]:
+                    best = (steps, cbn, th)
+                break
+    if best is None or cols > MAX_EXTENT:
+        return None
+    _, cbn, TH = best
+    eng, fwd = cfg.REQ_ENGINE, cfg.ALU_FORWARD
+    tiles = [(cb0, min(ncb, cb0 + cbn), y0, min(ho, y0 + TH))
+             for cb0 in range(0, ncb, cbn) for y0 in range(0, ho, TH)]
+    lays = [_CopyLayout(kernel, strides, y1 - y0, wo, cols) for _, _, y0, y1 in tiles]
+    tb = TraceBuilder(uid, {"x": xl.block_bytes, "y": yl.block_bytes})
+    wbase = cfg.WGT_DEPTH - 1
+    eye = np.eye(cfg.BLOCK_IN, dtype=np.int8)[None]
+    tb.load_2d("w", 0, MemType.WGT, wbase, 1, 1, 1)
+    consts = {"w": pack_int4(eye) if cfg.WGT_WIDTH == 4 else eye}
+
+    def region(t: int) -> tuple[int, int]:
+        """ACC bases of tile ``t``'s outputs and of the rest (blocks one after another);
+        the rest starts behind the outputs of a full tile, so a smaller tile's rest, zeroed
+        before the STORE of the region's previous tile, never meets that tile's outputs."""
+        base = (t % nvt) * acc_half
+        return base, base + cbn * lays[0].out
+
+    def reset(t: int, outputs: bool | None, engine: bool) -> None:
+        """Zero tile ``t``'s ACC region (``outputs``: only the outputs, False: only the
+        rest, None: all); one micro-op (the engine's kind) or two (the pipeline's)."""
+        n = tiles[t][1] - tiles[t][0]
+        o_base, r_base = region(t)
+        lo, hi = {True: (o_base, r_base), False: (r_base, r_base + n * lays[t].rest),
+                  None: (o_base, r_base + n * lays[t].rest)}[outputs]
+        for a in range(lo, hi, MAX_EXTENT):
+            m = min(MAX_EXTENT, hi - a)
+            if engine or not eng or m < 2:
+                emit_kernel(tb, "alu", [(m, 1, 0, 0)], [a], [0], op=AluOp.ADD, reset=True)
+            else:       # two micro-ops: not the engine's kind, so the pipeline runs it
+                emit_kernel(tb, "alu", [(m // 2, 1, 0, 0)], [a, a + m // 2], [0, 0],
+                            op=AluOp.ADD, reset=True)
+                if m % 2:
+                    emit_kernel(tb, "alu", [(1, 1, 0, 0)], [a + m - 1], [0], op=AluOp.ADD,
+                                reset=True)
+
+    for t, ((cb0, cb1, y0, y1), lay) in enumerate(zip(tiles, lays)):
+        n_cb, th = cb1 - cb0, y1 - y0
+        rows = lay.rows
+        inp_base = (t % nvt) * inp_half
+        o_base, r_base = region(t)
+        iy0 = y0 * sh - pt
+        ry0, ry1 = max(0, iy0), min(hp, iy0 + rows)
+        if ry1 <= ry0:
+            raise CompileError(f"{uid}: empty pooling window")  # pragma: no cover
+        # load module: the tile's input rows, padded, into its INP region
+        if t >= nvt:
+            tb.dep_pop(C, L)
+        padv = (ry0 - iy0, iy0 + rows - ry1, pl, cols - pl - xs)
+        for cb in range(cb0, cb1):
+            tb.load_2d("x", (cb * hp + ry0) * wp, MemType.INP,
+                       inp_base + (cb - cb0) * rows * cols, ry1 - ry0, xs, wp, pad=padv)
+        tb.dep_push(L, C)
+        # compute: the region zeroed, the copy, both passes
+        if not eng and t >= nvt:
+            tb.dep_pop(S, C)
+        if t == 0 or not eng:
+            reset(t, None, engine=False)
+        tb.dep_pop(L, C)
+        nxt = t + 1 < len(tiles) and eng
+        if nxt:
+            reset(t + 1, False, engine=True)      # the next region but its outputs
+        real = (ry0 - iy0, ry1 - iy0, pl, pl + xs)     # real rows and columns of the tile
+        ib = [inp_base + b * rows * cols for b in range(n_cb)]
+        ob = [o_base + b * lay.out for b in range(n_cb)]
+        rb = [r_base + b * lay.rest for b in range(n_cb)]
+        # part 1 (beside the engine's first reset): source rows, other column phases
+        _copy_gemm(tb, lay, kernel, strides, ib, ob, rb, real, wbase, outputs=False)
+        if nxt:     # the next region's outputs, once the STORE that reads them is done
+            if t >= 1:
+                tb.dep_pop(S, C)
+            reset(t + 1, True, engine=True)
+        # part 2: the output column phase
+        _copy_gemm(tb, lay, kernel, strides, ib, ob, rb, real, wbase, outputs=True)
+        tb.dep_push(C, L)
+        for bl in ([[b] for b in range(n_cb)] if fwd else [list(range(n_cb))]):
+            _pool_passes(tb, fwd, lay, kernel, strides, [ob[b] for b in bl],
+                         [rb[b] for b in bl])
+        tb.dep_push(C, S)
+        tb.dep_pop(C, S)
+        for b, cb in enumerate(range(cb0, cb1)):
+            tb.store_2d(ob[b], "y", (cb * ho + y0) * wo, 1, th * wo, th * wo)
+        tb.dep_push(S, C)
+    T = len(tiles)
+    for _ in range(min(T, nvt)):
+        tb.dep_pop(C, L)
+    # the STOREs the engine's resets did not wait for: the last two (the first T - 2
+    # were popped before resetting their regions' outputs), every one without the engine
+    for _ in range(min(T, nvt)):
+        tb.dep_pop(S, C)
+    c, h, w = chw
+    tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": T, "gemm_uops_ideal": 0,
+                      "gemm_copy": True, **dram_stats(cfg.BATCH * c * h * w,
+                                                      cfg.BATCH * c * ho * wo)}
+    return fit_queues(cfg, LoweredOp(tb.trace, consts, {"x": xl, "y": yl}))
+
+
+def _span(first: int, step: int, lo: int, hi: int, n: int) -> tuple[int, int]:
+    """``(k0, count)`` of the indices k in [0, n) with ``lo <= first + k·step < hi``."""
+    k0 = max(0, -(-(lo - first) // step))
+    return k0, max(0, min(n, -(-(hi - first) // step)) - k0)
+
+
+def _copy_gemm(tb: TraceBuilder, lay: "_CopyLayout", kernel, strides, ib, ob, rb, real,
+               wbase: int, *, outputs: bool) -> None:
+    """The identity GEMMs of one tile of :func:`_max_pool_copy` (one micro-op per channel
+    block each): ``outputs`` False, the source rows (natural columns) and the column
+    phases of the column-pass rows other than the output one; True, the output phase.
+    ``ib``/``ob``/``rb``: per block the INP tile base and the ACC bases of the outputs and
+    the rest; ``real``: the rows and columns ``(r_lo, r_hi, c_lo, c_hi)`` that are not
+    padding (the zeroed region holds the padding already)."""
+    (_, _), (sh, sw) = kernel, strides
+    r_lo, r_hi, c_lo, c_hi = real
+    cols, n = lay.cols, len(ib)
+
+    def emit(loops, dst, src):
+        emit_kernel(tb, "gemm", loops, dst, src, [wbase] * n)
+
+    def phase(p: int, base, stride: int, count: int) -> None:
+        i0, ni = _span(lay.v, sh, r_lo, r_hi, lay.th)
+        j0, nj = _span(p, sw, c_lo, c_hi, count)
+        if ni and nj:
+            emit([(ni, stride, sh * cols, 0), (nj, 1, sw, 0)],
+                 [base[b] + i0 * stride + j0 for b in range(n)],
+                 [ib[b] + (i0 * sh + lay.v) * cols + j0 * sw + p for b in range(n)])
+
+    if outputs:
+        phase(lay.u, ob, lay.wo, lay.wo)
+        return
+    for q, off in lay.srow.items():
+        i0, ni = _span(q, sh, r_lo, r_hi, lay.n_row[q])
+        if ni and c_hi > c_lo:
+            emit([(ni, cols, sh * cols, 0), (c_hi - c_lo, 1, 1, 0)],
+                 [rb[b] + off + i0 * cols + c_lo for b in range(n)],
+                 [ib[b] + (i0 * sh + q) * cols + c_lo for b in range(n)])
+    for p, off in lay.eo.items():
+        phase(p, [r + off for r in rb], lay.ns, lay.n_col[p])
+
+
+def _pool_passes(tb: TraceBuilder, fwd: bool, lay: "_CopyLayout", kernel, strides, ob,
+                 rb) -> None:
+    """Both MAX passes of one tile of :func:`_max_pool_copy` for the channel blocks whose
+    ACC bases are ``ob`` (outputs) and ``rb`` (the rest): the column pass over each column
+    phase (the output phase into the outputs), then the row pass of the other phases into
+    the output phase, in place."""
+    (kh, kw), (sh, sw) = kernel, strides
+    cols = lay.cols
+    ob, rb = np.asarray(ob), np.asarray(rb)
+
+    def col_src(p: int):
+        return lambda o: rb + lay.srow[o % sh] + (o // sh) * cols + p
+
+    for p in range(sw):
+        out = p == lay.u
+        _pool_pass(tb, fwd, kh, sh, lay.th, lay.wo if out else lay.n_col[p],
+                   ob if out else rb + lay.eo[p], 1, lay.wo if out else lay.ns, col_src(p),
+                   sw, cols, skip=lay.v)
+    _pool_pass(tb, fwd, kw, sw, lay.wo, lay.th, ob, lay.wo, 1,
+               lambda o: rb + lay.eo[o % sw] + o // sw, lay.ns, 1, skip=lay.u)
+
+
+def _pool_pass(tb: TraceBuilder, fwd: bool, k: int, s: int, n_out: int, lines: int, dst0,
+               line_dst: int, dstep: int, src_of, line_src: int, sstep: int,
+               skip: int) -> None:
+    """MAX over one window axis in place (:func:`_window_pass`'s arguments): with
+    ``fwd`` (``ALU_FORWARD``), one instruction whose micro-ops per output are every offset
+    but ``skip``, back to back on the output (the forwarded destination: one cycle each),
+    offset 0 first and offset ``s`` last, so an output's first source is the one its
+    neighbour read last (the source cache); without, :func:`_window_pass`."""
+    if not fwd:
+        _window_pass(tb, k, s, n_out, lines, dst0, line_dst, dstep, src_of, line_src,
+                     sstep, skip)
+        return
+    offs = [o for o in range(k) if o != skip]
+    if not offs:
+        return
+    if s in offs and len(offs) > 1:
+        offs = [o for o in offs if o != s] + [s]
+    dst = np.repeat(np.asarray(dst0), len(offs))
+    src = np.stack([np.asarray(src_of(o)) for o in offs], axis=1).reshape(-1)
+    emit_kernel(tb, "alu", [(lines, line_dst, line_src, 0), (n_out, dstep, sstep, 0)], dst,
+                src, op=AluOp.MAX)
 
 
 def _max_pool_separable(tb: TraceBuilder, kernel, strides, rows: int, cols: int, th: int,

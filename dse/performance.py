@@ -204,8 +204,16 @@ class CycleModel:
         tensor = not (cols["use_imm"][i] or (cols["reset"][i] and not clear))
         c1 = np.zeros(n, bool)
         c2 = np.zeros(n, bool)
-        c1[1:] = dst[1:] == dst[:-1]
+        same = np.zeros(n, bool)
+        same[1:] = dst[1:] == dst[:-1]
+        # ALU_FORWARD: a micro-op on the previous one's destination takes its result (an
+        # ALU op other than REQ, or a reset): no stall and no destination read
+        fwd = same if cfg.ALU_FORWARD and (cols["alu_opcode"][i] != AluOp.REQ
+                                            or (cols["reset"][i] and not clear)) \
+            else np.zeros(n, bool)
+        c1[:] = same & ~fwd
         c2[2:] = dst[2:] == dst[:-2]
+        c2 &= ~fwd
         miss = np.zeros(n, bool)
         if tensor:
             src = (u["src"][None, None, :] + oi * int(cols["src_factor_out"][i])
@@ -214,6 +222,7 @@ class CycleModel:
             c2[2:] |= src[2:] == dst[:-2]
             miss[:] = True
             miss[1:] = ~((src[1:] == src[:-1]) & (dst[:-1] != src[1:]))
+            miss &= ~fwd    # a forwarded micro-op reads only its source: one cycle
         H = self.alu_hazard_cycles
         d = miss * (self.alu_tensor_uop_cycles - self.alu_imm_uop_cycles) + c1 * H
         for k in np.nonzero(c2 & ~c1)[0]:

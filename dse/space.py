@@ -331,7 +331,9 @@ def default_space(base: str | VTAConfig = "pynq", part: str | None = None) -> Sp
 
 def board_setup(board: str) -> dict:
     """What ``--board`` sets, read from hw/parts.py: ``{"board", "title", "part",
-    "base"}`` (the preset whose TARGET builds for that device), ``"log_bus_width"`` (the
+    "base"}`` (the preset whose TARGET builds for that device), ``"fast_preset"`` (that
+    TARGET's fast core, :data:`~vtaforge.hw.config.FAST_PRESETS`, or None),
+    ``"log_bus_width"`` (the
     PS memory port's width) and ``"clock_mhz"`` (the PL clock the PS makes nearest at or
     below the preset's CLOCK_MHZ).
 
@@ -350,7 +352,10 @@ def board_setup(board: str) -> dict:
     if not targets:
         raise SpaceError(f"board {board!r}: no preset targets its device {spec.device}")
     base = preset(targets[0])
+    from ..hw.config import FAST_PRESETS
+
     return {"board": key, "title": spec.title, "part": spec.part, "base": targets[0],
+            "fast_preset": FAST_PRESETS.get(targets[0]),
             "log_bus_width": spec.mem_port_width.bit_length() - 1,
             "clock_mhz": float(pl_clock(spec, base.CLOCK_MHZ).mhz)}
 

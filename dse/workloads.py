@@ -15,7 +15,8 @@ from ..hw.config import VTAConfig
 
 from .result import DSEError
 
-__all__ = ['DseWorkload', 'workload_layers', 'parse_workloads', 'compile_workload']
+__all__ = ['DseWorkload', 'workload_layers', 'parse_workloads', 'compile_workload', 'NETWORKS',
+           'net_size']
 
 
 # =============================================================================== workloads
@@ -24,14 +25,18 @@ class DseWorkload:
     """A workload to evaluate: a name, an ONNX model builder and its inputs.
 
     ``kind`` is ``"conv"`` (a zoo layer, ``layer`` holds the possibly reduced
-    :class:`~vtaforge.compiler.zoo.Workload`) or ``"digits"`` (the bundled digits CNN).
-    ``full_macs`` is the unreduced layer's MACs (for reference only).
+    :class:`~vtaforge.compiler.zoo.Workload`), ``"digits"`` (the bundled digits CNN) or
+    ``"net"`` (a whole zoo network, ``layer`` its name ``"resnet18"`` / ``"mobilenet_v1"``,
+    ``size`` its input height and width: convs, pools, adds, dense layers; the steps the
+    partitioner leaves on the CPU are not counted).  ``full_macs`` is the unreduced layer's
+    MACs (for reference only).
     """
 
     name: str
     kind: str
     layer: Any = None
     full_macs: int = 0
+    size: int = 0
 
     def model_and_inputs(self, seed: int = 0):
         """``(onnx ModelProto, calibration float32 array, run input float32 array (batch 1))``."""
@@ -42,6 +47,12 @@ class DseWorkload:
 
             x_tr, _, x_te, _ = load_digits_split()
             return onnx.load(str(DIGITS_ONNX)), x_tr[:64], x_te[:1]
+        if self.kind == "net":
+            from ..compiler import zoo
+
+            rng = np.random.default_rng(seed)
+            x = rng.standard_normal((2, 3, self.size, self.size)).astype(np.float32)
+            return getattr(zoo, self.layer)(self.size, seed=seed), x, x[:1]
         from ..compiler.zoo import workload_model
 
         wl = self.layer
@@ -52,6 +63,9 @@ class DseWorkload:
     def describe(self) -> dict:
         """JSON description for the report: name, kind and (for a layer) its shape."""
         d: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        if self.kind == "net":
+            d.update(network=self.layer, size=self.size)
+            return d
         if self.layer is not None:
             wl = self.layer
             d.update(height=wl.height, width=wl.width, in_channels=wl.in_channels,
@@ -112,9 +126,25 @@ def _reduce(layer, size: int | None):
     return replace(layer, height=min(layer.height, size), width=min(layer.width, size))
 
 
+#: The whole networks of ``--workloads resnet18-net,mobilenet-net`` (compiler/zoo.py).
+NETWORKS = {"resnet18-net": "resnet18", "mobilenet-net": "mobilenet_v1"}
+
+
+def net_size(size: int | None) -> int:
+    """Input height and width of a whole-network workload under the layer cap ``size``:
+    224 at full size (``None``), else the input whose 56×56 stage (ResNet-18's C2) is
+    capped at ``size``, ``224·size/56``, rounded up to a multiple of 32 (the zoo networks'
+    input step) and at most 224 (size 14: 64)."""
+    if size is None:
+        return 224
+    return min(224, max(32, -(-(224 * size // 56) // 32) * 32))
+
+
 def parse_workloads(spec: str, size: int | None = 14) -> list[DseWorkload]:
     """Parse a workload list such as ``resnet18-c2,c5``, ``resnet18`` (C2–C11),
-    ``resnet18-c2..c11``, ``mobilenet-d1,d3``, ``mobilenet`` (D1–D9), ``digits``.
+    ``resnet18-c2..c11``, ``mobilenet-d1,d3``, ``mobilenet`` (D1–D9), ``digits``, and the
+    whole networks ``resnet18-net``, ``mobilenet-net`` (:data:`NETWORKS`, at
+    :func:`net_size`).
 
     A bare layer name (``c5``, ``d3``) continues the previous family.  ``size`` caps the
     layers' height and width (reduced spatial size; ``None`` keeps the full layer):
@@ -140,6 +170,9 @@ def parse_workloads(spec: str, size: int | None = 14) -> list[DseWorkload]:
         if item == "digits":
             out.append(DseWorkload("digits", "digits"))
             continue
+        if item in NETWORKS:
+            out.append(DseWorkload(item, "net", NETWORKS[item], size=net_size(size)))
+            continue
         names: list[str]
         if item in fams:
             fam, names = item, defaults[item]
@@ -150,7 +183,8 @@ def parse_workloads(spec: str, size: int | None = 14) -> list[DseWorkload]:
             names = [item]
         else:
             raise DSEError(f"unknown workload {raw.strip()!r}; allowed: resnet18[-cN], "
-                           f"mobilenet[-dN], digits (a bare cN/dN continues the previous family)")
+                           f"mobilenet[-dN], digits, resnet18-net, mobilenet-net (a bare "
+                           f"cN/dN continues the previous family)")
         expanded = []
         for nm in names:
             if ".." in nm:

@@ -81,6 +81,11 @@ RANGES: dict[str, tuple[int, int]] = {
     "DSP_PACKING": (1, 2),
 }
 
+#: Datapath options off by default and the suffix each adds to
+#: :attr:`VTAConfig.bitstream_name` when it is on (``INSN_RING`` adds ``_ring<N>``).
+OPTION_SUFFIXES = (("ALU_MUL", "mul"), ("ALU_REQUANT", "req"), ("REQ_ENGINE", "eng"),
+                   ("ALU_FORWARD", "fwd"))
+
 #: Instruction and micro-op widths in bits (fixed by the ISA).
 INSN_BITS = 128
 UOP_BITS = 32
@@ -127,6 +132,13 @@ class VTAConfig:
       with the following instructions (the accumulator and its OUT view in two banks;
       results as if in order, docs/hardware.md "REQ engine"); off (default), the core,
       its Verilog and its fingerprint are exactly those of a config without the key.
+    - ``ALU_FORWARD``: ALU result forwarding: an ALU micro-op whose destination is the one
+      the micro-op before it writes (an ALU micro-op other than REQ, still in the
+      pipeline) takes that result instead of reading the accumulator, so a chain of
+      micro-ops on one destination runs at one per cycle, tensor operands included
+      (docs/hardware.md "ALU forwarding"); a timing option only (results are those of the
+      ISA); off (default), the core, its Verilog and its fingerprint are exactly those of
+      a config without the key.
     - ``DSP_PACKING``: int8 GEMM products per DSP48 slice (1 or 2).
     - ``LUT_MULTIPLIERS``: how many of the BATCH×BLOCK_IN×BLOCK_OUT GEMM multipliers are
       built from LUTs instead of DSPs.
@@ -161,6 +173,7 @@ class VTAConfig:
     ALU_MUL: bool = False
     ALU_REQUANT: bool = False
     REQ_ENGINE: bool = False
+    ALU_FORWARD: bool = False
     DSP_PACKING: int = 2
     LUT_MULTIPLIERS: int = 0
     INSN_RING: int = 0
@@ -182,7 +195,7 @@ class VTAConfig:
                 raise ConfigError(f"{key} = {v!r} must be an integer in {lo}..{hi}")
             if not lo <= v <= hi:
                 raise ConfigError(f"{key} = {v!r} is out of range; allowed: integers {lo}..{hi}")
-        for key in ("ACC_8BIT", "ALU_MUL", "ALU_REQUANT", "REQ_ENGINE"):
+        for key in ("ACC_8BIT", "ALU_MUL", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD"):
             v = getattr(self, key)
             if not isinstance(v, bool):
                 raise ConfigError(f"{key} = {v!r} must be a boolean (true or false)")
@@ -437,12 +450,18 @@ class VTAConfig:
 
     @property
     def bitstream_name(self) -> str:
-        """Upstream's bitstream string, e.g. ``1x16_i8w8a32_15_15_18_17``."""
+        """Upstream's bitstream string, e.g. ``1x16_i8w8a32_15_15_18_17``, followed by one
+        suffix per datapath option that is on (:data:`OPTION_SUFFIXES`: ``_mul``, ``_req``,
+        ``_eng``, ``_fwd``, ``_ring<N>``), so a core with options is not named like the
+        upstream core of its shape (``1x16_i8w8a32_15_15_18_17_req_eng_fwd``); a config
+        without them has upstream's name."""
         blk = (f"{self.BLOCK_IN}" if self.LOG_BLOCK_IN == self.LOG_BLOCK_OUT
                else f"{self.BLOCK_IN}x{self.BLOCK_OUT}")
+        opts = "".join(f"_{tag}" for key, tag in OPTION_SUFFIXES if getattr(self, key))
+        ring = f"_ring{self.INSN_RING}" if self.INSN_RING else ""
         return (f"{self.BATCH}x{blk}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}_"
                 f"{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}_"
-                f"{self.LOG_ACC_BUFF_SIZE}")
+                f"{self.LOG_ACC_BUFF_SIZE}{opts}{ring}")
 
     # ------------------------------------------------------------------ identity
     def hardware_dict(self) -> dict[str, Any]:
@@ -466,7 +485,7 @@ class VTAConfig:
         equal fingerprints mean equal hardware and ISA.
         """
         hw = self.hardware_dict()
-        for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE"):
+        for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD"):
             if not hw[key]:     # off: the fingerprint of a config without the key
                 del hw[key]
         canon = json.dumps(hw, sort_keys=True, separators=(",", ":"))
@@ -626,6 +645,13 @@ _MAX_CONFIG_BYTES = 16 << 20
 
 def _preset_dicts() -> dict[str, dict[str, Any]]:
     return {
+        # The fast core of each board (FAST_PRESETS), first: the DSE's fastest design on the
+        # whole networks (vtaforge dse run --board B --workloads resnet18-net,mobilenet-net
+        # --size full over the board space with REQ_ENGINE and ALU_FORWARD as axes;
+        # docs/dse.md "Presets"): pynq's 1x16x16 with a 16 KiB micro-op buffer, the fused
+        # requantize, the REQ engine and ALU forwarding, on the PYNQ-Z1/Z2's part.
+        "pynq-fast": {"TARGET": "pynq", "PART": "xc7z020clg400-1", "LOG_UOP_BUFF_SIZE": 14,
+                      "ALU_REQUANT": True, "REQ_ENGINE": True, "ALU_FORWARD": True},
         # Upstream default (HW_VER 0.0.2): 1x16x16, i8 w8 a32, 32/32/256/128 KiB, 64-bit bus.
         "pynq": {"TARGET": "pynq"},
         "ultra96": {"TARGET": "ultra96"},
@@ -642,6 +668,10 @@ def _preset_dicts() -> dict[str, dict[str, Any]]:
 
 
 PRESETS: tuple[str, ...] = tuple(_preset_dicts())
+
+#: Per TARGET with a board, the preset of its fast core (the DSE's pick for that board on
+#: whole networks; docs/dse.md "Presets"); the TARGET's own preset stays upstream's core.
+FAST_PRESETS: dict[str, str] = {"pynq": "pynq-fast"}
 
 
 def preset(name: str) -> VTAConfig:

@@ -390,5 +390,8 @@ def c_header(cfg: VTAConfig) -> str:
         lines.append("#define VTA_ALU_REQUANT 1  /* ALU opcode 5: REQ, the fused requantize */")
     if cfg.REQ_ENGINE:
         lines.append("#define VTA_REQ_ENGINE 1  /* one-micro-op REQs run beside the GEMM pipeline */")
+    if cfg.ALU_FORWARD:
+        lines.append("#define VTA_ALU_FORWARD 1  /* an ALU micro-op takes the previous one's "
+                     "result on the same destination */")
     lines += ["", f"#endif /* {g} */", ""]
     return "\n".join(lines)

@@ -59,3 +59,32 @@ def test_cli_board_lists_are_hw_parts_boards():
     assert set(names) == set(parts.BOARDS) | set(parts.BOARD_ALIASES)
     dse_help = {o.name: o.help for o in run_cmd.params}["board"]
     assert dse_help.startswith(" | ".join(names) + " (hw/parts.py)")
+
+
+def test_preset_lists_name_every_preset():
+    """The preset lists typed in the docs (docs/cli.md ``config presets``, README.md's
+    preset paragraph, docs/config.md's table) name exactly hw/config.py's PRESETS, in its
+    order (the fast cores first); ``vtaforge config presets`` prints PRESETS."""
+    import re
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from vtaforge.cli import main
+    from vtaforge.hw.config import FAST_PRESETS, PRESETS
+
+    root = Path(__file__).resolve().parent.parent
+    cli = (root / "docs" / "cli.md").read_text()
+    m = re.search(r"`vtaforge config presets`: the preset names \(([^;]*);", cli)
+    assert m and re.findall(r"`([^`]+)`", m.group(1)) == list(PRESETS)
+    table = (root / "docs" / "config.md").read_text().split("## Presets", 1)[1]
+    assert re.findall(r"^\| `([^`]+)` \|", table, re.M) == list(PRESETS)
+    readme = (root / "README.md").read_text()
+    m = re.search(r"^Presets: (.*?)\. Any upstream", readme, re.S | re.M)
+    assert m, "README.md has no 'Presets: ...' paragraph"
+    named = [n for n in re.findall(r"`([a-z0-9-]+)`", m.group(1)) if n in PRESETS]
+    assert named == list(PRESETS), named
+    assert set(FAST_PRESETS.values()) <= set(PRESETS)
+    assert list(PRESETS)[:len(FAST_PRESETS)] == list(FAST_PRESETS.values())
+    r = CliRunner().invoke(main, ["config", "presets"])
+    assert r.exit_code == 0 and r.output.split() == list(PRESETS)

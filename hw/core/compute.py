@@ -500,11 +500,21 @@ class ComputeUnit(wiring.Component):
         c_valid, c_dst = Signal(), Signal(LA)
         d_valid, d_dst = Signal(), Signal(LA)
         hazard = Signal()
+        fw = cfg.ALU_FORWARD
+        # ALU_FORWARD: ``fwd`` = the micro-op in C is an ALU one other than REQ (its result
+        # is final in D's register, ``d_res``; 0 for a reset) and writes this micro-op's
+        # destination: its lanes take that result in C, so the destination needs neither a
+        # read nor a wait, and a tensor source is read in the one cycle instead.
+        dst_wait = (c_valid & (c_dst == dst)) | (d_valid & (d_dst == dst))
+        if fw:
+            fwd, c_fwdable = Signal(), Signal()
+            m.d.comb += fwd.eq(b_valid & b_alu & c_valid & c_fwdable & (c_dst == dst))
+            dst_wait = dst_wait & ~fwd
         # GEMM never stalls: stage D forwards the accumulator writes its read missed (see
         # below).  ALU evaluates its lanes in C from the read value, so it still waits until
         # an older micro-op writing its destination (or tensor source) has left D.
         m.d.comb += hazard.eq(b_alu & (
-            (c_valid & (c_dst == dst)) | (d_valid & (d_dst == dst)) |
+            dst_wait |
             (b_tensor & ((c_valid & (c_dst == src[:LA])) | (d_valid & (d_dst == src[:LA]))))))
         # Tensor-operand cache: ``src_reg`` keeps the last tensor operand read (entry
         # ``src_tag``) until any accumulator write to that entry.  A tensor ALU micro-op whose
@@ -515,17 +525,29 @@ class ComputeUnit(wiring.Component):
         src_tag = Signal(LA)
         src_tag_v = Signal()
         need_src = Signal()
-        m.d.comb += need_src.eq(b_tensor & ~(src_tag_v & (src_tag == src[:LA])))
+        # with ALU_FORWARD a forwarded micro-op reads its source in its one B cycle and C
+        # keeps it (``c_rd_src``, ``c_src``): while C holds one, the entry it keeps is the
+        # cache's next content, so it is the only hit
+        if fw:
+            c_rd_src, c_src = Signal(), Signal(LA)
+            pending = c_valid & c_rd_src
+            m.d.comb += need_src.eq(b_tensor & ~Mux(pending, c_src == src[:LA],
+                                                    src_tag_v & (src_tag == src[:LA])))
+        else:
+            m.d.comb += need_src.eq(b_tensor & ~(src_tag_v & (src_tag == src[:LA])))
+        # two reads (source, then destination: the phase cycle) or at most one
+        two = (need_src & ~fwd) if fw else need_src
+        one = ~two
         if eng:
             # the REQ engine holds this micro-op's entry, or takes its bank's read port
             ee_block = Signal()
-            m.d.comb += advance_b.eq(b_valid & (kill_b | ((phase | (~hazard & ~need_src))
+            m.d.comb += advance_b.eq(b_valid & (kill_b | ((phase | (~hazard & one))
                                                           & ~ee_block)))
-            with m.If(b_valid & need_src & ~phase & ~hazard & ~kill_b & ~ee_block):
+            with m.If(b_valid & two & ~phase & ~hazard & ~kill_b & ~ee_block):
                 m.d.sync += phase.eq(1)
         else:
-            m.d.comb += advance_b.eq(b_valid & (kill_b | phase | (~hazard & ~need_src)))
-            with m.If(b_valid & need_src & ~phase & ~hazard & ~kill_b):
+            m.d.comb += advance_b.eq(b_valid & (kill_b | phase | (~hazard & one)))
+            with m.If(b_valid & two & ~phase & ~hazard & ~kill_b):
                 m.d.sync += phase.eq(1)
         with m.If(advance_b):
             m.d.sync += phase.eq(0)
@@ -544,6 +566,13 @@ class ComputeUnit(wiring.Component):
         if cfg.ALU_REQUANT:
             c_clear = Signal()
             m.d.sync += c_clear.eq(b_clear)
+        if fw:
+            c_fwd = Signal()
+            m.d.sync += [c_fwd.eq(fwd), c_rd_src.eq(fwd & need_src), c_src.eq(src[:LA])]
+            fwd_ok = c_alu & ((c_op != AluOp.REQ) | c_reset) if cfg.ALU_REQUANT else c_alu
+            m.d.comb += c_fwdable.eq(fwd_ok)
+            with m.If(c_valid & c_rd_src):  # the source this micro-op read: the cache's
+                m.d.sync += [src_reg.eq(acc_mem.r_data), src_tag.eq(c_src), src_tag_v.eq(1)]
 
         # ---------------------------------------------------------- stage C: multiply / ALU
         # Datapath registers (products, lane results, read and forwarded values) have no
@@ -564,11 +593,20 @@ class ComputeUnit(wiring.Component):
             imm_lanes = Mux(c_op == AluOp.REQ, 0, Cat(*([imm_ext] * lanes)))
         else:
             imm_lanes = Cat(*([imm_ext] * lanes))
-        m.d.comb += b_elem.eq(Mux(c_imm_sel, imm_lanes, src_reg))
+        d_reset = Signal() if fw else None
+        if fw:
+            # operand a: the forwarded result of the micro-op now in D (0 for a reset),
+            # else the read destination; b: the source read this cycle, else the cache
+            a_elem = Signal(acc_bits)
+            m.d.comb += [a_elem.eq(Mux(c_fwd, Mux(d_reset, 0, d_res), acc_in)),
+                         b_elem.eq(Mux(c_imm_sel, imm_lanes, Mux(c_rd_src, acc_in, src_reg)))]
+        else:
+            a_elem = acc_in
+            m.d.comb += b_elem.eq(Mux(c_imm_sel, imm_lanes, src_reg))
         with m.If(c_valid & c_alu):
             for ln in range(lanes):
                 m.d.sync += d_res.word_select(ln, AW).eq(
-                    alu_lane(cfg, c_op, acc_in.word_select(ln, AW), b_elem.word_select(ln, AW),
+                    alu_lane(cfg, c_op, a_elem.word_select(ln, AW), b_elem.word_select(ln, AW),
                              c_imm, clip=False))
         # GEMM products
         inp_e = self.inp_r_data
@@ -606,7 +644,8 @@ class ComputeUnit(wiring.Component):
                     prod[(b, o, i)] = r
                     idx += 1
                     o += 1
-        d_reset = Signal()
+        if not fw:
+            d_reset = Signal()
         d_alu = Signal()
         m.d.sync += [d_reset.eq(c_reset), d_alu.eq(c_alu)]
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vtaforge.compiler.ir import TensorType
+from vtaforge.hw.config import preset
 
 from _lower_util import QG, maxpool_oracle, requant, run_graph
 
@@ -30,6 +31,64 @@ def test_max_pool(cfg, k, s, p, c, h, n):
                TensorType("int8", ("N", c, ho, ho), 0), "y")
     out, _, _ = run_graph(qg.finish(y), cfg, x.astype(np.float32))
     np.testing.assert_array_equal(out["y"], maxpool_oracle(x, (k, k), (s, s), (p,) * 4))
+
+
+#: The separable max-pool's forms (compiler/lower_eltwise.py ``_max_pool_copy``): INP loads
+#: and an identity GEMM into the accumulator, the region zeroed by the pipeline or (engine)
+#: beside the previous tile, the passes as pairs or (ALU_FORWARD) chains per output.
+POOL_CFGS = {"tiny": preset("tiny"), "pynq": preset("pynq"),
+             "tiny+eng": preset("tiny").replace(ALU_REQUANT=True, REQ_ENGINE=True),
+             "tiny+fwd": preset("tiny").replace(ALU_FORWARD=True),
+             "tiny+eng+fwd": preset("tiny").replace(ALU_REQUANT=True, REQ_ENGINE=True,
+                                                    ALU_FORWARD=True),
+             "pynq+eng+fwd": preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True,
+                                                    ALU_FORWARD=True),
+             "tiny+w4": preset("tiny").replace(LOG_WGT_WIDTH=2)}
+
+
+def _pool_graph(c, hw, kern, st, pads):
+    qg = QG(("N", c) + hw)
+    src = qg.add("qrequant", ["xq"], qg.req(0, 0, 127), TensorType("int8", ("N", c) + hw, 0),
+                 "r")
+    ho = (hw[0] + pads[0] + pads[2] - kern[0]) // st[0] + 1
+    wo = (hw[1] + pads[1] + pads[3] - kern[1]) // st[1] + 1
+    y = qg.add("qmax_pool", [src], {"kernel": kern, "strides": st, "pads": pads},
+               TensorType("int8", ("N", c, ho, wo), 0), "y")
+    return qg.finish(y)
+
+
+@pytest.mark.parametrize("cfg", list(POOL_CFGS))
+@pytest.mark.parametrize("kern,st,pads,c,hw", [
+    ((3, 3), (2, 2), (1, 1, 1, 1), 16, (30, 23)), ((3, 2), (2, 2), (1, 0, 0, 1), 5, (11, 8)),
+    ((5, 5), (3, 3), (2, 2, 2, 2), 3, (13, 14)), ((3, 3), (3, 3), (0, 0, 0, 0), 8, (9, 12)),
+    ((2, 2), (2, 2), (0, 0, 0, 0), 16, (8, 8)), ((2, 3), (2, 2), (1, 0, 0, 1), 9, (7, 9)),
+    ((1, 1), (1, 1), (0, 0, 0, 0), 4, (5, 5)), ((4, 5), (3, 3), (1, 2, 1, 0), 6, (17, 19)),
+    ((3, 3), (2, 2), (1, 1, 1, 1), 64, (56, 56))])
+def test_max_pool_gemm_copy(cfg, kern, st, pads, c, hw):
+    """The GEMM-copy forms against the oracle on every tile shape: several tiles per channel
+    block with a smaller last one (its zeroed rest must not meet the outputs the region's
+    previous tile still has to store), several blocks per tile, overlapping and disjoint
+    windows, pads on some sides, stride 3, a 1x1 window."""
+    x = np.random.default_rng(c + hw[0]).integers(0, 128, (1, c) + hw).astype(np.int8)
+    out, _, cm = run_graph(_pool_graph(c, hw, kern, st, pads), POOL_CFGS[cfg],
+                           x.astype(np.float32))
+    np.testing.assert_array_equal(out["y"], maxpool_oracle(x, kern, st, pads))
+    step = [s for s in cm.steps if s.op == "qmax_pool"][0]
+    assert step.trace.stats.get("gemm_copy"), step.trace.stats
+
+
+def test_max_pool_acc8_form_kept():
+    """``gemm_copy=False`` (and a core where the copy does not apply: BLOCK_IN != BLOCK_OUT)
+    keeps the ACC8 form; its programs are unchanged (tests/compiler/program_identity.json)."""
+    from vtaforge.compiler.lower_eltwise import lower_pool, pool_copy_ok
+
+    attrs = {"kernel": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}
+    lo = lower_pool(preset("pynq"), "p", (16, 30, 23), attrs, "max", gemm_copy=False)
+    assert not lo.trace.stats.get("gemm_copy")
+    assert not pool_copy_ok(preset("batch2"))
+    assert pool_copy_ok(preset("pynq")) and pool_copy_ok(preset("tiny"))
+    assert not pool_copy_ok(preset("pynq").replace(LOG_INP_WIDTH=4, LOG_WGT_WIDTH=4,
+                                                   LOG_INP_BUFF_SIZE=16, LOG_WGT_BUFF_SIZE=19))
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)

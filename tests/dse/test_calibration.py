@@ -117,6 +117,21 @@ def test_pool_and_adds_recorded_and_within_3_percent(all_pairs):
     assert not bad, bad
 
 
+def test_max_pool_copy_form_within_3_percent(all_pairs):
+    """The max-pool's INP-load / identity-GEMM form (compiler/lower_eltwise.py
+    ``_max_pool_copy``; bench/rtl_pool_add.py --record, workload ``resnet18-maxpool-copy``)
+    on pynq, pynq + REQ, pynq + REQ + engine (the region zeroed by the engine) and with
+    ALU_FORWARD too (chains of forwarded micro-ops): recorded, within 3 % of the RTL, lower
+    bound <= RTL."""
+    d = [p for p in all_pairs if p["workload"] == "resnet18-maxpool-copy"]
+    errs = layer_errors(CycleModel(), d)
+    assert {e["fingerprint"] for e in errs} >= {"0x76479f18", "0x28fb1a15", "0x1991f7e8",
+                                                "0xe259cca1"}
+    bad = [(e["fingerprint"], e["error"]) for e in errs
+           if abs(e["error"]) > TOLERANCE or e["lower"] > e["rtl"]]
+    assert not bad, bad
+
+
 
 
 def test_read_channel_one_row_per_grant_hand_program():

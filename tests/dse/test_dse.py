@@ -17,6 +17,7 @@ from vtaforge.dse import (AccSafety, AnalyticResources, CycleModel, DesignEvalua
                           parse_workloads, run_search)
 from vtaforge.dse.search import PointResult, mark_pareto
 from vtaforge.dse.space import Point
+from vtaforge.dse.workloads import workload_layers
 from vtaforge.hw.config import preset
 from vtaforge.hw.isa import Opcode
 
@@ -78,6 +79,25 @@ def test_workload_parsing():
     assert (w.layer.height, w.layer.width, w.layer.in_channels) == (8, 8, 64)
     with pytest.raises(DSEError, match="unknown layer 'c12'"):
         parse_workloads("resnet18-c12")
+
+
+def test_whole_network_workloads():
+    """``resnet18-net`` / ``mobilenet-net``: the zoo network at 224 at full size, else at
+    the input whose 56x56 stage the cap reduces (size 14: 64, a multiple of 32)."""
+    from vtaforge.dse.workloads import net_size
+
+    a, b = parse_workloads("resnet18-net,mobilenet-net", None)
+    assert (a.kind, a.layer, a.size, b.layer, b.size) == ("net", "resnet18", 224,
+                                                         "mobilenet_v1", 224)
+    assert [net_size(s) for s in (None, 14, 7, 1, 56, 100)] == [224, 64, 32, 32, 224, 224]
+    w = parse_workloads("resnet18-c2,resnet18-net", 14)
+    assert [x.name for x in w] == ["resnet18-c2", "resnet18-net"] and w[1].size == 64
+    assert w[1].describe() == {"name": "resnet18-net", "kind": "net", "network": "resnet18",
+                               "size": 64}
+    model, calib, x = w[1].model_and_inputs()
+    assert calib.shape == (2, 3, 64, 64) and x.shape == (1, 3, 64, 64)
+    layers = workload_layers(w[1])
+    assert len(layers) == 21 and sum(L["macs"] for L in layers) > 0   # 20 convs, fc
 
 
 # ------------------------------------------------------------------ BR-08
@@ -396,6 +416,44 @@ def test_default_and_board_spaces_are_valid(board):
     assert "LOG_BLOCK_IN" in sp.axes and "LOG_BLOCK_OUT" in sp.axes
     shapes = {(p.cfg.BLOCK_IN, p.cfg.BLOCK_OUT) for p in sp.grid()}
     assert (8, 8) in shapes and (8, 32) in shapes and (16, 32) in shapes
+
+
+#: The whole-network DSE's fastest point per board (docs/dse.md "Presets": ``vtaforge dse
+#: run --board B --workloads resnet18-net,mobilenet-net --size full`` over the board space
+#: with REQ_ENGINE and ALU_FORWARD axes), the config of its fast preset.
+FAST_PICKS = {"pynq": "0x938ed789"}
+
+
+@pytest.mark.parametrize("target", sorted(FAST_PICKS))
+def test_fast_preset_is_the_boards_dse_point(target):
+    """Each fast preset is a point of its board's space (the board's part, bus and clock, the
+    space's axes and packing, ALU_REQUANT on, REQ_ENGINE and ALU_FORWARD as axes), the one
+    the whole-network sweep found fastest, and it fits the part by the resource model; its
+    fingerprint and bitstream name are not those of the TARGET's upstream preset."""
+    from vtaforge.dse.space import board_setup, board_space
+    from vtaforge.hw.config import FAST_PRESETS, preset
+    from vtaforge.hw.parts import TARGET_BOARDS
+
+    name = FAST_PRESETS[target]
+    fast, up = preset(name), preset(target)
+    b = board_setup(TARGET_BOARDS[target])
+    assert b["fast_preset"] == name and b["base"] == target
+    sp = board_space(TARGET_BOARDS[target])
+    params = {k: getattr(fast, k) for k in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT", "REQ_ENGINE",
+                                            "ALU_FORWARD")}
+    for axis, field in (("LOG_UOP_DEPTH", "UOP"), ("LOG_INP_DEPTH", "INP"),
+                        ("LOG_WGT_DEPTH", "WGT"), ("LOG_ACC_DEPTH", "ACC")):
+        params[axis] = getattr(fast, f"LOG_{field}_DEPTH")
+        assert params[axis] in sp.axes[axis]
+    pt = Space(sp.base, {**sp.axes, "REQ_ENGINE": [False, True],
+                         "ALU_FORWARD": [False, True]}).make_point(params)
+    assert pt.cfg == fast, (pt.cfg.to_dict(), fast.to_dict())
+    assert f"0x{fast.fingerprint:08x}" == FAST_PICKS[target]
+    r = AnalyticResources(fast.PART).resources(fast)
+    from vtaforge.hw.estimate import part_info
+    cap = part_info(fast.PART)
+    assert all(r[k] <= cap[k] for k in ("lut", "ff", "dsp", "bram36")), (r, cap)
+    assert fast.fingerprint != up.fingerprint and fast.bitstream_name != up.bitstream_name
 
 
 def test_board_setup_reads_hw_flow():

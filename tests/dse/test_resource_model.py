@@ -169,3 +169,25 @@ def test_req_engine_terms_from_the_option_points():
         assert req_engine_terms(cb) == (0.0, 0.0, 0)
     held = [p for p in POINTS if _cfg(p).REQ_ENGINE and p["role"] == "held-out"]
     assert held, "no held-out REQ_ENGINE point"
+
+
+def test_alu_forward_terms_from_the_option_points():
+    """ALU_FORWARD against the same core with ALU_REQUANT and REQ_ENGINE (Yosys, tests/dse/
+    data): no DSP or BRAM; the LUT term the mean of both differences (which do not grow with
+    the lanes), the FF term within 2 of each; the whole core within 3 % of Yosys (the bases: +1.1 % and +1.7 %)."""
+    from vtaforge.dse.resources import ALU_FORWARD_FF, ALU_FORWARD_LUT, AnalyticResources
+
+    d_lut = []
+    for base, fwd in (("tiny_req_engine", "tiny_alu_forward"),
+                      ("pynq_req_engine", "pynq_alu_forward")):
+        b, f = _point(base), _point(fwd)
+        cb, cf = _cfg(b), _cfg(f)
+        assert f["role"] == "option" and cf.ALU_FORWARD and not cb.ALU_FORWARD
+        assert cf.replace(ALU_FORWARD=False) == cb
+        assert (f["dsp"], f["bram36"]) == (b["dsp"], b["bram36"])
+        assert abs(ALU_FORWARD_FF - (f["ff"] - b["ff"])) <= 2
+        d_lut.append(f["lut"] - b["lut"])
+        est = AnalyticResources("xc7z020").resources(cf)
+        assert abs(est["lut"] / f["lut"] - 1) < 0.03, (fwd, est["lut"], f["lut"])
+        assert est["lut"] - AnalyticResources("xc7z020").resources(cb)["lut"] == ALU_FORWARD_LUT
+    assert abs(ALU_FORWARD_LUT - sum(d_lut) / len(d_lut)) <= 0.5, d_lut

@@ -105,6 +105,8 @@ CFGS = {
     "pynq-q1": PYNQ.replace(TOKEN_QUEUE_DEPTH=1),
     "pynq-q2": PYNQ.replace(TOKEN_QUEUE_DEPTH=2),
     "eng-q1": PYNQ.replace(ALU_REQUANT=True, REQ_ENGINE=True, TOKEN_QUEUE_DEPTH=1),
+    "eng-fwd": PYNQ.replace(ALU_REQUANT=True, REQ_ENGINE=True, ALU_FORWARD=True),
+    "tiny-eng-fwd": TINY.replace(ALU_REQUANT=True, REQ_ENGINE=True, ALU_FORWARD=True),
 }
 
 
@@ -194,8 +196,9 @@ def bands(cfg_name, cin, cout, h, k, s, p, groups=1):
     return [t for r in out for t in (r.trace, r.tail) if t is not None]
 
 
-def pool(cfg_name, k, s, pads, c, hw, kind="max", sep=True):
-    """Lower one pooling layer (``sep``: the separable max-pool, else per window)."""
+def pool(cfg_name, k, s, pads, c, hw, kind="max", sep=True, gemm_copy=True):
+    """Lower one pooling layer (``sep``: the separable max-pool, else per window;
+    ``gemm_copy``: its INP-load and identity-GEMM form where the core allows it)."""
     from vtaforge.compiler import lower_eltwise
 
     cfg = CFGS[cfg_name]
@@ -204,7 +207,8 @@ def pool(cfg_name, k, s, pads, c, hw, kind="max", sep=True):
         n = k[0] * k[1]
         attrs.update(divisor=n, shift=n.bit_length() - 1, round=n // 2, mult=1, clip_lo=-128,
                      clip_hi=127)
-    return lower_eltwise.lower_pool(cfg, "p", (c,) + tuple(hw), attrs, kind, separable=sep)
+    return lower_eltwise.lower_pool(cfg, "p", (c,) + tuple(hw), attrs, kind, separable=sep,
+                                    gemm_copy=gemm_copy)
 
 
 def compiled(model: str, cfg_name: str, size: int = 224):
@@ -343,6 +347,11 @@ def cases() -> list[Case]:
                     i < 2)
         add(f"pool/{cfg}/avg2x2", lambda c=cfg: pool(c, (2, 2), (2, 2), (0,) * 4, 16, (8, 8),
                                                      "avg"), True)
+    # the separable max-pool's engine and forwarding forms (the GEMM copy)
+    for cfg in ("eng", "eng-fwd", "tiny-eng", "tiny-eng-fwd"):
+        for i, p in enumerate(pools):
+            add(f"pool/{cfg}/max{i}/sep=True", lambda c=cfg, p=p: pool(c, *p), i < 2)
+    add("pool/pynq/max4/acc8", lambda: pool("pynq", *pools[4], gemm_copy=False))
     # ResNet-18 and MobileNet-v1 layer tables at full size (pynq family) and quarter size
     for wl in RESNET18_WORKLOADS + MOBILENET_WORKLOADS:
         for cfg in ("pynq", "req", "eng"):

@@ -50,7 +50,8 @@ def dse_group() -> None:
 @click.option("--base", default="pynq", show_default=True,
               help="base config of the default space (preset or JSON file)")
 @click.option("--workloads", "wl_spec", default="resnet18-c2,c5", show_default=True,
-              help="e.g. resnet18-c2,c5 | resnet18 | resnet18-c2..c11 | mobilenet-d1 | digits")
+              help="e.g. resnet18-c2,c5 | resnet18 | resnet18-c2..c11 | mobilenet-d1 | digits | "
+                   "resnet18-net,mobilenet-net (whole networks)")
 @click.option("--size", default="14", show_default=True,
               help="cap on layer height/width (reduced spatial size), or 'full'")
 @click.option("--part", default=None,
