@@ -90,23 +90,7 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str, 
     # overlapping rows (kh > sh): output row i goes to input row i*sh, dead after the
     # column pass, so the tile needs no output region (larger tiles, fewer reloaded rows)
     in_rows = sep and kh > sh
-    best = None
-    for nvt in (2, 1):
-        half = cfg.ACC_DEPTH // nvt
-        for cbn in candidates(ncb):
-            th = 0
-            for cand in range(ho, 0, -1):
-                rows = (cand - 1) * sh + kh
-                out_n = 0 if in_rows else cbn * cand * wo
-                if cbn * rows * cols + out_n <= half and cand * wo <= MAX_EXTENT:
-                    th = cand
-                    break
-            if th:
-                steps = -(-ncb // cbn) * -(-ho // th)
-                if best is None or steps < best[0]:
-                    best = (steps, cbn, th, nvt)
-        if best:
-            break
+    best = _acc8_tiling(cfg, ncb, ho, wo, (kh, sh), cols, in_rows)
     if best is None:
         raise CompileError(f"{uid}: a pooling window row does not fit the accumulator of "
                            f"{cfg.bitstream_name}")
@@ -173,6 +157,63 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str, 
     tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": t, "gemm_uops_ideal": 0,
                       **dram_stats(B * c * h * w, B * c * ho * wo)}
     return fit_queues(cfg, LoweredOp(tb.trace, {}, {"x": xl, "y": yl}))
+
+
+def _acc8_tiling(cfg: VTAConfig, ncb: int, ho: int, wo: int, rows_of, cols: int,
+                 in_rows: bool):
+    """``(steps, blocks per tile, output rows per tile, regions)`` of the ACC8 form's
+    fewest tiles (two ACC regions if they fit, else one), or None; ``rows_of``:
+    ``(kh, sh)``."""
+    kh, sh = rows_of
+    best = None
+    for nvt in (2, 1):
+        half = cfg.ACC_DEPTH // nvt
+        for cbn in candidates(ncb):
+            th = 0
+            for cand in range(ho, 0, -1):
+                rows = (cand - 1) * sh + kh
+                out_n = 0 if in_rows else cbn * cand * wo
+                if cbn * rows * cols + out_n <= half and cand * wo <= MAX_EXTENT:
+                    th = cand
+                    break
+            if th:
+                steps = -(-ncb // cbn) * -(-ho // th)
+                if best is None or steps < best[0]:
+                    best = (steps, cbn, th, nvt)
+        if best:
+            return best
+    return None
+
+
+def _copy_tiling(cfg: VTAConfig, ncb: int, ho: int, wo: int, kernel, strides, cols: int):
+    """``(blocks per tile, output rows per tile)`` of :func:`_max_pool_copy`'s fewest tiles:
+    a tile's input rows in half the INP scratchpad, its :class:`_CopyLayout` in half the
+    accumulator; None when none fits."""
+    best = None
+    for cbn in candidates(ncb):
+        for th in range(ho, 0, -1):
+            lay = _CopyLayout(kernel, strides, th, wo, cols)
+            if (cbn * lay.rows * cols <= cfg.INP_DEPTH // 2 and cbn * lay.size <= cfg.ACC_DEPTH // 2
+                    and th * wo <= MAX_EXTENT and lay.rows <= MAX_EXTENT):
+                steps = -(-ncb // cbn) * -(-ho // th)
+                if best is None or steps < best[0]:
+                    best = (steps, cbn, th)
+                break
+    return None if best is None or cols > MAX_EXTENT else best[1:]
+
+
+def _zero(tb: TraceBuilder, lo: int, hi: int, one_uop: bool) -> None:
+    """ALU resets of ACC ``[lo, hi)``: one micro-op per instruction (``one_uop``: the REQ
+    engine's kind) or two (the pipeline's, on an engine core)."""
+    for a in range(lo, hi, MAX_EXTENT):
+        m = min(MAX_EXTENT, hi - a)
+        if one_uop or m < 2:
+            emit_kernel(tb, "alu", [(m, 1, 0, 0)], [a], [0], op=AluOp.ADD, reset=True)
+            continue
+        emit_kernel(tb, "alu", [(m // 2, 1, 0, 0)], [a, a + m // 2], [0, 0], op=AluOp.ADD,
+                    reset=True)
+        if m % 2:
+            emit_kernel(tb, "alu", [(1, 1, 0, 0)], [a + m - 1], [0], op=AluOp.ADD, reset=True)
 
 
 def pool_copy_ok(cfg: VTAConfig) -> bool:
@@ -247,19 +288,10 @@ def _max_pool_copy(cfg: VTAConfig, uid: str, chw: tuple, geo, kernel, strides, c
     ncb = xl.cb
     nvt = 2
     inp_half, acc_half = cfg.INP_DEPTH // nvt, cfg.ACC_DEPTH // nvt
-    best = None
-    for cbn in candidates(ncb):
-        for th in range(ho, 0, -1):
-            lay = _CopyLayout(kernel, strides, th, wo, cols)
-            if (cbn * lay.rows * cols <= inp_half and cbn * lay.size <= acc_half
-                    and th * wo <= MAX_EXTENT and lay.rows <= MAX_EXTENT):
-                steps = -(-ncb // cbn) * -(-ho // th)
-                if best is None or steps < best[0]:
-                    best = (steps, cbn, th)
-                break
-    if best is None or cols > MAX_EXTENT:
+    best = _copy_tiling(cfg, ncb, ho, wo, kernel, strides, cols)
+    if best is None:
         return None
-    _, cbn, TH = best
+    cbn, TH = best
     eng, fwd = cfg.REQ_ENGINE, cfg.ALU_FORWARD
     tiles = [(cb0, min(ncb, cb0 + cbn), y0, min(ho, y0 + TH))
              for cb0 in range(0, ncb, cbn) for y0 in range(0, ho, TH)]
@@ -284,16 +316,7 @@ def _max_pool_copy(cfg: VTAConfig, uid: str, chw: tuple, geo, kernel, strides, c
         o_base, r_base = region(t)
         lo, hi = {True: (o_base, r_base), False: (r_base, r_base + n * lays[t].rest),
                   None: (o_base, r_base + n * lays[t].rest)}[outputs]
-        for a in range(lo, hi, MAX_EXTENT):
-            m = min(MAX_EXTENT, hi - a)
-            if engine or not eng or m < 2:
-                emit_kernel(tb, "alu", [(m, 1, 0, 0)], [a], [0], op=AluOp.ADD, reset=True)
-            else:       # two micro-ops: not the engine's kind, so the pipeline runs it
-                emit_kernel(tb, "alu", [(m // 2, 1, 0, 0)], [a, a + m // 2], [0, 0],
-                            op=AluOp.ADD, reset=True)
-                if m % 2:
-                    emit_kernel(tb, "alu", [(1, 1, 0, 0)], [a + m - 1], [0], op=AluOp.ADD,
-                                reset=True)
+        _zero(tb, lo, hi, engine or not eng)
 
     for t, ((cb0, cb1, y0, y1), lay) in enumerate(zip(tiles, lays)):
         n_cb, th = cb1 - cb0, y1 - y0

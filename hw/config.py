@@ -23,7 +23,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple
 
-from .parts import target_defaults
+from .parts import BOARDS, TARGET_BOARDS, target_defaults
 
 
 class ConfigError(ValueError):
@@ -650,8 +650,9 @@ def _preset_dicts() -> dict[str, dict[str, Any]]:
         # --size full over the board space with REQ_ENGINE and ALU_FORWARD as axes;
         # docs/dse.md "Presets"): pynq's 1x16x16 with a 16 KiB micro-op buffer, the fused
         # requantize, the REQ engine and ALU forwarding, on the PYNQ-Z1/Z2's part.
-        "pynq-fast": {"TARGET": "pynq", "PART": "xc7z020clg400-1", "LOG_UOP_BUFF_SIZE": 14,
-                      "ALU_REQUANT": True, "REQ_ENGINE": True, "ALU_FORWARD": True},
+        "pynq-fast": {"TARGET": "pynq", "PART": BOARDS[TARGET_BOARDS["pynq"]].part,
+                      "LOG_UOP_BUFF_SIZE": 14, "ALU_REQUANT": True, "REQ_ENGINE": True,
+                      "ALU_FORWARD": True},
         # Upstream default (HW_VER 0.0.2): 1x16x16, i8 w8 a32, 32/32/256/128 KiB, 64-bit bus.
         "pynq": {"TARGET": "pynq"},
         "ultra96": {"TARGET": "ultra96"},

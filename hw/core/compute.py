@@ -306,7 +306,7 @@ class ComputeUnit(wiring.Component):
         m = Module()
         cfg = self.cfg
         B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
-        AW, IW, WW = cfg.ACC_WIDTH, cfg.INP_WIDTH, cfg.WGT_WIDTH
+        AW = cfg.ACC_WIDTH
         lanes = B * BO
         acc_bits = cfg.elem_bits(MemType.ACC)
 
@@ -501,10 +501,8 @@ class ComputeUnit(wiring.Component):
         d_valid, d_dst = Signal(), Signal(LA)
         hazard = Signal()
         fw = cfg.ALU_FORWARD
-        # ALU_FORWARD: ``fwd`` = the micro-op in C is an ALU one other than REQ (its result
-        # is final in D's register, ``d_res``; 0 for a reset) and writes this micro-op's
-        # destination: its lanes take that result in C, so the destination needs neither a
-        # read nor a wait, and a tensor source is read in the one cycle instead.
+        # ALU_FORWARD (docs/hardware.md "ALU forwarding"): ``fwd`` = the micro-op in C, an
+        # ALU one but REQ, writes this one's destination: C takes D's ``d_res`` instead.
         dst_wait = (c_valid & (c_dst == dst)) | (d_valid & (d_dst == dst))
         if fw:
             fwd, c_fwdable = Signal(), Signal()
@@ -525,9 +523,8 @@ class ComputeUnit(wiring.Component):
         src_tag = Signal(LA)
         src_tag_v = Signal()
         need_src = Signal()
-        # with ALU_FORWARD a forwarded micro-op reads its source in its one B cycle and C
-        # keeps it (``c_rd_src``, ``c_src``): while C holds one, the entry it keeps is the
-        # cache's next content, so it is the only hit
+        # a forwarded micro-op reads its source in its one B cycle and C keeps it: while C
+        # holds one (``c_rd_src``), its entry is the cache's next content, the only hit
         if fw:
             c_rd_src, c_src = Signal(), Signal(LA)
             pending = c_valid & c_rd_src
@@ -595,8 +592,7 @@ class ComputeUnit(wiring.Component):
             imm_lanes = Cat(*([imm_ext] * lanes))
         d_reset = Signal() if fw else None
         if fw:
-            # operand a: the forwarded result of the micro-op now in D (0 for a reset),
-            # else the read destination; b: the source read this cycle, else the cache
+            # a: D's result (0 for a reset) or the read; b: the source read now or the cache
             a_elem = Signal(acc_bits)
             m.d.comb += [a_elem.eq(Mux(c_fwd, Mux(d_reset, 0, d_res), acc_in)),
                          b_elem.eq(Mux(c_imm_sel, imm_lanes, Mux(c_rd_src, acc_in, src_reg)))]
@@ -608,42 +604,7 @@ class ComputeUnit(wiring.Component):
                 m.d.sync += d_res.word_select(ln, AW).eq(
                     alu_lane(cfg, c_op, a_elem.word_select(ln, AW), b_elem.word_select(ln, AW),
                              c_imm, clip=False))
-        # GEMM products
-        inp_e = self.inp_r_data
-        wgt_e = self.wgt_r_data
-        prod = {}  # (b, o, i) -> registered signed product
-        pw = IW + WW
-        n_lut = cfg.LUT_MULTIPLIERS
-        packing = cfg.packs_dsp_pairs    # int4 weights: sign-extended into the same pair
-        idx = 0
-        for b in range(B):
-            for i in range(BI):
-                a = inp_e.word_select(b * BI + i, IW).as_signed()
-                o = 0
-                while o < BO:
-                    pair = packing and o + 1 < BO and idx >= n_lut and idx + 1 >= n_lut
-                    if pair:
-                        wl = wgt_e.word_select(o * BI + i, WW).as_signed()
-                        wh = wgt_e.word_select((o + 1) * BI + i, WW).as_signed()
-                        lo, hi = _packed_mul(m, a, wl, wh)
-                        for oo, v in ((o, lo), (o + 1, hi)):
-                            r = Signal(signed(pw), name=f"p_{b}_{oo}_{i}", reset_less=True)
-                            with m.If(c_gemm):
-                                m.d.sync += r.eq(v)
-                            prod[(b, oo, i)] = r
-                        idx += 2
-                        o += 2
-                        continue
-                    w_ = wgt_e.word_select(o * BI + i, WW).as_signed()
-                    r = Signal(signed(pw), name=f"p_{b}_{o}_{i}", reset_less=True)
-                    with m.If(c_gemm):
-                        if idx < n_lut:
-                            m.d.sync += r.eq(lut_multiply(a, w_))
-                        else:
-                            m.d.sync += r.eq(a * w_)
-                    prod[(b, o, i)] = r
-                    idx += 1
-                    o += 1
+        prod = self._gemm_products(m, c_gemm)  # (b, o, i) -> registered product
         if not fw:
             d_reset = Signal()
         d_alu = Signal()
@@ -797,6 +758,51 @@ class ComputeUnit(wiring.Component):
             ee.finish(m, self, acc_bank, src_tag_v, d_valid, d_alu, d_reset)
         return m
 
+
+    def _gemm_products(self, m, c_gemm) -> dict:
+        """The GEMM array's products, registered in stage C while it holds a GEMM micro-op
+        (``c_gemm``): ``(b, o, i) -> signed INP_WIDTH + WGT_WIDTH-bit signal``; DSP-packed
+        pairs (:func:`_packed_mul`) where ``cfg.packs_dsp_pairs``, the first
+        ``LUT_MULTIPLIERS`` from LUTs (:func:`lut_multiply`)."""
+        cfg = self.cfg
+        B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+        IW, WW = cfg.INP_WIDTH, cfg.WGT_WIDTH
+        inp_e = self.inp_r_data
+        wgt_e = self.wgt_r_data
+        prod = {}  # (b, o, i) -> registered signed product
+        pw = IW + WW
+        n_lut = cfg.LUT_MULTIPLIERS
+        packing = cfg.packs_dsp_pairs    # int4 weights: sign-extended into the same pair
+        idx = 0
+        for b in range(B):
+            for i in range(BI):
+                a = inp_e.word_select(b * BI + i, IW).as_signed()
+                o = 0
+                while o < BO:
+                    pair = packing and o + 1 < BO and idx >= n_lut and idx + 1 >= n_lut
+                    if pair:
+                        wl = wgt_e.word_select(o * BI + i, WW).as_signed()
+                        wh = wgt_e.word_select((o + 1) * BI + i, WW).as_signed()
+                        lo, hi = _packed_mul(m, a, wl, wh)
+                        for oo, v in ((o, lo), (o + 1, hi)):
+                            r = Signal(signed(pw), name=f"p_{b}_{oo}_{i}", reset_less=True)
+                            with m.If(c_gemm):
+                                m.d.sync += r.eq(v)
+                            prod[(b, oo, i)] = r
+                        idx += 2
+                        o += 2
+                        continue
+                    w_ = wgt_e.word_select(o * BI + i, WW).as_signed()
+                    r = Signal(signed(pw), name=f"p_{b}_{o}_{i}", reset_less=True)
+                    with m.If(c_gemm):
+                        if idx < n_lut:
+                            m.d.sync += r.eq(lut_multiply(a, w_))
+                        else:
+                            m.d.sync += r.eq(a * w_)
+                    prod[(b, o, i)] = r
+                    idx += 1
+                    o += 1
+        return prod
 
     # ------------------------------------------------------------------ REQ engine
     def _req_engine(self, m, hh, head, hgf, uop_mem, acc_bank, acc_mem, pipe_empty, dst, src,
