@@ -492,7 +492,7 @@ def test_a_fifo_config_file_is_refused_not_opened(tmp_path):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("", "config '' is empty: give a preset (pynq, "),
+    ("", "config '' is empty: give a preset ("),
     ("  ", "config '  ' is empty"),
     ("some/dir/nope", "cannot read config file 'some/dir/nope': No such file or directory"),
 ])
