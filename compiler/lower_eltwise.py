@@ -279,7 +279,8 @@ def _max_pool_copy(cfg: VTAConfig, uid: str, chw: tuple, geo, kernel, strides, c
     (the destination forwarded, one cycle each); without, the window offsets neighbours
     share go as micro-op pairs on one source (:func:`_window_pass`).  Exact: the copy
     gives the ACC8 load's values (an int8 times 1 in every lane), the MAXes are those of
-    the separable form.  Returns None when no tile fits (the caller uses the ACC8 form).
+    the separable form.  Returns None when no tile fits or the token queues are too shallow
+    for the program (the caller uses the ACC8 form).
     """
     sh = strides[0]
     xl, yl, ho, wo = geo.xl, geo.yl, geo.ho, geo.wo
@@ -376,7 +377,10 @@ def _max_pool_copy(cfg: VTAConfig, uid: str, chw: tuple, geo, kernel, strides, c
     tb.trace.stats = {"tiling": [cbn, TH, nvt], "tiles": T, "gemm_uops_ideal": 0,
                       "gemm_copy": True, **dram_stats(cfg.BATCH * c * h * w,
                                                       cfg.BATCH * c * ho * wo)}
-    return fit_queues(cfg, LoweredOp(tb.trace, consts, {"x": xl, "y": yl}))
+    try:
+        return fit_queues(cfg, LoweredOp(tb.trace, consts, {"x": xl, "y": yl}))
+    except CompileError:    # more tokens outstanding than the queues hold: the ACC8 form
+        return None
 
 
 def _span(first: int, step: int, lo: int, hi: int, n: int) -> tuple[int, int]:

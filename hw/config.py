@@ -653,6 +653,21 @@ def _preset_dicts() -> dict[str, dict[str, Any]]:
         "pynq-fast": {"TARGET": "pynq", "PART": BOARDS[TARGET_BOARDS["pynq"]].part,
                       "LOG_UOP_BUFF_SIZE": 14, "ALU_REQUANT": True, "REQ_ENGINE": True,
                       "ALU_FORWARD": True},
+        # The Ultra96-V2's: 1x16x32 (uop/inp/wgt/acc depths 2^12/2^10/2^9/2^11) with the
+        # fused requantize and the REQ engine on its xczu3eg-sbva484-1-i (the sweep's arrays
+        # of 16 to 64 per side; forwarding adds nothing where BLOCK_IN != BLOCK_OUT: the
+        # max-pool keeps its ACC8 form there).
+        "ultra96-fast": {"TARGET": "ultra96", "PART": BOARDS[TARGET_BOARDS["ultra96"]].part,
+                         "LOG_BLOCK_IN": 4, "LOG_BLOCK_OUT": 5, "LOG_UOP_BUFF_SIZE": 14,
+                         "LOG_INP_BUFF_SIZE": 14, "LOG_WGT_BUFF_SIZE": 18,
+                         "LOG_ACC_BUFF_SIZE": 18, "ALU_REQUANT": True, "REQ_ENGINE": True},
+        # The ZCU104's: 1x64x32 (depths 2^12/2^10/2^9/2^10) with the fused requantize, the
+        # REQ engine and ALU forwarding on its xczu7ev.
+        "zcu104-fast": {"TARGET": "zcu104", "PART": BOARDS[TARGET_BOARDS["zcu104"]].part,
+                        "LOG_BLOCK_IN": 6, "LOG_BLOCK_OUT": 5, "LOG_UOP_BUFF_SIZE": 14,
+                        "LOG_INP_BUFF_SIZE": 16, "LOG_WGT_BUFF_SIZE": 20,
+                        "LOG_ACC_BUFF_SIZE": 17, "ALU_REQUANT": True, "REQ_ENGINE": True,
+                        "ALU_FORWARD": True},
         # Upstream default (HW_VER 0.0.2): 1x16x16, i8 w8 a32, 32/32/256/128 KiB, 64-bit bus.
         "pynq": {"TARGET": "pynq"},
         "ultra96": {"TARGET": "ultra96"},
@@ -672,7 +687,8 @@ PRESETS: tuple[str, ...] = tuple(_preset_dicts())
 
 #: Per TARGET with a board, the preset of its fast core (the DSE's pick for that board on
 #: whole networks; docs/dse.md "Presets"); the TARGET's own preset stays upstream's core.
-FAST_PRESETS: dict[str, str] = {"pynq": "pynq-fast"}
+FAST_PRESETS: dict[str, str] = {"pynq": "pynq-fast", "ultra96": "ultra96-fast",
+                                 "zcu104": "zcu104-fast"}
 
 
 def preset(name: str) -> VTAConfig:

@@ -421,7 +421,7 @@ def test_default_and_board_spaces_are_valid(board):
 #: The whole-network DSE's fastest point per board (docs/dse.md "Presets": ``vtaforge dse
 #: run --board B --workloads resnet18-net,mobilenet-net --size full`` over the board space
 #: with REQ_ENGINE and ALU_FORWARD axes), the config of its fast preset.
-FAST_PICKS = {"pynq": "0x938ed789"}
+FAST_PICKS = {"pynq": "0x938ed789", "ultra96": "0x0a8f5b4f", "zcu104": "0x9abbdebf"}
 
 
 @pytest.mark.parametrize("target", sorted(FAST_PICKS))

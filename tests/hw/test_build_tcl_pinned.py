@@ -21,8 +21,11 @@ PINNED = {
     "preset=zcu104": "3a46a88c0bb6a420ffb59267b18aea95ac25d95eb7b71ff5f9f5e34e74fc7ad8",
     "preset=tiny": "65877a92d466c756c1618c8fbfeafcd10fd9d6d2ebe6a75da61e8690d4a6a0f5",
     "preset=batch2": "f7d512e59fb65d5990ab584a97b45ce16b535dca643b0ad5cc2c767b52b99628",
-    # a preset that came after the template: recorded from it (commit fe857b3)
+    # presets that came after the template: recorded from it (commits fe857b3, and the
+    # Ultra96-V2 / ZCU104 fast cores' commit)
     "preset=pynq-fast": "f187f99fd274cabf2388d559079a218b8e1eee1cded349db9672a52fb0643e8c",
+    "preset=ultra96-fast": "b1b8d75b4f7cdfc4acb17842958cbad25efbf8e36caead325060492ea8016abc",
+    "preset=zcu104-fast": "eb917e3a380b5e22fc8cd847771444539037e4adfa3c3f37337983c6e5191f7b",
     "board=pynq-z1": "7622fe4b0e177308560b021ef24535ebd63e391a7f0f0650320a4a2ed491050b",
     "board=pynq-z1,board_part": "bff8c3dcc830b23ceda900d694054caeef2b462f882672880ecb022983b3f68a",
     "board=pynq-z1,opts": "3cd677ec87e1d6b4aef4e618fed87e8646ae342d8ef61bab216462541b19af82",
