@@ -31,6 +31,7 @@ and its placement reason says why.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -42,7 +43,7 @@ from .ir import FLOAT_OPS, LAYOUT_OPS, QUANT_OPS, REAL_OPS, Graph
 from .partition import Partition, partition
 from .ops import REGISTRY
 from .passes import optimize
-from .quantize import (DEFAULT_MIN_LAYER_COSINE, OUTPUT_AGREEMENT_TARGET, TIGHTER_FLOORS,
+from .quantize import (DEFAULT_MIN_LAYER_COSINE, OUTPUT_AGREEMENT_TARGET,
                        QuantConfig, _Quantizer, bias_correct, calibrate, layer_errors,
                        output_agreement)
 from .reference import run_float
@@ -266,8 +267,8 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     CPU too, its reason naming the measured cosine; with ``qc.adaptive_floor``, where the
     graph's outputs then agree with float below
     :data:`~.quantize.OUTPUT_AGREEMENT_TARGET` on those samples
-    (:func:`~.quantize.output_agreement`), the floors :data:`~.quantize.TIGHTER_FLOORS`
-    are tried in turn, each kept while it raises the agreement by at least 0.005; with
+    (:func:`~.quantize.output_agreement`), the floor is raised until they do: the fewest
+    worst-measured layers kept real that reach it (:func:`search_floor`); with
     ``qc.bias_correction`` the int8 biases are corrected on them
     (:func:`~.quantize.bias_correct`, guarded end to end).  ``q.meta["measured"]``
     records both (``{"keep": {node: reason}, "bias": {node: int64 delta [O]}}``); passing
@@ -317,7 +318,7 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
 
         def floored(thr: float) -> tuple[Graph, dict, dict]:
             k2 = dict(before)
-            bad = {n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} < {thr} "
+            bad = {n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} < {thr:.4g} "
                       f"against float on calibration data)"
                    for n, c in errs.items() if c < thr and n in real_ok and n not in before}
             k2.update(bad)
@@ -329,17 +330,14 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
         q, keep_now, err_keep = floored(qc.min_layer_cosine)
         if qc.adaptive_floor:
             best = output_agreement(q, batches, fenvs)
-            for thr in TIGHTER_FLOORS:
-                if best >= OUTPUT_AGREEMENT_TARGET or thr <= qc.min_layer_cosine:
-                    continue
-                if not any(c < thr and n in real_ok and n not in keep_now
-                           for n, c in errs.items()):
-                    continue            # nothing new below this floor: try the next one
-                q2, k2, bad2 = floored(thr)
-                a = output_agreement(q2, batches, fenvs)
-                if a < best + 0.005:
-                    break
-                q, keep_now, err_keep, best = q2, k2, bad2, a
+            eligible = {n for n in real_ok if n not in keep_now}
+
+            def trial(thr: float):
+                r = floored(thr)
+                return output_agreement(r[0], batches, fenvs), r
+            pick = search_floor(errs, eligible, qc.min_layer_cosine, best, trial)
+            if pick is not None:
+                q, keep_now, err_keep = pick
             keep.clear()
             keep.update(keep_now)
     elif measured is not None:
@@ -358,6 +356,41 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
         rep.fallbacks.setdefault(k, why)
     # the reasons reach the placement table through the quantizer's report
     return q, partition(q, cfg)
+
+
+def search_floor(errs: dict[str, float], eligible: set, floor: float, base: float,
+                 trial: Callable[[float], tuple[float, object]]) -> object:
+    """The loosest per-layer error floor above ``floor`` whose graph's outputs agree with
+    float at :data:`~.quantize.OUTPUT_AGREEMENT_TARGET` (``QuantConfig.adaptive_floor``).
+
+    ``errs``: each integer node's local cosine (:func:`~.quantize.layer_errors`);
+    ``eligible``: the nodes that may be kept real-valued; ``base``: the agreement at
+    ``floor``; ``trial(thr)`` quantizes with every eligible node below ``thr`` kept real and
+    returns ``(agreement, result)``.  The candidate floors lie just above each eligible
+    node's cosine (midway to the next), so the k-th keeps the k worst layers real.  With every candidate layer
+    real the agreement is ``a_all``; the goal is ``min(target, a_all - 0.002)``, and the
+    fewest worst layers that reach it are found by bisection (agreement rises with the
+    layers kept real, near enough: ``log2`` of the candidates' count trials).  Returns the
+    chosen trial's ``result``, or None to keep ``floor``: the outputs already agree, no
+    layer is eligible, or keeping all of them real gains less than 0.005.
+    """
+    cands = sorted({c for n, c in errs.items() if n in eligible and c >= floor})
+    if base >= OUTPUT_AGREEMENT_TARGET or not cands:
+        return None
+    thr = [(a + b) / 2 for a, b in zip(cands, cands[1:] + [1.0])]
+    top_a, top = trial(thr[-1])
+    if top_a < base + 0.005:
+        return None
+    goal = min(OUTPUT_AGREEMENT_TARGET, top_a - 0.002)
+    lo, hi, pick = 0, len(thr) - 1, top
+    while lo < hi:
+        mid = (lo + hi) // 2
+        a, r = trial(thr[mid])
+        if a >= goal:
+            hi, pick = mid, r
+        else:
+            lo = mid + 1
+    return pick
 
 
 def _apply_bias_deltas(q: Graph, deltas: dict) -> dict:

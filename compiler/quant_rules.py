@@ -63,17 +63,19 @@ class QuantConfig:
             samples (:func:`bias_correct`; :func:`~.compile.quantize_placed`);
             ``compile_model``'s default QuantConfig turns it on.
         adaptive_floor: with ``min_layer_cosine > 0``, where the model's outputs agree with
-            float below :data:`OUTPUT_AGREEMENT_TARGET` on the calibration samples, try the
-            stricter floors :data:`TIGHTER_FLOORS` in turn and keep each that raises the
-            agreement by at least 0.005 (:func:`~.compile.quantize_placed`); a model whose
+            float below :data:`OUTPUT_AGREEMENT_TARGET` on the calibration samples, raise
+            the floor to keep the fewest worst-measured layers real that reach it
+            (:func:`~.compile.search_floor`); a model whose
             outputs already agree keeps every layer the plain floor keeps on VTA.
             ``compile_model``'s default QuantConfig turns it on.
         channel_act_exps: per-channel activation exps (``ir`` "Per-channel activations")
-            for the int8 input of a depthwise conv that a CPU ``quantize`` makes (its
-            producer runs real-valued on the CPU, or it is a graph input): channel ``c`` at
-            ``min(exp, exp_for_range(max |x[:, c]|))`` over the calibration set
-            (:func:`~.quantize.calibrate` records them in ``graph.meta["channel_exps"]``),
-            folded into the conv's per-channel weights exactly.  ``compile_model``'s default
+            for the int8 input of a depthwise or dense (groups 1) conv that a CPU
+            ``quantize`` makes (its producer runs real-valued on the CPU, or it is a graph
+            input): a depthwise conv's channel ``c`` at ``min(exp, exp_for_range(max
+            |x[:, c]|))`` over the calibration set (:func:`~.quantize.calibrate` records them
+            in ``graph.meta["channel_exps"]``), a dense conv's part of the way there
+            (:meth:`QuantRules.input_channel_exps`), folded into the conv's per-channel
+            weights.  ``compile_model``'s default
             QuantConfig turns it on.
     Raises:
         CompileError: ``act_bits`` not 4, 8 or 16, ``wgt_bits`` not 4, 8 or 16,
@@ -244,6 +246,40 @@ def _act_bounds(node: Node, exp_out: int, scale: float | None = None, qmax: int 
     return qmin, qmax
 
 
+#: Migration strengths a dense conv's per-channel input exps are chosen from
+#: (:meth:`QuantRules.input_channel_exps`): 0 keeps the input per tensor, 1 gives every
+#: channel its own calibrated exp.
+MIGRATION_STRENGTHS = (0.0, 0.5)
+
+
+def migrate(ce: np.ndarray, exp: int, strength: float) -> np.ndarray:
+    """Per-channel exps (int64 ``[C]``) ``exp - floor(strength * (exp - ce))``: channel
+    ``c`` moved ``strength`` of the way from the tensor's ``exp`` to its own ``ce[c]``
+    (``ce <= exp``), so a result is never finer than ``ce`` (no channel clips)."""
+    return (exp - np.floor(strength * (exp - ce))).astype(np.int64)
+
+
+def fold_error(w: np.ndarray, exp: int, ce: np.ndarray, ms: np.ndarray) -> float:
+    """The estimated output error variance (summed over output channels, in the input's
+    and weights' real units squared) of a dense conv ``w`` (float ``[O, C, kh, kw]``) whose
+    input channel ``c`` (mean square ``ms[c]``) is quantized at ``2**ce[c]``, with
+    ``2**(ce[c] - exp)`` folded into weight column ``c`` and each output channel's folded
+    weights on their own int8 grid ``2**ceil(log2(max|w'[o]| / 127))``.  Uniform rounding
+    noise (variance step²/12) on both operands, independent terms:
+    ``sum_o sum_{c,k} w[o,c,k]^2 4^ce[c] / 12 + sum_o 4^g[o] / 12 * sum_{c,k} ms[c] 4^(exp - ce[c])``.
+    Padding and clipping are ignored (they do not change the choice between exps)."""
+    wf = w.astype(np.float64)
+    col = 2.0 ** (np.asarray(ce, np.float64) - exp)
+    folded = wf * col.reshape(1, -1, 1, 1)
+    mx = np.abs(folded).reshape(w.shape[0], -1).max(axis=1)
+    with np.errstate(divide="ignore"):
+        g = np.where(mx > 0, np.ceil(np.log2(np.maximum(mx, 1e-300) / 127)), 0.0)
+    taps = w.shape[2] * w.shape[3]
+    act = float(((wf ** 2).sum(axis=(2, 3)) * 4.0 ** np.asarray(ce, np.float64)).sum())
+    wgt = float((4.0 ** g).sum() * taps * (np.asarray(ms, np.float64) / col ** 2).sum())
+    return (act + wgt) / 12.0
+
+
 class QuantRules:
     """The quantizer's state while it rewrites one float graph, its helpers, and one rule
     per float op: ``q_<op>(node)`` adds the integer nodes of a float node to the quantized
@@ -377,20 +413,36 @@ class QuantRules:
         self.qname_ch[key] = out
         return out
 
-    def depthwise_channel_exps(self, n: Node, w: np.ndarray) -> np.ndarray | None:
-        """Per-channel activation exps (int64 ``[C]``) for the input of depthwise conv ``n``
-        (``QuantConfig.channel_act_exps``), or None: not depthwise (groups = C, one weight
-        channel each), the input not a float tensor a ``quantize`` would convert (its
-        producer an int8 node), no calibration record, an exact (non-power-of-two) scale
-        or weight hint, a non-int8 core, or every channel at the tensor's exp."""
+    def input_channel_exps(self, n: Node, w: np.ndarray) -> np.ndarray | None:
+        """Per-channel activation exps (int64 ``[C]``) for the int8 input of conv ``n``
+        (``QuantConfig.channel_act_exps``; ``ir`` "Per-channel activations"), or None to
+        quantize it per tensor.
+
+        A depthwise conv (groups = C, one weight channel each) takes each channel's
+        calibrated exp ``ce[c]`` (:func:`~.quantize.calibrate`): the fold scales whole
+        output channels, which their per-channel weight grid absorbs exactly.  A dense conv
+        (groups = 1) sums over input channels, so the fold moves a channel's range into a
+        column of the weights, which each output channel's one weight grid then rounds
+        coarser (the SmoothQuant trade; Xiao et al., 2023): the exps
+        ``exp - floor(a * (exp - ce[c]))`` are taken for the migration strength ``a`` of
+        :data:`MIGRATION_STRENGTHS` that minimises the estimated output error variance
+        (:func:`fold_error`), and None where ``a = 0`` (no fold) wins.
+
+        None also for: another group count, an input that is not a float tensor a
+        ``quantize`` converts (its producer an int8 node), no calibration record, an exact
+        (non-power-of-two) scale or weight hint, a non-int8 core, or every channel at the
+        tensor's exp."""
         t = n.inputs[0]
         ce = self.fg.meta.get("channel_exps", {}).get(t)
         if (not self.cfg.channel_act_exps or ce is None or self.adt != "int8"
                 or self.cfg.wgt_bits != 8 or self.cfg.per_channel == "off"):
             return None
         c = self.fg.types[t].shape[1] if self.fg.types[t].rank == 4 else None
-        if (n.op != "conv2d" or n.attrs.get("groups", 1) != c or w.shape[0] != c
-                or w.shape[1] != 1 or len(ce) != c):
+        if n.op != "conv2d" or len(ce) != c or w.ndim != 4:
+            return None
+        groups = n.attrs.get("groups", 1)
+        depthwise = groups == c and w.shape[0] == c and w.shape[1] == 1
+        if not (depthwise or (groups == 1 and w.shape[1] == c)):
             return None
         if (t in self.qname or t not in self.fname or t in self.scales
                 or self.hints.get(n.inputs[1]) is not None or n.outputs[0] in self.scales):
@@ -398,9 +450,18 @@ class QuantRules:
         prod = self.q.producers().get(self.fname[t])
         if prod is not None and prod.op == "dequantize":
             return None         # an int8 node's output: re-quantizing it would cost a trip
-        if np.all(ce == self.exps[t]):
+        ex = self.exps[t]
+        ce = np.asarray(ce, np.int64)
+        if not depthwise:
+            ms = self.fg.meta.get("channel_ms", {}).get(t)
+            if ms is None or len(ms) != c:
+                return None
+            best = min(MIGRATION_STRENGTHS,
+                       key=lambda a: fold_error(w, ex, migrate(ce, ex, a), ms))
+            ce = migrate(ce, ex, best)
+        if np.all(ce == ex):
             return None
-        return np.asarray(ce, np.int64)
+        return ce
 
     def fin(self, t: str) -> str:
         if t in self.fname:
@@ -529,14 +590,20 @@ class QuantRules:
         if n.inputs[1] not in fg.constants:
             raise node_error(n.name, n.op, "weight must be a constant")
         w = fg.constants[n.inputs[1]]
-        ce = self.depthwise_channel_exps(n, w)
+        ce = self.input_channel_exps(n, w)
         if ce is not None:
             # per-channel activation: channel c's 2**(ce[c] - exp) folded into its weights
-            # (a power of two: the per-channel weight grid below absorbs it exactly)
-            x = self.qin_channels(n.inputs[0], ce)
-            ex = self.q.types[x].exp
-            w = (w.astype(np.float64) * 2.0 ** (ce - ex).reshape(-1, 1, 1, 1)).astype(w.dtype)
-        else:
+            # (a power of two: the per-channel weight grid below absorbs it exactly for a
+            # depthwise conv, where the channel is a whole output channel)
+            ex = int(ce.max())
+            fold = (-1, 1, 1, 1) if n.attrs.get("groups", 1) > 1 else (1, -1, 1, 1)
+            wc = (w.astype(np.float64) * 2.0 ** (ce - ex).reshape(fold)).astype(w.dtype)
+            ew, sw = self.weight_exp(n.inputs[1], wc)
+            if self.channel_exps(n.inputs[1], wc, ew, self.exps[n.outputs[0]] - ex) is None:
+                ce = None       # no per-channel weight grid to absorb the fold: per tensor
+            else:
+                x, w = self.qin_channels(n.inputs[0], ce), wc
+        if ce is None:
             x = self.qin(n.inputs[0])
             ex = self.q.types[x].exp
         ew, sw = self.weight_exp(n.inputs[1], w)
@@ -554,9 +621,6 @@ class QuantRules:
             # orientation)
             self._linear_per_channel(n, qop, x, w, b, ex, pc, ce)
             return
-        if ce is not None:
-            raise node_error(n.name, n.op, "per-channel activation exps need per-channel "
-                             "weight exps (they could not be chosen)")
         if self.adt == "int8" and self.cfg.wgt_bits == 8:
             wq = self.const_int8(f"{n.inputs[1]}_q", w, ew, lo=-127 if sw is None else -128, scale=sw)
             s_acc = None if sx is None and sw is None else self.rscale(x) * self.q.types[wq].real_scale

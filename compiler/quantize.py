@@ -97,11 +97,9 @@ KEEPABLE_OPS = REAL_OPS | LAYOUT_OPS
 #: The per-layer error floor of ``compile_model`` / ``compile_dynamic`` (local cosine of an
 #: int8 layer's output against float; below it the layer stays a float CPU node).
 DEFAULT_MIN_LAYER_COSINE = 0.99
-#: Stricter floors tried in turn when a model's outputs agree with float below
-#: :data:`OUTPUT_AGREEMENT_TARGET` on the calibration samples (``QuantConfig.adaptive_floor``).
-TIGHTER_FLOORS = (0.995, 0.998)
 #: The output agreement (mean cosine of the float outputs, :func:`output_agreement`) under
-#: which the error floor is tightened.
+#: which the error floor is raised (``QuantConfig.adaptive_floor``;
+#: :func:`~.compile.search_floor`).
 OUTPUT_AGREEMENT_TARGET = 0.99
 
 
@@ -128,10 +126,14 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
         ``tensor name -> exp`` for graph inputs and node outputs.  With
         ``config.channel_act_exps``, also sets ``graph.meta["channel_exps"]`` to
         ``tensor name -> int64 [C]`` for each 4-D (NCHW) float tensor: channel ``c``'s exp
-        ``min(exp, exp_for_range(max |x[:, c]|))`` (an all-zero channel keeps ``exp``).
+        ``min(exp, exp_for_range(max |x[:, c]|))`` (an all-zero channel keeps ``exp``), and
+        ``graph.meta["channel_ms"]`` to each such tensor's per-channel mean square
+        (float64 ``[C]``, ``mean(x[:, c]**2)``), the statistic a conv's choice of input exps
+        weighs (:meth:`~.quant_rules.QuantRules.input_channel_exps`).
     """
     maxabs: dict[str, float] = {}
     chmax: dict[str, np.ndarray] = {}
+    chsq: dict[str, list] = {}          # per channel: [sum of squares, elements per channel]
     samples: dict[str, list[np.ndarray]] = {}
     rng = np.random.default_rng(0)
     for feeds in _feeds_batches(graph, data, config.batch_size):
@@ -147,6 +149,13 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
             if config.channel_act_exps and v.ndim == 4 and v.size and np.isfinite(v).all():
                 cm = np.abs(v.astype(np.float64)).max(axis=(0, 2, 3))
                 chmax[name] = np.maximum(chmax[name], cm) if name in chmax else cm
+                sq = np.square(v.astype(np.float64)).sum(axis=(0, 2, 3))
+                n_c = v.size // v.shape[1]
+                if name in chsq:
+                    chsq[name][0] = chsq[name][0] + sq
+                    chsq[name][1] += n_c
+                else:
+                    chsq[name] = [sq, n_c]
             if config.calibration != "max":
                 k = min(a.size, max(1, config.max_samples // 8))
                 samples.setdefault(name, []).append(a if a.size <= k else rng.choice(a, k, replace=False))
@@ -179,6 +188,8 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
             name: np.array([min(exps[name], exp_for_range(float(c), qm)) if c > 0
                             else exps[name] for c in cm], np.int64)
             for name, cm in chmax.items() if name in exps}
+        graph.meta["channel_ms"] = {name: sq / max(n_c, 1) for name, (sq, n_c) in chsq.items()
+                                    if name in exps}
     return exps
 
 

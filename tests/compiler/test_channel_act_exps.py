@@ -94,3 +94,64 @@ def test_channel_exps_type_checked():
     with pytest.raises(CompileError, match="channel exps"):
         TensorType("int8", (1, 3, 4, 4), -3, channel_exps=(-3, -4))         # 2 of 3
     assert "per channel" in str(TensorType("int8", (1, 2, 4, 4), -3, channel_exps=(-3, -5)))
+
+
+# ---------------------------------------------------------------- dense convs (groups = 1)
+
+def _dense_model(k: int = 1):
+    """x [N,16,8,8] -> Conv kxk (24 outputs, groups 1) -> y."""
+    w = rand(24, C, k, k, seed=5, scale=0.5)
+    return make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[k // 2] * 4)],
+                      [("x", ["N", C, 8, 8])], [("y", ["N", 24, 8, 8])], {"w": w})
+
+
+def test_fold_error_matches_simulated_rounding():
+    """fold_error against a Monte Carlo oracle written here: quantize x per channel at
+    2**ce, fold 2**(ce - exp) into the weight columns, round each output channel's folded
+    weights to its own int8 grid, and measure the output's squared error."""
+    from vtaforge.compiler.quant_rules import fold_error, migrate
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((24, C, 3, 3)) * 0.3
+    x = rng.standard_normal((64, C, 6, 6)) * SPAN.astype(np.float64)
+    full = np.array([math.ceil(math.log2(np.abs(x[:, c]).max() / 127)) for c in range(C)])
+    exp = int(full.max())
+    ms = (x ** 2).mean(axis=(0, 2, 3))
+    for a in (0.0, 0.5, 1.0):
+        ce = migrate(full, exp, a)
+        xq = np.rint(x / 2.0 ** ce.reshape(1, -1, 1, 1)) * 2.0 ** ce.reshape(1, -1, 1, 1)
+        wf = w * 2.0 ** (ce - exp).reshape(1, -1, 1, 1)
+        g = np.ceil(np.log2(np.abs(wf).reshape(24, -1).max(axis=1) / 127)).reshape(-1, 1, 1, 1)
+        wq = np.rint(wf / 2.0 ** g) * 2.0 ** g / 2.0 ** (ce - exp).reshape(1, -1, 1, 1)
+        # one output position's error: the 3x3 window at (1, 1) of each sample
+        win = x[:, :, :3, :3]
+        winq = xq[:, :, :3, :3]
+        y = np.einsum("ochw,nchw->no", w, win)
+        yq = np.einsum("ochw,nchw->no", wq, winq)
+        measured = float(((yq - y) ** 2).sum(axis=1).mean())
+        est = fold_error(w, exp, ce, ms)
+        assert 0.6 < measured / est < 1.6, (a, measured, est)
+
+
+def test_dense_conv_input_per_channel_bit_exact_and_better():
+    cal = rand(8, C, 8, 8, seed=2) * SPAN
+    x = rand(4, C, 8, 8, seed=4) * SPAN
+    ref = run_ort(_dense_model(), {"x": x})[0]
+    errs = []
+    for on in (False, True):
+        cm = compile_model(_dense_model(), cal, "pynq",
+                           quant_config=QuantConfig(calibration="max", channel_act_exps=on))
+        conv = next(s for s in cm.steps if s.op == "qconv2d")
+        assert conv.target == "vta"
+        assert ("x_exps" in conv.attrs) == on, conv.attrs
+        y = Executor(cm, FsimDevice(cm.config)).run(x)[cm.outputs[0]]
+        assert np.array_equal(y, run_quantized(cm.qgraph, {"x": x})[cm.qgraph.outputs[0]])
+        errs.append(float(np.linalg.norm(y - ref) / np.linalg.norm(ref)))
+    assert errs[1] < 0.8 * errs[0], errs
+
+
+def test_dense_conv_with_even_channels_stays_per_tensor():
+    cal = rand(8, C, 8, 8, seed=2)
+    cm = compile_model(_dense_model(3), cal, "pynq",
+                       quant_config=QuantConfig(calibration="max", channel_act_exps=True))
+    assert not any("channel_exps" in s.attrs for s in cm.steps if s.op == "quantize")
