@@ -86,6 +86,9 @@ class DynamicModel:
     #: per-channel activation exps (``QuantConfig.channel_act_exps``; tensor -> int64
     #: [C]), the coarsest over the calibration shapes, applied at every shape
     channel_exps: dict = field(default_factory=dict, repr=False)
+    #: per-channel mean squares (tensor -> float64 [C], the first calibration shape's),
+    #: which a dense conv's choice of input exps weighs
+    channel_ms: dict = field(default_factory=dict, repr=False)
 
     @property
     def symbolic(self) -> bool:
@@ -156,6 +159,7 @@ class DynamicModel:
                                       input_shapes=shapes))
             if self.channel_exps:
                 fg.meta["channel_exps"] = dict(self.channel_exps)
+                fg.meta["channel_ms"] = dict(self.channel_ms)
             missing = [t for t in _float_tensors(fg) if t not in self.exps]
             if missing:
                 raise CompileError(f"tensor(s) {missing[:4]} did not exist at the calibration "
@@ -246,6 +250,7 @@ def compile_dynamic(model, calib_data, config=None, *,
     name = proto.graph.name or "model"
     exps: dict = {}
     chx: dict = {}      # tensor -> per-channel activation exps (coarsest over the shapes)
+    chms: dict = {}     # tensor -> per-channel mean squares (the first shape's)
     shapes = []
     first = None        # (float graph, data, batch) of the first calibration shape
     for data, label in zip(*_calib_groups(inputs, calib_data, calib_label)):
@@ -279,6 +284,8 @@ def compile_dynamic(model, calib_data, config=None, *,
             exps[t] = max(e, exps.get(t, e))
         for t, ce in fg.meta.get("channel_exps", {}).items():
             chx[t] = np.maximum(chx[t], ce) if t in chx and len(chx[t]) == len(ce) else ce
+        for t, ms in fg.meta.get("channel_ms", {}).items():
+            chms.setdefault(t, ms)
         shapes.append(tuple(tuple(np.shape(data[i])[1:]) for i in inputs))
         if first is None:
             first = (fg, data, b0)
@@ -289,10 +296,12 @@ def compile_dynamic(model, calib_data, config=None, *,
         chx = {t: np.minimum(ce, exps[t]) for t, ce in chx.items() if t in exps}
         if chx:
             fg.meta["channel_exps"] = chx
+            fg.meta["channel_ms"] = chms
         feeds = _error_feeds(fg, data, b0 if isinstance(b0, int) else None, False)
         q, _ = quantize_placed(fg, exps, qc, cfg, feeds=feeds)
         measured = q.meta.get("measured")
     return DynamicModel(cfg, name, inputs, dims, exps, shapes, time.perf_counter() - t0, qc,
                         fallback, proto, measured=measured,
                         channel_exps={t: np.minimum(ce, exps[t]) for t, ce in chx.items()
-                                      if t in exps})
+                                      if t in exps},
+                        channel_ms=chms)
