@@ -98,7 +98,7 @@ from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS
 from ..runtime.artifact import RowBands, SlotLayout, TraceBuilder, token_fault
 from ..runtime.cpu_ops import pack_int4
 from .errors import CompileError
-from .lower_common import LoweredOp, emit_kernel, fit_queues, plan_for, requant_alu
+from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, plan_for, requant_alu
 from .conv_emit import emit_conv
 from .conv_plan import ConvLayer, ConvOptions, ConvPlan, _EmptyWindow, plan_conv
 from .pack import ceil_div, pack_bias, pack_weights
@@ -375,8 +375,8 @@ def _lower_im2col(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: 
     bias_bytes = 4 * o * (1 if channel_requant(cfg, uid, attrs, o)[1] is None else 2)
     st = lo.trace.stats
     st["im2col"] = [c, kh, kw]
-    st["min_dram_bytes"] = int((B * c * h * wd + B * o * ho * wo) * cfg.INP_WIDTH // 8
-                               + weight_bytes(cfg, w) + bias_bytes)
+    st.update(dram_stats(B * c * h * wd * cfg.INP_WIDTH // 8 + weight_bytes(cfg, w)
+                         + bias_bytes, B * o * ho * wo * cfg.INP_WIDTH // 8))
     st["host_im2col_bytes"] = int(xl.block_bytes)
     return lo
 
@@ -446,10 +446,10 @@ def _stats(cfg: VTAConfig, plan: ConvPlan, w: np.ndarray) -> dict:
             "row_skip": ly.row_skip, "acc_regions": tl.acc_nvt,
             "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
             "gemm_uops_planned": st["gemm_uops"], "resets_skipped": st["resets_skipped"], **feat,
-            "min_dram_bytes": int((B * ly.c * _read_extent(ly.h, ly.ho, ly.kh, ly.sh)
-                                   * _read_extent(ly.wd, ly.wo, ly.kw, ly.sw)
-                                   + B * ly.o * ly.ho * ly.wo) * cfg.INP_WIDTH // 8
-                                  + weight_bytes(cfg, w) + bias_bytes)}
+            **dram_stats(B * ly.c * _read_extent(ly.h, ly.ho, ly.kh, ly.sh)
+                         * _read_extent(ly.wd, ly.wo, ly.kw, ly.sw) * cfg.INP_WIDTH // 8
+                         + weight_bytes(cfg, w) + bias_bytes,
+                         B * ly.o * ly.ho * ly.wo * cfg.INP_WIDTH // 8)}
 
 
 def requant_clears(cfg: VTAConfig, attrs: dict, mult_plan, per_channel: bool, bias_load: bool,
@@ -526,9 +526,9 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
     ``out_rows = Ho`` so it stores into the full ``[O, Ho, Wo]`` output; its packed
     constants are those of :func:`lower_conv` of the whole conv (the same reshaped
     weights and bias, and the shift amounts of a per-channel requantize).  Trace
-    statistics per band: ``gemm_uops_ideal`` of the band's MACs and ``min_dram_bytes`` of
-    the input rows it reads (raw input rows for im2col), weights, bias and its output
-    rows.
+    statistics per band: ``gemm_uops_ideal`` of the band's MACs and the minimum DRAM
+    traffic (:func:`~.lower_common.dram_stats`): reads of the input rows it reads (raw input
+    rows for im2col), weights and bias, writes of its output rows.
 
     Args:
         in_chw, w, bias, attrs: as for :func:`lower_conv`.
@@ -572,8 +572,9 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
             in_rows = min(h, (n - 1) * sh + kh) if kh * kw > 1 else n
             st["band"] = [r, n]
             st["gemm_uops_ideal"] = -(-o * cg * kh * kw * n * wo * B // cfg.macs_per_cycle)
-            st["min_dram_bytes"] = int((B * c * in_rows * wd + B * o * n * wo) * cfg.INP_WIDTH // 8
-                                       + weight_bytes(cfg, w) + bias_bytes)
+            st.update(dram_stats(B * c * in_rows * wd * cfg.INP_WIDTH // 8
+                                 + weight_bytes(cfg, w) + bias_bytes,
+                                 B * o * n * wo * cfg.INP_WIDTH // 8))
             traces[n] = lo.trace
         out.append(RowBands(r, traces[r], traces.get(ho % r)))
     return out

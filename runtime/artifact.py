@@ -604,8 +604,9 @@ def memory_cycles(cfg: VTAConfig, stats: dict, blocks: int = 1) -> int:
     """Memory lower bound (core cycles) of a program with trace statistics ``stats`` over
     ``blocks`` batch blocks, at one bus beat (``BUS_WIDTH / 8`` bytes) per cycle and
     channel.  Reads and writes take separate AXI channels, so a program that records them
-    apart (``min_dram_read_bytes``, ``min_dram_write_bytes``: adds, pools) is bound by the
-    busier channel; otherwise by ``min_dram_bytes`` on one channel."""
+    apart (``min_dram_read_bytes``, ``min_dram_write_bytes``: convs, dense layers, adds,
+    pools) is bound by the busier channel; otherwise (artifacts written before convs
+    recorded them) by ``min_dram_bytes`` on one channel."""
     bus = cfg.BUS_WIDTH // 8
     if "min_dram_read_bytes" in stats and "min_dram_write_bytes" in stats:
         nbytes = max(int(stats["min_dram_read_bytes"]), int(stats["min_dram_write_bytes"]))

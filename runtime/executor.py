@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -288,6 +289,10 @@ class Executor:
             raise DeviceError(f"stream=True needs a core with an instruction ring; "
                               f"{self.cfg.bitstream_name} has INSN_RING = 0")
         self.stream = stream
+        #: called as ``on_step(done, total)`` after each model step of a run (``total``: the
+        #: model's steps; recomputes under a memory budget not counted), e.g. to show
+        #: progress within one long run; None: not called
+        self.on_step: Callable[[int, int], object] | None = None
         self._inflight: list[tuple[int, list[tuple[int, int]]]] | None = None
         #: the last streamed run's session figures (device counters, waits, host seconds)
         self.last_stream: dict = {}
@@ -590,12 +595,14 @@ class Executor:
         for i, step in enumerate(self.model.steps):
             if step.target == "cpu":
                 self._cpu_step(step, env, n)
+                self._stepped(i + 1)
                 continue
             packed = {slot: pool[plan.assign[(i, slot)]] for slot in step.layouts
                       if (i, slot) in plan.assign and slot != "y"}
             self._vta_step(step, env, n, nblk, packed, pool[plan.assign[(i, "y")]], 1)
             if keep:        # read back before a later step may reuse the buffer
                 self._host(env, step.outputs[0], n)
+            self._stepped(i + 1)
 
     def _run_streamed(self, env: dict, n: int, nblk: int, keep: bool) -> dict:
         """:meth:`run` as one ring session (``stream=True``)."""
@@ -635,8 +642,11 @@ class Executor:
                 uses[a.step] = uses.get(a.step, 0) + k
         tot = {"cycles": 0, "cycles_base": 0, "gemm_uops": 0, "gemm_uops_base": 0,
                "dram_bytes": 0, "dram_bytes_base": 0}
+        ran = 0
         for act in sched.actions:
             step = m.steps[act.step]
+            if act.kind == "run":
+                ran += 1
             if act.kind == "run" and step.target == "cpu":
                 self._cpu_step(step, env, n)
             elif act.kind in ("run", "recompute"):
@@ -660,7 +670,14 @@ class Executor:
             else:                                   # evict / free: the buffer may be reused
                 v = env[step.outputs[0]]
                 env[step.outputs[0]] = _Dev(None, v.layout, v.n)
+            if act.kind == "run":
+                self._stepped(ran)
         self._last_run[nblk] = tot
+
+    def _stepped(self, done: int) -> None:
+        """Tell :attr:`on_step` that ``done`` of the model's steps have run."""
+        if self.on_step is not None:
+            self.on_step(done, len(self.model.steps))
 
     def _cpu_step(self, step, env: dict, n: int) -> None:
         """Run one CPU step on the host values of its inputs (outputs into ``env``)."""

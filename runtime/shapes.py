@@ -184,6 +184,8 @@ class ShapeRunner:
         shared_bytes: packed-constant bytes not copied to the device thanks to sharing.
         run_seconds: ``key -> [first run s, later runs s (sum), later runs]`` (wall seconds
             of :meth:`Executor.run`; specialisation excluded).
+        on_step: ``on_step(done, total)`` after each step of a run, whichever shape's
+            executor runs it (:attr:`Executor.on_step`), or None.
     Raises:
         ValueError: ``capacity < 1``.
     """
@@ -198,6 +200,7 @@ class ShapeRunner:
         self._pool: dict = {}           # digest -> [Buffer, refs]
         self.shared_bytes = 0           # bytes not copied thanks to sharing (all shapes)
         self.run_seconds: dict = {}     # key -> [first run s, later runs s, later runs]
+        self.on_step = None
 
     # ---------------------------------------------------------------- shapes
     @property
@@ -208,6 +211,7 @@ class ShapeRunner:
     def _make(self, key) -> _Entry:
         cm = self.model.specialise(key)
         ex = Executor(cm, self.device, **self._kw)
+        ex.on_step = self._stepped
         e = _Entry(cm, ex)
         consts = getattr(ex, "_consts", None)
         if self.share_constants and isinstance(consts, dict):
@@ -220,6 +224,10 @@ class ShapeRunner:
                     e.shared[name] = d
                     self.shared_bytes += int(np.asarray(cm.constants[name]).nbytes)
         return e
+
+    def _stepped(self, done: int, total: int) -> None:
+        if self.on_step is not None:
+            self.on_step(done, total)
 
     @staticmethod
     def _vta_constants(cm: CompiledModel) -> list:

@@ -848,6 +848,15 @@ def test_board_part_is_checked(tmp_path):
     assert "board_part xilinx.com:zcu104:part0:1.0" in (tmp_path / "c" / "build.tcl").read_text()
 
 
+_CLK = 'NAME="FCLK_CLK0" SIGIS="clk" SIGNAME="ps_FCLK_CLK0"/>'
+
+
+def _con(inst: str, port: str) -> str:
+    """The PS's FCLK_CLK0 port of boardkit's .hwh, connected to ``inst``/``port``."""
+    return _CLK[:-2] + (f'><CONNECTIONS><CONNECTION INSTANCE="{inst}" PORT="{port}"/>'
+                        '</CONNECTIONS></PORT>')
+
+
 @pytest.mark.parametrize("old, new, message", [
     ("<EXTERNALPORTS/>", "", "has no EXTERNALPORTS element"),
     ('IS_PL="FALSE" ', "", 'does not mark the PS MODULE ps IS_PL="FALSE"'),
@@ -874,6 +883,27 @@ def test_board_part_is_checked(tmp_path):
      "maps bus interface vta_0/s_axi to port 's_axi_awready'"),
     ("INSTANCE=\"vta_0\"\n                  IS_DATA", "INSTANCE=\"vta_1\"\n                  IS_DATA",
      "has no MEMRANGE for the core vta_0"),
+    # found by comparing with pynq 3.0.1 and pynqmetadata 0.2.0 on every one-element and
+    # one-attribute deletion of this .hwh and of tests/runtime/fakepynq's: each one they
+    # cannot load is refused
+    ('NAME="vta_bd" ', "", "has no SYSTEMINFO NAME"),
+    ('NAME="M_AXI_GP0" TYPE="MASTER"', 'NAME="M_AXI_GP0" TYPE="SLAVE"',
+     "from the PS's bus interface 'M_AXI_GP0', which is not a MASTER AXI-MM BUSINTERFACE"),
+    ('MASTERBUSINTERFACE="M_AXI_GP0"', 'MASTERBUSINTERFACE="M_AXI_GP1"',
+     "from the PS's bus interface 'M_AXI_GP1', which is not a MASTER AXI-MM"),
+    ('NAME="s_axi" TYPE="SLAVE"', 'NAME="s_axi" TYPE="MASTER"',
+     "through bus interface 's_axi', which is not a SLAVE AXI-MM BUSINTERFACE"),
+    (_CLK, _con("vta_0", "clk"), None),
+    (_CLK, _con("vta_0", "aclk"),
+     "connects port ps/FCLK_CLK0 to vta_0/aclk, which MODULE vta_0 does not declare"),
+    (_CLK, _con("rst_ps", "slowest_sync_clk"),
+     "connects port ps/FCLK_CLK0 to rst_ps/slowest_sync_clk, but there is no MODULE rst_ps"),
+    (_CLK, _con("vta_0", "irq"), "connects port ps/FCLK_CLK0 to vta_0/irq (DIR 'O' to a port "
+     "of the same direction)"),
+    (_CLK, _con("External_Ports", "FCLK"), "to External_Ports/FCLK, which EXTERNALPORTS does "
+     "not declare"),
+    ('NAME="irq" SENSITIVITY', 'LEFT="0" NAME="irq" SENSITIVITY',
+     "gives PORT 'irq' LEFT='0' RIGHT=None (expected two integers)"),
 ])
 def test_hwh_that_pynq_cannot_load_is_refused(kit, tmp_path, old, new, message):
     """What PYNQ 3.x's overlay loader needs of a .hwh (the PS with IS_PL and the four PL
@@ -885,6 +915,9 @@ def test_hwh_that_pynq_cannot_load_is_refused(kit, tmp_path, old, new, message):
     text = hwh.read_text()
     assert old in text, old
     hwh.write_text(text.replace(old, new, 1))
+    if message is None:                              # a well-formed variant: packaged
+        assert _package(kit, tmp_path / "p", bit=bit).exit_code == 0
+        return
     line = _error(_package(kit, tmp_path / "p", bit=bit))
     assert message in line, line
     assert "PYNQ's overlay loader cannot use it" in line or "PYNQ programs" in line, line

@@ -262,6 +262,28 @@ def test_profile_fsim_every_step_within_its_bound_with_residual_adds(resnet18_22
         assert s["bound_cycles"] == 2 * c * hw[c] ** 2 // 8, s["name"]
 
 
+def test_profile_memory_bound_convs_within_their_bound(tmp_path):
+    """zcu104-fast (2,048 MACs per cycle on a 128-bit bus) makes MobileNet-v1's pointwise
+    convs memory-bound: their bound summed input and output on one channel, so the cycle
+    model beat it (conv22: 56,486 cycles against 75,424, efficiency 1.34).  The bound is
+    the busier channel: every step within it, and some convs bound by their writes
+    (the output bytes over 16 bytes per cycle, from the graph's shapes)."""
+    onnx = pytest.importorskip("onnx")
+    from vtaforge.compiler import zoo
+
+    p = tmp_path / "mobilenet.onnx"
+    onnx.save(zoo.mobilenet_v1(96, num_classes=10), str(p))
+    js = tmp_path / "p.json"
+    r = CliRunner().invoke(main, ["profile", str(p), "--config", "zcu104-fast",
+                                  "--target", "fsim", "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    steps = [s for s in json.loads(js.read_text())["steps"] if s["placement"] == "VTA"]
+    for s in steps:
+        assert s["efficiency"] <= 1.0, (s["name"], s["cycles"], s["bound_cycles"])
+    # the first pointwise conv, 32 -> 64 channels at 48x48: bound by its 147,456 B of writes
+    assert any(s["bound_cycles"] == 64 * 48 * 48 // 16 > s["ideal_cycles"] for s in steps)
+
+
 def test_profile_vtapkg_defaults_to_its_own_config(tmp_path):
     """As for run: a .vtapkg compiled for another core, profiled without --config, runs on
     that core (it was refused: compiled for another config than pynq)."""

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from vtaforge.cli import main
 from vtaforge.commands import _output
+from vtaforge.hw.config import preset
 
 
 def _invoke(args, tty, monkeypatch):
@@ -107,9 +108,46 @@ def test_run_model_progress_counts_samples(tmp_path, monkeypatch):
     r = _invoke(["run", "--model", DIGITS_ONNX, "--input", x], True, monkeypatch)
     assert r.exit_code == 0, r.output
     assert re.search(r"40/40 \[", r.stderr), r.stderr
+    # one run of a symbolic batch: the steps show progress inside it (digits: 9 steps)
+    assert [int(m) for m in re.findall(r"step (\d+)/9\]", r.stderr)][:9] == list(range(1, 10))
     r = _invoke(["run", "--model", DIGITS_ONNX, "--input", x, "--no-progress"], True,
                 monkeypatch)
     assert r.exit_code == 0 and r.stderr == "", r.stderr
+
+
+def test_run_vtapkg_progress_shows_the_steps(tmp_path, monkeypatch):
+    from vtaforge.compiler.models import DIGITS_ONNX
+
+    x = _digits_input(tmp_path, 40)
+    pkg = tmp_path / "d.vtapkg"
+    assert _invoke(["compile", DIGITS_ONNX, "-o", pkg], False, monkeypatch).exit_code == 0
+    for extra in ([], ["--input", x]):               # one --input, and two
+        r = _invoke(["run", "--model", pkg, "--input", x, *extra], True, monkeypatch)
+        assert r.exit_code == 0, r.output
+        assert "step 9/9]" in r.stderr and re.search(r"/(40|80) \[", r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("budget", [None, 1 << 20], ids=["liveness", "memory-budget"])
+def test_executor_on_step_counts_the_models_steps(budget):
+    """``Executor.on_step`` is called once per model step, in order, with the model's step
+    count (under a memory budget recomputes are not counted), and does not change the
+    outputs (compared with the integer reference)."""
+    from vtaforge.compiler.compile import compile_model
+    from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
+    from vtaforge.compiler.reference import run_quantized
+    from vtaforge.runtime.executor import Executor
+    from vtaforge.runtime.fsim import FsimDevice
+
+    xtr, _, xte, _ = load_digits_split()
+    cm = compile_model(str(DIGITS_ONNX), xtr[:64], preset("pynq"))
+    ex = Executor(cm, FsimDevice(cm.config), memory_budget=budget)
+    seen = []
+    ex.on_step = lambda done, total: seen.append((done, total))
+    out = ex.run(xte[:5])
+    k = len(cm.steps)
+    assert seen == [(i, k) for i in range(1, k + 1)]
+    ref = run_quantized(cm.qgraph, {cm.inputs[0]: xte[:5]})
+    assert np.array_equal(out[cm.outputs[0]], ref[cm.outputs[0]])
 
 
 def test_run_batches_advances_the_bar_per_fixed_batch():

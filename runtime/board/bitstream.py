@@ -188,7 +188,10 @@ def _check_hwh_for_pynq(root, mods: list, src: str, core: str) -> None:
     core); the core's module, a module reference ``xilinx.com:module_ref:CORE:X.Y`` (how
     the runtime finds it in ``ip_dict``), addressed by a ``MEMRANGE`` (``MEMTYPE``
     ``REGISTER``, hexadecimal ``BASEVALUE`` <= ``HIGHVALUE``) whose ``SLAVEBUSINTERFACE``
-    is one of the core's bus interfaces.  Facts from board-notes.md and the pynq source;
+    is one of the core's bus interfaces; that ``MEMRANGE`` in the PS's memory map, from a
+    ``MASTER`` AXI-MM bus interface of the PS to a ``SLAVE`` AXI-MM one of the core (else
+    the core is missing from ``ip_dict``); a ``SYSTEMINFO`` ``NAME``; every ``CONNECTION``
+    naming a declared port (:func:`_check_hwh_connections`).  Facts from board-notes.md and the pynq source;
     the code is ours."""
     def bad(what: str) -> DeployError:
         return DeployError(f".hwh {src!r} {what}: PYNQ's overlay loader cannot use it "
@@ -220,6 +223,7 @@ def _check_hwh_for_pynq(root, mods: list, src: str, core: str) -> None:
                 if pm.get("PHYSICAL") not in ports:
                     raise bad(f"maps bus interface {inst}/{b.get('NAME')} to port "
                               f"{pm.get('PHYSICAL')!r}, which MODULE {inst} does not have")
+    _check_hwh_connections(root, insts, bad)
     ps = [m for m in mods if m.get("MODTYPE") in _PS_TYPES]
     if not ps:
         raise bad("has no processing_system7 or zynq_ultra_ps_e MODULE (the PS)")
@@ -239,9 +243,14 @@ def _check_hwh_for_pynq(root, mods: list, src: str, core: str) -> None:
         raise bad(f"leaves PL clock 0 disabled ({en_t.format(i=0)} = "
                   f"{params[en_t.format(i=0)]}); the core runs on it")
     cores = [m for m in mods if m.get("MODTYPE") == core]
-    if not cores:
-        return  # read_hwh names the missing core module
-    cm = cores[0]
+    if cores:  # else read_hwh names the missing core module
+        _check_core_window(root, psm, cores[0], core, bad)
+    _check_hwh_fields(root, bad)
+
+
+def _check_core_window(root, psm, cm, core: str, bad) -> None:
+    """The core's module: a module reference of ``core`` whose register window the PS
+    addresses (see :func:`_check_hwh_for_pynq`)."""
     inst = cm.get("INSTANCE")
     prefix = f"xilinx.com:module_ref:{core}:"
     if not (cm.get("VLNV") or "").startswith(prefix):
@@ -264,6 +273,95 @@ def _check_hwh_for_pynq(root, mods: list, src: str, core: str) -> None:
             raise bad(f"addresses the core {inst} through bus interface "
                       f"{r.get('SLAVEBUSINTERFACE')!r}, which its MODULE does not declare "
                       f"(bus interfaces: {', '.join(sorted(n for n in buses if n)) or 'none'})")
+    _check_core_bus(psm, cm, bad)
+
+
+def _aximm(bus, types: tuple[str, ...]) -> bool:
+    """Whether ``bus`` is an AXI memory-mapped bus interface of one of ``types``."""
+    vlnv = (bus.get("VLNV") or "").split(":")
+    return bus.get("TYPE") in types and len(vlnv) > 2 and vlnv[2] == "aximm"
+
+
+def _check_hwh_connections(root, insts: dict, bad) -> None:
+    """The design is named (``SYSTEMINFO NAME``) and every ``CONNECTION`` of a module's
+    ``PORT`` names a port that exists, a ``PORT`` of the named ``MODULE`` (or of
+    ``EXTERNALPORTS`` for ``External_Ports``), with the polarity the loader needs: one of
+    two module ports an output (``DIR="O"``), a module port and an external one both or
+    neither.  The pynqmetadata frontend of PYNQ 3.x connects each one and stops on one it
+    cannot find or whose polarity is wrong."""
+    info = root.find("SYSTEMINFO")
+    if info is None or not info.get("NAME"):
+        raise bad("has no SYSTEMINFO NAME (the block design's name, which the loader's "
+                  "addresses start with)")
+    outer = {"External_Ports", f"{info.get('NAME')}_imp"}
+    ext = {pm.get("PHYSICAL"): False for e in root.iter("EXTERNALINTERFACES")
+           for pm in e.iter("PORTMAP")}
+    ext.update({q.get("NAME"): q.get("DIR") == "O" for e in root.iter("EXTERNALPORTS")
+                for q in e.iter("PORT")})
+    ports = {i: {q.get("NAME"): q.get("DIR") == "O" for q in m.iter("PORT")}
+             for i, m in insts.items()}
+    for inst, m in insts.items():
+        for prt in m.iter("PORT"):
+            for c in prt.iter("CONNECTION"):
+                dst, name = c.get("INSTANCE"), c.get("PORT")
+                what = f"connects port {inst}/{prt.get('NAME')} to {dst}/{name}"
+                if dst not in outer and dst not in ports:
+                    raise bad(f"{what}, but there is no MODULE {dst}")
+                there = ext if dst in outer else ports[dst]
+                if name not in there:
+                    where = "EXTERNALPORTS" if dst in outer else f"MODULE {dst}"
+                    raise bad(f"{what}, which {where} does not declare")
+                if (there[name] == ports[inst][prt.get("NAME")]) != (dst in outer):
+                    raise bad(f"{what} (DIR {prt.get('DIR')!r} to a port of "
+                              f"{'the same' if dst not in outer else 'another'} direction)")
+
+
+def _check_hwh_fields(root, bad) -> None:
+    """The attributes the loader reads without a default: a ``PORT`` or ``PORTMAP``'s
+    ``RIGHT`` where it has a ``LEFT`` (both integers), a register or memory
+    ``ADDRESSBLOCK``'s ``INTERFACE``, and each ``MEMRANGE``'s ``INSTANCE`` (a module),
+    ``MEMTYPE`` and hexadecimal ``BASEVALUE`` and ``HIGHVALUE``."""
+    for e in (*root.iter("PORT"), *root.iter("PORTMAP")):
+        lr = (e.get("LEFT"), e.get("RIGHT"))
+        if lr[0] is not None and not all(v is not None and re.fullmatch(r"\d+", v)
+                                         for v in lr):
+            raise bad(f"gives {e.tag} {e.get('NAME') or e.get('PHYSICAL')!r} LEFT={lr[0]!r} "
+                      f"RIGHT={lr[1]!r} (expected two integers)")
+    for e in root.iter("ADDRESSBLOCK"):
+        if e.get("USAGE") in ("register", "memory") and not e.get("INTERFACE"):
+            raise bad(f"has an ADDRESSBLOCK {e.get('NAME')!r} without INTERFACE")
+    mods = {m.get("INSTANCE") for m in root.iter("MODULE")}
+    for e in root.iter("MEMRANGE"):
+        if e.get("INSTANCE") not in mods or not e.get("MEMTYPE"):
+            raise bad(f"has a MEMRANGE with INSTANCE {e.get('INSTANCE')!r} and MEMTYPE "
+                      f"{e.get('MEMTYPE')!r} (expected a MODULE's instance and a type)")
+        if e.get("MEMTYPE") in ("REGISTER", "MEMORY") and (
+                _hex(e.get("BASEVALUE")) is None or _hex(e.get("HIGHVALUE")) is None):
+            raise bad(f"gives the MEMRANGE of {e.get('INSTANCE')} BASEVALUE="
+                      f"{e.get('BASEVALUE')!r} HIGHVALUE={e.get('HIGHVALUE')!r} (expected "
+                      f"hexadecimal)")
+
+
+def _check_core_bus(psm, cm, bad) -> None:
+    """The PS reaches the core's registers: a ``MEMRANGE`` of the PS's memory map names
+    the core, through a master AXI-MM bus interface of the PS and a slave AXI-MM one of the
+    core (PYNQ 3.x lists in ``ip_dict`` only what a PS master port addresses)."""
+    inst = cm.get("INSTANCE")
+    rngs = [r for r in psm.iter("MEMRANGE") if r.get("INSTANCE") == inst]
+    if not rngs:
+        raise bad(f"has no MEMRANGE for the core {inst} in the memory map of the PS "
+                  f"{psm.get('INSTANCE')} (the loader lists only what the PS addresses)")
+    masters = {b.get("NAME"): b for b in psm.iter("BUSINTERFACE")}
+    slaves = {b.get("NAME"): b for b in cm.iter("BUSINTERFACE")}
+    for r in rngs:
+        m, s = r.get("MASTERBUSINTERFACE"), r.get("SLAVEBUSINTERFACE")
+        if m not in masters or not _aximm(masters[m], ("MASTER", "INITIATOR")):
+            raise bad(f"addresses the core {inst} from the PS's bus interface {m!r}, which is "
+                      f"not a MASTER AXI-MM BUSINTERFACE of MODULE {psm.get('INSTANCE')}")
+        if not _aximm(slaves[s], ("SLAVE", "TARGET")):
+            raise bad(f"addresses the core {inst} through bus interface {s!r}, which is not "
+                      f"a SLAVE AXI-MM BUSINTERFACE (TYPE {slaves[s].get('TYPE')!r}, VLNV "
+                      f"{slaves[s].get('VLNV')!r})")
 
 
 def _fingerprint_of(d: dict, src: str) -> tuple[int, Any]:

@@ -222,6 +222,9 @@ def test_strided_1x1_loads_only_the_rows_it_reads(cfg, s, p):
     if p == 0:
         # the bound's minimum DRAM traffic counts only the input rows and columns read
         assert st["min_dram_bytes"] == c.BATCH * (cin + cout) * ho * ho + cout * cin + 4 * cout
+        # apart: reads (input, weights, bias) and writes (output) take separate channels
+        assert st["min_dram_read_bytes"] == c.BATCH * cin * ho * ho + cout * cin + 4 * cout
+        assert st["min_dram_write_bytes"] == c.BATCH * cout * ho * ho
         obn = st["tiling"][0]
         nob = -(-cout // c.BLOCK_OUT)
         groups = -(-nob // obn)

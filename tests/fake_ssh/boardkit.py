@@ -102,7 +102,15 @@ def hwh_text(cfg, *, core: str = "vta_wrapper", clock_mhz: float | None = None,
       </MEMORYMAP>
       <PORTS>
         <PORT CLKFREQUENCY="{int(float(mhz) * 1e6)}" DIR="O" NAME="FCLK_CLK0" SIGIS="clk" SIGNAME="ps_FCLK_CLK0"/>
+        <PORT DIR="O" NAME="{ctrl}_AWVALID" SIGIS="undef" SIGNAME="ctrl_awvalid"/>
       </PORTS>
+      <BUSINTERFACES>
+        <BUSINTERFACE BUSNAME="ctrl" NAME="{ctrl}" TYPE="MASTER" VLNV="xilinx.com:interface:aximm:1.0">
+          <PORTMAPS>
+            <PORTMAP LOGICAL="AWVALID" PHYSICAL="{ctrl}_AWVALID"/>
+          </PORTMAPS>
+        </BUSINTERFACE>
+      </BUSINTERFACES>
     </MODULE>
     <MODULE BDTYPE="" COREREVISION="1" FULLNAME="/vta_0" HWVERSION="1.0" INSTANCE="vta_0"
             IPTYPE="PERIPHERAL" IS_ENABLE="1" MODCLASS="PERIPHERAL" MODTYPE="{core}"

@@ -104,8 +104,23 @@ def _package(c: Path) -> None:
     (bit.parent / "trunc.bit").write_bytes(bitb[: len(bitb) // 2])
     (c / "empty.hwh").write_bytes(b"")
     (c / "garbage.hwh").write_text("<not xml")
+    hwh = (bit.parent / "vta.hwh").read_text()
+    for name, (old, new) in _PYNQ_REJECTS.items():   # what PYNQ 3.x's loader cannot load
+        assert old in hwh, name
+        (c / f"{name}.hwh").write_text(hwh.replace(old, new, 1))
     (c / "empty.whl").write_bytes(b"")
     (c / "info_list.json").write_text("[1]")
+
+
+#: .hwh variants that pynq 3.0.1 with pynqmetadata 0.2.0 cannot load (or loads without the
+#: core in ip_dict): ``name -> (text of boardkit's .hwh, its replacement)``
+_PYNQ_REJECTS = {
+    "hwh_no_name": ('NAME="vta_bd" ', ""),
+    "hwh_ps_slave": ('TYPE="MASTER"', 'TYPE="SLAVE"'),
+    "hwh_bad_connection": ('SIGNAME="ps_FCLK_CLK0"/>', 'SIGNAME="ps_FCLK_CLK0"><CONNECTIONS>'
+                           '<CONNECTION INSTANCE="vta_0" PORT="aclk"/></CONNECTIONS></PORT>'),
+    "hwh_left_only": ('NAME="irq" SENSITIVITY', 'LEFT="0" NAME="irq" SENSITIVITY'),
+}
 
 
 def _layer_models(c: Path) -> None:
@@ -399,7 +414,8 @@ CASES: list[tuple[str, str, str]] = [
     ("package-bit-other-config", PACKAGE.replace("--config tiny", "--config pynq")
      + " -o {d}/pkgx", "error"),
     *[(f"package-hwh-{k}", PACKAGE.replace("{c[vta_hwh]}", f"{{c[{k}]}}") + " -o {d}/pkgx",
-       "error") for k in ("empty_hwh", "garbage_hwh", "nl", "long")],
+       "error") for k in ("empty_hwh", "garbage_hwh", "nl", "long",
+                          *(f"{n}_hwh" for n in _PYNQ_REJECTS))],
     *[(f"package-wheel-{k}", PACKAGE.replace("{c[wheel_whl]}", v) + " -o {d}/pkgx", "error")
       for k, v in (("empty", "{c[empty_whl]}"), ("dir", "{b[adir]}"), ("missing", "{b[missing]}"),
                    ("onnx", RELU))],

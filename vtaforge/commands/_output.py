@@ -126,6 +126,15 @@ def progress_bar(*, total: int | None, desc: str, unit: str, enabled: bool,
                 leave=leave, dynamic_ncols=True, bar_format=bar_format)
 
 
+def step_postfix(bar, enabled: bool):
+    """An ``on_step(done, total)`` hook (:attr:`~vtaforge.runtime.executor.Executor.on_step`)
+    that writes ``step DONE/TOTAL`` after ``bar``: progress inside one long run, whose
+    samples the bar counts only once the run returns.  None when the bar is not drawn."""
+    if not enabled:
+        return None
+    return lambda done, total: bar.set_postfix_str(f"step {done}/{total}")
+
+
 @contextmanager
 def progress_ticker(desc: str, enabled: bool, *, interval: float = 1.0) -> Iterator[None]:
     """Elapsed time on stderr while one opaque step runs (a Yosys or nextpnr child process

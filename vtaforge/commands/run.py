@@ -15,7 +15,7 @@ import click
 import numpy as np
 
 from ._inputs import check_arity, compiling, read_array, read_artifact, read_config, read_onnx
-from ._output import echo_over, progress_bar, progress_enabled
+from ._output import echo_over, progress_bar, progress_enabled, step_postfix
 
 CHUNK = 50   # images per executor run in the main job
 
@@ -227,9 +227,11 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if memory_budget is not None:   # refuse with the figure for this input, before any work
         ex.plan_budget(_fixed_batch(cm) or _n_samples(x))
     t0 = time.perf_counter()
+    shown = progress_enabled(no_progress)
     with compiling(model_path, f"input {input_path!r}"), \
             progress_bar(total=_n_samples(x), desc=f"{cm.name} ({target})", unit="sample",
-                         enabled=progress_enabled(no_progress), leave=False) as bar:
+                         enabled=shown, leave=False) as bar:
+        ex.on_step = step_postfix(bar, shown)
         out = _run_batches(ex.run, _fixed_batch(cm), x, bar)
     dt = time.perf_counter() - t0
     host = sum(st.host_seconds for st in ex.stats.values())
@@ -314,6 +316,7 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
                 ex.plan_budget(_fixed_batch(cm) or _n_samples(x))
         with progress_bar(total=sum(_n_samples(x) for x in xs), desc=f"{cm.name} ({target})",
                           unit="sample", enabled=progress, leave=False) as bar:
+            ex.on_step = step_postfix(bar, progress)
             for path, x in zip(input_paths, xs):
                 t0 = time.perf_counter()
                 out = _run_batches(ex.run, _fixed_batch(cm), x, bar)
@@ -350,6 +353,7 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         {"memory_budget": memory_budget} if memory_budget is not None else {}))
     bar = progress_bar(total=sum(_n_samples(x) for x in xs), desc=f"{dm.name} ({target})",
                        unit="sample", enabled=progress, leave=False)
+    runner.on_step = step_postfix(bar, progress)
     try:
         first = True
         for path, x in zip(input_paths, xs):
