@@ -151,56 +151,10 @@ class DMAEngine(wiring.Component):
         lbb = bb.bit_length() - 1
         clients = [getattr(self, f"rd{i}") for i in range(self.n_read)]
 
-        # ---------------------------------------------------------------- read side
-        # A granted request's bursts: ARs go out while fewer than R_OUTSTANDING bursts of
-        # it await their last R beat (RLAST), so each burst's latency overlaps the beats of
-        # the ones before it; the R beats, in order, go to the granted client.
-        grant = Signal(range(max(2, self.n_read)))
-        ar_addr = Signal(32)
-        ar_left = Signal(BEATS_BITS)        # beats of the request not yet asked for
-        r_left = Signal(BEATS_BITS)         # beats of the request not yet delivered
-        r_out = Signal(range(R_OUTSTANDING + 1))   # bursts asked for, RLAST not yet seen
-        r_len = _next_len(m, ar_addr, ar_left, bb)
-        m.d.comb += [self.m_axi_arsize.eq(lbb), self.m_axi_arburst.eq(1),
-                     self.m_axi_araddr.eq(ar_addr), self.m_axi_arlen.eq(r_len - 1)]
-        rbeat = Signal()
-        m.d.comb += rbeat.eq(self.m_axi_rvalid & self.m_axi_rready)
-        m.d.comb += self.rd_beat.eq(rbeat)
-        for i, c in enumerate(clients):
-            m.d.comb += c.data.eq(self.m_axi_rdata)
-        ar_fire = Signal()
-        with m.FSM(name="rd_fsm"):
-            with m.State("IDLE"):
-                # fixed priority: lowest index first
-                for i in reversed(range(self.n_read)):
-                    c = clients[i]
-                    with m.If(c.req_valid):
-                        m.d.sync += [grant.eq(i), ar_addr.eq(c.req_addr & ~(bb - 1)),
-                                     ar_left.eq(c.req_beats), r_left.eq(c.req_beats)]
-                # request acceptance: only the highest-priority requester sees ready
-                taken = Const(0, 1)
-                for i, c in enumerate(clients):
-                    m.d.comb += c.req_ready.eq(c.req_valid & ~taken)
-                    taken = taken | c.req_valid
-                with m.If(taken):
-                    m.next = "BUSY"
-            with m.State("BUSY"):
-                # ARVALID stays up until ARREADY: ar_left and the address change only on
-                # the handshake, and r_out only falls meanwhile
-                m.d.comb += self.m_axi_arvalid.eq((ar_left != 0) & (r_out != R_OUTSTANDING))
-                m.d.comb += ar_fire.eq(self.m_axi_arvalid & self.m_axi_arready)
-                with m.If(ar_fire):
-                    m.d.sync += [ar_addr.eq(ar_addr + (r_len << lbb)),
-                                 ar_left.eq(ar_left - r_len)]
-                for i, c in enumerate(clients):
-                    with m.If(grant == i):
-                        m.d.comb += [c.data_valid.eq(self.m_axi_rvalid),
-                                     self.m_axi_rready.eq(c.data_ready)]
-                m.d.sync += r_out.eq(r_out + ar_fire - (rbeat & self.m_axi_rlast))
-                with m.If(rbeat):
-                    m.d.sync += r_left.eq(r_left - 1)
-                with m.If((r_left == 0) | (rbeat & (r_left == 1))):
-                    m.next = "IDLE"
+        if cfg.DMA_OUTSTANDING == 1:
+            self._read_single(m, clients, bb, lbb)
+        else:
+            self._read_queued(m, clients, bb, lbb)
 
         # ---------------------------------------------------------------- write side
         # Three decoupled parts: the AW generator splits the accepted request into bursts
@@ -257,6 +211,125 @@ class DMAEngine(wiring.Component):
             m.d.sync += b_out.eq(b_out - 1)
         m.d.comb += w.idle.eq(~aw_busy & ~lens.r_rdy & (b_out == 0))
         return m
+
+
+    def _read_single(self, m: Module, clients: list, bb: int, lbb: int) -> None:
+        """The read side with one request at a time (``DMA_OUTSTANDING = 1``)."""
+        # A granted request's bursts: ARs go out while fewer than R_OUTSTANDING bursts of
+        # it await their last R beat (RLAST), so each burst's latency overlaps the beats of
+        # the ones before it; the R beats, in order, go to the granted client.
+        grant = Signal(range(max(2, self.n_read)))
+        ar_addr = Signal(32)
+        ar_left = Signal(BEATS_BITS)        # beats of the request not yet asked for
+        r_left = Signal(BEATS_BITS)         # beats of the request not yet delivered
+        r_out = Signal(range(R_OUTSTANDING + 1))   # bursts asked for, RLAST not yet seen
+        r_len = _next_len(m, ar_addr, ar_left, bb)
+        m.d.comb += [self.m_axi_arsize.eq(lbb), self.m_axi_arburst.eq(1),
+                     self.m_axi_araddr.eq(ar_addr), self.m_axi_arlen.eq(r_len - 1)]
+        rbeat = Signal()
+        m.d.comb += rbeat.eq(self.m_axi_rvalid & self.m_axi_rready)
+        m.d.comb += self.rd_beat.eq(rbeat)
+        for i, c in enumerate(clients):
+            m.d.comb += c.data.eq(self.m_axi_rdata)
+        ar_fire = Signal()
+        with m.FSM(name="rd_fsm"):
+            with m.State("IDLE"):
+                # fixed priority: lowest index first
+                for i in reversed(range(self.n_read)):
+                    c = clients[i]
+                    with m.If(c.req_valid):
+                        m.d.sync += [grant.eq(i), ar_addr.eq(c.req_addr & ~(bb - 1)),
+                                     ar_left.eq(c.req_beats), r_left.eq(c.req_beats)]
+                # request acceptance: only the highest-priority requester sees ready
+                taken = Const(0, 1)
+                for i, c in enumerate(clients):
+                    m.d.comb += c.req_ready.eq(c.req_valid & ~taken)
+                    taken = taken | c.req_valid
+                with m.If(taken):
+                    m.next = "BUSY"
+            with m.State("BUSY"):
+                # ARVALID stays up until ARREADY: ar_left and the address change only on
+                # the handshake, and r_out only falls meanwhile
+                m.d.comb += self.m_axi_arvalid.eq((ar_left != 0) & (r_out != R_OUTSTANDING))
+                m.d.comb += ar_fire.eq(self.m_axi_arvalid & self.m_axi_arready)
+                with m.If(ar_fire):
+                    m.d.sync += [ar_addr.eq(ar_addr + (r_len << lbb)),
+                                 ar_left.eq(ar_left - r_len)]
+                for i, c in enumerate(clients):
+                    with m.If(grant == i):
+                        m.d.comb += [c.data_valid.eq(self.m_axi_rvalid),
+                                     self.m_axi_rready.eq(c.data_ready)]
+                m.d.sync += r_out.eq(r_out + ar_fire - (rbeat & self.m_axi_rlast))
+                with m.If(rbeat):
+                    m.d.sync += r_left.eq(r_left - 1)
+                with m.If((r_left == 0) | (rbeat & (r_left == 1))):
+                    m.next = "IDLE"
+
+    def _read_queued(self, m: Module, clients: list, bb: int, lbb: int) -> None:
+        """The read side with queued requests (``DMA_OUTSTANDING = N > 1``).
+
+        The AR side accepts a request (fixed priority, lowest index first) as soon as it
+        has issued every AR of the one before and the route queue has room, and records
+        its client and beat count there; it keeps up to ``max(R_OUTSTANDING, N)`` bursts
+        awaiting RLAST.  The R side hands the beats, in order (A8.4: one ID), to the
+        client at the head of the route queue and pops the entry after its last beat, so
+        the ARs of the next requests (of any client) go out while this one's R beats
+        arrive.  The queue holds ``2 N`` requests: each tensor loader keeps at most ``N``
+        outstanding, the fetch unit one.
+        """
+        n_out = self.cfg.DMA_OUTSTANDING
+        r_bursts = max(R_OUTSTANDING, n_out)
+        cbits = max(1, (self.n_read - 1).bit_length())
+        m.submodules.r_route = route = SyncFIFO(width=BEATS_BITS + cbits, depth=2 * n_out)
+        ar_busy = Signal()                  # a request whose ARs are not all issued
+        ar_addr = Signal(32)
+        ar_left = Signal(BEATS_BITS)        # beats of that request not yet asked for
+        r_out = Signal(range(r_bursts + 1))  # bursts asked for, RLAST not yet seen
+        r_len = _next_len(m, ar_addr, ar_left, bb)
+        m.d.comb += [self.m_axi_arsize.eq(lbb), self.m_axi_arburst.eq(1),
+                     self.m_axi_araddr.eq(ar_addr), self.m_axi_arlen.eq(r_len - 1)]
+        rbeat = Signal()
+        m.d.comb += rbeat.eq(self.m_axi_rvalid & self.m_axi_rready)
+        m.d.comb += self.rd_beat.eq(rbeat)
+        for c in clients:
+            m.d.comb += c.data.eq(self.m_axi_rdata)
+        # acceptance: only the highest-priority requester sees ready
+        can = Signal()
+        m.d.comb += can.eq((~ar_busy | (ar_left == 0)) & route.w_rdy)
+        taken = Const(0, 1)
+        for c in clients:
+            m.d.comb += c.req_ready.eq(c.req_valid & ~taken & can)
+            taken = taken | c.req_valid
+        for i in reversed(range(self.n_read)):
+            c = clients[i]
+            with m.If(can & c.req_valid):
+                m.d.sync += [ar_addr.eq(c.req_addr & ~(bb - 1)), ar_left.eq(c.req_beats)]
+                m.d.comb += route.w_data.eq(Cat(c.req_beats, Const(i, cbits)))
+        m.d.comb += route.w_en.eq(can & taken)
+        with m.If(can):
+            m.d.sync += ar_busy.eq(taken)
+        # AR: ARVALID stays up until ARREADY (ar_left changes only on the handshake, a new
+        # request is taken only when ar_left is 0, and r_out only falls meanwhile)
+        ar_fire = Signal()
+        m.d.comb += [self.m_axi_arvalid.eq(ar_busy & (ar_left != 0) & (r_out != r_bursts)),
+                     ar_fire.eq(self.m_axi_arvalid & self.m_axi_arready)]
+        with m.If(ar_fire):
+            m.d.sync += [ar_addr.eq(ar_addr + (r_len << lbb)), ar_left.eq(ar_left - r_len)]
+        m.d.sync += r_out.eq(r_out + ar_fire - (rbeat & self.m_axi_rlast))
+        # R: beats to the client at the head of the route queue
+        h_beats = route.r_data[:BEATS_BITS]
+        h_client = route.r_data[BEATS_BITS:]
+        r_idx = Signal(BEATS_BITS)          # beats delivered of the head request
+        for i, c in enumerate(clients):
+            mine = Signal(name=f"r_to{i}")
+            m.d.comb += [mine.eq(route.r_rdy & (h_client == i)),
+                         c.data_valid.eq(mine & self.m_axi_rvalid)]
+            with m.If(mine):
+                m.d.comb += self.m_axi_rready.eq(c.data_ready)
+        r_end = Signal()
+        m.d.comb += [r_end.eq(r_idx == h_beats - 1), route.r_en.eq(rbeat & r_end)]
+        with m.If(rbeat):
+            m.d.sync += r_idx.eq(Mux(r_end, 0, r_idx + 1))
 
 
 def _lsb(register: str, field: str) -> int:
