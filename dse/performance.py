@@ -515,7 +515,9 @@ class CycleModel:
         ``engine_take``; the rules of the class docstring hold the others.  ``lat_q``
         (``DMA_OUTSTANDING`` > 1 cores: the DRAM latency, cycles): a read holds the
         channel only from its first beat, ``lat_q`` after its request (the engine queues
-        the requests of other clients meanwhile, and their latencies overlap)."""
+        the requests of other clients meanwhile, and their latencies overlap); the
+        arbitration stays per row (the engine's is per burst: a higher-priority read
+        waits less behind a long row than modelled)."""
         from collections import deque
 
         pops_of, push_of = TOKEN_POPS, TOKEN_PUSHES
