@@ -513,11 +513,9 @@ class CycleModel:
         ``engine`` (:meth:`_engine_plan`, ``REQ_ENGINE`` only): the engine's instructions
         end (and push) ``cost`` after their start but free the compute module after
         ``engine_take``; the rules of the class docstring hold the others.  ``lat_q``
-        (``DMA_OUTSTANDING`` > 1 cores: the DRAM latency, cycles): a read holds the
-        channel only from its first beat, ``lat_q`` after its request (the engine queues
-        the requests of other clients meanwhile, and their latencies overlap); the
-        arbitration stays per row (the engine's is per burst: a higher-priority read
-        waits less behind a long row than modelled)."""
+        (``DMA_OUTSTANDING`` > 1: the DRAM latency): a read holds the channel from its
+        first beat, ``lat_q`` after its request (other requests queue meanwhile); the
+        arbitration stays per row (the engine's is per burst)."""
         from collections import deque
 
         pops_of, push_of = TOKEN_POPS, TOKEN_PUSHES
