@@ -16,7 +16,12 @@ range; a layer is recorded once per range) and the model runs each pair with
 tests/dse/test_calibration.py ``test_latency_pairs``).
 
     python bench/dse_engine_pairs.py [--size 14|full] [--configs pynq,tiny] [--layers c2,c4]
-                                     [--latency MIN,MAX]
+                                     [--latency MIN,MAX] [--dma N]
+
+With ``--dma N`` every config has ``DMA_OUTSTANDING = N`` (several outstanding DMA read
+requests per loader) and pairs go to ``tests/dse/data/latency_pairs_dma.json``
+(tests/dse/test_dma_model.py).  ``--configs`` takes preset names (``pynq-fast``
+already has ALU_REQUANT and REQ_ENGINE).
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ OUT = {"14": DATA / "rtl_pairs_engine.json", "full": DATA / "rtl_pairs_engine_fu
 #: pairs recorded with DRAM latency (``--latency``): not ``rtl_pairs*`` (the zero-latency
 #: files every calibration test reads)
 LAT_OUT = DATA / "latency_pairs_engine.json"
+#: pairs recorded with ``--dma N`` (DMA_OUTSTANDING = N > 1 on every config)
+DMA_OUT = DATA / "latency_pairs_dma.json"
 
 
 def engine_config(base: str):
@@ -53,9 +60,13 @@ def main() -> None:
                     help="the DRAM model's first-beat latency range per burst (cycles); "
                          "not 0,0: pairs go to tests/dse/data/latency_pairs_engine.json and "
                          "the model runs each pair with dram_latency = its range's mean")
+    ap.add_argument("--dma", type=int, default=1, metavar="N",
+                    help="DMA_OUTSTANDING of every config (default 1: off); N > 1: pairs go "
+                         "to tests/dse/data/latency_pairs_dma.json")
     a = ap.parse_args()
     lat = tuple(int(v) for v in a.latency.split(","))
-    out = Path(a.out) if a.out else (OUT[a.size] if lat == (0, 0) else LAT_OUT)
+    out = Path(a.out) if a.out else (DMA_OUT if a.dma > 1 else OUT[a.size] if lat == (0, 0)
+                                     else LAT_OUT)
     size = None if a.size == "full" else int(a.size)
     wls = parse_workloads("resnet18-" + ",".join(a.layers.split(",")), size)
     if size is None:
@@ -63,7 +74,7 @@ def main() -> None:
     pairs = load_pairs(out)
     if not a.no_record:
         for base in a.configs.split(","):
-            cfg = engine_config(base)
+            cfg = engine_config(base).replace(DMA_OUTSTANDING=a.dma)
             for wl in wls:
                 if any(p["fingerprint"] == f"0x{cfg.fingerprint:08x}" and p["workload"] == wl.name
                        and tuple(p.get("dram_latency", (0, 0))) == lat for p in pairs):
@@ -73,8 +84,9 @@ def main() -> None:
                                       latency=lat)
                 dram = ("zero-latency DRAM" if lat == (0, 0) else
                         f"DRAM first-beat latency {lat[0]}-{lat[1]} cycles per burst")
+                dma = f" + DMA_OUTSTANDING {a.dma}" if a.dma > 1 else ""
                 save_pairs(pairs, out, note=f"ResNet-18 at size {a.size}, {a.configs} + "
-                                            f"ALU_REQUANT + REQ_ENGINE, Verilator {dram}; "
+                                            f"ALU_REQUANT + REQ_ENGINE{dma}, Verilator {dram}; "
                                             f"bench/dse_engine_pairs.py")
                 print(f"    {time.perf_counter() - t0:.0f} s", flush=True)
     for e in layer_errors(CycleModel(), pairs):     # each pair at its own DRAM latency

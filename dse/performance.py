@@ -4,6 +4,7 @@ programs (:class:`CycleModel`, :class:`ModelPerformance`), measured RTL cycles
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from dataclasses import asdict, dataclass
@@ -84,7 +85,9 @@ class CycleModel:
     waits for the row, and so does the next instruction fetch.  It ignores token-queue
     capacity and write-channel contention; the upper bound does not depend on them.
     ``dram_latency`` defaults to 0, like the Verilator harness's DRAM model: a board has
-    tens of cycles per burst.
+    tens of cycles per burst.  On a ``DMA_OUTSTANDING`` > 1 core a LOAD's rows after its
+    first overlap their latency with the rows before, and a STORE pays it once
+    (:meth:`_row_cycles`).
 
     With ``REQ_ENGINE`` (:meth:`_engine_plan`) the requantize engine is a fourth resource
     beside the compute module: an ALU REQ or ALU reset of one micro-op starts when the
@@ -164,6 +167,15 @@ class CycleModel:
     #: UOP loads wait behind long fetch runs (tiny + REQ_ENGINE C4; figures: docs/dse.md
     #: "REQ engine").
     fetch_yields: bool = False
+    #: ``DMA_OUTSTANDING`` > 1 cores only: cycles per LOAD row beyond its beats/elements
+    #: when its request was made ahead (the loader's ROW, LZ and RZ states; no request
+    #: handshake in the row); fitted on the tiny LOAD rows of tests/dse/test_dma_model.py.
+    queued_row_overhead: float = 3.0
+    #: ``DMA_OUTSTANDING`` = N > 1 cores only: cycles of the request loop beyond the DRAM
+    #: latency and a row's beats/elements ``d``: row ``k + N``'s last element comes at
+    #: least ``dram_latency + d + queued_loop_cycles`` after row ``k``'s (its request goes
+    #: out when row ``k`` is written); fitted like :attr:`queued_row_overhead`.
+    queued_loop_cycles: float = 2.0
 
     def __post_init__(self) -> None:
         """Raises :class:`DSEError` when a parameter is not a finite number >= 0 (a
@@ -171,7 +183,8 @@ class CycleModel:
         for name in ("gemm_uop_cycles", "alu_imm_uop_cycles", "alu_tensor_uop_cycles",
                      "insn_overhead", "dram_latency", "alu_hazard_cycles",
                      "row_overhead", "fetch_overhead", "dma_lead", "engine_overhead",
-                     "engine_take", "pad_row_overhead") + tuple(
+                     "engine_take", "pad_row_overhead", "queued_row_overhead",
+                     "queued_loop_cycles") + tuple(
                          k for k in ("compute_overhead", "chain_overhead", "store_row_overhead")
                          if getattr(self, k) is not None):
             v = getattr(self, name)
@@ -307,10 +320,8 @@ class CycleModel:
             m = np.where(is_load, mt[sel], int(MemType.OUT))
             eb_of = np.zeros(max(int(t) for t in MemType) + 1, np.int64)
             for t in MemType:
-                try:
+                with contextlib.suppress(Exception):  # a type the config lacks: never DMA'd
                     eb_of[int(t)] = cfg.elem_bytes(t)
-                except Exception:  # noqa: BLE001 - a memory type the config lacks: never DMA'd
-                    pass
             eb = eb_of[np.clip(m, 0, len(eb_of) - 1)]
             y = np.asarray(cols["y_size"])[sel].astype(np.int64)
             x = np.asarray(cols["x_size"])[sel].astype(np.int64)
@@ -324,7 +335,7 @@ class CycleModel:
             beats = -(-end // bus) - start // bus
             row_ov = np.where(is_load, self.row_overhead, self.row_overhead
                               if self.store_row_overhead is None else self.store_row_overhead)
-            rows = np.maximum(beats, x[ins]) + self.dram_latency + row_ov[ins]
+            rows = self._row_cycles(cfg, cols, sel, is_load, ins, r, beats, x, row_ov)
             c = np.bincount(ins, weights=rows, minlength=len(sel))
             b = np.bincount(ins, weights=beats, minlength=len(sel))
             xp = np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel]
@@ -361,13 +372,49 @@ class CycleModel:
             rows_of = {int(sel[k]): cum[lo[k]:hi[k]] - (cum[lo[k] - 1] if lo[k] else 0.0)
                        for k in np.nonzero(is_load)[0]}
         sched = self._schedule(cols, module, cost, rd, rows_of, fetch_beats=-(-16 // bus),
-                               queue_depth=int(cfg.INSN_QUEUE_DEPTH), engine=engine)
+                               queue_depth=int(cfg.INSN_QUEUE_DEPTH), engine=engine,
+                               lat_q=self.dram_latency if cfg.DMA_OUTSTANDING > 1 else 0.0)
         out = {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
                "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
                "read_beats": read_beats, "write_beats": write_beats}
         if engine is not None:
             out["busy"]["engine"] = busy[3]
         return out
+
+    def _row_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], sel: np.ndarray,
+                    is_load: np.ndarray, ins: np.ndarray, r: np.ndarray, beats: np.ndarray,
+                    x: np.ndarray, row_ov: np.ndarray) -> np.ndarray:
+        """Cycles of each DMA row of ``program_cycles``' DMA section (float64; padding
+        excluded, as there): the LOAD/STORE ``sel[k]`` of row ``i`` is ``ins[i]``, ``r[i]``
+        the row's index in it, ``beats[i]`` its bus beats; ``x`` and ``row_ov`` per
+        instruction.  With ``DMA_OUTSTANDING`` = 1: ``dram_latency + max(beats,
+        elements) + row_ov`` each (the class docstring).
+
+        With N = ``DMA_OUTSTANDING`` > 1, a LOAD's rows are requested up to N ahead of
+        their data (hw/core/load.py ``TensorLoader._row_requests``), so only its first row
+        waits the whole DRAM latency L: row 0 costs ``L + t`` and each later row
+        ``max(t, (L + d + queued_loop_cycles) / N)``, where ``d = max(beats, elements)``
+        and ``t = d + queued_row_overhead`` plus the row's pad elements (no
+        ``pad_row_overhead``: the next row's request does not wait for this row's
+        padding; ``program_cycles`` adds both per padded row afterwards, so they are
+        taken off here, and a latency-bound row hides its padding).  A STORE waits for no
+        write response between rows (hw/core/axi.py write side): each of its rows costs
+        ``d`` + its row overhead, and the last B response's latency L is paid once, on
+        row 0.  Rows of different instructions never overlap (the next LOAD starts after
+        this one's last element)."""
+        rows = np.maximum(beats, x[ins]) + self.dram_latency + row_ov[ins]
+        L, N = self.dram_latency, cfg.DMA_OUTSTANDING
+        if N == 1:
+            return rows
+        d = np.maximum(beats, x[ins]).astype(np.float64)
+        ld = is_load[ins]
+        xp = (np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel])[ins]
+        t = d + self.queued_row_overhead + np.where(ld, xp, 0)
+        later = np.maximum(t, (L + d + self.queued_loop_cycles) / N)
+        load_rows = (np.where(r == 0, L + t, later)
+                     - np.where(ld & (xp > 0), xp + self.pad_row_overhead, 0.0))
+        store_rows = rows - L + np.where(r == 0, L, 0.0)
+        return np.where(ld, load_rows, store_rows)
 
     def _engine_plan(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray],
                      uop_loads: Sequence[tuple[int, np.ndarray]] | None) -> dict:
@@ -440,7 +487,7 @@ class CycleModel:
     def _schedule(self, cols, module: np.ndarray, cost: np.ndarray,  # noqa: C901
                   rd: np.ndarray | None = None, rows: Mapping[int, np.ndarray] | None = None,
                   trace: list | None = None, fetch_beats: int = 2, queue_depth: int = 512,
-                  engine: Mapping | None = None) -> float:
+                  engine: Mapping | None = None, lat_q: float = 0.0) -> float:
         """List schedule of the three modules through the four token queues (module order =
         program order; a pop takes the oldest pushed token), events committed in order of
         their start time.
@@ -465,7 +512,10 @@ class CycleModel:
         ``end`` as first committed; fetch batches as ``(-1 - batch, start, end)``).
         ``engine`` (:meth:`_engine_plan`, ``REQ_ENGINE`` only): the engine's instructions
         end (and push) ``cost`` after their start but free the compute module after
-        ``engine_take``; the rules of the class docstring hold the others."""
+        ``engine_take``; the rules of the class docstring hold the others.  ``lat_q``
+        (``DMA_OUTSTANDING`` > 1: the DRAM latency): a read holds the channel from its
+        first beat, ``lat_q`` after its request (other requests queue meanwhile); the
+        arbitration stays per row (the engine's is per burst)."""
         from collections import deque
 
         pops_of, push_of = TOKEN_POPS, TOKEN_PUSHES
@@ -587,9 +637,9 @@ class CycleModel:
                 dp = dispatch()
                 continue
             if bm == 3:
-                wait = acquire(0, start, fetch_cost)
+                wait = acquire(0, start + lat_q, fetch_cost - lat_q)
                 fetch_next = start + wait + fetch_cost
-                fly[0] = [-1, -1, start + wait, np.array([fetch_next]), start]
+                fly[0] = [-1, -1, start + wait + lat_q, np.array([fetch_next]), start]
                 fetched[fb] = fetch_next
                 if trace is not None:
                     trace.append((-1 - fb, start, fetched[fb]))
@@ -605,9 +655,10 @@ class CycleModel:
                 cl = 1 if rdl[i] == 1 else 2
                 lead = self.dma_lead
                 rel = rows[i]
-                wait = acquire(cl, start + lead, float(rel[-1]))
+                wait = acquire(cl, start + lead + lat_q, float(rel[-1]) - lat_q)
                 c += wait
-                fly[cl] = [i, m, start + lead + wait, start + lead + wait + rel, start + lead]
+                fly[cl] = [i, m, start + lead + wait + lat_q, start + lead + wait + rel,
+                           start + lead]
             end[i] = start + c
             free[m] = end[i]
             if e_on is not None:

@@ -79,6 +79,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "INSN_QUEUE_DEPTH": (1, 4096),
     "TOKEN_QUEUE_DEPTH": (1, 1024),
     "DSP_PACKING": (1, 2),
+    "DMA_OUTSTANDING": (1, 8),
 }
 
 #: Datapath options off by default and the suffix each adds to
@@ -146,6 +147,12 @@ class VTAConfig:
       (``docs/runtime.md`` "Streamed execution"; registers ``RING_*`` in ``hw/regs.py``);
       0 (default) builds no ring: the core, its register map and its fingerprint are then
       exactly those of a config without the key.
+    - ``DMA_OUTSTANDING``: DMA read requests (rows) a tensor loader may have outstanding
+      at once, 1..8: with more than one, a LOAD's next rows are requested while this
+      row's beats arrive, so the DRAM latency is paid about once per LOAD instead of once
+      per row (docs/hardware.md "DMA engine"); a timing option only.  1 (default): one
+      request at a time, and the core, its Verilog and its fingerprint are exactly those
+      of a config without the key.
 
     Raises:
         ConfigError: any value out of range, with key, value and allowed range named; or
@@ -177,6 +184,7 @@ class VTAConfig:
     DSP_PACKING: int = 2
     LUT_MULTIPLIERS: int = 0
     INSN_RING: int = 0
+    DMA_OUTSTANDING: int = 1
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
@@ -452,13 +460,16 @@ class VTAConfig:
     def bitstream_name(self) -> str:
         """Upstream's bitstream string, e.g. ``1x16_i8w8a32_15_15_18_17``, followed by one
         suffix per datapath option that is on (:data:`OPTION_SUFFIXES`: ``_mul``, ``_req``,
-        ``_eng``, ``_fwd``, ``_ring<N>``), so a core with options is not named like the
+        ``_eng``, ``_fwd``, ``_ring<N>``; ``_dma<N>`` for ``DMA_OUTSTANDING`` > 1), so a
+        core with options is not named like the
         upstream core of its shape (``1x16_i8w8a32_15_15_18_17_req_eng_fwd``); a config
         without them has upstream's name."""
         blk = (f"{self.BLOCK_IN}" if self.LOG_BLOCK_IN == self.LOG_BLOCK_OUT
                else f"{self.BLOCK_IN}x{self.BLOCK_OUT}")
         opts = "".join(f"_{tag}" for key, tag in OPTION_SUFFIXES if getattr(self, key))
         ring = f"_ring{self.INSN_RING}" if self.INSN_RING else ""
+        if self.DMA_OUTSTANDING > 1:
+            ring += f"_dma{self.DMA_OUTSTANDING}"
         return (f"{self.BATCH}x{blk}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}_"
                 f"{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}_"
                 f"{self.LOG_ACC_BUFF_SIZE}{opts}{ring}")
@@ -488,6 +499,8 @@ class VTAConfig:
         for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD"):
             if not hw[key]:     # off: the fingerprint of a config without the key
                 del hw[key]
+        if hw["DMA_OUTSTANDING"] == 1:     # default: as without the key
+            del hw["DMA_OUTSTANDING"]
         canon = json.dumps(hw, sort_keys=True, separators=(",", ":"))
         return zlib.crc32(canon.encode()) & 0xFFFFFFFF
 

@@ -67,7 +67,7 @@ from .regs import REGMAP_SIZE, REGMAP_VERSION, c_header, regmap_json
 __all__ = ["FlowError", "FlowWarning", "wrapper_verilog", "build_tcl", "build_sh",
            "board_json", "write_project", "TimingResult", "parse_timing_summary",
            "run_vivado", "REG_WINDOW_BYTES", "WRAPPER_NAME", "CORE_NAME", "BD_NAME",
-           "OVERLAY_NAME", "BUILD_STAGES", "M_AXI_READ_OUTSTANDING",
+           "OVERLAY_NAME", "BUILD_STAGES", "M_AXI_READ_OUTSTANDING", "m_axi_read_outstanding",
            "M_AXI_WRITE_OUTSTANDING"]
 
 #: Size of the register window the block design assigns (bytes): the smallest Zynq segment.
@@ -91,6 +91,16 @@ M_AXI_READ_OUTSTANDING = 4
 #: while 15 are outstanding).  Kept here as a number so that generating the project needs
 #: no Amaranth; tests/hw/test_flow.py checks it against the core.
 M_AXI_WRITE_OUTSTANDING = 15
+
+
+def m_axi_read_outstanding(cfg: VTAConfig) -> int:
+    """Read bursts the core's DMA engine keeps in flight for ``cfg``:
+    :data:`M_AXI_READ_OUTSTANDING`, or ``DMA_OUTSTANDING`` where that is larger (the
+    queued read side of hw/core/axi.py ``DMAEngine._read_queued`` keeps
+    ``max(R_OUTSTANDING, DMA_OUTSTANDING)`` bursts awaiting RLAST)."""
+    return max(M_AXI_READ_OUTSTANDING, cfg.DMA_OUTSTANDING)
+
+
 #: The AXI4-Lite slave completes one read and one write at a time (``AXILiteRegs``).
 S_AXI_OUTSTANDING = 1
 
@@ -166,7 +176,7 @@ def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME, *,
     Ports: ``clk``, ``rst`` (active high), ``irq``, ``s_axi_*`` (AXI4-Lite, 12-bit address,
     32-bit data, with ``AxPROT`` inputs that are ignored; one read and one write
     outstanding), ``m_axi_*`` (AXI4, 32-bit address, ``cfg.BUS_WIDTH``-bit data,
-    :data:`M_AXI_READ_OUTSTANDING` reads and :data:`M_AXI_WRITE_OUTSTANDING` writes in
+    :func:`m_axi_read_outstanding` reads and :data:`M_AXI_WRITE_OUTSTANDING` writes in
     flight, plus ``m_axi_arcache``/``m_axi_awcache`` driven to the board's ``axcache`` and
     ``m_axi_arprot``/``m_axi_awprot`` to its ``axprot``).  The core's ``dbg_state`` output
     is left unconnected.
@@ -210,7 +220,7 @@ def wrapper_verilog(cfg: VTAConfig, core_name: str = CORE_NAME, *,
     m_param = (f"PROTOCOL AXI4, DATA_WIDTH {bw}, ADDR_WIDTH 32, ID_WIDTH 0, "
                f"MAX_BURST_LENGTH 256, HAS_BURST 1, HAS_CACHE 1, HAS_PROT 1, HAS_LOCK 0, "
                f"HAS_QOS 0, HAS_REGION 0, HAS_WSTRB 1, HAS_BRESP 1, HAS_RRESP 1, "
-               f"SUPPORTS_NARROW_BURST 0, NUM_READ_OUTSTANDING {M_AXI_READ_OUTSTANDING}, "
+               f"SUPPORTS_NARROW_BURST 0, NUM_READ_OUTSTANDING {m_axi_read_outstanding(cfg)}, "
                f"NUM_WRITE_OUTSTANDING {M_AXI_WRITE_OUTSTANDING}")
     m_ports = _m_axi_ports(bw) + [("output", "m_axi_arcache", 4), ("output", "m_axi_arprot", 3),
                                   ("output", "m_axi_awcache", 4), ("output", "m_axi_awprot", 3)]

@@ -4,12 +4,17 @@ The DMA engine owns the single shared AXI4 master port (32-bit addresses, data w
 ``cfg.BUS_WIDTH``, no IDs, INCR bursts only).  Clients ask for a run of *beats* starting at
 a beat-aligned byte address; the engine splits the run into bursts of at most 256 beats that
 never cross a 4 KiB boundary (AXI4 A3.4.1) and keeps up to :data:`R_OUTSTANDING` read
-bursts of a request outstanding (one request at a time).
+bursts of a request outstanding (one request at a time; with ``DMA_OUTSTANDING`` > 1,
+requests are queued, see below).
 
 Read side: several clients (fetch, load, compute) arbitrate with fixed priority; a granted
 client keeps the read channel until every beat of its request has been delivered, so a client
 must accept every beat it asked for (all clients here write into scratchpads or registers and
-never block indefinitely).  Write side: one client (store); the engine issues the AWs of a
+never block indefinitely).  With ``DMA_OUTSTANDING`` > 1 (:meth:`DMAEngine._read_queued`)
+each client's next request is taken as soon as every AR of its previous one has gone out,
+and the ARs go out burst by burst in client priority, up to ``max(R_OUTSTANDING,
+DMA_OUTSTANDING)`` bursts in flight, each burst's R beats routed to its client in order.
+Write side: one client (store); the engine issues the AWs of a
 request's bursts (up to :data:`W_BURST_QUEUE` ahead of their W beats), forwards the client's
 W beats back to back with WLAST at each burst end, and does not wait for B between bursts or
 requests (up to :data:`B_OUTSTANDING` B responses pending).  ``idle`` reports that every B
@@ -151,56 +156,10 @@ class DMAEngine(wiring.Component):
         lbb = bb.bit_length() - 1
         clients = [getattr(self, f"rd{i}") for i in range(self.n_read)]
 
-        # ---------------------------------------------------------------- read side
-        # A granted request's bursts: ARs go out while fewer than R_OUTSTANDING bursts of
-        # it await their last R beat (RLAST), so each burst's latency overlaps the beats of
-        # the ones before it; the R beats, in order, go to the granted client.
-        grant = Signal(range(max(2, self.n_read)))
-        ar_addr = Signal(32)
-        ar_left = Signal(BEATS_BITS)        # beats of the request not yet asked for
-        r_left = Signal(BEATS_BITS)         # beats of the request not yet delivered
-        r_out = Signal(range(R_OUTSTANDING + 1))   # bursts asked for, RLAST not yet seen
-        r_len = _next_len(m, ar_addr, ar_left, bb)
-        m.d.comb += [self.m_axi_arsize.eq(lbb), self.m_axi_arburst.eq(1),
-                     self.m_axi_araddr.eq(ar_addr), self.m_axi_arlen.eq(r_len - 1)]
-        rbeat = Signal()
-        m.d.comb += rbeat.eq(self.m_axi_rvalid & self.m_axi_rready)
-        m.d.comb += self.rd_beat.eq(rbeat)
-        for i, c in enumerate(clients):
-            m.d.comb += c.data.eq(self.m_axi_rdata)
-        ar_fire = Signal()
-        with m.FSM(name="rd_fsm"):
-            with m.State("IDLE"):
-                # fixed priority: lowest index first
-                for i in reversed(range(self.n_read)):
-                    c = clients[i]
-                    with m.If(c.req_valid):
-                        m.d.sync += [grant.eq(i), ar_addr.eq(c.req_addr & ~(bb - 1)),
-                                     ar_left.eq(c.req_beats), r_left.eq(c.req_beats)]
-                # request acceptance: only the highest-priority requester sees ready
-                taken = Const(0, 1)
-                for i, c in enumerate(clients):
-                    m.d.comb += c.req_ready.eq(c.req_valid & ~taken)
-                    taken = taken | c.req_valid
-                with m.If(taken):
-                    m.next = "BUSY"
-            with m.State("BUSY"):
-                # ARVALID stays up until ARREADY: ar_left and the address change only on
-                # the handshake, and r_out only falls meanwhile
-                m.d.comb += self.m_axi_arvalid.eq((ar_left != 0) & (r_out != R_OUTSTANDING))
-                m.d.comb += ar_fire.eq(self.m_axi_arvalid & self.m_axi_arready)
-                with m.If(ar_fire):
-                    m.d.sync += [ar_addr.eq(ar_addr + (r_len << lbb)),
-                                 ar_left.eq(ar_left - r_len)]
-                for i, c in enumerate(clients):
-                    with m.If(grant == i):
-                        m.d.comb += [c.data_valid.eq(self.m_axi_rvalid),
-                                     self.m_axi_rready.eq(c.data_ready)]
-                m.d.sync += r_out.eq(r_out + ar_fire - (rbeat & self.m_axi_rlast))
-                with m.If(rbeat):
-                    m.d.sync += r_left.eq(r_left - 1)
-                with m.If((r_left == 0) | (rbeat & (r_left == 1))):
-                    m.next = "IDLE"
+        if cfg.DMA_OUTSTANDING == 1:
+            self._read_single(m, clients, bb, lbb)
+        else:
+            self._read_queued(m, clients, bb, lbb)
 
         # ---------------------------------------------------------------- write side
         # Three decoupled parts: the AW generator splits the accepted request into bursts
@@ -258,6 +217,134 @@ class DMAEngine(wiring.Component):
         m.d.comb += w.idle.eq(~aw_busy & ~lens.r_rdy & (b_out == 0))
         return m
 
+
+    def _read_single(self, m: Module, clients: list, bb: int, lbb: int) -> None:
+        """The read side with one request at a time (``DMA_OUTSTANDING = 1``)."""
+        # A granted request's bursts: ARs go out while fewer than R_OUTSTANDING bursts of
+        # it await their last R beat (RLAST), so each burst's latency overlaps the beats of
+        # the ones before it; the R beats, in order, go to the granted client.
+        grant = Signal(range(max(2, self.n_read)))
+        ar_addr = Signal(32)
+        ar_left = Signal(BEATS_BITS)        # beats of the request not yet asked for
+        r_left = Signal(BEATS_BITS)         # beats of the request not yet delivered
+        r_out = Signal(range(R_OUTSTANDING + 1))   # bursts asked for, RLAST not yet seen
+        r_len = _next_len(m, ar_addr, ar_left, bb)
+        m.d.comb += [self.m_axi_arsize.eq(lbb), self.m_axi_arburst.eq(1),
+                     self.m_axi_araddr.eq(ar_addr), self.m_axi_arlen.eq(r_len - 1)]
+        rbeat = Signal()
+        m.d.comb += rbeat.eq(self.m_axi_rvalid & self.m_axi_rready)
+        m.d.comb += self.rd_beat.eq(rbeat)
+        for i, c in enumerate(clients):
+            m.d.comb += c.data.eq(self.m_axi_rdata)
+        ar_fire = Signal()
+        with m.FSM(name="rd_fsm"):
+            with m.State("IDLE"):
+                # fixed priority: lowest index first
+                for i in reversed(range(self.n_read)):
+                    c = clients[i]
+                    with m.If(c.req_valid):
+                        m.d.sync += [grant.eq(i), ar_addr.eq(c.req_addr & ~(bb - 1)),
+                                     ar_left.eq(c.req_beats), r_left.eq(c.req_beats)]
+                # request acceptance: only the highest-priority requester sees ready
+                taken = Const(0, 1)
+                for i, c in enumerate(clients):
+                    m.d.comb += c.req_ready.eq(c.req_valid & ~taken)
+                    taken = taken | c.req_valid
+                with m.If(taken):
+                    m.next = "BUSY"
+            with m.State("BUSY"):
+                # ARVALID stays up until ARREADY: ar_left and the address change only on
+                # the handshake, and r_out only falls meanwhile
+                m.d.comb += self.m_axi_arvalid.eq((ar_left != 0) & (r_out != R_OUTSTANDING))
+                m.d.comb += ar_fire.eq(self.m_axi_arvalid & self.m_axi_arready)
+                with m.If(ar_fire):
+                    m.d.sync += [ar_addr.eq(ar_addr + (r_len << lbb)),
+                                 ar_left.eq(ar_left - r_len)]
+                for i, c in enumerate(clients):
+                    with m.If(grant == i):
+                        m.d.comb += [c.data_valid.eq(self.m_axi_rvalid),
+                                     self.m_axi_rready.eq(c.data_ready)]
+                m.d.sync += r_out.eq(r_out + ar_fire - (rbeat & self.m_axi_rlast))
+                with m.If(rbeat):
+                    m.d.sync += r_left.eq(r_left - 1)
+                with m.If((r_left == 0) | (rbeat & (r_left == 1))):
+                    m.next = "IDLE"
+
+    def _read_queued(self, m: Module, clients: list, bb: int, lbb: int) -> None:
+        """The read side with queued requests (``DMA_OUTSTANDING = N > 1``).
+
+        Each client has a pending-request register (address, beats not yet asked for); a
+        request is accepted as soon as the client's register is empty, that is as soon as
+        every AR of its previous request has gone out.  The AR issuer takes the next
+        burst from the highest-priority client with beats pending (lowest index first),
+        so a short request of a higher-priority client waits for the bursts in flight, not
+        for the whole of a long lower-priority request; it holds the burst in an AR
+        register until ARREADY (ARADDR and ARLEN never change while ARVALID is up), and
+        keeps up to ``max(R_OUTSTANDING, N)`` bursts loaded and awaiting RLAST.  Each
+        burst's client and length go into a route queue as it is loaded; the R side hands
+        the beats, in order (A8.4: one ID), to the client at the head of the queue and
+        pops the entry after the burst's last beat.  So the ARs of the next requests go
+        out while this one's R beats arrive, and a client's beats of one request may come
+        with other clients' bursts between them.
+        """
+        n_out = self.cfg.DMA_OUTSTANDING
+        r_bursts = max(R_OUTSTANDING, n_out)
+        cbits = max(1, (self.n_read - 1).bit_length())
+        m.submodules.r_route = route = SyncFIFO(width=9 + cbits, depth=r_bursts)
+        p_addr = [Signal(32, name=f"p_addr{i}") for i in range(self.n_read)]
+        p_left = [Signal(BEATS_BITS, name=f"p_left{i}") for i in range(self.n_read)]
+        # acceptance into each client's pending register
+        for i, c in enumerate(clients):
+            m.d.comb += c.req_ready.eq(p_left[i] == 0)
+            with m.If(c.req_valid & c.req_ready):
+                m.d.sync += [p_addr[i].eq(c.req_addr & ~(bb - 1)), p_left[i].eq(c.req_beats)]
+        # the next burst: from the highest-priority client with beats pending
+        sel = Signal(range(max(2, self.n_read)))
+        any_left = Signal()
+        sel_addr = Signal(32)
+        sel_left = Signal(BEATS_BITS)
+        for i in reversed(range(self.n_read)):
+            with m.If(p_left[i] != 0):
+                m.d.comb += [sel.eq(i), any_left.eq(1), sel_addr.eq(p_addr[i]),
+                             sel_left.eq(p_left[i])]
+        b_len = _next_len(m, sel_addr, sel_left, bb)
+        ar_v = Signal()
+        ar_a = Signal(32)
+        ar_l = Signal(9)
+        r_out = Signal(range(r_bursts + 1))  # bursts loaded, RLAST not yet seen
+        m.d.comb += [self.m_axi_arsize.eq(lbb), self.m_axi_arburst.eq(1),
+                     self.m_axi_arvalid.eq(ar_v), self.m_axi_araddr.eq(ar_a),
+                     self.m_axi_arlen.eq(ar_l - 1)]
+        ar_fire = Signal()
+        load = Signal()
+        m.d.comb += [ar_fire.eq(ar_v & self.m_axi_arready),
+                     load.eq((~ar_v | ar_fire) & any_left & (r_out != r_bursts)),
+                     route.w_data.eq(Cat(b_len, sel)), route.w_en.eq(load)]
+        with m.If(load):
+            m.d.sync += [ar_v.eq(1), ar_a.eq(sel_addr), ar_l.eq(b_len)]
+            for i in range(self.n_read):
+                with m.If(sel == i):
+                    m.d.sync += [p_addr[i].eq(p_addr[i] + (b_len << lbb)),
+                                 p_left[i].eq(p_left[i] - b_len)]
+        with m.Elif(ar_fire):
+            m.d.sync += ar_v.eq(0)
+        rbeat = Signal()
+        m.d.comb += [rbeat.eq(self.m_axi_rvalid & self.m_axi_rready), self.rd_beat.eq(rbeat)]
+        m.d.sync += r_out.eq(r_out + load - (rbeat & self.m_axi_rlast))
+        # R: beats to the client at the head of the route queue
+        h_len = route.r_data[:9]
+        h_client = route.r_data[9:]
+        r_idx = Signal(8)                   # beats delivered of the head burst
+        for i, c in enumerate(clients):
+            mine = Signal(name=f"r_to{i}")
+            m.d.comb += [c.data.eq(self.m_axi_rdata), mine.eq(route.r_rdy & (h_client == i)),
+                         c.data_valid.eq(mine & self.m_axi_rvalid)]
+            with m.If(mine):
+                m.d.comb += self.m_axi_rready.eq(c.data_ready)
+        r_end = Signal()
+        m.d.comb += [r_end.eq(r_idx == h_len - 1), route.r_en.eq(rbeat & r_end)]
+        with m.If(rbeat):
+            m.d.sync += r_idx.eq(Mux(r_end, 0, r_idx + 1))
 
 def _lsb(register: str, field: str) -> int:
     """Bit position of a one-bit field of hw/regs.py."""

@@ -162,6 +162,111 @@ class TensorLoader(wiring.Component):
         # element extraction per memory
         in_data = Signal()
         lane_init = Signal()  # load lane/beat counters at request time
+        self._extract(m, sel, row_addr, in_data, lane_init, zero_write, elem_valid, elem_last)
+
+        n_out = cfg.DMA_OUTSTANDING
+        if n_out == 1:
+            m.d.comb += [self.dma.req_addr.eq(row_addr),
+                         self.dma.req_beats.eq((row_addr[:lbb] + nbytes + (bb - 1)) >> lbb)]
+            ahead = None
+        else:
+            ahead = self._row_requests(m, n_out, nbytes, base_bytes, step_bytes, lbb, bb,
+                                          elem_valid & elem_last)
+
+        with m.FSM(name="ld_fsm"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [
+                        sel.eq(self.sel), y_size.eq(self.y_size), x_size.eq(self.x_size),
+                        x_pad_0.eq(self.x_pad_0), x_pad_1.eq(self.x_pad_1),
+                        ytop.eq(self.y_pad_0), ybot.eq(self.y_pad_1),
+                        width.eq(self.x_pad_0 + self.x_size + self.x_pad_1),
+                        row_addr.eq(base_bytes), row_step.eq(step_bytes),
+                        rows.eq(self.y_size), waddr.eq(self.sram_base),
+                    ]
+                    m.next = "TOP"
+            with m.State("TOP"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += zc.eq(width)
+                with m.If(ytop == 0):
+                    m.next = "ROW"
+                with m.Else():
+                    m.next = "TOPZ"
+            with m.State("TOPZ"):
+                m.d.comb += [self.busy.eq(1), zero_write.eq(1)]
+                m.d.sync += zc.eq(zc - 1)
+                with m.If(zc == 1):
+                    m.d.sync += ytop.eq(ytop - 1)
+                    m.next = "TOP"
+            with m.State("ROW"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += zc.eq(x_pad_0)
+                with m.If(rows == 0):
+                    m.next = "BOT"
+                with m.Else():
+                    m.next = "LZ"
+            with m.State("LZ"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(zc == 0):
+                    if ahead is None:
+                        m.next = "REQ"
+                    else:
+                        # the row's request is made by _row_requests, ahead of its data
+                        m.d.comb += lane_init.eq(1)
+                        m.d.sync += ecnt.eq(x_size)
+                        m.next = "DATA"
+                with m.Else():
+                    m.d.comb += zero_write.eq(1)
+                    m.d.sync += zc.eq(zc - 1)
+            if ahead is None:
+                with m.State("REQ"):
+                    m.d.comb += [self.busy.eq(1), self.dma.req_valid.eq(1)]
+                    with m.If(self.dma.req_ready):
+                        m.d.comb += lane_init.eq(1)
+                        m.d.sync += ecnt.eq(x_size)
+                        m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += [self.busy.eq(1), in_data.eq(1)]
+                with m.If(elem_valid):
+                    m.d.sync += ecnt.eq(ecnt - 1)
+                    with m.If(elem_last):
+                        m.d.sync += [zc.eq(x_pad_1), rows.eq(rows - 1),
+                                     row_addr.eq(row_addr + row_step)]
+                        m.next = "RZ"
+            with m.State("RZ"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(zc == 0):
+                    m.next = "ROW"
+                with m.Else():
+                    m.d.comb += zero_write.eq(1)
+                    m.d.sync += zc.eq(zc - 1)
+            with m.State("BOT"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += zc.eq(width)
+                with m.If(ybot == 0):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "BOTZ"
+            with m.State("BOTZ"):
+                m.d.comb += [self.busy.eq(1), zero_write.eq(1)]
+                m.d.sync += zc.eq(zc - 1)
+                with m.If(zc == 1):
+                    m.d.sync += ybot.eq(ybot - 1)
+                    m.next = "BOT"
+        return m
+
+    def _extract(self, m: Module, sel, row_addr, in_data, lane_init, zero_write, elem_valid,
+                 elem_last) -> None:
+        """Element extraction per memory: ``data_ready``, ``elem_valid`` and ``w_data{i}``
+        from the DMA beats (lanes of a beat for narrow elements, consecutive beats for wide
+        ones), the lane/beat counters loaded at ``lane_init`` from ``row_addr``."""
+        bw = self.cfg.BUS_WIDTH
+        lbb = (bw // 8).bit_length() - 1
+
+        def leb_of(i):
+            return (self.elems[i] // 8).bit_length() - 1
+
         for i, eb in enumerate(self.elems):
             wd = getattr(self, f"w_data{i}")
             active = Signal(name=f"active{i}")
@@ -214,84 +319,30 @@ class TensorLoader(wiring.Component):
                     with m.If(~zero_write):
                         m.d.comb += wd.eq(Cat(shreg, self.dma.data))
 
-        m.d.comb += [self.dma.req_addr.eq(row_addr),
-                     self.dma.req_beats.eq((row_addr[:lbb] + nbytes + (bb - 1)) >> lbb)]
-
-        with m.FSM(name="ld_fsm"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [
-                        sel.eq(self.sel), y_size.eq(self.y_size), x_size.eq(self.x_size),
-                        x_pad_0.eq(self.x_pad_0), x_pad_1.eq(self.x_pad_1),
-                        ytop.eq(self.y_pad_0), ybot.eq(self.y_pad_1),
-                        width.eq(self.x_pad_0 + self.x_size + self.x_pad_1),
-                        row_addr.eq(base_bytes), row_step.eq(step_bytes),
-                        rows.eq(self.y_size), waddr.eq(self.sram_base),
-                    ]
-                    m.next = "TOP"
-            with m.State("TOP"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += zc.eq(width)
-                with m.If(ytop == 0):
-                    m.next = "ROW"
-                with m.Else():
-                    m.next = "TOPZ"
-            with m.State("TOPZ"):
-                m.d.comb += [self.busy.eq(1), zero_write.eq(1)]
-                m.d.sync += zc.eq(zc - 1)
-                with m.If(zc == 1):
-                    m.d.sync += ytop.eq(ytop - 1)
-                    m.next = "TOP"
-            with m.State("ROW"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += zc.eq(x_pad_0)
-                with m.If(rows == 0):
-                    m.next = "BOT"
-                with m.Else():
-                    m.next = "LZ"
-            with m.State("LZ"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(zc == 0):
-                    m.next = "REQ"
-                with m.Else():
-                    m.d.comb += zero_write.eq(1)
-                    m.d.sync += zc.eq(zc - 1)
-            with m.State("REQ"):
-                m.d.comb += [self.busy.eq(1), self.dma.req_valid.eq(1)]
-                with m.If(self.dma.req_ready):
-                    m.d.comb += lane_init.eq(1)
-                    m.d.sync += ecnt.eq(x_size)
-                    m.next = "DATA"
-            with m.State("DATA"):
-                m.d.comb += [self.busy.eq(1), in_data.eq(1)]
-                with m.If(elem_valid):
-                    m.d.sync += ecnt.eq(ecnt - 1)
-                    with m.If(elem_last):
-                        m.d.sync += [zc.eq(x_pad_1), rows.eq(rows - 1),
-                                     row_addr.eq(row_addr + row_step)]
-                        m.next = "RZ"
-            with m.State("RZ"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(zc == 0):
-                    m.next = "ROW"
-                with m.Else():
-                    m.d.comb += zero_write.eq(1)
-                    m.d.sync += zc.eq(zc - 1)
-            with m.State("BOT"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += zc.eq(width)
-                with m.If(ybot == 0):
-                    m.d.comb += self.done.eq(1)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "BOTZ"
-            with m.State("BOTZ"):
-                m.d.comb += [self.busy.eq(1), zero_write.eq(1)]
-                m.d.sync += zc.eq(zc - 1)
-                with m.If(zc == 1):
-                    m.d.sync += ybot.eq(ybot - 1)
-                    m.next = "BOT"
-        return m
+    def _row_requests(self, m: Module, n_out: int, nbytes, base_bytes, step_bytes, lbb: int,
+                      bb: int, row_done) -> Signal:
+        """The row requests of a LOAD with ``DMA_OUTSTANDING = n_out > 1``: from the cycle
+        after ``start``, one request per DRAM row (``y_size`` of them, address ``dram_base
+        + r × x_stride`` in bytes, its beats covering the row's ``nbytes``), each made as
+        soon as fewer than ``n_out`` requested rows have not had their last element
+        written (``row_done``, a pulse); the DMA engine returns each row's beats in
+        request order, which the loader takes in its DATA state, as with one request at a
+        time.  Returns the count of outstanding rows (for tests and debug)."""
+        q_addr = Signal(32)                          # byte address of the next row
+        q_step = Signal(32)
+        q_rows = Signal(LIMITS.size_bits)            # rows not yet requested
+        inflight = Signal(range(n_out + 1))          # requested, last element not written
+        fire = Signal()
+        m.d.comb += [self.dma.req_addr.eq(q_addr),
+                     self.dma.req_beats.eq((q_addr[:lbb] + nbytes + (bb - 1)) >> lbb),
+                     self.dma.req_valid.eq(self.busy & (q_rows != 0) & (inflight != n_out)),
+                     fire.eq(self.dma.req_valid & self.dma.req_ready)]
+        with m.If(self.start & ~self.busy):
+            m.d.sync += [q_addr.eq(base_bytes), q_step.eq(step_bytes), q_rows.eq(self.y_size)]
+        with m.Elif(fire):
+            m.d.sync += [q_addr.eq(q_addr + q_step), q_rows.eq(q_rows - 1)]
+        m.d.sync += inflight.eq(inflight + fire - row_done)
+        return inflight
 
 
 def CommandPortSignature() -> wiring.Signature:

@@ -455,6 +455,7 @@ _FP_CHANGES = {
     "PART": "xc7z010clg400-1", "ACC_8BIT": False, "ALU_MUL": True, "DSP_PACKING": 1,
     "LUT_MULTIPLIERS": 16, "INSN_RING": 64, "ALU_REQUANT": True,
     "REQ_ENGINE": {"ALU_REQUANT": True, "REQ_ENGINE": True}, "ALU_FORWARD": True,
+    "DMA_OUTSTANDING": 4,
 }
 
 
