@@ -122,12 +122,13 @@ def _models():
             helper.make_node("Conv", ["a", "w2"], ["a2"]),
             helper.make_node("Add", ["a", "a2"], ["s"]),
             helper.make_node("Max", ["s", "a"], ["mx"]),
-            helper.make_node("Clip", ["mx", "lo", "hi"], ["k"]),
+            helper.make_node("Min", ["mx", "cm"], ["mn"]),
+            helper.make_node("Clip", ["mn", "lo", "hi"], ["k"]),
             helper.make_node("Flatten", ["k"], ["f"]),
             helper.make_node("Gemm", ["f", "fw"], ["y"], transB=1)]
     return make_model(conv, [("x", ["N", 3, 8, 8])], [("y", ["N", 5])],
                       {"w": rand(8, 3, 3, 3, seed=1, scale=0.3), "w2": rand(8, 8, 1, 1, seed=2, scale=0.3),
-                       "fw": rand(5, 32, seed=3, scale=0.3), "lo": np.array(-1.0, np.float32),
+                       "fw": rand(5, 32, seed=3, scale=0.3), "cm": rand(8, 1, 1, seed=5), "lo": np.array(-1.0, np.float32),
                        "hi": np.array(2.0, np.float32)})
 
 
@@ -139,7 +140,7 @@ def test_every_vta_placement_lowers(cfg):
     q = quantize(import_onnx(_models()), rand(4, 3, 8, 8, seed=4))
     p = partition(q, c)
     placed = [n for n in q.nodes if p.target(n.name) == "vta"]
-    assert {n.op for n in placed} >= {"qconv2d", "qdense", "qmax_pool", "qavg_pool", "qadd", "qmax"}
+    assert {n.op for n in placed} >= {"qconv2d", "qdense", "qmax_pool", "qavg_pool", "qadd", "qmax", "qmin"}
     for i, n in zip(itertools.count(), placed):
         lower_node(c, q, n, f"t/{i}")
 
