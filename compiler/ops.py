@@ -29,7 +29,19 @@ holding its
   ``"onnx"`` (``runtime/cpu_float.run_onnx_node``: numpy kernel or onnxruntime);
 * **capability** -- the line of :func:`~.partition.capability_table`, a template whose
   fields (``{acc8}``, ``{mul}``, ``{lin}``, ``{elt}``, ``{add}``, ``{max_pad}``) the
-  config's caveats fill (:func:`~.partition.capability_caveats`).
+  config's caveats fill (:func:`~.partition.capability_caveats`);
+* **weights** -- the position of the op's weight constant (conv/dense: 1), whose dtype
+  must be the core's ``WGT_WIDTH`` (``partition._width_mismatch``); ``None``: no weights;
+* **int4** -- the op's form on int4 activations (a ``LOG_INP_WIDTH`` 2 core, where ACC8
+  loads cannot read nibbles): ``(node, graph, config) -> str | None``, why not or None
+  (``qadd`` of two tensors as a GEMM, :func:`~.placement.add_int4_why`); ``None``: an op
+  without weights has no int4 form;
+* **macs** -- multiply-accumulates per sample, ``(node, graph) -> int``
+  (:func:`~.partition.node_macs`, the placement summary's MAC share;
+  :func:`~.placement.linear_macs`, :func:`~.placement.onnx_macs`); ``None``: 0;
+* **bands** -- the row-band variants of a VTA step whose input the host packs,
+  ``(config, graph, node, lowered, uid, vta_layouts) -> [RowBands]`` (:func:`bands_qconv2d`;
+  ``[]`` when none apply); ``None``: the op runs whole.
 
 The dispatchers (:func:`~.partition.vta_support`, :func:`~.partition.acc_bound`,
 :func:`~.compile.lower_node`, :func:`~.reference.run_node`, the quantizer's main loop, the
@@ -56,7 +68,7 @@ from . import ref_kernels as rk
 from .errors import CompileError
 from .ir import OPS, Graph, Node, OpSpec
 from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, operand_chw
-from .lower_conv import lower_conv, lower_dense
+from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
 from .pack import pack_bias
 from .quant_rules import QuantRules as _Q
@@ -85,6 +97,10 @@ class OpDef:
     cpu: str = ""
     cpu_reason: str = ""
     capability: str = ""
+    weights: int | None = None
+    int4: Callable[[Node, Graph, VTAConfig], str | None] | None = None
+    macs: Callable[[Node, Graph], int] | None = None
+    bands: Callable | None = None
 
     @property
     def spec(self) -> OpSpec:
@@ -113,6 +129,24 @@ def lower_qdense(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
     x, w, b = node.inputs
     lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w], graph.constants[b], node.attrs)
     return lo, {"x": x}
+
+
+def bands_qconv2d(cfg: VTAConfig, graph: Graph, node: Node, lo: LoweredOp, uid: str, vta_y: dict) -> list:
+    """The row-band variants of a VTA-placed ``qconv2d`` (``lo``: its whole lowering) whose
+    input the host packs -- its producer is not a VTA step writing the same packed layout
+    (``vta_y``: tensor -> layout of the VTA step writing it) and the input has no pre-pad --
+    when :func:`~.lower_conv.bandable` (:func:`~.lower_conv.lower_conv_bands`); else ``[]``,
+    also when the band lowering refuses (optional: the step still runs whole)."""
+    if vta_y.get(node.inputs[0]) == lo.layouts.get("x") or lo.layouts["x"].pre_pad != (0, 0, 0, 0):
+        return []
+    x, w, b = node.inputs
+    chw, wt = operand_chw(graph, x), graph.constants[w]
+    if not bandable(cfg, chw, wt.shape, node.attrs):
+        return []
+    try:
+        return lower_conv_bands(cfg, uid, chw, wt, graph.constants[b], node.attrs)
+    except CompileError:
+        return []
 
 
 def lower_qmax_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
@@ -365,8 +399,8 @@ def _layout_op(name: str, reference: Callable, produces: tuple[str, ...] | None 
 def _defs() -> dict[str, OpDef]:
     d = [
         # float ops: a quantizer rule each; kept real-valued (CPU) when the rule refuses
-        OpDef("conv2d", _Q.q_conv2d, ("qconv2d",), cpu="real"),
-        OpDef("dense", _Q.q_dense, ("qdense",), cpu="real"),
+        OpDef("conv2d", _Q.q_conv2d, ("qconv2d",), cpu="real", weights=1, macs=pl.linear_macs),
+        OpDef("dense", _Q.q_dense, ("qdense",), cpu="real", weights=1, macs=pl.linear_macs),
         OpDef("relu", _Q.q_relu, ("qrequant",), cpu="real"),
         OpDef("clip", _Q.q_clip, ("qrequant",), cpu="real"),
         OpDef("add", _Q.q_add, ("qadd", "qrequant"), cpu="real"),
@@ -388,7 +422,7 @@ def _defs() -> dict[str, OpDef]:
         OpDef("softmax", _Q.q_softmax, ("softmax", "dequantize"), cpu="int", cpu_reason=_FLOAT,
               capability="cpu: float exponentials"),
         # an ONNX node kept as is: always real-valued, on the CPU
-        OpDef("onnx", _Q.q_real, (), cpu="onnx"),
+        OpDef("onnx", _Q.q_real, (), cpu="onnx", macs=pl.onnx_macs),
         # quantized ops
         OpDef("quantize", reference=rk.ref_quantize, cpu="int", cpu_reason=_FLOAT,
               capability="cpu: float input"),
@@ -397,12 +431,14 @@ def _defs() -> dict[str, OpDef]:
         OpDef("qconv2d", vta=pl.vta_linear, acc_bound=pl.linear_acc_bound, lower=lower_qconv2d,
               reference=rk.ref_qconv2d, cpu="int",
               capability="vta: GEMM + ALU requantize; groups/depthwise ok; pads <= {max_pad}; "
-                         "mult 1 unless ALU_MUL{lin}"),
+                         "mult 1 unless ALU_MUL{lin}", weights=1, macs=pl.linear_macs, bands=bands_qconv2d),
         OpDef("qdense", vta=pl.vta_linear, acc_bound=pl.linear_acc_bound, lower=lower_qdense,
-              reference=rk.ref_qdense, cpu="int", capability="vta: GEMM + ALU requantize{lin}"),
+              reference=rk.ref_qdense, cpu="int", capability="vta: GEMM + ALU requantize{lin}",
+              weights=1, macs=pl.linear_macs),
         OpDef("qadd", vta=pl.vta_add, acc_bound=pl.add_acc_bound, lower=lower_qadd,
               reference=rk.ref_qadd, cpu="int",
-              capability="vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{add}"),
+              capability="vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{add}",
+              int4=pl.add_int4_why),
         OpDef("qrequant", vta=pl.vta_requant, acc_bound=pl.operand_bound, lower=lower_qrequant,
               reference=rk.ref_qrequant, cpu="int", capability="vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{elt}"),
         OpDef("qmax_pool", vta=pl.vta_max_pool, acc_bound=pl.operand_bound, lower=lower_qmax_pool,

@@ -53,7 +53,8 @@ def test_import_forms():
     ops = {n.name: n for n in import_onnx(_net()).nodes}
     assert ops["minout"].op == "min" and ops["cmin"].op == "min" and ops["cmin"].inputs[1] == "cc"
     assert ops["chmax"].op == "max" and ops["chmax"].inputs[1] == "g"     # the smaller operand second
-    assert (ops["floor"].op, ops["floor"].attrs["min"], ops["floor"].attrs["max"]) == ("clip", float(np.float32(-0.3)), None)
+    fl = ops["floor"]
+    assert (fl.op, fl.attrs["min"], fl.attrs["max"]) == ("clip", float(np.float32(-0.3)), None)
     one = make_model([helper.make_node("Min", ["x", "hi"], ["y"], name="ceil")], [("x", ["N", 4])],
                      [("y", ["N", 4])], {"hi": np.array(0.5, np.float32)})
     (n,) = import_onnx(one).nodes
