@@ -146,16 +146,23 @@ def test_end_to_end_on_fsim(cfg):
     assert float(np.abs(y - y_ort).max()) < 0.1 * float(np.abs(y_ort).max())
 
 
-def test_scalar_constant_is_an_immediate():
-    """A one-value constant operand (which the frontend turns into a clip; here set in the
-    quantized graph) lowers to ALU MIN with the immediate, bit-exact on fsim."""
-    c, x = preset("pynq"), rand(4, 3, 8, 8, seed=8)
+def _scalar_min(x):
+    """``_net`` quantized, its per-channel ``Min`` constant replaced by the one value -5 at
+    the same exp: ``(graph, that qmin node)``."""
     q = quantize(import_onnx(_net()), x)
     n = next(n for n in q.nodes if n.name == "cmin")
     t = q.types[n.inputs[1]]
     q.constants[n.inputs[1]] = np.array([-5], np.int8)
     q.types[n.inputs[1]] = TensorType(t.dtype, (1,), t.exp, t.scale)
     validate(q)
+    return q, n
+
+
+def test_scalar_constant_is_an_immediate():
+    """A one-value constant operand (which the frontend turns into a clip; here set in the
+    quantized graph) lowers to ALU MIN with the immediate, bit-exact on fsim."""
+    c, x = preset("pynq"), rand(4, 3, 8, 8, seed=8)
+    q, n = _scalar_min(x)
     p = partition(q, c)
     assert p.target("cmin") == "vta" and "scalar constant" in p.placements["cmin"].reason
     lo, act = lower_node(c, q, n, "t/imm")
@@ -196,3 +203,19 @@ def test_channel_broadcast_on_the_cpu_is_exact():
     got = _check_run(cm, c, {"x": x})
     (y_ort,) = run_ort(m, {"x": x})
     assert _cos(got[cm.outputs[0]], y_ort) > 0.99
+
+
+@pytest.mark.rtl
+def test_every_form_on_rtl():
+    """The forms (tensor MIN, per-channel tensor MAX, per-channel constant MIN, the scalar
+    clip; then the scalar-constant MIN by an immediate) on the Verilated ``tiny`` core,
+    every tensor equal to fsim."""
+    pytest.importorskip("vtaforge.runtime.rtl")
+    from rtl_compare import rtl_equals_fsim
+
+    c, x = preset("tiny"), rand(1, 3, 8, 8, seed=8)
+    cm = compile_model(_net(), x, c)
+    assert sum(cm.where(s) == "VTA" for s in cm.steps if s.op in _NP) == 3
+    rtl_equals_fsim(cm, x)
+    q, _ = _scalar_min(x)
+    rtl_equals_fsim(lower_graph(q, partition(q, c)), x)
