@@ -24,8 +24,11 @@ import hashlib
 import json
 from typing import Any, Sequence
 
-from .evaluate import (MODEL_ERROR_BAND, DesignEvaluator, DSEError, DseWorkload,
-                       RtlPerformance, YosysResources, judge)
+from .evaluate import DesignEvaluator, judge
+from .performance import MODEL_ERROR_BAND, RtlPerformance
+from .resources import YosysResources
+from .result import DSEError
+from .workloads import DseWorkload
 from .search import PointResult, mark_pareto, run_search
 
 __all__ = ["VERIFY_RUNGS", "parse_verify", "candidates", "rung_available", "promote",
@@ -126,8 +129,7 @@ def program_signature(cfg, workloads: Sequence[DseWorkload], seed: int = 0,
     them).  Built from :func:`~.performance.program_memo_key` per workload and
     :func:`_hardware_key` (which, unlike the cycle model's sharing, keeps DSP_PACKING and
     LUT_MULTIPLIERS: the RTL's pipeline may depend on them)."""
-    from .evaluate import CycleModel
-    from .performance import program_memo_key, scratchpad_extents_fit
+    from .performance import CycleModel, program_memo_key, scratchpad_extents_fit
     from .workloads import compile_workload
 
     model = cycle_model or CycleModel()
