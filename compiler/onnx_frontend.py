@@ -717,31 +717,8 @@ class _Importer:
         from onnx import helper, shape_inference
 
         op = onode.op_type
-        in_slots, names, feed_names = [], [], []
         captured = _outer_refs(onode)       # values a control-flow body reads from this scope
-        for k, i in enumerate(list(onode.input) + captured):
-            if not i:
-                continue
-            v = self.name(i)
-            if v in self.sym:
-                self._materialize_sym(v)
-            if v in self.qlinear:
-                self._materialize_q(v)
-            if v in self.int_consts and v not in self.g.types:
-                self.g.add_constant(v, self.int_consts[v])
-            if v in self.orig_consts and v in self.g.constants:
-                # the node reads the constant in the model's dtype (float64 stays float64)
-                orig = self.orig_consts[v]
-                c = f"{v}__{orig.dtype.name}"
-                if c not in self.g.constants:
-                    self.g.add_constant(c, orig)
-                v = c
-            if v not in self.g.types:
-                raise node_error(name, op, f"input '{i}' is not defined")
-            in_slots.append(k)
-            names.append(v)
-            # a captured value keeps its name: the sub-graphs refer to it by that name
-            feed_names.append(f"i{k}" if k < len(onode.input) else i)
+        in_slots, names, feed_names = self._generic_inputs(onode, name, captured)
         in_types = [self.g.types[v] for v in names]
         flow = any(a.type in (a.GRAPH, a.GRAPHS) for a in onode.attribute)
         # a control-flow node's wrapper declares only ranks: onnxruntime types each branch
@@ -837,6 +814,42 @@ class _Importer:
         self.g.nodes.append(node_ir)
         for o, t in zip(outs, out_types):
             self.g.types[o] = t
+
+    def _generic_inputs(self, onode, name: str, captured: list[str]) -> tuple[list, list, list]:
+        """The inputs of an ONNX node kept as is (its own, then the outer values its bodies
+        read, ``captured``), each made an IR tensor: a symbolic shape value or a QLinear
+        tensor materialized, an integer constant added, a float16 / float64 constant in the
+        model's dtype (``NAME__float64``).  Returns ``(slots, IR names, feed names)``: the
+        input positions present, their IR tensors, and the wrapper model's input names
+        (``iK``; a captured value keeps its name, by which the sub-graphs refer to it).
+
+        Raises:
+            CompileError: an input no node or initializer defines.
+        """
+        in_slots, names, feed_names = [], [], []
+        for k, i in enumerate(list(onode.input) + captured):
+            if not i:
+                continue
+            v = self.name(i)
+            if v in self.sym:
+                self._materialize_sym(v)
+            if v in self.qlinear:
+                self._materialize_q(v)
+            if v in self.int_consts and v not in self.g.types:
+                self.g.add_constant(v, self.int_consts[v])
+            if v in self.orig_consts and v in self.g.constants:
+                # the node reads the constant in the model's dtype (float64 stays float64)
+                orig = self.orig_consts[v]
+                c = f"{v}__{orig.dtype.name}"
+                if c not in self.g.constants:
+                    self.g.add_constant(c, orig)
+                v = c
+            if v not in self.g.types:
+                raise node_error(name, onode.op_type, f"input '{i}' is not defined")
+            in_slots.append(k)
+            names.append(v)
+            feed_names.append(f"i{k}" if k < len(onode.input) else i)
+        return in_slots, names, feed_names
 
     def _probe(self, node, vis, feed_names, names, opsets, name, why) -> list:
         """Output ``(dtype, dims)`` of a node ONNX shape inference cannot type, from an
