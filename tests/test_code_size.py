@@ -22,7 +22,6 @@ KNOWN = {
     "hw/core/load.py::TensorLoader.elaborate": 193,
     "hw/core/store.py::StoreUnit.elaborate": 125,
     "hw/core/top.py::VTACore.elaborate": 229,
-    "runtime/builder.py::ProgramBuilder._lower": 125,
     "runtime/fsim.py::_Machine._gemm": 162,
     "runtime/fsim.py::_Machine._static_checks": 130,
     "runtime/race.py::race_check": 189,
