@@ -23,7 +23,6 @@ KNOWN = {
     "hw/core/store.py::StoreUnit.elaborate": 125,
     "hw/core/top.py::VTACore.elaborate": 229,
     "runtime/fsim.py::_Machine._gemm": 162,
-    "runtime/fsim.py::_Machine._static_checks": 130,
     "runtime/race.py::race_check": 189,
     "runtime/rtl/build.py::build_model": 155,
     "vtaforge/commands/dse.py::run_cmd": 169,
