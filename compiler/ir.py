@@ -50,8 +50,9 @@ Float ops (``kind == "float"``)
 ``"clip"``), ``act_min``, ``act_max`` (floats or ``None``: the fused
 activation); ``dense`` (x[N,K], w[M,K][, b[M]]) with ``act``/``act_min``/``act_max``;
 ``relu``; ``clip`` (``min``, ``max``, floats or ``None``); ``add`` (two tensors,
-numpy broadcasting; ``act`` as above); ``mul`` (by a constant, broadcast); ``max``
-(element-wise maximum of two tensors, the second equal to or broadcast against the first);
+numpy broadcasting; ``act`` as above); ``mul`` (by a constant, broadcast); ``max`` /
+``min`` (element-wise maximum / minimum of two operands, the second -- a tensor or a
+constant -- equal to or broadcast against the first);
 ``batch_norm`` (x, scale, bias, mean, var; ``epsilon``); ``max_pool`` /
 ``avg_pool`` (``kernel``, ``strides``, ``pads``; avg also
 ``count_include_pad``); ``global_avg_pool``; ``flatten`` (``axis``);
@@ -147,10 +148,11 @@ Per-channel activations (a ``quantize`` with the optional ``channel_exps``, feed
 
 ``qmul`` (x int8, c int8 constant broadcastable to x) -> int8; requantize
     attrs: ``out = requantize(x * c)``; needs ``ALU_MUL`` on VTA, else CPU.
-``qmax`` (a int8, b int8: same shape, or broadcast against a) -> int8; no attributes:
-    ``out = max(a, b)`` element-wise, exact: both operands and the output have one exp
-    and scale (the quantizer requantizes an operand at another one with ``qrequant``
-    first; a requantize is monotone, so ``max(r(a), r(b)) == r(max(a, b))``).
+``qmax`` / ``qmin`` (a int8, b int8 tensor or constant: same shape, or broadcast against
+    a) -> int8; no attributes: ``out = max(a, b)`` / ``min(a, b)`` element-wise, exact:
+    both operands and the output have one exp and scale (the quantizer requantizes an
+    operand at another one with ``qrequant`` first, and quantizes a constant at the
+    output's; a requantize is monotone, so ``max(r(a), r(b)) == r(max(a, b))``).
 ``qrequant`` (x int8) -> int8; requantize attrs: ``out = requantize(x)``
     (standalone ReLU/Clip with ``shift = 0``; scale alignment for concat and
     QDQ rescaling).  Optional ``exp_scale = k`` (default 0): the node also multiplies
@@ -538,7 +540,7 @@ def _infer_mul(node, ts, quant):
 
 
 def _infer_max(node, ts, quant):
-    """``max`` / ``qmax``: ``b`` equal to or broadcast against ``a`` (never larger); a
+    """``max`` / ``min`` / ``qmax`` / ``qmin``: ``b`` equal to or broadcast against ``a`` (never larger); a
     quantized output keeps ``a``'s dtype, exp and scale (the operands share them)."""
     a, b = ts
     if _broadcast(node, a.shape, b.shape) != tuple(a.shape):
@@ -839,8 +841,9 @@ def _check_qavg_pool(node: Node, types: dict[str, TensorType]) -> None:
 
 
 def _check_qmax(node: Node, types: dict[str, TensorType]) -> None:
-    """``qmax``: both operands of one dtype, exp and scale (the quantizer aligns them with
-    ``qrequant``), so the element-wise maximum needs no requantize and is exact."""
+    """``qmax`` / ``qmin``: both operands of one dtype, exp and scale (the quantizer aligns
+    them with ``qrequant``), so the element-wise maximum / minimum needs no requantize and
+    is exact."""
     a, b = (types[i] for i in node.inputs)
     if (a.dtype, a.exp, a.scale) != (b.dtype, b.exp, b.scale):
         raise _err(node, f"operands {a} and {b} differ in dtype or scale (align them with qrequant)")
@@ -905,6 +908,7 @@ OPS: dict[str, OpSpec] = {
     "add": OpSpec((2, 2), ("act",), _infer_add, F),
     "mul": OpSpec((2, 2), (), _infer_mul, F),
     "max": OpSpec((2, 2), (), _infer_max, F),
+    "min": OpSpec((2, 2), (), _infer_max, F),
     "batch_norm": OpSpec((5, 5), ("epsilon",), _infer_bn, F),
     "max_pool": OpSpec((1, 1), _POOL, _infer_pool, F),
     "avg_pool": OpSpec((1, 1), _POOL + ("count_include_pad",), _infer_pool, F),
@@ -925,6 +929,7 @@ OPS: dict[str, OpSpec] = {
     "qmul": OpSpec((2, 2), _REQ, _infer_mul, Q, _check_qmul),
     "qrequant": OpSpec((1, 1), _REQ, _infer_requant, Q, _check_qrequant),
     "qmax": OpSpec((2, 2), (), _infer_max, Q, _check_qmax),
+    "qmin": OpSpec((2, 2), (), _infer_max, Q, _check_qmax),
     "qmax_pool": OpSpec((1, 1), _POOL, _infer_pool, Q),
     "qavg_pool": OpSpec((1, 1), _POOL + ("divisor", "shift", "round", "clip_lo", "clip_hi"),
                         _infer_pool, Q, _check_qavg_pool),

@@ -10,8 +10,8 @@ refused for an unsupported op).  Per node, in order (``docs/compiler.md`` has th
    ``QLinearGlobalAveragePool``) or a layout / max-pool op on a quantized tensor becomes
    its real-valued twin between fake-quant pairs (the QDQ form).
 3. An op with an IR conversion (:data:`SUPPORTED_ONNX_OPS`: Conv incl. 1-D and dilated,
-   Gemm, MatMul, Relu, Clip, Add, Sub, Mul, Div, Max (of two tensors; with a scalar:
-   Clip), BatchNormalization, MaxPool, AveragePool,
+   Gemm, MatMul, Relu, Clip, Add, Sub, Mul, Div, Max / Min (of two tensors, or of
+   a tensor and a constant; with a scalar: Clip), BatchNormalization, MaxPool, AveragePool,
    GlobalAveragePool, ReduceMean over H,W, Flatten, Reshape, Squeeze, Unsqueeze, Transpose,
    Concat, Softmax, Identity, Dropout, QuantizeLinear/DequantizeLinear) maps to IR ops.
 4. Anything else -- or a form the converter refuses (its reason is kept) -- stays an
@@ -39,7 +39,7 @@ __all__ = ["import_onnx", "declared_input_shapes", "SUPPORTED_ONNX_OPS"]
 
 #: ONNX ops with an IR conversion (the others, and refused forms, stay ``onnx`` nodes)
 SUPPORTED_ONNX_OPS = (
-    "Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Sub", "Mul", "Div", "Max", "BatchNormalization",
+    "Conv", "Gemm", "MatMul", "Relu", "Clip", "Add", "Sub", "Mul", "Div", "Max", "Min", "BatchNormalization",
     "MaxPool", "AveragePool", "GlobalAveragePool", "ReduceMean", "Flatten", "Reshape", "Squeeze",
     "Unsqueeze", "Transpose", "Concat", "Softmax", "Identity", "Dropout", "Constant", "Resize",
     "Upsample", "Pad", "QuantizeLinear", "DequantizeLinear",
@@ -717,31 +717,8 @@ class _Importer:
         from onnx import helper, shape_inference
 
         op = onode.op_type
-        in_slots, names, feed_names = [], [], []
         captured = _outer_refs(onode)       # values a control-flow body reads from this scope
-        for k, i in enumerate(list(onode.input) + captured):
-            if not i:
-                continue
-            v = self.name(i)
-            if v in self.sym:
-                self._materialize_sym(v)
-            if v in self.qlinear:
-                self._materialize_q(v)
-            if v in self.int_consts and v not in self.g.types:
-                self.g.add_constant(v, self.int_consts[v])
-            if v in self.orig_consts and v in self.g.constants:
-                # the node reads the constant in the model's dtype (float64 stays float64)
-                orig = self.orig_consts[v]
-                c = f"{v}__{orig.dtype.name}"
-                if c not in self.g.constants:
-                    self.g.add_constant(c, orig)
-                v = c
-            if v not in self.g.types:
-                raise node_error(name, op, f"input '{i}' is not defined")
-            in_slots.append(k)
-            names.append(v)
-            # a captured value keeps its name: the sub-graphs refer to it by that name
-            feed_names.append(f"i{k}" if k < len(onode.input) else i)
+        in_slots, names, feed_names = self._generic_inputs(onode, name, captured)
         in_types = [self.g.types[v] for v in names]
         flow = any(a.type in (a.GRAPH, a.GRAPHS) for a in onode.attribute)
         # a control-flow node's wrapper declares only ranks: onnxruntime types each branch
@@ -837,6 +814,42 @@ class _Importer:
         self.g.nodes.append(node_ir)
         for o, t in zip(outs, out_types):
             self.g.types[o] = t
+
+    def _generic_inputs(self, onode, name: str, captured: list[str]) -> tuple[list, list, list]:
+        """The inputs of an ONNX node kept as is (its own, then the outer values its bodies
+        read, ``captured``), each made an IR tensor: a symbolic shape value or a QLinear
+        tensor materialized, an integer constant added, a float16 / float64 constant in the
+        model's dtype (``NAME__float64``).  Returns ``(slots, IR names, feed names)``: the
+        input positions present, their IR tensors, and the wrapper model's input names
+        (``iK``; a captured value keeps its name, by which the sub-graphs refer to it).
+
+        Raises:
+            CompileError: an input no node or initializer defines.
+        """
+        in_slots, names, feed_names = [], [], []
+        for k, i in enumerate(list(onode.input) + captured):
+            if not i:
+                continue
+            v = self.name(i)
+            if v in self.sym:
+                self._materialize_sym(v)
+            if v in self.qlinear:
+                self._materialize_q(v)
+            if v in self.int_consts and v not in self.g.types:
+                self.g.add_constant(v, self.int_consts[v])
+            if v in self.orig_consts and v in self.g.constants:
+                # the node reads the constant in the model's dtype (float64 stays float64)
+                orig = self.orig_consts[v]
+                c = f"{v}__{orig.dtype.name}"
+                if c not in self.g.constants:
+                    self.g.add_constant(c, orig)
+                v = c
+            if v not in self.g.types:
+                raise node_error(name, onode.op_type, f"input '{i}' is not defined")
+            in_slots.append(k)
+            names.append(v)
+            feed_names.append(f"i{k}" if k < len(onode.input) else i)
+        return in_slots, names, feed_names
 
     def _probe(self, node, vis, feed_names, names, opsets, name, why) -> list:
         """Output ``(dtype, dims)`` of a node ONNX shape inference cannot type, from an
@@ -1092,31 +1105,51 @@ class _Importer:
         self.emit(onode, name, "mul", [ins[0], cn], {}, outs[0])
 
     def op_Max(self, name, onode, ins, outs, attrs, err):
-        """``Max`` of two tensors -> ``max`` (the larger operand first, the other equal to or
-        broadcast against it); of a tensor and a float scalar constant -> ``clip`` with that
-        minimum; of one input -> identity.  More inputs, or another constant, stay an ONNX
-        node."""
+        """``Max`` -> ``max`` (:meth:`_extremum`; a float scalar constant: ``clip`` with that
+        minimum)."""
+        self._extremum("max", name, onode, ins, outs, err)
+
+    def op_Min(self, name, onode, ins, outs, attrs, err):
+        """``Min`` -> ``min`` (:meth:`_extremum`; a float scalar constant: ``clip`` with that
+        maximum)."""
+        self._extremum("min", name, onode, ins, outs, err)
+
+    def _extremum(self, op, name, onode, ins, outs, err):
+        """``Max`` / ``Min`` of two operands -> ``max`` / ``min``, the larger operand first and
+        the other (a tensor or a float constant) equal to or broadcast against it; of a tensor
+        and a float scalar constant -> ``clip`` (the ALU immediate of a standalone
+        requantize); of one input -> identity.  More inputs, two constants, an integer
+        constant or one that would enlarge the tensor stay an ONNX node."""
         ins = [i for i in ins if i]
         if len(ins) == 1:
             self.alias[outs[0]] = self.name(ins[0])
             return
         if len(ins) != 2:
-            raise err(f"Max of {len(ins)} inputs is kept as an ONNX node (two map to max)")
+            raise err(f"{onode.op_type} of {len(ins)} inputs is kept as an ONNX node (two map to {op})")
         a, b = ins
         if self.const(a) is not None and self.const(b) is None:
             a, b = b, a
-        c = self.const(b)
+        c, ta = self.const(b), self.g.types.get(self.name(a))
         if c is not None:
-            if c.size != 1 or c.dtype.kind != "f":
-                raise err(f"Max with a constant of shape {list(c.shape)} is kept as an ONNX node "
-                          f"(a float scalar maps to clip)")
-            self.emit(onode, name, "clip", [a], {"min": float(c.reshape(())), "max": None}, outs[0])
+            if self.const(a) is not None or c.dtype.kind != "f" or self.name(b) not in self.g.constants:
+                raise err(f"{onode.op_type} of two constants or with a {c.dtype} constant is kept as an "
+                          f"ONNX node")
+            if c.size == 1:
+                v = float(c.reshape(()))
+                lim = {"min": v, "max": None} if op == "max" else {"min": None, "max": v}
+                self.emit(onode, name, "clip", [a], lim, outs[0])
+                return
+            if ta is None or c.ndim > ta.rank or \
+                    any(d != 1 and d != t for d, t in zip(c.shape[::-1], ta.shape[::-1])):
+                raise err(f"{onode.op_type} with a constant of shape {list(c.shape)} that enlarges the "
+                          f"tensor is kept as an ONNX node")
+            self.emit(onode, name, op, [a, b], {}, outs[0])
             return
-        ta, tb = self.g.types.get(self.name(a)), self.g.types.get(self.name(b))
+        tb = self.g.types.get(self.name(b))
         if ta is not None and tb is not None and tb.rank >= ta.rank and ta.shape != tb.shape and \
                 all(x == y or x == 1 for x, y in zip(ta.shape[::-1], tb.shape[::-1])):
             a, b = b, a
-        self.emit(onode, name, "max", [a, b], {}, outs[0])
+        self.emit(onode, name, op, [a, b], {}, outs[0])
 
     def op_Dropout(self, name, onode, ins, outs, attrs, err):
         if len([o for o in outs if o]) > 1:

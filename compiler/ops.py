@@ -29,7 +29,19 @@ holding its
   ``"onnx"`` (``runtime/cpu_float.run_onnx_node``: numpy kernel or onnxruntime);
 * **capability** -- the line of :func:`~.partition.capability_table`, a template whose
   fields (``{acc8}``, ``{mul}``, ``{lin}``, ``{elt}``, ``{add}``, ``{max_pad}``) the
-  config's caveats fill (:func:`~.partition.capability_caveats`).
+  config's caveats fill (:func:`~.partition.capability_caveats`);
+* **weights** -- the position of the op's weight constant (conv/dense: 1), whose dtype
+  must be the core's ``WGT_WIDTH`` (``partition._width_mismatch``); ``None``: no weights;
+* **int4** -- the op's form on int4 activations (a ``LOG_INP_WIDTH`` 2 core, where ACC8
+  loads cannot read nibbles): ``(node, graph, config) -> str | None``, why not or None
+  (``qadd`` of two tensors as a GEMM, :func:`~.placement.add_int4_why`); ``None``: an op
+  without weights has no int4 form;
+* **macs** -- multiply-accumulates per sample, ``(node, graph) -> int``
+  (:func:`~.partition.node_macs`, the placement summary's MAC share;
+  :func:`~.placement.linear_macs`, :func:`~.placement.onnx_macs`); ``None``: 0;
+* **bands** -- the row-band variants of a VTA step whose input the host packs,
+  ``(config, graph, node, lowered, uid, vta_layouts) -> [RowBands]`` (:func:`bands_qconv2d`;
+  ``[]`` when none apply); ``None``: the op runs whole.
 
 The dispatchers (:func:`~.partition.vta_support`, :func:`~.partition.acc_bound`,
 :func:`~.compile.lower_node`, :func:`~.reference.run_node`, the quantizer's main loop, the
@@ -53,11 +65,12 @@ from ..hw.isa import LIMITS, AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from . import placement as pl
 from . import ref_kernels as rk
-from .errors import CompileError, node_error
+from .errors import CompileError
 from .ir import OPS, Graph, Node, OpSpec
 from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, operand_chw
-from .lower_conv import lower_conv, lower_dense
+from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
+from .pack import pack_bias
 from .quant_rules import QuantRules as _Q
 from .tiling import MAX_EXTENT
 
@@ -66,6 +79,8 @@ __all__ = ["OpDef", "REGISTRY"]
 _LAYOUT = "layout op: the host rearranges the data between device calls (no arithmetic)"
 _FLOAT = "float arithmetic runs on the CPU"
 _LAYOUT_CAP = "cpu: layout op (host rearranges data, no arithmetic)"
+_EXTREMUM_CAP = ("vta: a tensor of the same shape or per channel ([N,C,1,1]), or a scalar / per-channel "
+                 "constant: ACC8 loads + ALU {alu}{{acc8}}{{elt}}")
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,10 @@ class OpDef:
     cpu: str = ""
     cpu_reason: str = ""
     capability: str = ""
+    weights: int | None = None
+    int4: Callable[[Node, Graph, VTAConfig], str | None] | None = None
+    macs: Callable[[Node, Graph], int] | None = None
+    bands: Callable | None = None
 
     @property
     def spec(self) -> OpSpec:
@@ -110,6 +129,24 @@ def lower_qdense(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
     x, w, b = node.inputs
     lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w], graph.constants[b], node.attrs)
     return lo, {"x": x}
+
+
+def bands_qconv2d(cfg: VTAConfig, graph: Graph, node: Node, lo: LoweredOp, uid: str, vta_y: dict) -> list:
+    """The row-band variants of a VTA-placed ``qconv2d`` (``lo``: its whole lowering) whose
+    input the host packs -- its producer is not a VTA step writing the same packed layout
+    (``vta_y``: tensor -> layout of the VTA step writing it) and the input has no pre-pad --
+    when :func:`~.lower_conv.bandable` (:func:`~.lower_conv.lower_conv_bands`); else ``[]``,
+    also when the band lowering refuses (optional: the step still runs whole)."""
+    if vta_y.get(node.inputs[0]) == lo.layouts.get("x") or lo.layouts["x"].pre_pad != (0, 0, 0, 0):
+        return []
+    x, w, b = node.inputs
+    chw, wt = operand_chw(graph, x), graph.constants[w]
+    if not bandable(cfg, chw, wt.shape, node.attrs):
+        return []
+    try:
+        return lower_conv_bands(cfg, uid, chw, wt, graph.constants[b], node.attrs)
+    except CompileError:
+        return []
 
 
 def lower_qmax_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
@@ -160,26 +197,40 @@ def lower_qmul(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
 
 
 # ---------------------------------------------------------------------------
-# max / qmax: every facet beside the entry (docs/compiler.md "Adding an op")
+# max / min, qmax / qmin: every facet beside the entries (docs/compiler.md "Adding an op")
 # ---------------------------------------------------------------------------
 
-def q_max(qz: _Q, n: Node) -> None:
-    """``max`` -> ``qmax`` of both operands at the output's calibrated exp (and exact QDQ
-    scale): an operand at another one is requantized first (``qrequant``, on VTA like any
-    standalone requantize).  Exact: a requantize is monotone, so ``max(r(a), r(b)) ==
-    r(max(a, b))``, and ``qmax`` needs none of its own.
+@dataclass(frozen=True)
+class _Extremum:
+    """What tells ``max`` from ``min``: the integer op, the ALU op, the numpy ufunc."""
 
-    Raises:
-        CompileError: a constant operand (the frontend maps ``Max`` with a scalar to
-            ``clip`` and keeps other constants as ONNX nodes).
-    """
+    qop: str
+    alu: AluOp
+    fn: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+_MAX = _Extremum("qmax", AluOp.MAX, np.maximum)
+_MIN = _Extremum("qmin", AluOp.MIN, np.minimum)
+#: ``op -> _Extremum`` of the four ops of the family (a table, looked up by the facets)
+_EXTREMUM = {"max": _MAX, "qmax": _MAX, "min": _MIN, "qmin": _MIN}
+
+
+def q_extremum(qz: _Q, n: Node) -> None:
+    """``max`` / ``min`` -> ``qmax`` / ``qmin`` of both operands at the output's calibrated
+    exp (and exact QDQ scale): a tensor at another one is requantized first (``qrequant``,
+    on VTA like any standalone requantize); a constant is quantized at the output's exp
+    (``clip(rint(c / s_out))`` in the output's dtype).  Exact: a requantize (and the
+    quantization of a constant) is monotone, so ``max(r(a), r(b)) == r(max(a, b))``, and
+    ``qmax`` / ``qmin`` needs none of its own."""
     out = n.outputs[0]
     eo, so = qz.exps[out], qz.scales.get(out)
     so_real = 2.0 ** eo if so is None else so
+    oty = qz.otype(out, qz.fg.types[out].shape)
     aligned = []
     for t in n.inputs:
         if t in qz.fg.constants:
-            raise node_error(n.name, n.op, "a constant operand (Max with a scalar is a clip)")
+            aligned.append(qz.const_int8(f"{t}_q", qz.fg.constants[t], eo, lo=-128, scale=so, dtype=oty.dtype))
+            continue
         x = qz.qin(t)
         xt = qz.q.types[x]
         if (xt.exp, xt.scale) != (eo, so):
@@ -189,67 +240,149 @@ def q_max(qz: _Q, n: Node) -> None:
             x = r
         aligned.append(x)
     qo = qz.int_name(out)
-    qz.add(n.name, "qmax", aligned, qo, {}, qz.otype(out, qz.fg.types[out].shape))
+    qz.add(n.name, _EXTREMUM[n.op].qop, aligned, qo, {}, oty)
     qz.qname[out] = qo
 
 
-def ref_max(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
-    """``max`` / ``qmax``: ``np.maximum(a, b)`` in the operands' dtype (float32 in a float
-    graph, the integer oracle in a quantized one: exact, no requantize)."""
-    return np.maximum(x[0], x[1])
+def ref_extremum(node: Node, x: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """``max`` / ``qmax``: ``np.maximum(a, b)``; ``min`` / ``qmin``: ``np.minimum(a, b)``,
+    numpy broadcasting, in the operands' dtype (float32 in a float graph, the integer
+    oracle in a quantized one: exact, no requantize)."""
+    return _EXTREMUM[node.op].fn(x[0], x[1])
 
 
-def vta_max(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
-    """``qmax``: NC or NCHW operands of one shape, ``ACC_8BIT`` (both are ACC8 loads)."""
+def _operand_form(graph: Graph, node: Node) -> str | None:
+    """How ``qmax`` / ``qmin``'s second operand reaches the ALU: ``"tensor"`` (``a``'s
+    shape: ACC8 load), ``"channel"`` (a ``[N,C,1,1]`` tensor against NCHW ``a``: ACC8 load
+    of one entry per channel block, broadcast over H*W by a zero source factor),
+    ``"scalar"`` (a one-value constant: the ALU immediate), ``"const"`` (a per-channel
+    constant: resident ACC rows, broadcast like ``"channel"``); None for any other
+    broadcast (and for operands of rank other than 2 and 4)."""
+    ta, b = graph.types[node.inputs[0]], node.inputs[1]
+    if ta.rank not in (2, 4):
+        return None
+    if b in graph.constants:
+        kind = pl.const_kind(graph, node)
+        return {"scalar": "scalar", "per-channel": "const"}.get(kind)
+    tb = graph.types[b]
+    if tb.shape == ta.shape:
+        return "tensor"
+    if ta.rank == 4 and tb.rank == 4 and tuple(tb.shape[1:]) == (ta.shape[1], 1, 1):
+        return "channel"
+    return None
+
+
+_FORM_WHY = {"tensor": "element-wise {op}: ACC8 loads + ALU {alu} (tensor operand)",
+             "channel": "{op} by a per-channel tensor: ACC8 loads + ALU {alu} (broadcast over H*W)",
+             "scalar": "{op} by a scalar constant: ACC8 load + ALU {alu} (immediate)",
+             "const": "{op} by a per-channel constant: ACC8 load + ALU {alu} by resident ACC rows"}
+
+
+def vta_extremum(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[bool, str]:
+    """``qmax`` / ``qmin``: NC or NCHW ``a``; ``b`` of ``a``'s shape, a per-channel
+    ``[N,C,1,1]`` tensor, or a scalar / per-channel constant (:func:`_operand_form`);
+    ``ACC_8BIT`` (``a`` is an ACC8 load)."""
     ta, tb = graph.types[node.inputs[0]], graph.types[node.inputs[1]]
+    alu = _EXTREMUM[node.op].alu.name
     if ta.rank not in (2, 4):
         return False, f"element-wise op on a rank-{ta.rank} tensor: the VTA lowering takes NC or NCHW"
-    if tb.shape != ta.shape:
-        return False, f"max of {ta} and a broadcast {tb}: VTA takes two tensors of one shape"
+    form = _operand_form(graph, node)
+    if form is None:
+        what = "constant" if node.inputs[1] in graph.constants else "tensor"
+        return False, (f"{alu} of {ta} and a broadcast {what} {tb}: VTA takes an operand of the same "
+                       f"shape, a per-channel [N,C,1,1] tensor, or a scalar / per-channel constant")
     if not cfg.ACC_8BIT:
         return False, "int8 operands must be loaded into the accumulator, which needs ACC_8BIT"
-    return True, "element-wise max: ACC8 loads + ALU MAX (tensor operand)"
+    return True, _FORM_WHY[form].format(op=alu.lower(), alu=alu)
 
 
-def lower_qmax(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
-    """``qmax`` for one batch block (slots ``a``, ``b``, ``y``): per chunk of at most a
-    quarter of the accumulator, ACC8 loads of ``a`` and ``b``, one ALU MAX micro-op loop
-    (tensor operand), STORE; two virtual threads alternate ACC halves, store->compute tokens
-    guard their reuse.  No requantize: the stored low 8 bits are the int8 maximum.
+def _extremum_chunks(cfg: VTAConfig, form: str, lay: SlotLayout, half: int, uid: str) -> list:
+    """``[(e0, m, c0, cnt)]``: the ACC entries ``[e0, e0+m)`` of ``a`` one tile holds (for
+    a per-channel ``b`` whole channel blocks ``[c0, c0+cnt)``, ``m = cnt*H*W``) in half the
+    accumulator beside its ``b`` entries (``"tensor"``: ``m``; ``"channel"``: ``cnt``;
+    ``"scalar"``: none; ``"const"``: all ``cb`` channel blocks, resident).
 
     Raises:
-        CompileError: ACC_8BIT off, activations other than int8, operands of two shapes.
+        CompileError: a channel block whose ``H*W`` (plus its operand) does not fit.
+    """
+    hw = lay.hw[0] * lay.hw[1]
+    n_el = lay.cb * hw
+    if form in ("tensor", "scalar"):
+        step = max(1, min(MAX_EXTENT, LIMITS.max("size"), half // 2 if form == "tensor" else half))
+        return [(e0, min(step, n_el - e0), 0, 0) for e0 in range(0, n_el, step)]
+    room = half - lay.cb if form == "const" else half
+    k = min(room // (hw + (form == "channel")), MAX_EXTENT) if room > 0 else 0
+    if k < 1 or hw > MAX_EXTENT:
+        raise CompileError(f"{uid}: a {lay.hw[0]}x{lay.hw[1]} channel block and its operand do not "
+                           f"fit half the accumulator")
+    return [(c0 * hw, min(k, lay.cb - c0) * hw, c0, min(k, lay.cb - c0)) for c0 in range(0, lay.cb, k)]
+
+
+def lower_extremum(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+    """``qmax`` / ``qmin`` for one batch block (slots ``a``, ``y``, and ``b`` for a tensor
+    operand; a per-channel constant is the packed ACC constant ``c``): per tile (at most
+    half the accumulator, :func:`_extremum_chunks`), an ACC8 load of ``a``, then ALU MAX /
+    MIN by ``b`` in its form (:func:`_operand_form`: an ACC8 load of the same extent, one
+    per channel block broadcast over H*W, the immediate, or the resident constants), STORE;
+    two virtual threads alternate ACC halves, store->compute tokens guard their reuse.  No
+    requantize: the stored low 8 bits are the int8 result.
+
+    Raises:
+        CompileError: ACC_8BIT off, activations other than int8, a broadcast VTA cannot
+            express, a channel block too large for half the accumulator.
     """
     a, b = node.inputs
+    alu = _EXTREMUM[node.op].alu
     chw = operand_chw(graph, a)
     if not cfg.ACC_8BIT or cfg.INP_WIDTH != 8:
-        raise CompileError(f"{uid}: qmax on VTA needs ACC_8BIT and int8 activations (ACC8 loads)")
-    if operand_chw(graph, b) != chw:
-        raise CompileError(f"{uid}: qmax of {list(chw)} and {list(operand_chw(graph, b))}: one shape only")
+        raise CompileError(f"{uid}: {node.op} on VTA needs ACC_8BIT and int8 activations (ACC8 loads)")
+    form = _operand_form(graph, node)
+    if form is None:
+        raise CompileError(f"{uid}: {node.op} of {list(chw)} and {list(graph.types[b].shape)}: "
+                           f"a broadcast VTA does not take")
     lay = SlotLayout(tuple(chw), cfg.BATCH, cfg.BLOCK_OUT)
-    n_el = lay.cb * lay.hw[0] * lay.hw[1]
+    hw = lay.hw[0] * lay.hw[1]
     nvt = 2 if cfg.ACC_DEPTH >= 4 else 1
     half = cfg.ACC_DEPTH // nvt
-    chunk = max(1, min(MAX_EXTENT, LIMITS.max("size"), half // 2))
-    tb = TraceBuilder(uid, {"a": lay.block_bytes, "b": lay.block_bytes, "y": lay.block_bytes})
-    starts = range(0, n_el, chunk)
-    for t, e0 in enumerate(starts):
-        m = min(chunk, n_el - e0)
+    chunks = _extremum_chunks(cfg, form, lay, half, uid)
+    slots, layouts, consts = {"a": lay.block_bytes}, {"a": lay}, {}
+    b_size = 0
+    if form in ("tensor", "channel"):
+        lay_b = lay if form == "tensor" else SlotLayout(tuple(operand_chw(graph, b)), cfg.BATCH, cfg.BLOCK_OUT)
+        slots["b"], layouts["b"], b_size = lay_b.block_bytes, lay_b, cfg.BATCH * int(np.prod(lay_b.shape))
+    slots["y"], layouts["y"] = lay.block_bytes, lay
+    tb = TraceBuilder(uid, slots)
+    if form == "const":          # resident at the top of each thread's half
+        consts["c"] = pack_bias(graph.constants[b].astype(np.int64).reshape(-1), 0, cfg.BATCH, cfg.BLOCK_OUT)
+        for vt in range(nvt):
+            tb.load_2d("c", 0, MemType.ACC, vt * half + half - lay.cb, 1, lay.cb, lay.cb)
+    for t, (e0, m, c0, cnt) in enumerate(chunks):
         base = (t % nvt) * half
         if t >= nvt:
             tb.dep_pop(Module.STORE, Module.COMPUTE)
         tb.load_2d("a", e0, MemType.ACC8, base, 1, m, m)
-        tb.load_2d("b", e0, MemType.ACC8, base + m, 1, m, m)
-        emit_kernel(tb, "alu", [(m, 1, 1, 0)], [base], [base + m], op=AluOp.MAX)
+        bcast = [(cnt, hw, 1, 0), (hw, 1, 0, 0)]
+        if form == "tensor":
+            tb.load_2d("b", e0, MemType.ACC8, base + m, 1, m, m)
+            emit_kernel(tb, "alu", [(m, 1, 1, 0)], [base], [base + m], op=alu)
+        elif form == "channel":
+            tb.load_2d("b", c0, MemType.ACC8, base + m, 1, cnt, cnt)
+            emit_kernel(tb, "alu", bcast, [base], [base + m], op=alu)
+        elif form == "scalar":
+            imm = int(graph.constants[b].reshape(()))
+            emit_kernel(tb, "alu", [(m, 1, 1, 0)], [base], [base], op=alu, imm=imm)
+        else:
+            emit_kernel(tb, "alu", bcast, [base], [(t % nvt) * half + half - lay.cb + c0], op=alu)
         tb.dep_push(Module.COMPUTE, Module.STORE)
         tb.dep_pop(Module.COMPUTE, Module.STORE)
         tb.store_2d(base, "y", e0, 1, m, m)
         tb.dep_push(Module.STORE, Module.COMPUTE)
-    for _ in range(min(len(starts), nvt)):
+    for _ in range(min(len(chunks), nvt)):
         tb.dep_pop(Module.STORE, Module.COMPUTE)
     size = cfg.BATCH * int(np.prod(chw))
-    tb.trace.stats = {"tiles": len(starts), "gemm_uops_ideal": 0, **dram_stats(2 * size, size)}
-    return fit_queues(cfg, LoweredOp(tb.trace, {}, {"a": lay, "b": lay, "y": lay})), {"a": a, "b": b}
+    tb.trace.stats = {"tiles": len(chunks), "gemm_uops_ideal": 0, **dram_stats(size + b_size, size)}
+    act = {"a": a, "b": b} if "b" in slots else {"a": a}
+    return fit_queues(cfg, LoweredOp(tb.trace, consts, layouts)), act
 
 
 # ---------------------------------------------------------------------------
@@ -266,13 +399,14 @@ def _layout_op(name: str, reference: Callable, produces: tuple[str, ...] | None 
 def _defs() -> dict[str, OpDef]:
     d = [
         # float ops: a quantizer rule each; kept real-valued (CPU) when the rule refuses
-        OpDef("conv2d", _Q.q_conv2d, ("qconv2d",), cpu="real"),
-        OpDef("dense", _Q.q_dense, ("qdense",), cpu="real"),
+        OpDef("conv2d", _Q.q_conv2d, ("qconv2d",), cpu="real", weights=1, macs=pl.linear_macs),
+        OpDef("dense", _Q.q_dense, ("qdense",), cpu="real", weights=1, macs=pl.linear_macs),
         OpDef("relu", _Q.q_relu, ("qrequant",), cpu="real"),
         OpDef("clip", _Q.q_clip, ("qrequant",), cpu="real"),
         OpDef("add", _Q.q_add, ("qadd", "qrequant"), cpu="real"),
         OpDef("mul", _Q.q_mul, ("qmul", "qrequant"), cpu="real"),
-        OpDef("max", q_max, ("qmax", "qrequant"), reference=ref_max),   # always quantized
+        OpDef("max", q_extremum, ("qmax", "qrequant"), reference=ref_extremum),   # always quantized
+        OpDef("min", q_extremum, ("qmin", "qrequant"), reference=ref_extremum),   # always quantized
         OpDef("batch_norm", _Q.q_batch_norm, (), cpu="real"),   # folded by the passes first
         OpDef("max_pool", _Q.q_max_pool, ("qmax_pool",), cpu="real"),
         OpDef("avg_pool", _Q.q_avg_pool, ("qavg_pool",), cpu="real"),
@@ -288,7 +422,7 @@ def _defs() -> dict[str, OpDef]:
         OpDef("softmax", _Q.q_softmax, ("softmax", "dequantize"), cpu="int", cpu_reason=_FLOAT,
               capability="cpu: float exponentials"),
         # an ONNX node kept as is: always real-valued, on the CPU
-        OpDef("onnx", _Q.q_real, (), cpu="onnx"),
+        OpDef("onnx", _Q.q_real, (), cpu="onnx", macs=pl.onnx_macs),
         # quantized ops
         OpDef("quantize", reference=rk.ref_quantize, cpu="int", cpu_reason=_FLOAT,
               capability="cpu: float input"),
@@ -297,12 +431,14 @@ def _defs() -> dict[str, OpDef]:
         OpDef("qconv2d", vta=pl.vta_linear, acc_bound=pl.linear_acc_bound, lower=lower_qconv2d,
               reference=rk.ref_qconv2d, cpu="int",
               capability="vta: GEMM + ALU requantize; groups/depthwise ok; pads <= {max_pad}; "
-                         "mult 1 unless ALU_MUL{lin}"),
+                         "mult 1 unless ALU_MUL{lin}", weights=1, macs=pl.linear_macs, bands=bands_qconv2d),
         OpDef("qdense", vta=pl.vta_linear, acc_bound=pl.linear_acc_bound, lower=lower_qdense,
-              reference=rk.ref_qdense, cpu="int", capability="vta: GEMM + ALU requantize{lin}"),
+              reference=rk.ref_qdense, cpu="int", capability="vta: GEMM + ALU requantize{lin}",
+              weights=1, macs=pl.linear_macs),
         OpDef("qadd", vta=pl.vta_add, acc_bound=pl.add_acc_bound, lower=lower_qadd,
               reference=rk.ref_qadd, cpu="int",
-              capability="vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{add}"),
+              capability="vta: ACC8 loads + ALU SHR(left)/ADD/SHR/MAX/MIN; shift <= 15{acc8}{add}",
+              int4=pl.add_int4_why),
         OpDef("qrequant", vta=pl.vta_requant, acc_bound=pl.operand_bound, lower=lower_qrequant,
               reference=rk.ref_qrequant, cpu="int", capability="vta: ACC8 load + ALU SHR/MAX/MIN{acc8}{elt}"),
         OpDef("qmax_pool", vta=pl.vta_max_pool, acc_bound=pl.operand_bound, lower=lower_qmax_pool,
@@ -316,8 +452,10 @@ def _defs() -> dict[str, OpDef]:
               reference=rk.ref_qmul, cpu="int",
               capability="vta: by a tensor (same shape or per channel) or a scalar / per-channel "
                          "constant: ACC8 loads + ALU MUL{mul}{acc8}{elt}"),
-        OpDef("qmax", vta=vta_max, acc_bound=pl.operand_bound, lower=lower_qmax, reference=ref_max,
-              cpu="int", capability="vta: two tensors of one shape: ACC8 loads + ALU MAX{acc8}{elt}"),
+        OpDef("qmax", vta=vta_extremum, acc_bound=pl.operand_bound, lower=lower_extremum,
+              reference=ref_extremum, cpu="int", capability=_EXTREMUM_CAP.format(alu="MAX")),
+        OpDef("qmin", vta=vta_extremum, acc_bound=pl.operand_bound, lower=lower_extremum,
+              reference=ref_extremum, cpu="int", capability=_EXTREMUM_CAP.format(alu="MIN")),
     ]
     return {o.name: o for o in d}
 

@@ -57,9 +57,8 @@ from ..runtime.cpu_float import onnx_backend
 from .errors import CompileError
 from .ir import REAL_OPS, Graph, Node, qbits
 from .lower_conv import weights_fit
-from .lower_eltwise import gemm_add_ok
-from .ops import REGISTRY
-from .placement import IMM_MAX, MAX_PAD, linear_acc_bound
+from .ops import REGISTRY, OpDef
+from .placement import IMM_MAX, INT4_ELTWISE_WHY, MAX_PAD, linear_acc_bound
 from .requant import mult_plan
 
 __all__ = ["Placement", "Region", "Partition", "capability_table", "capability_caveats", "vta_support",
@@ -179,33 +178,14 @@ class Partition:
 
 
 def node_macs(node: Node, graph: Graph) -> int:
-    """Multiply-accumulates of one node per sample (batch dim excluded): conv/dense (float
-    or quantized) and ONNX Conv / ConvTranspose / Gemm / MatMul kept as is; 0 otherwise."""
-    def prod(dims):
-        p = 1
-        for d in dims:
-            p *= d if isinstance(d, int) else 1
-        return p
-
-    op = node.op
-    out = graph.types.get(node.outputs[0])
-    if out is None:
+    """Multiply-accumulates of one node per sample (batch dim excluded): its registry
+    entry's ``macs`` facet (conv/dense float or quantized, ONNX Conv / ConvTranspose / Gemm
+    / MatMul kept as is: :func:`~.placement.linear_macs`, :func:`~.placement.onnx_macs`);
+    0 for an op without one or an untyped output."""
+    d = REGISTRY.get(node.op)
+    if d is None or d.macs is None or graph.types.get(node.outputs[0]) is None:
         return 0
-    if op in ("qconv2d", "conv2d", "qdense", "dense"):
-        w = graph.types[node.inputs[1]].shape
-        return prod(out.shape[1:]) * prod(w[1:])
-    if op == "onnx":
-        a = node.attrs
-        ins = [graph.types[i].shape for i in node.inputs]
-        wpos = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}.get(a["op_type"])
-        if wpos is not None and len(ins) > wpos:
-            return prod(out.shape[1:]) * prod(ins[wpos][1:])
-        if a["op_type"] == "ConvTranspose" and len(ins) > 1:
-            return prod(ins[0][1:]) * prod(ins[1][1:])
-        if a["op_type"] in ("Gemm", "MatMul", "MatMulInteger", "QLinearMatMul", "QGemm") and len(ins) > 1:
-            k = ins[0][-1] if not a["onnx_attrs"].get("transA") else ins[0][-2]
-            return prod(out.shape[1:]) * (k if isinstance(k, int) else 1)
-    return 0
+    return d.macs(node, graph)
 
 
 def capability_table(config: VTAConfig | str | None = None) -> dict[str, str]:
@@ -292,7 +272,7 @@ def vta_support(node: Node, graph: Graph, config: VTAConfig, producers: dict[str
     d = REGISTRY.get(node.op)
     if d is None or d.vta is None:
         return False, cpu_reason(node, graph)
-    why = _width_mismatch(node, graph, config) or _batch_mismatch(node, graph)
+    why = _width_mismatch(node, graph, config, d) or _batch_mismatch(node, graph)
     if why:
         return False, why
     return d.vta(node, graph, config, producers)
@@ -322,7 +302,7 @@ def _int4_weights(name: str, graph: Graph, cfg: VTAConfig) -> bool:
     return w is not None and weights_fit(cfg, w)
 
 
-def _width_mismatch(node: Node, graph: Graph, cfg: VTAConfig) -> str | None:
+def _width_mismatch(node: Node, graph: Graph, cfg: VTAConfig, d: OpDef) -> str | None:
     """Why the node's dtypes do not fit the core's widths (None when they do).  int8 graph
     on an int8 core: None; an int16 graph on a ``LOG_INP_WIDTH`` 4 core: conv/dense fit
     (their weights must have ``WGT_WIDTH`` bits), every other integer op runs on the CPU
@@ -330,32 +310,25 @@ def _width_mismatch(node: Node, graph: Graph, cfg: VTAConfig) -> str | None:
     activations) takes conv/dense whose int8 weight constants all lie in ``[-8, 7]``
     (checked on the values) and every int8 element-wise op.  An int4 graph on a
     ``LOG_INP_WIDTH`` 2 core: conv/dense with int8 weights (``WGT_WIDTH`` 8) or weights in
-    ``[-8, 7]`` (``WGT_WIDTH`` 4), and a tensor-tensor ``qadd`` in its GEMM form; every other
-    integer op runs on the CPU (ACC8 loads int8 values, not nibbles)."""
+    ``[-8, 7]`` (``WGT_WIDTH`` 4), and an op with an int4 form (its entry's ``int4`` facet:
+    a tensor-tensor ``qadd`` as a GEMM); every other integer op runs on the CPU (ACC8 loads
+    int8 values, not nibbles).  The weights are the input at the entry's ``weights``
+    position (conv/dense)."""
     t = graph.types[node.inputs[0]]
-    w = graph.types[node.inputs[1]] if node.op in ("qconv2d", "qdense") else None
+    wname = node.inputs[d.weights] if d.weights is not None else None
+    w = graph.types[wname] if wname is not None else None
     if t.dtype == "int4" and cfg.INP_WIDTH == 4:
         if w is not None:
-            if cfg.WGT_WIDTH == 4 and not _int4_weights(node.inputs[1], graph, cfg):
+            if cfg.WGT_WIDTH == 4 and not _int4_weights(wname, graph, cfg):
                 return (f"{w.dtype} weights outside int4 [-8, 7] on a core with WGT_WIDTH 4: "
                         f"quantize for the core's widths")
             if w.dtype != "int8":
                 return (f"{w.dtype} weights on a core with WGT_WIDTH {cfg.WGT_WIDTH}: "
                         f"quantize for the core's widths")
             return None
-        if node.op == "qadd" and node.inputs[1] not in graph.constants:
-            if any(graph.types[i].dtype != "int4" for i in node.inputs):
-                return "a qadd of int4 and int8 tensors: quantize for the core's widths"
-            if not gemm_add_ok(cfg, node.attrs):
-                return (f"int4 operands: ACC8 loads int8 values only, and the GEMM form of "
-                        f"the add needs BLOCK_IN == BLOCK_OUT (here {cfg.BLOCK_IN} / "
-                        f"{cfg.BLOCK_OUT}) and both lshift <= {cfg.WGT_WIDTH - 2} (here "
-                        f"{node.attrs['lshift_a']} / {node.attrs['lshift_b']}) (CPU, exact)")
-            return None
-        return ("int4 operands: ACC8 loads int8 values only, so int4 activations (two per "
-                "byte) cannot reach the accumulator for this element-wise op (CPU, exact)")
+        return d.int4(node, graph, cfg) if d.int4 is not None else INT4_ELTWISE_WHY
     if cfg.WGT_WIDTH == 4 and cfg.INP_WIDTH == 8 and t.dtype == "int8":
-        if w is not None and not _int4_weights(node.inputs[1], graph, cfg):
+        if w is not None and not _int4_weights(wname, graph, cfg):
             return (f"{w.dtype} weights outside int4 [-8, 7] on a core with WGT_WIDTH 4: "
                     f"quantize for the core's widths")
         return None

@@ -7,8 +7,10 @@ facet of the op's registry entry (:data:`~.ops.REGISTRY`), and
 widths are the core's, the batch is dim 0).  A bound ``(node, graph) -> int`` is the
 worst-case ``|acc|`` entering the node's requantize over every input of its dtype (the
 ``acc_bound`` facet): a requantize multiplier needs an overflow-free ALU sequence for it
-(:func:`mult_why`, :func:`~.requant.mult_plan`).  The rules themselves are listed in
-:mod:`.partition`'s docstring.
+(:func:`mult_why`, :func:`~.requant.mult_plan`).  Beside them: an op's form on int4
+activations (the ``int4`` facet, :func:`add_int4_why`) and its multiply-accumulates (the
+``macs`` facet, :func:`linear_macs`, :func:`onnx_macs`).  The rules themselves are listed
+in :mod:`.partition`'s docstring.
 
 This module imports no dispatcher (``ops``, ``partition``): the registry imports it.
 """
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 from ..hw.config import VTAConfig
 from .ir import Graph, Node, qbits
+from .lower_eltwise import gemm_add_ok
 from .requant import mult_plan
 
 __all__ = ["MAX_PAD", "IMM_MAX", "operand_bound", "linear_acc_bound", "add_acc_bound",
            "mul_acc_bound", "avg_acc_bound", "mult_why", "const_kind", "add_const_kind",
-           "vta_linear", "vta_add", "vta_requant", "vta_max_pool", "vta_avg_pool", "vta_mul"]
+           "vta_linear", "vta_add", "vta_requant", "vta_max_pool", "vta_avg_pool", "vta_mul",
+           "INT4_ELTWISE_WHY", "add_int4_why", "linear_macs", "onnx_macs"]
 
 #: the LOAD pad field's maximum (4 bits)
 MAX_PAD = 15
@@ -92,6 +96,72 @@ def mult_why(node: Node, cfg: VTAConfig, bound: int) -> str | None:
         return (f"requantize multiplier {a['mult']} (shift {a['shift']}) may overflow "
                 f"ACC_WIDTH {cfg.ACC_WIDTH} (worst case |acc| {bound})")
     return None
+
+
+# ---------------------------------------------------------------------------
+# int4 activations (the ``int4`` facet)
+# ---------------------------------------------------------------------------
+
+#: why an op without an int4 form runs on the CPU on a ``LOG_INP_WIDTH`` 2 core
+INT4_ELTWISE_WHY = ("int4 operands: ACC8 loads int8 values only, so int4 activations (two per "
+                    "byte) cannot reach the accumulator for this element-wise op (CPU, exact)")
+
+
+def add_int4_why(node: Node, graph: Graph, cfg: VTAConfig) -> str | None:
+    """``qadd`` of int4 activations (a ``LOG_INP_WIDTH`` 2 core): two int4 tensors run as a
+    GEMM over INP loads (:func:`~.lower_eltwise.gemm_add_ok`), so None when that form
+    exists; else why not (a constant operand: :data:`INT4_ELTWISE_WHY`)."""
+    if node.inputs[1] in graph.constants:
+        return INT4_ELTWISE_WHY
+    if any(graph.types[i].dtype != "int4" for i in node.inputs):
+        return "a qadd of int4 and int8 tensors: quantize for the core's widths"
+    if not gemm_add_ok(cfg, node.attrs):
+        return (f"int4 operands: ACC8 loads int8 values only, and the GEMM form of "
+                f"the add needs BLOCK_IN == BLOCK_OUT (here {cfg.BLOCK_IN} / "
+                f"{cfg.BLOCK_OUT}) and both lshift <= {cfg.WGT_WIDTH - 2} (here "
+                f"{node.attrs['lshift_a']} / {node.attrs['lshift_b']}) (CPU, exact)")
+    return None
+
+
+# ---------------------------------------------------------------------------
+# Multiply-accumulates (the ``macs`` facet)
+# ---------------------------------------------------------------------------
+
+def _prod(dims) -> int:
+    """The product of a shape's dims, a symbolic one counting 1."""
+    p = 1
+    for d in dims:
+        p *= d if isinstance(d, int) else 1
+    return p
+
+
+def linear_macs(node: Node, graph: Graph) -> int:
+    """Multiply-accumulates per sample of a conv / dense (float or quantized): output
+    elements (batch dim excluded) times the weights' ``K`` (``prod(w.shape[1:])``)."""
+    return _prod(graph.types[node.outputs[0]].shape[1:]) * _prod(graph.types[node.inputs[1]].shape[1:])
+
+
+#: the weight input of each ONNX conv op kept as is
+_ONNX_CONV_W = {"Conv": 1, "ConvInteger": 1, "QLinearConv": 3}
+_ONNX_MATMUL = ("Gemm", "MatMul", "MatMulInteger", "QLinearMatMul", "QGemm")
+
+
+def onnx_macs(node: Node, graph: Graph) -> int:
+    """Multiply-accumulates per sample of an ONNX node kept as is: Conv / ConvInteger /
+    QLinearConv (output elements times the weights' ``K``), ConvTranspose (input elements
+    times ``prod(w.shape[1:])``), Gemm / MatMul and their integer forms (output elements
+    times the reduced dim); 0 for any other ONNX op."""
+    a, out = node.attrs, graph.types[node.outputs[0]]
+    ins = [graph.types[i].shape for i in node.inputs]
+    wpos = _ONNX_CONV_W.get(a["op_type"])
+    if wpos is not None and len(ins) > wpos:
+        return _prod(out.shape[1:]) * _prod(ins[wpos][1:])
+    if a["op_type"] == "ConvTranspose" and len(ins) > 1:
+        return _prod(ins[0][1:]) * _prod(ins[1][1:])
+    if a["op_type"] in _ONNX_MATMUL and len(ins) > 1:
+        k = ins[0][-1] if not a["onnx_attrs"].get("transA") else ins[0][-2]
+        return _prod(out.shape[1:]) * (k if isinstance(k, int) else 1)
+    return 0
 
 
 # ---------------------------------------------------------------------------

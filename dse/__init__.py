@@ -19,9 +19,11 @@
   ``--accuracy digits``), an objective next to latency and resources.
 """
 
-from .evaluate import (AccSafety, AnalyticResources, CycleModel, DesignEvaluator, DSEError,
-                       DseWorkload, ModelPerformance, Result, RtlPerformance, YosysResources,
-                       bram36_for_memory, judge, memory_map, parse_workloads)
+from .evaluate import DesignEvaluator, judge
+from .performance import AccSafety, CycleModel, ModelPerformance, RtlPerformance
+from .resources import AnalyticResources, YosysResources, bram36_for_memory, memory_map
+from .result import DSEError, Result
+from .workloads import DseWorkload, parse_workloads
 from .report import build_report, format_table, load_report, write_report
 from .search import PointResult, ResultCache, SearchStats, mark_pareto, pareto_front, run_search
 from .space import Point, Space, SpaceError, default_space, with_width_axis

@@ -7,7 +7,7 @@ source-cache terms need the micro-ops' entries), the RTL cycles and the core's c
 A pair is JSON (bytes zlib-compressed, base64), so a regression test re-costs recorded
 programs with no Verilator build.
 
-:func:`fit` adjusts :class:`~.evaluate.CycleModel`'s constants to minimise the worst
+:func:`fit` adjusts :class:`~.performance.CycleModel`'s constants to minimise the worst
 per-layer relative error on the pairs (coordinate search; every constant stays >= 0).
 :func:`pair_errors` gives the per-layer error table.
 
@@ -32,8 +32,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from ..hw.config import VTAConfig
-from .evaluate import CycleModel, DseWorkload, compile_workload, parse_workloads, uop_loads_of
-from .performance import run_closing
+from .performance import CycleModel, run_closing, uop_loads_of
+from .workloads import DseWorkload, compile_workload, parse_workloads
 
 __all__ = ["PAIRS_SCHEMA", "record_pairs", "pair_program", "layer_errors", "fit",
            "load_pairs", "save_pairs", "main"]

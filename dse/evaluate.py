@@ -3,7 +3,7 @@
 Split along its seams: workloads (:mod:`.workloads`), resource evaluators
 (:mod:`.resources`), performance evaluators and the cycle model (:mod:`.performance`), the
 result record (:mod:`.result`); this module combines them (:class:`DesignEvaluator`,
-:func:`judge`) and re-exports their names.
+:func:`judge`).  Import each name from the module that defines it.
 
 Every evaluator has ``evaluate(cfg, workloads) -> Result`` and a ``key`` (a dict of its
 settings, part of the cache key).  :class:`DesignEvaluator` combines a resource evaluator,
@@ -51,25 +51,15 @@ from typing import Any, Mapping, Sequence
 
 from ..hw.config import VTAConfig
 from ..hw.estimate import PARTS, part_info
-from .result import DSEError, Result, _fp  # noqa: F401
-from .workloads import DseWorkload, compile_workload, parse_workloads  # noqa: F401
-from .resources import (  # noqa: F401
-    AnalyticResources, LUT_FF_CALIBRATION, YosysResources,
-    bram36_for_memory, memory_map, resource_record, resources_fit)
-from .performance import (  # noqa: F401
-    AccSafety, CycleModel, MODEL_ERROR_BAND, ModelPerformance, RtlPerformance,
-    TRACE_BOUND_FIELDS, _recording_device, perf_record, perf_records, perf_records_of,
-    uop_loads_of)
+from .result import DSEError, Result, _fp
+from .workloads import DseWorkload
+from .resources import AnalyticResources, YosysResources, resource_record, resources_fit
+from .performance import (AccSafety, CycleModel, ModelPerformance, RtlPerformance, TRACE_BOUND_FIELDS,
+                          perf_record)
 
-__all__ = [
-    "DSEError", "Result", "DseWorkload", "parse_workloads", "CycleModel", "bram36_for_memory",
-    "memory_map", "AnalyticResources", "YosysResources", "ModelPerformance", "RtlPerformance",
-    "AccSafety", "DesignEvaluator", "judge", "LUT_FF_CALIBRATION", "MODEL_VERSION",
-    "UNVERIFIED_LABEL", "PROGRAM_NEUTRAL_FIELDS", "program_key", "MODEL_ERROR_BAND",
-    "compile_workload", "resource_record", "perf_record", "perf_records", "perf_records_of",
-    "program_family", "resources_fit",
-    "uop_loads_of",
-]
+__all__ = ["DesignEvaluator", "judge", "MODEL_VERSION", "UNVERIFIED_LABEL", "PROGRAM_NEUTRAL_FIELDS",
+           "program_key", "program_family", "code_hash", "known_parts", "load_timing", "unmatched_timing",
+           "TIMING_FIELDS"]
 
 #: Bump when a model changes: cached results of another version are not reused.
 MODEL_VERSION = 2

@@ -10,7 +10,7 @@ call finishes, and ``close()``.  :func:`make_executor` picks one:
 - ``scheduler = "tcp://host:port"``: a ``distributed.Client`` on that scheduler (its
   workers need vtaforge installed; nothing else is shipped but the task arguments).
 
-Each worker keeps its own per-process caches (:func:`~.evaluate.compile_workload`'s
+Each worker keeps its own per-process caches (:func:`~.workloads.compile_workload`'s
 quantized graphs, the Verilator build cache on disk), so a task's cost falls after the
 first few on a worker.  A task that raises, or whose worker dies, yields an
 :class:`TaskFailure` instead of a value: the caller records it, the sweep goes on.

@@ -32,13 +32,11 @@ FETCH_BATCH = 4
 #: (hw/core/compute.py: the engine's busy drops, then the micro-op goes through B, C, D).
 ENGINE_HOLD_DRAIN = 3
 
-#: The cycle model's stated error against the RTL: the recorded pairs of tests/dse/data
-#: (ResNet-18 C2-C11, its max-pool and four residual-add shapes at full size, the digits
-#: CNN; 9 configs) are within 1.39 % per layer after the fit (0.22 % mean over 103 layers;
-#: 1.39 % / 0.18 % on the 60 held out of it; the REQ_ENGINE pairs, pynq at size 14 and full
-#: and tiny at size 14, within 1.82 % but tiny's C4, +4.28 %: see ``fetch_yields``);
-#: latencies within this fraction of each other are ties for "best latency" (kept at
-#: 2.5 %: the pairs are all on the ideal bus).
+#: The cycle model's stated error against the RTL: a bound on the per-layer error of the
+#: recorded pairs of tests/dse/data after the fit, with a margin since the pairs are all on
+#: the ideal bus (docs/dse.md "Calibration" has the measured errors per config, their
+#: record and the one larger REQ_ENGINE outlier, ``fetch_yields``); latencies within this
+#: fraction of each other are ties for "best latency".
 MODEL_ERROR_BAND = 0.025
 
 #: Per module (index ``Module - 1``: 0 load, 1 compute, 2 store), the ``(flag, queue)`` of
@@ -130,21 +128,19 @@ class CycleModel:
     row_overhead: float = 3.0
     #: Cycles per STORE row beyond its beats (``None``: ``row_overhead``): the store unit
     #: issues the next row's write burst while this one's beats go out, so a row costs
-    #: about its beats (pynq + REQ + engine rtl, MobileNet-v1's 112x112 32->64 1x1: 3,584
-    #: rows of 28 beats in 101,184 busy cycles for 100,352 beats, 0.23 per row; with 3.0
-    #: the model read +11 % on that store-bound layer).
+    #: about its beats (fitted on MobileNet-v1's store-bound 112x112 32->64 1x1 on the
+    #: engine core's rtl: bench/RESULTS.md 2026-12-02 "Cycle-model row terms").
     store_row_overhead: float | None = 0.0
     #: Extra cycles per row of a LOAD with horizontal padding (the loader writes a row's
     #: pad elements around its DMA beats, so the next row's request does not overlap this
-    #: row); fitted on the MobileNet-v1 depthwise pairs (pynq rtl, 7x7: a 7-row window
-    #: padded on both sides took 209 cycles for 98 beats and 32 pad elements; with 0 the
-    #: model read -3.9 % on that layer, with 2.5 every pair is within 1.9 %, the others
-    #: unchanged).
+    #: row); fitted on the MobileNet-v1 depthwise pairs (pynq rtl; bench/RESULTS.md
+    #: 2026-12-02 "Cycle-model row terms").
     pad_row_overhead: float = 2.5
     #: Model the one AXI read channel shared by the instruction fetch and the compute and
     #: load modules' DMA reads, and the fetch itself (:meth:`_schedule`); ``False``: every
     #: instruction is there at cycle 0 and reads never wait for each other (the model
-    #: before; it underestimated ResNet-18's residual adds by up to 14 %).
+    #: before, which underestimated the residual adds: bench/RESULTS.md 2026-12-02
+    #: "Cycle-model row terms").
     read_arbitration: bool = True
     #: Cycles of one instruction-fetch request beyond its beats (hw/core/fetch.py: request
     #: and first-beat latency, NEXT), with :attr:`read_arbitration`; fitted.

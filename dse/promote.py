@@ -24,8 +24,11 @@ import hashlib
 import json
 from typing import Any, Sequence
 
-from .evaluate import (MODEL_ERROR_BAND, DesignEvaluator, DSEError, DseWorkload,
-                       RtlPerformance, YosysResources, judge)
+from .evaluate import DesignEvaluator, judge
+from .performance import MODEL_ERROR_BAND, RtlPerformance
+from .resources import YosysResources
+from .result import DSEError
+from .workloads import DseWorkload
 from .search import PointResult, mark_pareto, run_search
 
 __all__ = ["VERIFY_RUNGS", "parse_verify", "candidates", "rung_available", "promote",
@@ -126,8 +129,7 @@ def program_signature(cfg, workloads: Sequence[DseWorkload], seed: int = 0,
     them).  Built from :func:`~.performance.program_memo_key` per workload and
     :func:`_hardware_key` (which, unlike the cycle model's sharing, keeps DSP_PACKING and
     LUT_MULTIPLIERS: the RTL's pipeline may depend on them)."""
-    from .evaluate import CycleModel
-    from .performance import program_memo_key, scratchpad_extents_fit
+    from .performance import CycleModel, program_memo_key, scratchpad_extents_fit
     from .workloads import compile_workload
 
     model = cycle_model or CycleModel()
@@ -194,6 +196,14 @@ def _picks(results: list[PointResult], workloads: Sequence[DseWorkload],
     return out
 
 
+def _point_entry(pr: PointResult, fp: str, status: dict[str, str]) -> dict[str, Any]:
+    """A point's entry of the ``verify`` section before its rungs run: fingerprint,
+    bitstream name, Pareto flag, model figures, and ``{rung: {"status": status[rung]}}``
+    (fresh dicts: the rungs fill them in)."""
+    return {"fingerprint": fp, "bitstream": pr.point.cfg.bitstream_name, "pareto": pr.pareto,
+            "model": _model_figures(pr), **{r: {"status": st} for r, st in status.items()}}
+
+
 def promote(results: list[PointResult], workloads: Sequence[DseWorkload],
             ev: DesignEvaluator, verify: Sequence[str], budget: int, *,
             cache: Any = None, timing: Any = None, jobs: int | None = None,
@@ -248,19 +258,13 @@ def promote(results: list[PointResult], workloads: Sequence[DseWorkload],
     if "rtl" in verify and ev.perf_eval is None:
         section["rungs"]["rtl"]["status"] = "not run: --perf none"
     fp = {i: f"0x{results[i].point.cfg.fingerprint:08x}" for i in order}
-    entries: dict[int, dict] = {}
-    for i in order:
-        pr = results[i]
-        entry: dict[str, Any] = {"fingerprint": fp[i], "bitstream": pr.point.cfg.bitstream_name,
-                                 "pareto": pr.pareto, "model": _model_figures(pr)}
-        for r in verify:
-            if not avail[r][0]:
-                entry[r] = {"status": section["rungs"][r]["status"]}
-            elif r == "rtl" and ev.perf_eval is None:
-                entry[r] = {"status": "not run: --perf none"}
-            else:
-                entry[r] = {"status": "not run: budget exhausted"}
-        entries[i] = entry
+
+    def unrun(r: str) -> str:
+        if not avail[r][0]:
+            return section["rungs"][r]["status"]
+        return "not run: --perf none" if r == "rtl" and ev.perf_eval is None else "not run: budget exhausted"
+
+    entries = {i: _point_entry(results[i], fp[i], {r: unrun(r) for r in verify}) for i in order}
     if not (run_rtl or run_yosys) or budget == 0 or not order:
         section["points"] = [entries[i] for i in order]
         section["model_error"] = _model_error(section["points"])
@@ -302,10 +306,7 @@ def promote(results: list[PointResult], workloads: Sequence[DseWorkload],
                 continue
             if i not in entries:    # a new pick the candidates did not hold: listed too
                 fp[i] = f"0x{results[i].point.cfg.fingerprint:08x}"
-                entries[i] = {"fingerprint": fp[i],
-                              "bitstream": results[i].point.cfg.bitstream_name,
-                              "pareto": results[i].pareto, "model": _model_figures(results[i]),
-                              **{r: {"status": "not run: budget exhausted"} for r in verify}}
+                entries[i] = _point_entry(results[i], fp[i], {r: "not run: budget exhausted" for r in verify})
                 order.append(i)
                 section["candidates"].append(fp[i])
             if used + len(todo) >= budget:

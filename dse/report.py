@@ -30,7 +30,9 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
-from .evaluate import MODEL_ERROR_BAND, DesignEvaluator, DseWorkload, UNVERIFIED_LABEL
+from .evaluate import DesignEvaluator, UNVERIFIED_LABEL
+from .performance import MODEL_ERROR_BAND
+from .workloads import DseWorkload
 from .search import PointResult
 
 __all__ = ["SCHEMA", "build_report", "best_designs", "pick_floor", "above_floor", "format_table", "load_report",

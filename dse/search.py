@@ -15,7 +15,7 @@ run on Dask workers (:mod:`.parallel`):
 
 Each evaluation is appended to the cache as one JSON line when it finishes (never a
 rewrite), so an interrupted or failed sweep keeps its work.  Then every point's
-:class:`~.evaluate.Result` is assembled, :func:`~.evaluate.judge` applies capacity, timing
+:class:`~.result.Result` is assembled, :func:`~.evaluate.judge` applies capacity, timing
 and accumulator safety, and the Pareto front over (estimated latency, resource use) is
 marked among the feasible points.
 
@@ -38,8 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .evaluate import (DesignEvaluator, DseWorkload, judge, perf_records_of, program_family,
-                       resource_record)
+from .evaluate import DesignEvaluator, judge, program_family
+from .performance import perf_records_of
+from .resources import resource_record
+from .workloads import DseWorkload
 from .parallel import SerialExecutor, TaskFailure, make_executor
 from .space import Point, Space
 

@@ -184,6 +184,50 @@ class RecordedProgram:
         self.buffers = None
 
 
+def _launch_head(start_bal: Sequence[int]) -> list[Insn]:
+    """The NOPs that open a launch by pushing again the tokens outstanding at its start
+    (``start_bal``, per queue: pushed by an earlier launch, popped in this one)."""
+    q = [int(v) for v in start_bal]
+    out = [Insn(Opcode.LOAD, memory_type=int(MemType.INP), push_next=1) for _ in range(max(q[Queue.L2G], 0))]
+    for i in range(max(q[Queue.G2L], q[Queue.G2S], 0)):
+        out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
+                        push_prev=int(i < q[Queue.G2L]), push_next=int(i < q[Queue.G2S])))
+    out += [Insn(Opcode.STORE, memory_type=int(MemType.OUT), push_prev=1) for _ in range(max(q[Queue.S2G], 0))]
+    return out
+
+
+def _launch_tail(out: list[Insn], last_mod: dict, end_bal: Sequence[int]) -> None:
+    """Close a launch in place: consume the tokens outstanding at its end (``end_bal``),
+    the drain (store->compute and load->compute pushes on the last instruction of each
+    module, ``last_mod``, or on NOPs, popped by compute) and FINISH."""
+    # Tokens outstanding at the end must be consumed (a launch ends with every queue
+    # empty): load pops compute->load credits, store pops compute->store ones.
+    for i in range(max(0, int(end_bal[Queue.G2L]))):
+        last_mod[Module.LOAD] = len(out)
+        out.append(Insn(Opcode.LOAD, memory_type=int(MemType.INP), pop_next=1))
+    for i in range(max(0, int(end_bal[Queue.G2S]))):
+        last_mod[Module.STORE] = len(out)
+        out.append(Insn(Opcode.STORE, memory_type=int(MemType.OUT), pop_prev=1))
+    # Drain: store->compute and load->compute pushes, compute pops them, FINISH.
+    for frm in (Module.STORE, Module.LOAD):
+        flag = _flag_for(frm, Module.COMPUTE, push=True)
+        i = last_mod.get(frm)
+        if i is not None and not getattr(out[i], flag):
+            out[i] = dataclasses.replace(out[i], **{flag: 1})
+        else:
+            out.append(Insn(Opcode.STORE, memory_type=int(MemType.OUT), **{flag: 1})
+                       if frm == Module.STORE else
+                       Insn(Opcode.LOAD, memory_type=int(MemType.INP), **{flag: 1}))
+    # Outstanding store->compute / load->compute tokens (pushed, never popped) would
+    # let FINISH pass early: compute pops every one of them before FINISH.
+    extra_s2g = max(0, int(end_bal[Queue.S2G]))
+    extra_l2g = max(0, int(end_bal[Queue.L2G]))
+    for i in range(max(extra_s2g, extra_l2g)):
+        out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
+                        pop_next=int(i < extra_s2g), pop_prev=int(i < extra_l2g)))
+    out.append(Insn(Opcode.FINISH, pop_prev=1, pop_next=1))
+
+
 class ProgramBuilder:
     """Builds VTA programs on a device and runs them (vta-anchor.md §5.3–5.4).
 
@@ -534,14 +578,7 @@ class ProgramBuilder:
         merge_at: int | None = None
         since: set[tuple[int, int]] = set()    # distinct ranges: bounded by the kernels
         last_mod: dict[Module, int] = {}
-        q = [int(v) for v in start_bal]
-        for i in range(max(q[Queue.L2G], 0)):
-            out.append(Insn(Opcode.LOAD, memory_type=int(MemType.INP), push_next=1))
-        for i in range(max(q[Queue.G2L], q[Queue.G2S], 0)):
-            out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
-                            push_prev=int(i < q[Queue.G2L]), push_next=int(i < q[Queue.G2S])))
-        for i in range(max(q[Queue.S2G], 0)):
-            out.append(Insn(Opcode.STORE, memory_type=int(MemType.OUT), push_prev=1))
+        out.extend(_launch_head(start_bal))
         for r in self._recs[s:e]:
             ch = r.chunk
             if ch is not None:
@@ -587,32 +624,7 @@ class ProgramBuilder:
                 since.add((bgn, bgn + n))
             last_mod[r.insn.module] = len(out)
             out.append(r.insn)
-        # Tokens outstanding at the end must be consumed (a launch ends with every queue
-        # empty): load pops compute->load credits, store pops compute->store ones.
-        for i in range(max(0, int(end_bal[Queue.G2L]))):
-            last_mod[Module.LOAD] = len(out)
-            out.append(Insn(Opcode.LOAD, memory_type=int(MemType.INP), pop_next=1))
-        for i in range(max(0, int(end_bal[Queue.G2S]))):
-            last_mod[Module.STORE] = len(out)
-            out.append(Insn(Opcode.STORE, memory_type=int(MemType.OUT), pop_prev=1))
-        # Drain: store->compute and load->compute pushes, compute pops them, FINISH.
-        for frm in (Module.STORE, Module.LOAD):
-            flag = _flag_for(frm, Module.COMPUTE, push=True)
-            i = last_mod.get(frm)
-            if i is not None and not getattr(out[i], flag):
-                out[i] = dataclasses.replace(out[i], **{flag: 1})
-            else:
-                out.append(Insn(Opcode.STORE, memory_type=int(MemType.OUT), **{flag: 1})
-                           if frm == Module.STORE else
-                           Insn(Opcode.LOAD, memory_type=int(MemType.INP), **{flag: 1}))
-        # Outstanding store->compute / load->compute tokens (pushed, never popped) would
-        # let FINISH pass early: compute pops every one of them before FINISH.
-        extra_s2g = max(0, int(end_bal[Queue.S2G]))
-        extra_l2g = max(0, int(end_bal[Queue.L2G]))
-        for i in range(max(extra_s2g, extra_l2g)):
-            out.append(Insn(Opcode.LOAD, memory_type=int(MemType.UOP),
-                            pop_next=int(i < extra_s2g), pop_prev=int(i < extra_l2g)))
-        out.append(Insn(Opcode.FINISH, pop_prev=1, pop_next=1))
+        _launch_tail(out, last_mod, end_bal)
         cap = self.cfg.TOKEN_QUEUE_DEPTH
         try:
             order = _capacity_order(out, cap)

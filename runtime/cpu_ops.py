@@ -296,6 +296,7 @@ CPU_KERNELS = {
     "qrequant": lambda a, ins, sc: _requant(ins[0].astype(np.int64), a, _qdt(ins[0])),
     "qmax_pool": _qmax_pool,
     "qmax": lambda a, ins, sc: np.maximum(ins[0], ins[1]),
+    "qmin": lambda a, ins, sc: np.minimum(ins[0], ins[1]),
     "qavg_pool": _qavg_pool,
 }
 CPU_OPS = tuple(CPU_KERNELS)

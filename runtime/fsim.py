@@ -394,6 +394,55 @@ class _Machine:
         self.stats["dram_read_nbytes"] += INSN_BYTES * insn_count
         self._static_checks()
 
+    def _dma_faults(self, dma: np.ndarray, st: np.ndarray, ebytes: np.ndarray) -> list[tuple[int, str]]:
+        """``[(instruction, message)]`` of the DMA faults :meth:`_static_checks` reports: the
+        first DMA instruction in program order (``dma``: the LOAD/STOREs with rows) with a
+        row outside the memory the program may touch, and the first STORE (``st``) with a
+        row over the program's own instructions; ``ebytes``: each instruction's element
+        bytes."""
+        a = self.arr
+        op, mt, xs, ys = a["opcode"], a["memory_type"], a["x_size"], a["y_size"]
+        bad: list[tuple[int, str]] = []
+        idx = np.flatnonzero(dma)
+        if idx.size:
+            eb = ebytes[idx]
+            s0 = a["dram_base"][idx] * eb
+            e0 = s0 + ((ys[idx] - 1) * a["x_stride"][idx] + xs[idx]) * eb
+            ok = self.regions.contains(s0, e0)
+            for j in np.flatnonzero(~ok).tolist():
+                i = int(idx[j])
+                e = int(eb[j])
+                rs = int(s0[j]) + np.arange(int(ys[i]), dtype=np.int64) * int(a["x_stride"][i]) * e
+                re = rs + int(xs[i]) * e
+                rok = self.regions.contains(rs, re)
+                if not rok.all():
+                    r = int(np.flatnonzero(~rok)[0])
+                    kind = "read" if op[i] == Opcode.LOAD else "write"
+                    bad.append((i, f"DMA {kind} of {_MEM_NAMES[int(mt[i])]} bytes "
+                                   f"[0x{int(rs[r]):x}, 0x{int(re[r]):x}) (row {r}) is outside "
+                                   f"the memory the program may touch "
+                                   f"({self.regions.describe()})"))
+                    break
+            # STOREs over the program's own instructions: the backends fetch instructions
+            # at different times (fsim decodes them all first, the core fetches lazily), so
+            # such a program would give a different result on each; refused statically.
+            ia, ie = self.insn_span
+            hit = st[idx] & (s0 < ie) & (ia < e0)
+            for j in np.flatnonzero(hit).tolist():
+                i = int(idx[j])
+                e = int(eb[j])
+                rs = int(s0[j]) + np.arange(int(ys[i]), dtype=np.int64) * int(a["x_stride"][i]) * e
+                re = rs + int(xs[i]) * e
+                over = np.flatnonzero((rs < ie) & (ia < re))
+                if over.size:
+                    r = int(over[0])
+                    bad.append((i, f"DMA write of OUT bytes [0x{int(rs[r]):x}, "
+                                   f"0x{int(re[r]):x}) (row {r}) overlaps the program's own "
+                                   f"instructions [0x{ia:x}, 0x{ie:x}); a program may not "
+                                   f"overwrite its instructions"))
+                    break
+        return bad
+
     def _static_checks(self) -> None:
         cfg, a, n = self.cfg, self.arr, self.n
         op = a["opcode"]
@@ -469,46 +518,7 @@ class _Machine:
         legal = (is_load & (mt <= 5) & (mt != MemType.OUT)) | (is_store & (mt == MemType.OUT))
         first((ld | st) & legal & (sp_end > depth),
               lambda i: sram_range_text(mt[i], a["sram_base"][i], sp_end[i], depth[i]))
-        # DMA ranges
-        dma = (ld | st) & legal & (ys > 0)
-        idx = np.flatnonzero(dma)
-        if idx.size:
-            eb = ebytes[idx]
-            s0 = a["dram_base"][idx] * eb
-            e0 = s0 + ((ys[idx] - 1) * a["x_stride"][idx] + xs[idx]) * eb
-            ok = self.regions.contains(s0, e0)
-            for j in np.flatnonzero(~ok).tolist():
-                i = int(idx[j])
-                e = int(eb[j])
-                rs = int(s0[j]) + np.arange(int(ys[i]), dtype=np.int64) * int(a["x_stride"][i]) * e
-                re = rs + int(xs[i]) * e
-                rok = self.regions.contains(rs, re)
-                if not rok.all():
-                    r = int(np.flatnonzero(~rok)[0])
-                    kind = "read" if op[i] == Opcode.LOAD else "write"
-                    bad.append((i, f"DMA {kind} of {_MEM_NAMES[int(mt[i])]} bytes "
-                                   f"[0x{int(rs[r]):x}, 0x{int(re[r]):x}) (row {r}) is outside "
-                                   f"the memory the program may touch "
-                                   f"({self.regions.describe()})"))
-                    break
-            # STOREs over the program's own instructions: the backends fetch instructions
-            # at different times (fsim decodes them all first, the core fetches lazily), so
-            # such a program would give a different result on each; refused statically.
-            ia, ie = self.insn_span
-            hit = st[idx] & (s0 < ie) & (ia < e0)
-            for j in np.flatnonzero(hit).tolist():
-                i = int(idx[j])
-                e = int(eb[j])
-                rs = int(s0[j]) + np.arange(int(ys[i]), dtype=np.int64) * int(a["x_stride"][i]) * e
-                re = rs + int(xs[i]) * e
-                over = np.flatnonzero((rs < ie) & (ia < re))
-                if over.size:
-                    r = int(over[0])
-                    bad.append((i, f"DMA write of OUT bytes [0x{int(rs[r]):x}, "
-                                   f"0x{int(re[r]):x}) (row {r}) overlaps the program's own "
-                                   f"instructions [0x{ia:x}, 0x{ie:x}); a program may not "
-                                   f"overwrite its instructions"))
-                    break
+        bad += self._dma_faults((ld | st) & legal & (ys > 0), st, ebytes)
         if bad:
             i, msg = min(bad, key=lambda t: t[0])
             raise self._err(i, msg)

@@ -202,8 +202,8 @@ def test_deploy_checks_its_results_folder_before_any_ssh(pkg, tmp_path):
     from vtaforge.runtime.board import DeployError, deploy
 
     (tmp_path / "afile").write_text("x")
-    with pytest.raises(DeployError, match=r"^-o/--out '.*afile/r': '.*afile' is not a "
-                                          r"directory$"):
+    with pytest.raises(DeployError, match=r"^-o/--out '.*afile/r': '.*afile' is a file, not a "
+                                          r"directory$"):      # the CLI's check, word for word
         deploy(pkg, "u@nohost", run_input=pkg.parent / "x.npy", out_dir=tmp_path / "afile" / "r")
 
 

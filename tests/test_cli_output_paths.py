@@ -144,3 +144,28 @@ def test_output_folder_under_a_file(tmp_path):
     r = CliRunner().invoke(main, ["hw", "verilog", "--config", "tiny", "-o",
                                   str(tmp_path / "afile" / "rtl")])
     _error_line(r, "-o/--out", "afile' is a file, not a directory")
+
+
+def test_cli_and_board_share_one_output_check(tmp_path):
+    """The CLI's ``-o`` checks are the board runner's (``runtime/board/_common.py``): the
+    same bad path gives the same one-line message from both, for files and for folders."""
+    import os
+
+    from vtaforge.commands._output import OutputPathError, check_output_dir, check_output_path
+    from vtaforge.runtime.board._common import DeployError, check_output_file
+    from vtaforge.runtime.board._common import check_output_dir as board_dir
+
+    (tmp_path / "afile").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
+    files = ["", str(tmp_path), str(tmp_path / "nodir" / "y.npy"), str(tmp_path / "fifo"),
+             f"{_NO_NEW_FILES}/y.npy"]
+    dirs = ["", str(tmp_path / "afile"), str(tmp_path / "afile" / "sub"), f"{_NO_NEW_FILES}/out"]
+    for cli, board, paths in ((check_output_path, check_output_file, files), (check_output_dir, board_dir, dirs)):
+        for p in paths:
+            with pytest.raises(OutputPathError) as a:
+                cli(p, "-o")
+            with pytest.raises(DeployError) as b:
+                board(p, "-o")
+            assert a.value.message == str(b.value) and a.value.exit_code == 2, p
+    check_output_path(str(tmp_path / "new.npy"), "-o")
+    check_output_dir(str(tmp_path / "a" / "b"), "-o")

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -57,11 +58,15 @@ def _write_json(path: Path, data: Any) -> None:
 
 def check_output_file(path: str | Path, what: str) -> None:
     """Check, before a run, that ``path`` can be written as a new file renamed over it
-    (what :func:`_write_json` and ``run --output`` do): not empty, not a directory, its
-    directory exists and takes a new file, and an existing ``path`` is a regular file.
+    (what :func:`_write_json`, ``run --output`` and the CLI's ``-o`` options do): not
+    empty, not a directory, its directory exists and takes a new file (created and removed
+    to know: ``os.access`` says yes to root on ``/proc`` or a read-only mount), and an
+    existing ``path`` is a writable regular file.  The one check the board runner and the
+    CLI (``vtaforge.commands._output``) share.
 
     Raises:
-        DeployError: one line naming ``what`` (``--output``), the path and the cause.
+        DeployError: one line naming ``what`` (the option, e.g. ``--output``), the path and
+            the cause.
     """
     if not str(path).strip():
         raise DeployError(f"{what} {str(path)!r}: the path is empty")
@@ -71,47 +76,54 @@ def check_output_file(path: str | Path, what: str) -> None:
         raise DeployError(f"{what} {str(path)!r} is a directory, not a file")
     if not d.is_dir():
         raise DeployError(f"{what} {str(path)!r}: directory {str(d)!r} does not exist")
+    _probe(d, what, path)
     if p.exists() and not p.is_file():
         raise DeployError(f"{what} {str(path)!r} exists and is not a regular file (a FIFO or "
                           f"a device), which the new file would replace")
-    probe = d / f".{p.name}.tmp"
-    try:                        # os.access says yes to root on a read-only file system
-        with open(probe, "xb"):
-            pass
-    except FileExistsError:
-        pass                    # a leftover of an earlier run: it is overwritten then
+    if p.exists() and not os.access(p, os.W_OK):
+        raise DeployError(f"{what} {str(path)!r} exists and is not writable")
+
+
+def _probe(d: Path, what: str, path: str | Path) -> None:
+    """Create and remove a new file in directory ``d`` (a unique name: nothing of the
+    caller's is touched).
+
+    Raises:
+        DeployError: ``d`` takes no new file (the OS's reason in the message).
+    """
+    try:
+        fd, name = tempfile.mkstemp(prefix=".vtaforge-probe-", dir=str(d))
     except OSError as e:
         raise DeployError(f"{what} {str(path)!r}: directory {str(d)!r} is not writable "
                           f"({e.strerror or e})") from None
-    else:
-        probe.unlink()
+    os.close(fd)
+    os.unlink(name)
 
 
 def check_output_dir(path: str | Path, what: str) -> None:
-    """Check, before anything runs, that folder ``path`` can be made (its nearest existing
-    ancestor is a directory that takes a new file) or, when it exists, is a directory.
+    """Check, before anything runs, that folder ``path`` can be made and written: not
+    empty, not an existing file, its nearest existing ancestor a directory that takes a new
+    file (the caller creates the missing ones); a broken symbolic link on the way is named.
 
     Raises:
         DeployError: one line naming ``what``, the path and the cause.
     """
-    p = Path(path)
     if not str(path).strip():
         raise DeployError(f"{what} {str(path)!r}: the path is empty")
+    p = Path(path)
     if p.exists() and not p.is_dir():
         raise DeployError(f"{what} {str(path)!r} exists and is not a directory")
     up = p
-    while not up.exists() and up.parent != up and not up.is_symlink():
-        up = up.parent
+    while not up.exists():
+        if up.is_symlink():
+            raise DeployError(f"{what} {str(path)!r}: {str(up)!r} is a broken symbolic link")
+        nxt = up.parent if str(up.parent) else Path(".")
+        if nxt == up:
+            break
+        up = nxt
     if not up.is_dir():
-        raise DeployError(f"{what} {str(path)!r}: {str(up)!r} is not a directory")
-    probe = up / f".vtaforge-probe-{os.getpid()}"
-    try:
-        with open(probe, "xb"):
-            pass
-        probe.unlink()
-    except OSError as e:
-        raise DeployError(f"{what} {str(path)!r}: directory {str(up)!r} is not writable "
-                          f"({e.strerror or e})") from None
+        raise DeployError(f"{what} {str(path)!r}: {str(up)!r} is a file, not a directory")
+    _probe(up, what, path)
 
 
 def _load_json(p: Path) -> dict | None:

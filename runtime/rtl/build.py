@@ -26,7 +26,7 @@ instead of a shift and an OR per copied bit.
 
 After verilating, the generated ``_eval`` is patched (:func:`_patch_skip_ico`) so that the
 harness can skip Verilator's input-combinational pass on evals whose inputs did not change
-(exact; about 1.6x faster on a compute-bound pynq run), and Verilator's signed multiplies
+(exact; its speed-up: bench/RESULTS.md 2026-11-30), and Verilator's signed multiplies
 whose result is masked to its own width at once become unsigned ones
 (:func:`_patch_masked_muls`: the same low bits, no 64-bit sign extension of the operands;
 the 128 packed DSP products of pynq are such multiplies).

@@ -90,8 +90,13 @@ def test_placement_and_reasons():
     bc = make_model([helper.make_node("Max", ["x", "s"], ["y"], name="mb")],
                     [("x", ["N", 4, 3, 3]), ("s", ["N", 4, 1, 1])], [("y", ["N", 4, 3, 3])])
     qb = quantize(import_onnx(bc), {"x": rand(2, 4, 3, 3, seed=6), "s": rand(2, 4, 1, 1, seed=7)})
-    pb = partition(qb, "pynq")
-    assert pb.target("mb") == "cpu" and "one shape" in pb.placements["mb"].reason
+    pb = partition(qb, "pynq")      # per channel: broadcast over H*W by the ALU loop
+    assert pb.target("mb") == "vta" and "per-channel tensor" in pb.placements["mb"].reason
+    bs = make_model([helper.make_node("Max", ["x", "s"], ["y"], name="mb")],
+                    [("x", ["N", 4, 3, 3]), ("s", ["N", 1, 1, 3])], [("y", ["N", 4, 3, 3])])
+    qs = quantize(import_onnx(bs), {"x": rand(2, 4, 3, 3, seed=6), "s": rand(2, 1, 1, 3, seed=7)})
+    ps = partition(qs, "pynq")
+    assert ps.target("mb") == "cpu" and "broadcast tensor" in ps.placements["mb"].reason
 
 
 @pytest.mark.parametrize("cfg", ["pynq", "tiny", "batch2"])

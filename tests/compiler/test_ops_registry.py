@@ -23,6 +23,7 @@ import pytest
 from onnx import helper
 
 from _onnx_util import make_model, rand
+import program_identity as pi
 from vtaforge.compiler import import_onnx, partition, quantize
 from vtaforge.compiler.compile import lower_node
 from vtaforge.compiler.errors import CompileError
@@ -122,13 +123,14 @@ def _models():
             helper.make_node("Conv", ["a", "w2"], ["a2"]),
             helper.make_node("Add", ["a", "a2"], ["s"]),
             helper.make_node("Max", ["s", "a"], ["mx"]),
-            helper.make_node("Clip", ["mx", "lo", "hi"], ["k"]),
+            helper.make_node("Min", ["mx", "cm"], ["mn"]),
+            helper.make_node("Clip", ["mn", "lo", "hi"], ["k"]),
             helper.make_node("Flatten", ["k"], ["f"]),
             helper.make_node("Gemm", ["f", "fw"], ["y"], transB=1)]
     return make_model(conv, [("x", ["N", 3, 8, 8])], [("y", ["N", 5])],
                       {"w": rand(8, 3, 3, 3, seed=1, scale=0.3), "w2": rand(8, 8, 1, 1, seed=2, scale=0.3),
-                       "fw": rand(5, 32, seed=3, scale=0.3), "lo": np.array(-1.0, np.float32),
-                       "hi": np.array(2.0, np.float32)})
+                       "fw": rand(5, 32, seed=3, scale=0.3), "cm": rand(8, 1, 1, seed=5),
+                       "lo": np.array(-1.0, np.float32), "hi": np.array(2.0, np.float32)})
 
 
 @pytest.mark.parametrize("cfg", ["pynq", "tiny", "batch2", "alu_mul"])
@@ -139,7 +141,7 @@ def test_every_vta_placement_lowers(cfg):
     q = quantize(import_onnx(_models()), rand(4, 3, 8, 8, seed=4))
     p = partition(q, c)
     placed = [n for n in q.nodes if p.target(n.name) == "vta"]
-    assert {n.op for n in placed} >= {"qconv2d", "qdense", "qmax_pool", "qavg_pool", "qadd", "qmax"}
+    assert {n.op for n in placed} >= {"qconv2d", "qdense", "qmax_pool", "qavg_pool", "qadd", "qmax", "qmin"}
     for i, n in zip(itertools.count(), placed):
         lower_node(c, q, n, f"t/{i}")
 
@@ -157,6 +159,41 @@ def test_acc_bound_dispatches_through_the_entry():
     k = int(np.prod(q.types[conv.inputs[1]].shape[1:]))
     b = int(np.abs(q.constants[conv.inputs[2]].astype(np.int64)).max())
     assert partition_mod.acc_bound(conv, q) == k * 128 * 128 + b
+
+
+def test_macs_dispatch_through_the_entry():
+    """``node_macs`` reads the ``macs`` facet: conv ``Cout*Ho*Wo * Cin*kh*kw`` (8*8*8 * 3*3*3,
+    then 8*2*2 * 8*1*1), dense ``M * K`` (5 * 32), in the float graph and the quantized one;
+    0 for every other op."""
+    fg = import_onnx(_models())
+    q = quantize(fg, rand(4, 3, 8, 8, seed=4))
+    for g, ops in ((fg, ("conv2d", "dense")), (q, ("qconv2d", "qdense"))):
+        macs = [(n.op, partition_mod.node_macs(n, g)) for n in g.nodes if partition_mod.node_macs(n, g)]
+        assert macs == [(ops[0], 13824), (ops[0], 256), (ops[1], 160)]
+        assert all((REGISTRY[n.op].macs is None) == (n.op not in ops) for n in g.nodes)
+
+
+def test_weights_and_int4_facets():
+    """The width check finds the weights at the entry's ``weights`` position (conv/dense)
+    and an op's int4 form through its ``int4`` facet (``qadd`` only)."""
+    assert {n for n, d in REGISTRY.items() if d.weights is not None} == {"conv2d", "dense", "qconv2d", "qdense"}
+    assert {n for n, d in REGISTRY.items() if d.int4 is not None} == {"qadd"}
+
+
+def test_bands_facet_is_the_row_band_lowering():
+    """The ``bands`` facet of ``qconv2d`` gives exactly the row-band variants
+    ``compile._bands`` gives (same programs), for a conv whose input the host packs."""
+    q = quantize(import_onnx(_models()), rand(4, 3, 8, 8, seed=4))
+    c = preset("pynq")
+    assert {n for n, d in REGISTRY.items() if d.bands is not None} == {"qconv2d"}
+    for n in (n for n in q.nodes if n.op == "qconv2d"):
+        lo, _ = lower_node(c, q, n, "t/c")
+        got = REGISTRY[n.op].bands(c, q, n, lo, "t/c", {})
+        want = compile_mod._bands(c, q, n, lo, "t/c", {})
+        def key(bands):
+            return [(b.rows, pi.digest(trace=b.trace), b.tail and pi.digest(trace=b.tail)) for b in bands]
+        assert got and key(got) == key(want)
+        assert REGISTRY[n.op].bands(c, q, n, lo, "t/c", {n.inputs[0]: lo.layouts["x"]}) == []
 
 
 def test_check_facet_runs_in_validate():
@@ -181,6 +218,7 @@ def test_check_facet_runs_in_validate():
 
 @pytest.mark.parametrize("fn", [partition_mod.acc_bound, partition_mod.vta_support,
                                 partition_mod.capability_table, partition_mod.cpu_reason,
+                                partition_mod.node_macs, partition_mod._width_mismatch,
                                 ir._check_quant_node, reference._float_node, reference._q_node,
                                 reference.run_node, compile_mod.lower_node, quantize_mod._Quantizer.run],
                          ids=lambda f: f.__qualname__)

@@ -17,15 +17,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rtl_compare import rtl_equals_fsim
 from vtaforge.compiler import lower_eltwise
 from vtaforge.compiler.compile import compile_model
 from vtaforge.hw.config import preset
-from vtaforge.runtime.executor import Executor
-from vtaforge.runtime.fsim import FsimDevice
 
 pytestmark = pytest.mark.rtl
 
-rtl = pytest.importorskip("vtaforge.runtime.rtl")
+pytest.importorskip("vtaforge.runtime.rtl")
 
 TINY = preset("tiny")
 TINY_CFGS = {"tiny": TINY,
@@ -51,30 +50,16 @@ def pool_model(c: int, h: int, w: int, k: int, s: int, p: int):
 
 def pool_on_rtl(cfg, model, shape, seed: int = 0, mem: int = 16 << 20) -> tuple[int, dict]:
     """Compile ``model`` for ``cfg``, run it on fsim and on the Verilated core: every kept
-    tensor equal.  Returns the max-pool step's RTL cycles and its trace statistics."""
+    tensor equal (:func:`rtl_compare.rtl_equals_fsim`).  Returns the max-pool step's RTL
+    cycles and its trace statistics."""
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     cm = compile_model(model, x, cfg)
     step = [s for s in cm.steps if s.op == "qmax_pool"]
     assert step and step[0].target == "vta", [(s.op, s.target, s.reason) for s in cm.steps]
-    ref = Executor(cm, FsimDevice(cfg, mem_bytes=mem)).run(x, keep=True)
-    dev = rtl.RtlDevice(cfg, mem, progress=False)
-    cycles = []
-    run = dev.run
-
-    def counted(*a, **kw):
-        res = run(*a, **kw)
-        cycles.append(res.cycles)
-        return res
-    dev.run = counted
-    try:
-        got = Executor(cm, dev).run(x, keep=True)
-    finally:
-        dev.close()
-    for k in ref:
-        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
+    _, runs = rtl_equals_fsim(cm, x, mem_bytes=mem, fsim_mem_bytes=mem)
     vta = [s for s in cm.steps if s.target == "vta"]
-    assert len(cycles) == len(vta)
-    return cycles[vta.index(step[0])], step[0].trace.stats
+    assert len(runs) == len(vta)
+    return runs[vta.index(step[0])].cycles, step[0].trace.stats
 
 
 @pytest.mark.parametrize("name", list(TINY_CFGS))

@@ -12,15 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rtl_compare import rtl_equals_fsim
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.lower_eltwise import pool_copy_ok
 from vtaforge.hw.config import FAST_PRESETS, preset
-from vtaforge.runtime.executor import Executor
-from vtaforge.runtime.fsim import FsimDevice
 
 pytestmark = [pytest.mark.rtl, pytest.mark.slow]
 
-rtl = pytest.importorskip("vtaforge.runtime.rtl")
+pytest.importorskip("vtaforge.runtime.rtl")
 
 
 def _layers_model(seed: int = 0):
@@ -73,11 +72,4 @@ def test_fast_preset_rtl_equals_fsim(name):
         [(s.name, s.target, s.reason) for s in cm.steps]
     pool = [s for s in cm.steps if s.op == "qmax_pool"][0]
     assert bool(pool.trace.stats.get("gemm_copy")) == pool_copy_ok(cfg)
-    ref = Executor(cm, FsimDevice(cfg)).run(x, keep=True)
-    dev = rtl.RtlDevice(cfg, 16 << 20, progress=False)
-    try:
-        got = Executor(cm, dev).run(x, keep=True)
-    finally:
-        dev.close()
-    for k in ref:
-        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
+    rtl_equals_fsim(cm, x)

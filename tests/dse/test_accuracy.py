@@ -21,7 +21,10 @@ from vtaforge.cli import main
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.models import DIGITS_ONNX, load_digits_split
 from vtaforge.dse.accuracy import AccuracyEvaluator, accuracy_key, width_label
-from vtaforge.dse.evaluate import AccSafety, DesignEvaluator, DSEError, parse_workloads
+from vtaforge.dse.evaluate import DesignEvaluator
+from vtaforge.dse.performance import AccSafety
+from vtaforge.dse.result import DSEError
+from vtaforge.dse.workloads import parse_workloads
 from vtaforge.dse.report import build_report, format_table, write_csv
 from vtaforge.dse.search import PointResult, SearchStats, mark_pareto, run_search
 from vtaforge.dse.space import Point, Space, SpaceError, with_width_axis

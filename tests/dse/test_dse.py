@@ -520,7 +520,7 @@ def _pt(fp, lat, dsp, lut, feasible=True):
 
 
 def test_best_latency_ties_inside_the_error_band_go_to_fewer_dsps():
-    from vtaforge.dse.evaluate import MODEL_ERROR_BAND
+    from vtaforge.dse.performance import MODEL_ERROR_BAND
     from vtaforge.dse.report import best_designs
 
     # Ultra96 case of issue 11: 2x16x16 is 0.1 % faster than 1x16x16 at twice the DSPs

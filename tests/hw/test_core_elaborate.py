@@ -123,7 +123,7 @@ def test_core_instantiates_exactly_the_memory_inventory(name, monkeypatch):
 
 def test_dse_memory_map_reads_the_inventory():
     """The DSE's memory map has one row per inventory entry (FIFOs hold depth - 1)."""
-    from vtaforge.dse.evaluate import memory_map
+    from vtaforge.dse.resources import memory_map
 
     cfg = preset("pynq")
     rows = {r["name"]: (r["depth"], r["width"]) for r in memory_map(cfg)}

@@ -181,35 +181,20 @@ def test_younger_store_push_waits_for_the_engine(models, variant):
 
 def _compiled_rtl_equals_fsim(models, cfg, wl, seed: int) -> int:
     """Compile the one-conv model of ``wl`` for ``cfg``, run it on fsim and on the
-    Verilated ``cfg`` core: every kept tensor must be equal.  Returns the core's cycles
-    summed over the run's launches."""
+    Verilated ``cfg`` core: every kept tensor must be equal
+    (:func:`rtl_compare.rtl_equals_fsim`).  Returns the core's cycles summed over the
+    run's launches."""
     pytest.importorskip("onnx")
-    rtl = pytest.importorskip("vtaforge.runtime.rtl")
+    pytest.importorskip("vtaforge.runtime.rtl")
+    from rtl_compare import rtl_equals_fsim
     from vtaforge.compiler.compile import compile_model
     from vtaforge.compiler.zoo import workload_model
-    from vtaforge.runtime.executor import Executor
-    from vtaforge.runtime.fsim import FsimDevice
 
     shape = (1, wl.in_channels, wl.height, wl.width)
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
     cm = compile_model(workload_model(wl), x, cfg)
     assert any(s.target == "vta" and s.op == "qconv2d" for s in cm.steps)
-    ref = Executor(cm, FsimDevice(cfg)).run(x, keep=True)
-    dev = rtl.RtlDevice(cfg, 16 << 20, progress=False, model=models(cfg))
-    runs = []
-    run = dev.run
-
-    def counted(*a, **kw):
-        res = run(*a, **kw)
-        runs.append(res)
-        return res
-    dev.run = counted
-    try:
-        got = Executor(cm, dev).run(x, keep=True)
-    finally:
-        dev.close()
-    for k in ref:
-        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
+    _, runs = rtl_equals_fsim(cm, x, model=models(cfg))
     return sum(r.cycles for r in runs)
 
 

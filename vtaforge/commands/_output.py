@@ -7,13 +7,14 @@ the progress bars of the long commands (stderr, a terminal only, ``--no-progress
 
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 import click
+
+from ..runtime.board._common import DeployError, check_output_file
+from ..runtime.board._common import check_output_dir as _check_dir
 
 
 class OutputPathError(click.ClickException):
@@ -23,8 +24,10 @@ class OutputPathError(click.ClickException):
 
 
 def check_output_path(path: str, option: str) -> None:
-    """Check that ``path`` can be written: its directory exists and is writable, and the
-    path is not a directory (nor an existing read-only file).
+    """Check that ``path`` can be written: its directory exists and takes a new file, and
+    the path is not a directory (nor an existing irregular or read-only file) --
+    :func:`vtaforge.runtime.board._common.check_output_file`, the check the board runner
+    uses too.
 
     Args:
         path: the output file the command will write.
@@ -32,64 +35,24 @@ def check_output_path(path: str, option: str) -> None:
     Raises:
         OutputPathError: the message names the option, the path and the cause.
     """
-    if not str(path).strip():
-        raise OutputPathError(f"{option} {path!r}: the path is empty")
-    p = Path(path)
-    d = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise OutputPathError(f"{option} {path!r} is a directory, not a file")
-    if not d.is_dir():
-        raise OutputPathError(f"{option} {path!r}: directory {str(d)!r} does not exist")
-    if not os.access(d, os.W_OK | os.X_OK):
-        raise OutputPathError(f"{option} {path!r}: directory {str(d)!r} is not writable")
-    _probe(d, option, path)
-    if p.exists() and not p.is_file():
-        raise OutputPathError(f"{option} {path!r} exists and is not a regular file (a FIFO "
-                              f"or a device): vtaforge writes a new file and renames it over "
-                              f"the path, which would replace it")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise OutputPathError(f"{option} {path!r} exists and is not writable")
-
-
-def _probe(d: Path, option: str, path: str) -> None:
-    """Create and remove a file in directory ``d``: ``os.access`` says yes to root on a
-    file system that refuses new files (``/proc``, ``/sys``, a read-only mount), so a
-    command would run for minutes and then fail to write."""
-    import tempfile
-
     try:
-        fd, name = tempfile.mkstemp(prefix=".vtaforge-probe-", dir=str(d))
-    except OSError as e:
-        raise OutputPathError(f"{option} {path!r}: directory {str(d)!r} is not writable "
-                              f"({e.strerror or e})") from None
-    os.close(fd)
-    os.unlink(name)
+        check_output_file(path, option)
+    except DeployError as e:
+        raise OutputPathError(str(e)) from None
 
 
 def check_output_dir(path: str, option: str) -> None:
     """Check that the output folder ``path`` can be made and written: not empty, not an
     existing file, its nearest existing ancestor a writable directory (the command creates
-    the missing ones).
+    the missing ones) -- :func:`vtaforge.runtime.board._common.check_output_dir`.
 
     Raises:
         OutputPathError: the message names the option, the path and the cause.
     """
-    if not str(path).strip():
-        raise OutputPathError(f"{option} {path!r}: the path is empty")
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise OutputPathError(f"{option} {path!r} exists and is not a directory")
-    up = p
-    while not up.exists():
-        if up.is_symlink():
-            raise OutputPathError(f"{option} {path!r}: {str(up)!r} is a broken symbolic link")
-        nxt = up.parent if str(up.parent) else Path(".")
-        if nxt == up:
-            break
-        up = nxt
-    if not up.is_dir():
-        raise OutputPathError(f"{option} {path!r}: {str(up)!r} is a file, not a directory")
-    _probe(up, option, path)
+    try:
+        _check_dir(path, option)
+    except DeployError as e:
+        raise OutputPathError(str(e)) from None
 
 
 # ------------------------------------------------------------------------ progress bars

@@ -117,8 +117,8 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             verify_spec, budget, within_pct, plot_file, accuracy_set, widths_spec,
             accuracy_floor, no_progress) -> None:
     """Evaluate a space of configs against workloads and report the best designs."""
-    from ..dse.evaluate import CycleModel, DesignEvaluator, DSEError, load_timing, \
-        parse_workloads
+    from ..dse import CycleModel, DesignEvaluator, DSEError, parse_workloads
+    from ..dse.evaluate import load_timing
     from ..dse.report import build_report, format_table, write_csv, write_report
     from ..dse.parallel import make_executor
     from ..dse.plot import plot_report

@@ -1,7 +1,7 @@
 """``vtaforge profile``: where a model's cycles go, step by step, beside each step's bound.
 
 On ``rtl`` the cycles and the per-unit busy/stall counters are the core's own registers;
-on ``fsim`` they are the DSE cycle model's estimate (``vtaforge.dse.evaluate.CycleModel``)
+on ``fsim`` they are the DSE cycle model's estimate (``vtaforge.dse.performance.CycleModel``)
 of every program the functional simulator ran, so a profile needs no Verilator build.
 """
 
@@ -88,7 +88,7 @@ def model_cycles_device(cfg, **kw):
     """An fsim device whose runs report the DSE cycle model's estimate as their cycles,
     with the model's per-module busy cycles as ``load_busy``/``compute_busy``/
     ``store_busy`` (``kw`` go to :class:`~vtaforge.runtime.fsim.FsimDevice`)."""
-    from ..dse.evaluate import CycleModel, _recording_device
+    from ..dse.performance import CycleModel, _recording_device
     from ..runtime.device import RunResult
     from ..runtime.fsim import FsimDevice
 
