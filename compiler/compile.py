@@ -48,8 +48,6 @@ from .quantize import (DEFAULT_MIN_LAYER_COSINE, OUTPUT_AGREEMENT_TARGET,
                        output_agreement)
 from .reference import run_float
 from .onnx_frontend import _load, declared_input_shapes, import_onnx
-from .lower_common import operand_chw
-from .lower_conv import bandable, lower_conv_bands
 
 __all__ = ["compile_model", "lower_graph", "lower_node", "quant_widths"]
 
@@ -74,20 +72,10 @@ def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
 
 
 def _bands(cfg: VTAConfig, graph: Graph, node, lo, uid: str, vta_y: dict) -> list:
-    """The row-band variants of a VTA-placed ``qconv2d`` whose input the host packs (its
-    producer is not a VTA step with the same packed layout), else ``[]``."""
-    if node.op != "qconv2d" or vta_y.get(node.inputs[0]) == lo.layouts.get("x"):
-        return []
-    if lo.layouts["x"].pre_pad != (0, 0, 0, 0):
-        return []
-    x, w, b = node.inputs
-    chw, wt = operand_chw(graph, x), graph.constants[w]
-    if not bandable(cfg, chw, wt.shape, node.attrs):
-        return []
-    try:
-        return lower_conv_bands(cfg, uid, chw, wt, graph.constants[b], node.attrs)
-    except CompileError:        # optional: the step still runs whole
-        return []
+    """The row-band variants of a VTA-placed node (its op's ``bands`` facet,
+    :data:`~.ops.REGISTRY`), else ``[]``."""
+    spec = REGISTRY.get(node.op)
+    return spec.bands(cfg, graph, node, lo, uid, vta_y) if spec and spec.bands else []
 
 
 def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
