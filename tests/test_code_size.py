@@ -24,7 +24,6 @@ KNOWN = {
     "hw/core/top.py::VTACore.elaborate": 229,
     "runtime/fsim.py::_Machine._gemm": 162,
     "runtime/race.py::race_check": 189,
-    "runtime/rtl/build.py::build_model": 155,
     "vtaforge/commands/dse.py::run_cmd": 169,
 }
 

@@ -523,12 +523,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
         stamp = _source_stamp(cfg, trace, extra_vflags, cxx_opt)
         hit = _index_lookup(cache, stamp)
         if hit is not None:
-            try:
-                key = json.loads((hit.parent / "build.json").read_text())["key"]
-            except (OSError, ValueError, KeyError):
-                key = hit.parent.name
-            return RtlModel(hit, key, cfg, trace, cfg.BUS_WIDTH // 8, True,
-                            time.monotonic() - t0)
+            return _indexed_model(hit, cfg, trace, t0)
         try:
             from ...hw.core import emit_verilog  # guarded: written by another engineer
         except ImportError as e:
@@ -557,15 +552,7 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
     if stamp is not None:
         say(f"emitted {len(verilog) / 1e6:.2f} MB of Verilog (Amaranth + Yosys) in "
             f"{emitted_s:.1f} s; no cached model, building one")
-    if trace == "fst":
-        missing = [h for h in ("lz4.h", "zlib.h") if not _has_header(cxx, h)]
-        if missing:
-            raise RtlBuildError(
-                f"FST waveforms need the lz4 and zlib development headers ({', '.join(missing)} "
-                "not found; Debian: apt-get install liblz4-dev zlib1g-dev); VCD needs "
-                "nothing extra: use trace='vcd' or a .vcd file name")
-    if shutil.which("perl") is None:
-        raise RtlBuildError("Verilator's wrapper needs perl, which is not installed")
+    _check_build_tools(cxx, trace)
     n_jobs = jobs or default_jobs()
     runtime_objs = _runtime_objects(root, cache, cxx, cxx_ver, trace, n_jobs, say)
 
@@ -573,37 +560,14 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
     log = cache / f"{name}.{os.getpid()}.log"  # outlives a failed build, named in errors
     log.unlink(missing_ok=True)
     try:
-        vfile = tmp / "vta_core.v"
-        vfile.write_text(collapse_repeats(verilog))
         obj = tmp / "obj"
-        env = dict(os.environ, VERILATOR_ROOT=str(root))
-        say(f"verilating {len(verilog) / 1e6:.2f} MB of Verilog (Verilator "
-            f"{verilator_version()})")
         tv = time.monotonic()
-        _run([str(root / "bin" / "verilator"), *vflags, "--Mdir", str(obj), str(vfile)],
-             tmp, env, "verilating vta_core", log)
+        ico_patched, muls_patched, fast, slow = _verilate(root, vflags, verilog, tmp, obj, log, say)
         verilate_s = time.monotonic() - tv
-        ico_patched = _patch_skip_ico(obj)
-        muls_patched = _patch_masked_muls(obj)
-        if not ico_patched:
-            say("note: Verilator's eval() has an unexpected shape; the input-combinational "
-                "pass is not skipped (correct, slower)")
-        classes = _parse_classes_mk(obj / "Vvta_core_classes.mk")
-        fast = classes.get("VM_CLASSES_FAST", []) + classes.get("VM_SUPPORT_FAST", [])
-        slow = classes.get("VM_CLASSES_SLOW", []) + classes.get("VM_SUPPORT_SLOW", [])
-        inc = [f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}"]
-        defs = _defines(trace, bus_bytes)
-        cmds = []
-        for group, opt in ((fast, fast_opt), (slow, CXX_SLOW)):
-            for c in group:
-                src = obj / f"{c}.cpp"
-                cmds.append(([cxx, *CXX_COMMON, *opt, *defs, *inc, "-c", str(src),
-                              "-o", str(obj / f"{c}.o")], src))
         harness_copy = tmp / "harness.cpp"
         harness_copy.write_text(harness)
         (tmp / "vta_regs.h").write_text(regs.c_header(cfg))  # #include'd by the harness
-        cmds.append(([cxx, *CXX_COMMON, *fast_opt, *defs, *inc, "-c", str(harness_copy),
-                      "-o", str(tmp / "harness.o")], harness_copy))
+        cmds = _cxx_commands(cxx, root, obj, tmp, fast, slow, fast_opt, _defines(trace, bus_bytes))
         say(f"compiling {len(cmds)} C++ files ({sum(c[1].stat().st_size for c in cmds) / 1e6:.1f}"
             f" MB, {n_jobs} jobs)")
         tc = time.monotonic()
@@ -634,6 +598,78 @@ def build_model(cfg: VTAConfig, *, trace: str | bool | None = None, verilog: str
     say(f"built {lib_path} in {total:.1f} s (verilate {verilate_s:.1f} s, compile "
         f"{compile_s:.1f} s)")
     return RtlModel(lib_path, key, cfg, trace, bus_bytes, False, total, verilate_s)
+
+
+def _verilate(root: Path, vflags: list, verilog: str, tmp: Path, obj: Path, log: Path,
+              say) -> tuple[bool, int, list, list]:
+    """Verilate ``verilog`` (its repeats collapsed, :func:`collapse_repeats`) into ``obj``
+    and patch the generated C++ (:func:`_patch_skip_ico`, :func:`_patch_masked_muls`).
+    Returns ``(eval patched, masked multiplies patched, fast classes, slow classes)``.
+
+    Raises:
+        RtlBuildError: Verilator fails (its log named).
+    """
+    vfile = tmp / "vta_core.v"
+    vfile.write_text(collapse_repeats(verilog))
+    env = dict(os.environ, VERILATOR_ROOT=str(root))
+    say(f"verilating {len(verilog) / 1e6:.2f} MB of Verilog (Verilator {verilator_version()})")
+    _run([str(root / "bin" / "verilator"), *vflags, "--Mdir", str(obj), str(vfile)],
+         tmp, env, "verilating vta_core", log)
+    ico_patched = _patch_skip_ico(obj)
+    muls_patched = _patch_masked_muls(obj)
+    if not ico_patched:
+        say("note: Verilator's eval() has an unexpected shape; the input-combinational "
+            "pass is not skipped (correct, slower)")
+    classes = _parse_classes_mk(obj / "Vvta_core_classes.mk")
+    fast = classes.get("VM_CLASSES_FAST", []) + classes.get("VM_SUPPORT_FAST", [])
+    slow = classes.get("VM_CLASSES_SLOW", []) + classes.get("VM_SUPPORT_SLOW", [])
+    return ico_patched, muls_patched, fast, slow
+
+
+def _indexed_model(lib: Path, cfg: VTAConfig, trace: str | None, t0: float) -> RtlModel:
+    """The cached model the source-stamp index found at ``lib`` (its key from the entry's
+    ``build.json``, else the entry's directory name)."""
+    try:
+        key = json.loads((lib.parent / "build.json").read_text())["key"]
+    except (OSError, ValueError, KeyError):
+        key = lib.parent.name
+    return RtlModel(lib, key, cfg, trace, cfg.BUS_WIDTH // 8, True, time.monotonic() - t0)
+
+
+def _check_build_tools(cxx: str, trace: str | None) -> None:
+    """The tools a build needs beyond the compiler: perl (Verilator's wrapper) and, for
+    FST waveforms, the lz4 and zlib headers.
+
+    Raises:
+        RtlBuildError: one of them is missing (the message says how to get it).
+    """
+    if trace == "fst":
+        missing = [h for h in ("lz4.h", "zlib.h") if not _has_header(cxx, h)]
+        if missing:
+            raise RtlBuildError(
+                f"FST waveforms need the lz4 and zlib development headers ({', '.join(missing)} "
+                "not found; Debian: apt-get install liblz4-dev zlib1g-dev); VCD needs "
+                "nothing extra: use trace='vcd' or a .vcd file name")
+    if shutil.which("perl") is None:
+        raise RtlBuildError("Verilator's wrapper needs perl, which is not installed")
+
+
+def _cxx_commands(cxx: str, root: Path, obj: Path, tmp: Path, fast: list, slow: list,
+                  fast_opt: Sequence[str], defs: list) -> list:
+    """``[(compiler command, source)]`` of a build: Verilator's fast classes at
+    ``fast_opt``, its slow ones at :data:`CXX_SLOW`, then the harness (``tmp/harness.cpp``)
+    at ``fast_opt``; objects beside their sources (the harness's in ``tmp``)."""
+    inc = [f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}"]
+    cmds = []
+    for group, opt in ((fast, fast_opt), (slow, CXX_SLOW)):
+        for c in group:
+            src = obj / f"{c}.cpp"
+            cmds.append(([cxx, *CXX_COMMON, *opt, *defs, *inc, "-c", str(src),
+                          "-o", str(obj / f"{c}.o")], src))
+    harness_copy = tmp / "harness.cpp"
+    cmds.append(([cxx, *CXX_COMMON, *fast_opt, *defs, *inc, "-c", str(harness_copy),
+                  "-o", str(tmp / "harness.o")], harness_copy))
+    return cmds
 
 
 def _source_stamp(cfg: VTAConfig, trace: str, extra_vflags: Sequence[str] = (),
