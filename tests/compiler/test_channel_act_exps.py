@@ -155,3 +155,25 @@ def test_dense_conv_with_even_channels_stays_per_tensor():
     cm = compile_model(_dense_model(3), cal, "pynq",
                        quant_config=QuantConfig(calibration="max", channel_act_exps=True))
     assert not any("channel_exps" in s.attrs for s in cm.steps if s.op == "quantize")
+
+
+def test_search_floor_finds_the_fewest_worst_layers():
+    """search_floor against a brute-force oracle: layers with known cosines, an agreement
+    that rises with each layer kept real; the answer is the smallest k reaching the goal."""
+    from vtaforge.compiler.compile import search_floor
+
+    rng = np.random.default_rng(3)
+    errs = {f"n{i}": float(c) for i, c in enumerate(rng.uniform(0.99, 1.0, 40))}
+    order = sorted(errs, key=errs.get)
+    gain = dict(zip(order, rng.uniform(0.0005, 0.004, 40)))
+
+    def trial(thr):
+        kept = [n for n in errs if errs[n] < thr]
+        return 0.9 + sum(gain[n] for n in kept), len(kept)
+    base = 0.9
+    a_all = trial(2.0)[0]
+    goal = min(0.99, a_all - 0.002)
+    want = next(k for k in range(41) if 0.9 + sum(gain[n] for n in order[:k]) >= goal)
+    assert search_floor(errs, set(errs), 0.99, base, trial) == want
+    assert search_floor(errs, set(errs), 0.99, 0.995, trial) is None      # already agrees
+    assert search_floor(errs, set(), 0.99, base, trial) is None           # nothing eligible
