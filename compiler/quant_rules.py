@@ -454,10 +454,13 @@ class QuantRules:
         ce = np.asarray(ce, np.int64)
         if not depthwise:
             ms = self.fg.meta.get("channel_ms", {}).get(t)
-            if ms is None or len(ms) != c:
+            if ms is None or len(ms) != c or not np.all(np.isfinite(ms)):
                 return None
-            best = min(MIGRATION_STRENGTHS,
-                       key=lambda a: fold_error(w, ex, migrate(ce, ex, a), ms))
+            with np.errstate(over="ignore", invalid="ignore"):     # a float64 model's range
+                est = [fold_error(w, ex, migrate(ce, ex, a), ms) for a in MIGRATION_STRENGTHS]
+            if not all(np.isfinite(est)):
+                return None
+            best = MIGRATION_STRENGTHS[int(np.argmin(est))]
             ce = migrate(ce, ex, best)
         if np.all(ce == ex):
             return None

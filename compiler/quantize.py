@@ -149,7 +149,8 @@ def calibrate(graph: Graph, data, config: QuantConfig = QuantConfig()) -> dict[s
             if config.channel_act_exps and v.ndim == 4 and v.size and np.isfinite(v).all():
                 cm = np.abs(v.astype(np.float64)).max(axis=(0, 2, 3))
                 chmax[name] = np.maximum(chmax[name], cm) if name in chmax else cm
-                sq = np.square(v.astype(np.float64)).sum(axis=(0, 2, 3))
+                with np.errstate(over="ignore"):    # a float64 model's huge values: inf
+                    sq = np.square(v.astype(np.float64)).sum(axis=(0, 2, 3))
                 n_c = v.size // v.shape[1]
                 if name in chsq:
                     chsq[name][0] = chsq[name][0] + sq
