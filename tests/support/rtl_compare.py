@@ -13,7 +13,7 @@ from vtaforge.runtime.fsim import FsimDevice
 
 
 def rtl_equals_fsim(cm, x, *, mem_bytes: int = 16 << 20, fsim_mem_bytes: int | None = None,
-                    model=None) -> tuple[dict, list]:
+                    model=None, **device_kw) -> tuple[dict, list]:
     """Run compiled model ``cm`` on ``x`` (``keep=True``: every intermediate tensor) on
     fsim and on ``vtaforge.runtime.rtl.RtlDevice(cm.config, mem_bytes, model=model)``;
     assert every tensor fsim kept equal, bit for bit, to the RTL run's.
@@ -24,6 +24,7 @@ def rtl_equals_fsim(cm, x, *, mem_bytes: int = 16 << 20, fsim_mem_bytes: int | N
         mem_bytes: the RTL device's memory, bytes.
         fsim_mem_bytes: fsim's memory, bytes (``None``: FsimDevice's default).
         model: a built ``RtlModel`` to reuse (``None``: the build cache's for the config).
+        device_kw: further ``RtlDevice`` options (``latency``, ``seed``, ``backpressure``).
     Returns:
         ``(rtl outputs, [the RTL device's run result per launch, in order])``; a result's
         ``cycles`` is that launch's core cycles.
@@ -35,7 +36,7 @@ def rtl_equals_fsim(cm, x, *, mem_bytes: int = 16 << 20, fsim_mem_bytes: int | N
     cfg = cm.config
     fsim = FsimDevice(cfg) if fsim_mem_bytes is None else FsimDevice(cfg, mem_bytes=fsim_mem_bytes)
     ref = Executor(cm, fsim).run(x, keep=True)
-    dev = rtl.RtlDevice(cfg, mem_bytes, progress=False, model=model)
+    dev = rtl.RtlDevice(cfg, mem_bytes, progress=False, model=model, **device_kw)
     runs = []
     run = dev.run
 
