@@ -42,6 +42,7 @@ from .errors import CompileError
 from .ir import FLOAT_OPS, LAYOUT_OPS, QUANT_OPS, REAL_OPS, Graph
 from .partition import Partition, partition
 from .ops import REGISTRY
+from .options import LowerOptions
 from .passes import optimize
 from .quantize import (DEFAULT_MIN_LAYER_COSINE, OUTPUT_AGREEMENT_TARGET,
                        QuantConfig, _Quantizer, bias_correct, calibrate, layer_errors,
@@ -52,9 +53,11 @@ from .onnx_frontend import _load, declared_input_shapes, import_onnx
 __all__ = ["compile_model", "lower_graph", "lower_node", "quant_widths"]
 
 
-def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
+def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str,
+               options: LowerOptions | None = None):
     """Lower one VTA-placed node with its registry entry's lowering
-    (:data:`~.ops.REGISTRY`); returns ``(LoweredOp, {slot: tensor})``.
+    (:data:`~.ops.REGISTRY`) and ``options`` (:class:`~.options.LowerOptions`, default
+    ``LowerOptions.for_config(cfg)``); returns ``(LoweredOp, {slot: tensor})``.
 
     Raises:
         CompileError: the op has no VTA lowering, or the lowering refuses the node.
@@ -68,21 +71,26 @@ def lower_node(cfg: VTAConfig, graph: Graph, node, uid: str):
         if sym:     # a program has static tile counts: only the batch may stay symbolic
             raise CompileError(f"node '{node.name}' ({node.op}): tensor {t!r} has symbolic "
                                f"dim(s) {sym} beyond the batch")
-    return d.lower(cfg, graph, node, uid)
+    return d.lower(cfg, graph, node, uid, LowerOptions.resolve(options, cfg))
 
 
-def _bands(cfg: VTAConfig, graph: Graph, node, lo, uid: str, vta_y: dict) -> list:
+def _bands(cfg: VTAConfig, graph: Graph, node, lo, uid: str, vta_y: dict,
+           options: LowerOptions | None = None) -> list:
     """The row-band variants of a VTA-placed node (its op's ``bands`` facet,
-    :data:`~.ops.REGISTRY`), else ``[]``."""
+    :data:`~.ops.REGISTRY`, with ``options`` as for :func:`lower_node`), else ``[]``."""
     spec = REGISTRY.get(node.op)
-    return spec.bands(cfg, graph, node, lo, uid, vta_y) if spec and spec.bands else []
+    return (spec.bands(cfg, graph, node, lo, uid, vta_y, LowerOptions.resolve(options, cfg))
+            if spec and spec.bands else [])
 
 
 def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
-                name: str | None = None, row_bands: bool = True) -> CompiledModel:
+                name: str | None = None, row_bands: bool = True,
+                options: LowerOptions | None = None) -> CompiledModel:
     """Back half: lower a quantized, partitioned graph to a :class:`CompiledModel`
-    (``row_bands``: add row-band variants, see the module docstring)."""
+    (``row_bands``: add row-band variants, see the module docstring; ``options``: the
+    lowering's :class:`~.options.LowerOptions`, default ``LowerOptions.for_config``)."""
     cfg = part.config
+    options = LowerOptions.resolve(options, cfg)
     steps, consts = [], {}
     vta_y: dict = {}                    # tensor -> packed layout of the VTA step writing it
     host_notes: list[str] = []
@@ -92,7 +100,7 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
         target, reason = pl.target, pl.reason
         if target == "vta":
             try:
-                lo, act = lower_node(cfg, graph, node, f"{graph.name}/{node.name}")
+                lo, act = lower_node(cfg, graph, node, f"{graph.name}/{node.name}", options)
             except CompileError as e:
                 if not fallback:
                     raise
@@ -113,7 +121,7 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
                         f"per pixel instead of {-(-c // cfg.BLOCK_IN) * ic[0] * ic[1]})")
                 reason = f"{reason}; {note}"
                 host_notes.append(f"  host layout step before VTA '{node.name}': {note}")
-            bands = (_bands(cfg, graph, node, lo, f"{graph.name}/{node.name}", vta_y)
+            bands = (_bands(cfg, graph, node, lo, f"{graph.name}/{node.name}", vta_y, options)
                      if row_bands else [])
             steps.append(Step(node.name, node.op, "vta", list(node.inputs), list(node.outputs),
                               dict(node.attrs), [], slots, lo.layouts, lo.trace, reason,
@@ -144,7 +152,7 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
 
 def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig | None = None,
                   fallback: bool = True, calib_label: str = "calibration data",
-                  row_bands: bool = True) -> CompiledModel:
+                  row_bands: bool = True, options: LowerOptions | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for a VTA config.
 
     Args:
@@ -163,6 +171,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
             on a ``LOG_WGT_WIDTH`` 2 core).
         row_bands: give convs with a host-packed input row-band variants (see the module
             docstring; they let a memory budget go below such a step's working set).
+        options: the lowering's choices (:class:`~.options.LowerOptions`; default
+            ``LowerOptions.for_config(cfg)``).
     Returns:
         The :class:`CompiledModel`; its attributes ``qgraph`` (quantized graph) and
         ``partition`` are set for in-process use (not saved in artifacts).
@@ -170,6 +180,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         CompileError: unsupported model, bad calibration data, a lowering failure.
     """
     cfg = load_config(config)
+    options = LowerOptions.resolve(options, cfg)
     calib = calib_data
     if isinstance(model, (bytes, bytearray)) or not hasattr(model, "SerializeToString"):
         model = _load(model)
@@ -225,7 +236,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
     q, part = quantize_placed(fg, calibrate(fg, calib, qc), qc, cfg,
                               feeds=_error_feeds(fg, calib, b0 if isinstance(b0, int) else None,
                                                  n_samples is None))
-    cm = lower_graph(q, part, fallback=fallback, row_bands=row_bands)
+    cm = lower_graph(q, part, fallback=fallback, row_bands=row_bands, options=options)
     cm.qgraph = q
     cm.partition = part
     return cm

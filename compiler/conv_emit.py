@@ -9,9 +9,10 @@ import numpy as np
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS, AluOp, Module
 from ..runtime.artifact import TraceBuilder
-from .conv_plan import ConvLayer, ConvOptions, ConvPlan, TilePlan
+from .conv_plan import ConvLayer, ConvPlan, TilePlan
 from .conv_schedule import Gemm, StepPlan, TileSetup
 from .lower_common import emit_kernel, requant_alu
+from .options import ConvOptions
 
 __all__ = ["emit_conv"]
 

@@ -14,14 +14,14 @@ emits it.  Passes, in order (each a pure function of the layer and the plans bef
 6. :func:`~.conv_schedule.schedule_steps` -- per step the token waits and pushes, GEMMs,
    the stream of per-block GEMMs and REQs (with its lag), the REQs after it.
 
-:class:`ConvOptions` holds the lowering's choices that tests flip (the former module
-switches); :meth:`ConvOptions.for_config` gives a config's defaults.  ``str(plan)`` of any
+:class:`~.options.ConvOptions` holds the lowering's choices (passed in by the caller,
+:meth:`~.options.ConvOptions.for_config` gives a config's defaults).  ``str(plan)`` of any
 plan is a short readable description; ``vtaforge compile --explain`` prints one per conv.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -29,78 +29,13 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS
 from .conv_schedule import (Gemm, StepPlan, TileEnd, TileSetup, WeightLoad, WeightPlan, _beats,
                             plan_resets, plan_weights, schedule_steps)
-from .tiling import QUAD_ACC_RATIO, ConvTiling, acc_regions, candidates, conv_tiling
+from .options import ConvOptions
+from .tiling import ConvTiling, acc_regions, candidates, conv_tiling
 
-__all__ = ["ConvOptions", "ConvLayer", "TilingPlan", "InpPlan", "TilePlan", "WeightPlan",
+__all__ = ["ConvLayer", "TilingPlan", "InpPlan", "TilePlan", "WeightPlan",
            "WeightLoad", "TileSetup", "StepPlan", "Gemm", "TileEnd", "ConvPlan", "plan_conv",
            "plan_tiling", "plan_inputs", "plan_acc", "plan_weights", "plan_resets",
            "schedule_steps"]
-
-
-@dataclass(frozen=True)
-class ConvOptions:
-    """Choices of the conv lowering that are not the config's (all exact: every setting
-    computes the same outputs; the defaults are the fastest measured).
-
-    Attributes:
-        clearing_req: with ``ALU_REQUANT``, end each tile's bias-fused REQ as a clearing REQ
-            (its ACC entries to 0) and skip the reset of the next tile of that ACC region
-            the clear covered (False: every tile resets).
-        keep_cleared: a clearing REQ of a tile smaller than its region's cleared extent
-            keeps that extent (False: the extent becomes the tile's).
-        step_req: on a REQ engine core, the last tile of a conv whose output blocks each
-            complete in one step (depthwise) requantizes each block after its step
-            (False: the stream of deferred steps).
-        ob_loop: 1x1 convs whose tile pixels are one run in INP run a step's output blocks
-            as a GEMM loop, one micro-op per input block (False: one per stored block).
-        streamed_ib_major: streamed (non-resident) weights are stored input-block-major,
-            like resident ones (False: output-block-major).
-        w_chunk_beats: resident weight LOADs are requests of at most this many bus beats
-            (whole blocks, at least one); also the first step's weight group size.
-        quad_acc_ratio: a conv on a REQ engine core whose output takes more than this many
-            times as many STORE beats as GEMM cycles gets four ACC regions
-            (:func:`~.tiling.conv_tiling`).
-        stream_request_cycles: cycles allowed per DMA request when judging whether a
-            one-input-block step of streamed weights hides its load (a board's latency).
-        retile_request_cycles: the same for resident weights' retiling (the ideal bus's
-            request overhead).
-    Raises:
-        ValueError: a count below 1 or a negative ratio.
-    """
-
-    clearing_req: bool = True
-    keep_cleared: bool = True
-    step_req: bool = True
-    ob_loop: bool = True
-    streamed_ib_major: bool = True
-    w_chunk_beats: int = 256
-    quad_acc_ratio: float = QUAD_ACC_RATIO
-    stream_request_cycles: int = 64
-    retile_request_cycles: int = 8
-
-    def __post_init__(self):
-        for name in ("w_chunk_beats", "stream_request_cycles", "retile_request_cycles"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"ConvOptions.{name} must be >= 1, got {getattr(self, name)}")
-        if self.quad_acc_ratio < 0:
-            raise ValueError(f"ConvOptions.quad_acc_ratio must be >= 0, got "
-                             f"{self.quad_acc_ratio}")
-
-    @classmethod
-    def for_config(cls, cfg: VTAConfig, **overrides) -> "ConvOptions":
-        """The defaults for ``cfg`` (today the same on every config), with ``overrides``
-        (field names).  Raises ``TypeError`` on an unknown name."""
-        known = {f.name for f in fields(cls)}
-        bad = sorted(set(overrides) - known)
-        if bad:
-            raise TypeError(f"unknown ConvOptions field(s) {bad}; known: {sorted(known)}")
-        return cls(**overrides)
-
-    def __str__(self) -> str:
-        d = ConvOptions()
-        diff = [f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                if getattr(self, f.name) != getattr(d, f.name)]
-        return "options: " + (", ".join(diff) if diff else "defaults")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .conv_plan import ConvLayer, ConvOptions, InpPlan, TilingPlan, _Blocks
+    from .conv_plan import ConvLayer, InpPlan, TilingPlan, _Blocks
+    from .options import ConvOptions
 
 __all__ = ["WeightLoad", "WeightPlan", "plan_weights", "TileSetup", "plan_resets", "Gemm",
            "StepPlan", "TileEnd", "schedule_steps"]

@@ -42,6 +42,7 @@ from ..runtime.artifact import CompiledModel
 from .compile import _check_calib_dict, _error_feeds, lower_graph, quantize_placed
 from .errors import CompileError
 from .onnx_frontend import _load, declared_input_shapes, import_onnx
+from .options import LowerOptions
 from .passes import optimize
 from .quantize import DEFAULT_MIN_LAYER_COSINE, QuantConfig, calibrate
 
@@ -68,6 +69,8 @@ class DynamicModel:
         calib_seconds: wall seconds of import + calibration (the one-time cost).
         quant_config: the :class:`QuantConfig` used.
         fallback: forwarded to :func:`~.compile.lower_graph`.
+        options: the lowering's :class:`~.options.LowerOptions`, forwarded to
+            :func:`~.compile.lower_graph` at every shape.
     """
 
     config: VTAConfig
@@ -80,6 +83,7 @@ class DynamicModel:
     quant_config: QuantConfig
     fallback: bool = True
     _proto: object = field(default=None, repr=False)
+    options: LowerOptions = field(default_factory=LowerOptions)
     #: the per-layer error fallbacks and bias corrections measured at the first calibration
     #: shape (:func:`~.compile.quantize_placed`'s ``measured``), applied at every shape
     measured: dict | None = field(default=None, repr=False)
@@ -166,7 +170,8 @@ class DynamicModel:
                                    f"shape(s); calibrate at this size too")
             q, part = quantize_placed(fg, self.exps, self.quant_config, self.config,
                                       measured=self.measured)
-            cm = lower_graph(q, part, fallback=self.fallback, name=f"{self.name}@{tag}")
+            cm = lower_graph(q, part, fallback=self.fallback, name=f"{self.name}@{tag}",
+                             options=self.options)
         except CompileError as e:
             raise CompileError(f"input shape {what}: {e}", node=e.node, op_type=e.op_type,
                                reason=e.reason) from None
@@ -215,7 +220,8 @@ def _calib_groups(inputs: list, calib, label) -> tuple[list[dict], list[str]]:
 
 def compile_dynamic(model, calib_data, config=None, *,
                     quant_config: QuantConfig | None = None, fallback: bool = True,
-                    calib_label: str | list[str] = "calibration data") -> DynamicModel:
+                    calib_label: str | list[str] = "calibration data",
+                    options: LowerOptions | None = None) -> DynamicModel:
     """Compile an ONNX model whose input dims may be symbolic (``[N, 3, H, W]``) once.
 
     Args:
@@ -228,6 +234,8 @@ def compile_dynamic(model, calib_data, config=None, *,
         calib_label: how error messages name the calibration data: one name (a list of
             sizes is then named ``NAME #k``), or a list of names, one per entry of a
             ``calib_data`` list.
+        options: the lowering's choices (:class:`~.options.LowerOptions`; default
+            ``LowerOptions.for_config(cfg)``), used at every shape.
     Returns:
         A :class:`DynamicModel`; run it with :class:`~vtaforge.runtime.shapes.ShapeRunner`
         (or call :meth:`DynamicModel.specialise` and an ordinary executor).
@@ -238,6 +246,7 @@ def compile_dynamic(model, calib_data, config=None, *,
     """
     t0 = time.perf_counter()
     cfg = load_config(config)
+    options = LowerOptions.resolve(options, cfg)
     proto = _load(model)
     if proto is model:          # the caller's ModelProto: keep a copy it cannot change
         proto = type(model)()
@@ -304,4 +313,4 @@ def compile_dynamic(model, calib_data, config=None, *,
                         fallback, proto, measured=measured,
                         channel_exps={t: np.minimum(ce, exps[t]) for t, ce in chx.items()
                                       if t in exps},
-                        channel_ms=chms)
+                        channel_ms=chms, options=options)

@@ -2,7 +2,7 @@
 
 :func:`lower_conv` describes the layer (:class:`~.conv_plan.ConvLayer`), runs the planning
 passes of :mod:`.conv_plan` (:func:`~.conv_plan.plan_conv`, a printable
-:class:`~.conv_plan.ConvPlan`; choices that tests flip are :class:`~.conv_plan.ConvOptions`)
+:class:`~.conv_plan.ConvPlan`; the caller's choices are :class:`~.options.ConvOptions`)
 and emits the plan with :func:`~.conv_emit.emit_conv`, which decides nothing.
 
 One batch block (``BATCH`` images) per trace; the executor replays it per block.
@@ -100,10 +100,11 @@ from ..runtime.cpu_ops import pack_int4
 from .errors import CompileError
 from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, plan_for, requant_alu
 from .conv_emit import emit_conv
-from .conv_plan import ConvLayer, ConvOptions, ConvPlan, _EmptyWindow, plan_conv
+from .conv_plan import ConvLayer, ConvPlan, _EmptyWindow, plan_conv
+from .options import ConvOptions, LowerOptions
 from .pack import ceil_div, pack_bias, pack_weights
 
-__all__ = ["lower_conv", "lower_dense", "ConvOptions", "ConvPlan", "emit_conv", "act_layout",
+__all__ = ["lower_conv", "lower_dense", "ConvPlan", "emit_conv", "act_layout",
            "LoweredOp", "emit_kernel", "requant_alu", "plan_for", "use_im2col", "lower_conv_bands",
            "band_rows", "bandable", "channel_requant", "channel_align", "explain_node"]
 
@@ -242,8 +243,7 @@ def channel_align(cfg: VTAConfig, w: np.ndarray, bias: np.ndarray, attrs: dict,
 
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
                attrs: dict, *, pre_pad: bool | None = None,
-               im2col: bool | None = None, bias_load: bool = False,
-               out_rows: int | None = None, tile_inp: bool = True,
+               im2col: bool | None = None, out_rows: int | None = None, tile_inp: bool = True,
                max_acc_regions: int | None = None, options: ConvOptions | None = None,
                explain: list | None = None) -> LoweredOp:
     """Lower one ``qconv2d`` (one batch block) to a :class:`LoweredOp`.
@@ -263,13 +263,6 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             with the weights reshaped to ``[O, C*kh*kw, 1, 1]`` (default:
             :func:`use_im2col`).  Exact: the same products, summed in another order
             (integer sums).  Pads then have no 15 limit.
-        bias_load: start each tile's accumulator at the bias (+round) with one broadcast
-            ACC LOAD per output block (``x_stride`` 0), instead of a GEMM reset and the
-            bias ADD of the epilogue.  Exact, but slower on every preset: an ACC element
-            (``BATCH*BLOCK_OUT*4`` bytes, pynq 64) is 8 bus beats on pynq's 8-byte bus and
-            the compute unit waits for its own loads, against 2 micro-op cycles for reset +
-            ADD (figures: bench/RESULTS.md).  Default off; kept for cores with a wider bus
-            or a broadcast load.
         out_rows: the height (rows) of the destination's channel planes, ``>=`` this conv's
             output height ``Ho`` (default ``Ho``): the program stores its ``Ho`` rows at the
             top of planes of ``out_rows`` rows (the ``y`` slot and its batch-block
@@ -286,8 +279,8 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
             placed by step (``tile_inp=False``), then with at most half as many ACC
             regions (``max_acc_regions``) each time, down to one; deep queues (every
             preset) never take these steps, so their programs are unchanged.
-        options: the lowering's choices (:class:`ConvOptions`; default
-            ``ConvOptions.for_config(cfg)``).
+        options: the lowering's choices (:class:`~.options.ConvOptions`, ``bias_load``
+            among them; default ``ConvOptions.for_config(cfg)``).
         explain: a list to which the final :class:`ConvPlan` is appended (``vtaforge compile
             --explain``).
     Raises:
@@ -306,16 +299,16 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     if im2col is None:
         im2col = use_im2col(cfg, c, groups, kh, kw)
     if im2col:
-        return _lower_im2col(cfg, uid, in_chw, w, bias, attrs, bias_load=bias_load,
-                             out_rows=out_rows, options=opt, explain=explain)
-    kw_ = dict(bias_load=bias_load, out_rows=out_rows, options=opt, explain=explain)
+        return _lower_im2col(cfg, uid, in_chw, w, bias, attrs, out_rows=out_rows,
+                             options=opt, explain=explain)
+    kw_ = dict(out_rows=out_rows, options=opt, explain=explain)
     node_attrs = attrs
     attrs, pcq = channel_requant(cfg, uid, attrs, o)
     mplan = plan_for(cfg, uid, attrs, int(np.prod(w.shape[1:])) * (1 << (cfg.INP_WIDTH - 1)) * (
         1 << (cfg.WGT_WIDTH - 1)) + int(np.abs(np.asarray(bias, np.int64)).max(initial=0)))
     align = None if pcq is None else channel_align(cfg, w, bias, attrs, pcq)
     ly, xl, yl, wpk = _layer(cfg, uid, in_chw, w, attrs, pcq is not None, mplan, pre_pad,
-                             bias_load, out_rows, opt, align)
+                             out_rows, opt, align)
     try:
         plan = plan_conv(cfg, ly, wpk, opt, tile_inp=tile_inp, max_acc_regions=max_acc_regions)
     except _EmptyWindow:
@@ -344,7 +337,7 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
         bconst = pack_bias(bias, pcq[1], cfg.BATCH, cfg.BLOCK_OUT, shift=pcq[0])
     else:   # aligned: the bias rows B << k (unless the tiles load B), shift rows -k
         b64 = bias.astype(np.int64) + pcq[1]
-        bconst = pack_bias(b64 if bias_load else b64 << align, np.zeros(o, np.int64),
+        bconst = pack_bias(b64 if opt.bias_load else b64 << align, np.zeros(o, np.int64),
                            cfg.BATCH, cfg.BLOCK_OUT, shift=-align)
     consts = {"w": pack_int4(wdata) if cfg.WGT_WIDTH == 4 else wdata, "b": bconst}
     return fit_queues(cfg, LoweredOp(tr, consts, {"x": xl, "y": yl}))
@@ -382,7 +375,7 @@ def _lower_im2col(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: 
 
 
 def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
-           per_channel: bool, mplan, pre_pad, bias_load: bool, out_rows, opt: ConvOptions,
+           per_channel: bool, mplan, pre_pad, out_rows, opt: ConvOptions,
            align: np.ndarray | None = None):
     """``(ConvLayer, x layout, y layout, packed weights)`` of a direct (not im2col) conv;
     ``align``: :func:`channel_align`'s ``k`` of an aligned per-channel requantize.
@@ -424,9 +417,9 @@ def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
     ly = ConvLayer(uid, c, h, wd, o, kh, kw, sh, sw, groups, (pt, pl, pb, pr), hp, wp, ho, wo,
                    hpl, geo.pre_pad, row_skip, nob, wpk.n_ib, kh * kw, span,
                    max(b - a for a, b in wpk.ob_ranges), 2 * nob if per_channel else nob,
-                   per_channel, bool(bias_load),
+                   per_channel, bool(opt.bias_load),
                    requant_clears(cfg, attrs if pc_shift is None else dict(attrs, shift=pc_shift),
-                                  mplan, per_channel and pc_shift is None, bias_load, opt),
+                                  mplan, per_channel and pc_shift is None, opt),
                    mac_cycles, bus_cycles, pc_shift, pc_shr)
     return ly, xl, yl, wpk
 
@@ -452,14 +445,14 @@ def _stats(cfg: VTAConfig, plan: ConvPlan, w: np.ndarray) -> dict:
                          B * ly.o * ly.ho * ly.wo * cfg.INP_WIDTH // 8)}
 
 
-def requant_clears(cfg: VTAConfig, attrs: dict, mult_plan, per_channel: bool, bias_load: bool,
+def requant_clears(cfg: VTAConfig, attrs: dict, mult_plan, per_channel: bool,
                    opt: ConvOptions) -> bool:
     """Whether each tile's requantize is one clearing bias-fused REQ (``ALU_REQUANT``, an
     8-bit clip, a shift in ``[-32, 31]``, no multiplier, scalar, the bias not loaded):
     the condition under which :func:`~.lower_common.requant_alu` clears (the emitter
     checks the two agree)."""
     lo, hi, shift = int(attrs["clip_lo"]), int(attrs["clip_hi"]), attrs["shift"]
-    return bool(opt.clearing_req and cfg.ALU_REQUANT and not per_channel and not bias_load
+    return bool(opt.clearing_req and cfg.ALU_REQUANT and not per_channel and not opt.bias_load
                 and mult_plan is None and -32 <= int(shift) <= 31 and lo in REQ_LOWER_BOUNDS
                 and lo <= hi <= 127)
 
@@ -601,10 +594,11 @@ def lower_dense(cfg: VTAConfig, uid: str, k: int, w: np.ndarray, bias: np.ndarra
     return lower_conv(cfg, uid, (k, 1, 1), w.reshape(w.shape[0], k, 1, 1), bias, a, **kwargs)
 
 
-def explain_node(cfg: VTAConfig, graph, node) -> str:
+def explain_node(cfg: VTAConfig, graph, node, options: LowerOptions | None = None) -> str:
     """The plan of a VTA-placed ``qconv2d`` / ``qdense`` node of a quantized graph, as
     :meth:`~.conv_plan.ConvPlan.describe` prints it (the node lowered again, as
-    :func:`~.compile.lower_graph` lowers it; ``vtaforge compile --explain``).
+    :func:`~.compile.lower_graph` lowers it with ``options``, default
+    ``LowerOptions.for_config(cfg)``; ``vtaforge compile --explain``).
 
     Raises:
         CompileError: the node is not a conv or dense layer, or its lowering fails.
@@ -612,12 +606,13 @@ def explain_node(cfg: VTAConfig, graph, node) -> str:
     x, w, b = node.inputs
     shape = graph.types[x].shape
     out: list = []
+    opt = LowerOptions.resolve(options, cfg).conv
     if node.op == "qconv2d":
         lower_conv(cfg, node.name, tuple(shape[1:]), graph.constants[w], graph.constants[b],
-                   node.attrs, explain=out)
+                   node.attrs, options=opt, explain=out)
     elif node.op == "qdense":
         lower_dense(cfg, node.name, shape[1], graph.constants[w], graph.constants[b],
-                    node.attrs, explain=out)
+                    node.attrs, options=opt, explain=out)
     else:
         raise CompileError(f"node '{node.name}' ({node.op}) is not a conv or dense layer")
     text = out[-1].describe()

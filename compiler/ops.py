@@ -17,9 +17,10 @@ holding its
 * **acc_bound** -- the worst-case ``|acc|`` entering the op's requantize,
   ``(node, graph) -> int`` (``compiler/placement.py``), from which a multiplier's
   overflow-free ALU sequence is planned;
-* **lower** -- the VTA lowering ``(config, graph, node, uid) -> (LoweredOp, slots)``: the
-  adapters below, which hand a node's tensors to the program builders of
-  ``compiler/lower_conv.py`` / ``lower_eltwise.py``;
+* **lower** -- the VTA lowering ``(config, graph, node, uid, options) -> (LoweredOp, slots)``
+  (``options``: the :class:`~.options.LowerOptions` of the whole lowering): the adapters
+  below, which hand a node's tensors, and the builder its part of the options, to the
+  program builders of ``compiler/lower_conv.py`` / ``lower_eltwise.py``;
 * **reference** -- the numpy kernel ``(node, inputs, graph) -> array``
   (``compiler/ref_kernels.py``): the integer oracle of a quantized op; a layout op's
   kernel moves data of any dtype and also runs in float graphs (real-valued float ops run
@@ -40,7 +41,7 @@ holding its
   (:func:`~.partition.node_macs`, the placement summary's MAC share;
   :func:`~.placement.linear_macs`, :func:`~.placement.onnx_macs`); ``None``: 0;
 * **bands** -- the row-band variants of a VTA step whose input the host packs,
-  ``(config, graph, node, lowered, uid, vta_layouts) -> [RowBands]`` (:func:`bands_qconv2d`;
+  ``(config, graph, node, lowered, uid, vta_layouts, options) -> [RowBands]`` (:func:`bands_qconv2d`;
   ``[]`` when none apply); ``None``: the op runs whole.
 
 The dispatchers (:func:`~.partition.vta_support`, :func:`~.partition.acc_bound`,
@@ -70,6 +71,7 @@ from .ir import OPS, Graph, Node, OpSpec
 from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, operand_chw
 from .lower_conv import bandable, lower_conv, lower_conv_bands, lower_dense
 from .lower_eltwise import lower_add_const, lower_eltwise, lower_mul, lower_pool
+from .options import LowerOptions
 from .pack import pack_bias
 from .quant_rules import QuantRules as _Q
 from .tiling import MAX_EXTENT
@@ -114,29 +116,35 @@ class OpDef:
 
 
 # ---------------------------------------------------------------------------
-# Lowering adapters (the ``lower`` facet): a node's tensors -> a program builder
+# Lowering adapters (the ``lower`` facet): a node's tensors -> a program builder.  Each
+# takes the lowering's LowerOptions (ops without choices ignore them).
 # ---------------------------------------------------------------------------
 
-def lower_qconv2d(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
-    """``qconv2d`` -> GEMM program (:func:`~.lower_conv.lower_conv`); slot ``x``."""
+def lower_qconv2d(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions):
+    """``qconv2d`` -> GEMM program (:func:`~.lower_conv.lower_conv`, ``options.conv``); slot ``x``."""
     x, w, b = node.inputs
-    lo = lower_conv(cfg, uid, operand_chw(graph, x), graph.constants[w], graph.constants[b], node.attrs)
+    lo = lower_conv(cfg, uid, operand_chw(graph, x), graph.constants[w], graph.constants[b], node.attrs,
+                    options=options.conv)
     return lo, {"x": x}
 
 
-def lower_qdense(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
-    """``qdense`` -> a 1x1 conv on a 1x1 image (:func:`~.lower_conv.lower_dense`); slot ``x``."""
+def lower_qdense(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions):
+    """``qdense`` -> a 1x1 conv on a 1x1 image (:func:`~.lower_conv.lower_dense`,
+    ``options.conv``); slot ``x``."""
     x, w, b = node.inputs
-    lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w], graph.constants[b], node.attrs)
+    lo = lower_dense(cfg, uid, graph.types[x].shape[1], graph.constants[w], graph.constants[b], node.attrs,
+                     options=options.conv)
     return lo, {"x": x}
 
 
-def bands_qconv2d(cfg: VTAConfig, graph: Graph, node: Node, lo: LoweredOp, uid: str, vta_y: dict) -> list:
+def bands_qconv2d(cfg: VTAConfig, graph: Graph, node: Node, lo: LoweredOp, uid: str, vta_y: dict,
+                  options: LowerOptions) -> list:
     """The row-band variants of a VTA-placed ``qconv2d`` (``lo``: its whole lowering) whose
     input the host packs -- its producer is not a VTA step writing the same packed layout
     (``vta_y``: tensor -> layout of the VTA step writing it) and the input has no pre-pad --
-    when :func:`~.lower_conv.bandable` (:func:`~.lower_conv.lower_conv_bands`); else ``[]``,
-    also when the band lowering refuses (optional: the step still runs whole)."""
+    when :func:`~.lower_conv.bandable` (:func:`~.lower_conv.lower_conv_bands` with
+    ``options.conv``); else ``[]``, also when the band lowering refuses (optional: the step
+    still runs whole)."""
     if vta_y.get(node.inputs[0]) == lo.layouts.get("x") or lo.layouts["x"].pre_pad != (0, 0, 0, 0):
         return []
     x, w, b = node.inputs
@@ -144,19 +152,29 @@ def bands_qconv2d(cfg: VTAConfig, graph: Graph, node: Node, lo: LoweredOp, uid: 
     if not bandable(cfg, chw, wt.shape, node.attrs):
         return []
     try:
-        return lower_conv_bands(cfg, uid, chw, wt, graph.constants[b], node.attrs)
+        return lower_conv_bands(cfg, uid, chw, wt, graph.constants[b], node.attrs,
+                                options=options.conv)
     except CompileError:
         return []
 
 
-def lower_qmax_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
-    """``qmax_pool`` -> ACC8 loads + ALU MAX (:func:`~.lower_eltwise.lower_pool`); slot ``x``."""
-    return lower_pool(cfg, uid, operand_chw(graph, node.inputs[0]), node.attrs, "max"), {"x": node.inputs[0]}
+def _lower_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions,
+                kind: str):
+    x = node.inputs[0]
+    lo = lower_pool(cfg, uid, operand_chw(graph, x), node.attrs, kind,
+                    separable=options.pool_separable, gemm_copy=options.pool_gemm_copy)
+    return lo, {"x": x}
 
 
-def lower_qavg_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+def lower_qmax_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions):
+    """``qmax_pool`` -> ACC8 loads + ALU MAX (:func:`~.lower_eltwise.lower_pool`,
+    ``options.pool_separable`` / ``pool_gemm_copy``); slot ``x``."""
+    return _lower_pool(cfg, graph, node, uid, options, "max")
+
+
+def lower_qavg_pool(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions):
     """``qavg_pool`` -> ACC8 loads + ALU ADD, SHR (:func:`~.lower_eltwise.lower_pool`); slot ``x``."""
-    return lower_pool(cfg, uid, operand_chw(graph, node.inputs[0]), node.attrs, "avg"), {"x": node.inputs[0]}
+    return _lower_pool(cfg, graph, node, uid, options, "avg")
 
 
 def _const_vals(graph: Graph, name: str) -> np.ndarray:
@@ -166,7 +184,7 @@ def _const_vals(graph: Graph, name: str) -> np.ndarray:
     return c[:1] if c.size == 1 else c
 
 
-def lower_qadd(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+def lower_qadd(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions):
     """``qadd`` -> ACC8 loads of both operands + ALU (:func:`~.lower_eltwise.lower_eltwise`);
     a constant operand -> an immediate or a per-channel ACC constant
     (:func:`~.lower_eltwise.lower_add_const`)."""
@@ -178,13 +196,13 @@ def lower_qadd(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
     return lo, {"a": a, "b": b}
 
 
-def lower_qrequant(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+def lower_qrequant(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions):
     """``qrequant`` -> ACC8 load + the ALU requantize (:func:`~.lower_eltwise.lower_eltwise`)."""
     lo = lower_eltwise(cfg, uid, operand_chw(graph, node.inputs[0]), "qrequant", node.attrs)
     return lo, {"a": node.inputs[0]}
 
 
-def lower_qmul(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+def lower_qmul(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions):
     """``qmul`` of two tensors -> ACC8 loads + a tensor-operand ALU MUL
     (:func:`~.lower_eltwise.lower_mul`), slots ``a``, ``b``; by a scalar or per-channel
     constant -> MUL by an immediate or a resident ACC constant
@@ -318,7 +336,7 @@ def _extremum_chunks(cfg: VTAConfig, form: str, lay: SlotLayout, half: int, uid:
     return [(c0 * hw, min(k, lay.cb - c0) * hw, c0, min(k, lay.cb - c0)) for c0 in range(0, lay.cb, k)]
 
 
-def lower_extremum(cfg: VTAConfig, graph: Graph, node: Node, uid: str):
+def lower_extremum(cfg: VTAConfig, graph: Graph, node: Node, uid: str, options: LowerOptions):
     """``qmax`` / ``qmin`` for one batch block (slots ``a``, ``y``, and ``b`` for a tensor
     operand; a per-channel constant is the packed ACC constant ``c``): per tile (at most
     half the accumulator, :func:`_extremum_chunks`), an ACC8 load of ``a``, then ALU MAX /

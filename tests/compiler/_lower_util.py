@@ -90,12 +90,13 @@ class QG:
         return validate(self.g)
 
 
-def run_graph(g, cfg_name, x, *, expect_vta=True, device=None):
-    """Partition, lower and run ``g`` at preset ``cfg_name`` (or a VTAConfig) on ``device``
-    (default fsim); returns ``(outputs incl. intermediates, executor, compiled model)``."""
+def run_graph(g, cfg_name, x, *, expect_vta=True, device=None, options=None):
+    """Partition, lower (with ``options``, a ``LowerOptions``; default the config's) and
+    run ``g`` at preset ``cfg_name`` (or a VTAConfig) on ``device`` (default fsim); returns
+    ``(outputs incl. intermediates, executor, compiled model)``."""
     cfg = cfg_name if isinstance(cfg_name, VTAConfig) else preset(cfg_name)
     part = partition(g, cfg)
-    cm = lower_graph(g, part)
+    cm = lower_graph(g, part, options=options)
     if expect_vta:
         for s in cm.steps:
             if s.op.startswith("q") and s.op not in ("quantize",):
@@ -105,10 +106,10 @@ def run_graph(g, cfg_name, x, *, expect_vta=True, device=None):
     return out, ex, cm
 
 
-def conv_case(cfg, cin, cout, h, k, s, groups=1, seed=0):
+def conv_case(cfg, cin, cout, h, k, s, groups=1, seed=0, options=None):
     """One random int8 conv (+bias, ReLU clip; pads ``k // 2``) run through ``cfg``'s
-    fsim and checked against :func:`conv_oracle`; returns the conv step's trace
-    statistics."""
+    fsim (lowered with ``options``, as for :func:`run_graph`) and checked against
+    :func:`conv_oracle`; returns the conv step's trace statistics."""
     rng = np.random.default_rng(seed)
     p = k // 2
     x = rng.integers(-128, 128, (1, cin, h, h)).astype(np.int8)
@@ -121,7 +122,7 @@ def conv_case(cfg, cin, cout, h, k, s, groups=1, seed=0):
     a = {"kernel": (k, k), "strides": (s, s), "pads": (p, p, p, p), "groups": groups}
     a.update(qg.req(shift, 0, 127))
     y = qg.add("qconv2d", ["xq", wn, bn], a, TensorType("int8", ("N", cout, ho, ho), shift), "y")
-    out, _, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32))
+    out, _, cm = run_graph(qg.finish(y), cfg, x.astype(np.float32), options=options)
     want = requant(conv_oracle(x, w, b, (s, s), (p, p, p, p), groups), shift, 0, 127)
     np.testing.assert_array_equal(out["y"], want)
     return [st for st in cm.steps if st.op == "qconv2d"][0].trace.stats

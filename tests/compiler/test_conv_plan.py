@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import program_identity as pi
-from vtaforge.compiler.conv_plan import ConvOptions, ConvPlan
+from vtaforge.compiler.conv_plan import ConvPlan
+from vtaforge.compiler.options import ConvOptions
 from vtaforge.compiler.lower_conv import emit_conv, lower_conv
 from vtaforge.runtime.artifact import TraceBuilder
 

@@ -14,7 +14,7 @@ from _lower_util import QG, conv_oracle, requant, run_graph
 CONFIGS = ("pynq", "tiny", "batch2")
 
 
-def _conv_case(cfg, k, s, p, cin, cout, h, n, groups, seed=0, w_=None):
+def _conv_case(cfg, k, s, p, cin, cout, h, n, groups, seed=0, w_=None, options=None):
     rng = np.random.default_rng(seed)
     wd = h if w_ is None else w_
     if groups == "dw":
@@ -32,7 +32,7 @@ def _conv_case(cfg, k, s, p, cin, cout, h, n, groups, seed=0, w_=None):
     a.update(qg.req(shift, -128, 127))
     y = qg.add("qconv2d", ["xq", wn, bn], a, TensorType("int8", ("N", cout, ho, wo), shift), "y")
     g = qg.finish(y)
-    out, ex, cm = run_graph(g, cfg, x.astype(np.float32))
+    out, ex, cm = run_graph(g, cfg, x.astype(np.float32), options=options)
     want = requant(conv_oracle(x, w, b, (s, s), (p, p, p, p), groups), shift, -128, 127)
     np.testing.assert_array_equal(out["y"], want)
     st = ex.stats[[s_.name for s_ in cm.steps if s_.op == "qconv2d"][0]]

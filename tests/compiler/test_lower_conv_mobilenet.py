@@ -18,8 +18,8 @@ from __future__ import annotations
 import pytest
 
 from _lower_util import conv_case
-from vtaforge.compiler import lower_conv as lc
 from vtaforge.compiler import tiling
+from vtaforge.compiler.options import ConvOptions, LowerOptions
 from vtaforge.hw.config import preset
 
 ENG = preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True)
@@ -28,10 +28,9 @@ ENG = preset("pynq").replace(ALU_REQUANT=True, REQ_ENGINE=True)
 _conv = conv_case
 
 
-def _options(monkeypatch, **fields):
-    """Lower the convs of this test with ``ConvOptions(**fields)``: :func:`lower_conv`'s
-    ``options`` default, since the cases go through the whole-graph lowering."""
-    monkeypatch.setitem(lc.lower_conv.__kwdefaults__, "options", lc.ConvOptions(**fields))
+def _options(**fields) -> LowerOptions:
+    """The whole-graph lowering's options with ``ConvOptions(**fields)``."""
+    return LowerOptions(conv=ConvOptions(**fields))
 
 
 def test_resident_retile_and_ob_loop():
@@ -45,20 +44,18 @@ def test_resident_retile_and_ob_loop():
     assert st["ob_loop_gemms"] >= st["steps"] - st["stream_steps"]
 
 
-def test_ob_loop_off_is_the_same_conv(monkeypatch):
+def test_ob_loop_off_is_the_same_conv():
     """Without the loop the same conv (exact either way) has one micro-op per block."""
-    _options(monkeypatch, ob_loop=False)
-    st = _conv(ENG, 64, 64, 8, 1, 1)
+    st = _conv(ENG, 64, 64, 8, 1, 1, options=_options(ob_loop=False))
     assert st["ob_loop_gemms"] == 0
 
 
-def test_streamed_weights_one_load_per_step(monkeypatch):
+def test_streamed_weights_one_load_per_step():
     """7x7 256 -> 256 3x3 (streamed: 2,304 weight elements > 1,024): stored input-block-
     major, a one-block step's weights for all its output blocks are one LOAD."""
     st = _conv(ENG, 256, 256, 7, 3, 1)
     assert not st["tiling"][5] and st["w_loads"] == st["steps"]
-    _options(monkeypatch, streamed_ib_major=False)
-    st_off = _conv(ENG, 256, 256, 7, 3, 1)
+    st_off = _conv(ENG, 256, 256, 7, 3, 1, options=_options(streamed_ib_major=False))
     assert st_off["w_loads"] > st["w_loads"]
 
 
@@ -85,24 +82,22 @@ def test_acc_regions_bank_aligned():
 
 
 @pytest.mark.parametrize("keep", [True, False])
-def test_keep_cleared_skips_resets(monkeypatch, keep):
+def test_keep_cleared_skips_resets(keep):
     """112x112 32-channel depthwise 3x3 (MobileNet-v1's first): rows of 38, 38, 36 columns;
     the next row's first tile needs no reset when the clear of the 36-column tile keeps the
     zeros the 38-column tile's clear left (exact either way)."""
-    _options(monkeypatch, keep_cleared=keep)
-    st = _conv(ENG, 32, 32, 112, 3, 1, groups=32)
+    st = _conv(ENG, 32, 32, 112, 3, 1, groups=32, options=_options(keep_cleared=keep))
     if keep:
         assert st["resets_skipped"] == st["tiles"] - 1     # all but the first tile
     else:
         assert st["resets_skipped"] < st["tiles"] - 1 and st["partial_resets"] > 0
 
 
-def test_depthwise_last_tile_requantizes_per_step(monkeypatch):
+def test_depthwise_last_tile_requantizes_per_step():
     """7x7 1024-channel depthwise 3x3 (MobileNet-v1's last): every output block of the
     last tile completes in its own step, so it is requantized right after it (no deferred
     steps); the stream of deferred steps without it (exact either way)."""
     st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024)
     assert st["step_req"] and st["stream_steps"] == 0
-    _options(monkeypatch, step_req=False)
-    st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024)
+    st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024, options=_options(step_req=False))
     assert not st["step_req"] and st["stream_steps"] >= 1

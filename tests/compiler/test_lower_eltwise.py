@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vtaforge.compiler.ir import TensorType
+from vtaforge.compiler.options import LowerOptions
 from vtaforge.hw.config import preset
 
 from _lower_util import QG, maxpool_oracle, requant, run_graph
@@ -179,13 +180,10 @@ def test_requant(cfg, shift, lo, hi):
     ((3, 3), (2, 2), (1, 1, 1, 1), 16, (3, 3)),      # one output per axis
 ])
 @pytest.mark.parametrize("sep", (True, False))
-def test_max_pool_separable_shapes(cfg, k, s, pads, c, hw, sep, monkeypatch):
+def test_max_pool_separable_shapes(cfg, k, s, pads, c, hw, sep):
     """The separable max-pool (column pass in place, then row pass; ``sep``) and the per-window
     one against the numpy window oracle, on non-square windows, windows that start in
     padding, several tiles, one output per axis."""
-    from vtaforge.compiler import lower_eltwise
-    # (reached through the whole-graph lowering: the keyword's default for this test)
-    monkeypatch.setitem(lower_eltwise.lower_pool.__kwdefaults__, "separable", sep)
     h, w = hw
     rng = np.random.default_rng(c * h + w)
     x = rng.integers(-128, 128, (1, c, h, w)).astype(np.int8)
@@ -195,5 +193,6 @@ def test_max_pool_separable_shapes(cfg, k, s, pads, c, hw, sep, monkeypatch):
     ho, wo = (h + pt + pb - k[0]) // s[0] + 1, (w + pl + pr - k[1]) // s[1] + 1
     y = qg.add("qmax_pool", [src], {"kernel": k, "strides": s, "pads": pads},
                TensorType("int8", ("N", c, ho, wo), 0), "y")
-    out, _, _ = run_graph(qg.finish(y), cfg, x.astype(np.float32))
+    out, _, _ = run_graph(qg.finish(y), cfg, x.astype(np.float32),
+                          options=LowerOptions(pool_separable=sep))
     np.testing.assert_array_equal(out["y"], maxpool_oracle(np.maximum(x, 0), k, s, pads))

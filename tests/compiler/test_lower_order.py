@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vtaforge.compiler import lower_conv as lc
+from vtaforge.compiler.options import ConvOptions, LowerOptions
 from vtaforge.compiler.lower_eltwise import lower_pool
 from vtaforge.hw.config import preset
 
@@ -51,10 +51,12 @@ def test_pool_no_back_to_back_destination(cfg, kind, k, s, p, c, h):
 @pytest.mark.parametrize("cfg", ("pynq", "tiny", "batch2"))
 @pytest.mark.parametrize("case", [(3, 1, 1, 17, 20, 9, 1, 1), (1, 2, 0, 64, 48, 14, 1, 1),
                                   (3, 1, 1, 32, 32, 8, 2, "dw"), (3, 2, 1, 255, 24, 7, 1, 1)])
-def test_conv_bias_load_exact(monkeypatch, cfg, case):
-    monkeypatch.setitem(lc.lower_conv.__kwdefaults__, "bias_load", True)
+def test_conv_bias_load_exact(cfg, case):
+    """The tiles start at the bias by a broadcast ACC LOAD (``ConvOptions.bias_load``):
+    exact against the numpy oracle."""
     k, s, p, cin, cout, h, n, g = case
-    _conv_case(cfg, k, s, p, cin, cout, h, n, g, seed=7)
+    _conv_case(cfg, k, s, p, cin, cout, h, n, g, seed=7,
+               options=LowerOptions(conv=ConvOptions(bias_load=True)))
 
 
 @pytest.mark.parametrize("cfg", ("pynq", "tiny", "batch2"))

@@ -16,6 +16,7 @@ from program_identity import digest
 from program_identity import pattern as _pattern
 from vtaforge.compiler.errors import CompileError
 from vtaforge.compiler.lower_conv import lower_conv, lower_conv_bands, lower_dense
+from vtaforge.compiler.options import ConvOptions
 from vtaforge.hw.config import preset
 from vtaforge.hw.isa import AluOp
 from vtaforge.runtime.artifact import replay
@@ -82,7 +83,7 @@ SCALAR_HASHES = {
 def _lower_scalar(cfg, kind, args):
     kw = {}
     if kind == "conv-bias-load":
-        kind, kw = "conv", {"bias_load": True}
+        kind, kw = "conv", {"options": ConvOptions(bias_load=True)}
     if kind == "dense":
         k, m = args
         w = _pattern((m, k), 255, 127, np.int8)
@@ -259,7 +260,7 @@ def test_per_channel_int16_clip_and_bias_load():
     i16 = preset("tiny").replace(LOG_INP_WIDTH=4, LOG_INP_BUFF_SIZE=13, ALU_REQUANT=True)
     _conv_pc(i16, 16, 12, 6, 3, 1, 1, 1, lo=-32768, hi=32767)
     _conv_pc(i16, 8, 8, 6, 3, 1, 1, 8, lo=0, hi=32767)
-    lo = _conv_pc(ENG, 64, 64, 14, 3, 1, 1, 1, bias_load=True)
+    lo = _conv_pc(ENG, 64, 64, 14, 3, 1, 1, 1, options=ConvOptions(bias_load=True))
     assert (int(AluOp.ADD), False) not in _alu_ops(lo)     # no bias ADD
 
 

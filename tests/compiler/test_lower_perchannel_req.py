@@ -15,6 +15,7 @@ import pytest
 
 from test_lower_perchannel import CFGS, _pc_attrs, _run
 from vtaforge.compiler.lower_conv import channel_align, channel_requant, lower_conv, lower_dense
+from vtaforge.compiler.options import ConvOptions
 from vtaforge.compiler.reference import conv2d_nchw, requantize
 from vtaforge.hw.config import preset
 from vtaforge.hw.isa import AluOp
@@ -83,7 +84,8 @@ def test_aligned_bias_load_and_relu(cfg):
     """The bias loaded as the tiles' initial value (bias rows unscaled, REQ without a
     tensor operand) and a ReLU clip."""
     c = CFGS[cfg]
-    lo = _case(c, 32, 48, 9, 3, 1, 1, 1, _spread(48, 1), seed=2, wmax=3, bias_load=True,
+    lo = _case(c, 32, 48, 9, 3, 1, 1, 1, _spread(48, 1), seed=2, wmax=3,
+               options=ConvOptions(bias_load=True),
                lo=0, hi=127)
     ops = _ops(lo)
     assert (int(AluOp.SHR), False, False) in ops and (int(AluOp.REQ), True, False) in ops

@@ -29,6 +29,7 @@ from vtaforge.compiler.compile import lower_node
 from vtaforge.compiler.errors import CompileError
 from vtaforge.compiler.ir import LAYOUT_OPS, OPS, Graph, Node, TensorType
 from vtaforge.compiler.ops import REGISTRY
+from vtaforge.compiler.options import LowerOptions
 from vtaforge.compiler.quant_rules import QuantRules
 from vtaforge.hw.config import preset
 from vtaforge.runtime.cpu_float import REAL_OPS
@@ -188,12 +189,13 @@ def test_bands_facet_is_the_row_band_lowering():
     assert {n for n, d in REGISTRY.items() if d.bands is not None} == {"qconv2d"}
     for n in (n for n in q.nodes if n.op == "qconv2d"):
         lo, _ = lower_node(c, q, n, "t/c")
-        got = REGISTRY[n.op].bands(c, q, n, lo, "t/c", {})
+        got = REGISTRY[n.op].bands(c, q, n, lo, "t/c", {}, LowerOptions())
         want = compile_mod._bands(c, q, n, lo, "t/c", {})
         def key(bands):
             return [(b.rows, pi.digest(trace=b.trace), b.tail and pi.digest(trace=b.tail)) for b in bands]
         assert got and key(got) == key(want)
-        assert REGISTRY[n.op].bands(c, q, n, lo, "t/c", {n.inputs[0]: lo.layouts["x"]}) == []
+        assert REGISTRY[n.op].bands(c, q, n, lo, "t/c", {n.inputs[0]: lo.layouts["x"]},
+                                    LowerOptions()) == []
 
 
 def test_check_facet_runs_in_validate():

@@ -212,13 +212,13 @@ def _conv_model(c: int = 8, o: int = 16, hw: int = 16, seed: int = 0):
     return m
 
 
-def test_clearing_req_conv_tiny_rtl_equals_fsim(monkeypatch):
+def test_clearing_req_conv_tiny_rtl_equals_fsim():
     """With ``ALU_REQUANT`` each conv tile ends with a clearing REQ (OUT gets the result,
     ACC 0), so a tile whose entries the previous tile of its ACC region cleared skips its
     GEMM reset: rtl equals fsim, the outputs equal those of the lowering without the clear
     (``ConvOptions(clearing_req=False)``), the same GEMM and ALU micro-ops run, and the
     core takes fewer cycles."""
-    import vtaforge.compiler.lower_conv as lc
+    from vtaforge.compiler.options import ConvOptions, LowerOptions
     from vtaforge.hw.config import preset
 
     cfg = preset("tiny").replace(ALU_REQUANT=True)
@@ -226,9 +226,8 @@ def test_clearing_req_conv_tiny_rtl_equals_fsim(monkeypatch):
     calib = rng.standard_normal((8, 8, 16, 16)).astype(np.float32)
     x = rng.standard_normal((1, 8, 16, 16)).astype(np.float32)
     clear = compile_model(_conv_model(), calib, cfg)
-    monkeypatch.setitem(lc.lower_conv.__kwdefaults__, "options",
-                        lc.ConvOptions(clearing_req=False))
-    plain = compile_model(_conv_model(), calib, cfg)
+    plain = compile_model(_conv_model(), calib, cfg,
+                          options=LowerOptions(conv=ConvOptions(clearing_req=False)))
     conv = [s for s in clear.steps if s.target == "vta" and s.op == "qconv2d"]
     assert len(conv) == 1 and conv[0].trace.stats["resets_skipped"] >= 2
     assert [s.trace.stats["resets_skipped"] for s in plain.steps

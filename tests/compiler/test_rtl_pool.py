@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from rtl_compare import rtl_equals_fsim
-from vtaforge.compiler import lower_eltwise
 from vtaforge.compiler.compile import compile_model
+from vtaforge.compiler.options import LowerOptions
 from vtaforge.hw.config import preset
 
 pytestmark = pytest.mark.rtl
@@ -48,12 +48,14 @@ def pool_model(c: int, h: int, w: int, k: int, s: int, p: int):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def pool_on_rtl(cfg, model, shape, seed: int = 0, mem: int = 16 << 20) -> tuple[int, dict]:
-    """Compile ``model`` for ``cfg``, run it on fsim and on the Verilated core: every kept
-    tensor equal (:func:`rtl_compare.rtl_equals_fsim`).  Returns the max-pool step's RTL
-    cycles and its trace statistics."""
+def pool_on_rtl(cfg, model, shape, seed: int = 0, mem: int = 16 << 20,
+                options=None) -> tuple[int, dict]:
+    """Compile ``model`` for ``cfg`` (lowering ``options``: a ``LowerOptions``, default the
+    config's), run it on fsim and on the Verilated core: every kept tensor equal
+    (:func:`rtl_compare.rtl_equals_fsim`).  Returns the max-pool step's RTL cycles and its
+    trace statistics."""
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    cm = compile_model(model, x, cfg)
+    cm = compile_model(model, x, cfg, options=options)
     step = [s for s in cm.steps if s.op == "qmax_pool"]
     assert step and step[0].target == "vta", [(s.op, s.target, s.reason) for s in cm.steps]
     _, runs = rtl_equals_fsim(cm, x, mem_bytes=mem, fsim_mem_bytes=mem)
@@ -78,10 +80,10 @@ def test_forwarding_makes_the_pool_faster():
     assert cyc["tiny+eng+fwd"] < cyc["tiny+eng"] < cyc["tiny"], cyc
 
 
-def test_acc8_form_rtl_equals_fsim(monkeypatch):
+def test_acc8_form_rtl_equals_fsim():
     """The ACC8 form (``gemm_copy=False``), kept for the cores the copy does not fit."""
-    monkeypatch.setitem(lower_eltwise.lower_pool.__kwdefaults__, "gemm_copy", False)
-    cyc, st = pool_on_rtl(TINY, pool_model(16, 30, 23, 3, 2, 1), (1, 16, 30, 23))
+    cyc, st = pool_on_rtl(TINY, pool_model(16, 30, 23, 3, 2, 1), (1, 16, 30, 23),
+                          options=LowerOptions(pool_gemm_copy=False))
     assert not st.get("gemm_copy")
 
 

@@ -179,8 +179,9 @@ def test_younger_store_push_waits_for_the_engine(models, variant):
     assert_same_dram(ref, dram, variant)
 
 
-def _compiled_rtl_equals_fsim(models, cfg, wl, seed: int) -> int:
-    """Compile the one-conv model of ``wl`` for ``cfg``, run it on fsim and on the
+def _compiled_rtl_equals_fsim(models, cfg, wl, seed: int, options=None) -> int:
+    """Compile the one-conv model of ``wl`` for ``cfg`` (lowering ``options``: a
+    ``LowerOptions``, default the config's), run it on fsim and on the
     Verilated ``cfg`` core: every kept tensor must be equal
     (:func:`rtl_compare.rtl_equals_fsim`).  Returns the core's cycles summed over the
     run's launches."""
@@ -192,7 +193,7 @@ def _compiled_rtl_equals_fsim(models, cfg, wl, seed: int) -> int:
 
     shape = (1, wl.in_channels, wl.height, wl.width)
     x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-    cm = compile_model(workload_model(wl), x, cfg)
+    cm = compile_model(workload_model(wl), x, cfg, options=options)
     assert any(s.target == "vta" and s.op == "qconv2d" for s in cm.steps)
     _, runs = rtl_equals_fsim(cm, x, model=models(cfg))
     return sum(r.cycles for r in runs)
@@ -227,7 +228,7 @@ def test_compiled_depthwise_on_the_engine(models):
 @pytest.mark.parametrize("cin,cout,k,s,hw", [(64, 64, 1, 2, 8), (32, 32, 1, 1, 8),
                                           (16, 16, 3, 1, 10), (4, 8, 1, 1, 20),
                                           (64, 64, 3, 1, 6)])
-def test_roofline_lowerings_on_the_engine(models, monkeypatch, cin, cout, k, s, hw):
+def test_roofline_lowerings_on_the_engine(models, cin, cout, k, s, hw):
     """The roofline lowerings (tests/compiler/test_lower_conv_roofline.py and
     test_lower_conv_mobilenet.py) at tiny's sizes: a one-tile conv split over the banks
     (64 ch, stride 2), inputs by tile with one-block steps in every tile and the output
@@ -236,10 +237,9 @@ def test_roofline_lowerings_on_the_engine(models, monkeypatch, cin, cout, k, s, 
     store-heavy threshold is lowered to a quarter for it); streamed weights stored
     input-block-major (64 ch 3x3); weight groups of one block in the first step
     (``ConvOptions.w_chunk_beats`` small).  Every tensor equal to fsim."""
-    from vtaforge.compiler import lower_conv as lc
-    monkeypatch.setitem(lc.lower_conv.__kwdefaults__, "options",
-                        lc.ConvOptions(w_chunk_beats=2, quad_acc_ratio=0.25))
-    _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("r", cin, hw, k, s, cout=cout), 3)
+    from vtaforge.compiler.options import ConvOptions, LowerOptions
+    opts = LowerOptions(conv=ConvOptions(w_chunk_beats=2, quad_acc_ratio=0.25))
+    _compiled_rtl_equals_fsim(models, ENG_CFG, _workload("r", cin, hw, k, s, cout=cout), 3, opts)
 
 
 # ------------------------------------------------------------------ random streams

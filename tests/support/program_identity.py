@@ -12,8 +12,9 @@ whole set by ``bench/program_identity.py`` (``--record`` rewrites the JSON, the 
 checks it).  The recorded hashes are in ``tests/compiler/program_identity.json``.
 
 Lowering variants that tests flip (the former module switches, now
-:class:`~vtaforge.compiler.lower_conv.ConvOptions` fields, and ``lower_pool``'s
-``separable``) are cases with ``opts`` / ``sep``.
+:class:`~vtaforge.compiler.options.ConvOptions` fields, ``bias_load`` among them, and
+``lower_pool``'s ``separable`` / ``gemm_copy``) are cases with ``opts`` / ``bias_load`` /
+``sep`` / ``gemm_copy``.
 """
 
 from __future__ import annotations
@@ -138,19 +139,23 @@ def _pc_shifts(o):
     return s
 
 
-def _options(cfg, opts) -> dict:
-    """The variant ``opts`` ({former switch name: value}) as ``lower_conv`` keywords: a
-    ``ConvOptions`` of the lower-cased names.  (The pins were recorded before the redesign
-    by setting those module switches, at commit d311b15.)"""
-    from vtaforge.compiler.lower_conv import ConvOptions
+def _options(cfg, opts, bias_load=False) -> dict:
+    """The variant ``opts`` ({former switch name: value}) and ``bias_load`` (formerly a
+    ``lower_conv`` keyword) as ``lower_conv`` keywords: a ``ConvOptions`` of the
+    lower-cased names.  (The pins were recorded before the redesign by setting those
+    module switches, at commit d311b15.)"""
+    from vtaforge.compiler.options import ConvOptions
 
-    if not opts:
+    fields = {k.lower(): v for k, v in (opts or {}).items()}
+    if bias_load:
+        fields["bias_load"] = True
+    if not fields:
         return {}
-    return {"options": ConvOptions.for_config(cfg, **{k.lower(): v for k, v in opts.items()})}
+    return {"options": ConvOptions.for_config(cfg, **fields)}
 
 
 def conv(cfg_name, cin, cout, h, k, s, p, groups=1, *, wd=None, shift=8, per_channel=False,
-         opts=None, **kw):
+         opts=None, bias_load=False, **kw):
     """Lower one conv of pattern weights on ``CFGS[cfg_name]``."""
     from vtaforge.compiler.lower_conv import lower_conv
 
@@ -165,7 +170,7 @@ def conv(cfg_name, cin, cout, h, k, s, p, groups=1, *, wd=None, shift=8, per_cha
         a["shift"] = [int(v) for v in sh]
         a["round"] = [int(1 << (v - 1)) if v > 0 else 0 for v in sh]
     return lower_conv(cfg, "c", (cin, h, h if wd is None else wd), w, b, a, **kw,
-                      **_options(cfg, opts))
+                      **_options(cfg, opts, bias_load))
 
 
 def dense(cfg_name, k, m, *, per_channel=False):
