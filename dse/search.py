@@ -259,156 +259,205 @@ def run_search(points: Space | Sequence[Point], workloads: Sequence[DseWorkload]
     store = ResultCache(cache)
     ex = executor or make_executor(jobs, scheduler)
     st.executor, st.workers = getattr(ex, "description", "custom"), getattr(ex, "workers", 1)
-    bar = None
-    fresh: set[tuple[str, str]] = set()
+    sw = _Sweep(ev, st, store, ex)
     try:
         valid = [p for p in pts if p.cfg is not None]
-        # ---- resources
-        res: dict[str, dict] = {}
-        todo: dict[str, Any] = {}
-        rkey = {}
-        for p in valid:
-            k = rkey[id(p)] = ev.resource_key(p.cfg)
-            if k in res or k in todo:
-                continue
-            rec = store.get("res", k)
-            if rec is not None:
-                res[k] = rec
-                st.resource_cached += 1
-            else:
-                todo[k] = p.cfg
-        # ---- performance jobs need the resources first (only fitting points run)
-        res_ex = SerialExecutor() if getattr(ev.res_eval, "cheap", False) else ex
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(todo) if res_ex is ex else 0, desc=desc, unit="eval",
-                       leave=False, file=sys.stderr)
-        keys = list(todo)
-        for i, rec in res_ex.map_unordered(resource_record,
-                                           [(ev.res_eval, todo[k]) for k in keys]):
-            if isinstance(rec, TaskFailure):
-                rec = {"resources": None, "notes": [], "errors": [rec.message]}
-            res[keys[i]] = rec
-            fresh.add(("res", keys[i]))
-            st.resource_runs += 1
-            if not _transient(rec):
-                store.put("res", keys[i], rec)
-            if bar is not None and res_ex is ex:
-                bar.update(1)
-        pkeys: dict[int, dict[str, str]] = {}
-        perf: dict[str, dict] = {}
-        ptodo: dict[str, tuple] = {}
-        for p in valid:
-            if not ev.wants_perf(res[rkey[id(p)]]):
-                continue
-            pk = pkeys[id(p)] = {wl.name: ev.perf_key(p.cfg, wl) for wl in workloads}
-            for wl in workloads:
-                k = pk[wl.name]
-                if k in perf or k in ptodo:
-                    st.perf_shared += 1
-                    continue
-                rec = store.get("perf", k)
-                if rec is not None:
-                    perf[k] = rec
-                    st.perf_cached += 1
-                else:
-                    ptodo[k] = (p.cfg, wl)
-        keys = list(ptodo)
-        if bar is not None:
-            bar.total = (bar.total or 0) + len(keys)
-            bar.refresh()
-        # one task per config (its missing workloads): 10x fewer Dask tasks than one per
-        # (config, workload), each record still cached on its own.  On workers, one task per
-        # program family (configs that differ only in buffer sizes, whose programs are
-        # often the same: a worker's program memo shares them), at most _FAMILY_TASK
-        # configs each, longest first
-        groups: dict[int, list[str]] = {}
-        for k in keys:
-            groups.setdefault(id(ptodo[k][0]), []).append(k)
-        glist = list(groups.values())
-        tasks = [[g] for g in glist]
-        if getattr(ex, "workers", 1) > 1:
-            fams: dict[str, list[list[str]]] = {}
-            for g in glist:
-                fams.setdefault(program_family(ptodo[g[0]][0]), []).append(g)
-            tasks = [f[i:i + _FAMILY_TASK] for f in fams.values()
-                     for i in range(0, len(f), _FAMILY_TASK)]
-            tasks.sort(key=lambda t: -sum(len(g) for g in t))
-
-        def _store_perf(g: list[str], recs) -> None:
-            if isinstance(recs, TaskFailure):
-                cfg = ptodo[g[0]][0]
-                recs = [{"source": ev.perf_eval.name, "workload": {"error": recs.message},
-                         "notes": [], "by": f"0x{cfg.fingerprint:08x}"} for _ in g]
-            for k, rec in zip(g, recs):
-                perf[k] = rec
-                fresh.add(("perf", k))
-                st.perf_runs += 1
-                if not _transient(rec):
-                    store.put("perf", k, rec)
-                if bar is not None:
-                    bar.update(1)
-
-        def _args(t: list[list[str]]):
-            return (ev.perf_eval, [(ptodo[g[0]][0], [ptodo[k][1] for k in g]) for g in t])
-
-        retry: list[list[str]] = []
-        for ti, trecs in ex.map_unordered(perf_records_of, [_args(t) for t in tasks]):
-            if isinstance(trecs, TaskFailure) and len(tasks[ti]) > 1:
-                retry += tasks[ti]      # a lost worker must not fail the family's other configs
-                continue
-            for gi, g in enumerate(tasks[ti]):
-                _store_perf(g, trecs if isinstance(trecs, TaskFailure) else trecs[gi])
-        for ti, trecs in ex.map_unordered(perf_records_of, [_args([g]) for g in retry]):
-            _store_perf(retry[ti], trecs if isinstance(trecs, TaskFailure) else trecs[0])
-        # ---- accuracy: one fsim measurement per width key, in the driver
-        accu: dict[str, dict] = {}
-        akey: dict[int, str] = {}
-        if ev.accuracy_eval is not None:
-            for p in valid:
-                k = akey[id(p)] = ev.accuracy_key(p.cfg)
-                if k in accu:
-                    continue
-                rec = store.get("accu", k)
-                if rec is not None:
-                    accu[k] = rec
-                    st.accuracy_cached += 1
-                    continue
-                accu[k] = rec = ev.accuracy_eval.measure(p.cfg)
-                fresh.add(("accu", k))
-                st.accuracy_runs += 1
-                if "error" not in rec:
-                    store.put("accu", k, rec)
+        sw.run_resources(valid, progress, desc)
+        # performance jobs need the resources first (only fitting points run)
+        sw.run_perf(valid, workloads)
+        sw.run_accuracy(valid)
     finally:
-        if bar is not None:
-            bar.close()
+        if sw.bar is not None:
+            sw.bar.close()
         store.close()
         if executor is None:
             ex.close()
     out: list[PointResult] = []
     for p in pts:
-        pr = PointResult(p)
-        if p.cfg is not None:
-            rk = rkey[id(p)]
-            pk = pkeys.get(id(p), {})
-            r = ev.assemble(p.cfg, res[rk], {n: perf[k] for n, k in pk.items()}, workloads)
-            used = [("res", rk)] + [("perf", k) for k in pk.values()]
-            if id(p) in akey:
-                r.accuracy = dict(accu[akey[id(p)]])
-                used.append(("accu", akey[id(p)]))
-            pr.cached = not any(u in fresh for u in used)
-            pr.result = r
-            pr.verdict = judge(r, float(p.cfg.CLOCK_MHZ), ev.capacity, timing,
-                               p.cfg.bitstream_name)
-        else:
-            pr.verdict = {"feasible": False, "reasons": [f"invalid config: {p.error}"]}
+        pr = sw.point_result(p, workloads, timing)
         out.append(pr)
         if on_result:
             on_result(pr)
     mark_pareto(out)
     st.seconds = time.perf_counter() - t0
     return out
+
+
+@dataclass
+class _Sweep:
+    """The evaluations of one :func:`run_search`, stage by stage: what each stage read
+    from the cache or ran (``res``, ``perf``, ``accu``: key -> record), each point's keys
+    (``rkey``, ``pkeys``, ``akey``, by ``id(point)``), the keys run in this sweep
+    (``fresh``) and the progress bar (None without progress)."""
+
+    ev: DesignEvaluator
+    st: SearchStats
+    store: ResultCache
+    ex: Any
+    bar: Any = None
+    fresh: set = field(default_factory=set)
+    res: dict = field(default_factory=dict)
+    rkey: dict = field(default_factory=dict)
+    perf: dict = field(default_factory=dict)
+    pkeys: dict = field(default_factory=dict)
+    accu: dict = field(default_factory=dict)
+    akey: dict = field(default_factory=dict)
+
+    def run_resources(self, valid: list[Point], progress: bool, desc: str) -> None:
+        """One resource evaluation per distinct :meth:`~.evaluate.DesignEvaluator.resource_key`
+        not in the cache: in the driver for a cheap (analytic) evaluator, else on the
+        executor.  ``progress``: open the tqdm bar (labelled ``desc``) the stages update."""
+        ev, st = self.ev, self.st
+        todo: dict[str, Any] = {}
+        for p in valid:
+            k = self.rkey[id(p)] = ev.resource_key(p.cfg)
+            if k in self.res or k in todo:
+                continue
+            rec = self.store.get("res", k)
+            if rec is not None:
+                self.res[k] = rec
+                st.resource_cached += 1
+            else:
+                todo[k] = p.cfg
+        res_ex = SerialExecutor() if getattr(ev.res_eval, "cheap", False) else self.ex
+        if progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=len(todo) if res_ex is self.ex else 0, desc=desc,
+                            unit="eval", leave=False, file=sys.stderr)
+        keys = list(todo)
+        for i, rec in res_ex.map_unordered(resource_record,
+                                           [(ev.res_eval, todo[k]) for k in keys]):
+            if isinstance(rec, TaskFailure):
+                rec = {"resources": None, "notes": [], "errors": [rec.message]}
+            self.res[keys[i]] = rec
+            self.fresh.add(("res", keys[i]))
+            st.resource_runs += 1
+            if not _transient(rec):
+                self.store.put("res", keys[i], rec)
+            if self.bar is not None and res_ex is self.ex:
+                self.bar.update(1)
+
+    def run_perf(self, valid: list[Point], workloads: Sequence[DseWorkload]) -> None:
+        """One performance evaluation per distinct
+        :meth:`~.evaluate.DesignEvaluator.perf_key` of the points whose resources want one,
+        not in the cache, in the tasks of :meth:`_perf_tasks`; a task lost with several
+        configs is retried config by config."""
+        ptodo: dict[str, tuple] = {}
+        for p in valid:
+            if not self.ev.wants_perf(self.res[self.rkey[id(p)]]):
+                continue
+            pk = self.pkeys[id(p)] = {wl.name: self.ev.perf_key(p.cfg, wl) for wl in workloads}
+            for wl in workloads:
+                k = pk[wl.name]
+                if k in self.perf or k in ptodo:
+                    self.st.perf_shared += 1
+                    continue
+                rec = self.store.get("perf", k)
+                if rec is not None:
+                    self.perf[k] = rec
+                    self.st.perf_cached += 1
+                else:
+                    ptodo[k] = (p.cfg, wl)
+        if self.bar is not None:
+            self.bar.total = (self.bar.total or 0) + len(ptodo)
+            self.bar.refresh()
+        tasks = self._perf_tasks(ptodo)
+
+        def args(t: list[list[str]]):
+            return (self.ev.perf_eval, [(ptodo[g[0]][0], [ptodo[k][1] for k in g]) for g in t])
+
+        retry: list[list[str]] = []
+        for ti, trecs in self.ex.map_unordered(perf_records_of, [args(t) for t in tasks]):
+            if isinstance(trecs, TaskFailure) and len(tasks[ti]) > 1:
+                retry += tasks[ti]      # a lost worker must not fail the family's other configs
+                continue
+            for gi, g in enumerate(tasks[ti]):
+                self._store_perf(ptodo, g, trecs if isinstance(trecs, TaskFailure) else trecs[gi])
+        for ti, trecs in self.ex.map_unordered(perf_records_of, [args([g]) for g in retry]):
+            self._store_perf(ptodo, retry[ti],
+                             trecs if isinstance(trecs, TaskFailure) else trecs[0])
+
+    def _perf_tasks(self, ptodo: dict[str, tuple]) -> list[list[list[str]]]:
+        """The worker tasks of the missing performance keys ``ptodo`` (key -> (cfg,
+        workload)): each task a list of groups, a group the keys of one config.
+
+        One group per config (its missing workloads): 10x fewer Dask tasks than one per
+        (config, workload), each record still cached on its own.  On workers, one task per
+        program family (configs that differ only in buffer sizes, whose programs are often
+        the same: a worker's program memo shares them), at most ``_FAMILY_TASK`` configs
+        each, longest first."""
+        groups: dict[int, list[str]] = {}
+        for k in ptodo:
+            groups.setdefault(id(ptodo[k][0]), []).append(k)
+        glist = list(groups.values())
+        if getattr(self.ex, "workers", 1) <= 1:
+            return [[g] for g in glist]
+        fams: dict[str, list[list[str]]] = {}
+        for g in glist:
+            fams.setdefault(program_family(ptodo[g[0]][0]), []).append(g)
+        tasks = [f[i:i + _FAMILY_TASK] for f in fams.values()
+                 for i in range(0, len(f), _FAMILY_TASK)]
+        tasks.sort(key=lambda t: -sum(len(g) for g in t))
+        return tasks
+
+    def _store_perf(self, ptodo: dict[str, tuple], g: list[str], recs) -> None:
+        """Record the performance records ``recs`` of group ``g`` (a :class:`TaskFailure`:
+        an error record per key), caching the ones that are not transient."""
+        if isinstance(recs, TaskFailure):
+            cfg = ptodo[g[0]][0]
+            recs = [{"source": self.ev.perf_eval.name, "workload": {"error": recs.message},
+                     "notes": [], "by": f"0x{cfg.fingerprint:08x}"} for _ in g]
+        for k, rec in zip(g, recs):
+            self.perf[k] = rec
+            self.fresh.add(("perf", k))
+            self.st.perf_runs += 1
+            if not _transient(rec):
+                self.store.put("perf", k, rec)
+            if self.bar is not None:
+                self.bar.update(1)
+
+    def run_accuracy(self, valid: list[Point]) -> None:
+        """With an accuracy evaluator: one fsim measurement per width key
+        (:meth:`~.evaluate.DesignEvaluator.accuracy_key`) not in the cache, in the driver."""
+        if self.ev.accuracy_eval is None:
+            return
+        for p in valid:
+            k = self.akey[id(p)] = self.ev.accuracy_key(p.cfg)
+            if k in self.accu:
+                continue
+            rec = self.store.get("accu", k)
+            if rec is not None:
+                self.accu[k] = rec
+                self.st.accuracy_cached += 1
+                continue
+            self.accu[k] = rec = self.ev.accuracy_eval.measure(p.cfg)
+            self.fresh.add(("accu", k))
+            self.st.accuracy_runs += 1
+            if "error" not in rec:
+                self.store.put("accu", k, rec)
+
+    def point_result(self, p: Point, workloads: Sequence[DseWorkload],
+                     timing: Mapping | None) -> PointResult:
+        """The :class:`PointResult` of ``p`` from the stages' records (an invalid config:
+        infeasible, with the reason), judged with ``timing``."""
+        pr = PointResult(p)
+        if p.cfg is None:
+            pr.verdict = {"feasible": False, "reasons": [f"invalid config: {p.error}"]}
+            return pr
+        rk = self.rkey[id(p)]
+        pk = self.pkeys.get(id(p), {})
+        r = self.ev.assemble(p.cfg, self.res[rk], {n: self.perf[k] for n, k in pk.items()},
+                             workloads)
+        used = [("res", rk)] + [("perf", k) for k in pk.values()]
+        if id(p) in self.akey:
+            r.accuracy = dict(self.accu[self.akey[id(p)]])
+            used.append(("accu", self.akey[id(p)]))
+        pr.cached = not any(u in self.fresh for u in used)
+        pr.result = r
+        pr.verdict = judge(r, float(p.cfg.CLOCK_MHZ), self.ev.capacity, timing,
+                           p.cfg.bitstream_name)
+        return pr
 
 
 def mark_pareto(results: Sequence[PointResult]) -> list[int]:

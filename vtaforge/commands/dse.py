@@ -117,28 +117,54 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             verify_spec, budget, within_pct, plot_file, accuracy_set, widths_spec,
             accuracy_floor, no_progress) -> None:
     """Evaluate a space of configs against workloads and report the best designs."""
-    from ..dse import CycleModel, DesignEvaluator, DSEError, parse_workloads
-    from ..dse.evaluate import load_timing
-    from ..dse.report import build_report, format_table, write_csv, write_report
-    from ..dse.parallel import make_executor
-    from ..dse.plot import plot_report
-    from ..dse.promote import parse_verify, promote
-    from ..dse.search import SearchStats, run_search
-    from ..dse.space import Space, SpaceError, board_setup, board_space, default_space, \
-        with_width_axis
+    from ..dse import DSEError
+    from ..dse.promote import parse_verify
+    from ..dse.space import SpaceError
     from ..hw.config import ConfigError
 
-    from ._inputs import check_json_lines, check_regular, read_json
-    from ._output import check_output_path, progress_enabled
+    _check_files(out_file, cache_file, csv_file, plot_file, within_pct, base, space_spec,
+                 timing_file)
+    try:
+        verify = parse_verify(verify_spec)
+        _check_flag_pairs(verify, budget, accuracy_set, accuracy_floor)
+        sz = _parse_size(size)
+        if samples is not None and samples < 1:
+            raise DSEError(f"--samples {samples} must be a positive integer")
+        space, part = _space_and_part(board, space_spec, base, part, widths_spec)
+        wls, ev, timing = _evaluation(wl_spec, sz, part, res_mode, perf_mode, dram_latency,
+                                      accuracy_set, timing_file)
+    except (DSEError, SpaceError, ConfigError) as e:
+        _fail(str(e))
+        return
+    if jobs is not None and scheduler:
+        _fail("--jobs and --scheduler are exclusive (the scheduler's workers are the jobs)")
+        return
+    cache_file = _cache_file(cache_file, out_file)
+    _announce(space, samples, wls, part, board, timing)
+    floor = None if accuracy_floor is None else accuracy_floor / 100.0
+    results, vsec = _sweep(space, wls, ev, cache_file, timing, samples, seed, no_progress,
+                           jobs, scheduler, verify, budget, within_pct, floor)
+    from ..dse.report import build_report
 
-    if out_file is not None:
-        check_output_path(out_file, "-o/--out")
-    if cache_file is not None:
-        check_output_path(cache_file, "--cache")
-    if csv_file is not None:
-        check_output_path(csv_file, "--csv")
+    rep = build_report(results, wls, ev, preset=space.base, verify=vsec, within=within_pct,
+                       accuracy_floor=floor)
+    _write_outputs(rep, limit, out_file, csv_file, plot_file)
+
+
+def _check_files(out_file, cache_file, csv_file, plot_file, within_pct, base, space_spec,
+                 timing_file) -> None:
+    """Before any work: the output paths (writable, a ``.png`` plot with matplotlib
+    installed), a finite ``--within``, and the JSON inputs through the input boundary (one
+    line for a file that is not UTF-8 JSON or is nested too deeply, before the readers of
+    dse/ see it).  Exits with status 2 (or a ClickException) on the first problem."""
+    from ._inputs import check_regular, read_json
+    from ._output import check_output_path
+
+    for path, flag in ((out_file, "-o/--out"), (cache_file, "--cache"), (csv_file, "--csv"),
+                       (plot_file, "--plot")):
+        if path is not None:
+            check_output_path(path, flag)
     if plot_file is not None:
-        check_output_path(plot_file, "--plot")
         if not str(plot_file).lower().endswith(".png"):
             _fail(f"--plot {plot_file!r}: the plot is a PNG; the name must end in .png")
         try:    # before the sweep, not after it
@@ -147,65 +173,97 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             _fail("--plot needs matplotlib: pip install 'vtaforge[dse]'")
     if within_pct is not None and not math.isfinite(within_pct):
         _fail(f"--within {within_pct} must be a finite percentage (>= 0)")
-    # the JSON files through the input boundary first: one line for a file that is not
-    # UTF-8 JSON or is nested too deeply, before the readers of dse/ see it
     check_regular(base, "base config", click.ClickException)
     if space_spec != "default":
         read_json(space_spec, "space file")
     if timing_file:
         read_json(timing_file, "timing file")
+
+
+def _check_flag_pairs(verify, budget, accuracy_set, accuracy_floor) -> None:
+    """Flags that need another one.  Raises DSEError: ``--budget`` without ``--verify``,
+    ``--accuracy-floor`` without ``--accuracy`` or not finite."""
+    from ..dse import DSEError
+
+    if budget is not None and not verify:
+        raise DSEError("--budget needs --verify (e.g. --verify rtl --budget 4)")
+    if accuracy_floor is not None and not accuracy_set:
+        raise DSEError("--accuracy-floor needs --accuracy (e.g. --accuracy digits "
+                       "--accuracy-floor 97)")
+    if accuracy_floor is not None and not math.isfinite(accuracy_floor):
+        raise DSEError(f"--accuracy-floor {accuracy_floor} must be a finite percentage")
+
+
+def _parse_size(size: str) -> int | None:
+    """``--size``: None for ``full``, else a positive int.  Raises DSEError otherwise."""
+    from ..dse import DSEError
+
+    if size == "full":
+        return None
     try:
-        verify = parse_verify(verify_spec)
-        if budget is not None and not verify:
-            raise DSEError("--budget needs --verify (e.g. --verify rtl --budget 4)")
-        if accuracy_floor is not None and not accuracy_set:
-            raise DSEError("--accuracy-floor needs --accuracy (e.g. --accuracy digits "
-                           "--accuracy-floor 97)")
-        if accuracy_floor is not None and not math.isfinite(accuracy_floor):
-            raise DSEError(f"--accuracy-floor {accuracy_floor} must be a finite percentage")
-        if size == "full":
-            sz = None
+        sz = int(size)
+    except ValueError:
+        raise DSEError(f"--size {size!r} must be a positive integer or 'full'") from None
+    if sz < 1:
+        raise DSEError(f"--size {size!r} must be a positive integer or 'full'")
+    return sz
+
+
+def _space_and_part(board, space_spec, base, part, widths_spec):
+    """``(Space, part)``: the board's space and part (a ``--space`` file re-based on the
+    board's part, bus and clock), else the default space around ``base`` or the file, on
+    ``part`` (default xc7z020); with a width axis for ``--widths``.
+
+    Raises:
+        DSEError: a ``--part`` that is not the board's, an empty ``--widths``;
+        SpaceError / ConfigError: a bad space, board or base.
+    """
+    from ..dse import DSEError
+    from ..dse.space import Space, board_setup, board_space, default_space, with_width_axis
+
+    if board is not None:
+        bs = board_setup(board)
+        if part is not None and part.lower() != bs["part"].lower() \
+                and not bs["part"].lower().startswith(part.lower()):
+            raise DSEError(f"--part {part} is not the {bs['title']}'s part "
+                           f"({bs['part']}); drop --part or --board")
+        part = bs["part"]
+        if space_spec == "default":
+            space = board_space(board)
         else:
-            try:
-                sz = int(size)
-            except ValueError:
-                raise DSEError(f"--size {size!r} must be a positive integer or 'full'") from None
-            if sz < 1:
-                raise DSEError(f"--size {size!r} must be a positive integer or 'full'")
-        if samples is not None and samples < 1:
-            raise DSEError(f"--samples {samples} must be a positive integer")
-        if board is not None:
-            bs = board_setup(board)
-            if part is not None and part.lower() != bs["part"].lower() \
-                    and not bs["part"].lower().startswith(part.lower()):
-                raise DSEError(f"--part {part} is not the {bs['title']}'s part "
-                               f"({bs['part']}); drop --part or --board")
-            part = bs["part"]
-            if space_spec == "default":
-                space = board_space(board)
-            else:
-                space = Space.from_json(space_spec)
-                space = Space(space.base.replace(PART=bs["part"],
-                                                 LOG_BUS_WIDTH=bs["log_bus_width"],
-                                                 CLOCK_MHZ=bs["clock_mhz"]), space.axes)
-        else:
-            part = part or "xc7z020"
-            space = default_space(base, part) if space_spec == "default" \
-                else Space.from_json(space_spec)
-        if widths_spec is not None and not widths_spec.strip(" ,"):
-            raise DSEError("--widths is empty; give operand widths such as 8,16,w4,a4,a4w4")
-        if widths_spec is not None:
-            space = with_width_axis(space, widths_spec)
-        wls = parse_workloads(wl_spec, sz)
-        ev = DesignEvaluator(part, res_mode, perf_mode, CycleModel(dram_latency=dram_latency),
-                             accuracy=accuracy_set)
-        timing = load_timing(timing_file) if timing_file else None
-    except (DSEError, SpaceError, ConfigError) as e:
-        _fail(str(e))
-        return
-    if jobs is not None and scheduler:
-        _fail("--jobs and --scheduler are exclusive (the scheduler's workers are the jobs)")
-        return
+            space = Space.from_json(space_spec)
+            space = Space(space.base.replace(PART=bs["part"],
+                                             LOG_BUS_WIDTH=bs["log_bus_width"],
+                                             CLOCK_MHZ=bs["clock_mhz"]), space.axes)
+    else:
+        part = part or "xc7z020"
+        space = default_space(base, part) if space_spec == "default" \
+            else Space.from_json(space_spec)
+    if widths_spec is not None and not widths_spec.strip(" ,"):
+        raise DSEError("--widths is empty; give operand widths such as 8,16,w4,a4,a4w4")
+    if widths_spec is not None:
+        space = with_width_axis(space, widths_spec)
+    return space, part
+
+
+def _evaluation(wl_spec, sz, part, res_mode, perf_mode, dram_latency, accuracy_set,
+                timing_file):
+    """``(workloads, DesignEvaluator, timing or None)`` of the flags.  Raises DSEError /
+    ConfigError: a bad workload list, accuracy set or timing file."""
+    from ..dse import CycleModel, DesignEvaluator, parse_workloads
+    from ..dse.evaluate import load_timing
+
+    wls = parse_workloads(wl_spec, sz)
+    ev = DesignEvaluator(part, res_mode, perf_mode, CycleModel(dram_latency=dram_latency),
+                         accuracy=accuracy_set)
+    return wls, ev, (load_timing(timing_file) if timing_file else None)
+
+
+def _cache_file(cache_file, out_file):
+    """The cache path (default ``<report>.cache.jsonl`` next to ``-o``), checked to be a
+    DSE cache before the sweep's first line (exit status 2 otherwise); None: no cache."""
+    from ._inputs import check_json_lines
+
     if cache_file is None and out_file:
         cache_file = str(out_file) + ".cache.jsonl"
     if cache_file:
@@ -216,12 +274,17 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             ResultCache(cache_file)
         except ValueError as e:
             _fail(str(e))
-            return
+    return cache_file
+
+
+def _announce(space, samples, wls, part, board, timing) -> None:
+    """The sweep's first line on stderr (points, valid share, workloads, part, board) and
+    a note for ``--timing`` entries that name no point; exits with status 2 when no config
+    of the space is valid."""
     nv = space.n_valid
     if nv == 0:
         _fail(f"no valid point: all {space.size} config(s) of the space are refused "
               f"({_refusal(space)})")
-        return
     n = space.size if samples is None else min(samples, nv)
     what = "points" if samples is None else "valid points sampled"
     click.echo(f"dse: {n} {what} of {space.size} ({nv} valid, {100 * nv / space.size:.0f} %) "
@@ -236,14 +299,25 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             click.echo(f"dse: note: --timing entries naming no point of the space (by "
                        f"fingerprint or bitstream name) apply to nothing: "
                        f"{', '.join(odd[:5])}{more}", err=True)
+
+
+def _sweep(space, wls, ev, cache_file, timing, samples, seed, no_progress, jobs, scheduler,
+           verify, budget, within_pct, floor):
+    """Run the search on the executor of ``jobs`` / ``scheduler`` and, with ``verify``,
+    promote (:func:`~vtaforge.dse.promote.promote`); prints what ran.  Returns ``(results,
+    verify seconds or None)``; exits with status 2 on a bad scheduler or a corrupt cache."""
+    from ..dse import DSEError
+    from ..dse.parallel import make_executor
+    from ..dse.promote import promote
+    from ..dse.search import SearchStats, run_search
+    from ._output import progress_enabled
+
     stats = SearchStats()
     vsec = None
-    floor = None if accuracy_floor is None else accuracy_floor / 100.0
     try:
         ex = make_executor(jobs, scheduler)
     except ValueError as e:  # bad or unreachable scheduler
         _fail(str(e))
-        return
     try:
         results = run_search(space, wls, ev, cache=cache_file, timing=timing, samples=samples,
                              seed=seed, progress=progress_enabled(no_progress), executor=ex,
@@ -262,11 +336,17 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
                            accuracy_floor=floor)
     except (ValueError, DSEError) as e:  # corrupt cache
         _fail(str(e))
-        return
     finally:
         ex.close()
-    rep = build_report(results, wls, ev, preset=space.base, verify=vsec, within=within_pct,
-                       accuracy_floor=floor)
+    return results, vsec
+
+
+def _write_outputs(rep, limit, out_file, csv_file, plot_file) -> None:
+    """Print the report's table and write the report, CSV and plot that were asked for
+    (exit status 2 when the plot cannot be drawn)."""
+    from ..dse.plot import plot_report
+    from ..dse.report import format_table, write_csv, write_report
+
     click.echo(format_table(rep, limit=limit))
     if out_file:
         write_report(rep, out_file)
@@ -279,7 +359,6 @@ def run_cmd(board, space_spec, base, wl_spec, size, part, samples, seed, res_mod
             plot_report(rep, plot_file)
         except ValueError as e:  # matplotlib missing
             _fail(str(e))
-            return
         click.echo(f"wrote {plot_file}", err=True)
 
 
