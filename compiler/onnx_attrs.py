@@ -3,7 +3,7 @@
 :func:`attrs_to_json` turns a ``NodeProto``'s attributes into plain ints, floats, strings, lists
 and ``{"tensor": ...}`` dicts, so that a node kept for the host CPU can be stored in a compiled
 artifact and run by :func:`vtaforge.runtime.float_ops.run_numpy` on a board where only numpy is
-installed.  :func:`vtaforge.runtime.float_ops.tensor_attr` is its inverse for TENSOR
+installed.  :func:`vtaforge.runtime.float_common.tensor_attr` is its inverse for TENSOR
 attributes.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from ..runtime.float_ops import NUMPY_DTYPES
+from ..runtime.float_common import NUMPY_DTYPES
 
 __all__ = ["attrs_to_json"]
 

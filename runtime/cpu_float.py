@@ -176,7 +176,7 @@ def run_onnx_node(attrs: dict, inputs: list, backend: str | None = None) -> list
     Returns:
         one array per IR output, in the declared dtypes.
     Raises:
-        float_ops.CpuKernelError: no kernel, onnxruntime missing, bad input.
+        float_common.CpuKernelError: no kernel, onnxruntime missing, bad input.
     """
     from . import float_ops
 

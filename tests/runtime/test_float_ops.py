@@ -14,7 +14,6 @@ import math
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -23,7 +22,9 @@ from onnx import helper, numpy_helper
 
 from vtaforge.compiler.onnx_attrs import attrs_to_json
 from vtaforge.runtime import float_ops as F
-from vtaforge.runtime.float_ops import tensor_attr
+from vtaforge.runtime import float_common as FC
+from vtaforge.runtime import float_window
+from vtaforge.runtime.float_common import tensor_attr
 
 try:
     import onnxruntime as ort
@@ -78,9 +79,9 @@ def _cases() -> dict:
             data = [[_arr(v) for v in ins] for ins, _ in c.data_sets]
             if not all(isinstance(v, np.ndarray) for ins in data for v in ins):
                 why = "non-tensor data (sequence/optional)"
-            elif any(v.dtype not in F.NUMPY_DTYPES for ins in data for v in ins):
+            elif any(v.dtype not in FC.NUMPY_DTYPES for ins in data for v in ins):
                 why = "input dtype numpy lacks (" + ", ".join(sorted({str(v.dtype) for ins in data for v in ins
-                                                                      if v.dtype not in F.NUMPY_DTYPES})) + ")"
+                                                                      if v.dtype not in FC.NUMPY_DTYPES})) + ")"
         out[c.name] = (c, node, opset, attrs, why)
     return out
 
@@ -121,7 +122,7 @@ def _run_case(name):
         feed, args = _feed(case, node, [_arr(v) for v in ins])
         try:
             got = F.run_numpy(node.op_type, attrs, args, opset)
-        except F.UnsupportedKernel:
+        except FC.UnsupportedKernel:
             pytest.skip(NUMPY_NO_KERNEL)
         yield k, case, node, feed, got, [_arr(v) for v in outs]
 
@@ -198,7 +199,7 @@ def test_unsupported_cases_say_why():
     assert rejected, "expected some rejected cases (float8 casts, antialias resize)"
     for name, (case, node, opset, attrs, why) in rejected.items():
         assert why and "\n" not in why, name
-        with pytest.raises(F.UnsupportedKernel, match="no numpy"):
+        with pytest.raises(FC.UnsupportedKernel, match="no numpy"):
             F.run_numpy(node.op_type, attrs, [], opset)
 
 
@@ -529,7 +530,7 @@ def test_conv_bounded_memory_path_matches(monkeypatch):
     fast = [F.run_numpy(op, a, ins, 13)[0] for op, ins, a in specs]
     q = _INTS
     qfast = [F.run_numpy(op, a, ins, o)[0] for op, o, ins, a in q if op in ("QLinearConv", "ConvInteger")]
-    monkeypatch.setattr(F, "_IM2COL_BYTES", 0)
+    monkeypatch.setattr(float_window, "_IM2COL_BYTES", 0)
     for (op, ins, a), want in zip(specs, fast):
         np.testing.assert_allclose(F.run_numpy(op, a, ins, 13)[0], want, rtol=1e-5, atol=1e-5)
     slow = [F.run_numpy(op, a, ins, o)[0] for op, o, ins, a in q if op in ("QLinearConv", "ConvInteger")]
@@ -670,10 +671,10 @@ def test_every_numpy_op_is_tested():
 def test_erf_accuracy():
     x = np.concatenate([np.linspace(-8, 8, 20001), np.array([0.0, 1e-300, -1e-12, 2.5, -2.5, np.inf, -np.inf])])
     want = np.array([math.erf(v) for v in x])
-    got = F._erf64(x)
+    got = FC._erf64(x)
     err = np.abs(got - want) / np.maximum(np.abs(want), 1e-300)
     assert err.max() < 1e-13
-    assert np.isnan(F._erf64(np.array([np.nan])))[0]
+    assert np.isnan(FC._erf64(np.array([np.nan])))[0]
     y = F.run_numpy("Erf", {}, [x.astype(np.float32)], 13)[0]
     assert y.dtype == np.float32
     np.testing.assert_allclose(y, np.array([math.erf(v) for v in x.astype(np.float32)]), rtol=1e-6, atol=1e-7)
@@ -691,9 +692,9 @@ def test_erf_accuracy():
     ("Relu", {}, [], "needs input 0"),
 ])
 def test_bad_input_is_cpu_kernel_error(op, attrs, ins, match):
-    with pytest.raises(F.CpuKernelError, match=match) as e:
+    with pytest.raises(FC.CpuKernelError, match=match) as e:
         F.run_numpy(op, attrs, ins, 13)
-    assert not isinstance(e.value, F.UnsupportedKernel)
+    assert not isinstance(e.value, FC.UnsupportedKernel)
     assert "\n" not in str(e.value)
 
 
@@ -705,15 +706,15 @@ def test_unsupported_kernel():
     assert not F.numpy_supports("Loop", {"body": {"unsupported": "GRAPH"}}, 13)[0]
     assert "GRAPH" in F.numpy_supports("Identity", {"x": {"unsupported": "GRAPH"}}, 13)[1]
     assert not F.numpy_supports("Cast", {"to": 16}, 13)[0]
-    with pytest.raises(F.UnsupportedKernel, match="LSTM has no numpy kernel"):
+    with pytest.raises(FC.UnsupportedKernel, match="LSTM has no numpy kernel"):
         F.run_numpy("LSTM", {}, [np.zeros(1, np.float32)], 14)
-    with pytest.raises(F.UnsupportedKernel, match="dtype <U1"):
+    with pytest.raises(FC.UnsupportedKernel, match="dtype <U1"):
         F.run_numpy("Identity", {}, [np.array(["a"])], 13)
-    with pytest.raises(F.UnsupportedKernel, match="random"):
+    with pytest.raises(FC.UnsupportedKernel, match="random"):
         F.run_numpy("Dropout", {}, [np.ones(3, np.float32), np.float32(0.5), np.array(True)], 13)
-    with pytest.raises(F.UnsupportedKernel, match="num_outputs"):
+    with pytest.raises(FC.UnsupportedKernel, match="num_outputs"):
         F.run_numpy("Split", {}, [np.ones(4, np.float32)], 13)
-    assert issubclass(F.UnsupportedKernel, F.CpuKernelError) and issubclass(F.CpuKernelError, ValueError)
+    assert issubclass(FC.UnsupportedKernel, FC.CpuKernelError) and issubclass(FC.CpuKernelError, ValueError)
 
 
 def test_dtypes_are_preserved():
@@ -791,11 +792,11 @@ def test_tensor_attr_errors():
     a = attrs_to_json(helper.make_node("ConstantOfShape", ["s"], ["y"], value=bf))
     assert "unsupported" in a["value"] and "BFLOAT16" in a["value"]["unsupported"]
     assert not F.numpy_supports("ConstantOfShape", a, 13)[0]
-    with pytest.raises(F.CpuKernelError, match="values for shape"):
+    with pytest.raises(FC.CpuKernelError, match="values for shape"):
         tensor_attr({"tensor": {"dtype": "float32", "shape": [3], "data": [1.0]}})
-    with pytest.raises(F.UnsupportedKernel):
+    with pytest.raises(FC.UnsupportedKernel):
         tensor_attr({"tensor": {"dtype": "complex64", "shape": [1], "data": [1.0]}})
-    with pytest.raises(F.CpuKernelError, match="not a tensor"):
+    with pytest.raises(FC.CpuKernelError, match="not a tensor"):
         tensor_attr([1, 2])
 
 
@@ -822,11 +823,11 @@ def test_run_onnxruntime_and_cache(monkeypatch):
     first = F._sessions[key]
     F.run_onnxruntime(m, [x, None, y])                 # more entries than inputs: the None is dropped
     assert F._sessions[key] is first                   # cached, not rebuilt
-    with pytest.raises(F.CpuKernelError, match="has 2 inputs"):
+    with pytest.raises(FC.CpuKernelError, match="has 2 inputs"):
         F.run_onnxruntime(m, [x])
-    with pytest.raises(F.CpuKernelError, match="onnxruntime failed"):
+    with pytest.raises(FC.CpuKernelError, match="onnxruntime failed"):
         F.run_onnxruntime(m, [x, np.zeros(3, np.float32)])
-    with pytest.raises(F.CpuKernelError, match="cannot load"):
+    with pytest.raises(FC.CpuKernelError, match="cannot load"):
         F.run_onnxruntime(b"not a model", [x])
     monkeypatch.setattr(F, "_SESSION_CACHE_SIZE", 3)
     for c in range(5):
@@ -846,28 +847,27 @@ def test_onnxruntime_missing(monkeypatch):
     monkeypatch.delitem(sys.modules, "onnxruntime", raising=False)
     assert F.onnxruntime_available() is False
     msg = r"needs onnxruntime, which is not installed \(pip install onnxruntime\)"
-    with pytest.raises(F.CpuKernelError, match=msg):
+    with pytest.raises(FC.CpuKernelError, match=msg):
         F.run_onnxruntime(_add_model(), [np.zeros(2, np.float32)] * 2)
     # numpy kernels keep working
     assert F.run_numpy("Relu", {}, [np.array([-1.0, 1.0], np.float32)], 13)[0].tolist() == [0, 1]
 
 
 def test_float_ops_imports_only_numpy():
-    """The module loads (and runs a Conv) in a process where onnx and onnxruntime cannot be imported."""
-    path = Path(F.__file__)
-    code = f"""
-import importlib.abc, importlib.util, sys
+    """The module and its op-family modules load (and run a Conv) in a process where onnx and
+    onnxruntime cannot be imported."""
+    code = """
+import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split('.')[0] in ('onnx', 'onnxruntime', 'scipy', 'torch'):
             raise ImportError('blocked ' + name)
         return None
 sys.meta_path.insert(0, Block())
-spec = importlib.util.spec_from_file_location('float_ops', {str(path)!r})
-m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+import vtaforge.runtime.float_ops as m
 import numpy as np
 x, w = np.ones((1, 2, 3, 3), np.float32), np.ones((4, 2, 3, 3), np.float32)
-y = m.run_numpy('Conv', {{'pads': [1, 1, 1, 1]}}, [x, w], 13)
+y = m.run_numpy('Conv', {'pads': [1, 1, 1, 1]}, [x, w], 13)
 assert y[0].shape == (1, 4, 3, 3) and y[0][0, 0, 1, 1] == 18
 assert not m.onnxruntime_available()
 print('ok', sorted(k for k in sys.modules if k.split('.')[0] in ('onnx', 'onnxruntime')))

@@ -301,7 +301,7 @@ def compiling(model: str, data_label: str) -> Iterator[None]:
     model on the data: a Gather index out of range, onnxruntime refusing a node) to one
     :class:`InputError` naming the model and the data (``data_label``: ``"input 'x.npy'"``).
     """
-    from ..runtime.float_ops import CpuKernelError
+    from ..runtime.float_common import CpuKernelError
 
     try:
         yield
