@@ -18,7 +18,6 @@ KNOWN = {
     "dse/performance.py::CycleModel.program_cycles": 139,
     "dse/search.py::run_search": 184,
     "runtime/fsim.py::_Machine._gemm": 162,
-    "runtime/race.py::race_check": 189,
     "vtaforge/commands/dse.py::run_cmd": 169,
 }
 
