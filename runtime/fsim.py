@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict, deque
+from types import SimpleNamespace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -911,22 +912,25 @@ class _Machine:
                     self._gemm(ops, I, 1, dst_b + jj * dfi, src_b + jj * sfi,
                                wgt_b + jj * wfi, dfo, 0, sfo, 0, wfo, 0)
             return
-        vd, vs, vw = dst_b, src_b, wgt_b
-        rd = np.zeros(1, dtype=np.int64)
-        rs = np.zeros(1, dtype=np.int64)
-        for n, fd, fs, fw in ((I, dfo, sfo, wfo), (J, dfi, sfi, wfi)):
-            if n == 1:
-                continue
-            ar = np.arange(n, dtype=np.int64)
-            if fw:
-                vd = (ar[:, None] * fd + vd[None, :]).reshape(-1)
-                vs = (ar[:, None] * fs + vs[None, :]).reshape(-1)
-                vw = (ar[:, None] * fw + vw[None, :]).reshape(-1)
-            else:
-                rd = (rd[:, None] + ar[None, :] * fd).reshape(-1)
-                rs = (rs[:, None] + ar[None, :] * fs).reshape(-1)
-        V, R = vd.size, rd.size
-        # group the virtual micro-ops by destination
+        vd, vs, vw, rd, rs = _gemm_nest(I, J, dst_b, src_b, wgt_b, dfo, dfi, sfo, sfi, wfo,
+                                        wfi)
+        g = self._gemm_groups(vd, vs, vw)
+        wrap = self._gemm_wraps(vd, rd)
+        chunks = _gemm_chunks(g, rd, rs)
+        gemm = _gemm_kernel(self.cfg, self.fdt, self.acc_bits, g, chunks, wrap)
+        nb = _index_bytes(g.wsel) + (g.slot.nbytes if g.padded else 0) + sum(
+            sum(_index_bytes(a) for a in it if isinstance(a, (np.ndarray, slice)))
+            for c in chunks for it in c[4])
+        ops.append((gemm, nb))
+
+    def _gemm_groups(self, vd: np.ndarray, vs: np.ndarray, vw: np.ndarray) -> SimpleNamespace:
+        """The virtual micro-ops (destinations ``vd``, sources ``vs``, weights ``vw``)
+        grouped by destination: ``G`` groups of ``Kp = S * Ks`` slots (``S`` sub-groups of
+        at most ``self.kc``), or one group per micro-op when the groups are too ragged
+        (``distinct`` False); ``gd`` the groups' destinations, ``slot`` each micro-op's
+        slot, ``wsel`` the weight rows in slot order, ``ps`` the source rows
+        ``(G, S, 1, Ks)`` (a padding slot: any valid source row, a zero weight)."""
+        V = vd.size
         order = np.argsort(vd, kind="stable")
         sd = vd[order]
         newg = np.empty(V, dtype=bool)
@@ -948,9 +952,7 @@ class _Machine:
             gd = sd[starts]
             gid = np.cumsum(newg) - 1
             slot = gid * Kp + (np.arange(V) - starts[gid])
-        B, BI, BO = self.cfg.BATCH, self.cfg.BLOCK_IN, self.cfg.BLOCK_OUT
         wsel = _fast_index(vw[order])
-        fdt = self.fdt
         padded = G * Kp != V
         if not padded:
             ps = vs[order]
@@ -958,7 +960,15 @@ class _Machine:
             ps = np.full(G * Kp, vs[order[0]], dtype=np.int64)
             ps[slot] = vs[order]
         ps = ps.reshape(G, S, 1, Ks)
+        return SimpleNamespace(G=G, S=S, Ks=Ks, Kp=Kp, gd=gd, slot=slot, distinct=distinct,
+                               wsel=wsel, padded=padded, ps=ps)
+
+    def _gemm_wraps(self, vd: np.ndarray, rd: np.ndarray) -> bool:
+        """Whether the nest's sums must be wrapped at ACC_WIDTH: the wrap is the identity
+        when no sum can leave the signed range, every entry's bound (``self.acc_bound``,
+        raised here by the micro-ops' largest products, in place) included."""
         bits = self.acc_bits
+        R = rd.size
         # the wrap is the identity when no sum can leave the signed ACC_WIDTH range: every
         # entry's bound plus its micro-ops' largest products
         u, cnt = np.unique(vd, return_counts=True)
@@ -970,77 +980,11 @@ class _Machine:
             per = np.bincount((u[:, None] + rd[None, :] - lo).reshape(-1),
                               weights=np.repeat(cnt, R).astype(np.float64))
         bound = self.acc_bound[lo:lo + per.size]
-        bound += per * float(BI * self.pmax)
+        bound += per * float(self.cfg.BLOCK_IN * self.pmax)
         wrap = float(bound.max()) > (1 << (bits - 1)) - 1
         if wrap:
             np.minimum(bound, float(1 << (bits - 1)), out=bound)
-        gc = max(1, CHUNK // Kp)
-        chunks = []
-        for g0 in range(0, G, gc):
-            g1 = min(G, g0 + gc)
-            ng = g1 - g0
-            # every group of the chunk reads the same sources (e.g. a 1x1 convolution's
-            # output-channel blocks): the sources are gathered once and broadcast over the
-            # groups' weights
-            shared = ng > 1 and bool((ps[g0:g1] == ps[g0]).all())
-            rc = max(1, CHUNK // (ng * Kp))
-            items = []
-            for r0 in range(0, R, rc):
-                r1 = min(R, r0 + rc)
-                nr = r1 - r0
-                pg = ps[g0:g0 + 1] if shared else ps[g0:g1]
-                xi = pg + rs[None, None, r0:r1, None]       # (ng or 1, S, nr, Ks)
-                dst = (gd[g0:g1, None] + rd[None, r0:r1]).reshape(-1)
-                if (R == 1 and distinct) or _unique(dst):
-                    items.append((xi, nr, _fast_index(dst), None, None))
-                else:
-                    o = np.argsort(dst, kind="stable")
-                    sdst = dst[o]
-                    first = np.flatnonzero(np.concatenate(([True], sdst[1:] != sdst[:-1])))
-                    items.append((xi, nr, _fast_index(sdst[first]), o, first))
-            chunks.append((g0, g1, ng, shared, items))
-
-        def gemm(m: _Machine) -> None:
-            if not padded:
-                W = np.take(m.wgt_t, wsel, axis=0) if not isinstance(wsel, slice) \
-                    else m.wgt_t[wsel]
-            else:
-                W = np.zeros((G * Kp, BI, BO), dtype=fdt)
-                W[slot] = m.wgt_t[wsel] if isinstance(wsel, slice) \
-                    else np.take(m.wgt_t, wsel, axis=0)
-            W = W.reshape(G, S, Ks * BI, BO)
-            acc, inp = m.acc, m.inp
-            for g0, g1, ng, shared, items in chunks:
-                # shared: (ng, S, Ks*BI, BO), the sources broadcast over the groups
-                Wg = W[g0:g1] if shared else W[g0:g1].reshape(ng * S, Ks * BI, BO)
-                for xi, nr, dst, o, first in items:
-                    x = np.take(inp, xi, axis=0)                # (ng or 1, S, nr, Ks, B, BI)
-                    if B > 1:
-                        x = x.transpose(0, 1, 2, 4, 3, 5)
-                    if shared:
-                        x = x.reshape(1, S, nr * B, Ks * BI)
-                    else:
-                        x = x.reshape(ng * S, nr * B, Ks * BI)
-                    p = np.matmul(x, Wg).astype(np.int64)     # (ng*S or ng x S, nr*B, BO)
-                    p = p.reshape(ng, S, nr * B * BO)
-                    p = p.sum(axis=1) if S > 1 else p[:, 0]
-                    p = p.reshape(ng * nr, B, BO)
-                    if o is not None:
-                        p = np.add.reduceat(p[o], first, axis=0)
-                    if isinstance(dst, slice):
-                        v = acc[dst]
-                        v += p
-                        if wrap:
-                            _wrap_(v, bits)
-                    elif wrap:
-                        acc[dst] = _wrap(acc[dst] + p, bits)
-                    else:
-                        acc[dst] += p
-
-        nb = _index_bytes(wsel) + (slot.nbytes if padded else 0) + sum(
-            sum(_index_bytes(a) for a in it if isinstance(a, (np.ndarray, slice)))
-            for c in chunks for it in c[4])
-        ops.append((gemm, nb))
+        return wrap
 
     def _alu_chunk(self, aop: int, dst: np.ndarray, src: np.ndarray | None, imm: int,
                    clear: bool = False):
@@ -1259,6 +1203,112 @@ def _fuse_alu(ops: list) -> list:
         else:
             out.append(fn)
     return out
+
+
+def _gemm_nest(I: int, J: int, dst_b, src_b, wgt_b, dfo, dfi, sfo, sfi, wfo, wfi):
+    """A GEMM nest as virtual micro-ops and rows: the loop levels with a weight factor
+    are expanded into the micro-ops (``vd``, ``vs``, ``vw``: int64 destination, source
+    and weight indices), the others into row offsets of the destination and source
+    (``rd``, ``rs``)."""
+    vd, vs, vw = dst_b, src_b, wgt_b
+    rd = np.zeros(1, dtype=np.int64)
+    rs = np.zeros(1, dtype=np.int64)
+    for n, fd, fs, fw in ((I, dfo, sfo, wfo), (J, dfi, sfi, wfi)):
+        if n == 1:
+            continue
+        ar = np.arange(n, dtype=np.int64)
+        if fw:
+            vd = (ar[:, None] * fd + vd[None, :]).reshape(-1)
+            vs = (ar[:, None] * fs + vs[None, :]).reshape(-1)
+            vw = (ar[:, None] * fw + vw[None, :]).reshape(-1)
+        else:
+            rd = (rd[:, None] + ar[None, :] * fd).reshape(-1)
+            rs = (rs[:, None] + ar[None, :] * fs).reshape(-1)
+    return vd, vs, vw, rd, rs
+
+
+def _gemm_chunks(g: SimpleNamespace, rd: np.ndarray, rs: np.ndarray) -> list:
+    """The work items of a grouped GEMM nest (:meth:`_Machine._gemm_groups`), in chunks
+    of about ``CHUNK`` slots: per chunk of groups ``(g0, g1, ng, shared, items)``, each
+    item ``(xi, nr, dst, o, first)`` the source rows of ``nr`` rows, the destinations
+    (an index or a slice) and, where destinations repeat, the sort ``o`` and the
+    ``reduceat`` starts ``first``."""
+    G, Kp, ps, gd = g.G, g.Kp, g.ps, g.gd
+    R = rd.size
+    gc = max(1, CHUNK // Kp)
+    chunks = []
+    for g0 in range(0, G, gc):
+        g1 = min(G, g0 + gc)
+        ng = g1 - g0
+        # every group of the chunk reads the same sources (e.g. a 1x1 convolution's
+        # output-channel blocks): the sources are gathered once and broadcast over the
+        # groups' weights
+        shared = ng > 1 and bool((ps[g0:g1] == ps[g0]).all())
+        rc = max(1, CHUNK // (ng * Kp))
+        items = []
+        for r0 in range(0, R, rc):
+            r1 = min(R, r0 + rc)
+            nr = r1 - r0
+            pg = ps[g0:g0 + 1] if shared else ps[g0:g1]
+            xi = pg + rs[None, None, r0:r1, None]       # (ng or 1, S, nr, Ks)
+            dst = (gd[g0:g1, None] + rd[None, r0:r1]).reshape(-1)
+            if (R == 1 and g.distinct) or _unique(dst):
+                items.append((xi, nr, _fast_index(dst), None, None))
+            else:
+                o = np.argsort(dst, kind="stable")
+                sdst = dst[o]
+                first = np.flatnonzero(np.concatenate(([True], sdst[1:] != sdst[:-1])))
+                items.append((xi, nr, _fast_index(sdst[first]), o, first))
+        chunks.append((g0, g1, ng, shared, items))
+    return chunks
+
+
+def _gemm_kernel(cfg: VTAConfig, fdt, bits: int, g: SimpleNamespace, chunks: list,
+                 wrap: bool):
+    """The data work of a grouped GEMM nest as a function of the machine: the weights
+    gathered into slot order (zeros in padding slots), then per item one batched matmul
+    in the float dtype ``fdt``, summed over sub-groups in int64, reduced over repeated
+    destinations and added into ``acc`` (wrapped at ``bits`` when ``wrap``)."""
+    B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+    G, S, Ks, Kp, slot, wsel, padded = g.G, g.S, g.Ks, g.Kp, g.slot, g.wsel, g.padded
+
+    def gemm(m: _Machine) -> None:
+        if not padded:
+            W = np.take(m.wgt_t, wsel, axis=0) if not isinstance(wsel, slice) \
+                else m.wgt_t[wsel]
+        else:
+            W = np.zeros((G * Kp, BI, BO), dtype=fdt)
+            W[slot] = m.wgt_t[wsel] if isinstance(wsel, slice) \
+                else np.take(m.wgt_t, wsel, axis=0)
+        W = W.reshape(G, S, Ks * BI, BO)
+        acc, inp = m.acc, m.inp
+        for g0, g1, ng, shared, items in chunks:
+            # shared: (ng, S, Ks*BI, BO), the sources broadcast over the groups
+            Wg = W[g0:g1] if shared else W[g0:g1].reshape(ng * S, Ks * BI, BO)
+            for xi, nr, dst, o, first in items:
+                x = np.take(inp, xi, axis=0)                # (ng or 1, S, nr, Ks, B, BI)
+                if B > 1:
+                    x = x.transpose(0, 1, 2, 4, 3, 5)
+                if shared:
+                    x = x.reshape(1, S, nr * B, Ks * BI)
+                else:
+                    x = x.reshape(ng * S, nr * B, Ks * BI)
+                p = np.matmul(x, Wg).astype(np.int64)     # (ng*S or ng x S, nr*B, BO)
+                p = p.reshape(ng, S, nr * B * BO)
+                p = p.sum(axis=1) if S > 1 else p[:, 0]
+                p = p.reshape(ng * nr, B, BO)
+                if o is not None:
+                    p = np.add.reduceat(p[o], first, axis=0)
+                if isinstance(dst, slice):
+                    v = acc[dst]
+                    v += p
+                    if wrap:
+                        _wrap_(v, bits)
+                elif wrap:
+                    acc[dst] = _wrap(acc[dst] + p, bits)
+                else:
+                    acc[dst] += p
+    return gemm
 
 
 def _unique(dst: np.ndarray) -> bool:

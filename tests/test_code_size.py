@@ -17,7 +17,6 @@ KNOWN = {
     "dse/performance.py::CycleModel._schedule": 196,
     "dse/performance.py::CycleModel.program_cycles": 139,
     "dse/search.py::run_search": 184,
-    "runtime/fsim.py::_Machine._gemm": 162,
     "vtaforge/commands/dse.py::run_cmd": 169,
 }
 
