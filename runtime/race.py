@@ -182,6 +182,7 @@ def _rows(base, y, x, stride, eb):
 
 
 def _where(sp, e):
+    """Location ``e`` of space ``sp`` in words, for the error messages."""
     return f"{sp} entry {int(e)}" if sp != "DRAM" else f"DRAM byte 0x{int(e):x}"
 
 
