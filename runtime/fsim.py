@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict, deque
+from types import SimpleNamespace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -74,10 +75,15 @@ from ..hw.regs import ErrorKind, index_fault_text, insn_fault_text, sram_range_t
     uop_range_text
 from ..hw.isa import (
     FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, REQ_RESERVED_BIT, AluOp, Insn, Module, Opcode,
-    decode_program, decode_uops, format_insn, req_fields,
+    decode_program, decode_uops, format_insn,
 )
 from .cpu_ops import unpack_int4
 from .device import Buffer, DeadlockError, Device, DeviceError, ProgramError, RunResult, check_ring
+from .fsim_kernels import (
+    _alu_eval, _alu_fused, _alu_step, _box_index, _dram_view, _fast_index, _fuse_alu,
+    _gemm_chunks, _gemm_kernel, _gemm_nest, _index_bytes, _int_dtype, _nest_boxes, _nest_index,
+    _prev_conflict, _put, _same, _uint_dtype, _unique, _waves, _wrap,
+)
 from .fsim_ring import FsimRingMixin, ring_session_extra
 
 __all__ = ["simulate", "FsimDevice", "STAT_KEYS", "DEFAULT_MAX_STEPS", "Regions"]
@@ -93,8 +99,6 @@ STAT_KEYS = (
 #: Default watchdog: steps (one per instruction plus one per micro-op evaluated).
 DEFAULT_MAX_STEPS = 1 << 32
 
-#: Micro-ops evaluated per numpy chunk (bounds temporary memory).
-CHUNK = 1 << 15
 
 #: Largest GEMM nest expanded into virtual micro-ops at once (loops with weight factors).
 _VIRT_MAX = 1 << 16
@@ -163,25 +167,6 @@ class Regions:
 
 
 # ---------------------------------------------------------------------------- helpers
-_SIGNED = {8: np.int8, 16: np.int16, 32: np.int32}
-
-
-def _wrap(x: np.ndarray, bits: int) -> np.ndarray:
-    """Wrap int64 values to signed ``bits``-bit two's complement (a new array, int64)."""
-    t = _SIGNED.get(bits)
-    if t is not None and isinstance(x, np.ndarray):    # integer casts keep the low bits
-        return x.astype(t).astype(np.int64)
-    half = np.int64(1 << (bits - 1))
-    mask = np.int64((1 << bits) - 1)
-    return ((x + half) & mask) - half
-
-
-def _int_dtype(bits: int) -> str:
-    return {4: "int4", 8: "<i1", 16: "<i2", 32: "<i4"}[bits]
-
-
-def _uint_dtype(bits: int) -> str:
-    return {8: "<u1", 16: "<u2", 32: "<u4"}[bits]
 
 
 def _insn_text(cols: dict[str, list[int]], i: int) -> str:
@@ -215,75 +200,6 @@ def first_out_of_range(base: np.ndarray, I: int, J: int, f_out: int, f_in: int,
     off = i * f_out + j * f_in
     k = int(np.flatnonzero(base + off >= depth)[0])
     return (i * J + j) * U + k, int(base[k]) + off
-
-
-def _nest_boxes(I: int, J: int, U: int, chunk: int = CHUNK):
-    """Split the loop nest ``I x J x U`` (in execution order) into boxes
-    ``(i0, i1, j0, j1, k0, k1)`` of at most about ``chunk`` micro-ops."""
-    if J * U <= chunk:
-        step = max(1, chunk // (J * U))
-        for i0 in range(0, I, step):
-            yield i0, min(I, i0 + step), 0, J, 0, U
-    elif U <= chunk:
-        step = max(1, chunk // U)
-        for i in range(I):
-            for j0 in range(0, J, step):
-                yield i, i + 1, j0, min(J, j0 + step), 0, U
-    else:
-        for i in range(I):
-            for j in range(J):
-                for k0 in range(0, U, chunk):
-                    yield i, i + 1, j, j + 1, k0, min(U, k0 + chunk)
-
-
-def _box_index(base: np.ndarray, box, f_out: int, f_in: int) -> np.ndarray:
-    i0, i1, j0, j1, k0, k1 = box
-    b = base[k0:k1]
-    io = np.arange(i0, i1, dtype=np.int64) * f_out
-    jo = np.arange(j0, j1, dtype=np.int64) * f_in
-    return (io[:, None, None] + jo[None, :, None] + b[None, None, :]).reshape(-1)
-
-
-def _prev_conflict(dst: np.ndarray, src: np.ndarray | None) -> np.ndarray:
-    """For each micro-op n, the largest m < n whose destination equals dst[n] or src[n]
-    (−1 if none): the last earlier micro-op that n must follow."""
-    n = dst.size
-    order = np.argsort(dst, kind="stable")
-    sd = dst[order]
-    prev = np.full(n, -1, dtype=np.int64)
-    same = sd[1:] == sd[:-1]
-    prev[order[1:][same]] = order[:-1][same]
-    if src is not None:
-        keys = sd * n + order
-        q = src * n + np.arange(n, dtype=np.int64)
-        pos = np.searchsorted(keys, q, side="left") - 1
-        valid = pos >= 0
-        pos = np.maximum(pos, 0)
-        hit = valid & (sd[pos] == src)
-        cand = np.where(hit, order[pos], -1)
-        prev = np.maximum(prev, cand)
-    return prev
-
-
-def _waves(prev: np.ndarray):
-    """Maximal contiguous runs ``[a, b)`` in which no micro-op depends on an earlier one of
-    the same run (``prev[x] < a`` for every x in the run)."""
-    n = prev.size
-    a = 0
-    while a < n:
-        w = 64
-        b = n
-        lo = a + 1
-        while lo < n:
-            hi = min(n, lo + w)
-            hit = np.flatnonzero(prev[lo:hi] >= a)
-            if hit.size:
-                b = lo + int(hit[0])
-                break
-            lo = hi
-            w *= 2
-        yield a, b
-        a = b
 
 
 # ---------------------------------------------------------------------------- machine
@@ -911,22 +827,25 @@ class _Machine:
                     self._gemm(ops, I, 1, dst_b + jj * dfi, src_b + jj * sfi,
                                wgt_b + jj * wfi, dfo, 0, sfo, 0, wfo, 0)
             return
-        vd, vs, vw = dst_b, src_b, wgt_b
-        rd = np.zeros(1, dtype=np.int64)
-        rs = np.zeros(1, dtype=np.int64)
-        for n, fd, fs, fw in ((I, dfo, sfo, wfo), (J, dfi, sfi, wfi)):
-            if n == 1:
-                continue
-            ar = np.arange(n, dtype=np.int64)
-            if fw:
-                vd = (ar[:, None] * fd + vd[None, :]).reshape(-1)
-                vs = (ar[:, None] * fs + vs[None, :]).reshape(-1)
-                vw = (ar[:, None] * fw + vw[None, :]).reshape(-1)
-            else:
-                rd = (rd[:, None] + ar[None, :] * fd).reshape(-1)
-                rs = (rs[:, None] + ar[None, :] * fs).reshape(-1)
-        V, R = vd.size, rd.size
-        # group the virtual micro-ops by destination
+        vd, vs, vw, rd, rs = _gemm_nest(I, J, dst_b, src_b, wgt_b, dfo, dfi, sfo, sfi, wfo,
+                                        wfi)
+        g = self._gemm_groups(vd, vs, vw)
+        wrap = self._gemm_wraps(vd, rd)
+        chunks = _gemm_chunks(g, rd, rs)
+        gemm = _gemm_kernel(self.cfg, self.fdt, self.acc_bits, g, chunks, wrap)
+        nb = _index_bytes(g.wsel) + (g.slot.nbytes if g.padded else 0) + sum(
+            sum(_index_bytes(a) for a in it if isinstance(a, (np.ndarray, slice)))
+            for c in chunks for it in c[4])
+        ops.append((gemm, nb))
+
+    def _gemm_groups(self, vd: np.ndarray, vs: np.ndarray, vw: np.ndarray) -> SimpleNamespace:
+        """The virtual micro-ops (destinations ``vd``, sources ``vs``, weights ``vw``)
+        grouped by destination: ``G`` groups of ``Kp = S * Ks`` slots (``S`` sub-groups of
+        at most ``self.kc``), or one group per micro-op when the groups are too ragged
+        (``distinct`` False); ``gd`` the groups' destinations, ``slot`` each micro-op's
+        slot, ``wsel`` the weight rows in slot order, ``ps`` the source rows
+        ``(G, S, 1, Ks)`` (a padding slot: any valid source row, a zero weight)."""
+        V = vd.size
         order = np.argsort(vd, kind="stable")
         sd = vd[order]
         newg = np.empty(V, dtype=bool)
@@ -948,9 +867,7 @@ class _Machine:
             gd = sd[starts]
             gid = np.cumsum(newg) - 1
             slot = gid * Kp + (np.arange(V) - starts[gid])
-        B, BI, BO = self.cfg.BATCH, self.cfg.BLOCK_IN, self.cfg.BLOCK_OUT
         wsel = _fast_index(vw[order])
-        fdt = self.fdt
         padded = G * Kp != V
         if not padded:
             ps = vs[order]
@@ -958,7 +875,15 @@ class _Machine:
             ps = np.full(G * Kp, vs[order[0]], dtype=np.int64)
             ps[slot] = vs[order]
         ps = ps.reshape(G, S, 1, Ks)
+        return SimpleNamespace(G=G, S=S, Ks=Ks, Kp=Kp, gd=gd, slot=slot, distinct=distinct,
+                               wsel=wsel, padded=padded, ps=ps)
+
+    def _gemm_wraps(self, vd: np.ndarray, rd: np.ndarray) -> bool:
+        """Whether the nest's sums must be wrapped at ACC_WIDTH: the wrap is the identity
+        when no sum can leave the signed range, every entry's bound (``self.acc_bound``,
+        raised here by the micro-ops' largest products, in place) included."""
         bits = self.acc_bits
+        R = rd.size
         # the wrap is the identity when no sum can leave the signed ACC_WIDTH range: every
         # entry's bound plus its micro-ops' largest products
         u, cnt = np.unique(vd, return_counts=True)
@@ -970,77 +895,11 @@ class _Machine:
             per = np.bincount((u[:, None] + rd[None, :] - lo).reshape(-1),
                               weights=np.repeat(cnt, R).astype(np.float64))
         bound = self.acc_bound[lo:lo + per.size]
-        bound += per * float(BI * self.pmax)
+        bound += per * float(self.cfg.BLOCK_IN * self.pmax)
         wrap = float(bound.max()) > (1 << (bits - 1)) - 1
         if wrap:
             np.minimum(bound, float(1 << (bits - 1)), out=bound)
-        gc = max(1, CHUNK // Kp)
-        chunks = []
-        for g0 in range(0, G, gc):
-            g1 = min(G, g0 + gc)
-            ng = g1 - g0
-            # every group of the chunk reads the same sources (e.g. a 1x1 convolution's
-            # output-channel blocks): the sources are gathered once and broadcast over the
-            # groups' weights
-            shared = ng > 1 and bool((ps[g0:g1] == ps[g0]).all())
-            rc = max(1, CHUNK // (ng * Kp))
-            items = []
-            for r0 in range(0, R, rc):
-                r1 = min(R, r0 + rc)
-                nr = r1 - r0
-                pg = ps[g0:g0 + 1] if shared else ps[g0:g1]
-                xi = pg + rs[None, None, r0:r1, None]       # (ng or 1, S, nr, Ks)
-                dst = (gd[g0:g1, None] + rd[None, r0:r1]).reshape(-1)
-                if (R == 1 and distinct) or _unique(dst):
-                    items.append((xi, nr, _fast_index(dst), None, None))
-                else:
-                    o = np.argsort(dst, kind="stable")
-                    sdst = dst[o]
-                    first = np.flatnonzero(np.concatenate(([True], sdst[1:] != sdst[:-1])))
-                    items.append((xi, nr, _fast_index(sdst[first]), o, first))
-            chunks.append((g0, g1, ng, shared, items))
-
-        def gemm(m: _Machine) -> None:
-            if not padded:
-                W = np.take(m.wgt_t, wsel, axis=0) if not isinstance(wsel, slice) \
-                    else m.wgt_t[wsel]
-            else:
-                W = np.zeros((G * Kp, BI, BO), dtype=fdt)
-                W[slot] = m.wgt_t[wsel] if isinstance(wsel, slice) \
-                    else np.take(m.wgt_t, wsel, axis=0)
-            W = W.reshape(G, S, Ks * BI, BO)
-            acc, inp = m.acc, m.inp
-            for g0, g1, ng, shared, items in chunks:
-                # shared: (ng, S, Ks*BI, BO), the sources broadcast over the groups
-                Wg = W[g0:g1] if shared else W[g0:g1].reshape(ng * S, Ks * BI, BO)
-                for xi, nr, dst, o, first in items:
-                    x = np.take(inp, xi, axis=0)                # (ng or 1, S, nr, Ks, B, BI)
-                    if B > 1:
-                        x = x.transpose(0, 1, 2, 4, 3, 5)
-                    if shared:
-                        x = x.reshape(1, S, nr * B, Ks * BI)
-                    else:
-                        x = x.reshape(ng * S, nr * B, Ks * BI)
-                    p = np.matmul(x, Wg).astype(np.int64)     # (ng*S or ng x S, nr*B, BO)
-                    p = p.reshape(ng, S, nr * B * BO)
-                    p = p.sum(axis=1) if S > 1 else p[:, 0]
-                    p = p.reshape(ng * nr, B, BO)
-                    if o is not None:
-                        p = np.add.reduceat(p[o], first, axis=0)
-                    if isinstance(dst, slice):
-                        v = acc[dst]
-                        v += p
-                        if wrap:
-                            _wrap_(v, bits)
-                    elif wrap:
-                        acc[dst] = _wrap(acc[dst] + p, bits)
-                    else:
-                        acc[dst] += p
-
-        nb = _index_bytes(wsel) + (slot.nbytes if padded else 0) + sum(
-            sum(_index_bytes(a) for a in it if isinstance(a, (np.ndarray, slice)))
-            for c in chunks for it in c[4])
-        ops.append((gemm, nb))
+        return wrap
 
     def _alu_chunk(self, aop: int, dst: np.ndarray, src: np.ndarray | None, imm: int,
                    clear: bool = False):
@@ -1121,202 +980,6 @@ class _Machine:
                 _put(m, d, f(acc[d], bimm if s is None else acc[s]), clear)
 
         return run_waves
-
-
-def _same(x):
-    return x
-
-
-def _dram_view(dram: np.ndarray, base: int, y: int, xb: int, stride: int, *,
-               writeable: bool = False) -> np.ndarray:
-    """``y`` rows of ``xb`` bytes of ``dram`` from byte ``base``, ``stride`` bytes apart, as
-    a ``(y, xb)`` uint8 view (bounds already checked)."""
-    if dram.flags.c_contiguous:     # the ndarray constructor is far cheaper than as_strided
-        return np.ndarray((y, xb), np.uint8, dram, base, (stride, 1))
-    return np.lib.stride_tricks.as_strided(dram[base:], shape=(y, xb), strides=(stride, 1),
-                                           writeable=writeable)
-
-
-def _wrap_(v: np.ndarray, bits: int) -> None:
-    """:func:`_wrap` in place (``v``: int64)."""
-    t = _SIGNED.get(bits)
-    if t is not None:
-        np.copyto(v, v.astype(t))
-        return
-    v += np.int64(1 << (bits - 1))
-    v &= np.int64((1 << bits) - 1)
-    v -= np.int64(1 << (bits - 1))
-
-
-def _alu_step(aop: int, imm: int, use_imm: bool, bits: int, log_acc: int):
-    """The ALU operation as an in-place step ``g(v, b)``: ``v[...] = op(v, b)`` for the
-    int64 destination values ``v`` and the source values ``b`` (ignored with
-    ``use_imm``), exactly as :func:`_alu_eval`; accumulator values are always wrapped, so
-    REQ's add of 0 is the identity."""
-    if use_imm:
-        bi = np.int64(imm)
-        if aop == AluOp.MIN:
-            return lambda v, b: np.minimum(v, bi, out=v)
-        if aop == AluOp.MAX:
-            return lambda v, b: np.maximum(v, bi, out=v)
-        if aop in (AluOp.ADD, AluOp.MUL):
-            uf = np.add if aop == AluOp.ADD else np.multiply
-
-            def addmul(v, b):
-                uf(v, bi, out=v)
-                _wrap_(v, bits)
-
-            return addmul
-        if aop in (AluOp.SHR, AluOp.REQ):
-            mb = log_acc + 1
-            sh = req_fields(imm)[0] if aop == AluOp.REQ else imm
-            sh = ((sh & ((1 << mb) - 1)) ^ (1 << (mb - 1))) - (1 << (mb - 1))
-            if sh < 0:
-                k = np.int64(min(-sh, 63))
-
-                def shl(v, b):
-                    np.left_shift(v, k, out=v)
-                    _wrap_(v, bits)
-
-                shift = shl
-            else:
-                k = np.int64(min(sh, 63))
-
-                def shift(v, b):
-                    np.right_shift(v, k, out=v)
-
-            if aop == AluOp.SHR:
-                return shift
-            _, lo, hi, _ = req_fields(imm)
-            lo, hi = np.int64(lo), np.int64(hi)
-
-            def req(v, b):
-                shift(v, b)
-                np.maximum(v, lo, out=v)
-                np.minimum(v, hi, out=v)
-
-            return req
-    else:
-        if aop == AluOp.MIN:
-            return lambda v, b: np.minimum(v, b, out=v)
-        if aop == AluOp.MAX:
-            return lambda v, b: np.maximum(v, b, out=v)
-        if aop in (AluOp.ADD, AluOp.MUL):
-            uf = np.add if aop == AluOp.ADD else np.multiply
-
-            def addmul_src(v, b):
-                uf(v, b, out=v)
-                _wrap_(v, bits)
-
-            return addmul_src
-
-    def general(v, b):
-        v[...] = _alu_eval(aop, v, np.int64(0 if aop == AluOp.REQ else imm) if use_imm
-                           else b, imm, bits, log_acc)
-
-    return general
-
-
-def _alu_fused(d, steps: list):
-    """The data work of ALU steps ``(g, s)`` applied in order to the distinct accumulator
-    entries ``d`` (a slice: in place; an index array: gathered, then written back), each
-    reading its source ``acc[s]`` (None: immediate).  With a slice every step sees the
-    writes of the ones before it (ufuncs read overlapping operands as if copied first);
-    with an index array only the first step may read a source (:func:`_fuse_alu`)."""
-    if isinstance(d, slice):
-        def alu(m: _Machine) -> None:
-            acc = m.acc
-            v = acc[d]
-            for g, s in steps:
-                g(v, None if s is None else acc[s])
-    else:
-        def alu(m: _Machine) -> None:
-            acc = m.acc
-            v = acc[d]
-            for g, s in steps:
-                g(v, None if s is None else acc[s])
-            acc[d] = v
-    alu.fuse = (d, steps)
-    return alu
-
-
-def _same_index(a, b) -> bool:
-    if isinstance(a, slice) or isinstance(b, slice):
-        return isinstance(a, slice) and isinstance(b, slice) and a == b
-    return a is b or (a.shape == b.shape and bool(np.array_equal(a, b)))
-
-
-def _fuse_alu(ops: list) -> list:
-    """Merge runs of consecutive ALU steps on the same entries (:func:`_alu_fused`) into
-    one function each; the results are those of running them one after another."""
-    out: list = []
-    for fn in ops:
-        fu = getattr(fn, "fuse", None)
-        prev = getattr(out[-1], "fuse", None) if out else None
-        if fu is not None and prev is not None and _same_index(prev[0], fu[0]) and \
-                (isinstance(fu[0], slice) or all(s is None for _, s in fu[1])):
-            out[-1] = _alu_fused(prev[0], prev[1] + fu[1])
-        else:
-            out.append(fn)
-    return out
-
-
-def _unique(dst: np.ndarray) -> bool:
-    if dst.size <= 1:
-        return True
-    return int(np.bincount(dst, minlength=1).max()) <= 1
-
-
-def _fast_index(idx: np.ndarray):
-    """``idx`` as a ``slice`` when it is an ascending run of consecutive entries (basic
-    indexing, much faster than a gather), else unchanged."""
-    n = idx.size
-    if n and int(idx[-1]) - int(idx[0]) == n - 1 and (
-            n == 1 or bool((idx[1:] - idx[:-1] == 1).all())):
-        return slice(int(idx[0]), int(idx[0]) + n)
-    return idx
-
-
-def _nest_index(base: np.ndarray, I: int, J: int, U: int, f_out: int, f_in: int):
-    """Every index of a loop nest (execution order), as one array or a slice."""
-    idx = np.concatenate([_box_index(base, box, f_out, f_in) for box in _nest_boxes(I, J, U)])
-    return _fast_index(idx)
-
-
-def _put(m: _Machine, dst, res: np.ndarray, clear: bool) -> None:
-    """Write ALU results of distinct entries ``dst``: into ACC (OUT follows), or with
-    ``clear`` (a clearing REQ) into OUT alone, ACC set to 0."""
-    if clear:
-        m.out_val[dst] = res
-        m.out_set[dst] = True
-        m.acc[dst] = 0
-    else:
-        m.acc[dst] = res
-
-
-def _alu_eval(aop: int, a: np.ndarray, b, imm: int, bits: int, log_acc: int) -> np.ndarray:
-    """One ALU operation on int64 operands ``a`` (destination) and ``b`` (source or
-    immediate), wrapped at ``bits`` (ACC_WIDTH); ``log_acc``: LOG_ACC_WIDTH."""
-    if aop == AluOp.REQ:    # b: the tensor operand, or 0 with use_imm (hw.isa.req_imm)
-        shift, lo, hi, _ = req_fields(imm)
-        t = _alu_eval(AluOp.SHR, _alu_eval(AluOp.ADD, a, b, imm, bits, log_acc),
-                      np.int64(shift), imm, bits, log_acc)
-        return np.minimum(np.maximum(t, lo), hi)
-    if aop == AluOp.MIN:
-        return np.minimum(a, b)
-    if aop == AluOp.MAX:
-        return np.maximum(a, b)
-    if aop == AluOp.ADD:
-        return _wrap(a + b, bits)
-    if aop == AluOp.MUL:
-        return _wrap(a * b, bits)
-    # SHR: shift amount = low LOG_ACC_WIDTH+1 bits of b, read as signed
-    mb = log_acc + 1
-    b = np.asarray(b, dtype=np.int64)
-    s = ((b & ((1 << mb) - 1)) ^ (1 << (mb - 1))) - (1 << (mb - 1))
-    right = a >> np.clip(s, 0, 63)
-    left = _wrap(a << np.clip(-s, 0, 63), bits)
-    return np.where(s >= 0, right, left)
 
 
 # ---------------------------------------------------------------------------- public API
@@ -1487,11 +1150,6 @@ class _PlanCache:
             pads.cfg, pads.dry = cfg, False
             pads._scratchpads()
         return pads
-
-
-def _index_bytes(idx) -> int:
-    """Bytes of an index (an array; 0 for a slice)."""
-    return idx.nbytes if isinstance(idx, np.ndarray) else 0
 
 
 def _merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

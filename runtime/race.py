@@ -74,7 +74,7 @@ def _loop_sets(cfg, insn: Insn, ud, us, uw):
             idx(uw, insn.wgt_factor_out, insn.wgt_factor_in), np.arange(b, e))
 
 
-def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int  # noqa: C901
+def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
                ) -> RaceReport:
     """Check from the encoded program alone that its result cannot depend on the schedule.
 
@@ -92,9 +92,26 @@ def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
         RaceError: naming the two instructions (or the read) and the location.
     """
     insns = program_insns(cfg, dram, insn_addr, insn_count)
-    n = len(insns)
     mods = [_MOD_OF[insn_module(i.opcode, i.memory_type)] for i in insns]
-    # per-module sequences; token matching
+    per_mod, push_lists, pop_of = _match_tokens(insns, mods)
+    vc, seqno, order = _vector_clocks(len(insns), per_mod, pop_of)
+    acc = _Accesses(cfg, dram, insn_addr, insn_count)
+    for k in order:
+        reads, writes = acc.sets(k, insns[k])
+        acc.check(k, mods[k], vc[k], reads, writes)
+        acc.record(k, mods[k], seqno[k], reads, writes)
+    return RaceReport(per_module=tuple(len(p) for p in per_mod),
+                      pushes=tuple(len(p) for p in push_lists))
+
+
+def _match_tokens(insns: list[Insn], mods: list[int]):
+    """Per-module instruction sequences and token matching: ``(per_mod, push_lists,
+    pop_of)`` with ``pop_of[k]`` the ``(queue, pushing instruction)`` of each pop of
+    instruction ``k`` (the k-th pop of a queue matches its k-th push).
+
+    Raises:
+        RaceError: a pop with no matching push.
+    """
     per_mod: list[list[int]] = [[], [], []]
     for k, m in enumerate(mods):
         per_mod[m].append(k)
@@ -117,7 +134,16 @@ def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
                     raise RaceError(f"instruction {k}: pop number {j + 1} of {_QNAMES[q]} has "
                                     f"no matching push")
                 pop_of.setdefault(k, []).append((q, push_lists[q][j]))
-    # topological order + vector clocks
+    return per_mod, push_lists, pop_of
+
+
+def _vector_clocks(n: int, per_mod: list[list[int]], pop_of: dict):
+    """A topological order of happens-before and each instruction's vector clock (one
+    entry per module) and sequence number in its module: ``(vc, seqno, order)``.
+
+    Raises:
+        RaceError: no order exists (the tokens deadlock on every schedule).
+    """
     vc: list[tuple | None] = [None] * n
     seqno = [0] * n
     ptr = [0, 0, 0]
@@ -144,31 +170,54 @@ def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
         if not progress:
             heads = [per_mod[m][ptr[m]] for m in range(3) if ptr[m] < len(per_mod[m])]
             raise RaceError(f"tokens deadlock on every schedule at instructions {heads}")
-    # access tracking
-    spaces = {"INP": cfg.INP_DEPTH, "WGT": cfg.WGT_DEPTH, "ACC": cfg.ACC_DEPTH,
-              "DRAM": int(dram.size)}
-    lw_mod = {s: np.full(d, -1, dtype=np.int8) for s, d in spaces.items()}
-    lw_seq = {s: np.zeros(d, dtype=np.int64) for s, d in spaces.items()}
-    lw_insn = {s: np.full(d, -1, dtype=np.int64) for s, d in spaces.items()}
-    rd_seq = {s: np.zeros((3, d), dtype=np.int64) for s, d in spaces.items()}
-    rd_insn = {s: np.full((3, d), -1, dtype=np.int64) for s, d in spaces.items()}
-    written = {"INP": np.zeros(cfg.INP_DEPTH, bool), "WGT": np.zeros(cfg.WGT_DEPTH, bool),
-               "ACC": np.zeros(cfg.ACC_DEPTH, bool), "UOP": np.zeros(cfg.UOP_DEPTH, bool)}
-    ud = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
-    us, uw = ud.copy(), ud.copy()
-    ia0, ia1 = insn_addr, insn_addr + INSN_BYTES * insn_count
+    return vc, seqno, order
 
-    def rows(base, y, x, stride, eb):
-        if y == 0 or x == 0:
-            return np.zeros(0, dtype=np.int64)
-        r0 = base * eb + np.arange(y, dtype=np.int64)[:, None] * stride * eb
-        return np.unique((r0 + np.arange(x * eb, dtype=np.int64)[None, :]).reshape(-1))
 
-    def where(sp, e):
-        return f"{sp} entry {int(e)}" if sp != "DRAM" else f"DRAM byte 0x{int(e):x}"
+def _rows(base, y, x, stride, eb):
+    """The DRAM bytes of ``y`` rows of ``x`` elements of ``eb`` bytes (sorted, unique)."""
+    if y == 0 or x == 0:
+        return np.zeros(0, dtype=np.int64)
+    r0 = base * eb + np.arange(y, dtype=np.int64)[:, None] * stride * eb
+    return np.unique((r0 + np.arange(x * eb, dtype=np.int64)[None, :]).reshape(-1))
 
-    for k in order:
-        i, m, v = insns[k], mods[k], vc[k]
+
+def _where(sp, e):
+    """Location ``e`` of space ``sp`` in words, for the error messages."""
+    return f"{sp} entry {int(e)}" if sp != "DRAM" else f"DRAM byte 0x{int(e):x}"
+
+
+class _Accesses:
+    """Access tracking over INP, WGT, ACC and DRAM, in happens-before order: per location
+    the last writer (module, sequence number, instruction), per module the last read, which
+    scratchpad entries (and UOP slots) this program has written, and the micro-ops loaded
+    so far."""
+
+    def __init__(self, cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int):
+        self.cfg, self.dram = cfg, dram
+        spaces = {"INP": cfg.INP_DEPTH, "WGT": cfg.WGT_DEPTH, "ACC": cfg.ACC_DEPTH,
+                  "DRAM": int(dram.size)}
+        self.lw_mod = {s: np.full(d, -1, dtype=np.int8) for s, d in spaces.items()}
+        self.lw_seq = {s: np.zeros(d, dtype=np.int64) for s, d in spaces.items()}
+        self.lw_insn = {s: np.full(d, -1, dtype=np.int64) for s, d in spaces.items()}
+        self.rd_seq = {s: np.zeros((3, d), dtype=np.int64) for s, d in spaces.items()}
+        self.rd_insn = {s: np.full((3, d), -1, dtype=np.int64) for s, d in spaces.items()}
+        self.written = {"INP": np.zeros(cfg.INP_DEPTH, bool),
+                        "WGT": np.zeros(cfg.WGT_DEPTH, bool),
+                        "ACC": np.zeros(cfg.ACC_DEPTH, bool),
+                        "UOP": np.zeros(cfg.UOP_DEPTH, bool)}
+        self.ud = np.zeros(cfg.UOP_DEPTH, dtype=np.int64)
+        self.us, self.uw = self.ud.copy(), self.ud.copy()
+        self.ia0, self.ia1 = insn_addr, insn_addr + INSN_BYTES * insn_count
+
+    def sets(self, k: int, i: Insn):
+        """The ``(reads, writes)`` of instruction ``k``, lists of ``(space, indices)``; a
+        UOP LOAD updates the micro-op table.
+
+        Raises:
+            RaceError: a STORE over the instruction stream, or a micro-op slot read
+                before any UOP LOAD wrote it.
+        """
+        cfg, dram, written = self.cfg, self.dram, self.written
         reads: list[tuple[str, np.ndarray]] = []
         writes: list[tuple[str, np.ndarray]] = []
         op = i.opcode
@@ -180,25 +229,25 @@ def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
                 words = dram[i.dram_base * 4:(i.dram_base + i.x_size) * 4].view("<u4")
                 d = decode_uops(cfg, words)
                 s0 = i.sram_base
-                ud[s0:s0 + i.x_size] = d["dst"]
-                us[s0:s0 + i.x_size] = d["src"]
-                uw[s0:s0 + i.x_size] = d["wgt"]
+                self.ud[s0:s0 + i.x_size] = d["dst"]
+                self.us[s0:s0 + i.x_size] = d["src"]
+                self.uw[s0:s0 + i.x_size] = d["wgt"]
                 written["UOP"][s0:s0 + i.x_size] = True
                 reads.append(("DRAM", np.arange(i.dram_base * 4, (i.dram_base + i.x_size) * 4)))
             else:
                 sp = {MemType.INP: "INP", MemType.WGT: "WGT", MemType.ACC: "ACC",
                       MemType.ACC8: "ACC"}[MemType(mt)]
                 writes.append((sp, np.arange(i.sram_base, i.sram_base + R * C)))
-                reads.append(("DRAM", rows(i.dram_base, i.y_size, i.x_size, i.x_stride,
-                                           cfg.elem_bytes(mt))))
+                reads.append(("DRAM", _rows(i.dram_base, i.y_size, i.x_size, i.x_stride,
+                                            cfg.elem_bytes(mt))))
         elif op == Opcode.STORE and i.x_size:
             reads.append(("ACC", np.arange(i.sram_base, i.sram_base + i.y_size * i.x_size)))
-            w = rows(i.dram_base, i.y_size, i.x_size, i.x_stride, cfg.elem_bytes(MemType.OUT))
-            if w.size and ((w >= ia0) & (w < ia1)).any():
+            w = _rows(i.dram_base, i.y_size, i.x_size, i.x_stride, cfg.elem_bytes(MemType.OUT))
+            if w.size and ((w >= self.ia0) & (w < self.ia1)).any():
                 raise RaceError(f"instruction {k}: STORE writes the instruction stream")
             writes.append(("DRAM", w))
         elif op in (Opcode.GEMM, Opcode.ALU):
-            sets = _loop_sets(cfg, i, ud, us, uw)
+            sets = _loop_sets(cfg, i, self.ud, self.us, self.uw)
             if sets is not None:
                 dst, src, wgt, slots = sets
                 if not written["UOP"][slots].all():
@@ -213,12 +262,23 @@ def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
                         reads += [("INP", src), ("WGT", wgt)]
                     elif not i.use_imm:
                         reads.append(("ACC", src))
+        return reads, writes
+
+    def check(self, k: int, m: int, v: tuple, reads: list, writes: list) -> None:
+        """Check instruction ``k`` of module ``m`` (vector clock ``v``) against the accesses
+        recorded so far: its reads follow a write by this program and every other module's
+        write to them; its writes follow every other module's access.
+
+        Raises:
+            RaceError: the first read or access out of order.
+        """
+        lw_mod, lw_seq, lw_insn, written = self.lw_mod, self.lw_seq, self.lw_insn, self.written
         for sp, idx in reads:
             if idx.size == 0:
                 continue
             if sp in written and not written[sp][idx].all():
                 e = idx[~written[sp][idx]][0]
-                raise RaceError(f"instruction {k} ({_MOD_NAME[m]}) reads {where(sp, e)} "
+                raise RaceError(f"instruction {k} ({_MOD_NAME[m]}) reads {_where(sp, e)} "
                                 f"before this program wrote it")
             lm = lw_mod[sp][idx]
             for m2 in range(3):
@@ -230,7 +290,7 @@ def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
                     if bad.any():
                         e = idx[bad][0]
                         raise RaceError(
-                            f"race: instruction {k} ({_MOD_NAME[m]}) reads {where(sp, e)} "
+                            f"race: instruction {k} ({_MOD_NAME[m]}) reads {_where(sp, e)} "
                             f"written by instruction {int(lw_insn[sp][e])} ({_MOD_NAME[m2]}) "
                             f"without a token ordering them")
         for sp, idx in writes:
@@ -240,27 +300,27 @@ def race_check(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int
                 if m2 == m:
                     continue
                 bad = (lw_mod[sp][idx] == m2) & (lw_seq[sp][idx] > v[m2])
-                bad |= rd_seq[sp][m2, idx] > v[m2]
+                bad |= self.rd_seq[sp][m2, idx] > v[m2]
                 if bad.any():
                     e = idx[bad][0]
                     other = int(lw_insn[sp][e]) if lw_mod[sp][e] == m2 and \
-                        lw_seq[sp][e] > v[m2] else int(rd_insn[sp][m2, e])
+                        lw_seq[sp][e] > v[m2] else int(self.rd_insn[sp][m2, e])
                     raise RaceError(
-                        f"race: instruction {k} ({_MOD_NAME[m]}) writes {where(sp, e)} "
+                        f"race: instruction {k} ({_MOD_NAME[m]}) writes {_where(sp, e)} "
                         f"accessed by instruction {other} ({_MOD_NAME[m2]}) without a token "
                         f"ordering them")
+
+    def record(self, k: int, m: int, seq: int, reads: list, writes: list) -> None:
+        """Record instruction ``k``'s accesses (module ``m``, sequence number ``seq``)."""
         for sp, idx in reads:
             if idx.size:
-                rd_seq[sp][m, idx] = seqno[k]
-                rd_insn[sp][m, idx] = k
+                self.rd_seq[sp][m, idx] = seq
+                self.rd_insn[sp][m, idx] = k
         for sp, idx in writes:
             if idx.size:
-                lw_mod[sp][idx] = m
-                lw_seq[sp][idx] = seqno[k]
-                lw_insn[sp][idx] = k
-                rd_seq[sp][:, idx] = 0
-                if sp in written:
-                    written[sp][idx] = True
-    return RaceReport(per_module=tuple(len(p) for p in per_mod),
-                      pushes=tuple(len(p) for p in push_lists))
-
+                self.lw_mod[sp][idx] = m
+                self.lw_seq[sp][idx] = seq
+                self.lw_insn[sp][idx] = k
+                self.rd_seq[sp][:, idx] = 0
+                if sp in self.written:
+                    self.written[sp][idx] = True

@@ -16,13 +16,6 @@ LIMIT = 120
 KNOWN = {
     "dse/performance.py::CycleModel._schedule": 196,
     "dse/performance.py::CycleModel.program_cycles": 139,
-    "hw/core/compute.py::ComputeUnit._req_engine": 191,
-    "hw/core/compute.py::ComputeUnit.elaborate": 455,
-    "hw/core/load.py::TensorLoader.elaborate": 193,
-    "hw/core/store.py::StoreUnit.elaborate": 125,
-    "hw/core/top.py::VTACore.elaborate": 229,
-    "runtime/fsim.py::_Machine._gemm": 162,
-    "runtime/race.py::race_check": 189,
 }
 
 

@@ -304,15 +304,27 @@ class ComputeUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
-        B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
-        AW = cfg.ACC_WIDTH
-        lanes = B * BO
-        acc_bits = cfg.elem_bits(MemType.ACC)
+        p = self._memories(m)
+        self._decode(m, p)
+        self._load_path(m, p)
+        self._stage_a(m, p)
+        self._stage_b_index(m, p)
+        self._stage_b_hazard(m, p)
+        self._stage_c(m, p)
+        self._stage_d(m, p)
+        self._control(m, p)
+        return m
 
-        # ---------------------------------------------------------- memories
+    def _memories(self, m) -> SimpleNamespace:
+        """The unit's memories: the UOP scratchpad, the accumulator (two banks with
+        ``REQ_ENGINE``: ``acc_mem`` is then a view of bank port 0, the GEMM pipeline's) and
+        the tensor loader that fills both.  Returns the namespace the pipeline stages
+        share (``p``)."""
+        cfg = self.cfg
+        acc_bits = cfg.elem_bits(MemType.ACC)
         m.submodules.uop_mem = uop_mem = Scratchpad.of(cfg.memory("uop"))  # VTAConfig.memories
         eng = cfg.REQ_ENGINE
+        acc_bank = None
         if eng:     # two banks: the GEMM pipeline on ports 0, the REQ engine on ports 1
             m.submodules.acc_mem = acc_bank = BankedScratchpad(acc_bits, cfg.ACC_DEPTH)
             acc_mem = SimpleNamespace(r_addr=acc_bank.r0_addr, r_en=acc_bank.r0_en,
@@ -325,41 +337,25 @@ class ComputeUnit(wiring.Component):
         m.submodules.loader = ld = TensorLoader(cfg, elems, depths)
         wiring.connect(m, wiring.flipped(self.dma), ld.dma)
         m.d.comb += [self.rd_bytes.eq(ld.rd_bytes), ld.halt.eq(self.halt)]
+        return SimpleNamespace(uop_mem=uop_mem, acc_bank=acc_bank, acc_mem=acc_mem, ld=ld,
+                               eng=eng, fw=cfg.ALU_FORWARD, acc_bits=acc_bits,
+                               lanes=cfg.BATCH * cfg.BLOCK_OUT)
 
+    def _decode(self, m, p) -> None:
+        """Instruction decode: the register ``insn`` holding the running instruction (its
+        ordinal ``insn_ord``), the field accessors of it (``mf``/``gf``/``af``) and of the
+        queue head (``hgf``), and the GEMM/ALU fields the sequencer and the micro-op
+        controls use (a clearing REQ is told apart from a reset here)."""
+        cfg = self.cfg
         insn = Signal(128)
         insn_ord = Signal(32)  # ordinal of the instruction in ``insn``
         head = self.cmd.data
         with m.If(self.cmd.ready):
             m.d.sync += insn_ord.eq(self.ord_next)
-        ih = header_view(insn)
-        hh = header_view(head)
-        opcode = ih.opcode
+        opcode = header_view(insn).opcode
 
         def mf(name):
             return insn_field(cfg, insn, "mem", name)
-
-        mt = mf("memory_type")
-        for name in ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0",
-                     "y_pad_1", "x_pad_0", "x_pad_1"):
-            m.d.comb += getattr(ld, name).eq(mf(name))
-        m.d.comb += ld.sel.eq(Mux(mt == MemType.UOP, 0, Mux(mt == MemType.ACC, 1, 2)))
-
-        # loader writes
-        m.d.comb += [uop_mem.w_addr.eq(ld.w_addr), uop_mem.w_data.eq(ld.w_data0),
-                     uop_mem.w_en.eq(ld.w_en0)]
-        ld_acc_en = Signal()
-        ld_acc_data = Signal(acc_bits)
-        if cfg.ACC_8BIT:
-            acc8_ext = Signal(acc_bits)
-            for i in range(lanes):
-                m.d.comb += acc8_ext.word_select(i, AW).eq(ld.w_data2.word_select(i, 8).as_signed())
-            m.d.comb += [ld_acc_en.eq(ld.w_en1 | ld.w_en2),
-                         ld_acc_data.eq(Mux(ld.w_en2, acc8_ext, ld.w_data1))]
-        else:
-            m.d.comb += [ld_acc_en.eq(ld.w_en1), ld_acc_data.eq(ld.w_data1)]
-
-        # ---------------------------------------------------------- decode GEMM/ALU
-        is_alu = opcode == Opcode.ALU
 
         def gf(name):
             return insn_field(cfg, insn, "gemm", name)
@@ -370,29 +366,61 @@ class ComputeUnit(wiring.Component):
         def hgf(name):
             return insn_field(cfg, head, "gemm", name)
 
+        is_alu = opcode == Opcode.ALU
         reset = gf("reset")
-        uop_bgn = gf("uop_bgn")
-        uop_end = gf("uop_end")
-        iter_out = gf("iter_out")
-        iter_in = gf("iter_in")
-        dfo = gf("dst_factor_out")
-        dfi = gf("dst_factor_in")
-        sfo = Mux(is_alu, af("src_factor_out"), gf("src_factor_out"))
-        sfi = Mux(is_alu, af("src_factor_in"), gf("src_factor_in"))
-        wfo = gf("wgt_factor_out")
-        wfi = gf("wgt_factor_in")
         alu_op = af("alu_opcode")
         use_imm = af("use_imm")
-        imm = af("imm")
+        clear = None
         if cfg.ALU_REQUANT:
             # A clearing REQ (reset on ALU REQ, docs/isa.md "REQ") reads dst/src like REQ and
             # is no reset anywhere (hazards, index checks, source cache, counters); only its
             # stage-D write differs: the result goes to OUT, 0 to ACC.
             clear = is_alu & reset & (alu_op == AluOp.REQ)
             reset = reset & ~clear
-        alu_tensor = is_alu & ~use_imm & ~reset
+        vars(p).update(
+            insn=insn, insn_ord=insn_ord, head=head, ih=header_view(insn),
+            hh=header_view(head), opcode=opcode, mf=mf, hgf=hgf, mt=mf("memory_type"),
+            is_alu=is_alu, reset=reset, clear=clear, alu_op=alu_op, use_imm=use_imm,
+            imm=af("imm"), alu_tensor=is_alu & ~use_imm & ~reset,
+            uop_bgn=gf("uop_bgn"), uop_end=gf("uop_end"), iter_out=gf("iter_out"),
+            iter_in=gf("iter_in"), dfo=gf("dst_factor_out"), dfi=gf("dst_factor_in"),
+            sfo=Mux(is_alu, af("src_factor_out"), gf("src_factor_out")),
+            sfi=Mux(is_alu, af("src_factor_in"), gf("src_factor_in")),
+            wfo=gf("wgt_factor_out"), wfi=gf("wgt_factor_in"))
 
-        # ---------------------------------------------------------- stage A: sequencer
+    def _load_path(self, m, p) -> None:
+        """The LOAD path: the running instruction's fields to the tensor loader, its UOP
+        writes, and its accumulator write (``ld_acc_en``/``ld_acc_data``: ACC as is, ACC8
+        sign-extended per lane), which stage D's write port gives way to."""
+        cfg = self.cfg
+        ld, mf, mt, lanes = p.ld, p.mf, p.mt, p.lanes
+        AW = cfg.ACC_WIDTH
+        for name in ("sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0",
+                     "y_pad_1", "x_pad_0", "x_pad_1"):
+            m.d.comb += getattr(ld, name).eq(mf(name))
+        m.d.comb += ld.sel.eq(Mux(mt == MemType.UOP, 0, Mux(mt == MemType.ACC, 1, 2)))
+
+        # loader writes
+        m.d.comb += [p.uop_mem.w_addr.eq(ld.w_addr), p.uop_mem.w_data.eq(ld.w_data0),
+                     p.uop_mem.w_en.eq(ld.w_en0)]
+        ld_acc_en = Signal()
+        ld_acc_data = Signal(p.acc_bits)
+        if cfg.ACC_8BIT:
+            acc8_ext = Signal(p.acc_bits)
+            for i in range(lanes):
+                m.d.comb += acc8_ext.word_select(i, AW).eq(ld.w_data2.word_select(i, 8).as_signed())
+            m.d.comb += [ld_acc_en.eq(ld.w_en1 | ld.w_en2),
+                         ld_acc_data.eq(Mux(ld.w_en2, acc8_ext, ld.w_data1))]
+        else:
+            m.d.comb += [ld_acc_en.eq(ld.w_en1), ld_acc_data.eq(ld.w_data1)]
+        vars(p).update(ld_acc_en=ld_acc_en, ld_acc_data=ld_acc_data)
+
+    def _stage_a(self, m, p) -> None:
+        """Stage A, the loop sequencer: started by ``seq_start`` with the queue head's
+        fields, it walks micro-op ``k`` and the two loop counters, reads the micro-op and
+        hands it with its loop offsets and the instruction's controls to stage B."""
+        cfg = self.cfg
+        uop_mem, hgf = p.uop_mem, p.hgf
         LA, LS, LWd = cfg.LOG_ACC_DEPTH, max(cfg.LOG_ACC_DEPTH, cfg.LOG_INP_DEPTH), cfg.LOG_WGT_DEPTH
         k = Signal(cfg.LOG_UOP_DEPTH + 1)
         i_cnt = Signal(LIMITS.iter_bits)
@@ -431,26 +459,27 @@ class ComputeUnit(wiring.Component):
         b_alu, b_tensor, b_reset, b_imm_sel = Signal(), Signal(), Signal(), Signal()
         b_op = Signal(LIMITS.alu_opcode_bits)
         b_imm = Signal(signed(LIMITS.imm_bits))
+        b_clear = None
         if cfg.ALU_REQUANT:
             b_clear = Signal()
             with m.If(advance_a):
-                m.d.sync += b_clear.eq(clear)
+                m.d.sync += b_clear.eq(p.clear)
         with m.If(advance_a):
-            m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c), b_ord.eq(insn_ord),
-                         b_alu.eq(is_alu), b_tensor.eq(alu_tensor), b_reset.eq(reset),
-                         b_imm_sel.eq(use_imm), b_op.eq(alu_op), b_imm.eq(imm)]
-            with m.If(k != uop_end - 1):
+            m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c), b_ord.eq(p.insn_ord),
+                         b_alu.eq(p.is_alu), b_tensor.eq(p.alu_tensor), b_reset.eq(p.reset),
+                         b_imm_sel.eq(p.use_imm), b_op.eq(p.alu_op), b_imm.eq(p.imm)]
+            with m.If(k != p.uop_end - 1):
                 m.d.sync += k.eq(k + 1)
             with m.Else():
-                m.d.sync += k.eq(uop_bgn)
-                with m.If(j_cnt != iter_in - 1):
-                    m.d.sync += [j_cnt.eq(j_cnt + 1), d_c.eq(d_c + dfi), s_c.eq(s_c + sfi),
-                                 w_c.eq(w_c + wfi)]
+                m.d.sync += k.eq(p.uop_bgn)
+                with m.If(j_cnt != p.iter_in - 1):
+                    m.d.sync += [j_cnt.eq(j_cnt + 1), d_c.eq(d_c + p.dfi), s_c.eq(s_c + p.sfi),
+                                 w_c.eq(w_c + p.wfi)]
                 with m.Else():
-                    m.d.sync += [j_cnt.eq(0), d_o.eq(d_o + dfo), d_c.eq(d_o + dfo),
-                                 s_o.eq(s_o + sfo), s_c.eq(s_o + sfo), w_o.eq(w_o + wfo),
-                                 w_c.eq(w_o + wfo)]
-                    with m.If(i_cnt != iter_out - 1):
+                    m.d.sync += [j_cnt.eq(0), d_o.eq(d_o + p.dfo), d_c.eq(d_o + p.dfo),
+                                 s_o.eq(s_o + p.sfo), s_c.eq(s_o + p.sfo), w_o.eq(w_o + p.wfo),
+                                 w_c.eq(w_o + p.wfo)]
+                    with m.If(i_cnt != p.iter_out - 1):
                         m.d.sync += i_cnt.eq(i_cnt + 1)
                     with m.Else():
                         m.d.sync += gen_active.eq(0)
@@ -461,16 +490,29 @@ class ComputeUnit(wiring.Component):
         # a fault (here or anywhere in the core) stops the sequencer
         with m.If((a_ready & a_oob) | kill_b | self.halt):
             m.d.sync += gen_active.eq(0)
+        vars(p).update(
+            LA=LA, LS=LS, LWd=LWd, k=k, gen_active=gen_active, seq_start=seq_start,
+            a_ready=a_ready, a_oob=a_oob, b_valid=b_valid, b_doff=b_doff, b_soff=b_soff,
+            b_woff=b_woff, b_ord=b_ord, kill_b=kill_b, advance_b=advance_b, phase=phase,
+            b_alu=b_alu, b_tensor=b_tensor, b_reset=b_reset, b_imm_sel=b_imm_sel, b_op=b_op,
+            b_imm=b_imm, b_clear=b_clear)
 
-        # ---------------------------------------------------------- stage B: index + hazard
-        uop = uop_mem.r_data
+    def _stage_b_index(self, m, p) -> None:
+        """Stage B, indices and faults: ``dst``/``src``/``wgt`` = micro-op field + loop
+        offset, checked in full width against their scratchpads (the same set as fsim); the
+        unit's fault report (``err*``): stage B's index, else stage A's micro-op index,
+        else the loader's write address."""
+        cfg = self.cfg
+        LA, LS, LWd, b_valid, b_tensor, b_alu, b_reset = (p.LA, p.LS, p.LWd, p.b_valid,
+                                                           p.b_tensor, p.b_alu, p.b_reset)
+        uop = p.uop_mem.r_data
         dst = Signal(LA)
         src = Signal(LS)
         wgt = Signal(LWd)
         dst_full, src_full, wgt_full = Signal(LA + 2), Signal(LS + 2), Signal(LWd + 2)
-        m.d.comb += [dst_full.eq(insn_uop(cfg, uop, "dst") + b_doff),
-                     src_full.eq(insn_uop(cfg, uop, "src") + b_soff),
-                     wgt_full.eq(insn_uop(cfg, uop, "wgt") + b_woff),
+        m.d.comb += [dst_full.eq(insn_uop(cfg, uop, "dst") + p.b_doff),
+                     src_full.eq(insn_uop(cfg, uop, "src") + p.b_soff),
+                     wgt_full.eq(insn_uop(cfg, uop, "wgt") + p.b_woff),
                      dst.eq(dst_full), src.eq(src_full), wgt.eq(wgt_full)]
         # index checks (the same set as fsim: dst always; GEMM src in INP and wgt unless
         # reset; tensor-ALU src in ACC), reported dst before src before wgt
@@ -480,9 +522,9 @@ class ComputeUnit(wiring.Component):
         v_wgt = ~b_alu & ~b_reset & (wgt_full >= cfg.WGT_DEPTH)
         b_fault = Signal()
         m.d.comb += [b_fault.eq(b_valid & (v_dst | v_src_acc | v_src_inp | v_wgt)),
-                     kill_b.eq(b_valid & (b_fault | self.halt))]
+                     p.kill_b.eq(b_valid & (b_fault | self.halt))]
         with m.If(b_fault & ~self.halt):
-            m.d.comb += [self.err.eq(1), self.err_ord.eq(b_ord)]
+            m.d.comb += [self.err.eq(1), self.err_ord.eq(p.b_ord)]
             with m.If(v_dst):
                 m.d.comb += [self.err_kind.eq(ErrorKind.ACC_DST), self.err_index.eq(dst_full)]
             with m.Elif(v_src_acc):
@@ -491,16 +533,25 @@ class ComputeUnit(wiring.Component):
                 m.d.comb += [self.err_kind.eq(ErrorKind.INP_SRC), self.err_index.eq(src_full)]
             with m.Else():
                 m.d.comb += [self.err_kind.eq(ErrorKind.WGT), self.err_index.eq(wgt_full)]
-        with m.Elif(a_ready & a_oob & ~self.halt):
-            m.d.comb += [self.err.eq(1), self.err_ord.eq(insn_ord),
-                         self.err_kind.eq(ErrorKind.UOP), self.err_index.eq(k)]
-        with m.Elif(ld.oob):
-            m.d.comb += [self.err.eq(1), self.err_ord.eq(insn_ord),
-                         self.err_kind.eq(ErrorKind.SRAM), self.err_index.eq(ld.oob_addr)]
+        with m.Elif(p.a_ready & p.a_oob & ~self.halt):
+            m.d.comb += [self.err.eq(1), self.err_ord.eq(p.insn_ord),
+                         self.err_kind.eq(ErrorKind.UOP), self.err_index.eq(p.k)]
+        with m.Elif(p.ld.oob):
+            m.d.comb += [self.err.eq(1), self.err_ord.eq(p.insn_ord),
+                         self.err_kind.eq(ErrorKind.SRAM), self.err_index.eq(p.ld.oob_addr)]
+        vars(p).update(dst=dst, src=src, wgt=wgt)
+
+    def _stage_b_hazard(self, m, p) -> None:
+        """Stage B, hazards and reads: the read-after-write wait of an ALU micro-op (less
+        what ``ALU_FORWARD`` forwards), the tensor-operand cache, the two-read phase, the
+        scratchpad reads, and the controls registered into stage C."""
+        cfg = self.cfg
+        LA, b_valid, b_alu, b_tensor, phase, dst, src = (p.LA, p.b_valid, p.b_alu, p.b_tensor,
+                                                         p.phase, p.dst, p.src)
+        kill_b, advance_b, acc_mem, fw = p.kill_b, p.advance_b, p.acc_mem, p.fw
         c_valid, c_dst = Signal(), Signal(LA)
         d_valid, d_dst = Signal(), Signal(LA)
         hazard = Signal()
-        fw = cfg.ALU_FORWARD
         # ALU_FORWARD (docs/hardware.md "ALU forwarding"): ``fwd`` = the micro-op in C, an
         # ALU one but REQ, writes this one's destination: C takes D's ``d_res`` instead.
         dst_wait = (c_valid & (c_dst == dst)) | (d_valid & (d_dst == dst))
@@ -519,7 +570,7 @@ class ComputeUnit(wiring.Component):
         # source hits it skips the extra read cycle (the bias add reads one source entry
         # for a whole row of destinations).  Writes still in C/D are covered by the hazard
         # check above, so a hit is always the current contents.
-        src_reg = Signal(acc_bits)
+        src_reg = Signal(p.acc_bits)
         src_tag = Signal(LA)
         src_tag_v = Signal()
         need_src = Signal()
@@ -531,11 +582,13 @@ class ComputeUnit(wiring.Component):
             m.d.comb += need_src.eq(b_tensor & ~Mux(pending, c_src == src[:LA],
                                                     src_tag_v & (src_tag == src[:LA])))
         else:
+            c_rd_src = None
             m.d.comb += need_src.eq(b_tensor & ~(src_tag_v & (src_tag == src[:LA])))
         # two reads (source, then destination: the phase cycle) or at most one
         two = (need_src & ~fwd) if fw else need_src
         one = ~two
-        if eng:
+        ee_block = None
+        if p.eng:
             # the REQ engine holds this micro-op's entry, or takes its bank's read port
             ee_block = Signal()
             m.d.comb += advance_b.eq(b_valid & (kill_b | ((phase | (~hazard & one))
@@ -554,15 +607,17 @@ class ComputeUnit(wiring.Component):
             m.d.sync += [src_reg.eq(acc_mem.r_data), src_tag.eq(src[:LA]), src_tag_v.eq(1)]
         m.d.comb += [acc_mem.r_addr.eq(Mux(phase | ~need_src, dst, src[:LA])),
                      acc_mem.r_en.eq(1),
-                     self.inp_r_addr.eq(src[:cfg.LOG_INP_DEPTH]), self.wgt_r_addr.eq(wgt)]
+                     self.inp_r_addr.eq(src[:cfg.LOG_INP_DEPTH]), self.wgt_r_addr.eq(p.wgt)]
         c_alu, c_reset, c_imm_sel = Signal(), Signal(), Signal()
         c_op = Signal(LIMITS.alu_opcode_bits)
         c_imm = Signal(signed(LIMITS.imm_bits))
-        m.d.sync += [c_valid.eq(advance_b & ~kill_b), c_dst.eq(dst), c_alu.eq(b_alu), c_reset.eq(b_reset),
-                     c_imm_sel.eq(b_imm_sel), c_op.eq(b_op), c_imm.eq(b_imm)]
+        m.d.sync += [c_valid.eq(advance_b & ~kill_b), c_dst.eq(dst), c_alu.eq(b_alu), c_reset.eq(p.b_reset),
+                     c_imm_sel.eq(p.b_imm_sel), c_op.eq(p.b_op), c_imm.eq(p.b_imm)]
+        c_clear = None
         if cfg.ALU_REQUANT:
             c_clear = Signal()
-            m.d.sync += c_clear.eq(b_clear)
+            m.d.sync += c_clear.eq(p.b_clear)
+        c_fwd = None
         if fw:
             c_fwd = Signal()
             m.d.sync += [c_fwd.eq(fwd), c_rd_src.eq(fwd & need_src), c_src.eq(src[:LA])]
@@ -570,20 +625,31 @@ class ComputeUnit(wiring.Component):
             m.d.comb += c_fwdable.eq(fwd_ok)
             with m.If(c_valid & c_rd_src):  # the source this micro-op read: the cache's
                 m.d.sync += [src_reg.eq(acc_mem.r_data), src_tag.eq(c_src), src_tag_v.eq(1)]
+        vars(p).update(
+            c_valid=c_valid, c_dst=c_dst, d_valid=d_valid, d_dst=d_dst, src_reg=src_reg,
+            src_tag_v=src_tag_v, need_src=need_src, ee_block=ee_block, c_alu=c_alu,
+            c_reset=c_reset, c_imm_sel=c_imm_sel, c_op=c_op, c_imm=c_imm, c_clear=c_clear,
+            c_fwd=c_fwd, c_rd_src=c_rd_src)
 
-        # ---------------------------------------------------------- stage C: multiply / ALU
+    def _stage_c(self, m, p) -> None:
+        """Stage C: the ALU lanes (operands: the accumulator read, or with ``ALU_FORWARD``
+        stage D's result; the immediate, the tensor read or the cache) and the GEMM
+        array's products, each registered only for its kind of micro-op."""
+        cfg = self.cfg
+        AW, lanes, fw = cfg.ACC_WIDTH, p.lanes, p.fw
+        c_valid, c_alu, c_op, c_imm = p.c_valid, p.c_alu, p.c_op, p.c_imm
         # Datapath registers (products, lane results, read and forwarded values) have no
         # reset: every use is qualified by a valid bit that has one.  The products load
         # only when C holds a GEMM micro-op and the lane results only for an ALU one (D
         # reads each only for that kind), so an idle or other-kind cycle evaluates neither.
-        acc_in = acc_mem.r_data
-        d_acc = Signal(acc_bits, reset_less=True)
-        d_res = Signal(acc_bits, reset_less=True)
+        acc_in = p.acc_mem.r_data
+        d_acc = Signal(p.acc_bits, reset_less=True)
+        d_res = Signal(p.acc_bits, reset_less=True)
         c_gemm = Signal()
-        m.d.comb += c_gemm.eq(c_valid & ~c_alu & ~c_reset)
-        m.d.sync += [d_valid.eq(c_valid), d_dst.eq(c_dst), d_acc.eq(acc_in)]
+        m.d.comb += c_gemm.eq(c_valid & ~c_alu & ~p.c_reset)
+        m.d.sync += [p.d_valid.eq(c_valid), p.d_dst.eq(p.c_dst), d_acc.eq(acc_in)]
         # ALU lanes
-        b_elem = Signal(acc_bits)
+        b_elem = Signal(p.acc_bits)
         imm_ext = Signal(signed(AW))
         m.d.comb += imm_ext.eq(c_imm)
         if cfg.ALU_REQUANT:     # REQ's immediate is its parameters: with use_imm, b = 0
@@ -593,12 +659,13 @@ class ComputeUnit(wiring.Component):
         d_reset = Signal() if fw else None
         if fw:
             # a: D's result (0 for a reset) or the read; b: the source read now or the cache
-            a_elem = Signal(acc_bits)
-            m.d.comb += [a_elem.eq(Mux(c_fwd, Mux(d_reset, 0, d_res), acc_in)),
-                         b_elem.eq(Mux(c_imm_sel, imm_lanes, Mux(c_rd_src, acc_in, src_reg)))]
+            a_elem = Signal(p.acc_bits)
+            m.d.comb += [a_elem.eq(Mux(p.c_fwd, Mux(d_reset, 0, d_res), acc_in)),
+                         b_elem.eq(Mux(p.c_imm_sel, imm_lanes,
+                                       Mux(p.c_rd_src, acc_in, p.src_reg)))]
         else:
             a_elem = acc_in
-            m.d.comb += b_elem.eq(Mux(c_imm_sel, imm_lanes, src_reg))
+            m.d.comb += b_elem.eq(Mux(p.c_imm_sel, imm_lanes, p.src_reg))
         with m.If(c_valid & c_alu):
             for ln in range(lanes):
                 m.d.sync += d_res.word_select(ln, AW).eq(
@@ -608,9 +675,17 @@ class ComputeUnit(wiring.Component):
         if not fw:
             d_reset = Signal()
         d_alu = Signal()
-        m.d.sync += [d_reset.eq(c_reset), d_alu.eq(c_alu)]
+        m.d.sync += [d_reset.eq(p.c_reset), d_alu.eq(c_alu)]
+        vars(p).update(d_acc=d_acc, d_res=d_res, prod=prod, d_reset=d_reset, d_alu=d_alu)
 
-        # ---------------------------------------------------------- stage D: sum + write
+    def _stage_d(self, m, p) -> None:
+        """Stage D: each dot product summed into the accumulator value (forwarded from the
+        two newest accumulator writes), the REQ clip, and the ACC and OUT writes (the
+        loader's write first)."""
+        cfg = self.cfg
+        B, BI, BO = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+        AW, lanes, acc_bits = cfg.ACC_WIDTH, p.lanes, p.acc_bits
+        LA, acc_mem, d_dst, d_res, prod = p.LA, p.acc_mem, p.d_dst, p.d_res, p.prod
         # Forwarding: the accumulator value a micro-op in D adds to was read when it left B,
         # two cycles ago; the writes of those two cycles (w2: two cycles ago, w1: last
         # cycle) are not in it.  Every accumulator write is remembered for two cycles and
@@ -622,7 +697,7 @@ class ComputeUnit(wiring.Component):
                      w2_v.eq(w1_v), w2_a.eq(w1_a), w2_d.eq(w1_d)]
         d_base = Signal(acc_bits)
         m.d.comb += d_base.eq(Mux(w1_v & (w1_a == d_dst), w1_d,
-                                  Mux(w2_v & (w2_a == d_dst), w2_d, d_acc)))
+                                  Mux(w2_v & (w2_a == d_dst), w2_d, p.d_acc)))
         gemm_res = Signal(acc_bits)
         for b in range(B):
             for o in range(BO):
@@ -636,33 +711,41 @@ class ComputeUnit(wiring.Component):
             d_req = Signal()
             d_clear = Signal()
             d_imm = Signal(LIMITS.imm_bits)
-            m.d.sync += [d_req.eq(c_alu & (c_op == AluOp.REQ)), d_clear.eq(c_clear),
-                         d_imm.eq(c_imm)]
+            m.d.sync += [d_req.eq(p.c_alu & (p.c_op == AluOp.REQ)), d_clear.eq(p.c_clear),
+                         d_imm.eq(p.c_imm)]
             alu_res = Signal(acc_bits)
             m.d.comb += alu_res.eq(Mux(d_req, Cat(*[req_clip(cfg, d_res.word_select(ln, AW),
                                                              d_imm, m, f"d_clip_{ln}")
                                                     for ln in range(lanes)]),
                                        d_res))
         result = Signal(acc_bits)
-        m.d.comb += result.eq(Mux(d_reset, 0, Mux(d_alu, alu_res, gemm_res)))
+        m.d.comb += result.eq(Mux(p.d_reset, 0, Mux(p.d_alu, alu_res, gemm_res)))
+        ld_acc_en, ld_acc_data = p.ld_acc_en, p.ld_acc_data
         acc_w_data = Mux(ld_acc_en, ld_acc_data, result)
         if cfg.ALU_REQUANT:     # OUT gets every write's value; ACC gets 0 from a clearing REQ
             out_data = Signal(acc_bits)
             m.d.comb += out_data.eq(acc_w_data)
             acc_w_data = Mux(ld_acc_en, ld_acc_data, Mux(d_clear, 0, result))
         m.d.comb += [
-            acc_mem.w_en.eq(Mux(ld_acc_en, 1, d_valid)),
-            acc_mem.w_addr.eq(Mux(ld_acc_en, ld.w_addr, d_dst)),
+            acc_mem.w_en.eq(Mux(ld_acc_en, 1, p.d_valid)),
+            acc_mem.w_addr.eq(Mux(ld_acc_en, p.ld.w_addr, d_dst)),
             acc_mem.w_data.eq(acc_w_data),
         ]
         m.d.comb += [self.out_w_en.eq(acc_mem.w_en), self.out_w_addr.eq(acc_mem.w_addr),
                      self.out_w_data.eq(self._truncate(out_data if cfg.ALU_REQUANT
                                                        else acc_mem.w_data))]
-        m.d.comb += [self.gemm_uop.eq(d_valid & ~d_alu & ~d_reset),
-                     self.alu_uop.eq(d_valid & d_alu & ~d_reset)]
+        m.d.comb += [self.gemm_uop.eq(p.d_valid & ~p.d_alu & ~p.d_reset),
+                     self.alu_uop.eq(p.d_valid & p.d_alu & ~p.d_reset)]
 
-        # ---------------------------------------------------------- control FSM
-        pipe_empty = ~gen_active & ~b_valid & ~c_valid & ~d_valid
+    def _control(self, m, p) -> None:
+        """The control FSM (:class:`ComputeState`): takes instructions from the queue head
+        when their tokens are ready, runs LOADs and FINISH in DECODE/LOAD, GEMM/ALU in EXEC
+        (a following one entering the sequencer behind it) and pushes tokens; with
+        ``REQ_ENGINE`` it hands the engine's kind of instruction to :meth:`_req_engine`."""
+        cfg = self.cfg
+        eng, hh, head, ih, ld, mt = p.eng, p.hh, p.head, p.ih, p.ld, p.mt
+        insn, seq_start, gen_active = p.insn, p.seq_start, p.gen_active
+        pipe_empty = ~gen_active & ~p.b_valid & ~p.c_valid & ~p.d_valid
         head_exec = (hh.opcode == Opcode.GEMM) | (hh.opcode == Opcode.ALU)
         head_ok = tokens_ready(self, Unit.COMPUTE, hh)
 
@@ -676,8 +759,7 @@ class ComputeUnit(wiring.Component):
                 m.next = "DECODE"
 
         if eng:
-            ee = self._req_engine(m, hh, head, hgf, uop_mem, acc_bank, acc_mem, pipe_empty,
-                                  dst, src, b_valid, b_tensor, phase, need_src, ee_block)
+            ee = self._req_engine(m, p, pipe_empty)
         with m.FSM(name="compute_fsm"):
             with m.State("IDLE"):
                 m.d.comb += self.state.eq(ComputeState.IDLE)
@@ -714,10 +796,10 @@ class ComputeUnit(wiring.Component):
                 load_ok = (mt == MemType.UOP) | (mt == MemType.ACC)
                 if cfg.ACC_8BIT:
                     load_ok = load_ok | (mt == MemType.ACC8)
-                with m.If((opcode == Opcode.LOAD) & (mf("x_size") != 0) & load_ok):
+                with m.If((p.opcode == Opcode.LOAD) & (p.mf("x_size") != 0) & load_ok):
                     m.d.comb += ld.start.eq(1)
                     m.next = "LOAD"
-                with m.Elif(opcode == Opcode.FINISH):
+                with m.Elif(p.opcode == Opcode.FINISH):
                     m.d.comb += self.finish.eq(1)
                     m.next = "PUSH"
                 with m.Else():
@@ -755,8 +837,7 @@ class ComputeUnit(wiring.Component):
                     m.d.comb += ee.main_push.eq(1)
                 m.next = "IDLE"
         if eng:
-            ee.finish(m, self, acc_bank, src_tag_v, d_valid, d_alu, d_reset)
-        return m
+            self._req_engine_overrides(m, p, ee)
 
 
     def _gemm_products(self, m, c_gemm) -> dict:
@@ -805,13 +886,12 @@ class ComputeUnit(wiring.Component):
         return prod
 
     # ------------------------------------------------------------------ REQ engine
-    def _req_engine(self, m, hh, head, hgf, uop_mem, acc_bank, acc_mem, pipe_empty, dst, src,
-                    b_valid, b_tensor, phase, need_src, ee_block):
+    def _req_engine(self, m, p, pipe_empty) -> SimpleNamespace:
         """The requantize engine (``REQ_ENGINE``): runs one ALU REQ instruction of one
         micro-op, or one ALU reset of one micro-op, beside the GEMM pipeline.  Returns a
         namespace of the signals the control FSM uses (``candidate``, ``prep``,
-        ``in_range``, ``take``, ``block_head``, ``main_push``) and ``finish`` (the
-        overrides emitted after the FSM).
+        ``in_range``, ``take``, ``block_head``, ``main_push``, ``kind``); the overrides
+        emitted after the FSM are :meth:`_req_engine_overrides`.
 
         Order (results as if in order, docs/hardware.md "REQ engine"): the engine takes an
         instruction only with the pipeline empty, so every older write has landed; while
@@ -825,9 +905,8 @@ class ComputeUnit(wiring.Component):
         stage D never writes it then.  One entry per cycle (two when the tensor source misses the engine's
         source register)."""
         cfg = self.cfg
-        LA, AW = cfg.LOG_ACC_DEPTH, cfg.ACC_WIDTH
-        lanes = cfg.BATCH * cfg.BLOCK_OUT
-        acc_bits = cfg.elem_bits(MemType.ACC)
+        LA = cfg.LOG_ACC_DEPTH
+        hgf, head = p.hgf, p.head
 
         def haf(name):
             return insn_field(cfg, head, "alu", name)
@@ -835,7 +914,7 @@ class ComputeUnit(wiring.Component):
         ns = SimpleNamespace(candidate=Signal(name="ee_candidate"), prep=Signal(name="ee_prep"),
                              in_range=Signal(name="ee_in_range"), take=Signal(name="ee_take"),
                              block_head=Signal(name="ee_block_head"),
-                             main_push=Signal(name="ee_main_push"))
+                             main_push=Signal(name="ee_main_push"), haf=haf)
         busy = Signal(name="ee_busy")
         ns.busy = busy
         # instruction fields, latched when taken
@@ -849,7 +928,22 @@ class ComputeUnit(wiring.Component):
                                push_next=Signal(name="ee_push_next"))
         d0, s0 = Signal(LA, name="ee_d0"), Signal(LA, name="ee_s0")
         dhi, shi = Signal(LA, name="ee_dhi"), Signal(LA, name="ee_shi")
+        vars(ns).update(io=io, ii=ii, dfo=dfo, dfi=dfi, sfo=sfo, sfi=sfi, tensor=tensor,
+                        clear=clear, zero=zero, imm=imm, push=push, d0=d0, s0=s0, dhi=dhi,
+                        shi=shi)
+        self._req_engine_take(m, p, ns, pipe_empty)
+        self._req_engine_guard(m, p, ns)
+        self._req_engine_pipeline(m, ns)
+        return ns
 
+    def _req_engine_take(self, m, p, ns, pipe_empty) -> None:
+        """How the engine takes an instruction: ``kind``/``candidate`` (a one-micro-op REQ
+        or ALU reset with work, the engine idle, the pipeline empty), the micro-op read in
+        IDLE (``prep``), the range check of EPREP (``in_range``: the nest's last indices,
+        as its factors are unsigned) and the fields latched at ``take``."""
+        cfg = self.cfg
+        LA = cfg.LOG_ACC_DEPTH
+        hh, hgf, haf, uop_mem = p.hh, p.hgf, ns.haf, p.uop_mem
         # candidate: a one-micro-op REQ or ALU reset with work, the engine idle, the
         # pipeline empty
         h_req = haf("alu_opcode") == AluOp.REQ
@@ -858,7 +952,7 @@ class ComputeUnit(wiring.Component):
         m.d.comb += [ns.kind.eq((hh.opcode == Opcode.ALU) & (h_req | haf("reset"))
                                 & (hgf("uop_end") == hgf("uop_bgn") + 1)
                                 & (hgf("iter_out") != 0) & (hgf("iter_in") != 0)),
-                     ns.candidate.eq(ns.kind & ~busy & pipe_empty)]
+                     ns.candidate.eq(ns.kind & ~ns.busy & pipe_empty)]
         with m.If(ns.prep):     # the pipeline's stage A is idle: borrow the micro-op read
             m.d.comb += [uop_mem.r_addr.eq(hgf("uop_bgn")), uop_mem.r_en.eq(1)]
         # EPREP: last indices of the nest (factors are unsigned, so first and last bound it)
@@ -875,50 +969,68 @@ class ComputeUnit(wiring.Component):
             ns.in_range.eq((d_last < cfg.ACC_DEPTH) & (~h_tensor | (s_last < cfg.ACC_DEPTH))),
         ]
         with m.If(ns.take):
-            m.d.sync += [busy.eq(1), io.eq(hgf("iter_out")), ii.eq(hgf("iter_in")),
-                         dfo.eq(hgf("dst_factor_out")), dfi.eq(hgf("dst_factor_in")),
-                         sfo.eq(haf("src_factor_out")), sfi.eq(haf("src_factor_in")),
-                         tensor.eq(h_tensor), clear.eq(haf("reset")), zero.eq(h_zero),
-                         imm.eq(haf("imm")),
-                         push.push_prev.eq(hh.push_prev), push.push_next.eq(hh.push_next),
-                         d0.eq(u_dst), s0.eq(u_src), dhi.eq(d_last), shi.eq(s_last)]
+            m.d.sync += [ns.busy.eq(1), ns.io.eq(hgf("iter_out")), ns.ii.eq(hgf("iter_in")),
+                         ns.dfo.eq(hgf("dst_factor_out")), ns.dfi.eq(hgf("dst_factor_in")),
+                         ns.sfo.eq(haf("src_factor_out")), ns.sfi.eq(haf("src_factor_in")),
+                         ns.tensor.eq(h_tensor), ns.clear.eq(haf("reset")), ns.zero.eq(h_zero),
+                         ns.imm.eq(haf("imm")),
+                         ns.push.push_prev.eq(hh.push_prev), ns.push.push_next.eq(hh.push_next),
+                         ns.d0.eq(u_dst), ns.s0.eq(u_src), ns.dhi.eq(d_last),
+                         ns.shi.eq(s_last)]
 
+    def _req_engine_guard(self, m, p, ns) -> None:
+        """What the pipeline may not do while the engine runs: take a head instruction that
+        could break the order (``block_head``), or move a stage-B micro-op whose entries
+        lie in the engine's ranges or whose bank's read port the engine takes this cycle
+        (``ee_block``, ``steal``)."""
+        cfg = self.cfg
+        LA = cfg.LOG_ACC_DEPTH
+        hh, busy, dst, src = p.hh, ns.busy, p.dst, p.src
         # what the pipeline may not take while the engine runs: a push to the store unit
         # (a STORE popping it reads OUT, which the engine may still be writing), a push
         # to the load unit when the engine's instruction pushes there too (in order), an
         # ALU instruction, FINISH, an ACC/ACC8 LOAD
-        mt = insn_field(cfg, head, "mem", "memory_type")
+        mt = insn_field(cfg, p.head, "mem", "memory_type")
         acc_load = (hh.opcode == Opcode.LOAD) & ((mt == MemType.ACC) | (mt == MemType.ACC8))
         m.d.comb += ns.block_head.eq(busy & (
             (hh.opcode == Opcode.ALU) | (hh.opcode == Opcode.FINISH) | acc_load
-            | hh.push_next | (hh.push_prev & push.push_prev)))
+            | hh.push_next | (hh.push_prev & ns.push.push_prev)))
 
         # the pipeline's stage-B micro-op against the engine: its entries in the engine's
         # ranges wait; so does its read, and its write two cycles later, when the engine
         # reads the same bank this cycle (the engine writes that entry two cycles later)
         def held(e):
-            return ((e >= d0) & (e <= dhi)) | (tensor & (e >= s0) & (e <= shi))
+            return (((e >= ns.d0) & (e <= ns.dhi))
+                    | (ns.tensor & (e >= ns.s0) & (e <= ns.shi)))
         rd_en = Signal(name="ee_rd_en")
         rd_addr = Signal(LA, name="ee_rd_addr")
         main_rd = Signal(LA, name="ee_main_rd")
         steal = Signal(name="ee_steal")
-        m.d.comb += [main_rd.eq(Mux(phase | ~need_src, dst, src[:LA])),
+        m.d.comb += [main_rd.eq(Mux(p.phase | ~p.need_src, dst, src[:LA])),
                      steal.eq(rd_en & ((main_rd[LA - 1] == rd_addr[LA - 1])
                                        | (dst[LA - 1] == rd_addr[LA - 1]))),
-                     ee_block.eq(steal | (busy & b_valid & (held(dst)
-                                                           | (b_tensor & held(src[:LA]))))),
-                     acc_bank.r1_addr.eq(rd_addr), acc_bank.r1_en.eq(rd_en)]
-        ns.steal = steal
+                     p.ee_block.eq(steal | (busy & p.b_valid & (held(dst)
+                                                               | (p.b_tensor & held(src[:LA]))))),
+                     p.acc_bank.r1_addr.eq(rd_addr), p.acc_bank.r1_en.eq(rd_en)]
+        vars(ns).update(steal=steal, rd_en=rd_en, rd_addr=rd_addr, acc_bank=p.acc_bank)
 
-        # the engine, a three-stage pipeline: I (issue: the tensor source's read when it
-        # misses the source register, else the destination's read and the next loop
-        # index) -> C (add, shift) -> W (clip; write ACC and OUT).  One entry per cycle, two
-        # on a source miss; I waits while C or W will write an entry it reads.
+    def _req_engine_pipeline(self, m, ns) -> None:
+        """The engine, a three-stage pipeline: I (issue: the tensor source's read when it
+        misses the source register, else the destination's read and the next loop index)
+        -> C (add, shift) -> W (clip; write ACC and OUT).  One entry per cycle, two on a
+        source miss; I waits while C or W will write an entry it reads.  When every write
+        has landed it pushes the instruction's tokens and releases its ranges."""
+        cfg = self.cfg
+        LA, AW = cfg.LOG_ACC_DEPTH, cfg.ACC_WIDTH
+        lanes = cfg.BATCH * cfg.BLOCK_OUT
+        acc_bits = cfg.elem_bits(MemType.ACC)
+        acc_bank, io, ii, tensor, imm, busy = (ns.acc_bank, ns.io, ns.ii, ns.tensor, ns.imm,
+                                               ns.busy)
         i_cnt, j_cnt = Signal(len(io)), Signal(len(ii))
         d_o, d_c = Signal(LA, name="ee_d_o"), Signal(LA, name="ee_d_c")
         s_o, s_c = Signal(LA, name="ee_s_o"), Signal(LA, name="ee_s_c")
         e_dst, e_src = Signal(LA, name="ee_dst"), Signal(LA, name="ee_src")
-        m.d.comb += [e_dst.eq(d0 + d_c), e_src.eq(s0 + s_c)]
+        m.d.comb += [e_dst.eq(ns.d0 + d_c), e_src.eq(ns.s0 + s_c)]
         issuing = Signal(name="ee_issuing")
         src_reg = Signal(acc_bits, name="ee_src_reg")
         src_pend = Signal(name="ee_src_pend")
@@ -941,16 +1053,16 @@ class ComputeUnit(wiring.Component):
         # I
         m.d.sync += [src_pend.eq(0), c_v.eq(0)]
         with m.If(go & need):
-            m.d.comb += [rd_en.eq(1), rd_addr.eq(e_src)]
+            m.d.comb += [ns.rd_en.eq(1), ns.rd_addr.eq(e_src)]
             m.d.sync += [src_pend.eq(1), tag.eq(e_src), tag_v.eq(1)]
         with m.Elif(go):
-            m.d.comb += [rd_en.eq(1), rd_addr.eq(e_dst)]
+            m.d.comb += [ns.rd_en.eq(1), ns.rd_addr.eq(e_dst)]
             m.d.sync += [c_v.eq(1), c_d.eq(e_dst)]
             with m.If(j_cnt != ii - 1):
-                m.d.sync += [j_cnt.eq(j_cnt + 1), d_c.eq(d_c + dfi), s_c.eq(s_c + sfi)]
+                m.d.sync += [j_cnt.eq(j_cnt + 1), d_c.eq(d_c + ns.dfi), s_c.eq(s_c + ns.sfi)]
             with m.Else():
-                m.d.sync += [j_cnt.eq(0), d_o.eq(d_o + dfo), d_c.eq(d_o + dfo),
-                             s_o.eq(s_o + sfo), s_c.eq(s_o + sfo)]
+                m.d.sync += [j_cnt.eq(0), d_o.eq(d_o + ns.dfo), d_c.eq(d_o + ns.dfo),
+                             s_o.eq(s_o + ns.sfo), s_c.eq(s_o + ns.sfo)]
                 with m.If(i_cnt != io - 1):
                     m.d.sync += i_cnt.eq(i_cnt + 1)
                 with m.Else():
@@ -972,30 +1084,31 @@ class ComputeUnit(wiring.Component):
         m.d.comb += res.eq(Cat(*[req_clip(cfg, shifted.word_select(ln, AW), imm, m,
                                           f"ee_clip_{ln}") for ln in range(lanes)]))
         with m.If(w_v & ~self.halt):
-            m.d.comb += [wr.eq(~zero), acc_bank.w1_en.eq(1), acc_bank.w1_addr.eq(w_d),
-                         acc_bank.w1_data.eq(Mux(clear, 0, res)),
+            m.d.comb += [wr.eq(~ns.zero), acc_bank.w1_en.eq(1), acc_bank.w1_addr.eq(w_d),
+                         acc_bank.w1_data.eq(Mux(ns.clear, 0, res)),
                          self.out_w1_en.eq(1), self.out_w1_addr.eq(w_d),
-                         self.out_w1_data.eq(Mux(zero, 0, self._truncate(res)))]
+                         self.out_w1_data.eq(Mux(ns.zero, 0, self._truncate(res)))]
             with m.If(w_d == tag):
                 m.d.sync += tag_v.eq(0)
         # done: every write has landed; push when the pipeline is not pushing (never to the
         # same queue: block_head), then release the ranges
         with m.If(busy & ~issuing & ~c_v & ~w_v & ~ns.main_push):
-            m.d.comb += push_tokens(self, Unit.COMPUTE, push)
+            m.d.comb += push_tokens(self, Unit.COMPUTE, ns.push)
             m.d.sync += busy.eq(0)
         with m.If(self.halt):   # a fault anywhere: drop the instruction
             m.d.sync += [busy.eq(0), issuing.eq(0)]
 
-        def finish(m, unit, acc_bank, src_tag_v, d_valid, d_alu, d_reset):
-            # overrides after the control FSM (later statements win)
-            m.d.comb += [acc_bank.r0_en.eq(~steal),
-                         unit.alu_uop.eq((d_valid & d_alu & ~d_reset) | wr)]
-            with m.If(busy):
-                m.d.comb += unit.busy.eq(1)
-            with m.If(ns.take):     # the pipeline's source cache may hold an entry the
-                m.d.sync += src_tag_v.eq(0)     # engine will write
-        ns.finish = finish
-        return ns
+    def _req_engine_overrides(self, m, p, ns) -> None:
+        """The engine's overrides of the pipeline's outputs, emitted after the control FSM
+        (later statements win): bank port 0's read enable, the ALU micro-op count, ``busy``,
+        and the pipeline's source cache dropped when the engine takes an instruction (it
+        may hold an entry the engine will write)."""
+        m.d.comb += [p.acc_bank.r0_en.eq(~ns.steal),
+                     self.alu_uop.eq((p.d_valid & p.d_alu & ~p.d_reset) | ns.wr)]
+        with m.If(ns.busy):
+            m.d.comb += self.busy.eq(1)
+        with m.If(ns.take):     # the pipeline's source cache may hold an entry the
+            m.d.sync += p.src_tag_v.eq(0)     # engine will write
 
 
 def insn_uop(cfg: VTAConfig, uop, name: str):

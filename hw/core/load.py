@@ -16,6 +16,7 @@ protocol (pop G2L before, push L2G after).
 from __future__ import annotations
 
 from enum import IntEnum
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
@@ -105,7 +106,34 @@ class TensorLoader(wiring.Component):
         bw = cfg.BUS_WIDTH
         bb = bw // 8
         lbb = bb.bit_length() - 1
+        r = self._registers(m)
+        self._scaling(m, r)
+        self._write_path(m, r)
 
+        # element extraction per memory
+        in_data = Signal()
+        lane_init = Signal()  # load lane/beat counters at request time
+        self._extract(m, r.sel, r.row_addr, in_data, lane_init, r.zero_write, r.elem_valid,
+                      r.elem_last)
+
+        n_out = cfg.DMA_OUTSTANDING
+        if n_out == 1:
+            m.d.comb += [self.dma.req_addr.eq(r.row_addr),
+                         self.dma.req_beats.eq((r.row_addr[:lbb] + r.nbytes + (bb - 1)) >> lbb)]
+            ahead = None
+        else:
+            ahead = self._row_requests(m, n_out, r.nbytes, r.base_bytes, r.step_bytes, lbb, bb,
+                                       r.elem_valid & r.elem_last)
+        self._fsm(m, r, in_data, lane_init, ahead)
+        return m
+
+    def _leb_of(self, i: int) -> int:
+        """log2 of memory ``i``'s element size in bytes."""
+        return (self.elems[i] // 8).bit_length() - 1
+
+    def _registers(self, m: Module) -> SimpleNamespace:
+        """The LOAD's fields latched at ``start`` and the FSM's counters (``zc`` zeros,
+        ``ecnt`` elements of the row, ``waddr`` the next write address, 17 bits)."""
         sel = Signal.like(self.sel)
         y_size = Signal(LIMITS.size_bits)
         x_size = Signal(LIMITS.size_bits)
@@ -121,26 +149,36 @@ class TensorLoader(wiring.Component):
         ecnt = Signal(LIMITS.size_bits)
         waddr = Signal(17)
         m.d.comb += self.w_addr.eq(waddr[:16])
+        return SimpleNamespace(sel=sel, y_size=y_size, x_size=x_size, x_pad_0=x_pad_0,
+                               x_pad_1=x_pad_1, ytop=ytop, ybot=ybot, width=width,
+                               row_addr=row_addr, row_step=row_step, rows=rows, zc=zc,
+                               ecnt=ecnt, waddr=waddr)
 
-        def leb_of(i):
-            return (self.elems[i] // 8).bit_length() - 1
-
-        # per-memory address scaling (elements -> bytes)
+    def _scaling(self, m: Module, r) -> None:
+        """Per-memory address scaling, elements to bytes: the first row's and the row
+        step's byte addresses of the LOAD at the ports (``base_bytes``, ``step_bytes``) and
+        the latched row's length (``nbytes``)."""
         base_bytes = Signal(32)
         step_bytes = Signal(32)
         for i in range(len(self.elems)):
             with m.If(self.sel == i):
-                m.d.comb += [base_bytes.eq(self.dram_base << leb_of(i)),
-                             step_bytes.eq(self.x_stride << leb_of(i))]
+                m.d.comb += [base_bytes.eq(self.dram_base << self._leb_of(i)),
+                             step_bytes.eq(self.x_stride << self._leb_of(i))]
         nbytes = Signal(32)
         for i in range(len(self.elems)):
-            with m.If(sel == i):
-                m.d.comb += nbytes.eq(x_size << leb_of(i))
+            with m.If(r.sel == i):
+                m.d.comb += nbytes.eq(r.x_size << self._leb_of(i))
+        vars(r).update(base_bytes=base_bytes, step_bytes=step_bytes, nbytes=nbytes)
 
+    def _write_path(self, m: Module, r) -> None:
+        """The scratchpad write: one element (``elem_valid``) or padding zero
+        (``zero_write``) per cycle at ``waddr``, checked against the memory's depth
+        (``oob``), and the ``rd_bytes`` count of the DRAM elements written."""
+        sel, waddr = r.sel, r.waddr
         zero_write = Signal()
         elem_valid = Signal()
         elem_last = Signal()
-        m.d.comb += elem_last.eq(ecnt == 1)
+        m.d.comb += elem_last.eq(r.ecnt == 1)
         writing = Signal()
         m.d.comb += writing.eq(zero_write | elem_valid)
         blocked = Signal()
@@ -158,36 +196,30 @@ class TensorLoader(wiring.Component):
         for i, eb in enumerate(self.elems):
             with m.If(elem_valid & (sel == i)):
                 m.d.comb += self.rd_bytes.eq(eb // 8)
+        vars(r).update(zero_write=zero_write, elem_valid=elem_valid, elem_last=elem_last)
 
-        # element extraction per memory
-        in_data = Signal()
-        lane_init = Signal()  # load lane/beat counters at request time
-        self._extract(m, sel, row_addr, in_data, lane_init, zero_write, elem_valid, elem_last)
-
-        n_out = cfg.DMA_OUTSTANDING
-        if n_out == 1:
-            m.d.comb += [self.dma.req_addr.eq(row_addr),
-                         self.dma.req_beats.eq((row_addr[:lbb] + nbytes + (bb - 1)) >> lbb)]
-            ahead = None
-        else:
-            ahead = self._row_requests(m, n_out, nbytes, base_bytes, step_bytes, lbb, bb,
-                                          elem_valid & elem_last)
-
+    def _fsm(self, m: Module, r, in_data, lane_init, ahead) -> None:
+        """The row FSM: ``y_pad_0`` rows of zeros (TOP/TOPZ), then per row ``x_pad_0``
+        zeros (LZ), the DRAM request (REQ, only with one request at a time: ``ahead`` is
+        None), ``x_size`` elements (DATA) and ``x_pad_1`` zeros (RZ), then ``y_pad_1`` rows
+        of zeros (BOT/BOTZ) and ``done``."""
+        zc, ecnt, ytop, ybot, rows = r.zc, r.ecnt, r.ytop, r.ybot, r.rows
+        zero_write = r.zero_write
         with m.FSM(name="ld_fsm"):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [
-                        sel.eq(self.sel), y_size.eq(self.y_size), x_size.eq(self.x_size),
-                        x_pad_0.eq(self.x_pad_0), x_pad_1.eq(self.x_pad_1),
+                        r.sel.eq(self.sel), r.y_size.eq(self.y_size), r.x_size.eq(self.x_size),
+                        r.x_pad_0.eq(self.x_pad_0), r.x_pad_1.eq(self.x_pad_1),
                         ytop.eq(self.y_pad_0), ybot.eq(self.y_pad_1),
-                        width.eq(self.x_pad_0 + self.x_size + self.x_pad_1),
-                        row_addr.eq(base_bytes), row_step.eq(step_bytes),
-                        rows.eq(self.y_size), waddr.eq(self.sram_base),
+                        r.width.eq(self.x_pad_0 + self.x_size + self.x_pad_1),
+                        r.row_addr.eq(r.base_bytes), r.row_step.eq(r.step_bytes),
+                        rows.eq(self.y_size), r.waddr.eq(self.sram_base),
                     ]
                     m.next = "TOP"
             with m.State("TOP"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += zc.eq(width)
+                m.d.sync += zc.eq(r.width)
                 with m.If(ytop == 0):
                     m.next = "ROW"
                 with m.Else():
@@ -200,7 +232,7 @@ class TensorLoader(wiring.Component):
                     m.next = "TOP"
             with m.State("ROW"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += zc.eq(x_pad_0)
+                m.d.sync += zc.eq(r.x_pad_0)
                 with m.If(rows == 0):
                     m.next = "BOT"
                 with m.Else():
@@ -213,7 +245,7 @@ class TensorLoader(wiring.Component):
                     else:
                         # the row's request is made by _row_requests, ahead of its data
                         m.d.comb += lane_init.eq(1)
-                        m.d.sync += ecnt.eq(x_size)
+                        m.d.sync += ecnt.eq(r.x_size)
                         m.next = "DATA"
                 with m.Else():
                     m.d.comb += zero_write.eq(1)
@@ -223,15 +255,15 @@ class TensorLoader(wiring.Component):
                     m.d.comb += [self.busy.eq(1), self.dma.req_valid.eq(1)]
                     with m.If(self.dma.req_ready):
                         m.d.comb += lane_init.eq(1)
-                        m.d.sync += ecnt.eq(x_size)
+                        m.d.sync += ecnt.eq(r.x_size)
                         m.next = "DATA"
             with m.State("DATA"):
                 m.d.comb += [self.busy.eq(1), in_data.eq(1)]
-                with m.If(elem_valid):
+                with m.If(r.elem_valid):
                     m.d.sync += ecnt.eq(ecnt - 1)
-                    with m.If(elem_last):
-                        m.d.sync += [zc.eq(x_pad_1), rows.eq(rows - 1),
-                                     row_addr.eq(row_addr + row_step)]
+                    with m.If(r.elem_last):
+                        m.d.sync += [zc.eq(r.x_pad_1), rows.eq(rows - 1),
+                                     r.row_addr.eq(r.row_addr + r.row_step)]
                         m.next = "RZ"
             with m.State("RZ"):
                 m.d.comb += self.busy.eq(1)
@@ -242,7 +274,7 @@ class TensorLoader(wiring.Component):
                     m.d.sync += zc.eq(zc - 1)
             with m.State("BOT"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += zc.eq(width)
+                m.d.sync += zc.eq(r.width)
                 with m.If(ybot == 0):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
@@ -254,7 +286,6 @@ class TensorLoader(wiring.Component):
                 with m.If(zc == 1):
                     m.d.sync += ybot.eq(ybot - 1)
                     m.next = "BOT"
-        return m
 
     def _extract(self, m: Module, sel, row_addr, in_data, lane_init, zero_write, elem_valid,
                  elem_last) -> None:
@@ -263,10 +294,6 @@ class TensorLoader(wiring.Component):
         ones), the lane/beat counters loaded at ``lane_init`` from ``row_addr``."""
         bw = self.cfg.BUS_WIDTH
         lbb = (bw // 8).bit_length() - 1
-
-        def leb_of(i):
-            return (self.elems[i] // 8).bit_length() - 1
-
         for i, eb in enumerate(self.elems):
             wd = getattr(self, f"w_data{i}")
             active = Signal(name=f"active{i}")
@@ -275,7 +302,7 @@ class TensorLoader(wiring.Component):
                 epb = bw // eb
                 lane = Signal(range(epb), name=f"lane{i}")
                 with m.If(lane_init & (sel == i)):
-                    m.d.sync += lane.eq(row_addr[leb_of(i):lbb])
+                    m.d.sync += lane.eq(row_addr[self._leb_of(i):lbb])
                 with m.If(active):
                     m.d.comb += [self.dma.data_ready.eq((lane == epb - 1) | elem_last),
                                  elem_valid.eq(self.dma.data_valid)]

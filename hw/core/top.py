@@ -78,8 +78,22 @@ class VTACore(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.cfg
+        c = self._units(m)
+        self._command_queues(m, c)
+        self._token_queues(m, c)
+        self._scratchpads(m, c)
+        self._faults(m, c)
+        self._run_control(m, c)
+        self._counters(m, c)
+        m.d.comb += self.dbg_state.eq(Cat(c.fetch.state, c.load.state, c.comp.state,
+                                          c.store.state, c.fetch.index[:8], Const(0, 8)))
+        return m
 
+    def _units(self, m) -> SimpleNamespace:
+        """The register file on the AXI4-Lite slave, the DMA engine on the AXI4 master and
+        the four units on the engine's clients; returns the namespace the other blocks
+        share (``c``)."""
+        cfg = self.cfg
         m.submodules.regs = regs = AXILiteRegs(cfg)
         for name in axi_lite_members():
             a, b = getattr(self, name), getattr(regs, name)
@@ -106,31 +120,37 @@ class VTACore(wiring.Component):
         wiring.connect(m, comp.dma, dma.rd1)
         wiring.connect(m, load.dma, dma.rd2)
         wiring.connect(m, store.dma, dma.wr)
+        return SimpleNamespace(regs=regs, dma=dma, fetch=fetch, load=load, comp=comp,
+                               store=store)
 
-        # command queues
+    def _command_queues(self, m, c) -> None:
+        """The three command queues, fetch to load, compute and store (``qs``)."""
         qs = {}
-        for q, unit, qm in (("ld", load, "load"), ("gm", comp, "compute"),
-                            ("st", store, "store")):
-            mem = cfg.memory(f"{qm}_cmd_queue")
+        for q, unit, qm in (("ld", c.load, "load"), ("gm", c.comp, "compute"),
+                            ("st", c.store, "store")):
+            mem = self.cfg.memory(f"{qm}_cmd_queue")
             cq = CommandQueue(mem.width, mem.depth)
             m.submodules[f"{q}_queue"] = cq
             qs[q] = cq
-            m.d.comb += [cq.w_data.eq(getattr(fetch, f"{q}_data")),
-                         cq.w_en.eq(getattr(fetch, f"{q}_en")),
-                         getattr(fetch, f"{q}_rdy").eq(cq.w_rdy),
+            m.d.comb += [cq.w_data.eq(getattr(c.fetch, f"{q}_data")),
+                         cq.w_en.eq(getattr(c.fetch, f"{q}_en")),
+                         getattr(c.fetch, f"{q}_rdy").eq(cq.w_rdy),
                          unit.cmd.data.eq(cq.r_data), unit.cmd.valid.eq(cq.r_rdy),
                          cq.r_en.eq(unit.cmd.ready)]
+        c.qs = qs
 
-        # token queues
+    def _token_queues(self, m, c) -> None:
+        """The four token queues, each between its producer and its consumer, all cleared
+        at ``start`` (the run's start pulse, created here, driven by the run control)."""
         start = Signal()
         tq = {}
         for q in Queue:
-            t = TokenQueue(cfg.TOKEN_QUEUE_DEPTH)
+            t = TokenQueue(self.cfg.TOKEN_QUEUE_DEPTH)
             m.submodules[f"tok_{q.name.lower()}"] = t
             tq[q] = t
         clear = Signal()
         # each queue between its producer and its consumer (hw/isa.py TOKEN_ROUTES)
-        units = {Unit.LOAD: load, Unit.COMPUTE: comp, Unit.STORE: store}
+        units = {Unit.LOAD: c.load, Unit.COMPUTE: c.comp, Unit.STORE: c.store}
         for q, r in TOKEN_ROUTES.items():
             prod, cons = units[r.producer], units[r.consumer]
             m.d.comb += [tq[q].push.eq(getattr(prod, port_name(r, "push"))),
@@ -139,7 +159,13 @@ class VTACore(wiring.Component):
                          getattr(prod, port_name(r, "has_room")).eq(tq[q].has_room)]
         for t in tq.values():
             m.d.comb += t.clear.eq(clear)
+        c.start, c.clear = start, clear
 
+    def _scratchpads(self, m, c) -> None:
+        """The scratchpads shared between units: INP and WGT (load writes, compute reads)
+        and the OUT view (compute writes, store reads; two banks with ``REQ_ENGINE``)."""
+        cfg = self.cfg
+        load, comp, store = c.load, c.comp, c.store
         # scratchpads shared between units (their geometry: VTAConfig.memories)
         m.submodules.inp_mem = inp = Scratchpad.of(cfg.memory("inp"))
         m.submodules.wgt_mem = wgt = Scratchpad.of(cfg.memory("wgt"))
@@ -162,6 +188,14 @@ class VTACore(wiring.Component):
             store.out_r_data.eq(out.r_data),
         ]
 
+    def _faults(self, m, c) -> None:
+        """The fault report: the instructions each unit has taken this run (``taken``,
+        ERR_INSN counts in these), and the first ``err`` of the run (compute, then load,
+        then store; ring faults with ``INSN_RING``) latched into ERROR / ERR_INSN /
+        ERR_INDEX, which halts every unit."""
+        cfg = self.cfg
+        regs, fetch, load, comp, store, start = (c.regs, c.fetch, c.load, c.comp, c.store,
+                                                 c.start)
         # instructions each unit has taken this run (ERR_INSN counts in these)
         taken = {}
         for q, unit in (("ld", load), ("gm", comp), ("st", store)):
@@ -185,6 +219,7 @@ class VTACore(wiring.Component):
                      regs.err_insn.eq(err_insn), regs.err_index.eq(err_index)]
         running = Signal()
         complete = Signal()
+        ring = None
         if cfg.INSN_RING:
             ring = self._ring_guard(m, regs, fetch, start, running, complete)
         with m.If(start):
@@ -214,12 +249,29 @@ class VTACore(wiring.Component):
                 with m.Elif(ring.bad_close):
                     m.d.sync += [err_valid.eq(1), err_kind.eq(ErrorKind.RING_FINISH),
                                  err_insn.eq(ring.finish_count), err_index.eq(fetch.head)]
+        vars(c).update(running=running, complete=complete, ring=ring)
 
-        # run control
+    def _drained(self, c, fetch_side):
+        """True when ``fetch_side`` holds, every command queue is empty and every unit is
+        idle."""
+        qs, load, comp, store = c.qs, c.load, c.comp, c.store
+        return (fetch_side & (qs["ld"].level == 0) & (qs["gm"].level == 0)
+                & (qs["st"].level == 0) & (load.state == LoadState.IDLE)
+                & (comp.state == ComputeState.IDLE) & (store.state == StoreState.IDLE)
+                & ~load.busy & ~comp.busy & ~store.busy)
+
+    def _run_control(self, m, c) -> None:
+        """Run control: START (ignored while running) starts fetch and clears the token
+        queues; the run completes when a FINISH has executed and everything has drained
+        (with ``INSN_RING``: a ring session, its FINISH count, idle cycles and segment
+        barrier); then DONE and the interrupt rise and the cycle counter stops."""
+        cfg = self.cfg
+        regs, fetch, comp = c.regs, c.fetch, c.comp
+        start, running, complete, ring = c.start, c.running, c.complete, c.ring
         done = Signal()
         finished = Signal()
         cycles = Signal(64)
-        m.d.comb += [start.eq(regs.start & ~running), clear.eq(start),
+        m.d.comb += [start.eq(regs.start & ~running), c.clear.eq(start),
                      fetch.start.eq(start), fetch.insn_addr.eq(regs.insn_addr[:32]),
                      fetch.insn_count.eq(regs.insn_count),
                      regs.busy.eq(running), regs.done.eq(done), regs.cycles.eq(cycles)]
@@ -246,26 +298,14 @@ class VTACore(wiring.Component):
         with m.If(comp.finish):
             m.d.sync += finished.eq(1)
         drained = Signal()
-        m.d.comb += drained.eq(
-            fetch.idle & (qs["ld"].level == 0) & (qs["gm"].level == 0) & (qs["st"].level == 0)
-            & (load.state == LoadState.IDLE) & (comp.state == ComputeState.IDLE)
-            & (store.state == StoreState.IDLE)
-            & ~load.busy & ~comp.busy & ~store.busy)
+        m.d.comb += drained.eq(self._drained(c, fetch.idle))
         if cfg.INSN_RING:
             m.d.comb += complete.eq(running & (finished | session) & drained & ~start)
             waiting = Signal()      # the ring is empty and every unit has drained
-            m.d.comb += waiting.eq(
-                fetch.ring_empty & (qs["ld"].level == 0) & (qs["gm"].level == 0)
-                & (qs["st"].level == 0) & (load.state == LoadState.IDLE)
-                & (comp.state == ComputeState.IDLE) & (store.state == StoreState.IDLE)
-                & ~load.busy & ~comp.busy & ~store.busy)
+            m.d.comb += waiting.eq(self._drained(c, fetch.ring_empty))
             with m.If(~start & running & session & waiting):
                 m.d.sync += ring_idle.eq(ring_idle + 1)
-            m.d.comb += seg_done.eq(
-                fin_pending & (qs["ld"].level == 0) & (qs["gm"].level == 0)
-                & (qs["st"].level == 0) & (load.state == LoadState.IDLE)
-                & (comp.state == ComputeState.IDLE) & (store.state == StoreState.IDLE)
-                & ~load.busy & ~comp.busy & ~store.busy)
+            m.d.comb += seg_done.eq(self._drained(c, fin_pending))
         else:
             m.d.comb += complete.eq(running & finished & drained & ~start)
         m.d.comb += regs.set_irq.eq(complete)
@@ -276,35 +316,35 @@ class VTACore(wiring.Component):
         with m.Elif(running):
             m.d.sync += cycles.eq(cycles + 1)
 
-        # counters
+    def _counters(self, m, c) -> None:
+        """The performance counters: busy, stall and micro-op events counted while running,
+        and the byte counters."""
+        regs, fetch, load, comp, store = c.regs, c.fetch, c.load, c.comp, c.store
+        start, running = c.start, c.running
         counters = {
             "fetch_busy": fetch.busy, "load_busy": load.busy, "compute_busy": comp.busy,
             "store_busy": store.busy, "load_stall": load.stall, "compute_stall": comp.stall,
             "store_stall": store.stall, "gemm_count": comp.gemm_uop, "alu_count": comp.alu_uop,
         }
         for name, ev in counters.items():
-            c = Signal(32, name=f"cnt_{name}")
-            m.d.comb += getattr(regs, f"cnt_{name}").eq(c)
+            cnt = Signal(32, name=f"cnt_{name}")
+            m.d.comb += getattr(regs, f"cnt_{name}").eq(cnt)
             with m.If(start):
-                m.d.sync += c.eq(0)
+                m.d.sync += cnt.eq(0)
             with m.Elif(running & ev):
-                m.d.sync += c.eq(c + 1)
+                m.d.sync += cnt.eq(cnt + 1)
         # byte counters: the bytes a program moves (instructions and elements read, bytes
         # written with their strobe set), as fsim's dram_read_nbytes/dram_write_nbytes count
         # them; not whole bus beats
         rd_inc = Signal(32)
         m.d.comb += rd_inc.eq(fetch.rd_bytes + load.rd_bytes + comp.rd_bytes)
-        for name, inc in (("dma_rd_bytes", rd_inc), ("dma_wr_bytes", dma.wr_bytes)):
-            c = Signal(32, name=f"cnt_{name}")
-            m.d.comb += getattr(regs, f"cnt_{name}").eq(c)
+        for name, inc in (("dma_rd_bytes", rd_inc), ("dma_wr_bytes", c.dma.wr_bytes)):
+            cnt = Signal(32, name=f"cnt_{name}")
+            m.d.comb += getattr(regs, f"cnt_{name}").eq(cnt)
             with m.If(start):
-                m.d.sync += c.eq(0)
+                m.d.sync += cnt.eq(0)
             with m.Elif(running):
-                m.d.sync += c.eq(c + inc)
-
-        m.d.comb += self.dbg_state.eq(Cat(fetch.state, load.state, comp.state, store.state,
-                                          fetch.index[:8], Const(0, 8)))
-        return m
+                m.d.sync += cnt.eq(cnt + inc)
 
     def _ring_guard(self, m, regs, fetch, start, running, complete) -> SimpleNamespace:
         """The ring-register checks (``hw/regs.py`` "Ring faults"; the rule is
