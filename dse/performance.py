@@ -254,7 +254,7 @@ class CycleModel:
         latency, padding or stall: one micro-op per cycle, one element or bus beat per
         cycle, the busiest module or bus channel.
         """
-        from ..hw.isa import AluOp, Opcode
+        from ..hw.isa import Opcode
 
         op = np.asarray(cols["opcode"])
         n = len(op)
@@ -264,7 +264,63 @@ class CycleModel:
         read_beats = math.ceil(16 * n / bus)
         write_beats = 0
         floor = np.zeros(n, dtype=np.float64)  # cycles no instruction can beat
-        # compute loops
+        _, chain_co = self._exec_costs(cfg, cols, uop_loads, cost, floor)
+        engine = self._engine_plan(cfg, cols, uop_loads) if cfg.REQ_ENGINE else None
+        if engine is not None:
+            # the engine's instructions: its fixed cost instead of the pipeline's
+            e = np.nonzero(engine["eligible"])[0]
+            cost[e] += self.engine_overhead - chain_co[e]
+        dma = self._dma_costs(cfg, cols, cost, floor)
+        read_beats += dma["read_beats"]
+        write_beats += dma["write_beats"]
+        # modules
+        store = op == Opcode.STORE
+        load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
+        module = np.where(store, 2, np.where(load, 0, 1))
+        # the lower bound's and busy figures' units: 3 = the REQ engine
+        unit = module if engine is None else np.where(engine["eligible"], 3, module)
+        busy = [float(cost[unit == k].sum()) for k in range(4)]
+        lower = float(max(max(float(floor[unit == k].sum()) for k in range(4)),
+                          read_beats, write_beats))
+        # every instruction alone plus its fetch (beats, and per request of FETCH_BATCH the
+        # fetch overhead and DRAM latency: the schedule charges them too)
+        upper = float(cost.sum()) + math.ceil(16 * n / bus) + math.ceil(n / FETCH_BATCH) * (
+            self.fetch_overhead + self.dram_latency)
+        rd = np.zeros(n, np.int8)
+        rows_of: dict[int, np.ndarray] = {}
+        sel = dma["sel"]
+        if len(sel):
+            is_load, rows, y = dma["is_load"], dma["rows"], dma["y"]
+            rsel = sel[is_load]
+            rd[rsel] = np.where(module[rsel] == 0, 2, 1)
+            cum = np.cumsum(rows)
+            hi = np.cumsum(y)
+            lo = hi - y
+            # per read: its rows' end times from its first row's start
+            rows_of = {int(sel[k]): cum[lo[k]:hi[k]] - (cum[lo[k] - 1] if lo[k] else 0.0)
+                       for k in np.nonzero(is_load)[0]}
+        sched = self._schedule(cols, module, cost, rd, rows_of, fetch_beats=-(-16 // bus),
+                               queue_depth=int(cfg.INSN_QUEUE_DEPTH), engine=engine,
+                               lat_q=self.dram_latency if cfg.DMA_OUTSTANDING > 1 else 0.0)
+        out = {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
+               "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
+               "read_beats": read_beats, "write_beats": write_beats}
+        if engine is not None:
+            out["busy"]["engine"] = busy[3]
+        return out
+
+    def _exec_costs(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray],
+                    uop_loads: Sequence[tuple[int, np.ndarray]] | None, cost: np.ndarray,
+                    floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`program_cycles`' GEMM/ALU costs, added in place to ``cost`` (with their
+        fixed cost: the compute or chain overhead instead of ``insn_overhead``) and their
+        micro-op counts to ``floor``.  Returns ``(chained, overhead)`` per instruction: a
+        GEMM/ALU behind one that pushes no token, and the fixed cost it was charged."""
+        from ..hw.isa import AluOp, Opcode
+
+        op = np.asarray(cols["opcode"])
+        n = len(op)
+        mt = np.asarray(cols["memory_type"])
         co = self.insn_overhead if self.compute_overhead is None else self.compute_overhead
         is_exec = (op == Opcode.GEMM) | (op == Opcode.ALU)
         on_compute = ~((op == Opcode.STORE) | ((op == Opcode.LOAD) & (
@@ -304,13 +360,21 @@ class CycleModel:
                         buf[base:base + len(words)] = words[:max(0, cfg.UOP_DEPTH - base)]
                         li += 1
                     cost[i] += self.alu_cycles(cfg, cols, int(i), buf)
-        engine = self._engine_plan(cfg, cols, uop_loads) if cfg.REQ_ENGINE else None
-        if engine is not None:
-            # the engine's instructions: its fixed cost instead of the pipeline's
-            e = np.nonzero(engine["eligible"])[0]
-            cost[e] += self.engine_overhead - np.where(
-                chained[e], co if self.chain_overhead is None else self.chain_overhead, co)
-        # DMA, vectorised over every row of every LOAD/STORE
+        chain = co if self.chain_overhead is None else self.chain_overhead
+        return chained, np.where(chained, chain, co)
+
+    def _dma_costs(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], cost: np.ndarray,
+                   floor: np.ndarray) -> dict:
+        """:meth:`program_cycles`' LOAD/STORE costs, vectorised over every DMA row, added
+        in place to ``cost`` (beats or elements per row: ``floor``).  Returns ``sel``
+        (the LOAD/STOREs with rows), ``is_load``, ``y`` (their rows), ``rows`` (each row's
+        cycles, :meth:`_row_cycles`), ``read_beats`` and ``write_beats``."""
+        from ..hw.isa import Opcode
+
+        op = np.asarray(cols["opcode"])
+        mt = np.asarray(cols["memory_type"])
+        bus = cfg.BUS_WIDTH // 8
+        out = {"sel": np.zeros(0, np.int64), "read_beats": 0, "write_beats": 0}
         sel = np.nonzero(((op == Opcode.LOAD) | (op == Opcode.STORE)) & (cols["x_size"] > 0))[0]
         if len(sel):
             is_load = op[sel] == Opcode.LOAD
@@ -341,41 +405,10 @@ class CycleModel:
                                      minlength=len(sel))
             c = c + np.where(is_load, xp * y + yp * (x + xp)
                              + np.where(xp > 0, self.pad_row_overhead * y, 0), 0)
-            read_beats += int(round(b[is_load].sum()))
-            write_beats += int(round(b[~is_load].sum()))
             cost[sel] += c
-        # modules
-        store = op == Opcode.STORE
-        load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
-        module = np.where(store, 2, np.where(load, 0, 1))
-        # the lower bound's and busy figures' units: 3 = the REQ engine
-        unit = module if engine is None else np.where(engine["eligible"], 3, module)
-        busy = [float(cost[unit == k].sum()) for k in range(4)]
-        lower = float(max(max(float(floor[unit == k].sum()) for k in range(4)),
-                          read_beats, write_beats))
-        # every instruction alone plus its fetch (beats, and per request of FETCH_BATCH the
-        # fetch overhead and DRAM latency: the schedule charges them too)
-        upper = float(cost.sum()) + math.ceil(16 * n / bus) + math.ceil(n / FETCH_BATCH) * (
-            self.fetch_overhead + self.dram_latency)
-        rd = np.zeros(n, np.int8)
-        rows_of: dict[int, np.ndarray] = {}
-        if len(sel):
-            rsel = sel[is_load]
-            rd[rsel] = np.where(module[rsel] == 0, 2, 1)
-            cum = np.cumsum(rows)
-            hi = np.cumsum(y)
-            lo = hi - y
-            # per read: its rows' end times from its first row's start
-            rows_of = {int(sel[k]): cum[lo[k]:hi[k]] - (cum[lo[k] - 1] if lo[k] else 0.0)
-                       for k in np.nonzero(is_load)[0]}
-        sched = self._schedule(cols, module, cost, rd, rows_of, fetch_beats=-(-16 // bus),
-                               queue_depth=int(cfg.INSN_QUEUE_DEPTH), engine=engine,
-                               lat_q=self.dram_latency if cfg.DMA_OUTSTANDING > 1 else 0.0)
-        out = {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
-               "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
-               "read_beats": read_beats, "write_beats": write_beats}
-        if engine is not None:
-            out["busy"]["engine"] = busy[3]
+            out.update(sel=sel, is_load=is_load, y=y, rows=rows,
+                       read_beats=int(round(b[is_load].sum())),
+                       write_beats=int(round(b[~is_load].sum())))
         return out
 
     def _row_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], sel: np.ndarray,
