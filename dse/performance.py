@@ -961,15 +961,24 @@ class ModelPerformance:
     #: Points that differ only in :data:`PROGRAM_NEUTRAL_FIELDS` share one evaluation.
     shares_programs = True
 
-    def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0):
+    def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0,
+                 fuse: bool = False):
         self.cycle_model = cycle_model or CycleModel()
         self.seed = seed
+        #: run the workloads with ``Executor(fuse=True)``: each run of consecutive VTA
+        #: steps is one program, which the cycle model costs as a whole (the next step's
+        #: fetch and first loads overlapping this one's tail, one FINISH)
+        self.fuse = bool(fuse)
 
     @property
     def key(self) -> dict:
-        """The cache key part of this evaluator (backend, cycle-model parameters, seed)."""
-        return {"performance": self.name, "cycle_model": self.cycle_model.as_dict(),
-                "seed": self.seed}
+        """The cache key part of this evaluator (backend, cycle-model parameters, seed;
+        ``fuse`` only when on, so the keys of unfused evaluations stay as they were)."""
+        k = {"performance": self.name, "cycle_model": self.cycle_model.as_dict(),
+             "seed": self.seed}
+        if self.fuse:
+            k["fuse"] = True
+        return k
 
     def _device(self, cfg: VTAConfig):
         return _recording_device(_counting_fsim(), self.cycle_model)(cfg)
@@ -990,12 +999,13 @@ class ModelPerformance:
         # the same programs as a config run before (only when they fit this config's
         # buffers, and were memoised only where they fitted that one's): its record
         if self.backend == "fsim" and scratchpad_extents_fit(cm, cfg):
-            memo = program_memo_key(cfg, cm, self.seed, self.cycle_model)
+            memo = program_memo_key(cfg, cm, self.seed, self.cycle_model) + (
+                ":fused" if self.fuse else "")
             hit = _PROGRAM_MEMO.get(memo)
             if hit is not None:
                 return copy.deepcopy(hit)
         dev = self._device(cfg)
-        run_closing(Executor(cm, dev), dev, x)
+        run_closing(Executor(cm, dev, fuse=self.fuse), dev, x)
         recs = dev.records
         cpu_ops = [s.name for s in cm.steps if s.target == "cpu"
                    and s.op in ("qconv2d", "qdense")]
@@ -1062,8 +1072,8 @@ class RtlPerformance(ModelPerformance):
     shares_programs = False
 
     def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0,
-                 max_macs: int | None = 64):
-        super().__init__(cycle_model, seed)
+                 max_macs: int | None = 64, fuse: bool = False):
+        super().__init__(cycle_model, seed, fuse)
         self.max_macs = max_macs
 
     @property
@@ -1080,7 +1090,7 @@ class RtlPerformance(ModelPerformance):
         """As :meth:`ModelPerformance.workload_record` on Verilator; above ``max_macs``
         (``None``: no cap) the cycle model's record instead, with a note."""
         if self.max_macs is not None and cfg.macs_per_cycle > self.max_macs:
-            rec = ModelPerformance(self.cycle_model, self.seed).workload_record(cfg, wl)
+            rec = ModelPerformance(self.cycle_model, self.seed, self.fuse).workload_record(cfg, wl)
             rec["notes"].append(f"rtl skipped ({cfg.macs_per_cycle} MACs > {self.max_macs}): "
                                 f"cycle-model estimate")
             return rec
