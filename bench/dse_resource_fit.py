@@ -122,6 +122,15 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
                                     "ALU_FORWARD": True}),
     ("pynq_alu_forward", "option", {"preset": "pynq", "ALU_REQUANT": True, "REQ_ENGINE": True,
                                     "ALU_FORWARD": True}),
+    # outstanding DMA reads (DMA_OUTSTANDING: the loaders' row-descriptor queues and the
+    # read side's in-flight bookkeeping) against tiny_alu_forward / pynq_alu_forward
+    # (dse/resources.py DMA_OUTSTANDING_*; not in the fit): two depths on tiny, one on pynq
+    ("tiny_dma2", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                             "ALU_FORWARD": True, "DMA_OUTSTANDING": 2}),
+    ("tiny_dma4", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                             "ALU_FORWARD": True, "DMA_OUTSTANDING": 4}),
+    ("pynq_dma4", "option", {"preset": "pynq", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                             "ALU_FORWARD": True, "DMA_OUTSTANDING": 4}),
 )
 
 

@@ -12,8 +12,10 @@ bytes)``; pooling and element-wise steps ``min DRAM bytes / bus bytes`` (each op
 and the output written once, at the bus width per cycle).
 
 Run: ``.venv/bin/python bench/rtl_resnet18.py [--size 224] [--steps] [--config FILE]
-[--model mobilenet_v1] [--latency 40,60] [--per-channel auto|on|off]`` (``--steps`` prints every step, otherwise one
-line per op kind; ``--latency`` sets the DRAM model's random first-beat latency per burst).
+[--model mobilenet_v1] [--latency 40,60] [--per-channel auto|on|off] [--fuse]`` (``--steps``
+prints every step, otherwise one line per op kind; ``--latency`` sets the DRAM model's
+random first-beat latency per burst; ``--fuse`` runs each run of consecutive VTA steps as
+one launch, ``Executor(fuse=True)``, and reports the total).
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ def main() -> None:
     ap.add_argument("--per-channel", choices=["auto", "on", "off"], default=None,
                     help="QuantConfig.per_channel for compile_model's default quantization "
                          "(default: compile_model's own)")
+    ap.add_argument("--fuse", action="store_true",
+                    help="Executor(fuse=True): each run of consecutive VTA steps is one "
+                         "launch (per-step cycles then are per launch: the totals only)")
     args = ap.parse_args()
     print(header(__file__), flush=True)
     lat = tuple(int(v) for v in args.latency.split(","))
@@ -82,7 +87,7 @@ def main() -> None:
     tc = time.perf_counter() - t0
     vta = [s for s in cm.steps if s.target == "vta"]
     dev = RecordingRtl(cfg, 512 << 20, progress=False, latency=lat)
-    ex = Executor(cm, dev)
+    ex = Executor(cm, dev, fuse=args.fuse)
     ex.run(x)                                         # record the programs
     dev.log = []
     dev.recording = True
@@ -92,6 +97,9 @@ def main() -> None:
     dev.recording = False
     ex.close()
     dev.close()
+    if args.fuse:           # one figure per launch: the totals only
+        total = sum(dev.log)
+        dev.log = [0] * len(vta)
     assert len(dev.log) == len(vta), (len(dev.log), len(vta))
     ref = Executor(cm, FsimDevice(cfg, mem_bytes=512 << 20)).run(x, keep=True)
     print(f"{args.model} {args.size}x{args.size}, {args.config} ({cfg.bitstream_name}, "
@@ -117,10 +125,15 @@ def main() -> None:
         tot[2] += bound
         if args.steps:
             print(f"{step.name:<28} {step.op:<12} {cyc:>10} {ideal:>10} {bound:>10} "
-                  f"{bound / cyc:>6.2f} {exact}")
+                  f"{(bound / cyc if cyc else 0):>6.2f} {exact}")
     print(f"{'kind':<16} {'n':>3} {'cycles':>10} {'ideal':>10} {'bound':>10} {'eff':>6}")
     for k, (n, cyc, ideal, bound) in sorted(kinds.items()):
-        print(f"{k:<16} {n:>3} {cyc:>10} {ideal:>10} {bound:>10} {bound / cyc:>6.2f}")
+        print(f"{k:<16} {n:>3} {cyc:>10} {ideal:>10} {bound:>10} {(bound / cyc if cyc else 0):>6.2f}")
+    if args.fuse:
+        tot[0] = total
+        print(f"fused: {len(set(s.fused for s in ex.stats.values() if s.fused))} fused "
+              f"launch(es), {sum(1 for s in ex.stats.values() if s.fused)} steps in them; "
+              f"per-step and per-kind cycles above are not measured (0)")
     print(f"{'total':<16} {len(vta):>3} {tot[0]:>10} {tot[1]:>10} {tot[2]:>10} "
           f"{tot[2] / tot[0]:>6.2f}   all exact: {all_exact}; "
           f"{tot[0] / wall / 1e6:.2f} M cycles/s wall")

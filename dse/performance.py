@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
@@ -253,7 +254,7 @@ class CycleModel:
         latency, padding or stall: one micro-op per cycle, one element or bus beat per
         cycle, the busiest module or bus channel.
         """
-        from ..hw.isa import AluOp, Opcode
+        from ..hw.isa import Opcode
 
         op = np.asarray(cols["opcode"])
         n = len(op)
@@ -263,7 +264,63 @@ class CycleModel:
         read_beats = math.ceil(16 * n / bus)
         write_beats = 0
         floor = np.zeros(n, dtype=np.float64)  # cycles no instruction can beat
-        # compute loops
+        _, chain_co = self._exec_costs(cfg, cols, uop_loads, cost, floor)
+        engine = self._engine_plan(cfg, cols, uop_loads) if cfg.REQ_ENGINE else None
+        if engine is not None:
+            # the engine's instructions: its fixed cost instead of the pipeline's
+            e = np.nonzero(engine["eligible"])[0]
+            cost[e] += self.engine_overhead - chain_co[e]
+        dma = self._dma_costs(cfg, cols, cost, floor)
+        read_beats += dma["read_beats"]
+        write_beats += dma["write_beats"]
+        # modules
+        store = op == Opcode.STORE
+        load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
+        module = np.where(store, 2, np.where(load, 0, 1))
+        # the lower bound's and busy figures' units: 3 = the REQ engine
+        unit = module if engine is None else np.where(engine["eligible"], 3, module)
+        busy = [float(cost[unit == k].sum()) for k in range(4)]
+        lower = float(max(max(float(floor[unit == k].sum()) for k in range(4)),
+                          read_beats, write_beats))
+        # every instruction alone plus its fetch (beats, and per request of FETCH_BATCH the
+        # fetch overhead and DRAM latency: the schedule charges them too)
+        upper = float(cost.sum()) + math.ceil(16 * n / bus) + math.ceil(n / FETCH_BATCH) * (
+            self.fetch_overhead + self.dram_latency)
+        rd = np.zeros(n, np.int8)
+        rows_of: dict[int, np.ndarray] = {}
+        sel = dma["sel"]
+        if len(sel):
+            is_load, rows, y = dma["is_load"], dma["rows"], dma["y"]
+            rsel = sel[is_load]
+            rd[rsel] = np.where(module[rsel] == 0, 2, 1)
+            cum = np.cumsum(rows)
+            hi = np.cumsum(y)
+            lo = hi - y
+            # per read: its rows' end times from its first row's start
+            rows_of = {int(sel[k]): cum[lo[k]:hi[k]] - (cum[lo[k] - 1] if lo[k] else 0.0)
+                       for k in np.nonzero(is_load)[0]}
+        sched = self._schedule(cols, module, cost, rd, rows_of, fetch_beats=-(-16 // bus),
+                               queue_depth=int(cfg.INSN_QUEUE_DEPTH), engine=engine,
+                               lat_q=self.dram_latency if cfg.DMA_OUTSTANDING > 1 else 0.0)
+        out = {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
+               "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
+               "read_beats": read_beats, "write_beats": write_beats}
+        if engine is not None:
+            out["busy"]["engine"] = busy[3]
+        return out
+
+    def _exec_costs(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray],
+                    uop_loads: Sequence[tuple[int, np.ndarray]] | None, cost: np.ndarray,
+                    floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`program_cycles`' GEMM/ALU costs, added in place to ``cost`` (with their
+        fixed cost: the compute or chain overhead instead of ``insn_overhead``) and their
+        micro-op counts to ``floor``.  Returns ``(chained, overhead)`` per instruction: a
+        GEMM/ALU behind one that pushes no token, and the fixed cost it was charged."""
+        from ..hw.isa import AluOp, Opcode
+
+        op = np.asarray(cols["opcode"])
+        n = len(op)
+        mt = np.asarray(cols["memory_type"])
         co = self.insn_overhead if self.compute_overhead is None else self.compute_overhead
         is_exec = (op == Opcode.GEMM) | (op == Opcode.ALU)
         on_compute = ~((op == Opcode.STORE) | ((op == Opcode.LOAD) & (
@@ -303,13 +360,21 @@ class CycleModel:
                         buf[base:base + len(words)] = words[:max(0, cfg.UOP_DEPTH - base)]
                         li += 1
                     cost[i] += self.alu_cycles(cfg, cols, int(i), buf)
-        engine = self._engine_plan(cfg, cols, uop_loads) if cfg.REQ_ENGINE else None
-        if engine is not None:
-            # the engine's instructions: its fixed cost instead of the pipeline's
-            e = np.nonzero(engine["eligible"])[0]
-            cost[e] += self.engine_overhead - np.where(
-                chained[e], co if self.chain_overhead is None else self.chain_overhead, co)
-        # DMA, vectorised over every row of every LOAD/STORE
+        chain = co if self.chain_overhead is None else self.chain_overhead
+        return chained, np.where(chained, chain, co)
+
+    def _dma_costs(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], cost: np.ndarray,
+                   floor: np.ndarray) -> dict:
+        """:meth:`program_cycles`' LOAD/STORE costs, vectorised over every DMA row, added
+        in place to ``cost`` (beats or elements per row: ``floor``).  Returns ``sel``
+        (the LOAD/STOREs with rows), ``is_load``, ``y`` (their rows), ``rows`` (each row's
+        cycles, :meth:`_row_cycles`), ``read_beats`` and ``write_beats``."""
+        from ..hw.isa import Opcode
+
+        op = np.asarray(cols["opcode"])
+        mt = np.asarray(cols["memory_type"])
+        bus = cfg.BUS_WIDTH // 8
+        out = {"sel": np.zeros(0, np.int64), "read_beats": 0, "write_beats": 0}
         sel = np.nonzero(((op == Opcode.LOAD) | (op == Opcode.STORE)) & (cols["x_size"] > 0))[0]
         if len(sel):
             is_load = op[sel] == Opcode.LOAD
@@ -340,41 +405,10 @@ class CycleModel:
                                      minlength=len(sel))
             c = c + np.where(is_load, xp * y + yp * (x + xp)
                              + np.where(xp > 0, self.pad_row_overhead * y, 0), 0)
-            read_beats += int(round(b[is_load].sum()))
-            write_beats += int(round(b[~is_load].sum()))
             cost[sel] += c
-        # modules
-        store = op == Opcode.STORE
-        load = (op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT))
-        module = np.where(store, 2, np.where(load, 0, 1))
-        # the lower bound's and busy figures' units: 3 = the REQ engine
-        unit = module if engine is None else np.where(engine["eligible"], 3, module)
-        busy = [float(cost[unit == k].sum()) for k in range(4)]
-        lower = float(max(max(float(floor[unit == k].sum()) for k in range(4)),
-                          read_beats, write_beats))
-        # every instruction alone plus its fetch (beats, and per request of FETCH_BATCH the
-        # fetch overhead and DRAM latency: the schedule charges them too)
-        upper = float(cost.sum()) + math.ceil(16 * n / bus) + math.ceil(n / FETCH_BATCH) * (
-            self.fetch_overhead + self.dram_latency)
-        rd = np.zeros(n, np.int8)
-        rows_of: dict[int, np.ndarray] = {}
-        if len(sel):
-            rsel = sel[is_load]
-            rd[rsel] = np.where(module[rsel] == 0, 2, 1)
-            cum = np.cumsum(rows)
-            hi = np.cumsum(y)
-            lo = hi - y
-            # per read: its rows' end times from its first row's start
-            rows_of = {int(sel[k]): cum[lo[k]:hi[k]] - (cum[lo[k] - 1] if lo[k] else 0.0)
-                       for k in np.nonzero(is_load)[0]}
-        sched = self._schedule(cols, module, cost, rd, rows_of, fetch_beats=-(-16 // bus),
-                               queue_depth=int(cfg.INSN_QUEUE_DEPTH), engine=engine,
-                               lat_q=self.dram_latency if cfg.DMA_OUTSTANDING > 1 else 0.0)
-        out = {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
-               "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
-               "read_beats": read_beats, "write_beats": write_beats}
-        if engine is not None:
-            out["busy"]["engine"] = busy[3]
+            out.update(sel=sel, is_load=is_load, y=y, rows=rows,
+                       read_beats=int(round(b[is_load].sum())),
+                       write_beats=int(round(b[~is_load].sum())))
         return out
 
     def _row_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], sel: np.ndarray,
@@ -400,8 +434,9 @@ class CycleModel:
         this one's last element)."""
         rows = np.maximum(beats, x[ins]) + self.dram_latency + row_ov[ins]
         L, N = self.dram_latency, cfg.DMA_OUTSTANDING
+        store_rows = rows - L + np.where(r == 0, L, 0.0)
         if N == 1:
-            return rows
+            return np.where(is_load[ins], rows, store_rows)
         d = np.maximum(beats, x[ins]).astype(np.float64)
         ld = is_load[ins]
         xp = (np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel])[ins]
@@ -409,7 +444,6 @@ class CycleModel:
         later = np.maximum(t, (L + d + self.queued_loop_cycles) / N)
         load_rows = (np.where(r == 0, L + t, later)
                      - np.where(ld & (xp > 0), xp + self.pad_row_overhead, 0.0))
-        store_rows = rows - L + np.where(r == 0, L, 0.0)
         return np.where(ld, load_rows, store_rows)
 
     def _engine_plan(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray],
@@ -480,75 +514,144 @@ class CycleModel:
                         holds[i] = (rng[0], int(np.argmax(hit)), int(d.size))
         return {"eligible": eligible, "blocks": blocks, "holds": holds}
 
-    def _schedule(self, cols, module: np.ndarray, cost: np.ndarray,  # noqa: C901
+    def _schedule(self, cols, module: np.ndarray, cost: np.ndarray,
                   rd: np.ndarray | None = None, rows: Mapping[int, np.ndarray] | None = None,
                   trace: list | None = None, fetch_beats: int = 2, queue_depth: int = 512,
                   engine: Mapping | None = None, lat_q: float = 0.0) -> float:
         """List schedule of the three modules through the four token queues (module order =
         program order; a pop takes the oldest pushed token), events committed in order of
-        their start time.
+        their start time: :class:`_ListSchedule` (its docstring has the rules).
 
-        With ``rd`` (per instruction: 1 = a DMA read of the compute module, UOP/ACC/ACC8;
-        2 = a DMA read of the load module, INP/WGT; 0 = none), ``rows`` (instruction ->
-        end of each of its DMA rows, cycles from the first row's start, a float array) and
-        :attr:`read_arbitration`, the one AXI read channel (hw/core/axi.py) is a resource:
-        the fetch unit (``FETCH_BATCH``
-        instructions of ``fetch_beats`` beats each per request, the next request when the
-        previous one is in, hw/core/fetch.py), the compute module and the load module share
-        it with that fixed priority, and a granted client keeps it to the end of its request
-        (one DMA row).  A read that arrives while a lower-priority row is in flight waits
-        for that row to end and the lower-priority instruction's later rows move behind it;
-        one that arrives while a higher-priority read is in flight waits for all of that
-        read's rows.  An instruction starts no earlier than it was dispatched: its fetch
-        batch is in (the first batch counts as in at cycle 0: its latency is a per-launch
-        constant, in the fitted overheads) and its command queue (``queue_depth``
-        instructions) has room; the fetch reads a batch only when the batch two before it
-        has been dispatched (a buffer of two batches).
-        ``trace`` (a list) receives ``(instruction, start, end)`` per instruction (cycles;
-        ``end`` as first committed; fetch batches as ``(-1 - batch, start, end)``).
-        ``engine`` (:meth:`_engine_plan`, ``REQ_ENGINE`` only): the engine's instructions
-        end (and push) ``cost`` after their start but free the compute module after
-        ``engine_take``; the rules of the class docstring hold the others.  ``lat_q``
+        ``rd`` (per instruction: 1 = a DMA read of the compute module, UOP/ACC/ACC8; 2 = a
+        DMA read of the load module, INP/WGT; 0 = none), ``rows`` (instruction -> end of
+        each of its DMA rows, cycles from the first row's start, a float array): with
+        :attr:`read_arbitration`, the one AXI read channel is a resource.  ``trace`` (a
+        list) receives ``(instruction, start, end)`` per instruction (cycles; ``end`` as
+        first committed; fetch batches as ``(-1 - batch, start, end)``).  ``fetch_beats``:
+        bus beats of one instruction; ``queue_depth``: each module's command queue;
+        ``engine``: :meth:`_engine_plan` (``REQ_ENGINE`` only); ``lat_q``
         (``DMA_OUTSTANDING`` > 1: the DRAM latency): a read holds the channel from its
-        first beat, ``lat_q`` after its request (other requests queue meanwhile); the
-        arbitration stays per row (the engine's is per burst)."""
-        from collections import deque
+        first beat, ``lat_q`` after its request.  Returns the last module's end, cycles
+        (a deadlock: the sum of ``cost``; the functional simulator reports it)."""
+        return _ListSchedule(self, cols, module, cost, rd, rows, trace, fetch_beats,
+                             queue_depth, engine, lat_q).run()
 
-        pops_of, push_of = TOKEN_POPS, TOKEN_PUSHES
-        flags = {k: np.asarray(cols[k]).tolist() for k in ("pop_prev", "pop_next",
-                                                           "push_prev", "push_next")}
-        n = len(cost)
-        arb = self.read_arbitration and rd is not None and rows is not None
-        rdl = rd.tolist() if arb else [0] * n
-        costl = cost.tolist()
-        need_of = [tuple(q for f, q in pops_of[int(module[i])] if flags[f][i]) for i in range(n)]
-        order = [np.nonzero(module == k)[0].tolist() for k in range(3)]
-        ptr = [0, 0, 0]
-        free = [0.0, 0.0, 0.0]
-        end = [0.0] * n
-        toks: list[deque] = [deque(), deque(), deque(), deque()]
+
+    def as_dict(self) -> dict:
+        """The parameters as a dict (cache key, report)."""
+        return asdict(self)
+
+
+class _ListSchedule:
+    """The list schedule of :meth:`CycleModel._schedule`.
+
+    The three modules run their instructions in program order through the four token
+    queues (a pop takes the oldest pushed token); events are committed in order of their
+    start time.  With ``rd``, ``rows`` and :attr:`CycleModel.read_arbitration`, the one AXI
+    read channel (hw/core/axi.py) is a resource: the fetch unit (``FETCH_BATCH``
+    instructions of ``fetch_beats`` beats each per request, the next request when the
+    previous one is in, hw/core/fetch.py), the compute module and the load module share
+    it with that fixed priority, and a granted client keeps it to the end of its request
+    (one DMA row).  A read that arrives while a lower-priority row is in flight waits for
+    that row to end and the lower-priority instruction's later rows move behind it; one
+    that arrives while a higher-priority read is in flight waits for all of that read's
+    rows.  An instruction starts no earlier than it was dispatched: its fetch batch is in
+    (the first batch is in at cycle ``dram_latency``: its request and beats are a
+    per-launch constant in the fitted overheads, its DRAM latency is not) and its command
+    queue (``queue_depth`` instructions) has room; the fetch reads a batch only when the
+    batch two before it has been dispatched (a buffer of two batches).  ``engine``
+    (``REQ_ENGINE`` only): the engine's instructions end (and push) ``cost`` after their
+    start but free the compute module after ``engine_take``; the rules of the
+    :class:`CycleModel` docstring hold the others.  ``lat_q`` (``DMA_OUTSTANDING`` > 1:
+    the DRAM latency): a read holds the channel from its first beat, ``lat_q`` after its
+    request (other requests queue meanwhile); the arbitration stays per row (the engine's
+    is per burst).
+    """
+
+    def __init__(self, model: CycleModel, cols, module: np.ndarray, cost: np.ndarray,
+                 rd, rows, trace, fetch_beats: int, queue_depth: int, engine, lat_q: float):
+        self.m, self.cost, self.rows, self.trace, self.lat_q = model, cost, rows, trace, lat_q
+        self.flags = {k: np.asarray(cols[k]).tolist() for k in ("pop_prev", "pop_next",
+                                                                "push_prev", "push_next")}
+        n = self.n = len(cost)
+        self.arb = model.read_arbitration and rd is not None and rows is not None
+        self.rdl = rd.tolist() if self.arb else [0] * n
+        self.need_of = [tuple(q for f, q in TOKEN_POPS[int(module[i])] if self.flags[f][i])
+                        for i in range(n)]
+        self.order = [np.nonzero(module == k)[0].tolist() for k in range(3)]
+        self.free = [0.0, 0.0, 0.0]
+        self.end = [0.0] * n
         # read clients by priority: 0 fetch, 1 compute, 2 load; in flight: [instruction
         # (-1: a fetch batch), module, first row's start, absolute row end times, arrival]
-        fly: list[list | None] = [None, None, None]
+        self.fly: list[list | None] = [None, None, None]
+        # dispatch from the fetch buffer (two batches) into the command queues, in program
+        # order: an instruction enters when its batch is in and its queue has room (the
+        # instruction queue_depth places ahead of it in its module has started)
+        self.room = [-1] * n
+        for lst in self.order:
+            for p in range(queue_depth, len(lst)):
+                self.room[lst[p]] = lst[p - queue_depth]
+        self.fetch_cost = (FETCH_BATCH * fetch_beats + model.fetch_overhead
+                           + model.dram_latency)
+        # the REQ engine: its instructions, what waits for it, the held GEMMs
+        self.e_on = engine["eligible"].tolist() if engine is not None else None
+        self.e_blk = engine["blocks"].tolist() if engine is not None else None
+        self.e_hold = engine["holds"] if engine is not None else {}
+
+    def acquire(self, c: int, t: float, busy: float) -> float:
+        """Wait of client ``c``'s read arriving at ``t`` for the channel (a read another
+        client holds then, or a higher-priority one that takes it first); moves the later
+        rows of lower-priority reads in flight behind its ``busy`` cycles."""
+        fly, end, free = self.fly, self.end, self.free
+        ready = t
+        if c == 0 and self.m.fetch_yields:
+            for o in (1, 2):    # a read that waited since before this request goes first
+                f = fly[o]
+                if f is not None and f[2] >= t and f[4] < t:
+                    ready = max(ready, float(f[3][0]))
+        for _ in range(3):
+            for o in range(3):
+                f = fly[o]
+                if o == c or f is None or f[3][-1] <= ready or f[2] > ready:
+                    continue
+                if o < c:
+                    ready = float(f[3][-1])
+                else:
+                    ready = float(f[3][int(np.searchsorted(f[3], ready, side="right"))])
+        for o in range(c + 1, 3):
+            f = fly[o]
+            if f is None or f[3][-1] <= ready:
+                continue
+            if f[2] >= ready:  # not started yet: all of it goes behind
+                f[2] += busy
+                f[3] += busy
+            else:
+                k = int(np.searchsorted(f[3], ready, side="right"))
+                if k + 1 >= len(f[3]):
+                    continue
+                f[3][k + 1:] += busy
+            end[f[0]] += busy
+            free[f[1]] = max(free[f[1]], end[f[0]])
+        return ready - t
+
+    def run(self) -> float:  # noqa: C901 - the event loop, kept in one piece for speed
+        """The schedule's length, cycles (see :meth:`CycleModel._schedule`)."""
+        mdl, n, arb, order, flags = self.m, self.n, self.arb, self.order, self.flags
+        need_of, room, free, end, fly = self.need_of, self.room, self.free, self.end, self.fly
+        costl, rdl, rows, trace, lat_q = self.cost.tolist(), self.rdl, self.rows, self.trace, \
+            self.lat_q
+        e_on, e_blk, e_hold = self.e_on, self.e_blk, self.e_hold
+        acquire, fetch_cost = self.acquire, self.fetch_cost
+        push_of = TOKEN_PUSHES
+        ptr = [0, 0, 0]
+        toks: list[deque] = [deque(), deque(), deque(), deque()]
         nb = -(-n // FETCH_BATCH) if arb else 0
         fetched = [0.0] * nb
         fb = 0
         fetch_next = 0.0
-        # dispatch from the fetch buffer (two batches) into the command queues, in program
-        # order: an instruction enters when its batch is in and its queue has room (the
-        # instruction queue_depth places ahead of it in its module has started)
-        room = [-1] * n
-        for lst in order:
-            for p in range(queue_depth, len(lst)):
-                room[lst[p]] = lst[p - queue_depth]
         started = [-1.0] * n
         disp = [0.0] * n
         dp = 0
-        # the REQ engine: its instructions, what waits for it, the held GEMMs; its end and
-        # whether its instruction pushes to the load unit
-        e_on = engine["eligible"].tolist() if engine is not None else None
-        e_blk = engine["blocks"].tolist() if engine is not None else None
-        e_hold = engine["holds"] if engine is not None else {}
         eng_end, eng_pp = 0.0, 0
 
         def dispatch() -> int:
@@ -561,42 +664,6 @@ class CycleModel:
                               started[r] if r >= 0 else 0.0)
                 d += 1
             return d
-        fetch_cost = FETCH_BATCH * fetch_beats + self.fetch_overhead + self.dram_latency
-
-        def acquire(c: int, t: float, busy: float) -> float:
-            """Wait of client ``c``'s read arriving at ``t`` for the channel (a read another
-            client holds then, or a higher-priority one that takes it first); moves the
-            later rows of lower-priority reads in flight behind its ``busy`` cycles."""
-            ready = t
-            if c == 0 and self.fetch_yields:
-                for o in (1, 2):    # a read that waited since before this request goes first
-                    f = fly[o]
-                    if f is not None and f[2] >= t and f[4] < t:
-                        ready = max(ready, float(f[3][0]))
-            for _ in range(3):
-                for o in range(3):
-                    f = fly[o]
-                    if o == c or f is None or f[3][-1] <= ready or f[2] > ready:
-                        continue
-                    if o < c:
-                        ready = float(f[3][-1])
-                    else:
-                        ready = float(f[3][int(np.searchsorted(f[3], ready, side="right"))])
-            for o in range(c + 1, 3):
-                f = fly[o]
-                if f is None or f[3][-1] <= ready:
-                    continue
-                if f[2] >= ready:  # not started yet: all of it goes behind
-                    f[2] += busy
-                    f[3] += busy
-                else:
-                    k = int(np.searchsorted(f[3], ready, side="right"))
-                    if k + 1 >= len(f[3]):
-                        continue
-                    f[3][k + 1:] += busy
-                end[f[0]] += busy
-                free[f[1]] = max(free[f[1]], end[f[0]])
-            return ready - t
 
         while True:
             best, bm = None, -1
@@ -626,9 +693,10 @@ class CycleModel:
             if bm < 0:
                 if all(ptr[m] == len(order[m]) for m in range(3)):
                     return max(max(free), eng_end)
-                return float(cost.sum())  # a deadlock: the functional simulator reports it
+                return float(self.cost.sum())  # a deadlock: the functional simulator reports it
             start = best
-            if bm == 3 and fb == 0:  # the first batch is in at cycle 0 (see above)
+            if bm == 3 and fb == 0:  # the first batch: in after the DRAM latency (above)
+                fetched[0] = mdl.dram_latency
                 fb = 1
                 dp = dispatch()
                 continue
@@ -649,23 +717,22 @@ class CycleModel:
             c = costl[i]
             if rdl[i]:
                 cl = 1 if rdl[i] == 1 else 2
-                lead = self.dma_lead
                 rel = rows[i]
-                wait = acquire(cl, start + lead + lat_q, float(rel[-1]) - lat_q)
+                wait = acquire(cl, start + mdl.dma_lead + lat_q, float(rel[-1]) - lat_q)
                 c += wait
-                fly[cl] = [i, m, start + lead + wait + lat_q, start + lead + wait + rel,
-                           start + lead]
+                fly[cl] = [i, m, start + mdl.dma_lead + wait + lat_q,
+                           start + mdl.dma_lead + wait + rel, start + mdl.dma_lead]
             end[i] = start + c
             free[m] = end[i]
             if e_on is not None:
                 if e_on[i]:
-                    free[m] = start + self.engine_take
+                    free[m] = start + mdl.engine_take
                     eng_end, eng_pp = end[i], flags["push_prev"][i]
                 elif i in e_hold:
                     # its k-th micro-op waits in stage B for the engine's end (then B, C, D)
                     e, k, nu = e_hold[i]
                     end[i] = max(end[i], end[e] + ENGINE_HOLD_DRAIN
-                                 + (nu - k) * self.gemm_uop_cycles)
+                                 + (nu - k) * mdl.gemm_uop_cycles)
                     free[m] = end[i]
             started[i] = start
             if arb:
@@ -676,10 +743,6 @@ class CycleModel:
                 if flags[f][i]:
                     toks[q].append(i)
             ptr[m] += 1
-
-    def as_dict(self) -> dict:
-        """The parameters as a dict (cache key, report)."""
-        return asdict(self)
 
 
 def uop_loads_of(dev, cfg: VTAConfig, cols: Mapping[str, np.ndarray]) -> list:
@@ -898,15 +961,24 @@ class ModelPerformance:
     #: Points that differ only in :data:`PROGRAM_NEUTRAL_FIELDS` share one evaluation.
     shares_programs = True
 
-    def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0):
+    def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0,
+                 fuse: bool = False):
         self.cycle_model = cycle_model or CycleModel()
         self.seed = seed
+        #: run the workloads with ``Executor(fuse=True)``: each run of consecutive VTA
+        #: steps is one program, which the cycle model costs as a whole (the next step's
+        #: fetch and first loads overlapping this one's tail, one FINISH)
+        self.fuse = bool(fuse)
 
     @property
     def key(self) -> dict:
-        """The cache key part of this evaluator (backend, cycle-model parameters, seed)."""
-        return {"performance": self.name, "cycle_model": self.cycle_model.as_dict(),
-                "seed": self.seed}
+        """The cache key part of this evaluator (backend, cycle-model parameters, seed;
+        ``fuse`` only when on, so the keys of unfused evaluations stay as they were)."""
+        k = {"performance": self.name, "cycle_model": self.cycle_model.as_dict(),
+             "seed": self.seed}
+        if self.fuse:
+            k["fuse"] = True
+        return k
 
     def _device(self, cfg: VTAConfig):
         return _recording_device(_counting_fsim(), self.cycle_model)(cfg)
@@ -927,12 +999,13 @@ class ModelPerformance:
         # the same programs as a config run before (only when they fit this config's
         # buffers, and were memoised only where they fitted that one's): its record
         if self.backend == "fsim" and scratchpad_extents_fit(cm, cfg):
-            memo = program_memo_key(cfg, cm, self.seed, self.cycle_model)
+            memo = program_memo_key(cfg, cm, self.seed, self.cycle_model) + (
+                ":fused" if self.fuse else "")
             hit = _PROGRAM_MEMO.get(memo)
             if hit is not None:
                 return copy.deepcopy(hit)
         dev = self._device(cfg)
-        run_closing(Executor(cm, dev), dev, x)
+        run_closing(Executor(cm, dev, fuse=self.fuse), dev, x)
         recs = dev.records
         cpu_ops = [s.name for s in cm.steps if s.target == "cpu"
                    and s.op in ("qconv2d", "qdense")]
@@ -999,8 +1072,8 @@ class RtlPerformance(ModelPerformance):
     shares_programs = False
 
     def __init__(self, cycle_model: CycleModel | None = None, seed: int = 0,
-                 max_macs: int | None = 64):
-        super().__init__(cycle_model, seed)
+                 max_macs: int | None = 64, fuse: bool = False):
+        super().__init__(cycle_model, seed, fuse)
         self.max_macs = max_macs
 
     @property
@@ -1017,7 +1090,7 @@ class RtlPerformance(ModelPerformance):
         """As :meth:`ModelPerformance.workload_record` on Verilator; above ``max_macs``
         (``None``: no cap) the cycle model's record instead, with a note."""
         if self.max_macs is not None and cfg.macs_per_cycle > self.max_macs:
-            rec = ModelPerformance(self.cycle_model, self.seed).workload_record(cfg, wl)
+            rec = ModelPerformance(self.cycle_model, self.seed, self.fuse).workload_record(cfg, wl)
             rec["notes"].append(f"rtl skipped ({cfg.macs_per_cycle} MACs > {self.max_macs}): "
                                 f"cycle-model estimate")
             return rec

@@ -20,7 +20,8 @@ __all__ = [
     "LUT_FF_CALIBRATION", "LUT_FF_TERMS", "LUT_COEFFS", "FF_COEFFS", "lut_ff_features",
     "ALU_REQUANT_LUT_PER_LANE", "ALU_REQUANT_FF", "width_terms",
     "REQ_ENGINE_LUT", "REQ_ENGINE_LUT_PER_LANE", "REQ_ENGINE_FF", "REQ_ENGINE_DSP",
-    "req_engine_terms", "ALU_FORWARD_LUT", "ALU_FORWARD_FF",
+    "req_engine_terms", "ALU_FORWARD_LUT", "ALU_FORWARD_FF", "DMA_OUTSTANDING_LUT",
+    "DMA_OUTSTANDING_FF",
     "DSP_MIN_PRODUCT_BITS", "SOFT_MUL4X4_LUTS", "soft_products", "gemm_dsp",
     "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
     "AnalyticResources", "YosysResources", "resource_record", "resources_fit",
@@ -140,6 +141,19 @@ ALU_FORWARD_LUT = 102.0
 ALU_FORWARD_FF = 37.0
 
 
+#: What outstanding DMA reads (``DMA_OUTSTANDING`` > 1: each tensor loader's
+#: row-descriptor queue and the read side's in-flight bookkeeping, hw/core/load.py and
+#: hw/core/axi.py) add.  The Yosys differences of the ``option`` points against their
+#: ALU_REQUANT + REQ_ENGINE + ALU_FORWARD bases (tests/dse/data/yosys_points.json
+#: ``tiny_dma2``, ``tiny_dma4``, ``pynq_dma4`` against ``tiny_alu_forward``,
+#: ``pynq_alu_forward``; bench/dse_resource_fit.py record, 2026-12-07) are +12 / -16 / +93
+#: LUT (inside Yosys's run-to-run spread: no depth or lane term is fitted) and +208 / +211
+#: / +209 FF (the same at depth 2 and 4, on 4 and 16 lanes): the LUT term is their mean,
+#: the FF term theirs.  No DSP or BRAM.
+DMA_OUTSTANDING_LUT = 30.0
+DMA_OUTSTANDING_FF = 209.0
+
+
 #: Yosys ``synth_xilinx`` maps a multiply to a DSP48 only when its product is at least this
 #: many bits wide (``mul2dsp`` ``-D DSP_Y_MINWIDTH=9``: "small multiplies are those 4x4 and
 #: smaller", UG901); narrower products are built from LUTs.  Of the core's widths only an
@@ -246,11 +260,12 @@ def req_engine_terms(cfg: VTAConfig) -> tuple[float, float, int]:
 #: names it: a refit is a new key).
 LUT_FF_CALIBRATION = {
     "points": "tests/dse/data/yosys_points.json", "fit": "bench/dse_resource_fit.py",
-    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 8,
+    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 9,
     "alu_requant": [ALU_REQUANT_LUT_PER_LANE, ALU_REQUANT_FF],
     "req_engine": [REQ_ENGINE_LUT, REQ_ENGINE_LUT_PER_LANE, REQ_ENGINE_FF, REQ_ENGINE_DSP,
                    "acc/out banks"],
     "alu_forward": [ALU_FORWARD_LUT, ALU_FORWARD_FF],
+    "dma_outstanding": [DMA_OUTSTANDING_LUT, DMA_OUTSTANDING_FF],
     "width_terms": "structural (width_terms) v3", "soft_mul4x4": SOFT_MUL4X4_LUTS,
 }
 
@@ -335,10 +350,12 @@ class AnalyticResources:
         lut = sum(c * x for c, x in zip(LUT_COEFFS, f)) + w_lut \
             + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS \
             + (ALU_REQUANT_LUT_PER_LANE * lanes if cfg.ALU_REQUANT else 0.0) + e_lut \
-            + (ALU_FORWARD_LUT if cfg.ALU_FORWARD else 0.0)
+            + (ALU_FORWARD_LUT if cfg.ALU_FORWARD else 0.0) \
+            + (DMA_OUTSTANDING_LUT if cfg.DMA_OUTSTANDING > 1 else 0.0)
         ff = sum(c * x for c, x in zip(FF_COEFFS, f)) + w_ff \
             + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0) + e_ff \
-            + (ALU_FORWARD_FF if cfg.ALU_FORWARD else 0.0)
+            + (ALU_FORWARD_FF if cfg.ALU_FORWARD else 0.0) \
+            + (DMA_OUTSTANDING_FF if cfg.DMA_OUTSTANDING > 1 else 0.0)
         out = {
             "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp + e_dsp,
             "bram36": float(sum(m["bram36"] for m in mems)), "source": "analytic",

@@ -662,10 +662,13 @@ def _preset_dicts() -> dict[str, dict[str, Any]]:
         # whole networks (vtaforge dse run --board B --workloads resnet18-net,mobilenet-net
         # --size full over the board space with REQ_ENGINE and ALU_FORWARD as axes;
         # docs/dse.md "Presets"): pynq's 1x16x16 with a 16 KiB micro-op buffer, the fused
-        # requantize, the REQ engine and ALU forwarding, on the PYNQ-Z1/Z2's part.
+        # requantize, the REQ engine and ALU forwarding, on the PYNQ-Z1/Z2's part; with
+        # four outstanding DMA reads per client (DMA_OUTSTANDING 4: ResNet-18 on rtl with a
+        # board's 40-60 cycles of DRAM latency 7,903,358 -> 7,807,506 cycles, on the ideal
+        # bus 7,795,057 -> 7,783,821, for +30 LUT / +209 FF; bench/RESULTS.md 2026-12-07).
         "pynq-fast": {"TARGET": "pynq", "PART": BOARDS[TARGET_BOARDS["pynq"]].part,
                       "LOG_UOP_BUFF_SIZE": 14, "ALU_REQUANT": True, "REQ_ENGINE": True,
-                      "ALU_FORWARD": True},
+                      "ALU_FORWARD": True, "DMA_OUTSTANDING": 4},
         # The Ultra96-V2's: 1x16x32 (uop/inp/wgt/acc depths 2^12/2^10/2^9/2^11) with the
         # fused requantize and the REQ engine on its xczu3eg-sbva484-1-i (the sweep's arrays
         # of 16 to 64 per side; forwarding adds nothing where BLOCK_IN != BLOCK_OUT: the

@@ -46,7 +46,9 @@ the device's ``ProgramError``.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
@@ -55,7 +57,7 @@ import numpy as np
 from ..hw.config import MemType, VTAConfig
 from ..hw.isa import (FLAG_QUEUES, INSN_BYTES, LIMITS, AluOp, Insn, Module, Opcode, Queue, token_route,
                       encode_program)
-from .device import Buffer, Device, RunResult
+from .device import Buffer, Device, ProgramError, RunResult
 from .kernels import ALU, GEMM, BuilderError, KernelRecorder, UopKernel, _check_int, _module
 from .launch import capacity_order as _capacity_order
 from .launch import split_pushes as _split_pushes
@@ -150,9 +152,11 @@ class RecordedProgram:
     """
 
     def __init__(self, device: Device, launches: list, buffers: list[Buffer],
-                 counters: dict, timeout_cycles: int | None):
+                 counters: dict, timeout_cycles: int | None,
+                 launch_steps: list[list[str] | None] | None = None):
         self.device = device
         self.launches = launches
+        self.launch_steps = launch_steps or [None] * len(launches)
         self.buffers = buffers
         self.counters = dict(counters, kernel_records=0, kernel_hits=0)
         self.timeout_cycles = timeout_cycles
@@ -171,8 +175,12 @@ class RecordedProgram:
         if self.buffers is None:
             raise BuilderError("this recorded program was freed")
         total = RunResult(cycles=0, stats={})
-        for addr, n, regions in self.launches:
-            res = self.device.run(addr, n, regions=regions, timeout_cycles=self.timeout_cycles)
+        for (addr, n, regions), names in zip(self.launches, self.launch_steps):
+            try:
+                res = self.device.run(addr, n, regions=regions,
+                                      timeout_cycles=self.timeout_cycles)
+            except ProgramError as e:
+                raise _name_fault(e, names) from None
             _add_result(total, res)
         total.stats.update(self.counters)
         return total
@@ -182,6 +190,27 @@ class RecordedProgram:
         for b in self.buffers or ():
             self.device.free(b)
         self.buffers = None
+
+
+def _name_fault(err: ProgramError, names: list[str] | None) -> ProgramError:
+    """``err`` of a fused launch with the step it is about named first: the step of the
+    first instruction its message names (``instruction <i>``), else every step of the
+    launch.  ``names`` None (an unfused launch): ``err`` unchanged."""
+    if not names:
+        return err
+    m = re.search(r"instruction (\d+)", str(err))
+    steps = list(dict.fromkeys(names))
+    where = (f"fused launch of {len(steps)} steps, {steps[0]!r} ... {steps[-1]!r}"
+             if len(steps) > 2 else f"fused launch of {', '.join(map(repr, steps))}")
+    if m and int(m.group(1)) < len(names):
+        text = f"step {names[int(m.group(1))]!r} ({where}): {err}"
+    else:
+        text = f"one of the steps {', '.join(map(repr, steps))} ({where}): {err}"
+    try:
+        out = type(err)(text)
+    except Exception:       # an error class with another constructor
+        out = ProgramError(text)
+    return out
 
 
 def _launch_head(start_bal: Sequence[int]) -> list[Insn]:
@@ -270,6 +299,9 @@ class ProgramBuilder:
         self.last_program: np.ndarray | None = None
         self.last_programs: list[np.ndarray] = []
         self.last_uops: list[np.ndarray] = []
+        #: per launch of the last lowering: the step name of each instruction (fused steps,
+        #: :meth:`begin_step`), or None when no step was named
+        self.last_launch_steps: list[list[str] | None] = []
         self.stats = BuilderStats()
         self._reset_program()
 
@@ -278,6 +310,14 @@ class ProgramBuilder:
         self._recs: list[_Rec] = []
         self._pending: dict[Module, set[str]] = {m: set() for m in Module}
         self._last: dict[Module, int] = {}
+        # fused steps (begin_step): (first record, step name) per step; byte spans the
+        # current step stores; the previous step's stored spans while its "stores done"
+        # token (t2) is still owed to the load module; load-module loads held back behind
+        # that pop while loads that do not read those bytes go ahead of them
+        self._marks: list[tuple[int, str]] = []
+        self._stored: list[tuple[int, int]] = []
+        self._raw: list[tuple[int, int]] | None = None
+        self._deferred: list[tuple[Insn, Buffer, int]] = []
 
     @property
     def pending_insns(self) -> int:
@@ -297,6 +337,10 @@ class ProgramBuilder:
 
     def __exit__(self, *exc):
         self.close()
+
+    def discard(self) -> None:
+        """Drop everything recorded since the last synchronize (kernels stay cached)."""
+        self._reset_program()
 
     # ------------------------------------------------------------------ emit
     def _emit(self, insn: Insn, **extra) -> int:
@@ -383,9 +427,13 @@ class ProgramBuilder:
             raise BuilderError(
                 f"load_2d: scratchpad range [{sram_base}, {sram_base + n}) exceeds the "
                 f"{mem.name} scratchpad ({depth} entries)")
-        self._emit(Insn(Opcode.LOAD, memory_type=int(mem), sram_base=sram_base,
-                        dram_base=base, y_size=y_size, x_size=x_size, x_stride=x_stride,
-                        y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1), buf=buf)
+        insn = Insn(Opcode.LOAD, memory_type=int(mem), sram_base=sram_base,
+                    dram_base=base, y_size=y_size, x_size=x_size, x_stride=x_stride,
+                    y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1)
+        if self._raw is not None and mem in (MemType.INP, MemType.WGT):
+            self._fused_load(insn, buf, n)
+            return
+        self._emit(insn, buf=buf)
 
     def store_2d(self, sram_base: int, buf: Buffer, elem_offset: int, y_size: int,
                  x_size: int, x_stride: int) -> None:
@@ -409,6 +457,8 @@ class ProgramBuilder:
         self._emit(Insn(Opcode.STORE, memory_type=int(MemType.OUT), sram_base=sram_base,
                         dram_base=base, y_size=y_size, x_size=x_size, x_stride=x_stride),
                    buf=buf)
+        eb = self.cfg.elem_bytes(MemType.OUT)
+        self._stored.append((base * eb, (base + (y_size - 1) * x_stride + x_size) * eb))
 
     # ------------------------------------------------------------------ kernels
     def kernel(self, key: Hashable, record_fn: Callable[[KernelRecorder], Any] | None,
@@ -514,6 +564,8 @@ class ProgramBuilder:
             BuilderError: load↔store (no such queue), same module, unknown module.
         """
         frm, to = self._pair(from_module, to_module)
+        if to == Module.LOAD and self._raw is not None:
+            self._release_loads()
         flag = _flag_for(frm, to, push=False)
         pend = self._pending[to]
         if flag in pend:
@@ -528,6 +580,8 @@ class ProgramBuilder:
             BuilderError: load↔store (no such queue), same module, unknown module.
         """
         frm, to = self._pair(from_module, to_module)
+        if frm == Module.LOAD and self._raw is not None:
+            self._release_loads()
         flag = _flag_for(frm, to, push=True)
         if self._pending[frm]:
             self._nop(frm)
@@ -547,6 +601,105 @@ class ProgramBuilder:
             raise BuilderError(f"dependency {frm.name} -> {to.name}: there is no load<->store "
                                f"token queue (go through compute)")
         return frm, to
+
+    # ------------------------------------------------------------------ fused steps
+    def begin_step(self, name: str) -> None:
+        """Start recording the step ``name`` of a fused launch (several VTA steps, one
+        FINISH): the steps recorded since the last synchronize run in this program too.
+
+        Between the previous step (A) and this one (B) the builder closes A's token state
+        (tokens A leaves outstanding are popped, as a launch's drain does) and places a
+        barrier of tokens:
+
+        - t1: compute pushes compute->load after A's last compute instruction; B's first
+          load-module instruction pops it, so B's INP/WGT loads never overwrite what A's
+          GEMMs still read, and issue during A's tail (its last ALU work and stores);
+        - compute pops "A's loads done" (load->compute) and "A's stores done"
+          (store->compute) on a NOP that pushes t2 (compute->load) and t3
+          (compute->store): B's compute instructions (ACC/ACC8/micro-op loads included)
+          wait for A's stores, so B never overwrites an accumulator entry A still stores
+          and reads what A stored; B's first store pops t3;
+        - the load module pops t2 before B's first load whose DRAM bytes overlap A's
+          stores, and before B's own first compute->load pop or load->compute push.  B's
+          INP/WGT loads that read no byte A stores (weights, constants, older tensors) and
+          write no scratchpad entry of a load held back go ahead of those loads (their
+          order among themselves kept): the next step's first weight loads run during
+          this step's tail.
+
+        Every DRAM read-after-write and write-after-read between the steps is ordered by
+        these tokens (checked with :func:`.race.race_check` in the tests), and the token
+        pattern is deadlock-free: each pop waits only for instructions earlier in its
+        producer's order.  The first call (nothing recorded) only names the step.
+
+        Raises:
+            BuilderError: ``name`` not a str; the previous step pops more tokens of a
+                queue than were pushed (it would deadlock).
+        """
+        if not isinstance(name, str):
+            raise BuilderError(f"step name must be a str, got {type(name).__name__}")
+        if self._recs:
+            self._step_barrier()
+        self._marks.append((len(self._recs), name))
+
+    def _step_barrier(self) -> None:
+        """The token barrier between two fused steps (see :meth:`begin_step`)."""
+        if self._raw is not None:
+            self._release_loads()
+        for mod in Module:              # pops the step left pending: on NOPs of its own
+            if self._pending[mod]:
+                self._nop(mod)
+        bal = self._prefix()[-1]
+        neg = np.flatnonzero(bal < 0)
+        if neg.size:
+            q = Queue(int(neg[0]))
+            name = self._marks[-1][1] if self._marks else "?"
+            raise BuilderError(f"step {name!r}: token queue {q.name.lower()} has "
+                               f"{int(-bal[q])} more pop(s) than pushes: the program "
+                               f"would deadlock")
+        ld, cp, st = Module.LOAD, Module.COMPUTE, Module.STORE
+        self.dep_push(cp, ld)                           # t1: A's compute is done
+        for _ in range(int(bal[Queue.G2L])):            # A's outstanding tokens
+            self.dep_pop(cp, ld)
+        for _ in range(int(bal[Queue.G2S])):
+            self.dep_pop(cp, st)
+        for _ in range(int(bal[Queue.L2G])):
+            self.dep_pop(ld, cp)
+        for _ in range(int(bal[Queue.S2G])):
+            self.dep_pop(st, cp)
+        self.dep_push(ld, cp)                           # A's loads done
+        self.dep_push(st, cp)                           # A's stores done
+        self.dep_pop(cp, ld)                            # t1, on B's first load
+        self.dep_pop(ld, cp)
+        self.dep_pop(st, cp)
+        self.dep_push(cp, ld)                           # t2
+        self.dep_push(cp, st)                           # t3
+        self.dep_pop(cp, st)                            # t3, on B's first store
+        self._raw = self._stored
+        self._stored = []
+        self._deferred = []
+
+    def _fused_load(self, insn: Insn, buf: Buffer, n: int) -> None:
+        """Emit an INP/WGT load of ``n`` scratchpad entries while t2 is owed: held back
+        when it reads bytes the previous step stores, emitted at once (ahead of the held
+        ones) otherwise, unless it writes a scratchpad entry a held load writes."""
+        eb = self.cfg.elem_bytes(MemType(insn.memory_type))
+        lo = insn.dram_base * eb
+        hi = (insn.dram_base + (insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
+        if any(a < hi and lo < b for a, b in self._raw):
+            self._deferred.append((insn, buf, n))
+            return
+        b0, b1 = insn.sram_base, insn.sram_base + n
+        if any(d.memory_type == insn.memory_type and d.sram_base < b1 and b0 < d.sram_base + m
+               for d, _, m in self._deferred):
+            self._release_loads()
+        self._emit(insn, buf=buf)
+
+    def _release_loads(self) -> None:
+        """Pop t2 on the load module and emit the loads held back behind it."""
+        held, self._deferred, self._raw = self._deferred, [], None
+        self.dep_pop(Module.COMPUTE, Module.LOAD)
+        for insn, buf, _ in held:
+            self._emit(insn, buf=buf)
 
     # ------------------------------------------------------------------ lowering
     def _lower(self, s: int, e: int, start_bal: Sequence[int] = (0, 0, 0, 0),
@@ -791,7 +944,9 @@ class ProgramBuilder:
         self.last_uops = []
         total = RunResult(cycles=0, stats={})
         try:
-            for insns, uop_loads, words, regions in self._launches():
+            lowered = self._launches()
+            steps = self.last_launch_steps
+            for li, (insns, uop_loads, words, regions) in enumerate(lowered):
                 if words is not None:
                     ubuf = self._ensure("_uop_buf", words.nbytes)
                     self.device.write(ubuf, words)
@@ -812,8 +967,11 @@ class ProgramBuilder:
                 region_list = sorted(regions.values(), key=lambda b: b.addr)
                 self._verify(ibuf.addr, prog, region_list,
                              (self._uop_buf.addr, words) if words is not None else None)
-                res = self.device.run(ibuf.addr, len(insns), regions=region_list,
-                                      timeout_cycles=self.timeout_cycles)
+                try:
+                    res = self.device.run(ibuf.addr, len(insns), regions=region_list,
+                                          timeout_cycles=self.timeout_cycles)
+                except ProgramError as e:
+                    raise _name_fault(e, steps[li]) from None
                 stats.launches += 1
                 stats.insns += len(insns)
                 _add_result(total, res)
@@ -826,6 +984,10 @@ class ProgramBuilder:
         """Lower everything recorded into launches: ``(instructions, indices of micro-op
         LOADs (dram_base = staging offset in micro-ops), staging words (uint32) or None,
         {addr: data Buffer} the launch loads from or stores to)``."""
+        if self._deferred:
+            self._release_loads()
+        self._raw = None
+        self.last_launch_steps = []
         if not self._recs:
             return []
         prefix = self._prefix()
@@ -838,6 +1000,7 @@ class ProgramBuilder:
         out = []
         for s, e in self._segments(prefix):
             insns, uop_loads, stage = self._lower(s, e, prefix[s], prefix[e])
+            self.last_launch_steps.append(self._owners(s, e, insns))
             regions: dict[int, Buffer] = {}
             for r in self._recs[s:e]:
                 if r.buf is not None:
@@ -845,6 +1008,28 @@ class ProgramBuilder:
             words = np.frombuffer(b"".join(stage), dtype=np.uint32) if stage else None
             out.append((insns, uop_loads, words, regions))
         return out
+
+    def _owners(self, s: int, e: int, insns: list[Insn]) -> list[str] | None:
+        """The step (:meth:`begin_step` name) of each lowered instruction of records
+        ``[s, e)``: a recorded instruction's own step; a micro-op load, NOP or drain the
+        step of the next recorded instruction in the launch (the last one's at the end).
+        None when no step was named."""
+        if not self._marks:
+            return None
+        starts = [m[0] for m in self._marks]
+
+        def step_of(ri: int) -> str:
+            return self._marks[bisect.bisect_right(starts, ri) - 1][1]
+
+        ids = {id(self._recs[i].insn): i for i in range(s, e)}
+        names: list[str] = [""] * len(insns)
+        nxt = step_of(e - 1)
+        for p in range(len(insns) - 1, -1, -1):
+            ri = ids.get(id(insns[p]))
+            if ri is not None:
+                nxt = step_of(ri)
+            names[p] = nxt
+        return names
 
     def record_program(self) -> "RecordedProgram":
         """Lower everything recorded since the last synchronize into a reusable program
@@ -904,7 +1089,7 @@ class ProgramBuilder:
             counters = dataclasses.asdict(stats)
             self.stats = BuilderStats()
             return RecordedProgram(self.device, launches, [bf for bf in (ubuf, ibuf) if bf],
-                                   counters, self.timeout_cycles)
+                                   counters, self.timeout_cycles, self.last_launch_steps)
         finally:
             self._reset_program()
 

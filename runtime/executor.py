@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -62,7 +62,8 @@ from .cpu_float import REAL_OPS, run_float_op, run_onnx_node
 from .cpu_ops import run_cpu_op
 from .device import Buffer, Device, DeviceError, RunResult
 
-__all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory", "UNIT_COUNTERS"]
+__all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory", "fused_groups",
+           "UNIT_COUNTERS"]
 
 
 @dataclass
@@ -74,7 +75,10 @@ class StepStats:
     ``extra`` (sums of the core's per-unit counters :data:`UNIT_COUNTERS` where the backend
     reports them), ``recomputes`` (re-runs of the step under a memory budget to
     rematerialize its evicted output; their counters are in the sums above, not in
-    ``runs``/``images``/``blocks``)."""
+    ``runs``/``images``/``blocks``), ``fused`` (``fuse=True``: the name of the first step
+    of the fused launch the step last ran in, ``""`` when it ran in a launch of its own;
+    a fused launch's ``cycles``, ``launches``, micro-op, DRAM and unit counters are counted
+    on its first step only, ``insns`` on each step exactly)."""
 
     runs: int = 0
     images: int = 0
@@ -88,6 +92,7 @@ class StepStats:
     blocks: int = 0
     extra: dict = field(default_factory=dict)
     recomputes: int = 0
+    fused: str = ""
 
 
 #: per-unit counters of the core's statistics (``docs/regs.md``), summed per step
@@ -142,11 +147,40 @@ class MemoryPlan:
         return sum(self.sizes)
 
 
-def plan_memory(model: CompiledModel, nblk: int, align: int = 1) -> MemoryPlan:
+def fused_groups(model: CompiledModel) -> list[tuple[int, int]]:
+    """Runs ``(first, last)`` (inclusive step indices) of consecutive VTA steps that can run
+    as one fused launch (``Executor(fuse=True)``): a VTA step joins the run of the VTA step
+    before it when every input it reads is a constant or a device tensor in its packed
+    layout (no host packing, no host read-back between the two).  Single steps are runs of
+    one."""
+    steps = model.steps
+    producer = {t: i for i, st in enumerate(steps) for t in st.outputs}
+    runs: list[list[int]] = []
+    for i, st in enumerate(steps):
+        join = False
+        if st.target == "vta" and i and steps[i - 1].target == "vta":
+            join = True
+            for slot, src in st.slots.items():
+                if slot == "y" or slot not in st.layouts:
+                    continue
+                j = producer.get(src)
+                if j is None or steps[j].target != "vta" or steps[j].layouts["y"] != st.layouts[slot]:
+                    join = False
+        if join:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return [tuple(r) for r in runs]
+
+
+def plan_memory(model: CompiledModel, nblk: int, align: int = 1,
+                hold: Sequence[tuple[int, int]] = ()) -> MemoryPlan:
     """Liveness plan of the activation buffers of ``model`` for ``nblk`` batch blocks.
 
     ``align``: bytes each tensor is rounded up to in ``peak_live_bytes`` (a device's
     ``dram_alignment``, as its allocator and :mod:`.dtr` count; default 1: exact bytes).
+    ``hold``: step runs ``(first, last)`` (:func:`fused_groups`) whose tensors are read
+    back after the run's last step: a tensor live at a step of a run lives to its end.
 
     A VTA step's input slot reads its producer's output buffer on the device when the
     producer is a VTA step with the same packed layout; otherwise the host packs the input
@@ -189,6 +223,10 @@ def plan_memory(model: CompiledModel, nblk: int, align: int = 1) -> MemoryPlan:
         j = producer.get(t)
         if j is not None and steps[j].target == "vta":
             life[(j, "y")][1] = end
+    for f, last in hold:
+        for v in life.values():
+            if f <= v[1] < last and v[0] <= last:
+                v[1] = last
     order = sorted(life, key=lambda k: (life[k][0], k[1] != "y", k))
     sizes: list[int] = []
     busy: list[int] = []            # last step each buffer's current tensor is live
@@ -234,6 +272,12 @@ class Executor:
             same session, but the host waits for every step right after appending it (the
             one-shot schedule, for measurements); ``False`` (default): one launch per
             program.
+        fuse: ``True``: every run of consecutive VTA steps that :func:`fused_groups`
+            finds is one program (one FINISH; :meth:`.ProgramBuilder.begin_step` joins the
+            steps with dependency tokens), so the next step's fetch and first loads overlap
+            this one's tail; bit-exact against ``False`` (default: one program per step).
+            A fault names its step.  Per-step ``cycles`` of a fused run are the launch's,
+            counted on its first step (:class:`StepStats` ``fused``).
     Raises:
         DeviceError: the device's config differs from the model's; a budget below the
             smallest working set (the largest step's device inputs + host-packed inputs +
@@ -242,13 +286,15 @@ class Executor:
             the bytes; planned here, so refused up front).  A larger symbolic batch is
             planned at its first run and refused there the same way.
         ValueError: a budget that is not a positive int, an unknown heuristic, an unknown
-            ``stream`` value, or ``stream`` with ``memory_budget``.
+            ``stream`` value, ``stream`` with ``memory_budget``, ``fuse`` not a bool or with
+            ``stream`` or ``memory_budget``.
         DeviceError (stream): the device has no streaming support or its core no ring.
     """
 
     def __init__(self, model: CompiledModel, device: Device, *,
                  max_insns_per_launch: int = 65536, memory_budget: int | None = None,
-                 dtr_heuristic: str = "auto", stream: bool | str = False):
+                 dtr_heuristic: str = "auto", stream: bool | str = False,
+                 fuse: bool = False):
         if device.config.fingerprint != model.config.fingerprint:
             raise DeviceError(
                 f"model '{model.name}' was compiled for {model.config.bitstream_name} "
@@ -289,6 +335,13 @@ class Executor:
             raise DeviceError(f"stream=True needs a core with an instruction ring; "
                               f"{self.cfg.bitstream_name} has INSN_RING = 0")
         self.stream = stream
+        if not isinstance(fuse, bool):
+            raise ValueError(f"fuse must be True or False, got {fuse!r}")
+        if fuse and (stream or memory_budget is not None):
+            raise ValueError("fuse=True runs on the liveness plan without streaming: not "
+                             "with stream or memory_budget")
+        self.fuse = fuse
+        self._groups = fused_groups(model) if fuse else []
         #: called as ``on_step(done, total)`` after each model step of a run (``total``: the
         #: model's steps; recomputes under a memory budget not counted), e.g. to show
         #: progress within one long run; None: not called
@@ -318,10 +371,11 @@ class Executor:
             self._consts[name] = b
         return b
 
-    def _plan(self, nblk: int) -> tuple[MemoryPlan, list]:
-        pb = self._plans.get(nblk)
+    def _plan(self, nblk: int, hold: tuple = ()) -> tuple[MemoryPlan, list]:
+        key = (nblk, hold) if hold else nblk
+        pb = self._plans.get(key)
         if pb is None:
-            plan = plan_memory(self.model, nblk)
+            plan = plan_memory(self.model, nblk, hold=hold)
             bufs = []
             try:
                 for n in plan.sizes:
@@ -330,7 +384,7 @@ class Executor:
                 for b in bufs:
                     self.device.free(b)
                 raise
-            pb = self._plans[nblk] = (plan, bufs)
+            pb = self._plans[key] = (plan, bufs)
         return pb
 
     def plan_budget(self, n_images: int) -> dtr.Schedule:
@@ -591,6 +645,9 @@ class Executor:
 
     def _run_liveness(self, env: dict, n: int, nblk: int, keep: bool) -> None:
         """Every step in model order on the liveness-planned buffers of ``nblk`` blocks."""
+        if self.fuse:
+            self._run_fused(env, n, nblk, keep)
+            return
         plan, pool = self._plan(nblk)
         for i, step in enumerate(self.model.steps):
             if step.target == "cpu":
@@ -603,6 +660,74 @@ class Executor:
             if keep:        # read back before a later step may reuse the buffer
                 self._host(env, step.outputs[0], n)
             self._stepped(i + 1)
+
+    def _run_fused(self, env: dict, n: int, nblk: int, keep: bool) -> None:
+        """:meth:`_run_liveness` with every run of :func:`fused_groups` one program (with
+        ``keep``, on a plan whose tensors live to the end of their run: read back after
+        it)."""
+        runs = [g for g in self._groups if g[1] > g[0]]
+        plan, pool = self._plan(nblk, tuple(runs) if keep else ())
+        steps = self.model.steps
+        for first, last in self._groups:
+            if steps[first].target == "cpu":
+                self._cpu_step(steps[first], env, n)
+                self._stepped(first + 1)
+                continue
+            parts = []
+            for i in range(first, last + 1):
+                step = steps[i]
+                packed = {slot: pool[plan.assign[(i, slot)]] for slot in step.layouts
+                          if (i, slot) in plan.assign and slot != "y"}
+                yb = pool[plan.assign[(i, "y")]]
+                if first == last:
+                    self._vta_step(step, env, n, nblk, packed, yb, 1)
+                else:
+                    bufs = self._step_bufs(step, env, n, packed, 0)[0]
+                    bufs["y"] = yb
+                    parts.append((step, bufs))
+                    env[step.outputs[0]] = _Dev(yb, step.layouts["y"], n)
+            if parts:
+                self._launch_fused(parts, n, nblk)
+            for i in range(first, last + 1):
+                if keep:
+                    self._host(env, steps[i].outputs[0], n)
+                self._stepped(i + 1)
+
+    def _launch_fused(self, parts: list, n: int, nblk: int) -> None:
+        """Run the steps ``parts`` (``[(step, {slot: Buffer})]``) as one fused program
+        (cached per address set, one per run of steps and batch blocks) and count it."""
+        names = tuple(st.name for st, _ in parts)
+        key = ("fused", names, nblk,
+               tuple((st.trace.uid, tuple(sorted((k, b.addr, b.nbytes) for k, b in bufs.items())))
+                     for st, bufs in parts))
+        prog = self._progs.get(key)
+        if prog is None:
+            try:
+                for st, bufs in parts:
+                    self.builder.begin_step(st.name)
+                    replay(self.builder, st.trace, bufs, nblk)
+            except DeviceError as e:
+                self.builder.discard()
+                raise type(e)(f"step {st.name!r}: {e}") from None
+            prog = self.builder.record_program()
+            keys = self._prog_keys.setdefault((names, nblk), [])
+            while keys:
+                old = self._progs.pop(keys.pop(0), None)
+                if old is not None:
+                    old.free()
+            self._progs[key] = prog
+            keys.append(key)
+        res = prog.run()
+        per = {}
+        for launch in prog.launch_steps:
+            for nm in launch or ():
+                per[nm] = per.get(nm, 0) + 1
+        for j, (st, _) in enumerate(parts):
+            s = dict(res.stats) if j == 0 else {}
+            s["insns"] = per.get(st.name, 0)
+            self._count(st, RunResult(cycles=res.cycles if j == 0 else 0, stats=s), n, nblk,
+                        False)
+            self.stats[st.name].fused = names[0]
 
     def _run_streamed(self, env: dict, n: int, nblk: int, keep: bool) -> dict:
         """:meth:`run` as one ring session (``stream=True``)."""
@@ -709,14 +834,10 @@ class Executor:
                 return b
         raise DeviceError(f"internal: step {step.name!r} has no row bands of {rows} rows")
 
-    def _vta_step(self, step, env: dict, n: int, nblk: int, packed: dict, yb, keep_progs: int,
-                  recompute: bool = False, rows: int = 0):
-        """Run one VTA step: inputs in device memory are used in place, the others packed
-        by the host into ``packed[slot]``; the output goes to ``yb``.  ``rows``: run it in
-        row bands of that height (:class:`~.artifact.RowBands`): ``packed["x"]`` holds one
-        band's packed input at a time.  Programs are cached per address set, at most
-        ``keep_progs`` per (step, batch blocks)."""
-        st = self.stats[step.name]
+    def _step_bufs(self, step, env: dict, n: int, packed: dict, rows: int) -> tuple[dict, dict]:
+        """The buffers of ``step``'s input slots: device tensors in place, constants, host
+        values packed into ``packed[slot]``; with ``rows``, ``banded`` (slot -> (layout,
+        host value)) of the inputs packed per band instead."""
         bufs = {}
         banded = {}                 # slot -> (layout, host value) packed per band
         for slot, src in step.slots.items():
@@ -742,6 +863,16 @@ class Executor:
                 bufs[slot] = b
             elif slot != "y":
                 bufs[slot] = self._const_buf(src)
+        return bufs, banded
+
+    def _vta_step(self, step, env: dict, n: int, nblk: int, packed: dict, yb, keep_progs: int,
+                  recompute: bool = False, rows: int = 0):
+        """Run one VTA step: inputs in device memory are used in place, the others packed
+        by the host into ``packed[slot]``; the output goes to ``yb``.  ``rows``: run it in
+        row bands of that height (:class:`~.artifact.RowBands`): ``packed["x"]`` holds one
+        band's packed input at a time.  Programs are cached per address set, at most
+        ``keep_progs`` per (step, batch blocks)."""
+        bufs, banded = self._step_bufs(step, env, n, packed, rows)
         if not rows:
             bufs["y"] = yb
             res = self._launch(step, step.trace, bufs, nblk, keep_progs)
@@ -764,6 +895,13 @@ class Executor:
                 for k, v in r.stats.items():
                     if isinstance(v, (int, np.integer)):
                         res.stats[k] = res.stats.get(k, 0) + int(v)
+        self._count(step, res, n, nblk, recompute)
+        env[step.outputs[0]] = _Dev(yb, step.layouts["y"], n)
+        return res
+
+    def _count(self, step, res: RunResult, n: int, nblk: int, recompute: bool) -> None:
+        """Add one run of ``step`` (its launch result ``res``) to :attr:`stats`."""
+        st = self.stats[step.name]
         s = res.stats
         if recompute:
             st.recomputes += 1
@@ -780,8 +918,6 @@ class Executor:
         for k in UNIT_COUNTERS:         # the core's per-unit counters (rtl, pynq)
             if k in s:
                 st.extra[k] = st.extra.get(k, 0) + int(s[k])
-        env[step.outputs[0]] = _Dev(yb, step.layouts["y"], n)
-        return res
 
     def _launch(self, step, trace, bufs: dict, nblk: int, keep_progs: int) -> RunResult:
         """Run ``trace`` on ``bufs`` (its program instantiated once per address set, at

@@ -23,7 +23,9 @@ PINNED = {
     "preset=batch2": "f7d512e59fb65d5990ab584a97b45ce16b535dca643b0ad5cc2c767b52b99628",
     # presets that came after the template: recorded from it (commits fe857b3, and the
     # Ultra96-V2 / ZCU104 fast cores' commit)
-    "preset=pynq-fast": "f187f99fd274cabf2388d559079a218b8e1eee1cded349db9672a52fb0643e8c",
+    # pynq-fast with DMA_OUTSTANDING 4 (branch h-lat): its bitstream name, so its project
+    # name in the script, gained "_dma4"; was f187f99f...643e8c
+    "preset=pynq-fast": "ce69bd394601e503bc8b516f131e09a375b94545b34013eb815c573450763808",
     "preset=ultra96-fast": "b1b8d75b4f7cdfc4acb17842958cbad25efbf8e36caead325060492ea8016abc",
     "preset=zcu104-fast": "eb917e3a380b5e22fc8cd847771444539037e4adfa3c3f37337983c6e5191f7b",
     "board=pynq-z1": "7622fe4b0e177308560b021ef24535ebd63e391a7f0f0650320a4a2ed491050b",
