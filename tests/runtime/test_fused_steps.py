@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from small_models import four_step_model
 from vtaforge.compiler.compile import compile_model
 from vtaforge.hw.config import MemType, preset
 from vtaforge.hw.isa import Module
@@ -24,49 +25,12 @@ from vtaforge.runtime.kernels import BuilderError
 from vtaforge.runtime.race import RaceError, race_check
 
 
-def _layers_model(seed: int = 0):
-    """input [N,8,9,9] -> Conv 3x3/2 pad 1 (16) -> Relu -> a; Conv 3x3/1 pad 1 (16) on a ->
-    Add(a, .) -> Relu -> MaxPool 2x2/2 -> Flatten -> Gemm (10): four VTA steps in a row
-    (two convs, the add reading the first conv's output, the max-pool), a CPU flatten, a
-    VTA dense."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-
-    def init(name, shape, scale):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
-                                       name)
-
-    inits = [init("w1", (16, 8, 3, 3), 0.2), init("b1", (16,), 0.1),
-             init("w2", (16, 16, 3, 3), 0.1), init("b2", (16,), 0.1),
-             init("w3", (10, 64), 0.2), init("b3", (10,), 0.1)]
-    nodes = [
-        helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], kernel_shape=[3, 3],
-                         pads=[1, 1, 1, 1], strides=[2, 2]),
-        helper.make_node("Relu", ["c1"], ["a"]),
-        helper.make_node("Conv", ["a", "w2", "b2"], ["c2"], kernel_shape=[3, 3],
-                         pads=[1, 1, 1, 1], strides=[1, 1]),
-        helper.make_node("Add", ["a", "c2"], ["s"]),
-        helper.make_node("Relu", ["s"], ["r"]),
-        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-        helper.make_node("Flatten", ["p"], ["f"], axis=1),
-        helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
-    ]
-    g = helper.make_graph(
-        nodes, "fused_layers",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 8, 9, 9])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
-
-
 @pytest.fixture(scope="module", params=["tiny", "pynq-fast"])
 def compiled(request):
     pytest.importorskip("onnx")
     cfg = preset(request.param)
     x = np.random.default_rng(1).standard_normal((2, 8, 9, 9)).astype(np.float32)
-    return compile_model(_layers_model(), x, cfg), x
+    return compile_model(four_step_model(), x, cfg), x
 
 
 def _fused_runs(cm):
@@ -206,7 +170,7 @@ def test_fused_layers_on_tiny_rtl_equal_fsim_and_take_fewer_cycles():
     rtl = pytest.importorskip("vtaforge.runtime.rtl")
     cfg = preset("tiny")
     x = np.random.default_rng(1).standard_normal((1, 8, 9, 9)).astype(np.float32)
-    cm = compile_model(_layers_model(), x, cfg)
+    cm = compile_model(four_step_model(), x, cfg)
     ref = Executor(cm, FsimDevice(cfg, mem_bytes=16 << 20)).run(x, keep=True)
     cycles = {}
     for fuse in (False, True):
@@ -233,7 +197,7 @@ def test_cycle_model_on_fused_launches_follows_the_rtl():
 
     cfg = preset("tiny")
     x = np.random.default_rng(1).standard_normal((1, 8, 9, 9)).astype(np.float32)
-    cm = compile_model(_layers_model(), x, cfg)
+    cm = compile_model(four_step_model(), x, cfg)
     (first, last), = _fused_runs(cm)
     got = {}
     for fuse in (False, True):
