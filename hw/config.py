@@ -80,6 +80,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "TOKEN_QUEUE_DEPTH": (1, 1024),
     "DSP_PACKING": (1, 2),
     "DMA_OUTSTANDING": (1, 8),
+    "DEPTHWISE_TAPS": (0, 16),
 }
 
 #: Datapath options off by default and the suffix each adds to
@@ -153,6 +154,13 @@ class VTAConfig:
       per row (docs/hardware.md "DMA engine"); a timing option only.  1 (default): one
       request at a time, and the core, its Verilog and its fingerprint are exactly those
       of a config without the key.
+    - ``DEPTHWISE_TAPS``: 0 (default: off) or 2..16, at most ``BLOCK_IN``: the GEMM
+      instruction's ``depthwise`` flag exists, and a depthwise GEMM micro-op reads that many
+      consecutive INP entries, lane ``o`` of each (a channel times one kernel tap per entry),
+      so one micro-op does a row of kernel taps of ``BLOCK_OUT`` channels
+      (docs/isa.md "Depthwise GEMM"; 3 for 3x3 kernels).  Needs ``BLOCK_IN == BLOCK_OUT`` and
+      int8 activations and weights.  0: the core, its ISA, Verilog and fingerprint are
+      exactly those of a config without the key.
 
     Raises:
         ConfigError: any value out of range, with key, value and allowed range named; or
@@ -185,6 +193,7 @@ class VTAConfig:
     LUT_MULTIPLIERS: int = 0
     INSN_RING: int = 0
     DMA_OUTSTANDING: int = 1
+    DEPTHWISE_TAPS: int = 0
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
@@ -239,6 +248,17 @@ class VTAConfig:
             raise ConfigError(
                 f"LUT_MULTIPLIERS = {self.LUT_MULTIPLIERS!r} is out of range; allowed: "
                 f"integers 0..{n_mul} (BATCH*BLOCK_IN*BLOCK_OUT)")
+        t = self.DEPTHWISE_TAPS
+        if t == 1 or t > self.BLOCK_IN:
+            raise ConfigError(f"DEPTHWISE_TAPS = {t} is out of range; allowed: 0 (off) or "
+                              f"2..{min(16, self.BLOCK_IN)} (at most BLOCK_IN)")
+        if t and (self.LOG_BLOCK_IN != self.LOG_BLOCK_OUT or self.LOG_INP_WIDTH != 3
+                  or self.LOG_WGT_WIDTH != 3):
+            raise ConfigError(f"DEPTHWISE_TAPS = {t} needs BLOCK_IN == BLOCK_OUT (got "
+                              f"{self.BLOCK_IN}, {self.BLOCK_OUT}) and int8 activations and "
+                              f"weights (LOG_INP_WIDTH = LOG_WGT_WIDTH = 3, got "
+                              f"{self.LOG_INP_WIDTH}, {self.LOG_WGT_WIDTH}): lane o of a "
+                              f"depthwise GEMM reads input channel o")
         r = self.INSN_RING
         lo, hi = INSN_RING_RANGE
         if isinstance(r, bool) or not isinstance(r, int):
@@ -460,7 +480,8 @@ class VTAConfig:
     def bitstream_name(self) -> str:
         """Upstream's bitstream string, e.g. ``1x16_i8w8a32_15_15_18_17``, followed by one
         suffix per datapath option that is on (:data:`OPTION_SUFFIXES`: ``_mul``, ``_req``,
-        ``_eng``, ``_fwd``, ``_ring<N>``; ``_dma<N>`` for ``DMA_OUTSTANDING`` > 1), so a
+        ``_eng``, ``_fwd``, ``_ring<N>``; ``_dma<N>`` for ``DMA_OUTSTANDING`` > 1, ``_dw<T>``
+        for ``DEPTHWISE_TAPS`` T > 0), so a
         core with options is not named like the
         upstream core of its shape (``1x16_i8w8a32_15_15_18_17_req_eng_fwd``); a config
         without them has upstream's name."""
@@ -470,6 +491,8 @@ class VTAConfig:
         ring = f"_ring{self.INSN_RING}" if self.INSN_RING else ""
         if self.DMA_OUTSTANDING > 1:
             ring += f"_dma{self.DMA_OUTSTANDING}"
+        if self.DEPTHWISE_TAPS:
+            ring += f"_dw{self.DEPTHWISE_TAPS}"
         return (f"{self.BATCH}x{blk}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}_"
                 f"{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}_"
                 f"{self.LOG_ACC_BUFF_SIZE}{opts}{ring}")
@@ -496,7 +519,7 @@ class VTAConfig:
         equal fingerprints mean equal hardware and ISA.
         """
         hw = self.hardware_dict()
-        for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD"):
+        for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD", "DEPTHWISE_TAPS"):
             if not hw[key]:     # off: the fingerprint of a config without the key
                 del hw[key]
         if hw["DMA_OUTSTANDING"] == 1:     # default: as without the key

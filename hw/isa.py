@@ -274,7 +274,7 @@ INSN_FIELDS = (
     "y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1",
     "reset", "uop_bgn", "uop_end", "iter_out", "iter_in",
     "dst_factor_out", "dst_factor_in", "src_factor_out", "src_factor_in",
-    "wgt_factor_out", "wgt_factor_in", "alu_opcode", "use_imm", "imm",
+    "wgt_factor_out", "wgt_factor_in", "alu_opcode", "use_imm", "imm", "depthwise",
 )
 
 
@@ -354,7 +354,9 @@ def _layout_spec(cfg: VTAConfig):
         ("y_pad_1", lim.pad_bits), ("x_pad_0", lim.pad_bits), ("x_pad_1", lim.pad_bits))
     loop = (("reset", 1), ("uop_bgn", uop_w), ("uop_end", uop_w + 1),
             ("iter_out", lim.iter_bits), ("iter_in", lim.iter_bits))
-    gemm = HEADER + loop + (
+    # the depthwise flag sits after the loop fields, in the first word's spare bits on the
+    # presets (the factors start the second word either way)
+    gemm = HEADER + loop + ((("depthwise", 1),) if cfg.DEPTHWISE_TAPS else ()) + (
         ("dst_factor_out", acc_w), ("dst_factor_in", acc_w), ("src_factor_out", inp_w),
         ("src_factor_in", inp_w), ("wgt_factor_out", wgt_w), ("wgt_factor_in", wgt_w))
     alu = HEADER + loop + (
@@ -435,6 +437,8 @@ class Insn:
     alu_opcode: int = 0
     use_imm: int = 0
     imm: int = 0
+    #: GEMM only, on a ``DEPTHWISE_TAPS`` config: the micro-ops are depthwise (docs/isa.md)
+    depthwise: int = 0
 
     def asdict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -483,17 +487,26 @@ def _check_names(names: Iterable[str]) -> None:
             raise ISAError(f"unknown instruction field {k!r}; allowed: {', '.join(INSN_FIELDS)}")
 
 
+def _check_depthwise(cfg: VTAConfig, i: int) -> None:
+    if not cfg.DEPTHWISE_TAPS:
+        raise ISAError(f"instruction {i}: a depthwise GEMM needs a config with "
+                       f"DEPTHWISE_TAPS > 0 (this one has none)")
+
+
 def encode_insn(cfg: VTAConfig, insn: Insn | Mapping[str, int]) -> bytes:
     """Encode one instruction to 16 little-endian bytes.
 
     Raises:
-        ISAError: unknown opcode, a field name not in :data:`INSN_FIELDS`, or a field value
-            that does not fit its width.
+        ISAError: unknown opcode, a field name not in :data:`INSN_FIELDS`, a field value
+            that does not fit its width, or a depthwise GEMM on a config without
+            ``DEPTHWISE_TAPS``.
     """
     d = insn.asdict() if isinstance(insn, Insn) else dict(insn)
     _check_names(d)
     lay = isa_layout(cfg)
     fmt = lay.format_of(int(d.get("opcode", 0)))
+    if d.get("depthwise", 0) and int(d.get("opcode", 0)) == Opcode.GEMM:
+        _check_depthwise(cfg, 0)
     word = 0
     for f in fmt:
         word |= _check_value(f, d.get(f.name, 0)) << f.lsb
@@ -583,7 +596,8 @@ def encode_program(cfg: VTAConfig, insns: Iterable[Insn] | Mapping[str, np.ndarr
         ``uint8`` array of shape ``(N, 16)``.
 
     Raises:
-        ISAError: unknown opcode or a field value out of range (names the instruction index);
+        ISAError: unknown opcode, a field value out of range or a depthwise GEMM on a config
+            without ``DEPTHWISE_TAPS`` (names the instruction index);
             for a dict of columns also an unknown field name, a missing ``opcode`` column or
             columns of unequal length.
     """
@@ -602,6 +616,11 @@ def encode_program(cfg: VTAConfig, insns: Iterable[Insn] | Mapping[str, np.ndarr
                 for k in INSN_FIELDS}
     n = len(cols["opcode"])
     lay = isa_layout(cfg)
+    dw = cols.get("depthwise")
+    if dw is not None and not cfg.DEPTHWISE_TAPS:
+        hit = np.flatnonzero((dw != 0) & (cols["opcode"] == Opcode.GEMM))
+        if hit.size:
+            _check_depthwise(cfg, int(hit[0]))
     lo = np.zeros(n, dtype=np.uint64)
     hi = np.zeros(n, dtype=np.uint64)
     opcode = cols["opcode"]
@@ -702,7 +721,7 @@ def format_insn(insn: Insn) -> str:
                  + (f",w{insn.wgt_factor_in}" if op == Opcode.GEMM else "") + ")")
         rst = " reset" if insn.reset else ""
         if op == Opcode.GEMM:
-            return f"GEMM      [{flags}] {loops}{rst}"
+            return f"GEMM{' DW' if insn.depthwise else '   '}   [{flags}] {loops}{rst}"
         alu = _ALU_NAMES.get(insn.alu_opcode, f"op{insn.alu_opcode}")
         operand = f" imm={insn.imm}" if insn.use_imm else " tensor"
         if insn.alu_opcode == AluOp.REQ:

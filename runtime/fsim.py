@@ -81,7 +81,7 @@ from .cpu_ops import unpack_int4
 from .device import Buffer, DeadlockError, Device, DeviceError, ProgramError, RunResult, check_ring
 from .fsim_kernels import (
     _alu_eval, _alu_fused, _alu_step, _box_index, _dram_view, _fast_index, _fuse_alu,
-    _gemm_chunks, _gemm_kernel, _gemm_nest, _index_bytes, _int_dtype, _nest_boxes, _nest_index,
+    _gemm_chunks, _gemm_dw_kernel, _gemm_kernel, _gemm_nest, _index_bytes, _int_dtype, _nest_boxes, _nest_index,
     _prev_conflict, _put, _same, _uint_dtype, _unique, _waves, _wrap,
 )
 from .fsim_ring import FsimRingMixin, ring_session_extra
@@ -719,8 +719,14 @@ class _Machine:
                 checks.append((ErrorKind.WGT, self.uop_wgt, "wgt_factor"))
             elif not use_imm:
                 checks.append((ErrorKind.ACC_SRC, self.uop_src, "src_factor"))
+        # a depthwise GEMM reads DEPTHWISE_TAPS consecutive INP entries: its last one
+        # is the one checked (and named)
+        dw = bool(gemm and c["depthwise"][i])
+        last = cfg.DEPTHWISE_TAPS - 1 if dw else 0
         worst = None
         for order, (kind, arr, fac) in enumerate(checks):
+            if last and kind == ErrorKind.INP_SRC:
+                arr = arr + last
             hit = first_out_of_range(arr[bgn:end], I, J, c[fac + "_out"][i],
                                      c[fac + "_in"][i], cfg.depth(_INDEX_MEM[kind]))
             if hit is not None and (worst is None or (hit[0], order) < worst[:2]):
@@ -762,8 +768,9 @@ class _Machine:
         sfo, sfi = c["src_factor_out"][i], c["src_factor_in"][i]
         if gemm:
             ops: list = []
-            self._gemm(ops, I, J, dst_b, src_b, self.uop_wgt[bgn:end], dfo, dfi, sfo, sfi,
-                       c["wgt_factor_out"][i], c["wgt_factor_in"][i])
+            (self._gemm_dw if dw else self._gemm)(
+                ops, I, J, dst_b, src_b, self.uop_wgt[bgn:end], dfo, dfi, sfo, sfi,
+                c["wgt_factor_out"][i], c["wgt_factor_in"][i])
             for fn, nb in ops:
                 self._data(fn, nb)
             return
@@ -837,6 +844,19 @@ class _Machine:
             sum(_index_bytes(a) for a in it if isinstance(a, (np.ndarray, slice)))
             for c in chunks for it in c[4])
         ops.append((gemm, nb))
+
+    def _gemm_dw(self, ops: list, I: int, J: int, dst_b: np.ndarray, src_b: np.ndarray,
+                 wgt_b: np.ndarray, dfo: int, dfi: int, sfo: int, sfi: int, wfo: int,
+                 wfi: int) -> None:
+        """One depthwise GEMM loop nest (no reset; docs/isa.md "Depthwise GEMM"): for every
+        iteration and micro-op, ``acc[dst][b][o] += sum_t inp[src + t][b][o] * wgt[wgt][o][t]``
+        over ``t < DEPTHWISE_TAPS``, exactly, wrapped at ACC_WIDTH.  Appends the data work
+        to ``ops`` (as :meth:`_gemm`)."""
+        vd, vs, vw, rd, rs = _gemm_nest(I, J, dst_b, src_b, wgt_b, dfo, dfi, sfo, sfi, wfo,
+                                        wfi)
+        wrap = self._gemm_wraps(vd, rd)
+        ops.append(_gemm_dw_kernel(self.cfg.DEPTHWISE_TAPS, self.acc_bits, vd, vs, vw, rd, rs,
+                                   wrap))
 
     def _gemm_groups(self, vd: np.ndarray, vs: np.ndarray, vw: np.ndarray) -> SimpleNamespace:
         """The virtual micro-ops (destinations ``vd``, sources ``vs``, weights ``vw``)

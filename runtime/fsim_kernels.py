@@ -7,7 +7,8 @@ and replays, with the index arithmetic it is built from.
   their fusion (:func:`_alu_step`, :func:`_fuse_alu`), read-after-write waves
   (:func:`_prev_conflict`, :func:`_waves`);
 - GEMM: a nest as virtual micro-ops and rows (:func:`_gemm_nest`), its work chunks
-  (:func:`_gemm_chunks`) and the matmul kernel (:func:`_gemm_kernel`);
+  (:func:`_gemm_chunks`), the matmul kernel (:func:`_gemm_kernel`) and the depthwise one
+  (:func:`_gemm_dw_kernel`);
 - wrapping at the accumulator width (:func:`_wrap`, :func:`_wrap_`).
 
 Every function here is a pure function of its arguments or, for the returned kernels, of
@@ -364,6 +365,41 @@ def _gemm_kernel(cfg: VTAConfig, fdt, bits: int, g: SimpleNamespace, chunks: lis
                 else:
                     acc[dst] += p
     return gemm
+
+
+def _gemm_dw_kernel(taps: int, bits: int, vd, vs, vw, rd, rs, wrap: bool):
+    """The data work of a depthwise GEMM nest (virtual micro-ops ``vd``/``vs``/``vw`` and
+    rows ``rd``/``rs`` of :func:`_gemm_nest`) and its index bytes: in chunks of about
+    ``CHUNK`` micro-ops, the ``taps`` source entries of each gathered lane-wise against
+    the first ``taps`` columns of its weight tile, the products summed in int64 per
+    destination (sorted, ``reduceat``) and added into ``acc`` (wrapped at ``bits``)."""
+    dst = (vd[:, None] + rd[None, :]).reshape(-1)
+    src = (vs[:, None] + rs[None, :]).reshape(-1)
+    wsel = np.repeat(vw, rd.size)
+    order = np.argsort(dst, kind="stable")
+    dst, src, wsel = dst[order], src[order], wsel[order]
+    items = []
+    step = max(1, CHUNK // taps)
+    a = 0
+    while a < dst.size:
+        # chunk boundaries fall between destinations, so each is reduced within one chunk
+        b = min(dst.size, a + step)
+        while b < dst.size and dst[b] == dst[b - 1]:
+            b += 1
+        d = dst[a:b]
+        first = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
+        items.append((src[a:b, None] + np.arange(taps), wsel[a:b], d[first], first))
+        a = b
+    nbytes = sum(t.nbytes + w.nbytes + d.nbytes + f.nbytes for t, w, d, f in items)
+
+    def gemm(m: _Machine) -> None:
+        for tap_idx, w_idx, d, first in items:
+            x = np.take(m.inp, tap_idx, axis=0)                  # (n, taps, B, BI)
+            w = np.take(m.wgt_t, w_idx, axis=0)[:, :taps, :]     # (n, taps, BO): [t][o]
+            p = np.einsum("ntbo,nto->nbo", x, w).astype(np.int64)
+            p = np.add.reduceat(p, first, axis=0)
+            m.acc[d] = _wrap(m.acc[d] + p, bits) if wrap else m.acc[d] + p
+    return gemm, nbytes
 
 
 def _unique(dst: np.ndarray) -> bool:

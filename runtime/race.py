@@ -259,6 +259,9 @@ class _Accesses:
                 if not i.reset or (op == Opcode.ALU and i.alu_opcode == AluOp.REQ):
                     reads.append(("ACC", dst))
                     if op == Opcode.GEMM:
+                        if i.depthwise:     # the DEPTHWISE_TAPS entries from src on
+                            src = np.unique((src[:, None] + np.arange(
+                                cfg.DEPTHWISE_TAPS)).reshape(-1))
                         reads += [("INP", src), ("WGT", wgt)]
                     elif not i.use_imm:
                         reads.append(("ACC", src))
