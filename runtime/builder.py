@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
 
@@ -193,24 +192,22 @@ class RecordedProgram:
 
 
 def _name_fault(err: ProgramError, names: list[str] | None) -> ProgramError:
-    """``err`` of a fused launch with the step it is about named first: the step of the
-    first instruction its message names (``instruction <i>``), else every step of the
-    launch.  ``names`` None (an unfused launch): ``err`` unchanged."""
+    """``err`` of a fused launch with the step it is about named first: the owner (in
+    ``names``, one step name per instruction of the launch) of the instruction
+    ``err.insn_index``, else (no index, or one outside the launch) every step of the
+    launch.  The result is of ``err``'s class with all its attributes (``insn_index``
+    included).  ``names`` None (an unfused launch): ``err`` unchanged."""
     if not names:
         return err
-    m = re.search(r"instruction (\d+)", str(err))
+    i = err.insn_index
     steps = list(dict.fromkeys(names))
     where = (f"fused launch of {len(steps)} steps, {steps[0]!r} ... {steps[-1]!r}"
              if len(steps) > 2 else f"fused launch of {', '.join(map(repr, steps))}")
-    if m and int(m.group(1)) < len(names):
-        text = f"step {names[int(m.group(1))]!r} ({where}): {err}"
+    if i is not None and 0 <= i < len(names):
+        text = f"step {names[i]!r} ({where}): {err}"
     else:
         text = f"one of the steps {', '.join(map(repr, steps))} ({where}): {err}"
-    try:
-        out = type(err)(text)
-    except Exception:       # an error class with another constructor
-        out = ProgramError(text)
-    return out
+    return err.with_message(text)
 
 
 def _launch_head(start_bal: Sequence[int]) -> list[Insn]:

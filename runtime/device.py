@@ -15,7 +15,8 @@ Errors:
  - :class:`ProgramError` (a ``DeviceError``): a program that breaks the ISA's rules
    (unknown opcode or memory type, DMA outside the memory the program may touch,
    scratchpad index out of range, missing FINISH, deadlock, timeout).  Its message is
-   one line naming the cause.
+   one line naming the cause; its ``insn_index`` names the instruction it is about, as
+   data (None when no single instruction is to blame).
 """
 
 from __future__ import annotations
@@ -35,7 +36,47 @@ class DeviceError(RuntimeError):
 
 
 class ProgramError(DeviceError):
-    """A program that violates the ISA semantics; the message names the cause."""
+    """A program that violates the ISA semantics; the message names the cause.
+
+    Args:
+        *args: as for any exception (the first is the one-line message).
+        insn_index: keyword only; see the attribute.
+
+    Attributes:
+        insn_index: the 0-based index, within the launched instruction stream (for a
+            streamed segment: within the segment), of the instruction the error is about;
+            None when no single instruction is to blame (missing FINISH, tokens left at
+            completion, a watchdog or bus error with nothing decoded, a ring fault).  Where
+            the message says ``instruction <N>`` (the first it names, for a deadlock: the
+            first stalled module's), ``insn_index == N``.
+
+    Subclasses with their own constructor pass ``insn_index`` on to this one.  An error
+    pickles and copies without calling any constructor (every attribute kept), and
+    :meth:`with_message` rewords it keeping its class and attributes.
+    """
+
+    insn_index: int | None = None
+
+    def __init__(self, *args: object, insn_index: int | None = None):
+        super().__init__(*args)
+        self.insn_index = None if insn_index is None else int(insn_index)
+
+    def with_message(self, msg: str) -> ProgramError:
+        """A new error of this error's class with message ``msg`` and every attribute of
+        this one (``insn_index`` included); no constructor is called, so it works for a
+        subclass whose constructor takes other arguments."""
+        return _restore_program_error(type(self), (msg,), self.__dict__)
+
+    def __reduce__(self):
+        return _restore_program_error, (type(self), self.args, self.__dict__)
+
+
+def _restore_program_error(cls: type, args: tuple, state: dict) -> ProgramError:
+    """Rebuild a :class:`ProgramError` (or subclass) from its ``args`` and ``__dict__``
+    without its constructor (pickling, :meth:`ProgramError.with_message`)."""
+    err = cls.__new__(cls, *args)
+    err.__dict__.update(state)
+    return err
 
 
 class DeadlockError(ProgramError):

@@ -166,6 +166,7 @@ def fused_groups(model: CompiledModel) -> list[tuple[int, int]]:
                 j = producer.get(src)
                 if j is None or steps[j].target != "vta" or steps[j].layouts["y"] != st.layouts[slot]:
                     join = False
+                    break
         if join:
             runs[-1][1] = i
         else:

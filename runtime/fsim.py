@@ -267,7 +267,7 @@ class _Machine:
     # ------------------------------------------------------------------ errors
     def _err(self, i: int, msg: str) -> ProgramError:
         insn = Insn(**{k: self.cols[k][i] for k in INSN_FIELDS})
-        return ProgramError(insn_fault_text(i, insn, msg))
+        return ProgramError(insn_fault_text(i, insn, msg), insn_index=i)
 
     # ------------------------------------------------------------------ decode + static
     def load_program(self, insn_addr: int, insn_count: int, raw: np.ndarray | None = None
@@ -501,7 +501,9 @@ class _Machine:
             if pc == n and not any(cq.values()):
                 break
             if not progress:
-                raise DeadlockError(self._deadlock_msg(cq, tok, pc))
+                # insn_index: the first stalled instruction the message names
+                raise DeadlockError(self._deadlock_msg(cq, tok, pc), insn_index=next(
+                    (cq[m][0] for m in _MODS if cq[m]), pc if pc < n else None))
         if not finished:  # unreachable: static checks require a FINISH, and all drained
             raise ProgramError("the program completed without executing FINISH")
         left = [q for q in range(4) if tok[q]]
@@ -535,7 +537,7 @@ class _Machine:
         if self.steps > self.max_steps:
             raise ProgramError(
                 f"timeout: instruction {i} would exceed the watchdog of {self.max_steps} "
-                f"steps (one per instruction and per micro-op)")
+                f"steps (one per instruction and per micro-op)", insn_index=i)
 
     def _execute(self, i: int) -> None:
         c = self.cols
@@ -1436,7 +1438,7 @@ class FsimDevice(FsimRingMixin, Device):
             raise DeviceError("fsim: no stream session is open (stream_open first)")
         if st["failed"] is not None:
             raise ProgramError(f"fsim: the stream session stopped at a failed segment: "
-                               f"{st['failed']}")
+                               f"{st['failed']}", insn_index=st.get("failed_insn"))
         return st
 
     def _run_segment(self, st: dict, timeout_cycles: int | None = None) -> RunResult:
@@ -1450,7 +1452,8 @@ class FsimDevice(FsimRingMixin, Device):
                                  plans=self.plans)
         except ProgramError as e:
             st["failed"] = f"segment {k}: {e}"
-            raise type(e)(st["failed"]) from None
+            st["failed_insn"] = e.insn_index     # within the segment, as its message says
+            raise e.with_message(st["failed"]) from None
         st["head"] += raw.size // INSN_BYTES
         st["finish"] = k
         return RunResult(cycles=0, stats=dict(stats))

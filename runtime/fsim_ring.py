@@ -187,7 +187,7 @@ class FsimRingMixin:
             if st.get("own", True):
                 self.free(st["ring"])
             self._stream = None
-            raise ProgramError(f"fsim: {st['failed']}")
+            raise ProgramError(f"fsim: {st['failed']}", insn_index=st.get("failed_insn"))
 
     def _ring_drain(self, st: dict) -> None:
         """Run every pending segment (a failure is kept in ``st["failed"]``, raised by

@@ -181,7 +181,8 @@ class CoreTimeout(ProgramError):
     """The watchdog fired: the run was not done within ``limit`` (in ``unit``).
 
     Attributes:
-        status: the last ``STATUS`` value read; limit, elapsed: in the watchdog's unit.
+        status: the last ``STATUS`` value read; limit, elapsed: in the watchdog's unit;
+        insn_index: None (no instruction is to blame).
     """
 
     def __init__(self, msg: str, status: int, limit: float, elapsed: float, unit: str):
@@ -195,15 +196,17 @@ class CoreFault(ProgramError):
     Attributes:
         unit: the :class:`~vtaforge.hw.isa.Module` that found it; kind: a
         :class:`~vtaforge.hw.regs.ErrorKind`; index: ``ERR_INDEX``; ordinal: ``ERR_INSN``
-        (the unit's instruction count); insn_index: the instruction's index in the
-        program (None when the driver could not read the program).
+        (the unit's instruction count); insn_index (:class:`ProgramError`'s): the
+        instruction's index in the program (in a session: within its segment), the
+        ``ERR_INSN``-th instruction of ``unit``; None when the driver could not read the
+        program or the fault is a ring fault.
     """
 
     def __init__(self, msg: str, unit: int, kind: int, index: int, ordinal: int,
                  insn_index: int | None):
-        super().__init__(msg)
+        super().__init__(msg, insn_index=insn_index)
         self.unit, self.kind, self.index = unit, kind, index
-        self.ordinal, self.insn_index = ordinal, insn_index
+        self.ordinal = ordinal
 
 
 def _field(value: int, reg_name: str, field_name: str) -> int:

@@ -67,7 +67,7 @@ import numpy as np
 
 from ..hw import regs
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import ISAError, Opcode, decode_program, encode_program
+from ..hw.isa import ISAError, Opcode, decode_program, encode_program, isa_layout
 from .device import Allocator as _SubAllocator
 from .device import Buffer, Device, DeviceError, ProgramError, RunResult
 from .mmio import STAT_REGISTERS, CoreDriver, CoreTimeout, RegisterPort, Watchdog
@@ -672,7 +672,10 @@ class PynqDevice(Device):
         (wall time from START to DONE).
 
         Raises:
-            ProgramError: rejected by the verifier, or the run did not finish in time.
+            ProgramError: rejected by the verifier, or the run did not finish in time
+                (``insn_index`` None).
+            CoreFault: a ``ProgramError``: the core reported a scratchpad fault; its
+                ``insn_index`` is the instruction the error registers name (``ERR_INSN``).
             DeviceError: a region outside the allocated buffers; a host-dirty buffer in the
                 regions (manual cache mode); the core still busy from an earlier run.
         """
@@ -800,6 +803,8 @@ class PynqDevice(Device):
             self._verify(insn_addr, insn_count, regions, prog, cols, segment=True)
         try:
             k = self.driver.ring_append(prog, self._stream_limit(timeout_cycles))
+        except ProgramError as e:   # a CoreFault while waiting for slots: class and index kept
+            raise e.with_message(f"board: {e}") from None
         except DeviceError as e:
             raise ProgramError(f"board: {e}") from None
         st["written"][k] = self._store_targets(cols)
@@ -871,7 +876,8 @@ def _relocate(cfg: VTAConfig, prog: np.ndarray, phys: int) -> np.ndarray:
     """The program with every LOAD/STORE ``dram_base`` moved by ``phys`` bytes.
 
     Raises:
-        ProgramError: a relocated field does not fit (names the instruction).
+        ProgramError: a relocated field does not fit (names the instruction; its
+            ``insn_index``).
     """
     cols = decode_program(cfg, prog)
     mem = (cols["opcode"] == Opcode.LOAD) | (cols["opcode"] == Opcode.STORE)
@@ -882,7 +888,12 @@ def _relocate(cfg: VTAConfig, prog: np.ndarray, phys: int) -> np.ndarray:
     try:
         return encode_program(cfg, cols).reshape(-1)
     except ISAError as e:
-        raise ProgramError(f"cannot relocate the program to 0x{phys:x}: {e}") from None
+        # only dram_base moved: the encoder names the first LOAD/STORE whose relocated
+        # dram_base does not fit its field
+        wide = sel & (cols["dram_base"] > isa_layout(cfg).field("mem", "dram_base").mask)
+        first = np.flatnonzero(wide)
+        raise ProgramError(f"cannot relocate the program to 0x{phys:x}: {e}",
+                           insn_index=int(first[0]) if first.size else None) from None
 
 
 def run_raw(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count: int, *,

@@ -39,7 +39,8 @@ _QNAMES = ("l2g", "g2l", "g2s", "s2g")
 class RaceError(ProgramError):
     """A program whose result may depend on the schedule (a data race between modules, a
     scratchpad read before any write, a store over the instruction stream) or that
-    deadlocks under every schedule."""
+    deadlocks under every schedule.  ``insn_index``: the instruction the message names
+    first (the reader or writer of a race); None for a deadlock (several heads)."""
 
 
 @dataclass
@@ -132,7 +133,7 @@ def _match_tokens(insns: list[Insn], mods: list[int]):
                 pop_count[q] += 1
                 if j >= len(push_lists[q]):
                     raise RaceError(f"instruction {k}: pop number {j + 1} of {_QNAMES[q]} has "
-                                    f"no matching push")
+                                    f"no matching push", insn_index=k)
                 pop_of.setdefault(k, []).append((q, push_lists[q][j]))
     return per_mod, push_lists, pop_of
 
@@ -244,7 +245,8 @@ class _Accesses:
             reads.append(("ACC", np.arange(i.sram_base, i.sram_base + i.y_size * i.x_size)))
             w = _rows(i.dram_base, i.y_size, i.x_size, i.x_stride, cfg.elem_bytes(MemType.OUT))
             if w.size and ((w >= self.ia0) & (w < self.ia1)).any():
-                raise RaceError(f"instruction {k}: STORE writes the instruction stream")
+                raise RaceError(f"instruction {k}: STORE writes the instruction stream",
+                                insn_index=k)
             writes.append(("DRAM", w))
         elif op in (Opcode.GEMM, Opcode.ALU):
             sets = _loop_sets(cfg, i, self.ud, self.us, self.uw)
@@ -253,7 +255,7 @@ class _Accesses:
                 if not written["UOP"][slots].all():
                     raise RaceError(f"instruction {k}: micro-op slot "
                                     f"{int(slots[~written['UOP'][slots]][0])} is read before "
-                                    f"any UOP load wrote it")
+                                    f"any UOP load wrote it", insn_index=k)
                 writes.append(("ACC", dst))
                 # a clearing REQ (reset on ALU REQ) reads dst and src like REQ: no reset
                 if not i.reset or (op == Opcode.ALU and i.alu_opcode == AluOp.REQ):
@@ -282,7 +284,7 @@ class _Accesses:
             if sp in written and not written[sp][idx].all():
                 e = idx[~written[sp][idx]][0]
                 raise RaceError(f"instruction {k} ({_MOD_NAME[m]}) reads {_where(sp, e)} "
-                                f"before this program wrote it")
+                                f"before this program wrote it", insn_index=k)
             lm = lw_mod[sp][idx]
             for m2 in range(3):
                 if m2 == m:
@@ -295,7 +297,7 @@ class _Accesses:
                         raise RaceError(
                             f"race: instruction {k} ({_MOD_NAME[m]}) reads {_where(sp, e)} "
                             f"written by instruction {int(lw_insn[sp][e])} ({_MOD_NAME[m2]}) "
-                            f"without a token ordering them")
+                            f"without a token ordering them", insn_index=k)
         for sp, idx in writes:
             if idx.size == 0:
                 continue
@@ -311,7 +313,7 @@ class _Accesses:
                     raise RaceError(
                         f"race: instruction {k} ({_MOD_NAME[m]}) writes {_where(sp, e)} "
                         f"accessed by instruction {other} ({_MOD_NAME[m2]}) without a token "
-                        f"ordering them")
+                        f"ordering them", insn_index=k)
 
     def record(self, k: int, m: int, seq: int, reads: list, writes: list) -> None:
         """Record instruction ``k``'s accesses (module ``m``, sequence number ``seq``)."""

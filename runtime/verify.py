@@ -147,8 +147,8 @@ def verify_program(cfg: VTAConfig, dram: np.ndarray, insn_addr: int, insn_count:
         A :class:`VerifyReport`.
 
     Raises:
-        ProgramError / DeadlockError: with the same one-line messages as
-            :func:`.fsim.simulate`.
+        ProgramError / DeadlockError: with the same one-line messages and the same
+            ``insn_index`` (the instruction the error is about) as :func:`.fsim.simulate`.
         DeviceError: a :class:`SparseImage` lacks bytes the program reads.
     """
     if isinstance(dram, SparseImage):
@@ -176,7 +176,9 @@ def verify_segment(cfg: VTAConfig, dram, insn_addr: int, insn_count: int,
     Returns:
         the :class:`VerifyReport`.
     Raises:
-        ProgramError / DeadlockError: the segment is refused (the message names the rule).
+        ProgramError / DeadlockError: the segment is refused (the message names the rule;
+            ``insn_index``: as :func:`verify_program`'s, or the first FINISH that is not the
+            segment's last instruction).
         DeviceError: as :func:`verify_program`.
     """
     n = int(insn_count)
@@ -189,7 +191,8 @@ def verify_segment(cfg: VTAConfig, dram, insn_addr: int, insn_count: int,
                 raise ProgramError(
                     f"segment of {n} instructions: a streamed segment ends with its one "
                     f"FINISH, found FINISH at {', '.join(str(int(i)) for i in fin[:4])}"
-                    f"{' ...' if fin.size > 4 else ''}")
+                    f"{' ...' if fin.size > 4 else ''}",
+                    insn_index=int(fin[0]))     # the first FINISH before the segment's end
     return verify_program(cfg, dram, insn_addr, insn_count, regions, max_steps=max_steps)
 
 

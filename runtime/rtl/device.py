@@ -354,7 +354,10 @@ class RtlDevice(RtlStreamMixin, Device):
         ``sim_cycles_per_second``, and the verifier's data-independent fsim counters.
 
         Raises:
-            ProgramError: rejected by the verifier, a bus rule broken, or the watchdog.
+            ProgramError: rejected by the verifier, a bus rule broken, or the watchdog
+                (``insn_index`` None: no instruction is decoded from a bus error or a hang).
+            CoreFault: a ``ProgramError``: the core reported a scratchpad fault; its
+                ``insn_index`` is the instruction the error registers name (``ERR_INSN``).
         """
         if insn_count <= 0:
             raise ProgramError(f"insn_count must be positive, got {insn_count}")

@@ -16,7 +16,7 @@ import pytest
 from small_models import four_step_model
 from vtaforge.compiler.compile import compile_model
 from vtaforge.hw.config import MemType, preset
-from vtaforge.hw.isa import Module
+from vtaforge.hw.isa import Module, Opcode, decode_program
 from vtaforge.runtime.builder import ProgramBuilder
 from vtaforge.runtime.device import Buffer, ProgramError
 from vtaforge.runtime.executor import Executor, fused_groups
@@ -124,10 +124,11 @@ def _two_steps(b: ProgramBuilder, bufs) -> None:
 def test_a_fault_in_a_fused_launch_names_its_step():
     """A fault in the second step of a fused launch (its store writes over the program's
     own instructions, which every backend refuses): the device's error, with the step it
-    is about named first."""
+    is about named first, of the device error's class, its ``insn_index`` the position of
+    that STORE in the launched program (found by decoding the launched bytes)."""
     cfg = preset("tiny")
     dev = FsimDevice(cfg, mem_bytes=1 << 20)
-    b = ProgramBuilder(dev)
+    b = ProgramBuilder(dev, debug=True)
     src = dev.alloc(4 * cfg.elem_bytes(MemType.ACC))
     dev.write(src, np.zeros(src.nbytes, np.uint8))
     dst = dev.alloc(4 * cfg.elem_bytes(MemType.OUT))
@@ -138,8 +139,14 @@ def test_a_fault_in_a_fused_launch_names_its_step():
     insns = Buffer(b._insn_buf.addr, 4 * cfg.elem_bytes(MemType.OUT))
     _two_steps(b, [(src, dst), (src, insns)])
     with pytest.raises(ProgramError, match=r"^step 'copy2' \(fused launch of 'copy1', "
-                                           r"'copy2'\): instruction \d+ \(STORE"):
+                                           r"'copy2'\): instruction \d+ \(STORE") as e:
         b.synchronize()
+    cols = decode_program(cfg, b.last_programs[-1].reshape(-1))
+    over = np.flatnonzero((cols["opcode"] == Opcode.STORE) & (cols["x_size"] > 0)
+                          & (cols["dram_base"] * cfg.elem_bytes(MemType.OUT) == insns.addr))
+    assert over.size == 1 and type(e.value) is ProgramError
+    assert e.value.insn_index == int(over[0])
+    assert f": instruction {int(over[0])} (STORE" in str(e.value)
 
 
 def test_a_step_with_more_pops_than_pushes_is_refused_at_the_boundary():
