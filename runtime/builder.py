@@ -962,9 +962,9 @@ class ProgramBuilder:
                     self.last_programs.append(prog)
                     self.last_program = prog
                 region_list = sorted(regions.values(), key=lambda b: b.addr)
-                self._verify(ibuf.addr, prog, region_list,
-                             (self._uop_buf.addr, words) if words is not None else None)
                 try:
+                    self._verify(ibuf.addr, prog, region_list,
+                                 (self._uop_buf.addr, words) if words is not None else None)
                     res = self.device.run(ibuf.addr, len(insns), regions=region_list,
                                           timeout_cycles=self.timeout_cycles)
                 except ProgramError as e:

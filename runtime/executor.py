@@ -60,7 +60,7 @@ from .artifact import CompiledModel, SlotLayout, replay
 from .builder import ProgramBuilder
 from .cpu_float import REAL_OPS, run_float_op, run_onnx_node
 from .cpu_ops import run_cpu_op
-from .device import Buffer, Device, DeviceError, RunResult
+from .device import Buffer, Device, DeviceError, ProgramError, RunResult
 
 __all__ = ["Executor", "StepStats", "MemoryPlan", "plan_memory", "fused_groups",
            "UNIT_COUNTERS"]
@@ -709,7 +709,9 @@ class Executor:
                     replay(self.builder, st.trace, bufs, nblk)
             except DeviceError as e:
                 self.builder.discard()
-                raise type(e)(f"step {st.name!r}: {e}") from None
+                text = f"step {st.name!r}: {e}"
+                raise (e.with_message(text) if isinstance(e, ProgramError)
+                       else type(e)(text)) from None
             prog = self.builder.record_program()
             keys = self._prog_keys.setdefault((names, nblk), [])
             while keys:
