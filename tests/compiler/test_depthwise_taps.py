@@ -109,11 +109,11 @@ def _dw_steps(cm):
 
 
 #: (name, channels, size, kernel, stride, pads): 3x3 / 5x5 / 7x7, strides 1 and 2, channel
-#: counts off the block (16 on both presets), symmetric, asymmetric and no padding
+#: counts off the block (4 on tiny, 16 on pynq-fast), symmetric, asymmetric and no padding
 CASES = [
     ("3x3s1", 16, 9, 3, 1, (1, 1, 1, 1)),
     ("3x3s2", 20, 10, 3, 2, (1, 1, 1, 1)),
-    ("3x3s1-nopad", 12, 8, 3, 1, (0, 0, 0, 0)),
+    ("3x3s1-nopad", 10, 8, 3, 1, (0, 0, 0, 0)),
     ("5x5s1", 24, 9, 5, 1, (2, 2, 2, 2)),
     ("5x5s2", 8, 11, 5, 2, (2, 2, 2, 2)),
     ("5x5s2-asym", 40, 12, 5, 2, (1, 2, 2, 1)),
