@@ -53,15 +53,16 @@ class CheckingFsim(FsimDevice):
         return super().run(insn_addr, insn_count, **kw)
 
 
-def _dw_model(n: int, c: int, h: int, k: int, s: int, pads: tuple, seed: int = 0):
+def _dw_model(n: int, c: int, h: int, k: int, s: int, pads: tuple, dil: int = 1,
+              seed: int = 0):
     """Input ``[n, c, h, h]`` -> depthwise ``k x k`` conv (stride ``s``, ONNX ``pads``
-    top, left, bottom, right) + bias -> Relu."""
+    top, left, bottom, right, dilation ``dil``) + bias -> Relu."""
     rng = np.random.default_rng(seed)
     w = rng.normal(0, 0.3, (c, 1, k, k)).astype(np.float32)
     b = rng.normal(0, 0.1, c).astype(np.float32)
     pt, pl, pb, pr = pads
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], group=c, kernel_shape=[k, k],
-                              strides=[s, s], pads=[pt, pl, pb, pr]),
+                              strides=[s, s], pads=[pt, pl, pb, pr], dilations=[dil, dil]),
              helper.make_node("Relu", ["c"], ["y"])]
     return make_model(nodes, [("x", [n, c, h, h])], [("y", None)], {"w": w, "b": b})
 
@@ -108,7 +109,8 @@ def _dw_steps(cm):
             and s.attrs.get("groups", 1) > 1]
 
 
-#: (name, channels, size, kernel, stride, pads): 3x3 / 5x5 / 7x7, strides 1 and 2, channel
+#: (name, channels, size, kernel, stride, pads[, dilation]): 3x3 / 5x5 / 7x7, strides 1 and
+#: 2, dilation 2, channel
 #: counts off the block (4 on tiny, 16 on pynq-fast), symmetric, asymmetric and no padding
 CASES = [
     ("3x3s1", 16, 9, 3, 1, (1, 1, 1, 1)),
@@ -118,6 +120,7 @@ CASES = [
     ("5x5s2", 8, 11, 5, 2, (2, 2, 2, 2)),
     ("5x5s2-asym", 40, 12, 5, 2, (1, 2, 2, 1)),
     ("7x7s1", 7, 9, 7, 1, (3, 3, 3, 3)),
+    ("3x3s1-dil2", 16, 10, 3, 1, (2, 2, 2, 2), 2),    # the frontend's 5x5 with zero taps
 ]
 
 
@@ -127,12 +130,14 @@ def test_depthwise_conv_bit_exact_race_free_fewer_gemms(base, case):
     """Each depthwise conv on the ``DEPTHWISE_TAPS`` 3 config: the reference's values bit
     for bit, race-free programs with depthwise GEMMs, and ``kw / ceil(kw/3)`` times fewer
     GEMM micro-ops than on the config without the option (which has no depthwise GEMM)."""
-    name, c, h, k, s, pads = case
+    name, c, h, k, s, pads, *dil = case
+    dil = dil[0] if dil else 1
+    k_eff = (k - 1) * dil + 1
     x = np.random.default_rng(1).standard_normal((2 if k == 3 else 1, c, h, h)) \
         .astype(np.float32)
     cfg0 = preset(base)
     cfg = cfg0.replace(DEPTHWISE_TAPS=TAPS)
-    m = _dw_model(len(x), c, h, k, s, pads)
+    m = _dw_model(len(x), c, h, k, s, pads, dil)
     cm, ex, dev = _run(m, x, cfg)
     cm0, ex0, dev0 = _run(m, x, cfg0)
     assert dev.dw_gemms > 0 and dev0.dw_gemms == 0
@@ -140,13 +145,13 @@ def test_depthwise_conv_bit_exact_race_free_fewer_gemms(base, case):
     assert st.trace.stats["depthwise_taps"] == TAPS
     assert "depthwise_taps" not in st0.trace.stats
     got, was = ex.stats[st.name].gemm_uops, ex0.stats[st0.name].gemm_uops
-    want = k / -(-k // TAPS)
+    want = k_eff / -(-k_eff // TAPS)
     assert 0.85 * want <= was / got <= 1.02 * want, (was, got, want)
     # the planned micro-ops are exactly kh * ceil(kw/T) per output pixel and block
-    ho = (h + pads[0] + pads[2] - k) // s + 1
-    wo = (h + pads[1] + pads[3] - k) // s + 1
+    ho = (h + pads[0] + pads[2] - k_eff) // s + 1
+    wo = (h + pads[1] + pads[3] - k_eff) // s + 1
     blocks = -(-c // cfg.BLOCK_OUT)
-    assert st.trace.stats["gemm_uops_planned"] == blocks * k * -(-k // TAPS) * ho * wo
+    assert st.trace.stats["gemm_uops_planned"] == blocks * k_eff * -(-k_eff // TAPS) * ho * wo
 
 
 @pytest.mark.parametrize("batch", [1, 2])
