@@ -237,3 +237,22 @@ def test_mobilenet_v1_on_depthwise_gemms():
     for s, s0 in zip(dws, _dw_steps(cm0)):
         ratio = ex0.stats[s0.name].gemm_uops / ex.stats[s.name].gemm_uops
         assert 2.5 < ratio <= 3.0, (s.name, ratio)
+
+
+def test_artifact_keeps_the_depthwise_flag(tmp_path):
+    """A compiled model saved and loaded (``.vtapkg``) keeps its kernels' depthwise flag:
+    the loaded model's programs run depthwise GEMMs and give the same outputs."""
+    from vtaforge.runtime.artifact import load_artifact, save_artifact
+
+    cfg = preset("tiny").replace(DEPTHWISE_TAPS=TAPS)
+    x = np.random.default_rng(5).standard_normal((1, 12, 8, 8)).astype(np.float32)
+    cm, ex, dev = _run(_dw_model(1, 12, 8, 5, 1, (2, 2, 2, 2)), x, cfg)
+    save_artifact(cm, tmp_path / "dw.vtapkg")
+    cm2 = load_artifact(tmp_path / "dw.vtapkg")
+    (st,), (st2,) = _dw_steps(cm), _dw_steps(cm2)
+    assert [k.depthwise for k in st2.trace.kernels] == [k.depthwise for k in st.trace.kernels]
+    assert any(k.depthwise for k in st2.trace.kernels)
+    dev2 = CheckingFsim(cfg)
+    out2 = Executor(cm2, dev2).run(x, keep=True)
+    assert dev2.dw_gemms == dev.dw_gemms > 0
+    np.testing.assert_array_equal(out2[st2.outputs[0]], ex.run(x, keep=True)[st.outputs[0]])
