@@ -256,3 +256,29 @@ def test_artifact_keeps_the_depthwise_flag(tmp_path):
     out2 = Executor(cm2, dev2).run(x, keep=True)
     assert dev2.dw_gemms == dev.dw_gemms > 0
     np.testing.assert_array_equal(out2[st2.outputs[0]], ex.run(x, keep=True)[st.outputs[0]])
+
+
+def test_builder_depthwise_kernels():
+    """The program builder's depthwise GEMM kernel: refused on a config without the
+    option and as an ALU kernel; its INP bound is the last tap's (``src + T - 1`` below
+    the INP depth); its instruction has the flag; a key recorded as depthwise and as an
+    ordinary GEMM gives two kernels."""
+    from vtaforge.runtime.builder import ProgramBuilder
+    from vtaforge.runtime.kernels import BuilderError
+
+    def rec(src):
+        return lambda k: k.uop(0, src, 0)
+
+    with pytest.raises(BuilderError, match="DEPTHWISE_TAPS > 0"):
+        ProgramBuilder(FsimDevice(preset("tiny"))).kernel("k", rec(0), "gemm", depthwise=True)
+    cfg = preset("tiny").replace(DEPTHWISE_TAPS=TAPS)
+    b = ProgramBuilder(FsimDevice(cfg))
+    with pytest.raises(BuilderError, match="must be a GEMM"):
+        b.kernel("a", rec(0), "alu", depthwise=True)
+    top = cfg.INP_DEPTH - TAPS
+    k = b.kernel("ok", rec(top), "gemm", depthwise=True)
+    assert k.depthwise and not b.kernel("ok", rec(top), "gemm").depthwise
+    with pytest.raises(BuilderError, match=f"src index reaches {cfg.INP_DEPTH}"):
+        b.kernel("far", rec(top + 1), "gemm", depthwise=True)
+    b.run_kernel(k)
+    assert b._recs[-1].insn.depthwise == 1
