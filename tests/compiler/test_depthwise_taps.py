@@ -88,11 +88,11 @@ def _block_model(n: int, c_in: int, c: int, c_out: int, h: int, seed: int = 0):
     return make_model(nodes, [("x", [n, c_in, h, h])], [("y", None)], inits)
 
 
-def _run(model, x, cfg):
-    """Compile ``model`` for ``cfg`` (calibrated on ``x``), run ``x`` on a
-    :class:`CheckingFsim`; every VTA step's output must equal the integer reference.
-    Returns ``(compiled model, executor, device)``."""
-    cm = compile_model(model, x, cfg)
+def _run(model, x, cfg, options=None):
+    """Compile ``model`` for ``cfg`` (calibrated on ``x``; ``options``: a
+    ``LowerOptions``), run ``x`` on a :class:`CheckingFsim`; every VTA step's output must
+    equal the integer reference.  Returns ``(compiled model, executor, device)``."""
+    cm = compile_model(model, x, cfg, **({} if options is None else {"options": options}))
     dev = CheckingFsim(cm.config)
     ex = Executor(cm, dev)
     out = ex.run(x, keep=True)
@@ -282,3 +282,18 @@ def test_builder_depthwise_kernels():
         b.kernel("far", rec(top + 1), "gemm", depthwise=True)
     b.run_kernel(k)
     assert b._recs[-1].insn.depthwise == 1
+
+
+@pytest.mark.parametrize("opts", [{"bias_load": True}, {"step_req": False},
+                                  {"clearing_req": False}, {"quad_acc_ratio": 1000.0}],
+                         ids=lambda o: ",".join(o))
+def test_depthwise_gemms_under_conv_options(opts):
+    """The lowering's other choices (bias loads, no per-step REQ, no clearing REQ, no four
+    ACC regions) with depthwise GEMMs: still bit-exact and race-free on ``pynq-fast``."""
+    from vtaforge.compiler.options import ConvOptions, LowerOptions
+
+    cfg = preset("pynq-fast").replace(DEPTHWISE_TAPS=TAPS)
+    x = np.random.default_rng(6).standard_normal((1, 40, 12, 12)).astype(np.float32)
+    cm, _, dev = _run(_dw_model(1, 40, 12, 5, 1, (2, 2, 2, 2)), x, cfg,
+                      LowerOptions(conv=ConvOptions(**opts)))
+    assert dev.dw_gemms > 0
