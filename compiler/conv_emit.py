@@ -30,22 +30,26 @@ def _engine_reset(tb: TraceBuilder, base: int, n: int) -> None:
 
 def _emit_gemm(tb: TraceBuilder, ly: ConvLayer, tile: TilePlan, g: Gemm) -> None:
     """One planned GEMM: one micro-op per (entry, kh, kw) under the tile's rows x cols loop
-    nest, or (``g.ob_loop``) one per input block under an output-block loop."""
+    nest (a depthwise GEMM, ``ly.taps``: per (entry, kh, tap chunk)), or (``g.ob_loop``)
+    one per input block under an output-block loop."""
     per_ib = tile.rows_l * tile.cols
     if g.ob_loop is not None:
         obs_n, dw, ibs, a0, w0 = g.ob_loop
         emit_kernel(tb, "gemm", [(obs_n, tile.n_t, 0, dw), (tile.n_t, 1, ly.sw, 0)],
                     [a0] * len(ibs), [g.inp_base + (ib - g.i0) * per_ib for ib in ibs], w0)
         return
-    ki, kj = np.meshgrid(np.arange(ly.kh), np.arange(ly.kw), indexing="ij")
+    # one micro-op per kernel tap (ki, kj), or with depthwise GEMMs per kernel row ki and
+    # tap chunk kj: its taps are the taps consecutive INP entries from column kj * taps
+    ki, kj = np.meshgrid(np.arange(ly.kh), np.arange(ly.kcols), indexing="ij")
     ki, kj = ki.reshape(-1), kj.reshape(-1)
     d, sr, wg = [], [], []
     for ob, ib, bi in g.entries:
         d.append(np.full(ly.kk, tile.blk_addr[ob]))
-        sr.append(g.inp_base + (ib - g.i0) * per_ib + ki * tile.cols + kj)
-        wg.append(g.widx[bi] + ki * ly.kw + kj)
+        sr.append(g.inp_base + (ib - g.i0) * per_ib + ki * tile.cols + kj * max(1, ly.taps))
+        wg.append(g.widx[bi] + ki * ly.kcols + kj)
     emit_kernel(tb, "gemm", [(tile.th, tile.tw, tile.ystep, 0), (tile.tw, 1, ly.sw, 0)],
-                np.concatenate(d), np.concatenate(sr), np.concatenate(wg))
+                np.concatenate(d), np.concatenate(sr), np.concatenate(wg),
+                depthwise=bool(ly.taps))
 
 
 def _shift_rows(tb: TraceBuilder, ly: ConvLayer, tile: TilePlan, a: int, b: int) -> None:

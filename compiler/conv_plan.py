@@ -50,7 +50,11 @@ class ConvLayer:
     clearing REQ); ``mac_cycles`` / ``bus_cycles`` (ideal GEMM and DRAM cycles);
     ``pc_shift`` (a per-channel requantize aligned to one fused REQ: its common shift
     ``max(shift)``, else None) and ``pc_shr`` (then, per output block, whether its shift
-    rows are not all 0, i.e. it needs the tensor SHR before the REQ)."""
+    rows are not all 0, i.e. it needs the tensor SHR before the REQ); ``taps``: a depthwise
+    conv lowered with depthwise GEMMs of ``DEPTHWISE_TAPS`` taps (docs/isa.md "Depthwise
+    GEMM"; 0: not), whose stored block is ``kh x kcols`` WGT entries (``kcols =
+    ceil(kw/taps)`` tap chunks per kernel row; ``kk = kh * kcols``) and whose window spans
+    ``kwin = kcols * taps`` kernel columns."""
 
     uid: str
     c: int
@@ -83,6 +87,20 @@ class ConvLayer:
     bus_cycles: int
     pc_shift: int | None = None
     pc_shr: tuple = ()
+    taps: int = 0
+
+    @property
+    def kcols(self) -> int:
+        """Weight entries (and GEMM micro-ops) per kernel row: ``kw``, or with depthwise
+        GEMMs the tap chunks ``ceil(kw / taps)``."""
+        return -(-self.kw // self.taps) if self.taps else self.kw
+
+    @property
+    def kwin(self) -> int:
+        """Kernel columns an output pixel's micro-ops read: ``kw``, or with depthwise GEMMs
+        ``kcols * taps`` (the last chunk's taps past ``kw`` read real or padded entries
+        that zero weights multiply)."""
+        return self.kcols * self.taps if self.taps else self.kw
 
     def __str__(self) -> str:
         return (f"conv {self.uid!r}: {self.c}x{self.h}x{self.wd} -> {self.o}x{self.ho}x{self.wo}, "
@@ -93,7 +111,9 @@ class ConvLayer:
                 + (", per-channel requantize" if self.per_channel else "")
                 + (f" (aligned to REQ shift {self.pc_shift})" if self.pc_shift is not None
                    else "")
-                + (", bias load" if self.bias_load else ""))
+                + (", bias load" if self.bias_load else "")
+                + (f", depthwise GEMMs of {self.taps} taps ({self.kk} micro-ops per pixel, "
+                   f"not {self.kh * self.kw})" if self.taps else ""))
 
 def _window(th: int, tw: int, sh: int, sw: int, kh: int, kw: int,
             row_skip: bool) -> tuple[int, int]:
@@ -128,7 +148,7 @@ def _resident_retile(cfg: VTAConfig, tl: ConvTiling, ly: ConvLayer,
     one input block's window in an INP region allow and taller than ``tl.th``, hides them
     (the input is then read once per output block chunk).  ``tl`` when it hides, or when
     no such ``obn'`` does."""
-    kk, sh, sw, kh, kw = ly.kk, ly.sh, ly.sw, ly.kh, ly.kw
+    kk, sh, sw, kh, kw = ly.kk, ly.sh, ly.sw, ly.kh, ly.kwin
     w_beats = _beats(cfg, MemType.WGT)
     acc_half = acc_regions(cfg, ly.nob, tl.acc_nvt, ly.reserved)[1]
     inp_half = cfg.INP_DEPTH // tl.nvt
@@ -207,7 +227,7 @@ def plan_tiling(cfg: VTAConfig, ly: ConvLayer, wpk, opt: ConvOptions,
     """
     tl = tl0 = conv_tiling(cfg, ly.nob, ly.span, ly.ho, ly.wo, ly.kh, ly.kw, ly.sh, ly.sw,
                            len(wpk.blocks), ly.per_ob, ly.row_skip, ly.reserved,
-                           quad_acc_ratio=opt.quad_acc_ratio)
+                           quad_acc_ratio=opt.quad_acc_ratio, taps=ly.taps)
     light = ly.bus_cycles <= 2 * ly.mac_cycles
     if tl.resident and ly.groups == 1 and light:
         tl = _resident_retile(cfg, tl, ly, opt)
@@ -224,10 +244,10 @@ def plan_tiling(cfg: VTAConfig, ly: ConvLayer, wpk, opt: ConvOptions,
         tiles[0] = one_block_steps(tiles[0])
         one_block = "first"
         whole = (opt.streamed_ib_major and ly.pads == (0, 0, 0, 0)
-                 and _window(ly.ho, ly.wo, ly.sh, ly.sw, ly.kh, ly.kw, ly.row_skip)
+                 and _window(ly.ho, ly.wo, ly.sh, ly.sw, ly.kh, ly.kwin, ly.row_skip)
                  == (ly.hp, ly.wp) and tiles[0][2:6] == (0, ly.ho, 0, ly.wo))
         if tl.resident or _one_block_step_hides(
-                cfg, tiles[0], ly.kk, ly.sh, ly.sw, ly.kh, ly.kw, opt.stream_request_cycles,
+                cfg, tiles[0], ly.kk, ly.sh, ly.sw, ly.kh, ly.kwin, opt.stream_request_cycles,
                 whole, 1 if opt.streamed_ib_major else tiles[0][1] - tiles[0][0]):
             tiles = [one_block_steps(tile) for tile in tiles]
             one_block = "all"
@@ -270,7 +290,7 @@ def plan_inputs(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan,
     inp_half = cfg.INP_DEPTH // tl.nvt
     spans = []          # per step: [lo, hi) INP entries
     for t, (ob0, ob1, y0, y1, x0, x1, reds) in enumerate(tp.tiles):
-        rows_l, cols = _window(y1 - y0, x1 - x0, ly.sh, ly.sw, ly.kh, ly.kw, ly.row_skip)
+        rows_l, cols = _window(y1 - y0, x1 - x0, ly.sh, ly.sw, ly.kh, ly.kwin, ly.row_skip)
         per = rows_l * cols
         lo = reds[0][0]
         if (reds[-1][1] - lo) * per > inp_half:
@@ -403,7 +423,7 @@ def plan_acc(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, inp: InpPlan | None,
         obn, th, tw = ob1 - ob0, y1 - y0, x1 - x0
         acc_base = tp.acc_bases[avt]
         rows = (th - 1) * ly.sh + ly.kh
-        rows_l, cols = _window(th, tw, ly.sh, ly.sw, ly.kh, ly.kw, ly.row_skip)
+        rows_l, cols = _window(th, tw, ly.sh, ly.sw, ly.kh, ly.kwin, ly.row_skip)
         iy0, ix0 = y0 * ly.sh - pt, x0 * ly.sw - pl
         ry0, ry1 = max(0, iy0), min(ly.hp, iy0 + rows)
         rx0, rx1 = max(0, ix0), min(ly.wp, ix0 + cols)
@@ -514,6 +534,12 @@ class ConvPlan:
         return "\n".join(lines)
 
     __str__ = describe
+
+    @property
+    def depthwise_taps(self) -> int:
+        """The depthwise GEMM's taps this conv is lowered with (``DEPTHWISE_TAPS``; 0: its
+        GEMMs are ordinary, block-diagonal ones for a depthwise conv)."""
+        return self.layer.taps
 
 
 def plan_conv(cfg: VTAConfig, ly: ConvLayer, wpk, opt: ConvOptions, *, tile_inp: bool = True,

@@ -308,7 +308,7 @@ def schedule_steps(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, inp: InpPlan |
 
     def gemm(tile, i0, inp_base, grp, widx):
         lp = _ob_loop(cfg, grp, tile.blk_addr, widx, tile.n_t, tile.th, tile.tw, tile.ystep,
-                      ly.sw, kk) if opt.ob_loop else None
+                      ly.sw, kk) if opt.ob_loop and not ly.taps else None
         stats["ob_loop_gemms"] += lp is not None
         return Gemm(i0, inp_base, tuple(grp), widx, lp)
 

@@ -71,11 +71,12 @@ def fit_queues(cfg: VTAConfig, lo: LoweredOp) -> LoweredOp:
 
 
 def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset=False,
-                op=0, imm=None, params=None):
+                op=0, imm=None, params=None, depthwise=False):
     """Emit a kernel whose cache key is derived from its content (never aliases).
 
     ALU: ``imm`` set → immediate operand (``use_imm``); ``params`` set (with ``imm`` None)
-    → a tensor operand and ``params`` in the immediate field (ALU REQ's parameters)."""
+    → a tensor operand and ``params`` in the immediate field (ALU REQ's parameters).
+    GEMM: ``depthwise`` → depthwise GEMM micro-ops (docs/isa.md "Depthwise GEMM")."""
     dst = np.asarray(dst, np.int64)
     src = np.asarray(src, np.int64)
     wgt = np.zeros_like(dst) if wgt is None else np.asarray(wgt, np.int64)
@@ -92,7 +93,7 @@ def emit_kernel(tb: TraceBuilder, mode: str, loops, dst, src, wgt=None, *, reset
         for _ in loops:
             k.loop_end()
     if mode == "gemm":
-        return tb.gemm(key, rec, reset=reset)
+        return tb.gemm(key, rec, reset=reset, **({"depthwise": True} if depthwise else {}))
     field = imm if imm is not None else params
     return tb.alu(key, rec, op, use_imm=imm is not None, imm=0 if field is None else int(field),
                   reset=reset)

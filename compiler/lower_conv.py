@@ -83,7 +83,15 @@ output's clip (``[-32768, 32767]`` or ``[0, 32767]``) always takes the SHR/MAX/M
 
 Dense layers are 1x1 convs on a 1x1 image.  Grouped and depthwise convs use the
 block-compressed weights: only blocks the group structure can make non-zero are stored
-and multiplied.
+and multiplied.  On a ``DEPTHWISE_TAPS`` = T core a depthwise conv (:func:`depthwise_taps`)
+runs on depthwise GEMMs instead (docs/isa.md "Depthwise GEMM"): one weight tile per
+(channel block, kernel row ``ky``, tap chunk ``kc``) holding ``w[c, ky, kc*T + t]`` in row
+``c``, column ``t`` (:func:`~.pack.pack_depthwise`), and per output pixel one micro-op per
+``(ky, kc)`` reading the T consecutive INP entries from input pixel ``(y*sy + ky, x*sx +
+kc*T)``: the tile's input window holds each input row's pixels side by side (as for every
+conv), ``ceil(KW/T)*T - KW`` columns wider, so the last chunk's taps lie in it (LOADed or
+padded: their weights are 0).  ``kh * ceil(kw/T)`` micro-ops per pixel instead of
+``kh * kw`` (3x3, T 3: 3 instead of 9; 5x5: 10 instead of 25).
 """
 
 from __future__ import annotations
@@ -102,11 +110,12 @@ from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, plan_f
 from .conv_emit import emit_conv
 from .conv_plan import ConvLayer, ConvPlan, _EmptyWindow, plan_conv
 from .options import ConvOptions, LowerOptions
-from .pack import ceil_div, pack_bias, pack_weights
+from .pack import ceil_div, pack_bias, pack_depthwise, pack_weights
 
 __all__ = ["lower_conv", "lower_dense", "ConvPlan", "emit_conv", "act_layout",
            "LoweredOp", "emit_kernel", "requant_alu", "plan_for", "use_im2col", "lower_conv_bands",
-           "band_rows", "bandable", "channel_requant", "channel_align", "explain_node"]
+           "band_rows", "bandable", "channel_requant", "channel_align", "explain_node",
+           "depthwise_taps"]
 
 
 def use_im2col(cfg: VTAConfig, c: int, groups: int, kh: int, kw: int) -> bool:
@@ -398,7 +407,8 @@ def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
         yl = act_layout(cfg, SlotLayout((o, hpl, wo), B, BO))
     pt, pl, pb, pr = geo.pads
     hp, wp = xl.hw
-    wpk = pack_weights(w, groups, BO, BI)
+    taps = depthwise_taps(cfg, c, w.shape, groups, pr)
+    wpk = pack_depthwise(w, BO, taps) if taps else pack_weights(w, groups, BO, BI)
     nob = wpk.n_ob
     span = wpk.n_ib if groups == 1 else max(int(wpk.ibs(ob).max() - wpk.ibs(ob).min() + 1)
                                             for ob in range(nob) if wpk.ob_ranges[ob][1] > 0)
@@ -415,13 +425,28 @@ def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
     bus_cycles = (((B * c * h * wd + B * o * ho * wo) * cfg.INP_WIDTH // 8
                    + weight_bytes(cfg, w) + bias_bytes) * 8 // cfg.BUS_WIDTH)
     ly = ConvLayer(uid, c, h, wd, o, kh, kw, sh, sw, groups, (pt, pl, pb, pr), hp, wp, ho, wo,
-                   hpl, geo.pre_pad, row_skip, nob, wpk.n_ib, kh * kw, span,
+                   hpl, geo.pre_pad, row_skip, nob, wpk.n_ib,
+                   kh * (-(-kw // taps) if taps else kw), span,
                    max(b - a for a, b in wpk.ob_ranges), 2 * nob if per_channel else nob,
                    per_channel, bool(opt.bias_load),
                    requant_clears(cfg, attrs if pc_shift is None else dict(attrs, shift=pc_shift),
                                   mplan, per_channel and pc_shift is None, opt),
-                   mac_cycles, bus_cycles, pc_shift, pc_shr)
+                   mac_cycles, bus_cycles, pc_shift, pc_shr, taps)
     return ly, xl, yl, wpk
+
+
+def depthwise_taps(cfg: VTAConfig, c: int, w_shape: tuple, groups: int, pad_right: int) -> int:
+    """The taps of the depthwise GEMMs a conv is lowered with, or 0 for ordinary GEMMs:
+    ``cfg.DEPTHWISE_TAPS`` = T when it is set and the conv is depthwise (``groups == C ==
+    O``, weights ``[C, 1, KH, KW]``) with ``KW >= 2`` (a 1-wide kernel gains nothing), and
+    the window's right LOAD padding ``pad_right + ceil(KW/T)*T - KW`` (the last micro-op's
+    taps past the kernel) fits the pad field (15)."""
+    t = cfg.DEPTHWISE_TAPS
+    o, cg, kh, kw = w_shape
+    if not (t and groups == c == o and cg == 1 and kw >= 2):
+        return 0
+    ext = -(-kw // t) * t - kw
+    return t if pad_right + ext <= LIMITS.max("pad") else 0
 
 
 def _stats(cfg: VTAConfig, plan: ConvPlan, w: np.ndarray) -> dict:
@@ -439,6 +464,7 @@ def _stats(cfg: VTAConfig, plan: ConvPlan, w: np.ndarray) -> dict:
             "row_skip": ly.row_skip, "acc_regions": tl.acc_nvt,
             "gemm_uops_ideal": -(-macs * B // cfg.macs_per_cycle),
             "gemm_uops_planned": st["gemm_uops"], "resets_skipped": st["resets_skipped"], **feat,
+            **({"depthwise_taps": ly.taps} if ly.taps else {}),
             **dram_stats(B * ly.c * _read_extent(ly.h, ly.ho, ly.kh, ly.sh)
                          * _read_extent(ly.wd, ly.wo, ly.kw, ly.sw) * cfg.INP_WIDTH // 8
                          + weight_bytes(cfg, w) + bias_bytes,

@@ -12,6 +12,10 @@ Layouts (elements as the ISA sees them; sources: vta-anchor.md §2 memory types)
   ``(ob, ib)``; each is ``[KH, KW, BLOCK_OUT, BLOCK_IN]``.  For ``groups == 1`` this is
   exactly ``[O/BO, C/BI, KH, KW, BO, BI]``; for depthwise convs it keeps one block per
   output channel block (so depthwise costs no extra GEMM work beyond the block diagonal);
+* depthwise weights for the depthwise GEMM (a ``DEPTHWISE_TAPS`` = T core,
+  :func:`pack_depthwise`): one block per channel block ``cb``, ``[KH, ceil(KW/T), BO, BI]``,
+  row ``o`` column ``t`` of tile ``(ky, kc)`` holding ``w[cb*BO + o, 0, ky, kc*T + t]``
+  (zero past ``KW``, in columns ``T`` and up and in padded channels);
 * bias: ``[ceil(O/BLOCK_OUT), BATCH, BLOCK_OUT]`` int32 (ACC elements), the same values for
   every batch lane, with the requantize rounding constant added (``bias + round``: exact,
   the sum is formed before the shift either way); with per-output-channel requantization
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["WeightPack", "pack_weights", "pack_bias", "ceil_div"]
+__all__ = ["WeightPack", "pack_weights", "pack_depthwise", "pack_bias", "ceil_div"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -98,6 +102,32 @@ def pack_weights(w: np.ndarray, groups: int, bo: int, bi: int) -> WeightPack:
         idx = np.flatnonzero(pairs[:, 0] == ob)
         ranges.append((int(idx[0]), int(idx[-1]) + 1) if idx.size else (0, 0))
     return WeightPack(data, pairs.astype(np.int64), ranges, nob, nib)
+
+
+def pack_depthwise(w: np.ndarray, bo: int, taps: int) -> WeightPack:
+    """Pack int8 depthwise weights ``[C, 1, KH, KW]`` for the depthwise GEMM of ``taps``
+    taps (docs/isa.md "Depthwise GEMM"): :class:`WeightPack` with ``data`` int8
+    ``[ceil(C/bo), KH, ceil(KW/taps), bo, bo]``, ``data[cb, ky, kc, o, t] = w[cb*bo + o, 0,
+    ky, kc*taps + t]`` for ``t < taps`` and ``kc*taps + t < KW``, zero elsewhere; one block
+    ``(cb, cb)`` per channel block, as :func:`pack_weights` keeps for a depthwise conv.
+
+    Raises:
+        ValueError: not ``[C, 1, KH, KW]``, or ``taps`` not in ``2..bo``.
+    """
+    if w.ndim != 4 or w.shape[1] != 1:
+        raise ValueError(f"depthwise weights must be [C, 1, KH, KW], got shape {w.shape}")
+    if not 2 <= taps <= bo:
+        raise ValueError(f"depthwise taps {taps} not in 2..{bo}")
+    c, _, kh, kw = w.shape
+    nb, nkc = ceil_div(c, bo), ceil_div(kw, taps)
+    full = np.zeros((nb * bo, kh, nkc * taps), np.int8)
+    full[:c, :, :kw] = w[:, 0]
+    # [cb, o, ky, kc, t] -> [cb, ky, kc, o, t], then t padded to bo columns
+    blk = full.reshape(nb, bo, kh, nkc, taps).transpose(0, 2, 3, 1, 4)
+    data = np.zeros((nb, kh, nkc, bo, bo), np.int8)
+    data[..., :taps] = blk
+    pairs = np.stack([np.arange(nb), np.arange(nb)], axis=1).astype(np.int64)
+    return WeightPack(data, pairs, [(i, i + 1) for i in range(nb)], nb, nb)
 
 
 def pack_bias(bias: np.ndarray, round_, batch: int, bo: int,

@@ -16,7 +16,9 @@ without vertical padding loads only the rows it reads), ``cols = (tw-1)*sw + KW`
 requantize the shift amounts after it; :func:`acc_regions`: two, one, or four
 bank-aligned); WGT ``obn * ibn * KH * KW`` unless all weights fit at once (then they are
 loaded once and stay resident); UOP: ``obn * ibn * KH * KW`` GEMM micro-ops (longer
-kernels are split by the builder, exactly).  Cost model (smaller is better): DRAM bytes
+kernels are split by the builder, exactly).  A depthwise conv lowered with depthwise GEMMs
+(``taps``) has ``kh * ceil(kw/taps)`` in place of ``KH * KW`` in the WGT, UOP and cost terms
+and ``ceil(kw/taps)*taps`` in place of ``KW`` in ``cols``.  Cost model (smaller is better): DRAM bytes
 moved + ``STEP_COST`` bytes-equivalent per instruction-heavy step (+ ``ROW_COST`` per DMA
 row, input rows loaded and output rows stored, for ``row_skip`` tilings).
 """
@@ -102,7 +104,7 @@ def candidates(n: int, limit: int = 24) -> list[int]:
 def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: int, kw: int,
                 sh: int, sw: int, n_wgt_blocks: int, blocks_per_ob: int,
                 row_skip: bool = False, reserved: int | None = None, *,
-                quad_acc_ratio: float = QUAD_ACC_RATIO) -> ConvTiling:
+                quad_acc_ratio: float = QUAD_ACC_RATIO, taps: int = 0) -> ConvTiling:
     """Choose the tiling of a conv (see the module docstring).
 
     Args:
@@ -114,7 +116,11 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
             reserved: accumulator entries kept at entry 0 (default ``nob``, the bias;
             ``2 * nob`` with a per-channel requantize's shift amounts, :func:`acc_regions`);
             quad_acc_ratio: STORE beats per GEMM cycle above which a REQ engine core gets
-            four ACC regions (:data:`QUAD_ACC_RATIO`).
+            four ACC regions (:data:`QUAD_ACC_RATIO`); taps: a depthwise conv lowered with
+            depthwise GEMMs of that many taps (0: not): a stored block is then
+            ``kh * ceil(kw/taps)`` WGT entries and GEMM micro-ops per output pixel, and a
+            window spans ``(tw-1)*sw + ceil(kw/taps)*taps`` columns (the last micro-op's
+            taps).
     Raises:
         CompileError: not even a one-pixel tile fits this config.
     """
@@ -124,21 +130,24 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
     eb_wgt = cfg.elem_bytes(MemType.WGT)
     res = nob if reserved is None else int(reserved)
     acc_free = acc_d - res
-    resident = n_wgt_blocks * kh * kw <= wgt_d
+    kcols = -(-kw // taps) if taps else kw      # weight entries / micro-ops per kernel row
+    kwin = kcols * taps if taps else kw         # window columns per output column run
+    kk = kh * kcols
+    resident = n_wgt_blocks * kk <= wgt_d
     # STORE beats per output element (bits / BUS_WIDTH) against GEMM cycles per output
     # element (1x1 convs of few input channels, im2col first layers)
     out_bits = cfg.elem_bytes(MemType.OUT) * 8
     quad = bool(cfg.REQ_ENGINE and res <= acc_d // 8
-                and out_bits > quad_acc_ratio * nib_span * kh * kw * cfg.BUS_WIDTH)
+                and out_bits > quad_acc_ratio * nib_span * kk * cfg.BUS_WIDTH)
     best = None
     for nvt in (2, 1):
         for obn in candidates(nob):
             for ibn in candidates(nib_span):
-                wg = min(ibn, blocks_per_ob) * obn * kh * kw
+                wg = min(ibn, blocks_per_ob) * obn * kk
                 if not resident and wg > wgt_d // nvt:
                     continue
                 for tw in candidates(wo, 12):
-                    cols = (tw - 1) * sw + kw
+                    cols = (tw - 1) * sw + kwin
                     # largest th fitting INP and ACC
                     if row_skip:
                         th_inp = (inp_d // nvt) // (ibn * cols)
@@ -160,10 +169,10 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     n_ob = -(-nob // obn)
                     n_red = -(-nib_span // ibn)
                     inp_bytes = n_ob * n_sp * n_red * ibn * rows * cols * eb_inp
-                    wbytes = n_wgt_blocks * kh * kw * eb_wgt
+                    wbytes = n_wgt_blocks * kk * eb_wgt
                     wgt_bytes = wbytes if resident else n_sp * wbytes
                     steps = n_ob * n_sp * n_red
-                    uops = obn * min(ibn, blocks_per_ob) * kh * kw
+                    uops = obn * min(ibn, blocks_per_ob) * kk
                     cost = inp_bytes + wgt_bytes + STEP_COST * steps * (1 + ibn / 8 + obn / 16)
                     if row_skip:
                         # DMA rows: INP rows per input block, OUT rows per output block (one

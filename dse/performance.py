@@ -58,7 +58,11 @@ class CycleModel:
 
     - GEMM: ``insn_overhead + gemm_uop_cycles × iter_out × iter_in × (uop_end − uop_bgn)``
       (one micro-op per cycle in steady state; ~8 cycles for a one-micro-op GEMM → 7
-      cycles of overhead).  Reset micro-ops count like GEMM micro-ops.
+      cycles of overhead).  Reset micro-ops count like GEMM micro-ops, and so do depthwise
+      ones (``DEPTHWISE_TAPS``, docs/isa.md "Depthwise GEMM": one micro-op, T INP entries
+      read side by side, per cycle); nothing here reads a GEMM's INP indices (the token
+      order is the program's, the REQ engine's holds look at accumulator entries only), and
+      the extents a depthwise trace needs count its last tap (:func:`_trace_extents`).
     - ALU: ``insn_overhead + N × (alu_imm_uop_cycles if use_imm or reset else
       alu_tensor_uop_cycles)`` (a tensor operand takes a second accumulator read: 2 cycles;
       a clearing REQ, reset on ALU REQ, is no reset: it reads like REQ).
@@ -844,6 +848,7 @@ def _trace_part(t) -> tuple | None:
     if t is None:
         return None
     return (t.uid, t.ops, [(k.mode, k.reset, k.alu_op, k.use_imm, k.imm, k.loops)
+                           + (("depthwise",) if getattr(k, "depthwise", False) else ())
                            for k in t.kernels], t.block_bytes, t.stats)
 
 
@@ -886,12 +891,13 @@ def program_memo_key(cfg: VTAConfig, cm, seed: int, model: CycleModel) -> str:
     return h.hexdigest()
 
 
-def _trace_extents(trace) -> dict[MemType, int]:
+def _trace_extents(trace, taps: int = 0) -> dict[MemType, int]:
     """One past the largest index each scratchpad of ``trace`` touches (LOADs with their
     padding, STOREs in the OUT view, every micro-op of every loop iteration as the
-    builder's kernel check counts them) and, under ``MemType.UOP``, its kernels' micro-ops
-    summed (the most micro-op buffer one launch of it can use); raises ValueError on a
-    negative index."""
+    builder's kernel check counts them; a depthwise GEMM's INP index is its last tap's,
+    ``src + taps - 1``, ``taps`` = the config's ``DEPTHWISE_TAPS``) and, under
+    ``MemType.UOP``, its kernels' micro-ops summed (the most micro-op buffer one launch of
+    it can use); raises ValueError on a negative index."""
     top = {MemType.UOP: 0, MemType.INP: 0, MemType.WGT: 0, MemType.ACC: 0, MemType.OUT: 0}
     for o in trace.ops:
         if o[0] == "L":
@@ -913,6 +919,8 @@ def _trace_extents(trace) -> dict[MemType, int]:
             hi = int(arr.max()) + sum((lp[0] - 1) * max(lp[1 + j], 0) for lp in k.loops)
             if lo < 0:
                 raise ValueError("negative scratchpad index")
+            if mem == MemType.INP and getattr(k, "depthwise", False):
+                hi += max(0, taps - 1)
             top[mem] = max(top[mem], hi + 1)
     return top
 
@@ -932,7 +940,7 @@ def scratchpad_extents_fit(cm, cfg: VTAConfig) -> bool:
             t for b in s.bands for t in (b.trace, b.tail) if t is not None]
         for t in traces:
             try:
-                top = _trace_extents(t)
+                top = _trace_extents(t, cfg.DEPTHWISE_TAPS)
             except ValueError:
                 return False
             if any(top[m] > depth[m] for m in top):

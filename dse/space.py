@@ -45,7 +45,8 @@ import numpy as np
 from ..hw.config import ConfigError, VTAConfig, load_config
 
 __all__ = ["Space", "Point", "SpaceError", "default_space", "board_space", "board_setup",
-           "AXIS_ALIASES", "DEPTH_AXES", "valid_fraction", "with_width_axis"]
+           "AXIS_ALIASES", "DEPTH_AXES", "valid_fraction", "with_width_axis",
+           "DEPTHWISE_AXIS", "with_depthwise_axis"]
 
 #: Axis names that expand to several VTAConfig fields.
 AXIS_ALIASES: dict[str, tuple[str, ...]] = {"LOG_BLOCK": ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"),
@@ -71,6 +72,18 @@ def _log_elem_bytes(f: Mapping[str, Any], axis: str) -> int:
     return f["LOG_BATCH"] + f["LOG_BLOCK_OUT"] + f["LOG_ACC_WIDTH"] - 3
 
 _FIELDS = {f.name for f in dataclasses.fields(VTAConfig)}
+
+#: The ``DEPTHWISE_TAPS`` axis of :func:`with_depthwise_axis`: off, and 3 taps (a row of a
+#: 3x3 kernel per depthwise GEMM micro-op; docs/isa.md "Depthwise GEMM").
+DEPTHWISE_AXIS = [0, 3]
+
+
+def _depthwise_skipped(f: Mapping[str, Any]) -> bool:
+    """Whether the field values ``f`` (after a point's changes) set ``DEPTHWISE_TAPS`` on a
+    core that cannot have it: ``BLOCK_IN != BLOCK_OUT`` or operands not int8."""
+    return bool(f.get("DEPTHWISE_TAPS")) and (
+        f["LOG_BLOCK_IN"] != f["LOG_BLOCK_OUT"]
+        or (f["LOG_INP_WIDTH"], f["LOG_WGT_WIDTH"]) != (3, 3))
 
 
 class SpaceError(ValueError):
@@ -99,6 +112,12 @@ class Point:
 @dataclass
 class Space:
     """A base config and named axes.
+
+    A ``DEPTHWISE_TAPS`` axis applies its non-zero values only to the combinations of the
+    other axes where the option exists (``BLOCK_IN == BLOCK_OUT``, int8 operands): the
+    others are skipped (not in the grid, its size or the sample; they would only be
+    refused configs), so a space with the axis holds each non-square point once, without
+    the option.
 
     Args:
         base: the config every point starts from.
@@ -135,19 +154,10 @@ class Space:
                 raise SpaceError(f"axis {a!r} and {f} both set the same field")
         self.axes = axes
         self._valid_idx: list[int] | None = None
+        self._combos: list[dict] | None = None
 
-    # ------------------------------------------------------------------ size / points
-    @property
-    def size(self) -> int:
-        """Number of grid points (valid or not)."""
-        n = 1
-        for v in self.axes.values():
-            n *= len(v)
-        return n
-
-    def make_point(self, params: Mapping[str, Any]) -> Point:
-        """Apply ``params`` to the base config; an invalid combination gives a Point with
-        ``cfg=None`` and the ConfigError message (never raises ConfigError)."""
+    def _changes(self, params: Mapping[str, Any]) -> dict:
+        """The VTAConfig field changes of ``params`` other than depth axes."""
         changes: dict[str, Any] = {}
         for k, v in params.items():
             if k in DEPTH_AXES:
@@ -157,6 +167,41 @@ class Space:
                 continue
             for f in AXIS_ALIASES.get(k, (k,)):
                 changes[f] = v
+        return changes
+
+    def _skipped(self, params: Mapping[str, Any]) -> bool:
+        """A combination the ``DEPTHWISE_TAPS`` axis skips (:class:`Space`)."""
+        if "DEPTHWISE_TAPS" not in params:
+            return False
+        return _depthwise_skipped({**dataclasses.asdict(self.base), **self._changes(params)})
+
+    def _combinations(self) -> list[dict] | None:
+        """With a ``DEPTHWISE_TAPS`` axis, the combinations not skipped (grid order; built
+        once); else None (the grid is the whole product)."""
+        if "DEPTHWISE_TAPS" not in self.axes:
+            return None
+        if self._combos is None:
+            names = list(self.axes)
+            self._combos = [p for p in (dict(zip(names, c)) for c in itertools.product(
+                *(self.axes[n] for n in names))) if not self._skipped(p)]
+        return self._combos
+
+    # ------------------------------------------------------------------ size / points
+    @property
+    def size(self) -> int:
+        """Number of grid points (valid or not; skipped combinations not counted)."""
+        combos = self._combinations()
+        if combos is not None:
+            return len(combos)
+        n = 1
+        for v in self.axes.values():
+            n *= len(v)
+        return n
+
+    def make_point(self, params: Mapping[str, Any]) -> Point:
+        """Apply ``params`` to the base config; an invalid combination gives a Point with
+        ``cfg=None`` and the ConfigError message (never raises ConfigError)."""
+        changes = self._changes(params)
         try:
             depth = {k: v for k, v in params.items() if k in DEPTH_AXES}
             if depth:
@@ -173,6 +218,9 @@ class Space:
         return Point(dict(params), cfg)
 
     def _params(self, index: int) -> dict:
+        combos = self._combinations()
+        if combos is not None:
+            return dict(combos[index])
         names = list(self.axes)
         out = {}
         for name in reversed(names):
@@ -182,7 +230,13 @@ class Space:
         return {n: out[n] for n in names}
 
     def grid(self) -> Iterator[Point]:
-        """Every combination, in axis order (the last axis varies fastest)."""
+        """Every combination, in axis order (the last axis varies fastest); with a
+        ``DEPTHWISE_TAPS`` axis, not those it skips."""
+        combos = self._combinations()
+        if combos is not None:
+            for p in combos:
+                yield self.make_point(p)
+            return
         names = list(self.axes)
         for combo in itertools.product(*(self.axes[n] for n in names)):
             yield self.make_point(dict(zip(names, combo)))
@@ -429,3 +483,22 @@ def with_width_axis(space: Space, widths: str | Sequence) -> Space:
                          f"LOG_WGT_WIDTH {b.LOG_WGT_WIDTH}, which --widths would replace; "
                          f"drop --widths or those base values")
     return Space(space.base, {**space.axes, "LOG_WIDTH": [codes[t] for t in toks]})
+
+
+def with_depthwise_axis(space: Space, values: Sequence[int] = tuple(DEPTHWISE_AXIS)) -> Space:
+    """``space`` with a ``DEPTHWISE_TAPS`` axis of ``values`` (default
+    :data:`DEPTHWISE_AXIS`: 0 and 3) appended as the last axis; its non-zero values apply
+    only to the points where the option exists (``BLOCK_IN == BLOCK_OUT``, int8 operands;
+    the other combinations are skipped, :class:`Space`).  Its resource cost is the resource
+    model's (dse/resources.py), its cycles the compiler's depthwise lowering on fsim with
+    the cycle model's one cycle per depthwise GEMM micro-op.
+
+    Raises:
+        SpaceError: the space already has the axis, or the base sets it (non-zero).
+    """
+    if "DEPTHWISE_TAPS" in space.axes:
+        raise SpaceError("the space already has the axis DEPTHWISE_TAPS")
+    if space.base.DEPTHWISE_TAPS:
+        raise SpaceError(f"the space's base sets DEPTHWISE_TAPS {space.base.DEPTHWISE_TAPS}, "
+                         f"which the axis would replace")
+    return Space(space.base, {**space.axes, "DEPTHWISE_TAPS": list(values)})

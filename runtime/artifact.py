@@ -249,8 +249,10 @@ class SlotLayout:
 @dataclass
 class TraceKernel:
     """A micro-op kernel: ``mode`` (``"gemm"``/``"alu"``), ``reset``, ALU fields, ``loops``
-    (up to two ``(extent, dst_factor, src_factor, wgt_factor)``, outer first) and int64
-    index arrays ``dst``/``src``/``wgt`` (scratchpad elements)."""
+    (up to two ``(extent, dst_factor, src_factor, wgt_factor)``, outer first), int64
+    index arrays ``dst``/``src``/``wgt`` (scratchpad elements) and ``depthwise`` (a GEMM
+    whose micro-ops are depthwise, docs/isa.md "Depthwise GEMM"; a ``DEPTHWISE_TAPS``
+    config only)."""
 
     mode: str
     reset: bool
@@ -261,6 +263,7 @@ class TraceKernel:
     dst: np.ndarray
     src: np.ndarray
     wgt: np.ndarray
+    depthwise: bool = False
 
     @property
     def n_uops(self) -> int:
@@ -330,7 +333,8 @@ class Trace:
 
     def to_json(self) -> dict:
         ks = [{"mode": k.mode, "reset": k.reset, "alu_op": k.alu_op, "use_imm": k.use_imm,
-               "imm": k.imm, "loops": [list(lp) for lp in k.loops]} for k in self.kernels]
+               "imm": k.imm, "loops": [list(lp) for lp in k.loops],
+               **({"depthwise": True} if k.depthwise else {})} for k in self.kernels]
         ops = [[o[0], *[list(v) if isinstance(v, tuple) else v for v in o[1:]]]
                for o in self.ops]
         return {"uid": self.uid, "ops": ops, "kernels": ks, "block_bytes": self.block_bytes,
@@ -352,7 +356,8 @@ class Trace:
                                   bool(k["use_imm"]), int(k["imm"]),
                                   [tuple(lp) for lp in k["loops"]],
                                   *(np.asarray(arrays[f"k/{uid}/{i}/{nm}"], np.int64)
-                                    for nm in ("dst", "src", "wgt"))))
+                                    for nm in ("dst", "src", "wgt")),
+                                  bool(k.get("depthwise", False))))
         ops = []
         for o in d["ops"]:
             if o[0] == "L":
@@ -400,8 +405,9 @@ class TraceBuilder:
         self.trace.ops.append(("S", int(sram_base), slot, int(elem_offset), int(y_size),
                                int(x_size), int(x_stride)))
 
-    def _kernel(self, key, record_fn, mode, reset, alu_op, use_imm, imm):
-        full = (key, mode, bool(reset), int(alu_op), bool(use_imm), int(imm))
+    def _kernel(self, key, record_fn, mode, reset, alu_op, use_imm, imm, depthwise=False):
+        full = (key, mode, bool(reset), int(alu_op), bool(use_imm), int(imm)) + (
+            ("depthwise",) if depthwise else ())
         kid = self._kid.get(full)
         if kid is None:
             r = _Rec()
@@ -412,13 +418,15 @@ class TraceBuilder:
             kid = len(self.trace.kernels)
             self.trace.kernels.append(TraceKernel(mode, bool(reset), int(alu_op),
                                                   bool(use_imm), int(imm), list(r.loops),
-                                                  d, s, w))
+                                                  d, s, w, bool(depthwise)))
             self._kid[full] = kid
         self.trace.ops.append(("K", kid))
         return self.trace.kernels[kid]
 
-    def gemm(self, key, record_fn=None, reset: bool = False) -> TraceKernel:
-        return self._kernel(key, record_fn, "gemm", reset, 0, False, 0)
+    def gemm(self, key, record_fn=None, reset: bool = False,
+             depthwise: bool = False) -> TraceKernel:
+        """Record a GEMM kernel (``depthwise``: its micro-ops are depthwise GEMMs)."""
+        return self._kernel(key, record_fn, "gemm", reset, 0, False, 0, depthwise)
 
     def alu(self, key, record_fn, op, use_imm: bool = False, imm: int = 0,
             reset: bool = False) -> TraceKernel:
@@ -529,7 +537,8 @@ def replay(builder, trace: Trace, buffers: dict, n_blocks: int) -> None:
                 k = trace.kernels[o[1]]
                 kern = builder.kernel((trace.uid, o[1]), _replay_kernel(k), k.mode,
                                       reset=k.reset, alu_op=AluOp(k.alu_op) if k.mode == "alu"
-                                      else 0, use_imm=k.use_imm, imm=k.imm)
+                                      else 0, use_imm=k.use_imm, imm=k.imm,
+                                      **({"depthwise": True} if k.depthwise else {}))
                 builder.run_kernel(kern)
             elif t == "P":
                 builder.dep_push(Module(o[1]), Module(o[2]))

@@ -460,10 +460,12 @@ class ProgramBuilder:
     # ------------------------------------------------------------------ kernels
     def kernel(self, key: Hashable, record_fn: Callable[[KernelRecorder], Any] | None,
                mode: str, *, reset: bool = False, alu_op: AluOp | int = 0,
-               use_imm: bool = False, imm: int = 0) -> UopKernel:
+               use_imm: bool = False, imm: int = 0, depthwise: bool = False) -> UopKernel:
         """Record (first time) or fetch (cached) the kernel for ``key``; emits nothing.
 
-        The cache key is ``(key, mode, reset, alu_op, use_imm, imm)``: everything that
+        The cache key is ``(key, mode, reset, alu_op, use_imm, imm)`` (and, for a depthwise
+        GEMM, ``depthwise``: docs/isa.md "Depthwise GEMM", a ``DEPTHWISE_TAPS`` config only,
+        whose micro-ops read ``DEPTHWISE_TAPS`` INP entries from ``src``): everything that
         changes the instruction besides the loop nest and micro-ops, which ``record_fn``
         derives from ``key``.  ``key`` must therefore determine ``record_fn``'s output
         (include shapes, strides, tile sizes, virtual thread...); with ``check_keys=True``
@@ -472,7 +474,8 @@ class ProgramBuilder:
         Raises:
             BuilderError: unknown mode/opcode, MUL without ``ALU_MUL``, REQ without
                 ``ALU_REQUANT``, imm outside int16, a malformed loop nest, indices outside
-                the scratchpads, an unhashable key, a missing ``record_fn`` for a key never
+                the scratchpads, ``depthwise`` on an ALU kernel or a config without
+                ``DEPTHWISE_TAPS``, an unhashable key, a missing ``record_fn`` for a key never
                 recorded, a kernel that cannot fit.
         """
         if mode not in (GEMM, ALU):
@@ -493,7 +496,11 @@ class ProgramBuilder:
             alu_op, use_imm = int(alu_op), bool(use_imm)
         else:
             alu_op, use_imm, imm = 0, False, 0
-        full = (key, mode, bool(reset), alu_op, use_imm, imm)
+        if depthwise and (mode != GEMM or not self.cfg.DEPTHWISE_TAPS):
+            raise BuilderError("a depthwise kernel must be a GEMM on a config with "
+                               "DEPTHWISE_TAPS > 0")
+        full = (key, mode, bool(reset), alu_op, use_imm, imm) + (
+            ("depthwise",) if depthwise else ())
         try:
             hit = self._kernels.get(full)
         except TypeError:
@@ -518,7 +525,8 @@ class ProgramBuilder:
     def _record(self, full: tuple, record_fn) -> UopKernel:
         rec = KernelRecorder(self.cfg, full[1])
         record_fn(rec)
-        return rec._finish(full, full[2], full[3], full[4], full[5])
+        return rec._finish(full, full[2], full[3], full[4], full[5],
+                           depthwise=len(full) > 6)
 
     def run_kernel(self, k: UopKernel) -> None:
         """Emit the GEMM/ALU instruction(s) running kernel ``k`` (one per chunk)."""
@@ -533,13 +541,15 @@ class ProgramBuilder:
                         imm=k.imm)
             if opcode == Opcode.GEMM:
                 insn.wgt_factor_out, insn.wgt_factor_in = wo, wi
+                insn.depthwise = int(k.depthwise)
             self._emit(insn, chunk=chunk, kernel=k, chunk_off=c * depth)
 
     def gemm(self, key: Hashable, record_fn: Callable[[KernelRecorder], Any] | None = None,
-             reset: bool = False) -> UopKernel:
+             reset: bool = False, depthwise: bool = False) -> UopKernel:
         """Record-or-fetch a GEMM kernel and emit it: for every loop iteration and micro-op,
-        ``acc[dst] += inp[src] · wgt[wgt]ᵀ`` (or ``acc[dst] = 0`` with ``reset``)."""
-        k = self.kernel(key, record_fn, GEMM, reset=reset)
+        ``acc[dst] += inp[src] · wgt[wgt]ᵀ`` (or ``acc[dst] = 0`` with ``reset``); with
+        ``depthwise`` the depthwise GEMM (docs/isa.md)."""
+        k = self.kernel(key, record_fn, GEMM, reset=reset, depthwise=depthwise)
         self.run_kernel(k)
         return k
 
@@ -846,6 +856,8 @@ class ProgramBuilder:
                     src = (k.src[sl][None, None, :] + ii * so + jj * si).reshape(-1)
                     live[MemType.ACC][dst] = True
                     if k.mode == GEMM:
+                        if k.depthwise:     # the DEPTHWISE_TAPS entries from src on
+                            src = (src[:, None] + np.arange(cfg.DEPTHWISE_TAPS)).reshape(-1)
                         wgt = (k.wgt[sl][None, None, :] + ii * wo + jj * wi).reshape(-1)
                         live[MemType.INP][src] = True
                         live[MemType.WGT][wgt] = True

@@ -64,6 +64,8 @@ class UopKernel:
         words: the encoded micro-ops, ``uint32``.
         chunks: ``bytes`` of the encoded micro-ops per scratchpad-sized chunk (one chunk
             unless the kernel is longer than the UOP scratchpad).
+        depthwise: a depthwise GEMM (docs/isa.md "Depthwise GEMM"): each micro-op reads
+            ``DEPTHWISE_TAPS`` INP entries from ``src``.
     """
 
     key: tuple
@@ -78,6 +80,7 @@ class UopKernel:
     wgt: np.ndarray
     words: np.ndarray
     chunks: tuple[bytes, ...]
+    depthwise: bool = False
 
     @property
     def n_uops(self) -> int:
@@ -194,7 +197,7 @@ class KernelRecorder:
 
     # -- result
     def _finish(self, key: tuple, reset: bool, alu_opcode: int, use_imm: bool,
-                imm: int) -> UopKernel:
+                imm: int, depthwise: bool = False) -> UopKernel:
         cfg = self._cfg
         if self._depth:
             raise BuilderError(f"kernel {key[0]!r}: {self._depth} loop(s) left open")
@@ -213,6 +216,8 @@ class KernelRecorder:
                 raise BuilderError(f"kernel {key[0]!r}: micro-op {name} index "
                                    f"{int(arr.min())} is negative")
             top = int(arr.max()) + sum((lp[0] - 1) * lp[pos] for lp in self._loops)
+            if depthwise and name == "src":     # the last tap's entry
+                top += cfg.DEPTHWISE_TAPS - 1
             if top >= cfg.depth(mem):
                 raise BuilderError(
                     f"kernel {key[0]!r}: {name} index reaches {top} (micro-op max "
@@ -231,4 +236,5 @@ class KernelRecorder:
         chunks = tuple(words[i:i + depth].tobytes() for i in range(0, words.size, depth))
         return UopKernel(key=key, mode=self._mode, reset=bool(reset), alu_opcode=alu_opcode,
                          use_imm=bool(use_imm), imm=imm, loops=tuple(self._loops),
-                         dst=d, src=s, wgt=w, words=words, chunks=chunks)
+                         dst=d, src=s, wgt=w, words=words, chunks=chunks,
+                         depthwise=bool(depthwise))
