@@ -36,6 +36,15 @@ A port for ``w_hi = -128, w_lo < 0`` (hardware-notes.md "Multipliers";
 :func:`packed_pair_model` is the pure-Python model, checked exhaustively in the tests).
 ``cfg.LUT_MULTIPLIERS`` products are built from shift-and-add logic (no ``$mul`` cell), so
 Yosys maps them to LUTs.
+
+Depthwise GEMM (``cfg.DEPTHWISE_TAPS`` T > 0, docs/hardware.md "Depthwise GEMM"): a GEMM
+micro-op with the instruction's ``depthwise`` flag reads INP entries ``src .. src+T-1`` in
+its one stage-B read (the INP scratchpad is a :class:`~.scratchpad.TapScratchpad`, port
+``inp_r_taps``); stage C registers ``BATCH × BLOCK_OUT × T`` products ``inp[src+t][b][o] ×
+wgt[o][t]`` in multipliers of their own (:meth:`ComputeUnit._depthwise_products`) and stage
+D adds their sum instead of the array's, through the same forwarding, so a depthwise
+micro-op also runs at one per cycle.  Stage B checks the last tap ``src + T - 1`` against the
+INP depth (and reports it), as fsim.
 """
 
 from __future__ import annotations
@@ -260,7 +269,9 @@ class ComputeUnit(wiring.Component):
     Ports: ``cmd`` (command queue head); tokens ``l2g_nonempty``/``l2g_pop``,
     ``s2g_nonempty``/``s2g_pop``, ``g2l_has_room``/``g2l_push``, ``g2s_has_room``/
     ``g2s_push``; ``dma`` (read client); INP/WGT scratchpad read ports ``inp_r_*``,
-    ``wgt_r_*``; OUT view write port ``out_w_*``; ``finish`` (pulse when FINISH executes);
+    ``wgt_r_*`` (with ``DEPTHWISE_TAPS`` T also ``inp_r_taps``, In, T × the INP element
+    bits: entries ``inp_r_addr .. + T - 1``, tap t at bits ``[t·E, (t+1)·E)``); OUT view
+    write port ``out_w_*``; ``finish`` (pulse when FINISH executes);
     ``state`` (4, :class:`ComputeState`), ``busy``, ``stall``, ``gemm_uop``/``alu_uop``
     (pulse per executed non-reset micro-op: reset micro-ops count in neither, as in fsim's
     ``gemm_counter``/``alu_counter``; a clearing REQ is no reset), ``rd_bytes`` (bytes of DRAM elements its loads
@@ -269,8 +280,9 @@ class ComputeUnit(wiring.Component):
     Scratchpad faults (``hw/regs.py``): ``err`` pulses on the first violation this unit
     sees, with ``err_kind`` (4, :class:`vtaforge.hw.regs.ErrorKind`), ``err_index`` (32)
     and ``err_ord`` (32, the instruction's ``ord_next`` value when it was taken).
-    Stage A checks the micro-op index, stage B the computed ``dst``/``src``/``wgt``
-    against their scratchpads (in full width: the loop offsets carry two extra bits, so the
+    Stage A checks the micro-op index, stage B the computed ``dst``/``src``/``wgt`` (for a
+    depthwise GEMM the last tap ``src + DEPTHWISE_TAPS - 1``, as fsim) against their
+    scratchpads (in full width: the loop offsets carry two extra bits, so the
     first offending index is exact), the loader its write addresses.  The offending micro-op
     or write is dropped and the sequencer stops; while ``halt`` (In: the core has faulted)
     is high no micro-op runs and nothing is written.  ``ord_next`` (In, 32): the ordinal
