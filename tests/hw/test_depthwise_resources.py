@@ -49,9 +49,12 @@ def test_depthwise_terms_from_the_option_points():
 
 def test_pynq_fast_with_depthwise_fits_the_xc7z020():
     """pynq-fast + DEPTHWISE_TAPS 3: 132 + 48 DSP48 of 220, and LUT, FF, BRAM within the
-    part, by the model (and by Yosys on pynq_dw3, its 2^15-entry micro-op variant)."""
+    part, by the model and by Yosys (the held-out point pynq_fast_dw3)."""
     cfg = preset("pynq-fast").replace(DEPTHWISE_TAPS=3)
     cap = part_info(cfg.PART)
     r = AnalyticResources("xc7z020").resources(cfg)
     assert r["dsp"] == 180 and resources_fit(r, cap), r
-    assert resources_fit(POINTS["pynq_dw3"], cap)
+    y = POINTS["pynq_fast_dw3"]
+    assert VTAConfig.from_dict(y["config"]) == cfg and y["role"] == "held-out"
+    assert resources_fit(y, cap) and y["dsp"] == 180
+    assert abs(r["lut"] / y["lut"] - 1) < 0.03, (r["lut"], y["lut"])
