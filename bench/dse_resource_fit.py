@@ -131,6 +131,15 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
                              "ALU_FORWARD": True, "DMA_OUTSTANDING": 4}),
     ("pynq_dma4", "option", {"preset": "pynq", "ALU_REQUANT": True, "REQ_ENGINE": True,
                              "ALU_FORWARD": True, "DMA_OUTSTANDING": 4}),
+    # the depthwise GEMM (DEPTHWISE_TAPS 3: the tap scratchpad and its own multipliers)
+    # against tiny_dma4 / pynq_dma4 (dse/resources.py DEPTHWISE_*; not in the fit)
+    ("tiny_dw3", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                            "ALU_FORWARD": True, "DMA_OUTSTANDING": 4, "DEPTHWISE_TAPS": 3}),
+    ("pynq_dw3", "option", {"preset": "pynq", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                            "ALU_FORWARD": True, "DMA_OUTSTANDING": 4, "DEPTHWISE_TAPS": 3}),
+    # held out from the two above: the pynq-fast preset with and without the option
+    ("pynq_fast", "held-out", {"preset": "pynq-fast"}),
+    ("pynq_fast_dw3", "held-out", {"preset": "pynq-fast", "DEPTHWISE_TAPS": 3}),
 )
 
 

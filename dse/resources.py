@@ -21,7 +21,8 @@ __all__ = [
     "ALU_REQUANT_LUT_PER_LANE", "ALU_REQUANT_FF", "width_terms",
     "REQ_ENGINE_LUT", "REQ_ENGINE_LUT_PER_LANE", "REQ_ENGINE_FF", "REQ_ENGINE_DSP",
     "req_engine_terms", "ALU_FORWARD_LUT", "ALU_FORWARD_FF", "DMA_OUTSTANDING_LUT",
-    "DMA_OUTSTANDING_FF",
+    "DMA_OUTSTANDING_FF", "DEPTHWISE_LUT", "DEPTHWISE_LUT_PER_PRODUCT", "DEPTHWISE_FF",
+    "DEPTHWISE_FF_PER_PRODUCT", "depthwise_terms",
     "DSP_MIN_PRODUCT_BITS", "SOFT_MUL4X4_LUTS", "soft_products", "gemm_dsp",
     "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
     "AnalyticResources", "YosysResources", "resource_record", "resources_fit",
@@ -69,11 +70,19 @@ def memory_map(cfg: VTAConfig) -> list[dict]:
     With ``REQ_ENGINE`` the ACC and OUT scratchpads are two half-depth banks each
     (hw/core/scratchpad.py ``BankedScratchpad``: ``acc.bank0``, ``acc.bank1``, ...), each
     mapped on its own (the Yosys points of tests/dse/data/yosys_points.json confirm the
-    extra BRAM36; docs/dse.md "Resource model").
+    extra BRAM36; docs/dse.md "Resource model").  With ``DEPTHWISE_TAPS`` T the INP
+    scratchpad is P banks of ``depth / P`` entries (P the least power of two >= T,
+    hw/core/scratchpad.py ``TapScratchpad``: ``inp.bank0`` ...).
     """
     out = []
     for mem in cfg.memories():      # the core's own inventory (hw/config.py)
         d = max(mem.depth - 1, 0) if mem.kind == "fifo" else mem.depth
+        if cfg.DEPTHWISE_TAPS and mem.name == "inp":
+            nb = 1 << (cfg.DEPTHWISE_TAPS - 1).bit_length()
+            for b in range(nb):
+                out.append({"name": f"inp.bank{b}", "depth": d // nb, "width": mem.width,
+                            "bram36": bram36_for_memory(d // nb, mem.width)})
+            continue
         if cfg.REQ_ENGINE and mem.name in ("acc", "out"):
             for b in (0, 1):
                 out.append({"name": f"{mem.name}.bank{b}", "depth": d // 2, "width": mem.width,
@@ -152,6 +161,49 @@ ALU_FORWARD_FF = 37.0
 #: the FF term theirs.  No DSP or BRAM.
 DMA_OUTSTANDING_LUT = 30.0
 DMA_OUTSTANDING_FF = 209.0
+
+
+#: What the depthwise GEMM (``DEPTHWISE_TAPS`` T, hw/core/compute.py
+#: ``_depthwise_products``, hw/core/scratchpad.py ``TapScratchpad``) adds: per depthwise
+#: product (BATCH × BLOCK_OUT × T) its operand wiring, its share of the T-input adder tree and
+#: of the stage-D multiplexer against the array's sum; once, the index adder of the fault
+#: check and the flag's pipeline bits; and the tap scratchpad's bank address adders and
+#: output rotation (INP element bits × T).  LUT and FF: a line through the two ``option``
+#: points' Yosys differences (tests/dse/data/yosys_points.json ``tiny_dw3``, ``pynq_dw3``
+#: against ``tiny_dma4``, ``pynq_dma4``; 12 and 48 products: +633 and +1190 LUT), solved
+#: for a per-product and a constant term.  FF: +36 and +4 (Yosys puts the product registers
+#: into the DSP48s' M/P registers), no per-product term: their mean.  DSP: one DSP48 per
+#: product (a 16-bit product, wider than :data:`DSP_MIN_PRODUCT_BITS`; LUT-built with the
+#: whole array, ``LUT_MULTIPLIERS`` = MACs, then :data:`LUTS_PER_LUT_MULTIPLIER` each), less
+#: one per batch row where the array's product ``(b, 0, 0)`` is an unpacked DSP: lane 0's
+#: tap 0 multiplies the same operands (``inp[src][b][0] × wgt[0][0]``) and Yosys merges the
+#: two multipliers (tiny: +11 DSP for 12 products; pynq, packed: +48 for 48).  BRAM:
+#: :func:`memory_map` (the banks: +1 RAMB36 on tiny, +0.5 on pynq, as measured).
+DEPTHWISE_LUT = 447.3
+DEPTHWISE_LUT_PER_PRODUCT = 15.47
+DEPTHWISE_FF = 20.0
+DEPTHWISE_FF_PER_PRODUCT = 0.0
+
+
+def depthwise_terms(cfg: VTAConfig) -> tuple[float, float, int]:
+    """``(LUT, FF, DSP)`` that ``DEPTHWISE_TAPS`` adds to the same config without it
+    (:data:`DEPTHWISE_LUT`, :data:`DEPTHWISE_LUT_PER_PRODUCT`, :data:`DEPTHWISE_FF`,
+    :data:`DEPTHWISE_FF_PER_PRODUCT`; products = BATCH × BLOCK_OUT × DEPTHWISE_TAPS, one
+    DSP48 each unless the whole array is LUT-built, less those Yosys merges with the
+    array's: :data:`DEPTHWISE_LUT`); all 0 without the option.  Its BRAM is in
+    :func:`memory_map` (the INP banks)."""
+    if not cfg.DEPTHWISE_TAPS:
+        return 0.0, 0.0, 0
+    n = cfg.BATCH * cfg.BLOCK_OUT * cfg.DEPTHWISE_TAPS
+    lut_built = cfg.LUT_MULTIPLIERS == cfg.macs_per_cycle
+    # the array's product (b, 0, 0) is multiplier b·BLOCK_IN·BLOCK_OUT (hw/core/compute.py
+    # _gemm_products: b, i, o order); an unpacked $mul there is the same as lane 0's tap 0
+    per_b = cfg.BLOCK_IN * cfg.BLOCK_OUT
+    merged = sum(1 for b in range(cfg.BATCH) if b * per_b >= cfg.LUT_MULTIPLIERS
+                 and not (cfg.packs_dsp_pairs and cfg.BLOCK_OUT > 1))
+    return (DEPTHWISE_LUT + DEPTHWISE_LUT_PER_PRODUCT * n
+            + (LUTS_PER_LUT_MULTIPLIER * n if lut_built else 0.0),
+            DEPTHWISE_FF + DEPTHWISE_FF_PER_PRODUCT * n, 0 if lut_built else n - merged)
 
 
 #: Yosys ``synth_xilinx`` maps a multiply to a DSP48 only when its product is at least this
@@ -260,12 +312,14 @@ def req_engine_terms(cfg: VTAConfig) -> tuple[float, float, int]:
 #: names it: a refit is a new key).
 LUT_FF_CALIBRATION = {
     "points": "tests/dse/data/yosys_points.json", "fit": "bench/dse_resource_fit.py",
-    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 9,
+    "terms": LUT_FF_TERMS, "lut": LUT_COEFFS, "ff": FF_COEFFS, "version": 10,
     "alu_requant": [ALU_REQUANT_LUT_PER_LANE, ALU_REQUANT_FF],
     "req_engine": [REQ_ENGINE_LUT, REQ_ENGINE_LUT_PER_LANE, REQ_ENGINE_FF, REQ_ENGINE_DSP,
                    "acc/out banks"],
     "alu_forward": [ALU_FORWARD_LUT, ALU_FORWARD_FF],
     "dma_outstanding": [DMA_OUTSTANDING_LUT, DMA_OUTSTANDING_FF],
+    "depthwise": [DEPTHWISE_LUT, DEPTHWISE_LUT_PER_PRODUCT, DEPTHWISE_FF,
+                  DEPTHWISE_FF_PER_PRODUCT, "inp banks"],
     "width_terms": "structural (width_terms) v3", "soft_mul4x4": SOFT_MUL4X4_LUTS,
 }
 
@@ -347,17 +401,18 @@ class AnalyticResources:
         f = lut_ff_features(cfg)
         w_lut, w_ff = width_terms(cfg)
         e_lut, e_ff, e_dsp = req_engine_terms(cfg)
+        dw_lut, dw_ff, dw_dsp = depthwise_terms(cfg)
         lut = sum(c * x for c, x in zip(LUT_COEFFS, f)) + w_lut \
             + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS \
             + (ALU_REQUANT_LUT_PER_LANE * lanes if cfg.ALU_REQUANT else 0.0) + e_lut \
             + (ALU_FORWARD_LUT if cfg.ALU_FORWARD else 0.0) \
-            + (DMA_OUTSTANDING_LUT if cfg.DMA_OUTSTANDING > 1 else 0.0)
+            + (DMA_OUTSTANDING_LUT if cfg.DMA_OUTSTANDING > 1 else 0.0) + dw_lut
         ff = sum(c * x for c, x in zip(FF_COEFFS, f)) + w_ff \
             + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0) + e_ff \
             + (ALU_FORWARD_FF if cfg.ALU_FORWARD else 0.0) \
-            + (DMA_OUTSTANDING_FF if cfg.DMA_OUTSTANDING > 1 else 0.0)
+            + (DMA_OUTSTANDING_FF if cfg.DMA_OUTSTANDING > 1 else 0.0) + dw_ff
         out = {
-            "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp + e_dsp,
+            "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp + e_dsp + dw_dsp,
             "bram36": float(sum(m["bram36"] for m in mems)), "source": "analytic",
             "breakdown": {"memories": mems, "gemm_dsp": g_dsp, "alu_mul_dsp": alu_dsp,
                           "dsp_packing_effective": packing,
@@ -365,6 +420,8 @@ class AnalyticResources:
         }
         if cfg.REQ_ENGINE:
             out["breakdown"]["req_engine_lut_ff_dsp"] = [e_lut, e_ff, e_dsp]
+        if cfg.DEPTHWISE_TAPS:
+            out["breakdown"]["depthwise_lut_ff_dsp"] = [dw_lut, dw_ff, dw_dsp]
         return out
 
     def evaluate(self, cfg: VTAConfig, workloads: Sequence[DseWorkload] = ()) -> Result:

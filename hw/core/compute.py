@@ -36,6 +36,15 @@ A port for ``w_hi = -128, w_lo < 0`` (hardware-notes.md "Multipliers";
 :func:`packed_pair_model` is the pure-Python model, checked exhaustively in the tests).
 ``cfg.LUT_MULTIPLIERS`` products are built from shift-and-add logic (no ``$mul`` cell), so
 Yosys maps them to LUTs.
+
+Depthwise GEMM (``cfg.DEPTHWISE_TAPS`` T > 0, docs/hardware.md "Depthwise GEMM"): a GEMM
+micro-op with the instruction's ``depthwise`` flag reads INP entries ``src .. src+T-1`` in
+its one stage-B read (the INP scratchpad is a :class:`~.scratchpad.TapScratchpad`, port
+``inp_r_taps``); stage C registers ``BATCH × BLOCK_OUT × T`` products ``inp[src+t][b][o] ×
+wgt[o][t]`` in multipliers of their own (:meth:`ComputeUnit._depthwise_products`) and stage
+D adds their sum instead of the array's, through the same forwarding, so a depthwise
+micro-op also runs at one per cycle.  Stage B checks the last tap ``src + T - 1`` against the
+INP depth (and reports it), as fsim.
 """
 
 from __future__ import annotations
@@ -260,7 +269,9 @@ class ComputeUnit(wiring.Component):
     Ports: ``cmd`` (command queue head); tokens ``l2g_nonempty``/``l2g_pop``,
     ``s2g_nonempty``/``s2g_pop``, ``g2l_has_room``/``g2l_push``, ``g2s_has_room``/
     ``g2s_push``; ``dma`` (read client); INP/WGT scratchpad read ports ``inp_r_*``,
-    ``wgt_r_*``; OUT view write port ``out_w_*``; ``finish`` (pulse when FINISH executes);
+    ``wgt_r_*`` (with ``DEPTHWISE_TAPS`` T also ``inp_r_taps``, In, T × the INP element
+    bits: entries ``inp_r_addr .. + T - 1``, tap t at bits ``[t·E, (t+1)·E)``); OUT view
+    write port ``out_w_*``; ``finish`` (pulse when FINISH executes);
     ``state`` (4, :class:`ComputeState`), ``busy``, ``stall``, ``gemm_uop``/``alu_uop``
     (pulse per executed non-reset micro-op: reset micro-ops count in neither, as in fsim's
     ``gemm_counter``/``alu_counter``; a clearing REQ is no reset), ``rd_bytes`` (bytes of DRAM elements its loads
@@ -269,8 +280,9 @@ class ComputeUnit(wiring.Component):
     Scratchpad faults (``hw/regs.py``): ``err`` pulses on the first violation this unit
     sees, with ``err_kind`` (4, :class:`vtaforge.hw.regs.ErrorKind`), ``err_index`` (32)
     and ``err_ord`` (32, the instruction's ``ord_next`` value when it was taken).
-    Stage A checks the micro-op index, stage B the computed ``dst``/``src``/``wgt``
-    against their scratchpads (in full width: the loop offsets carry two extra bits, so the
+    Stage A checks the micro-op index, stage B the computed ``dst``/``src``/``wgt`` (for a
+    depthwise GEMM the last tap ``src + DEPTHWISE_TAPS - 1``, as fsim) against their
+    scratchpads (in full width: the loop offsets carry two extra bits, so the
     first offending index is exact), the loader its write addresses.  The offending micro-op
     or write is dropped and the sequencer stops; while ``halt`` (In: the core has faulted)
     is high no micro-op runs and nothing is written.  ``ord_next`` (In, 32): the ordinal
@@ -284,6 +296,8 @@ class ComputeUnit(wiring.Component):
             **token_members(Unit.COMPUTE),
             "dma": Out(ReadClientSignature(cfg.BUS_WIDTH)),
             "inp_r_addr": Out(cfg.LOG_INP_DEPTH), "inp_r_data": In(cfg.elem_bits(MemType.INP)),
+            **({"inp_r_taps": In(cfg.DEPTHWISE_TAPS * cfg.elem_bits(MemType.INP))}
+               if cfg.DEPTHWISE_TAPS else {}),
             "wgt_r_addr": Out(cfg.LOG_WGT_DEPTH), "wgt_r_data": In(cfg.elem_bits(MemType.WGT)),
             "out_w_addr": Out(cfg.LOG_ACC_DEPTH), "out_w_data": Out(cfg.elem_bits(MemType.OUT)),
             "out_w_en": Out(1),
@@ -377,10 +391,12 @@ class ComputeUnit(wiring.Component):
             # stage-D write differs: the result goes to OUT, 0 to ACC.
             clear = is_alu & reset & (alu_op == AluOp.REQ)
             reset = reset & ~clear
+        # DEPTHWISE_TAPS: the GEMM's depthwise flag (the same bit is an ALU factor's)
+        dw = (~is_alu & gf("depthwise")) if cfg.DEPTHWISE_TAPS else None
         vars(p).update(
             insn=insn, insn_ord=insn_ord, head=head, ih=header_view(insn),
             hh=header_view(head), opcode=opcode, mf=mf, hgf=hgf, mt=mf("memory_type"),
-            is_alu=is_alu, reset=reset, clear=clear, alu_op=alu_op, use_imm=use_imm,
+            is_alu=is_alu, reset=reset, clear=clear, dw=dw, alu_op=alu_op, use_imm=use_imm,
             imm=af("imm"), alu_tensor=is_alu & ~use_imm & ~reset,
             uop_bgn=gf("uop_bgn"), uop_end=gf("uop_end"), iter_out=gf("iter_out"),
             iter_in=gf("iter_in"), dfo=gf("dst_factor_out"), dfi=gf("dst_factor_in"),
@@ -464,6 +480,11 @@ class ComputeUnit(wiring.Component):
             b_clear = Signal()
             with m.If(advance_a):
                 m.d.sync += b_clear.eq(p.clear)
+        b_dw = None
+        if cfg.DEPTHWISE_TAPS:
+            b_dw = Signal()
+            with m.If(advance_a):
+                m.d.sync += b_dw.eq(p.dw)
         with m.If(advance_a):
             m.d.sync += [b_doff.eq(d_c), b_soff.eq(s_c), b_woff.eq(w_c), b_ord.eq(p.insn_ord),
                          b_alu.eq(p.is_alu), b_tensor.eq(p.alu_tensor), b_reset.eq(p.reset),
@@ -495,7 +516,7 @@ class ComputeUnit(wiring.Component):
             a_ready=a_ready, a_oob=a_oob, b_valid=b_valid, b_doff=b_doff, b_soff=b_soff,
             b_woff=b_woff, b_ord=b_ord, kill_b=kill_b, advance_b=advance_b, phase=phase,
             b_alu=b_alu, b_tensor=b_tensor, b_reset=b_reset, b_imm_sel=b_imm_sel, b_op=b_op,
-            b_imm=b_imm, b_clear=b_clear)
+            b_imm=b_imm, b_clear=b_clear, b_dw=b_dw)
 
     def _stage_b_index(self, m, p) -> None:
         """Stage B, indices and faults: ``dst``/``src``/``wgt`` = micro-op field + loop
@@ -518,7 +539,11 @@ class ComputeUnit(wiring.Component):
         # reset; tensor-ALU src in ACC), reported dst before src before wgt
         v_dst = dst_full >= cfg.ACC_DEPTH
         v_src_acc = b_tensor & (src_full >= cfg.ACC_DEPTH)
-        v_src_inp = ~b_alu & ~b_reset & (src_full >= cfg.INP_DEPTH)
+        inp_full = src_full
+        if cfg.DEPTHWISE_TAPS:  # a depthwise GEMM reads src..src+T-1: the last is checked
+            inp_full = Signal(LS + 3)
+            m.d.comb += inp_full.eq(src_full + Mux(p.b_dw, cfg.DEPTHWISE_TAPS - 1, 0))
+        v_src_inp = ~b_alu & ~b_reset & (inp_full >= cfg.INP_DEPTH)
         v_wgt = ~b_alu & ~b_reset & (wgt_full >= cfg.WGT_DEPTH)
         b_fault = Signal()
         m.d.comb += [b_fault.eq(b_valid & (v_dst | v_src_acc | v_src_inp | v_wgt)),
@@ -530,7 +555,7 @@ class ComputeUnit(wiring.Component):
             with m.Elif(v_src_acc):
                 m.d.comb += [self.err_kind.eq(ErrorKind.ACC_SRC), self.err_index.eq(src_full)]
             with m.Elif(v_src_inp):
-                m.d.comb += [self.err_kind.eq(ErrorKind.INP_SRC), self.err_index.eq(src_full)]
+                m.d.comb += [self.err_kind.eq(ErrorKind.INP_SRC), self.err_index.eq(inp_full)]
             with m.Else():
                 m.d.comb += [self.err_kind.eq(ErrorKind.WGT), self.err_index.eq(wgt_full)]
         with m.Elif(p.a_ready & p.a_oob & ~self.halt):
@@ -617,6 +642,10 @@ class ComputeUnit(wiring.Component):
         if cfg.ALU_REQUANT:
             c_clear = Signal()
             m.d.sync += c_clear.eq(p.b_clear)
+        c_dw = None
+        if cfg.DEPTHWISE_TAPS:
+            c_dw = Signal()
+            m.d.sync += c_dw.eq(p.b_dw)
         c_fwd = None
         if fw:
             c_fwd = Signal()
@@ -629,7 +658,7 @@ class ComputeUnit(wiring.Component):
             c_valid=c_valid, c_dst=c_dst, d_valid=d_valid, d_dst=d_dst, src_reg=src_reg,
             src_tag_v=src_tag_v, need_src=need_src, ee_block=ee_block, c_alu=c_alu,
             c_reset=c_reset, c_imm_sel=c_imm_sel, c_op=c_op, c_imm=c_imm, c_clear=c_clear,
-            c_fwd=c_fwd, c_rd_src=c_rd_src)
+            c_fwd=c_fwd, c_rd_src=c_rd_src, c_dw=c_dw)
 
     def _stage_c(self, m, p) -> None:
         """Stage C: the ALU lanes (operands: the accumulator read, or with ``ALU_FORWARD``
@@ -672,11 +701,19 @@ class ComputeUnit(wiring.Component):
                     alu_lane(cfg, c_op, a_elem.word_select(ln, AW), b_elem.word_select(ln, AW),
                              c_imm, clip=False))
         prod = self._gemm_products(m, c_gemm)  # (b, o, i) -> registered product
+        dw_prod, d_dw = None, None
+        if cfg.DEPTHWISE_TAPS:
+            c_dwp = Signal()
+            d_dw = Signal()
+            m.d.comb += c_dwp.eq(c_gemm & p.c_dw)
+            m.d.sync += d_dw.eq(p.c_dw)
+            dw_prod = self._depthwise_products(m, c_dwp)
         if not fw:
             d_reset = Signal()
         d_alu = Signal()
         m.d.sync += [d_reset.eq(p.c_reset), d_alu.eq(c_alu)]
-        vars(p).update(d_acc=d_acc, d_res=d_res, prod=prod, d_reset=d_reset, d_alu=d_alu)
+        vars(p).update(d_acc=d_acc, d_res=d_res, prod=prod, d_reset=d_reset, d_alu=d_alu,
+                       dw_prod=dw_prod, d_dw=d_dw)
 
     def _stage_d(self, m, p) -> None:
         """Stage D: each dot product summed into the accumulator value (forwarded from the
@@ -704,6 +741,10 @@ class ComputeUnit(wiring.Component):
                 # the lane's accumulator value plus the tree's signed sum: a signed add (Yosys
                 # maps it to fewer LUTs than an unsigned add of the sign-extended sum)
                 tree = _offset_sum([prod[(b, o, i)] for i in range(BI)])
+                if cfg.DEPTHWISE_TAPS:  # a depthwise micro-op: its T taps' sum instead
+                    dw_tree = _offset_sum([p.dw_prod[(b, o, t)]
+                                           for t in range(cfg.DEPTHWISE_TAPS)])
+                    tree = Mux(p.d_dw, dw_tree, tree)
                 lane = d_base.word_select(b * BO + o, AW).as_signed()
                 m.d.comb += gemm_res.word_select(b * BO + o, AW).eq((lane + tree)[:AW])
         alu_res = d_res
@@ -883,6 +924,32 @@ class ComputeUnit(wiring.Component):
                     prod[(b, o, i)] = r
                     idx += 1
                     o += 1
+        return prod
+
+    def _depthwise_products(self, m, c_dwp) -> dict:
+        """The depthwise products (``DEPTHWISE_TAPS`` T), registered in stage C while it
+        holds a depthwise GEMM micro-op (``c_dwp``): ``(b, o, t) -> inp[src + t][b][o] ×
+        wgt[o][t]``, signed 16-bit, from the INP scratchpad's T taps (``inp_r_taps``) and
+        the weight tile's first T columns.  A set of ``BATCH × BLOCK_OUT × T`` multipliers
+        of their own (the array's DSP-packed pairs share an activation, which no two
+        depthwise products do): LUT-built (:func:`lut_multiply`) when the whole array is
+        (``LUT_MULTIPLIERS`` = BATCH × BLOCK_IN × BLOCK_OUT), else ``$mul`` cells (DSPs)."""
+        cfg = self.cfg
+        B, BI, BO, T = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT, cfg.DEPTHWISE_TAPS
+        IW, WW = cfg.INP_WIDTH, cfg.WGT_WIDTH
+        ebits = cfg.elem_bits(MemType.INP)
+        lut = cfg.LUT_MULTIPLIERS == B * BI * BO
+        prod = {}
+        for t in range(T):
+            tap = self.inp_r_taps[t * ebits:(t + 1) * ebits]
+            for b in range(B):
+                for o in range(BO):
+                    a = tap.word_select(b * BI + o, IW).as_signed()
+                    w_ = self.wgt_r_data.word_select(o * BI + t, WW).as_signed()
+                    r = Signal(signed(IW + WW), name=f"dwp_{b}_{o}_{t}", reset_less=True)
+                    with m.If(c_dwp):
+                        m.d.sync += r.eq(lut_multiply(a, w_) if lut else a * w_)
+                    prod[(b, o, t)] = r
         return prod
 
     # ------------------------------------------------------------------ REQ engine

@@ -9,12 +9,12 @@ simulation initial value is zero.
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Scratchpad", "BankedScratchpad"]
+__all__ = ["Scratchpad", "BankedScratchpad", "TapScratchpad"]
 
 
 class Scratchpad(wiring.Component):
@@ -101,4 +101,59 @@ class BankedScratchpad(wiring.Component):
                 m.d.sync += sel.eq(addr[aw - 1])
             m.d.comb += getattr(self, f"r{p}_data").eq(Mux(sel, banks[1].r_data,
                                                              banks[0].r_data))
+        return m
+
+
+class TapScratchpad(wiring.Component):
+    """``depth`` × ``width``-bit RAM whose one read delivers ``taps`` consecutive entries
+    (``DEPTHWISE_TAPS``: the INP scratchpad of a depthwise GEMM, docs/hardware.md
+    "Depthwise GEMM").
+
+    The entries are interleaved over ``P`` banks (``P`` the least power of two >= ``taps``):
+    entry ``e`` lives in bank ``e % P`` at ``e // P``, so the same bits as one
+    ``depth`` × ``width`` RAM.  A read of ``r_addr = a`` presents bank ``k`` the address of
+    entry ``a + ((k - a) % P)`` (the first entry at or after ``a`` in that bank) and the
+    outputs are rotated by ``a % P``.
+
+    Ports: ``w_addr``, ``w_data``, ``w_en`` (In, as :class:`Scratchpad`); ``r_addr``,
+    ``r_en`` (In); ``r_data`` (Out, ``width``: entry ``a``, one cycle after ``a`` was
+    presented with ``r_en`` high, as :class:`Scratchpad`'s) and ``r_taps`` (Out,
+    ``taps * width``: entries ``a .. a + taps - 1``, tap ``t`` at bits ``[t*width,
+    (t+1)*width)``; entries past the last one wrap to entry 0).  With ``r_en`` low both
+    hold.  A read in the same cycle as a write to the same entry returns the old contents.
+
+    Raises:
+        ValueError: ``taps`` < 2, or ``depth`` not a power of two >= ``2 * P``.
+    """
+
+    def __init__(self, width: int, depth: int, taps: int):
+        if taps < 2:
+            raise ValueError(f"tap scratchpad needs taps >= 2, got {taps}")
+        nb = 1 << (taps - 1).bit_length()
+        if depth < 2 * nb or depth & (depth - 1):
+            raise ValueError(f"tap scratchpad depth must be a power of two >= {2 * nb} "
+                             f"(taps {taps}), got {depth}")
+        self.width, self.depth, self.taps, self.banks = width, depth, taps, nb
+        aw = depth.bit_length() - 1
+        super().__init__({"w_addr": In(aw), "w_data": In(width), "w_en": In(1),
+                          "r_addr": In(aw), "r_en": In(1), "r_data": Out(width),
+                          "r_taps": Out(taps * width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        nb, lb = self.banks, self.banks.bit_length() - 1
+        banks = [Scratchpad(self.width, self.depth // nb) for _ in range(nb)]
+        for k, bank in enumerate(banks):
+            m.submodules[f"bank{k}"] = bank
+            off = (k - self.r_addr[:lb])[:lb]       # (k - a) mod P
+            m.d.comb += [bank.w_en.eq(self.w_en & (self.w_addr[:lb] == k)),
+                         bank.w_addr.eq(self.w_addr[lb:]), bank.w_data.eq(self.w_data),
+                         bank.r_en.eq(self.r_en),
+                         bank.r_addr.eq((self.r_addr + off)[lb:len(self.r_addr)])]
+        rot = Signal(lb, name="r_rot")
+        with m.If(self.r_en):
+            m.d.sync += rot.eq(self.r_addr[:lb])
+        data = Array([b.r_data for b in banks])
+        taps = [data[(rot + t)[:lb]] for t in range(self.taps)]
+        m.d.comb += [self.r_taps.eq(Cat(*taps)), self.r_data.eq(self.r_taps[:self.width])]
         return m

@@ -52,7 +52,7 @@ from .fetch import FetchUnit
 from .fields import port_name
 from .load import LoadState, LoadUnit
 from .queues import CommandQueue, TokenQueue
-from .scratchpad import BankedScratchpad, Scratchpad
+from .scratchpad import BankedScratchpad, Scratchpad, TapScratchpad
 from .store import StoreState, StoreUnit
 
 __all__ = ["VTACore"]
@@ -167,7 +167,12 @@ class VTACore(wiring.Component):
         cfg = self.cfg
         load, comp, store = c.load, c.comp, c.store
         # scratchpads shared between units (their geometry: VTAConfig.memories)
-        m.submodules.inp_mem = inp = Scratchpad.of(cfg.memory("inp"))
+        if cfg.DEPTHWISE_TAPS:  # T consecutive entries per read (docs/hardware.md)
+            im = cfg.memory("inp")
+            m.submodules.inp_mem = inp = TapScratchpad(im.width, im.depth, cfg.DEPTHWISE_TAPS)
+            m.d.comb += comp.inp_r_taps.eq(inp.r_taps)
+        else:
+            m.submodules.inp_mem = inp = Scratchpad.of(cfg.memory("inp"))
         m.submodules.wgt_mem = wgt = Scratchpad.of(cfg.memory("wgt"))
         if cfg.REQ_ENGINE:  # the OUT view in two banks, like the accumulator (compute.py)
             om = cfg.memory("out")
