@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ..hw.config import VTAConfig
 from .ir import Graph, Node, qbits
+from .lower_conv import depthwise_taps
 from .lower_eltwise import gemm_add_ok
 from .requant import mult_plan
 
@@ -242,8 +243,10 @@ def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[boo
         return False, f"padding {a['pads']} exceeds the LOAD pad field maximum {MAX_PAD}"
     what = "depthwise conv" if op == "qconv2d" and a["groups"] == graph.types[node.inputs[0]].shape[1] \
         and a["groups"] > 1 else ("group conv" if op == "qconv2d" and a["groups"] > 1 else op[1:])
-    if what == "depthwise conv" and cfg.DEPTHWISE_TAPS and a["kernel"][1] >= 2:
-        what += f" (depthwise GEMMs of {cfg.DEPTHWISE_TAPS} taps)"
+    if what == "depthwise conv" and cfg.DEPTHWISE_TAPS:
+        w_shape = graph.types[node.inputs[1]].shape
+        if depthwise_taps(cfg, a["groups"], w_shape, a["groups"], a["pads"][3]):
+            what += f" (depthwise GEMMs of {cfg.DEPTHWISE_TAPS} taps)"
     mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
     if isinstance(a["shift"], tuple):
         shift = f"per-channel shifts {min(a['shift'])}..{max(a['shift'])} (tensor SHR)"
