@@ -42,7 +42,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from ..hw.config import ConfigError, VTAConfig, load_config
+from ..hw.config import ConfigError, VTAConfig, depthwise_possible, load_config
 
 __all__ = ["Space", "Point", "SpaceError", "default_space", "board_space", "board_setup",
            "AXIS_ALIASES", "DEPTH_AXES", "valid_fraction", "with_width_axis",
@@ -81,9 +81,7 @@ DEPTHWISE_AXIS = [0, 3]
 def _depthwise_skipped(f: Mapping[str, Any]) -> bool:
     """Whether the field values ``f`` (after a point's changes) set ``DEPTHWISE_TAPS`` on a
     core that cannot have it: ``BLOCK_IN != BLOCK_OUT`` or operands not int8."""
-    return bool(f.get("DEPTHWISE_TAPS")) and (
-        f["LOG_BLOCK_IN"] != f["LOG_BLOCK_OUT"]
-        or (f["LOG_INP_WIDTH"], f["LOG_WGT_WIDTH"]) != (3, 3))
+    return bool(f.get("DEPTHWISE_TAPS")) and not depthwise_possible(f)
 
 
 class SpaceError(ValueError):

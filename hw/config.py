@@ -103,6 +103,14 @@ MIN_DEPTH = 2
 MAX_DEPTH = 1 << 16
 
 
+def depthwise_possible(fields: Mapping[str, Any]) -> bool:
+    """Whether a core of these VTAConfig field values (a dict with ``LOG_BLOCK_IN``,
+    ``LOG_BLOCK_OUT``, ``LOG_INP_WIDTH``, ``LOG_WGT_WIDTH``) can have ``DEPTHWISE_TAPS``:
+    ``BLOCK_IN == BLOCK_OUT`` (lane o reads input channel o) and int8 operands."""
+    return (fields["LOG_BLOCK_IN"] == fields["LOG_BLOCK_OUT"]
+            and (fields["LOG_INP_WIDTH"], fields["LOG_WGT_WIDTH"]) == (3, 3))
+
+
 def _log2_exact(n: int) -> int:
     return n.bit_length() - 1
 
@@ -252,8 +260,7 @@ class VTAConfig:
         if t == 1 or t > self.BLOCK_IN:
             raise ConfigError(f"DEPTHWISE_TAPS = {t} is out of range; allowed: 0 (off) or "
                               f"2..{min(16, self.BLOCK_IN)} (at most BLOCK_IN)")
-        if t and (self.LOG_BLOCK_IN != self.LOG_BLOCK_OUT or self.LOG_INP_WIDTH != 3
-                  or self.LOG_WGT_WIDTH != 3):
+        if t and not depthwise_possible(dataclasses.asdict(self)):
             raise ConfigError(f"DEPTHWISE_TAPS = {t} needs BLOCK_IN == BLOCK_OUT (got "
                               f"{self.BLOCK_IN}, {self.BLOCK_OUT}) and int8 activations and "
                               f"weights (LOG_INP_WIDTH = LOG_WGT_WIDTH = 3, got "
