@@ -152,7 +152,8 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
 
 def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig | None = None,
                   fallback: bool = True, calib_label: str = "calibration data",
-                  row_bands: bool = True, options: LowerOptions | None = None) -> CompiledModel:
+                  row_bands: bool = True, options: LowerOptions | None = None,
+                  agreement_target: float | None = None) -> CompiledModel:
     """Compile an ONNX model (path, bytes or ModelProto) for a VTA config.
 
     Args:
@@ -173,11 +174,16 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
             docstring; they let a memory budget go below such a step's working set).
         options: the lowering's choices (:class:`~.options.LowerOptions`; default
             ``LowerOptions.for_config(cfg)``).
+        agreement_target: where given, the output agreement with float (cosine, in (0, 1])
+            that the per-layer floor aims at (``QuantConfig.agreement_target``, default
+            0.99), replacing that of ``quant_config`` or of the default: higher keeps more
+            layers float on the CPU, for answers closer to float.
     Returns:
         The :class:`CompiledModel`; its attributes ``qgraph`` (quantized graph) and
         ``partition`` are set for in-process use (not saved in artifacts).
     Raises:
-        CompileError: unsupported model, bad calibration data, a lowering failure.
+        CompileError: unsupported model, bad calibration data, a lowering failure, an
+            ``agreement_target`` outside (0, 1].
     """
     cfg = load_config(config)
     options = LowerOptions.resolve(options, cfg)
@@ -219,6 +225,8 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
                                      min_layer_cosine=DEFAULT_MIN_LAYER_COSINE, bias_correction=True,
                                      adaptive_floor=True, channel_act_exps=True,
                                      **quant_widths(cfg, fg))
+    if agreement_target is not None:
+        qc = replace(qc, agreement_target=agreement_target)
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
     if n_samples is None:
         qc = replace(qc, batch_size=1 << 62)
@@ -265,7 +273,7 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     float graph's inputs) and a node below ``min_layer_cosine`` is kept real-valued on the
     CPU too, its reason naming the measured cosine; with ``qc.adaptive_floor``, where the
     graph's outputs then agree with float below
-    :data:`~.quantize.OUTPUT_AGREEMENT_TARGET` on those samples
+    ``qc.agreement_target`` on those samples
     (:func:`~.quantize.output_agreement`), the floor is raised until they do: the fewest
     worst-measured layers kept real that reach it (:func:`search_floor`); with
     ``qc.bias_correction`` the int8 biases are corrected on them
@@ -334,7 +342,8 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
             def trial(thr: float):
                 r = floored(thr)
                 return output_agreement(r[0], batches, fenvs), r
-            pick = search_floor(errs, eligible, qc.min_layer_cosine, best, trial)
+            pick = search_floor(errs, eligible, qc.min_layer_cosine, best, trial,
+                                qc.agreement_target)
             if pick is not None:
                 q, keep_now, err_keep = pick
             keep.clear()
@@ -358,9 +367,11 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
 
 
 def search_floor(errs: dict[str, float], eligible: set, floor: float, base: float,
-                 trial: Callable[[float], tuple[float, object]]) -> object:
+                 trial: Callable[[float], tuple[float, object]],
+                 target: float = OUTPUT_AGREEMENT_TARGET) -> object:
     """The loosest per-layer error floor above ``floor`` whose graph's outputs agree with
-    float at :data:`~.quantize.OUTPUT_AGREEMENT_TARGET` (``QuantConfig.adaptive_floor``).
+    float at ``target`` (``QuantConfig.adaptive_floor`` and ``agreement_target``; default
+    :data:`~.quantize.OUTPUT_AGREEMENT_TARGET`).
 
     ``errs``: each integer node's local cosine (:func:`~.quantize.layer_errors`);
     ``eligible``: the nodes that may be kept real-valued; ``base``: the agreement at
@@ -374,13 +385,13 @@ def search_floor(errs: dict[str, float], eligible: set, floor: float, base: floa
     layer is eligible, or keeping all of them real gains less than 0.005.
     """
     cands = sorted({c for n, c in errs.items() if n in eligible and c >= floor})
-    if base >= OUTPUT_AGREEMENT_TARGET or not cands:
+    if base >= target or not cands:
         return None
     thr = [(a + b) / 2 for a, b in zip(cands, cands[1:] + [1.0])]
     top_a, top = trial(thr[-1])
     if top_a < base + 0.005:
         return None
-    goal = min(OUTPUT_AGREEMENT_TARGET, top_a - 0.002)
+    goal = min(target, top_a - 0.002)
     lo, hi, pick = 0, len(thr) - 1, top
     while lo < hi:
         mid = (lo + hi) // 2

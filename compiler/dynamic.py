@@ -221,7 +221,8 @@ def _calib_groups(inputs: list, calib, label) -> tuple[list[dict], list[str]]:
 def compile_dynamic(model, calib_data, config=None, *,
                     quant_config: QuantConfig | None = None, fallback: bool = True,
                     calib_label: str | list[str] = "calibration data",
-                    options: LowerOptions | None = None) -> DynamicModel:
+                    options: LowerOptions | None = None,
+                    agreement_target: float | None = None) -> DynamicModel:
     """Compile an ONNX model whose input dims may be symbolic (``[N, 3, H, W]``) once.
 
     Args:
@@ -229,7 +230,7 @@ def compile_dynamic(model, calib_data, config=None, *,
         calib_data: calibration inputs at one size (``ndarray`` or ``{input: ndarray}``,
             float, batch first) or at several (a list of those; each entry one size).
         config: VTAConfig, preset name or JSON path (default ``pynq``).
-        quant_config: as for :func:`~.compile.compile_model`.
+        quant_config, agreement_target: as for :func:`~.compile.compile_model`.
         fallback: a VTA lowering that fails runs on the CPU instead.
         calib_label: how error messages name the calibration data: one name (a list of
             sizes is then named ``NAME #k``), or a list of names, one per entry of a
@@ -256,6 +257,8 @@ def compile_dynamic(model, calib_data, config=None, *,
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
                                      min_layer_cosine=DEFAULT_MIN_LAYER_COSINE, bias_correction=True,
                                      adaptive_floor=True, channel_act_exps=True)
+    if agreement_target is not None:
+        qc = replace(qc, agreement_target=agreement_target)
     name = proto.graph.name or "model"
     exps: dict = {}
     chx: dict = {}      # tensor -> per-channel activation exps (coarsest over the shapes)

@@ -82,13 +82,13 @@ from .errors import CompileError, node_error
 from .ir import LAYOUT_OPS, REAL_OPS, Graph, Node, TensorType, qrange, storage_dtype, validate
 from .ops import REGISTRY
 from .passes import optimize as run_optimize
-from .quant_rules import (MultChoice, QDQApprox, QuantConfig, QuantReport, QuantRules,
-                          choose_multiplier, exp_for_range)
+from .quant_rules import (OUTPUT_AGREEMENT_TARGET, MultChoice, QDQApprox, QuantConfig,
+                          QuantReport, QuantRules, choose_multiplier, exp_for_range)
 from .reference import _bind, _q_node, run_float, run_node, run_quantized
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
            "compare", "calibrate", "exp_for_range", "choose_multiplier", "layer_errors",
-           "bias_correct"]
+           "bias_correct", "OUTPUT_AGREEMENT_TARGET"]
 
 #: ops ``keep_real`` may keep float: the float ops with a real-valued CPU form, and layout
 #: ops (data movement of whatever dtype) between two real-valued nodes
@@ -97,10 +97,6 @@ KEEPABLE_OPS = REAL_OPS | LAYOUT_OPS
 #: The per-layer error floor of ``compile_model`` / ``compile_dynamic`` (local cosine of an
 #: int8 layer's output against float; below it the layer stays a float CPU node).
 DEFAULT_MIN_LAYER_COSINE = 0.99
-#: The output agreement (mean cosine of the float outputs, :func:`output_agreement`) under
-#: which the error floor is raised (``QuantConfig.adaptive_floor``;
-#: :func:`~.compile.search_floor`).
-OUTPUT_AGREEMENT_TARGET = 0.99
 
 
 def _feeds_batches(graph: Graph, data, batch: int):

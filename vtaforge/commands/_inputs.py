@@ -27,7 +27,8 @@ from typing import Any, Iterator
 
 import click
 
-__all__ = ["InputError", "check_regular", "read_array", "read_json", "check_json_lines",
+__all__ = ["InputError", "agreement_option", "check_agreement", "check_regular", "read_array",
+           "read_json", "check_json_lines",
            "read_config", "read_onnx", "OnnxInfo",
            "read_artifact", "read_bundle", "check_arity", "compiling"]
 
@@ -63,6 +64,29 @@ def _os_reason(e: OSError) -> str:
 #: The largest ONNX model read: protobuf refuses a message over 2 GiB (larger weights live in
 #: external data files, which onnx reads itself).
 MAX_ONNX_BYTES = 2 << 30
+
+
+def agreement_option(f):
+    """The ``--agreement-target COSINE`` option of the commands that compile an ONNX model:
+    the output agreement with float (mean cosine on the calibration samples, in (0, 1])
+    under which more layers are kept float on the CPU (``QuantConfig.agreement_target``,
+    default 0.99); ``None`` where not given."""
+    return click.option(
+        "--agreement-target", "agreement_target", default=None,
+        type=click.FloatRange(min=0, max=1, min_open=True),
+        help="output agreement with float (cosine on the calibration samples, in (0, 1]; "
+             "default 0.99) below which more layers are kept float on the CPU: higher "
+             "trades VTA layers for accuracy (ONNX models)")(f)
+
+
+def check_agreement(model_path: str, agreement_target) -> None:
+    """Refuse ``--agreement-target`` for a ``.vtapkg`` (already quantized).
+
+    Raises:
+        InputError: a target given with a ``.vtapkg``."""
+    if agreement_target is not None and Path(model_path).suffix == ".vtapkg":
+        raise InputError("--agreement-target applies to ONNX models; a .vtapkg is already "
+                         "quantized (recompile it with vtaforge compile --agreement-target)")
 
 
 def check_regular(path, what: str, exc: type[Exception] = InputError) -> None:

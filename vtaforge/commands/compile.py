@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 import numpy as np
 
+from ._inputs import agreement_option
+
 #: Samples of the default calibration (no ``--calibrate``): uniform random in [0, 1), of the
 #: model's input shape; a fixed batch B takes whole batches (the next multiple of B).
 DEFAULT_CALIB_SAMPLES = 16
@@ -36,12 +38,13 @@ def default_calibration(shape) -> np.ndarray:
                    f"{DEFAULT_CALIB_SAMPLES} uniform random samples in [0, 1) of the model's "
                    f"input shape (whole batches of a fixed batch; other symbolic dimensions "
                    f"{DEFAULT_CALIB_DIM})")
+@agreement_option
 @click.option("--explain", is_flag=True, default=False,
               help="print each VTA conv/dense layer's lowering plan (tiling, input "
                    "placement, ACC regions and resets, weight streaming, the last tile's "
                    "stream), one block per layer")
 def compile_cmd(model: str, output_path: str, config_spec: str, calib_path,
-                explain: bool = False) -> None:
+                agreement_target: float | None = None, explain: bool = False) -> None:
     """Compile MODEL (ONNX) for a VTA config and write a .vtapkg artifact."""
     from ..compiler.compile import compile_model
     from ..compiler.errors import CompileError
@@ -66,7 +69,8 @@ def compile_cmd(model: str, output_path: str, config_spec: str, calib_path,
         calib = default_calibration(g.types[g.inputs[0]].shape)
         data = f"uniform random calibration data of shape {list(calib.shape)}"
     with compiling(model, data):
-        cm = compile_model(model, calib, cfg, calib_label=data)
+        cm = compile_model(model, calib, cfg, calib_label=data,
+                           agreement_target=agreement_target)
     save_artifact(cm, output_path)
     click.echo("placement:")
     click.echo(cm.placement_table())

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from ._inputs import agreement_option
+
 #: Units of the core in a profile, and whether the core counts their stall cycles.
 UNITS = (("fetch", False), ("load", True), ("compute", True), ("store", True))
 
@@ -224,8 +226,9 @@ def _default_inputs(model_path: str, calib_path):
               help="rtl (core cycles and counters) or fsim (the DSE cycle model's cycles)")
 @click.option("--json", "json_path", default=None, help="write the profile as JSON to this file")
 @click.option("--plot", "plot_path", default=None, help="write a roofline plot (PNG) to this file")
+@agreement_option
 def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, json_path,
-                plot_path) -> None:
+                plot_path, agreement_target) -> None:
     """Run MODEL (FILE.onnx or MODEL.vtapkg) once and print, per step: where it ran, its
     cycles (rtl: the core's; fsim: the DSE cycle model's), its share, its ideal MAC cycles
     (MACs / array size), its bound (the larger of those and its minimum DRAM bytes / bus
@@ -237,7 +240,7 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
     from ..runtime.bundle import TARGETS, make_device
     from ..runtime.device import DeviceError
     from ..runtime.executor import Executor
-    from ._inputs import check_arity, compiling, read_array, read_config, read_onnx
+    from ._inputs import check_agreement, check_arity, compiling, read_array, read_config, read_onnx
     from ._output import OutputPathError, check_output_path
     from .run import _artifact_config, _fixed_batch, _get_model, _run_batches
 
@@ -248,6 +251,7 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
         raise click.UsageError("missing argument MODEL (FILE.onnx or MODEL.vtapkg)")
     if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: fsim, rtl")
+    check_agreement(model, agreement_target)
     if target not in ("fsim", "rtl"):
         raise DeviceError(f"profile runs on fsim or rtl, not on {target!r} (on a board, "
                           "vtaforge run reports the core's cycles)")
@@ -268,7 +272,7 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
                       else _artifact_config(model) or "pynq")
     if input_path is not None:
         x = read_array(input_path, "input")
-        cm = _get_model(model, cfg, calib_path, x, input_path)
+        cm = _get_model(model, cfg, calib_path, x, input_path, agreement_target)
     elif Path(model).suffix == ".vtapkg":
         import numpy as np
 
@@ -286,7 +290,8 @@ def profile_cmd(model, model_opt, input_path, calib_path, config_spec, target, j
         data = (f"calibration data {calib_path!r}" if calib_path
                 else "uniform random calibration data")
         with compiling(model, data):
-            cm = compile_model(model, calib, cfg, calib_label=data)
+            cm = compile_model(model, calib, cfg, calib_label=data,
+                               agreement_target=agreement_target)
     dev = model_cycles_device(cfg) if target == "fsim" else make_device(target, cfg)
     ex = Executor(cm, dev)
     t0 = time.perf_counter()

@@ -14,7 +14,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ._inputs import check_arity, compiling, read_array, read_artifact, read_config, read_onnx
+from ._inputs import (agreement_option, check_agreement, check_arity, compiling, read_array,
+                      read_artifact, read_config, read_onnx)
 from ._output import echo_over, progress_bar, progress_enabled, step_postfix
 
 CHUNK = 50   # images per executor run in the main job
@@ -185,10 +186,11 @@ def _budget_line(ex) -> str | None:
                    "2.5MB or a plain count): activations are evicted and recomputed (DTR) "
                    "to stay under it, bit-exact; refused below the largest step's working set "
                    "(needs --model)")
+@agreement_option
 @click.option("--no-progress", is_flag=True,
               help="no progress bar (none either when stderr is not a terminal)")
 def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, target,
-            cache_size, memory_budget, no_progress) -> None:
+            cache_size, memory_budget, agreement_target, no_progress) -> None:
     """Compile (if ONNX) and run a model on VTA; without --model, run the digits main job."""
     from ..runtime.bundle import TARGETS, make_device
     from ..runtime.device import DeviceError
@@ -196,19 +198,22 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
     if target not in TARGETS:
         raise DeviceError(f"unknown target {target!r}; allowed: {', '.join(TARGETS)}")
     if model_path is None:
-        if input_paths or calib_path or output_path is not None or memory_budget is not None:
-            raise DeviceError("--input/--calibrate/--output/--memory-budget need --model")
+        if (input_paths or calib_path or output_path is not None or memory_budget is not None
+                or agreement_target is not None):
+            raise DeviceError("--input/--calibrate/--output/--memory-budget/--agreement-target "
+                              "need --model")
         _main_job(config_spec or "pynq", target, progress_enabled(no_progress))
         return
     if config_spec is None:
         config_spec = _artifact_config(model_path) or "pynq"
     if not input_paths:
         raise DeviceError("--model needs --input X.npy")
+    check_agreement(model_path, agreement_target)
     if len(input_paths) > 1:
         if output_path is not None:
             raise DeviceError(f"--output takes one --input; got {len(input_paths)}")
         _run_many(model_path, read_config(config_spec), calib_path, input_paths, target,
-                  cache_size, memory_budget, progress_enabled(no_progress))
+                  cache_size, memory_budget, progress_enabled(no_progress), agreement_target)
         return
     input_path = input_paths[0]
     if output_path is not None:
@@ -217,7 +222,7 @@ def run_cmd(model_path, input_paths, calib_path, output_path, config_spec, targe
         check_output_path(output_path, "--output")
     cfg = read_config(config_spec)
     x = read_array(input_path, "input")
-    cm = _get_model(model_path, cfg, calib_path, x, input_path)
+    cm = _get_model(model_path, cfg, calib_path, x, input_path, agreement_target)
     _check_names([x], [input_path], cm.inputs)
     from ..runtime.executor import Executor
 
@@ -281,7 +286,7 @@ def _shape_of(x) -> str:
 
 def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
               cache_size: int, memory_budget: int | None = None,
-              progress: bool = False) -> None:
+              progress: bool = False, agreement_target: float | None = None) -> None:
     """Several ``--input`` files from one compile in one process.
 
     An ONNX model is compiled once with :func:`~vtaforge.compiler.dynamic.compile_dynamic`
@@ -341,7 +346,8 @@ def _run_many(model_path: str, cfg, calib_path, input_paths, target: str,
         calib, label = _group_by_shape(xs, input_paths)
         data = "the inputs"
     with compiling(model_path, data):
-        dm = compile_dynamic(str(p), calib, cfg, calib_label=label)
+        dm = compile_dynamic(str(p), calib, cfg, calib_label=label,
+                             agreement_target=agreement_target)
     _check_names(xs, input_paths, dm.inputs)
     sizes = ", ".join(dict.fromkeys(format_key(k) for k in dm.calib_shapes))
     click.echo(f"{dm.name}: compiled once in {dm.calib_seconds:.2f} s (imported and calibrated "
@@ -455,7 +461,8 @@ def _artifact_config(model_path: str):
     return read_artifact(str(p)).config
 
 
-def _get_model(model_path: str, cfg, calib_path, x, input_path: str | None = None):
+def _get_model(model_path: str, cfg, calib_path, x, input_path: str | None = None,
+               agreement_target: float | None = None):
     """The compiled model: a ``.vtapkg`` read, or an ONNX model compiled on ``--calibrate``'s
     data or on the input ``x`` (read from ``input_path``; ``None``: no input yet).  One array
     for a model of several inputs is refused naming them, and a kernel's refusal while
@@ -483,7 +490,8 @@ def _get_model(model_path: str, cfg, calib_path, x, input_path: str | None = Non
     else:
         calib, data = x, f"input {input_path!r}"
     with compiling(model_path, data):
-        return compile_model(str(p), calib, cfg, calib_label=data)
+        return compile_model(str(p), calib, cfg, calib_label=data,
+                             agreement_target=agreement_target)
 
 
 COMMANDS = [run_cmd]
