@@ -24,7 +24,8 @@ seconds of the VTA steps against onnxruntime's whole-model seconds per sample (t
 sample, which records fsim's replay plans, apart; the ratio is of the later samples'
 mean; target: <= 20x).  Figures, not a pass/fail test; a model that fails is printed with its error.
 
-Run: ``.venv/bin/python bench/pretrained_models.py [--models DIR] [--samples 3] [MODEL.onnx ...]``
+Run: ``.venv/bin/python bench/pretrained_models.py [--models DIR] [--samples 3] [--seed 2]
+[--only rec] [--agreement-target 0.997] [MODEL.onnx ...]``
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ def _ctc(p: np.ndarray, chars: list[str]) -> list[str]:
     return out
 
 
-def run_one(path: Path, kind: str, samples: int, seed: int = 2) -> None:
+def run_one(path: Path, kind: str, samples: int, seed: int = 2,
+            agreement_target: float | None = None) -> None:
     m = onnx.load(str(path))
     init = {i.name for i in m.graph.initializer}
     inp = next(i for i in m.graph.input if i.name not in init)
@@ -160,7 +162,7 @@ def run_one(path: Path, kind: str, samples: int, seed: int = 2) -> None:
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     t0 = time.perf_counter()
     try:
-        cm = compile_model(str(path), calib, "pynq")
+        cm = compile_model(str(path), calib, "pynq", agreement_target=agreement_target)
     except Exception as e:  # noqa: BLE001 (a figure, not a test: report and go on)
         print(f"{path.name:<40} compile failed: {type(e).__name__}: {str(e)[:160]}")
         return
@@ -238,8 +240,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2,
                     help="seed of the evaluation samples (calibration uses seed 1); another "
                          "value gives a held-out set of lines and pages")
+    ap.add_argument("--agreement-target", type=float, default=None,
+                    help="the output agreement the compiler's adaptive error floor aims at "
+                         "(QuantConfig.agreement_target; default 0.99): higher keeps more "
+                         "layers float")
+    ap.add_argument("--only", choices=("cls", "rec", "det"), action="append", default=None,
+                    help="run only these bundled OCR models (repeatable; default all three)")
     a = ap.parse_args()
-    todo = [(find_ocr_model(k), k) for k in ("cls", "rec", "det")]
+    todo = [(find_ocr_model(k), k) for k in (a.only or ("cls", "rec", "det"))]
     todo = [(p, k) for p, k in todo if p is not None]
     extra = list(a.models)
     if a.models_dir is not None:
@@ -250,7 +258,7 @@ def main() -> None:
           f"{'VTA s 1st':>8} {'VTA s':>8} {'ort s':>8} {'ratio':>8}   (targets: cosine/argmax "
           f">= 0.9, ratio of a sample after the first <= 20x)")
     for p, k in todo:
-        run_one(p, k, a.samples, a.seed)
+        run_one(p, k, a.samples, a.seed, a.agreement_target)
 
 
 if __name__ == "__main__":
