@@ -89,8 +89,9 @@ class CycleModel:
     capacity and write-channel contention; the upper bound does not depend on them.
     ``dram_latency`` defaults to 0, like the Verilator harness's DRAM model: a board has
     tens of cycles per burst.  On a ``DMA_OUTSTANDING`` > 1 core a LOAD's rows after its
-    first overlap their latency with the rows before, and a STORE pays it once
-    (:meth:`_row_cycles`).
+    first overlap their latency with the rows before, a STORE pays it once
+    (:meth:`_row_cycles`), and a LOAD's top padding and first left padding are written
+    while its first row's latency runs (:meth:`_dma_costs`).
 
     With ``REQ_ENGINE`` (:meth:`_engine_plan`) the requantize engine is a fourth resource
     beside the compute module: an ALU REQ or ALU reset of one micro-op starts when the
@@ -370,9 +371,22 @@ class CycleModel:
     def _dma_costs(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], cost: np.ndarray,
                    floor: np.ndarray) -> dict:
         """:meth:`program_cycles`' LOAD/STORE costs, vectorised over every DMA row, added
-        in place to ``cost`` (beats or elements per row: ``floor``).  Returns ``sel``
-        (the LOAD/STOREs with rows), ``is_load``, ``y`` (their rows), ``rows`` (each row's
-        cycles, :meth:`_row_cycles`), ``read_beats`` and ``write_beats``."""
+        in place to ``cost`` (beats or elements per row: ``floor``).  A LOAD's padding
+        costs one cycle per zero it writes and ``pad_row_overhead`` per row with horizontal
+        padding; on a ``DMA_OUTSTANDING`` > 1 core the loader requests its first row the
+        cycle after it starts, before it writes the ``y_pad_0`` top rows and that row's
+        ``x_pad_0`` left zeros (hw/core/load.py ``TensorLoader._row_requests`` and
+        ``_fsm``: TOP and its TOPZ zeros per top row, then LZ), so those ``P = y_pad_0 ×
+        (x_pad_0 + x_size + x_pad_1 + 1) + x_pad_0`` cycles overlap the row's DRAM
+        latency L: they cost ``max(0, P - L)`` instead of their zeros (with one request
+        at a time the request waits for them: the REQ state).  Measured on the
+        pynq-fast + DEPTHWISE_TAPS 3 rtl (one 14x14 INP LOAD, latency 50, against no
+        padding): ``y_pad_0`` 1, 2, 3 +0 cycles, 4 +10, ``x_pad_0`` 2 with ``y_pad_0`` 3
+        +29 (13 later rows x 2, and 3 over L), the model exactly that (it charged +14,
+        +28, +42, +56 and +76 before); latency 0: +15 per top row
+        (tests/dse/test_depthwise_pairs.py).  Returns ``sel`` (the LOAD/STOREs with
+        rows), ``is_load``, ``y`` (their rows), ``rows`` (each row's cycles,
+        :meth:`_row_cycles`), ``read_beats`` and ``write_beats``."""
         from ..hw.isa import Opcode
 
         op = np.asarray(cols["opcode"])
@@ -409,6 +423,16 @@ class CycleModel:
                                      minlength=len(sel))
             c = c + np.where(is_load, xp * y + yp * (x + xp)
                              + np.where(xp > 0, self.pad_row_overhead * y, 0), 0)
+            if cfg.DMA_OUTSTANDING > 1:
+                # the first row's request goes out before the top padding is written
+                # (hw/core/load.py ``_row_requests``): that padding (a TOP cycle and its
+                # zeros per row) and the row's left zeros cost only what exceeds the
+                # row's DRAM latency, instead of the zeros charged above
+                yp0 = np.asarray(cols["y_pad_0"])[sel]
+                xp0 = np.asarray(cols["x_pad_0"])[sel]
+                pre = yp0 * (x + xp + 1) + xp0
+                c = c - np.where(is_load & (y > 0), yp0 * (x + xp) + xp0 - np.maximum(
+                    0.0, pre - self.dram_latency), 0)
             cost[sel] += c
             out.update(sel=sel, is_load=is_load, y=y, rows=rows,
                        read_beats=int(round(b[is_load].sum())),
