@@ -12,10 +12,12 @@ Run time: about 1 min per board on two shared cores (pynq-z2 144 points, ultra96
 zcu104 256 points each, ResNet-18 C2-C11 at the DSE's default size 14); ``--fast`` about
 5 s per feasible point (pynq-z2: 576 points, 368 feasible, 33 min).
 
-Usage: python bench/dse_board_pick.py [--fast [--blocks 4,5,6]] [BOARD ...]
+Usage: python bench/dse_board_pick.py [--fast [--blocks 4,5,6] [--axis KEY=V,...]] [BOARD ...]
 [-- EXTRA dse run ARGS] (default boards: ultra96; with --fast: pynq-z2; ``--blocks``
 keeps those log2 BLOCK_IN / BLOCK_OUT values: the ZynqMP boards' spaces with 8-wide arrays
-cost hours on whole networks, and those arrays are the slowest)
+cost hours on whole networks, and those arrays are the slowest; ``--axis`` adds an axis,
+e.g. ``--blocks 4 --axis DEPTHWISE_TAPS=0,3 --axis DMA_OUTSTANDING=4``: the fast preset's
+neighbours with and without depthwise GEMMs, 128 points)
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ from _record import header
 from vtaforge.hw.parts import board_names
 
 
-def fast_space(board: str, blocks: list[int] | None = None) -> dict:
+def fast_space(board: str, blocks: list[int] | None = None,
+               axes_extra: dict[str, list] | None = None) -> dict:
     """The JSON space of ``--fast`` for ``board``: :func:`~vtaforge.dse.space.board_space`'s
     base (its preset; ``--board`` sets part, bus and clock again) and axes, plus
     ``REQ_ENGINE`` and ``ALU_FORWARD`` off/on; ``blocks``: the log2 BLOCK_IN / BLOCK_OUT
-    values kept (default: the board space's)."""
+    values kept (default: the board space's); ``axes_extra``: more axes (``--axis``), a
+    one-value axis an override of the base."""
     from vtaforge.dse.space import board_setup, board_space
 
     sp = board_space(board)
@@ -45,9 +49,15 @@ def fast_space(board: str, blocks: list[int] | None = None) -> dict:
     if blocks:
         for k in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT"):
             axes[k] = [b for b in axes[k] if b in blocks]
-    return {"base": board_setup(board)["base"],
-            "overrides": {"ALU_REQUANT": True, "DSP_PACKING": sp.base.DSP_PACKING},
-            "axes": {**axes, "REQ_ENGINE": [False, True], "ALU_FORWARD": [False, True]}}
+    over = {"ALU_REQUANT": True, "DSP_PACKING": sp.base.DSP_PACKING}
+    axes = {**axes, "REQ_ENGINE": [False, True], "ALU_FORWARD": [False, True]}
+    for k, vals in (axes_extra or {}).items():
+        if len(vals) == 1:
+            over[k] = vals[0]
+            axes.pop(k, None)
+        else:
+            axes[k] = list(vals)
+    return {"base": board_setup(board)["base"], "overrides": over, "axes": axes}
 
 
 def where_fast(report: Path, board: str) -> None:
@@ -90,12 +100,27 @@ def main(argv: list[str]) -> None:
                          "ALU_FORWARD axes, whole networks at full size)")
     ap.add_argument("--blocks", default=None, metavar="L,...",
                     help="with --fast: keep only these log2 BLOCK_IN / BLOCK_OUT values")
+    ap.add_argument("--axis", action="append", default=[], metavar="KEY=V,...",
+                    help="with --fast: one more axis of integer config values (repeatable; "
+                         "one value: an override), e.g. DEPTHWISE_TAPS=0,3 or "
+                         "DMA_OUTSTANDING=4")
     a = ap.parse_args(argv)
     fast = a.fast
     try:
         blocks = [int(v) for v in a.blocks.split(",")] if a.blocks else None
     except ValueError:
         ap.error(f"--blocks {a.blocks!r}: comma-separated integers")
+    axes_extra: dict[str, list] = {}
+    for spec in a.axis:
+        key, _, vals = spec.partition("=")
+        try:
+            axes_extra[key.strip()] = [int(v) for v in vals.split(",")]
+        except ValueError:
+            ap.error(f"--axis {spec!r}: KEY=V1,V2,... with integer values")
+        if not key.strip():
+            ap.error(f"--axis {spec!r}: KEY=V1,V2,... with integer values")
+    if axes_extra and not fast:
+        ap.error("--axis applies to --fast")
     boards = a.boards or (["pynq-z2"] if fast else ["ultra96"])
     bad = [b for b in boards if b not in board_names(aliases=True)]
     if bad:
@@ -107,7 +132,7 @@ def main(argv: list[str]) -> None:
         cmd = [str(exe), "dse", "run", "--board", board, "--workloads", "resnet18"]
         if fast:
             space = tmp / f"{board}.json"
-            space.write_text(json.dumps(fast_space(board, blocks)))
+            space.write_text(json.dumps(fast_space(board, blocks, axes_extra)))
             cmd = [str(exe), "dse", "run", "--board", board, "--space", str(space),
                    "--workloads", "resnet18-net,mobilenet-net", "--size", "full",
                    "-o", str(tmp / f"{board}-report.json"), "--no-progress"]
