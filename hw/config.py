@@ -695,10 +695,15 @@ def _preset_dicts() -> dict[str, dict[str, Any]]:
         # requantize, the REQ engine and ALU forwarding, on the PYNQ-Z1/Z2's part; with
         # four outstanding DMA reads per client (DMA_OUTSTANDING 4: ResNet-18 on rtl with a
         # board's 40-60 cycles of DRAM latency 7,903,358 -> 7,807,506 cycles, on the ideal
-        # bus 7,795,057 -> 7,783,821, for +30 LUT / +209 FF; bench/RESULTS.md 2026-12-07).
+        # bus 7,795,057 -> 7,783,821, for +30 LUT / +209 FF; bench/RESULTS.md 2026-12-07);
+        # and depthwise GEMMs of 3 taps (DEPTHWISE_TAPS 3: the fastest of the 128 points
+        # around it with the option as an axis, bench/dse_board_pick.py --fast --blocks 4
+        # --axis DEPTHWISE_TAPS=0,3 --axis DMA_OUTSTANDING=4, 110,100 us against 116,064
+        # on both networks; MobileNet-v1 on rtl with latency 3,832,974 -> 3,273,761 cycles,
+        # for +48 DSP / +1,611 LUT; bench/RESULTS.md 2026-12-07).
         "pynq-fast": {"TARGET": "pynq", "PART": BOARDS[TARGET_BOARDS["pynq"]].part,
                       "LOG_UOP_BUFF_SIZE": 14, "ALU_REQUANT": True, "REQ_ENGINE": True,
-                      "ALU_FORWARD": True, "DMA_OUTSTANDING": 4},
+                      "ALU_FORWARD": True, "DMA_OUTSTANDING": 4, "DEPTHWISE_TAPS": 3},
         # The Ultra96-V2's: 1x16x32 (uop/inp/wgt/acc depths 2^12/2^10/2^9/2^11) with the
         # fused requantize and the REQ engine on its xczu3eg-sbva484-1-i (the sweep's arrays
         # of 16 to 64 per side; forwarding adds nothing where BLOCK_IN != BLOCK_OUT: the

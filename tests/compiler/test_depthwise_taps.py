@@ -32,6 +32,12 @@ TAPS = 3
 BASES = ("tiny", "pynq-fast")
 
 
+def _without(name: str):
+    """The preset ``name`` without depthwise GEMMs (``pynq-fast`` has ``DEPTHWISE_TAPS`` 3):
+    the side each test compares against."""
+    return preset(name).replace(DEPTHWISE_TAPS=0)
+
+
 class CheckingFsim(FsimDevice):
     """fsim that race-checks every program it runs and counts its depthwise GEMMs (from the
     decoded instruction words)."""
@@ -135,7 +141,7 @@ def test_depthwise_conv_bit_exact_race_free_fewer_gemms(base, case):
     k_eff = (k - 1) * dil + 1
     x = np.random.default_rng(1).standard_normal((2 if k == 3 else 1, c, h, h)) \
         .astype(np.float32)
-    cfg0 = preset(base)
+    cfg0 = _without(base)
     cfg = cfg0.replace(DEPTHWISE_TAPS=TAPS)
     m = _dw_model(len(x), c, h, k, s, pads, dil)
     cm, ex, dev = _run(m, x, cfg)
@@ -162,7 +168,7 @@ def test_mobilenet_like_block(base, batch):
     every VTA step bit-exact and race-free; only the two depthwise convs use depthwise
     GEMMs, and the program has fewer GEMM micro-ops than without the option."""
     x = np.random.default_rng(2).standard_normal((batch, 3, 18, 18)).astype(np.float32)
-    cfg0 = preset(base)
+    cfg0 = _without(base)
     m = _block_model(batch, 3, 24, 40, 18)
     cm, ex, dev = _run(m, x, cfg0.replace(DEPTHWISE_TAPS=TAPS))
     cm0, ex0, dev0 = _run(m, x, cfg0)
@@ -183,7 +189,7 @@ def test_plan_shows_depthwise_taps():
     GEMMs, and how many micro-ops per pixel."""
     from vtaforge.compiler.lower_conv import lower_conv
 
-    cfg = preset("pynq-fast").replace(DEPTHWISE_TAPS=TAPS)
+    cfg = _without("pynq-fast").replace(DEPTHWISE_TAPS=TAPS)
     rng = np.random.default_rng(0)
     w = rng.integers(-127, 128, (32, 1, 5, 5)).astype(np.int8)
     b = np.zeros(32, np.int32)
@@ -194,8 +200,11 @@ def test_plan_shows_depthwise_taps():
     assert plans[-1].depthwise_taps == TAPS
     assert "depthwise GEMMs of 3 taps (10 micro-ops per pixel, not 25)" in str(plans[-1])
     plans0: list = []
-    lower_conv(preset("pynq-fast"), "dw", (32, 12, 12), w, b, attrs, explain=plans0)
+    lower_conv(_without("pynq-fast"), "dw", (32, 12, 12), w, b, attrs, explain=plans0)
     assert plans0[-1].depthwise_taps == 0 and "depthwise GEMMs" not in str(plans0[-1])
+    plans_fast: list = []       # the pynq-fast preset has the option
+    lower_conv(preset("pynq-fast"), "dw", (32, 12, 12), w, b, attrs, explain=plans_fast)
+    assert plans_fast[-1].depthwise_taps == TAPS
 
 
 def test_pack_depthwise_layout():
@@ -226,7 +235,7 @@ def test_mobilenet_v1_on_depthwise_gemms():
     from vtaforge.compiler.zoo import mobilenet_v1
 
     x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
-    cfg0 = preset("pynq-fast")
+    cfg0 = _without("pynq-fast")
     m = mobilenet_v1(64, batch=1)
     cm, ex, dev = _run(m, x, cfg0.replace(DEPTHWISE_TAPS=TAPS))
     dws = _dw_steps(cm)
@@ -292,7 +301,7 @@ def test_depthwise_gemms_under_conv_options(opts):
     ACC regions) with depthwise GEMMs: still bit-exact and race-free on ``pynq-fast``."""
     from vtaforge.compiler.options import ConvOptions, LowerOptions
 
-    cfg = preset("pynq-fast").replace(DEPTHWISE_TAPS=TAPS)
+    cfg = _without("pynq-fast").replace(DEPTHWISE_TAPS=TAPS)
     x = np.random.default_rng(6).standard_normal((1, 40, 12, 12)).astype(np.float32)
     cm, _, dev = _run(_dw_model(1, 40, 12, 5, 1, (2, 2, 2, 2)), x, cfg,
                       LowerOptions(conv=ConvOptions(**opts)))

@@ -24,8 +24,10 @@ PINNED = {
     # presets that came after the template: recorded from it (commits fe857b3, and the
     # Ultra96-V2 / ZCU104 fast cores' commit)
     # pynq-fast with DMA_OUTSTANDING 4 (branch h-lat): its bitstream name, so its project
-    # name in the script, gained "_dma4"; was f187f99f...643e8c
-    "preset=pynq-fast": "ce69bd394601e503bc8b516f131e09a375b94545b34013eb815c573450763808",
+    # name in the script, gained "_dma4"; was f187f99f...643e8c; then with DEPTHWISE_TAPS 3
+    # "_dw3" and the fingerprint in the header comment (0x04ef518b -> 0x96d62d78), nothing
+    # else; was ce69bd39...763808
+    "preset=pynq-fast": "4fc32703c95dd91096768e30898dee44bb116f558993fd4ba200994345ce1d4c",
     "preset=ultra96-fast": "b1b8d75b4f7cdfc4acb17842958cbad25efbf8e36caead325060492ea8016abc",
     "preset=zcu104-fast": "eb917e3a380b5e22fc8cd847771444539037e4adfa3c3f37337983c6e5191f7b",
     "board=pynq-z1": "7622fe4b0e177308560b021ef24535ebd63e391a7f0f0650320a4a2ed491050b",
