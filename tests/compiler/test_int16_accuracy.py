@@ -221,3 +221,16 @@ def test_rec_int16_activations_beats_int8():
     want = run_ort_float(model, x)
     assert _cos(got, want) >= 0.93, _cos(got, want)
     assert np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.9
+
+
+def test_per_channel_off_coarsens_the_whole_layer(big_k):
+    """``per_channel="off"``: one grid per layer, coarsened as a whole, still proved."""
+    from vtaforge.compiler.quantize import QuantConfig
+
+    m, calib, _x, _want = big_k
+    cm = compile_model(m, calib, TINY_I16W8,
+                       quant_config=QuantConfig(act_bits=16, wgt_bits=8, per_channel="off"))
+    q = cm.qgraph
+    convs = [n for n in q.nodes if n.op == "qconv2d"]
+    assert convs and all("w_exps" not in n.attrs for n in convs)
+    assert all(_worst(q, n) <= INT32_MAX for n in convs)
