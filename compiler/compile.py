@@ -47,6 +47,7 @@ from .passes import optimize
 from .quantize import (DEFAULT_MIN_LAYER_COSINE, OUTPUT_AGREEMENT_TARGET,
                        QuantConfig, _Quantizer, bias_correct, calibrate, layer_errors,
                        output_agreement)
+from .quant_rules import clip_bias
 from .reference import run_float
 from .onnx_frontend import _load, declared_input_shapes, import_onnx
 
@@ -258,8 +259,11 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     int8 form is measured too inexact.
 
     BYOC order: VTA takes what it can, and only what VTA runs needs its integer form (for
-    a float model quantized to int8; a QDQ model or 4/16-bit widths are quantized as they
-    are, in one round).  An
+    a float model quantized to int8; a QDQ model, 4-bit widths and 16-bit weights are
+    quantized as they are, in one round; int16 activations with int8 weights take the
+    measured fallbacks below, but their CPU steps stay integer: at 16 bits an integer CPU
+    step is exact to float within ``2**-15`` of its range, and it is the bit-exact
+    reference of the VTA steps around it).  An
     int8 node on the CPU (a multiply on a core without ALU_MUL, an add on a rank-3 tensor,
     a LayerNorm's arithmetic) would only add rounding error, so such a node (an op of
     :data:`~.ir.REAL_OPS`) is quantized again as a float CPU node, and the partition is
@@ -289,11 +293,14 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
         CompileError: as :func:`~.quantize.quantize` and :func:`~.partition.partition`.
     """
     qdq = any(n.op == "fake_quant" for n in fg.nodes)
-    if qdq or (qc.act_bits, qc.wgt_bits) != (8, 8):
+    wide = (qc.act_bits, qc.wgt_bits) == (16, 8)
+    if qdq or ((qc.act_bits, qc.wgt_bits) != (8, 8) and not wide):
         # a QDQ model's integer CPU steps are what onnxruntime's QDQ kernels compute, and a
-        # 4/16-bit core's integer CPU steps are its bit-exact reference: keep them integer
+        # 4-bit or 16-bit-weight core's integer CPU steps are its bit-exact reference: keep
+        # them integer
         q = _Quantizer(fg, exps, qc).run()
         return q, partition(q, cfg)
+    form = "int16-activation" if wide else "int8"
     real_ok = {n.name for n in fg.nodes if n.op in REAL_OPS}
     keep: dict[str, str] = {}
     if measured is not None:
@@ -306,6 +313,8 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
             more = {p.node: p.reason for p in part.placements.values()
                     if p.target == "cpu" and p.node in real_ok and p.node not in keep
                     and p.op in QUANT_OPS and p.op not in FLOAT_OPS}
+            if wide:
+                more = {}       # int16 CPU steps stay integer: exact, and no less accurate
             if not more or k == max_rounds:
                 return q
             keep.update({n: f"kept real-valued: its int8 form runs on the CPU ({why})"
@@ -325,7 +334,7 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
 
         def floored(thr: float) -> tuple[Graph, dict, dict]:
             k2 = dict(before)
-            bad = {n: f"kept real-valued: its int8 error is too large (cosine {c:.4f} < {thr:.4g} "
+            bad = {n: f"kept real-valued: its {form} error is too large (cosine {c:.4f} < {thr:.4g} "
                       f"against float on calibration data)"
                    for n, c in errs.items() if c < thr and n in real_ok and n not in before}
             k2.update(bad)
@@ -405,8 +414,9 @@ def search_floor(errs: dict[str, float], eligible: set, floor: float, base: floa
 
 def _apply_bias_deltas(q: Graph, deltas: dict) -> dict:
     """Subtract recorded bias corrections (``node -> int64 [O]``, :func:`quantize_placed`'s
-    ``measured``) from the int32 biases of the int8 conv/dense nodes of ``q`` of that name
-    and output-channel count; returns the ones applied."""
+    ``measured``) from the int32 biases of the conv/dense nodes of ``q`` of that name and
+    output-channel count (clipped by :func:`~.quant_rules.clip_bias`: int32, and for int16
+    activations the accumulator proof); returns the ones applied."""
     done = {}
     for n in q.nodes:
         d = deltas.get(n.name)
@@ -415,8 +425,8 @@ def _apply_bias_deltas(q: Graph, deltas: dict) -> dict:
         b = q.constants[n.inputs[2]]
         if b.shape != np.shape(d):
             continue
-        q.constants[n.inputs[2]] = np.clip(b.astype(np.int64) - d, -(1 << 31),
-                                           (1 << 31) - 1).astype(np.int32)
+        new = clip_bias(q, n, b.astype(np.int64) - d)
+        q.constants[n.inputs[2]] = new.astype(np.int32)
         done[n.name] = np.asarray(d, np.int64)
     return done
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import CompileError, node_error
-from .ir import Graph, Node, TensorType
+from .ir import Graph, Node, TensorType, qrange
 from .requant import MULT_MAX, avg_reciprocal, mult_plan, requant_round
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "QuantRules", "exp_for_range",
-           "choose_multiplier", "OUTPUT_AGREEMENT_TARGET"]
+           "choose_multiplier", "OUTPUT_AGREEMENT_TARGET", "linear_worst", "bias_cap",
+           "clip_bias"]
 
 INT32_MAX = (1 << 31) - 1
 
@@ -259,6 +260,44 @@ def _act_bounds(node: Node, exp_out: int, scale: float | None = None, qmax: int 
                              f"is empty at scale 2^{exp_out}")
         return lo, hi
     return qmin, qmax
+
+
+def linear_worst(wq: np.ndarray, bq: np.ndarray, shift, half: int) -> int:
+    """The int32 proof of a conv/dense with integer weights ``wq`` (``[O, ...]``), bias
+    ``bq`` (``[O]``) and requantize ``shift`` (an int, or one per output channel), over
+    every input whose values lie in ``[-half, half - 1]`` (``half = 2**(act_bits-1)``):
+    ``max_o sum_k |wq[o, k]| * half + max_o |bq[o]| + max_o round[o]`` (``round`` of each
+    shift, :func:`~.requant.requant_round`).  It bounds ``|acc + bias + round|`` and every
+    partial sum of it, in any order of accumulation; the result must not exceed
+    ``2**31 - 1``.  The same sum as the placement's check of a wide conv/dense
+    (:func:`~.placement.linear_acc_bound` plus its largest ``round``), so a node the
+    quantizer proves is a node VTA may take."""
+    w = np.asarray(wq).astype(np.int64).reshape(wq.shape[0], -1)
+    l1 = int(np.abs(w).sum(axis=1).max(initial=0))
+    bmax = int(np.abs(np.asarray(bq, np.float64)).max(initial=0)) if np.size(bq) else 0
+    sh = np.atleast_1d(np.asarray(shift, np.int64))
+    rmax = max(requant_round(int(v)) for v in sh)
+    return l1 * half + bmax + rmax
+
+
+def bias_cap(g: Graph, n: Node) -> int:
+    """The largest ``|bias[o]|`` that keeps the int16-activation conv/dense ``n`` of
+    quantized graph ``g`` within :func:`linear_worst`'s ``2**31 - 1`` (its weights and
+    shifts as they are): what :func:`~.quantize.bias_correct` may move its biases to."""
+    wq = g.constants[n.inputs[1]]
+    half = -qrange(g.types[n.inputs[0]].dtype)[0]
+    return INT32_MAX - linear_worst(wq, np.zeros(0), n.attrs["shift"], half)
+
+
+def clip_bias(g: Graph, n: Node, b: np.ndarray) -> np.ndarray:
+    """A new bias ``b`` (int64 ``[O]``) for conv/dense ``n`` of quantized graph ``g``,
+    clipped to int32, and for int16 activations to ``[-cap, cap]`` with ``cap =``
+    :func:`bias_cap` (``>= 0``), so that a bias correction keeps the int32 proof."""
+    b = np.clip(np.asarray(b, np.int64), -(1 << 31), INT32_MAX)
+    if g.types[n.inputs[0]].dtype == "int16":
+        cap = max(bias_cap(g, n), 0)
+        b = np.clip(b, -cap, cap)
+    return b
 
 
 #: Migration strengths a dense conv's per-channel input exps are chosen from
@@ -646,6 +685,10 @@ class QuantRules:
             worst = k * 128 * 128 + float(np.abs(bq).max(initial=0))
             if worst > INT32_MAX:
                 raise node_error(n.name, n.op, f"accumulator may overflow int32 (worst case {worst:.3g})")
+        elif (self.adt == "int16" and self.cfg.wgt_bits == 8 and sx is None and sw is None
+              and out not in self.scales):
+            self._linear_wide(n, qop, x, w, b, ex, ew)
+            return
         else:
             wq, ew, bq, worst = self._wide_weights(n, w, b, ex, ew)
             s_acc = None
@@ -694,7 +737,9 @@ class QuantRules:
         pc = np.clip(np.minimum(pc, ew), rel_out - 31, rel_out + 31)
         if np.all(pc == pc[0]):
             return None
-        if mode == "auto" and not isinstance(hint, tuple):
+        if mode == "auto" and not isinstance(hint, tuple) and self.adt != "int16":
+            # (int16 activations: the int8 weights are all the error left, so every layer
+            # whose channels' exps differ takes them; PP-OCRv4 rec: 18 -> 20 of 24 lines)
             def rel_err(ex):
                 q = np.clip(np.rint(wf / 2.0 ** ex[:, None]), -127, 127) * 2.0 ** ex[:, None]
                 energy = np.maximum((wf ** 2).sum(axis=1), 1e-300)
@@ -709,7 +754,6 @@ class QuantRules:
         weights"): weights ``clip(rint(w[o] / 2**pc[o]), -127, 127)``, bias at
         ``ex + pc[o]``, one shift per channel; ``ce``: the input's per-channel activation
         exps, already folded into ``w`` (recorded as ``x_exps``)."""
-        fg = self.fg
         o = w.shape[0]
         shp = (o,) + (1,) * (w.ndim - 1)
         wq = np.clip(np.rint(w.astype(np.float64) / 2.0 ** pc.reshape(shp)), -127, 127)
@@ -718,6 +762,13 @@ class QuantRules:
         worst = k * 128 * 128 + float(np.abs(bq).max(initial=0))
         if worst > INT32_MAX:
             raise node_error(n.name, n.op, f"accumulator may overflow int32 (worst case {worst:.3g})")
+        self._emit_per_channel(n, qop, x, wq, bq, ex, pc, ce)
+
+    def _emit_per_channel(self, n: Node, qop: str, x: str, wq: np.ndarray, bq: np.ndarray,
+                          ex: int, pc: np.ndarray, ce: np.ndarray | None = None) -> None:
+        """Add the per-channel ``qconv2d`` / ``qdense`` of int8 weights ``wq`` (values, any
+        dtype) and int32 bias ``bq`` at weight exps ``pc`` (``_linear_per_channel``)."""
+        fg = self.fg
         ew = int(pc.max())
         wname = self.q.fresh(f"{n.inputs[1]}_q")
         self.q.add_constant(wname, wq.astype(np.int8), ew, None)
@@ -741,6 +792,122 @@ class QuantRules:
         qo = self.int_name(out)
         self.add(n.name, qop, [x, wname, bname], qo, attrs, self.otype(out, fg.types[out].shape))
         self.qname[out] = qo
+
+    def _linear_wide(self, n: Node, qop: str, x: str, w: np.ndarray, b: np.ndarray, ex: int,
+                     ew: int) -> None:
+        """``qconv2d`` / ``qdense`` with int16 activations and int8 weights.
+
+        The weight grids are the int8 path's: per output channel where :meth:`channel_exps`
+        finds it pays (``QuantConfig.per_channel``), else ``ew`` for every channel.  Where
+        the int32 proof (:func:`linear_worst`: the largest channel's ``sum|w_q| * 2**15``
+        plus the largest ``|b_q|`` and ``round``) fails on them, only some channels are
+        coarsened (:meth:`_coarsen`): those whose weights or bias are the largest, each by
+        the fewest bits, so one large-K or large-bias channel no longer costs the whole
+        layer its precision (a 1x1 conv over 480 channels of PP-OCRv4 rec kept its median
+        channel at 3 levels on the per-tensor grid of its one outlier: cosine 0.83; an
+        all-but-dead channel's bias at the finest grid alone nearly fills int32).  Channels
+        that end equal give the per-tensor form, else the per-channel one (``ir``
+        "Per-channel weights").  Coarsenings are noted in the report.
+
+        Raises:
+            CompileError: no grid fits with shifts in ``[-31, 31]`` (the node then stays a
+                float CPU node).
+        """
+        out = n.outputs[0]
+        eo = self.exps[out]
+        rel = eo - ex
+        o = w.shape[0]
+        pc = self.channel_exps(n.inputs[1], w, ew, rel)
+        pc0 = np.full(o, ew, np.int64) if pc is None else pc.astype(np.int64)
+        wf, bf = w.astype(np.float64), b.astype(np.float64)
+        shp = (o,) + (1,) * (w.ndim - 1)
+
+        def grid(pc):
+            return (np.clip(np.rint(wf / 2.0 ** pc.reshape(shp)), -127, 127).astype(np.int64),
+                    np.rint(bf / 2.0 ** (ex + pc)))
+        wq, bq = grid(pc0)
+        pc = pc0
+        if linear_worst(wq, bq, rel - pc, self.half) > INT32_MAX:
+            pc = self._coarsen(wf, bf, ex, rel, pc0, uniform=self.cfg.per_channel == "off")
+            if pc is None:
+                raise node_error(n.name, n.op, "accumulator may overflow int32 at every weight "
+                                 "grid with requantize shifts in [-31, 31]")
+            wq, bq = grid(pc)
+            worst = linear_worst(wq, bq, rel - pc, self.half)
+            if worst > INT32_MAX:        # _coarsen proves it: an internal error
+                raise CompileError(f"internal: '{n.name}' coarsened grid overflows ({worst})")
+            moved = pc != pc0
+            self.rep.notes.append(
+                f"'{n.name}': {int(moved.sum())} of {o} output channel(s) on a coarser weight "
+                f"grid (up to {int((pc - pc0).max())} bit(s)) so that {self.adt} inputs "
+                f"cannot overflow the int32 accumulator (worst case {worst})")
+        sh = rel - pc
+        if np.all(pc == pc[0]):
+            e = int(pc[0])
+            wname = self.q.fresh(f"{n.inputs[1]}_q")
+            self.q.add_constant(wname, wq.astype(np.int8), e, None)
+            bname = self.q.fresh(f"{n.name}_bias_q")
+            self.q.add_constant(bname, bq.astype(np.int32), ex + e, None)
+            lo, hi = _act_bounds(n, eo, None, self.qhi)
+            attrs = ({k2: n.attrs[k2] for k2 in ("kernel", "strides", "pads", "groups")}
+                     if qop == "qconv2d" else {})
+            attrs.update(self._requant_attrs(n, int(sh[0]), eo, lo, hi))
+            qo = self.int_name(out)
+            self.add(n.name, qop, [x, wname, bname], qo, attrs,
+                     self.otype(out, self.fg.types[out].shape))
+            self.qname[out] = qo
+            return
+        self._emit_per_channel(n, qop, x, wq, bq, ex, pc)
+
+    def _coarsen(self, wf: np.ndarray, bf: np.ndarray, ex: int, rel: int, pc0: np.ndarray,
+                 uniform: bool = False) -> np.ndarray | None:
+        """Per-channel weight exps ``pc >= pc0`` (int64 ``[O]``) on which
+        :func:`linear_worst` fits int32, or None (no such grid with every shift
+        ``rel - pc`` in ``[-31, 31]``).  ``wf`` / ``bf``: float weights ``[O, ...]`` and bias
+        ``[O]``; ``ex``: the input's exp.
+
+        A split of the budget ``2**31 - 1 - max round(pc0)`` between the weights' part
+        ``T >= max_o sum|w_q[o]| * half`` and the bias's ``max_o |b_q[o]|``: for each
+        candidate ``T`` (each channel's weight part at each coarsening), each channel takes
+        the fewest extra bits that bring its weight part under ``T`` and its bias under the
+        rest; the split with the fewest bits on channels with non-zero int8 weights wins
+        (then the fewest in all; then the larger ``T``).  Coarsening only shrinks each part
+        and the rounds, so the pick fits.  ``uniform``: one extra bit for every channel at a
+        time instead (``per_channel="off"``)."""
+        o = wf.shape[0]
+        w2 = wf.reshape(o, -1)
+        jmax = np.clip(rel + 31 - pc0, -1, 40)          # bits each channel may still take
+        nj = int(jmax.max(initial=-1)) + 1
+        if nj <= 0:
+            return None
+        j = np.arange(nj)
+        e = pc0[:, None] + j[None, :]                  # [O, J] candidate exps
+        ok = j[None, :] <= jmax[:, None]
+        l1 = np.stack([np.abs(np.clip(np.rint(w2 / 2.0 ** e[:, k:k + 1]), -127, 127)).sum(axis=1)
+                       for k in range(nj)], axis=1) * float(self.half)
+        bj = np.abs(np.rint(bf[:, None] / 2.0 ** (ex + e)))
+        rmax = max(requant_round(int(v)) for v in rel - pc0)
+        budget = float(INT32_MAX - rmax)
+        live = l1[:, 0] > 0
+        if uniform:
+            for k in range(nj):
+                if ok[:, k].all() and l1[:, k].max() + bj[:, k].max() <= budget:
+                    return pc0 + k
+            return None
+        l1 = np.where(ok, l1, np.inf)
+        cands = np.unique(l1[ok & (l1 <= budget)])[::-1]
+        if len(cands) > 512:    # the 128 largest (the least weight coarsening), then a sample
+            cands = np.concatenate([cands[:128], cands[128::-(-(len(cands) - 128) // 384)]])
+        best, pick = None, None
+        for t in cands:
+            fit = (l1 <= t) & (bj <= budget - t)
+            if not fit.any(axis=1).all():
+                continue
+            need = fit.argmax(axis=1)                  # first fitting coarsening per channel
+            cost = (int(need[live].sum()), int(need.sum()), -float(t))
+            if best is None or cost < best:
+                best, pick = cost, pc0 + need
+        return pick
 
     def _wide_weights(self, n: Node, w: np.ndarray, b: np.ndarray, ex: int, ew: int):
         """Weights and bias of a conv/dense with int16 activations or weights, or int4

@@ -83,7 +83,7 @@ from .ir import LAYOUT_OPS, REAL_OPS, Graph, Node, TensorType, qrange, storage_d
 from .ops import REGISTRY
 from .passes import optimize as run_optimize
 from .quant_rules import (OUTPUT_AGREEMENT_TARGET, MultChoice, QDQApprox, QuantConfig,
-                          QuantReport, QuantRules, choose_multiplier, exp_for_range)
+                          QuantReport, QuantRules, choose_multiplier, clip_bias, exp_for_range)
 from .reference import _bind, _q_node, run_float, run_node, run_quantized
 
 __all__ = ["QuantConfig", "QuantReport", "QDQApprox", "MultChoice", "Agreement", "quantize",
@@ -426,8 +426,7 @@ def _bc_pass(float_graph: Graph, qgraph: Graph, batches: list, fenvs: list, fnod
                               min_samples)
             if delta is not None and np.any(delta):
                 bq = qgraph.constants[node.inputs[2]].astype(np.int64)
-                qgraph.constants[node.inputs[2]] = np.clip(
-                    bq - delta, -(1 << 31), (1 << 31) - 1).astype(np.int32)
+                qgraph.constants[node.inputs[2]] = clip_bias(qgraph, node, bq - delta).astype(np.int32)
                 out[node.name] = delta
         for env in envs:
             for o_, y in zip(node.outputs, run_node(node, [env[i] for i in node.inputs], qgraph)):
@@ -496,7 +495,7 @@ def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict | list,
         if (node.op in ("qconv2d", "qdense") and fn is not None and fn.op in ("conv2d", "dense")
                 and node.attrs.get("mult", 1) == 1 and "scale_out" not in node.attrs
                 and all(qgraph.types[i].scale is None for i in node.inputs)
-                and qgraph.types[node.inputs[0]].dtype == "int8"
+                and qgraph.types[node.inputs[0]].dtype in ("int8", "int16")
                 and all(fn.inputs[0] in fe for fe in fenvs)):
             cands.append(node.name)
     if groups <= 0:

@@ -40,11 +40,10 @@ TINY_I16W8 = preset("tiny").replace(LOG_INP_WIDTH=4, LOG_INP_BUFF_SIZE=13)
 # ------------------------------------------------------------------ independent oracle
 def _requant(acc, a, lo_dt, hi_dt):
     acc = acc.astype(np.int64)
-    s = a["shift"]
-    if s > 0:
-        acc = (acc + (1 << (s - 1))) >> s
-    elif s < 0:
-        acc = acc << -s
+    # one shift, or one per output channel (axis 1; ir "Per-channel weights")
+    s = np.asarray(a["shift"], np.int64).reshape((1, -1) + (1,) * (acc.ndim - 2))
+    rnd = np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)
+    acc = np.where(s > 0, (acc + rnd) >> np.maximum(s, 0), acc << np.maximum(-s, 0))
     assert lo_dt <= a["clip_lo"] <= a["clip_hi"] <= hi_dt
     return np.clip(acc, a["clip_lo"], a["clip_hi"])
 
