@@ -151,6 +151,24 @@ def lower_graph(graph: Graph, part: Partition, *, fallback: bool = True,
     return m
 
 
+def with_agreement_target(qc: QuantConfig, target) -> QuantConfig:
+    """``qc`` with ``agreement_target`` replaced by ``target`` (``None``: ``qc`` as is), for
+    :func:`compile_model` and :func:`~.dynamic.compile_dynamic`.
+
+    Raises:
+        CompileError: ``target`` outside (0, 1], or ``qc`` without the adaptive floor
+            (``adaptive_floor`` and ``min_layer_cosine > 0``), which alone uses it.
+    """
+    if target is None:
+        return qc
+    qc = replace(qc, agreement_target=target)
+    if not (qc.adaptive_floor and qc.min_layer_cosine > 0):
+        raise CompileError("agreement_target is the adaptive error floor's goal: the given "
+                           "QuantConfig has no adaptive floor (set adaptive_floor=True and "
+                           "min_layer_cosine > 0, or leave quant_config to the default)")
+    return qc
+
+
 def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig | None = None,
                   fallback: bool = True, calib_label: str = "calibration data",
                   row_bands: bool = True, options: LowerOptions | None = None,
@@ -178,13 +196,15 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
         agreement_target: where given, the output agreement with float (cosine, in (0, 1])
             that the per-layer floor aims at (``QuantConfig.agreement_target``, default
             0.99), replacing that of ``quant_config`` or of the default: higher keeps more
-            layers float on the CPU, for answers closer to float.
+            layers float on the CPU, for answers closer to float.  A ``quant_config``
+            without the adaptive floor is refused with it (:func:`with_agreement_target`).
     Returns:
         The :class:`CompiledModel`; its attributes ``qgraph`` (quantized graph) and
         ``partition`` are set for in-process use (not saved in artifacts).
     Raises:
         CompileError: unsupported model, bad calibration data, a lowering failure, an
-            ``agreement_target`` outside (0, 1].
+            ``agreement_target`` outside (0, 1] or with a ``quant_config`` that has no
+            adaptive floor.
     """
     cfg = load_config(config)
     options = LowerOptions.resolve(options, cfg)
@@ -226,8 +246,7 @@ def compile_model(model, calib_data, config=None, *, quant_config: QuantConfig |
                                      min_layer_cosine=DEFAULT_MIN_LAYER_COSINE, bias_correction=True,
                                      adaptive_floor=True, channel_act_exps=True,
                                      **quant_widths(cfg, fg))
-    if agreement_target is not None:
-        qc = replace(qc, agreement_target=agreement_target)
+    qc = with_agreement_target(qc, agreement_target)
     b0 = fg.types[fg.inputs[0]].shape[0] if fg.types[fg.inputs[0]].shape else None
     if n_samples is None:
         qc = replace(qc, batch_size=1 << 62)
@@ -416,7 +435,8 @@ def _apply_bias_deltas(q: Graph, deltas: dict) -> dict:
     """Subtract recorded bias corrections (``node -> int64 [O]``, :func:`quantize_placed`'s
     ``measured``) from the int32 biases of the conv/dense nodes of ``q`` of that name and
     output-channel count (clipped by :func:`~.quant_rules.clip_bias`: int32, and for int16
-    activations the accumulator proof); returns the ones applied."""
+    activations the accumulator proof); returns ``node -> int64 [O]``, the amounts
+    subtracted after the clip."""
     done = {}
     for n in q.nodes:
         d = deltas.get(n.name)
@@ -425,9 +445,10 @@ def _apply_bias_deltas(q: Graph, deltas: dict) -> dict:
         b = q.constants[n.inputs[2]]
         if b.shape != np.shape(d):
             continue
-        new = clip_bias(q, n, b.astype(np.int64) - d)
+        old = b.astype(np.int64)
+        new = clip_bias(q, n, old - d, old)
         q.constants[n.inputs[2]] = new.astype(np.int32)
-        done[n.name] = np.asarray(d, np.int64)
+        done[n.name] = old - new
     return done
 
 

@@ -39,7 +39,8 @@ import numpy as np
 
 from ..hw.config import VTAConfig, load_config
 from ..runtime.artifact import CompiledModel
-from .compile import _check_calib_dict, _error_feeds, lower_graph, quantize_placed
+from .compile import (_check_calib_dict, _error_feeds, lower_graph, quantize_placed,
+                      with_agreement_target)
 from .errors import CompileError
 from .onnx_frontend import _load, declared_input_shapes, import_onnx
 from .options import LowerOptions
@@ -257,8 +258,7 @@ def compile_dynamic(model, calib_data, config=None, *,
     qc = quant_config or QuantConfig(exact_multiply=bool(cfg.ALU_MUL), calibration="mse",
                                      min_layer_cosine=DEFAULT_MIN_LAYER_COSINE, bias_correction=True,
                                      adaptive_floor=True, channel_act_exps=True)
-    if agreement_target is not None:
-        qc = replace(qc, agreement_target=agreement_target)
+    qc = with_agreement_target(qc, agreement_target)
     name = proto.graph.name or "model"
     exps: dict = {}
     chx: dict = {}      # tensor -> per-channel activation exps (coarsest over the shapes)

@@ -11,6 +11,7 @@ dispatcher (``ops``, ``quantize``, ``partition``, ``compile``): the registry imp
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,9 +110,10 @@ class QuantConfig:
 
     def __post_init__(self) -> None:
         t = self.agreement_target
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not 0 < t <= 1:
             raise CompileError(f"QuantConfig.agreement_target = {t!r}: give a cosine in (0, 1] "
                                f"(default {OUTPUT_AGREEMENT_TARGET})")
+        object.__setattr__(self, "agreement_target", float(t))   # a numpy scalar too
         if self.per_channel not in ("auto", "on", "off"):
             raise CompileError(f"QuantConfig.per_channel = {self.per_channel!r}: use 'auto', "
                                f"'on' or 'off'")
@@ -289,14 +291,18 @@ def bias_cap(g: Graph, n: Node) -> int:
     return INT32_MAX - linear_worst(wq, np.zeros(0), n.attrs["shift"], half)
 
 
-def clip_bias(g: Graph, n: Node, b: np.ndarray) -> np.ndarray:
-    """A new bias ``b`` (int64 ``[O]``) for conv/dense ``n`` of quantized graph ``g``,
-    clipped to int32, and for int16 activations to ``[-cap, cap]`` with ``cap =``
-    :func:`bias_cap` (``>= 0``), so that a bias correction keeps the int32 proof."""
+def clip_bias(g: Graph, n: Node, b: np.ndarray, b_old: np.ndarray) -> np.ndarray:
+    """A corrected bias ``b`` (int64 ``[O]``) for conv/dense ``n`` of quantized graph ``g``,
+    whose bias is ``b_old``: clipped to int32, and for int16 activations to ``[-cap, cap]``
+    with ``cap =`` :func:`bias_cap`, so that a bias correction keeps the int32 proof; a
+    correction never moves a channel past its old bias's own magnitude (where the old bias
+    already lies outside ``[-cap, cap]``, as the quantizer proved it, the channel keeps
+    it)."""
     b = np.clip(np.asarray(b, np.int64), -(1 << 31), INT32_MAX)
     if g.types[n.inputs[0]].dtype == "int16":
-        cap = max(bias_cap(g, n), 0)
-        b = np.clip(b, -cap, cap)
+        old = np.asarray(b_old, np.int64)
+        cap = bias_cap(g, n)
+        b = np.clip(b, np.minimum(-cap, old), np.maximum(cap, old))
     return b
 
 

@@ -426,8 +426,10 @@ def _bc_pass(float_graph: Graph, qgraph: Graph, batches: list, fenvs: list, fnod
                               min_samples)
             if delta is not None and np.any(delta):
                 bq = qgraph.constants[node.inputs[2]].astype(np.int64)
-                qgraph.constants[node.inputs[2]] = clip_bias(qgraph, node, bq - delta).astype(np.int32)
-                out[node.name] = delta
+                new = clip_bias(qgraph, node, bq - delta, bq)
+                qgraph.constants[node.inputs[2]] = new.astype(np.int32)
+                if np.any(new != bq):
+                    out[node.name] = bq - new       # what was subtracted, after the clip
         for env in envs:
             for o_, y in zip(node.outputs, run_node(node, [env[i] for i in node.inputs], qgraph)):
                 env[o_] = y

@@ -50,3 +50,14 @@ def graph_model(nodes, ins, outs, inits=(), opset=17):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
+
+
+def two_conv_model():
+    """A two-conv net (3x3 conv 3->8, ReLU, 1x1 conv 8->8) on ``x [N, 3, 8, 8]``, seeded
+    weights at scale 0.3: the smallest model with two measured layers (the adaptive error
+    floor's tests)."""
+    w1, w2 = rand(8, 3, 3, 3, seed=11, scale=0.3), rand(8, 8, 1, 1, seed=12, scale=0.3)
+    return make_model([helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]),
+                       helper.make_node("Relu", ["h"], ["r"]),
+                       helper.make_node("Conv", ["r", "w2"], ["y"])],
+                      [("x", ["N", 3, 8, 8])], [("y", ["N", 8, 8, 8])], {"w1": w1, "w2": w2})

@@ -8,22 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from onnx import helper
 
 from vtaforge.cli import main
 from vtaforge.compiler import QuantConfig
 from vtaforge.compiler.compile import compile_model, search_floor
 from vtaforge.compiler.errors import CompileError
 
-from _onnx_util import make_model, rand
+from _onnx_util import rand, two_conv_model
 
 
-def _two_conv_model():
-    w1, w2 = rand(8, 3, 3, 3, seed=11, scale=0.3), rand(8, 8, 1, 1, seed=12, scale=0.3)
-    return make_model([helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]),
-                       helper.make_node("Relu", ["h"], ["r"]),
-                       helper.make_node("Conv", ["r", "w2"], ["y"])],
-                      [("x", ["N", 3, 8, 8])], [("y", ["N", 8, 8, 8])], {"w1": w1, "w2": w2})
 
 
 def test_search_floor_aims_at_the_given_target():
@@ -80,7 +73,7 @@ def test_a_higher_target_keeps_more_layers_float(monkeypatch, target, float_conv
     """Default 0.99: both convs on VTA; 0.995: conv 1 (the worse) float, its reason naming
     its cosine; 0.999: both float (the goal is capped at all-float - 0.002 = 0.9975)."""
     names = _stub(monkeypatch)
-    cm = compile_model(_two_conv_model(), rand(4, 3, 8, 8, seed=13), "pynq",
+    cm = compile_model(two_conv_model(), rand(4, 3, 8, 8, seed=13), "pynq",
                        agreement_target=target)
     ints = {n.name for n in cm.qgraph.nodes if n.op == "qconv2d"}
     kept = [n for n in names["all"] if n not in ints]
@@ -95,22 +88,36 @@ def test_a_higher_target_keeps_more_layers_float(monkeypatch, target, float_conv
 def test_the_target_overrides_a_given_quant_config(monkeypatch):
     names = _stub(monkeypatch)
     qc = QuantConfig(calibration="max", min_layer_cosine=0.99, adaptive_floor=True)
-    cm = compile_model(_two_conv_model(), rand(4, 3, 8, 8, seed=13), "pynq", quant_config=qc,
+    cm = compile_model(two_conv_model(), rand(4, 3, 8, 8, seed=13), "pynq", quant_config=qc,
                        agreement_target=0.995)
     ints = {n.name for n in cm.qgraph.nodes if n.op == "qconv2d"}
     assert names["all"][0] not in ints and names["all"][1] in ints
 
 
-@pytest.mark.parametrize("bad", [0, 0.0, -0.5, 1.01, float("nan"), True, "0.99"])
+@pytest.mark.parametrize("bad", [0, 0.0, -0.5, 1.01, float("nan"), float("inf"), True, "0.99",
+                                 np.float32(1.5), [0.99]])
 def test_bad_targets_are_refused(bad):
     with pytest.raises(CompileError, match="agreement_target"):
         QuantConfig(agreement_target=bad)
     with pytest.raises(CompileError, match="agreement_target"):
-        compile_model(_two_conv_model(), rand(2, 3, 8, 8, seed=1), "pynq", agreement_target=bad)
+        compile_model(two_conv_model(), rand(2, 3, 8, 8, seed=1), "pynq", agreement_target=bad)
 
 
-def test_one_is_allowed():
-    assert QuantConfig(agreement_target=1).agreement_target == 1
+def test_one_and_numpy_scalars_are_allowed():
+    assert QuantConfig(agreement_target=1).agreement_target == 1.0
+    for v in (np.float32(0.995), np.float64(0.995), np.int64(1)):
+        t = QuantConfig(agreement_target=v).agreement_target
+        assert type(t) is float and abs(t - float(v)) < 1e-7
+
+
+def test_a_quant_config_without_the_adaptive_floor_is_refused():
+    """The target is the adaptive floor's goal: with a QuantConfig that has no floor it
+    would do nothing, so it is refused rather than ignored."""
+    for qc in (QuantConfig(), QuantConfig(adaptive_floor=True),
+               QuantConfig(min_layer_cosine=0.99)):
+        with pytest.raises(CompileError, match="no adaptive floor"):
+            compile_model(two_conv_model(), rand(2, 3, 8, 8, seed=1), "pynq", quant_config=qc,
+                          agreement_target=0.995)
 
 
 def _cli(args):
@@ -126,23 +133,29 @@ def _one_error(code, err, *words):
 
 
 def test_cli_agreement_target(tmp_path, monkeypatch):
-    """compile / run take --agreement-target: out-of-range values and a .vtapkg are refused
-    in one line; a valid target reaches the compile (the stubbed case keeps conv 1 float)."""
+    """compile / run / profile take --agreement-target: out-of-range values (nan included)
+    and a .vtapkg are refused in one line; a valid target reaches the compile of run (one
+    input: compile_model; two: compile_dynamic) and of profile (the stubbed case keeps conv
+    1 float)."""
     import onnx
 
     m = tmp_path / "m.onnx"
-    onnx.save(_two_conv_model(), m)
+    onnx.save(two_conv_model(), m)
     x = tmp_path / "x.npy"
     np.save(x, rand(4, 3, 8, 8, seed=13))
     pkg = tmp_path / "m.vtapkg"
-    for bad in ("0", "1.5", "abc"):
-        code, _, err = _cli(["compile", str(m), "-o", str(pkg), "--agreement-target", bad])
-        _one_error(code, err, "--agreement-target")
+    for bad in ("0", "1.5", "abc", "nan", "-inf"):
+        for args in (["compile", str(m), "-o", str(pkg)], ["run", "--model", str(m), "--input",
+                                                           str(x)], ["profile", str(m)]):
+            code, _, err = _cli(args + ["--agreement-target", bad])
+            _one_error(code, err, "--agreement-target")
     assert not pkg.exists()
     code, out, err = _cli(["compile", str(m), "-o", str(pkg), "--calibrate", str(x)])
     assert code == 0, err
     code, _, err = _cli(["run", "--model", str(pkg), "--input", str(x),
                          "--agreement-target", "0.995"])
+    _one_error(code, err, "--agreement-target", ".vtapkg")
+    code, _, err = _cli(["profile", str(pkg), "--target", "fsim", "--agreement-target", "0.995"])
     _one_error(code, err, "--agreement-target", ".vtapkg")
     code, _, err = _cli(["run", "--agreement-target", "0.995"])
     _one_error(code, err, "--agreement-target", "--model")
@@ -154,3 +167,25 @@ def test_cli_agreement_target(tmp_path, monkeypatch):
     rows = {n: next(ln for ln in out.splitlines() if f" {n} " in ln) for n in (c1, c2)}
     assert rows[c1].lstrip().startswith("CPU") and "0.9930" in rows[c1], out
     assert rows[c2].lstrip().startswith("VTA"), out
+    # two inputs (compile_dynamic) and profile: the same placement
+    x2 = tmp_path / "x2.npy"
+    np.save(x2, rand(2, 3, 8, 8, seed=14))
+    code, out, err = _cli(["run", "--model", str(m), "--input", str(x), "--input", str(x2),
+                           "--calibrate", str(x), "--agreement-target", "0.995"])
+    assert code == 0, err
+    import vtaforge.compiler.dynamic as dyn
+    seen = {}
+    real = dyn.compile_dynamic
+
+    def spy(*a, **kw):
+        seen["target"] = kw.get("agreement_target")
+        return real(*a, **kw)
+    monkeypatch.setattr(dyn, "compile_dynamic", spy)
+    code, out, err = _cli(["run", "--model", str(m), "--input", str(x), "--input", str(x2),
+                           "--calibrate", str(x), "--agreement-target", "0.995"])
+    assert code == 0 and seen["target"] == 0.995, err
+    code, out, err = _cli(["profile", str(m), "--target", "fsim", "--calibrate", str(x),
+                           "--agreement-target", "0.995"])
+    assert code == 0, err
+    prow = {n: next(ln for ln in out.splitlines() if ln.split()[:1] == [n]) for n in (c1, c2)}
+    assert prow[c1].split()[1] == "CPU" and prow[c2].split()[1] == "VTA", out

@@ -24,7 +24,7 @@ from vtaforge.hw.config import preset
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
-from _onnx_util import make_model, rand, run_ort
+from _onnx_util import make_model, rand, run_ort, two_conv_model
 
 C = 16
 #: channel o's weights span 2**-(o % 7) of the largest channel's: a PicoDet-like depthwise
@@ -248,12 +248,6 @@ def test_layout_ops_from_a_float_node_to_a_graph_output_stay_float():
     assert _cos(got["cls"], want_cls) > 0.99
 
 
-def _two_conv_model():
-    w1, w2 = rand(8, 3, 3, 3, seed=11, scale=0.3), rand(8, 8, 1, 1, seed=12, scale=0.3)
-    return make_model([helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]),
-                       helper.make_node("Relu", ["h"], ["r"]),
-                       helper.make_node("Conv", ["r", "w2"], ["y"])],
-                      [("x", ["N", 3, 8, 8])], [("y", ["N", 8, 8, 8])], {"w1": w1, "w2": w2})
 
 
 def test_adaptive_floor_keeps_agreeing_models_on_vta():
@@ -265,12 +259,12 @@ def test_adaptive_floor_keeps_agreeing_models_on_vta():
     from vtaforge.compiler.reference import run_float
 
     calib = rand(4, 3, 8, 8, seed=13)
-    cm = compile_model(_two_conv_model(), calib, "pynq")
+    cm = compile_model(two_conv_model(), calib, "pynq")
     convs = [s for s in cm.steps if s.op == "qconv2d"]
     assert len(convs) == 2 and all(s.target == "vta" for s in convs), cm.steps
     q0 = cm.qgraph
     batches = [{"x": calib}]
-    fenvs = [run_float(optimize(import_onnx(_two_conv_model())), b, keep_all=True)
+    fenvs = [run_float(optimize(import_onnx(two_conv_model())), b, keep_all=True)
              for b in batches]
     assert comp.output_agreement(q0, batches, fenvs) >= 0.99
 
@@ -283,7 +277,7 @@ def test_adaptive_floor_tightens_only_while_it_pays(monkeypatch):
     measured reason, conv 2 stays on VTA."""
     import vtaforge.compiler.compile as comp
 
-    m = _two_conv_model()
+    m = two_conv_model()
     names = {}
 
     def fake_errors(fg, q, feeds):
@@ -324,7 +318,7 @@ def test_adaptive_floor_tries_the_next_floor_when_one_adds_nothing(monkeypatch):
         return 0.90 if any(n.op == "qconv2d" for n in q.nodes) else 0.96
     monkeypatch.setattr(comp, "layer_errors", fake_errors)
     monkeypatch.setattr(comp, "output_agreement", fake_agreement)
-    cm = compile_model(_two_conv_model(), rand(4, 3, 8, 8, seed=13), "pynq")
+    cm = compile_model(two_conv_model(), rand(4, 3, 8, 8, seed=13), "pynq")
     assert not any(n.op == "qconv2d" for n in cm.qgraph.nodes), cm.steps
     why = cm.qgraph.meta["quant_report"].fallbacks[names["all"][0]]
     assert "0.9960 < 0.998" in why, why

@@ -71,8 +71,12 @@ def agreement_option(f):
     the output agreement with float (mean cosine on the calibration samples, in (0, 1])
     under which more layers are kept float on the CPU (``QuantConfig.agreement_target``,
     default 0.99); ``None`` where not given."""
+    def no_nan(ctx, param, value):
+        if value is not None and value != value:       # FloatRange lets NaN through
+            raise click.BadParameter("nan is not in the range 0<x<=1.")
+        return value
     return click.option(
-        "--agreement-target", "agreement_target", default=None,
+        "--agreement-target", "agreement_target", default=None, callback=no_nan,
         type=click.FloatRange(min=0, max=1, min_open=True),
         help="output agreement with float (cosine on the calibration samples, in (0, 1]; "
              "default 0.99) below which more layers are kept float on the CPU: higher "
