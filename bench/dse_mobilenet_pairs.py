@@ -118,11 +118,18 @@ def main() -> None:
                     help="with --config/--depthwise-taps: also the whole network per launch")
     a = ap.parse_args()
     dw = a.config is not None or a.depthwise_taps is not None
+    if a.net and not dw:
+        ap.error("--net needs --config or --depthwise-taps")
+    try:
+        lat = tuple(int(v) for v in a.latency.split(","))
+    except ValueError:
+        lat = ()
+    if len(lat) != 2 or not 0 <= lat[0] <= lat[1]:
+        ap.error(f"--latency {a.latency!r}: MIN,MAX cycles, 0 <= MIN <= MAX")
     if dw:
         cfg = load_config(a.config or "pynq-fast")
         if a.depthwise_taps is not None:
             cfg = dataclasses.replace(cfg, DEPTHWISE_TAPS=a.depthwise_taps)
-        lat = tuple(int(v) for v in a.latency.split(","))
         wls, out = dw_workloads(), Path(a.out or DW_OUT)
         note = (f"MobileNet-v1 224x224 depthwise convs, {cfg.bitstream_name}, Verilator DRAM "
                 f"latency {lat[0]}-{lat[1]}; bench/dse_mobilenet_pairs.py --config/"
@@ -132,18 +139,24 @@ def main() -> None:
         lat, wls, out = (0, 0), workloads(), Path(a.out or OUT)
         note = ("MobileNet-v1 224x224 layers, pynq + ALU_REQUANT + REQ_ENGINE, Verilator "
                 "zero-latency DRAM; bench/dse_mobilenet_pairs.py")
+    unknown = sorted(set(a.only or ()) - {wl.name for wl in wls})
+    if unknown:
+        ap.error(f"--only {unknown[0]!r}: not one of {', '.join(wl.name for wl in wls)}")
     print(header(__file__), flush=True)
     fp = f"0x{cfg.fingerprint:08x}"
     pairs = [] if a.force else load_pairs(out) if out.exists() else []
+
+    def same(p) -> bool:        # recorded on this core at this latency
+        return p["fingerprint"] == fp and tuple(p.get("dram_latency", (0, 0))) == lat
     for wl in wls:
         if a.only and wl.name not in a.only:
             continue
-        if any(p["workload"] == wl.name and p["fingerprint"] == fp for p in pairs):
+        if any(p["workload"] == wl.name and same(p) for p in pairs):
             continue
         pairs += record_pairs(cfg, [wl], log=lambda s: print(s, flush=True), latency=lat)
         save_pairs(pairs, out, note=note)
     print(f"{'workload':<14} {'rtl':>9} {'model':>11} {'error':>8} {'lower':>9}")
-    for e in layer_errors(CycleModel(), [p for p in pairs if p["fingerprint"] == fp]):
+    for e in layer_errors(CycleModel(), [p for p in pairs if same(p)]):
         print(f"{e['workload']:<14} {e['rtl']:>9} {e['model']:>11.0f} {100 * e['error']:+7.2f} % "
               f"{e['lower']:>9.0f} {'<=' if e['lower'] <= e['rtl'] else '>'} rtl")
     if dw and a.net:
@@ -151,10 +164,15 @@ def main() -> None:
 
 
 def net_pairs(cfg, lat: tuple[int, int], out: Path, force: bool) -> None:
-    """Record (unless ``out`` has them) and print the whole network's pairs, per launch."""
+    """Record (unless ``out`` has them, or ``force``) and print the whole network's pairs,
+    one per launch, on core ``cfg`` with DRAM first-beat latency ``lat`` (min, max cycles):
+    rtl cycles beside the cycle model's."""
     fp = f"0x{cfg.fingerprint:08x}"
-    pairs = [] if force else load_pairs(out)
-    if not any(p["fingerprint"] == fp for p in pairs):
+    pairs = [] if force or not out.exists() else load_pairs(out)
+
+    def same(p) -> bool:
+        return p["fingerprint"] == fp and tuple(p.get("dram_latency", (0, 0))) == lat
+    if not any(same(p) for p in pairs):
         wl = DseWorkload("mobilenet_v1-224", "net", "mobilenet_v1", size=224)
         pairs += record_pairs(cfg, [wl], log=lambda s: print(s, flush=True), latency=lat)
         save_pairs(pairs, out, note=f"MobileNet-v1 224x224, whole network, one pair per "
@@ -162,7 +180,7 @@ def net_pairs(cfg, lat: tuple[int, int], out: Path, force: bool) -> None:
                                     f"{lat[0]}-{lat[1]}; bench/dse_mobilenet_pairs.py --net")
     rtl = model = 0.0
     print(f"{'launch':>6} {'insns':>6} {'rtl':>9} {'model':>11} {'error':>8}")
-    for p in (q for q in pairs if q["fingerprint"] == fp):
+    for p in (q for q in pairs if same(q)):
         est = model_cycles(CycleModel(), p)["cycles"]
         rtl, model = rtl + p["rtl_cycles"], model + est
         print(f"{p['launch']:>6} {p['n_insns']:>6} {p['rtl_cycles']:>9} {est:>11.0f} "

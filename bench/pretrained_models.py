@@ -232,6 +232,14 @@ def _is_picodet(path: Path) -> bool:
     return len(outs) == 8 and last[4:] == [32] * 4
 
 
+def _target(v: str) -> float:
+    """``--agreement-target``: a cosine in (0, 1]."""
+    t = float(v)
+    if not 0 < t <= 1:          # nan too
+        raise argparse.ArgumentTypeError(f"{v!r} is not a cosine in (0, 1]")
+    return t
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="*", type=Path)
@@ -240,7 +248,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2,
                     help="seed of the evaluation samples (calibration uses seed 1); another "
                          "value gives a held-out set of lines and pages")
-    ap.add_argument("--agreement-target", type=float, default=None,
+    ap.add_argument("--agreement-target", type=_target, default=None,
                     help="the output agreement the compiler's adaptive error floor aims at "
                          "(QuantConfig.agreement_target; default 0.99): higher keeps more "
                          "layers float")

@@ -21,8 +21,7 @@ import pytest
 
 from vtaforge.dse.calibrate import layer_errors, load_pairs, model_cycles, pair_program
 from vtaforge.dse.performance import CycleModel
-from vtaforge.hw.config import MemType, preset
-from vtaforge.hw.isa import Opcode
+from vtaforge.hw.config import preset
 
 DATA = Path(__file__).parent / "data"
 LAYERS = DATA / "latency_pairs_dw3_mobilenet.json"
@@ -88,16 +87,10 @@ def _padded_load(cfg, x_pad_0: int, y_pad_0: int) -> dict:
     """Decoded columns of a hand program: one INP LOAD of 14 rows x 14 elements (DRAM
     element 64, stride 14) with ``x_pad_0`` left zeros per row and ``y_pad_0`` top zero rows,
     pushing to compute, then FINISH popping it."""
-    names = ("opcode", "memory_type", "sram_base", "dram_base", "y_size", "x_size",
-             "x_stride", "y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1", "pop_prev", "pop_next",
-             "push_prev", "push_next", "iter_out", "iter_in", "uop_bgn", "uop_end",
-             "use_imm", "reset", "alu_opcode", "dst_factor_out", "dst_factor_in",
-             "src_factor_out", "src_factor_in")
-    cols = {k: np.zeros(2, np.int64) for k in names}
-    cols["opcode"][:] = [int(Opcode.LOAD), int(Opcode.FINISH)]
-    cols["memory_type"][0] = int(MemType.INP)
-    cols["dram_base"][0], cols["y_size"][0], cols["x_size"][0] = 64, 14, 14
-    cols["x_stride"][0], cols["x_pad_0"][0], cols["y_pad_0"][0] = 14, x_pad_0, y_pad_0
+    from test_dma_model import _load_cols
+
+    cols = _load_cols(cfg, 14, 14)
+    cols["dram_base"][0], cols["x_pad_0"][0], cols["y_pad_0"][0] = 64, x_pad_0, y_pad_0
     cols["push_next"][0], cols["pop_prev"][1] = 1, 1
     return cols
 
