@@ -379,14 +379,7 @@ def quantize_placed(fg: Graph, exps: dict, qc: QuantConfig, cfg: VTAConfig,
     elif measured is not None:
         err_keep = {n: keep[n] for n in measured.get("keep", {}) if n in keep}
     rep = q.meta["quant_report"]
-    deltas: dict = {}
-    if feeds is not None and qc.bias_correction:
-        bias_correct(fg, q, feeds, deltas=deltas, fenvs=fenvs)
-    elif measured is not None:
-        deltas = _apply_bias_deltas(q, measured.get("bias", {}))
-    if deltas:
-        rep.notes.append(f"bias correction: {sum(int(np.count_nonzero(d)) for d in deltas.values())} "
-                         f"channel(s) of {len(deltas)} conv/dense layer(s)")
+    deltas = _correct_biases(fg, q, qc, feeds, fenvs, measured)
     q.meta["measured"] = {"keep": err_keep, "bias": deltas}
     for k, why in keep.items():
         rep.fallbacks.setdefault(k, why)
@@ -429,6 +422,23 @@ def search_floor(errs: dict[str, float], eligible: set, floor: float, base: floa
         else:
             lo = mid + 1
     return pick
+
+
+def _correct_biases(fg: Graph, q: Graph, qc: QuantConfig, feeds, fenvs, measured) -> dict:
+    """:func:`quantize_placed`'s bias step, in place on ``q``: measured on ``feeds``
+    (:func:`~.quantize.bias_correct`, with the float runs ``fenvs``) where
+    ``qc.bias_correction``, else a ``measured`` record's deltas applied; a note in the
+    report.  Returns ``node -> int64 [O]``, the amounts subtracted."""
+    deltas: dict = {}
+    if feeds is not None and qc.bias_correction:
+        bias_correct(fg, q, feeds, deltas=deltas, fenvs=fenvs)
+    elif measured is not None:
+        deltas = _apply_bias_deltas(q, measured.get("bias", {}))
+    if deltas:
+        q.meta["quant_report"].notes.append(
+            f"bias correction: {sum(int(np.count_nonzero(d)) for d in deltas.values())} "
+            f"channel(s) of {len(deltas)} conv/dense layer(s)")
+    return deltas
 
 
 def _apply_bias_deltas(q: Graph, deltas: dict) -> dict:
