@@ -456,11 +456,12 @@ def output_agreement(qgraph: Graph, batches: list, fenvs: list) -> float:
 def bias_correct(float_graph: Graph, qgraph: Graph, feeds: dict | list,
                  min_samples: int = 32, deltas: dict | None = None,
                  groups: int = 8, fenvs: list | None = None) -> dict[str, int]:
-    """Empirical bias correction, in place: for each int8 ``qconv2d`` / ``qdense`` (power-of-two
-    scales, ``mult`` 1), in graph order, the mean per output channel of its pre-activation
-    error -- its exact integer accumulator ``acc + bias`` at exp ``exp_in + exp_w[o]``
+    """Empirical bias correction, in place: for each ``qconv2d`` / ``qdense`` with int8 or int16
+    inputs (power-of-two scales, ``mult`` 1), in graph order, the mean per output channel of its
+    pre-activation error -- its exact integer accumulator ``acc + bias`` at exp ``exp_in + exp_w[o]``
     minus the float node's ``conv(x, w) + b`` on the float graph's own input -- is
-    subtracted from its int32 bias (rounded to the accumulator's grid).  Earlier layers'
+    subtracted from its int32 bias (rounded to the accumulator's grid; clipped by
+    :func:`~.quant_rules.clip_bias`, which keeps an int16 layer's int32 proof).  Earlier layers'
     corrections are in the integer inputs of later ones (the run is sequential), so each
     layer also absorbs the mean shift its inputs' errors cause.  A channel is corrected
     only where the calibration samples give at least ``min_samples`` output positions
