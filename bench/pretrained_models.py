@@ -25,7 +25,7 @@ sample, which records fsim's replay plans, apart; the ratio is of the later samp
 mean; target: <= 20x).  Figures, not a pass/fail test; a model that fails is printed with its error.
 
 Run: ``.venv/bin/python bench/pretrained_models.py [--models DIR] [--samples 3] [--seed 2]
-[--only rec] [--agreement-target 0.997] [MODEL.onnx ...]``
+[--only rec] [--agreement-target 0.997] [--config PRESET|FILE.json] [MODEL.onnx ...]``
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import header  # noqa: E402
 
 from vtaforge.compiler.compile import compile_model  # noqa: E402
+from vtaforge.hw.config import load_config  # noqa: E402
 from vtaforge.runtime.executor import Executor  # noqa: E402
 from vtaforge.runtime.fsim import FsimDevice  # noqa: E402
 
@@ -148,7 +149,7 @@ def _ctc(p: np.ndarray, chars: list[str]) -> list[str]:
 
 
 def run_one(path: Path, kind: str, samples: int, seed: int = 2,
-            agreement_target: float | None = None) -> None:
+            agreement_target: float | None = None, config="pynq") -> None:
     m = onnx.load(str(path))
     init = {i.name for i in m.graph.initializer}
     inp = next(i for i in m.graph.input if i.name not in init)
@@ -162,7 +163,7 @@ def run_one(path: Path, kind: str, samples: int, seed: int = 2,
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     t0 = time.perf_counter()
     try:
-        cm = compile_model(str(path), calib, "pynq", agreement_target=agreement_target)
+        cm = compile_model(str(path), calib, config, agreement_target=agreement_target)
     except Exception as e:  # noqa: BLE001 (a figure, not a test: report and go on)
         print(f"{path.name:<40} compile failed: {type(e).__name__}: {str(e)[:160]}")
         return
@@ -252,21 +253,28 @@ def main() -> None:
                     help="the output agreement the compiler's adaptive error floor aims at "
                          "(QuantConfig.agreement_target; default 0.99): higher keeps more "
                          "layers float")
+    ap.add_argument("--config", default="pynq",
+                    help="the core: preset name or vta_config.json (default pynq), e.g. a "
+                         "JSON of pynq with LOG_INP_WIDTH 4 for int16 activations")
     ap.add_argument("--only", choices=("cls", "rec", "det"), action="append", default=None,
                     help="run only these bundled OCR models (repeatable; default all three)")
     a = ap.parse_args()
+    try:
+        cfg = load_config(a.config)
+    except Exception as e:  # noqa: BLE001 (one line, like the CLI)
+        ap.error(f"--config {a.config!r}: {e}")
     todo = [(find_ocr_model(k), k) for k in (a.only or ("cls", "rec", "det"))]
     todo = [(p, k) for p, k in todo if p is not None]
     extra = list(a.models)
     if a.models_dir is not None:
         extra += sorted(a.models_dir.rglob("*.onnx"))
     todo += [(p, "picodet" if _is_picodet(p) else "other") for p in extra]
-    print(header(__file__), flush=True)
+    print(header(__file__), f"config {cfg.bitstream_name} (0x{cfg.fingerprint:08x})", flush=True)
     print(f"{'model':<40} {'comp s':>7} {'VTA/CPU':>9} {'cosine':>7} {'argmax':>7} "
           f"{'VTA s 1st':>8} {'VTA s':>8} {'ort s':>8} {'ratio':>8}   (targets: cosine/argmax "
           f">= 0.9, ratio of a sample after the first <= 20x)")
     for p, k in todo:
-        run_one(p, k, a.samples, a.seed, a.agreement_target)
+        run_one(p, k, a.samples, a.seed, a.agreement_target, cfg)
 
 
 if __name__ == "__main__":
