@@ -195,6 +195,21 @@ class TilingPlan:
                 + ("" if self.one_block == "no" else f", one-block steps: {self.one_block} tile(s)"))
 
 
+def _tile_span(ly: ConvLayer, wpk):
+    """``obn -> `` the most input blocks a tile of ``obn`` output blocks reads (the union of
+    its output blocks' blocks, as :func:`_tiles` makes its reduction steps), for
+    :func:`~.tiling.conv_tiling`'s cost of a grouped or depthwise conv."""
+    ibs = [wpk.ibs(ob) for ob in range(ly.nob)]
+    memo: dict[int, int] = {}
+
+    def span(obn: int) -> int:
+        if obn not in memo:
+            memo[obn] = max(int(np.unique(np.concatenate(ibs[o0:o0 + obn])).size)
+                            for o0 in range(0, ly.nob, obn))
+        return memo[obn]
+    return span
+
+
 def _tiles(tl: ConvTiling, ly: ConvLayer, wpk) -> list:
     """The output tiles of ``tl`` and their reduction steps of ``tl.ibn`` input blocks."""
     tiles = []
@@ -227,7 +242,9 @@ def plan_tiling(cfg: VTAConfig, ly: ConvLayer, wpk, opt: ConvOptions,
     """
     tl = tl0 = conv_tiling(cfg, ly.nob, ly.span, ly.ho, ly.wo, ly.kh, ly.kw, ly.sh, ly.sw,
                            len(wpk.blocks), ly.per_ob, ly.row_skip, ly.reserved,
-                           quad_acc_ratio=opt.quad_acc_ratio, taps=ly.taps)
+                           quad_acc_ratio=opt.quad_acc_ratio, taps=ly.taps,
+                           tile_span=(_tile_span(ly, wpk) if ly.groups > 1 and opt.tile_span
+                                      else None))
     light = ly.bus_cycles <= 2 * ly.mac_cycles
     if tl.resident and ly.groups == 1 and light:
         tl = _resident_retile(cfg, tl, ly, opt)

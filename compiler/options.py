@@ -67,6 +67,12 @@ class ConvOptions:
             the compute unit waits for its own loads, against 2 micro-op cycles for reset
             + ADD (figures: bench/RESULTS.md); kept for cores with a wider bus or a
             broadcast load.
+        tile_span: the tiler costs a depthwise or grouped conv's tile by the input blocks
+            it reads (the union of its output blocks', one reduction step each;
+            :func:`~.tiling.conv_tiling` ``tile_span``), so it takes tiles of one output
+            block and many pixels (False: by one output block's blocks, the tiler before
+            2026-12-07, whose tiles of several blocks and few pixels left MobileNet-v1's
+            depthwise convs load-bound; ``step_req`` serves their last tiles).
     Raises:
         ValueError: a count below 1 or a negative ratio.
     """
@@ -81,6 +87,7 @@ class ConvOptions:
     stream_request_cycles: int = 64
     retile_request_cycles: int = 8
     bias_load: bool = False
+    tile_span: bool = True
 
     def __post_init__(self):
         for name in ("w_chunk_beats", "stream_request_cycles", "retile_request_cycles"):

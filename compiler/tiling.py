@@ -25,6 +25,7 @@ row, input rows loaded and output rows stored, for ``row_skip`` tilings).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..hw.config import MemType, VTAConfig
@@ -104,7 +105,8 @@ def candidates(n: int, limit: int = 24) -> list[int]:
 def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: int, kw: int,
                 sh: int, sw: int, n_wgt_blocks: int, blocks_per_ob: int,
                 row_skip: bool = False, reserved: int | None = None, *,
-                quad_acc_ratio: float = QUAD_ACC_RATIO, taps: int = 0) -> ConvTiling:
+                quad_acc_ratio: float = QUAD_ACC_RATIO, taps: int = 0,
+                tile_span: Callable[[int], int] | None = None) -> ConvTiling:
     """Choose the tiling of a conv (see the module docstring).
 
     Args:
@@ -121,6 +123,13 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
             ``kh * ceil(kw/taps)`` WGT entries and GEMM micro-ops per output pixel, and a
             window spans ``(tw-1)*sw + ceil(kw/taps)*taps`` columns (the last micro-op's
             taps).
+        tile_span: input blocks a tile of ``obn`` output blocks reads (the union of its
+            output blocks' input blocks; default ``nib_span``, a groups-1 conv's).  A
+            depthwise or grouped conv's tile reads ``obn`` times its one output block's
+            blocks (up to all of them), in that many reduction steps: without it the
+            cost counted one block's window and one step per tile, and chose tiles of
+            many output blocks and few pixels (MobileNet-v1's 56x56 depthwise: 8 blocks of
+            7x8 pixels, load-bound).
     Raises:
         CompileError: not even a one-pixel tile fits this config.
     """
@@ -167,14 +176,14 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                     rows = th if row_skip else (th - 1) * sh + kh
                     n_sp = -(-ho // th) * -(-wo // tw)
                     n_ob = -(-nob // obn)
-                    n_red = -(-nib_span // ibn)
+                    n_red = -(-(tile_span(obn) if tile_span else nib_span) // ibn)
                     inp_bytes = n_ob * n_sp * n_red * ibn * rows * cols * eb_inp
                     wbytes = n_wgt_blocks * kk * eb_wgt
                     wgt_bytes = wbytes if resident else n_sp * wbytes
                     steps = n_ob * n_sp * n_red
                     uops = obn * min(ibn, blocks_per_ob) * kk
                     cost = inp_bytes + wgt_bytes + STEP_COST * steps * (1 + ibn / 8 + obn / 16)
-                    if row_skip:
+                    if row_skip or tile_span is not None:
                         # DMA rows: INP rows per input block, OUT rows per output block (one
                         # per tile when it spans whole rows).  Without this term row-skip
                         # tilings pick column strips of short rows, each row paying its

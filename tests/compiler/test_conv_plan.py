@@ -65,10 +65,15 @@ def test_plan_names_the_engine_forms():
     _, c10 = _plan("eng", 256, 512, 14, 1, 2, 0)
     assert c10.stats["bank_split"] and "bank split" in str(c10)
     assert "streamed per block" in str(c10)
-    _, dw = _plan("eng", 128, 128, 14, 3, 1, 1, 128)
+    # the default tiler gives a depthwise conv tiles of one output block (ConvOptions
+    # tile_span), whose last tile is one step; the per-step REQ serves the multi-block
+    # tiles of tile_span=False
+    _, dw1 = _plan("eng", 128, 128, 14, 3, 1, 1, 128)
+    assert dw1.tiling.tiling.obn == 1 and all(t.ob1 - t.ob0 == 1 for t in dw1.tiles)
+    _, dw = _plan("eng", 128, 128, 14, 3, 1, 1, 128, opts={"TILE_SPAN": False})
     assert dw.tiles[-1].done_at and "REQ per step" in str(dw)
-    _, off = _plan("eng", 128, 128, 14, 3, 1, 1, 128, opts={"STEP_REQ": False})
-    assert not off.tiles[-1].done_at and "options: step_req=False" in str(off)
+    _, off = _plan("eng", 128, 128, 14, 3, 1, 1, 128, opts={"STEP_REQ": False, "TILE_SPAN": False})
+    assert not off.tiles[-1].done_at and "step_req=False" in str(off)
 
 
 def test_explain_through_im2col_and_dense():

@@ -94,10 +94,12 @@ def test_keep_cleared_skips_resets(keep):
 
 
 def test_depthwise_last_tile_requantizes_per_step():
-    """7x7 1024-channel depthwise 3x3 (MobileNet-v1's last): every output block of the
-    last tile completes in its own step, so it is requantized right after it (no deferred
+    """7x7 1024-channel depthwise 3x3 (MobileNet-v1's last), tiled by several output blocks
+    (``tile_span=False``; the default tiles one block each): every output block of the last
+    tile completes in its own step, so it is requantized right after it (no deferred
     steps); the stream of deferred steps without it (exact either way)."""
-    st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024)
+    st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024, options=_options(tile_span=False))
     assert st["step_req"] and st["stream_steps"] == 0
-    st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024, options=_options(step_req=False))
+    st = _conv(ENG, 1024, 1024, 7, 3, 1, groups=1024,
+               options=_options(step_req=False, tile_span=False))
     assert not st["step_req"] and st["stream_steps"] >= 1

@@ -164,9 +164,12 @@ def test_wide_shift_spread_falls_back_exactly(cfg):
 
 def test_aligned_takes_the_engine_forms():
     """On the REQ engine core an aligned per-channel conv takes the forms built around the
-    engine's REQ (per-step REQs / streamed steps, the bank split) as the scalar one does."""
+    engine's REQ (per-step REQs / streamed steps, the bank split) as the scalar one does
+    (the depthwise conv tiled by several output blocks, ``tile_span=False``: the default
+    tiles one block each, whose last tile is one step)."""
     c = CFGS["eng"]
-    dw = _case(c, 128, 128, 14, 3, 1, 1, 128, _spread(128, 4), wmax=3).trace.stats
+    dw = _case(c, 128, 128, 14, 3, 1, 1, 128, _spread(128, 4), wmax=3,
+               options=ConvOptions(tile_span=False)).trace.stats
     c10 = _case(c, 256, 512, 14, 1, 2, 0, 1, _spread(512, 5), wmax=3).trace.stats
     assert dw["step_req"] or dw["stream_steps"]
     assert c10["bank_split"]

@@ -55,13 +55,15 @@ def test_pairs_are_the_dw3_core_with_latency(layers, net):
 
 def test_every_recorded_dw3_layer_within_3_percent(layers):
     """Every layer (the nine depthwise convs, the first conv, the seven 1x1 shapes) within
-    3 % of the RTL, ``cycles_lower`` <= RTL.  The 14x14 -> 7x7 stride-2 depthwise conv
-    (RTL 22,562) was +3.26 % before a LOAD's top padding overlapped its first row's DRAM
+    3 % of the RTL, ``cycles_lower`` <= RTL (the programs of the tiler that costs a
+    depthwise tile by the blocks it reads, ``ConvOptions.tile_span``).  The 14x14 -> 7x7
+    stride-2 depthwise conv (RTL 22,356; 22,562 with the tiles before) was +3.26 % before a
+    LOAD's top padding overlapped its first row's DRAM
     latency in the model (:func:`test_top_padding_hides_under_the_first_rows_latency`):
     its 32 INP loads are DRAM-bound, each 14 rows with one top and one left zero row/column,
     charged 16 cycles the RTL hides."""
     errs = {e["workload"]: e for e in layer_errors(CycleModel(), layers)}
-    assert errs["mbv1dw-dw14s2"]["rtl"] == 22562
+    assert errs["mbv1dw-dw14s2"]["rtl"] == 22356
     bad = [f"{w}: {100 * e['error']:+.2f} % lower {e['lower']:.0f} rtl {e['rtl']}"
            for w, e in errs.items() if abs(e["error"]) > TOLERANCE or e["lower"] > e["rtl"]]
     assert not bad, bad
@@ -80,7 +82,7 @@ def test_whole_network_within_3_percent_per_launch(net):
         if abs(est["cycles"] / p["rtl_cycles"] - 1) > TOLERANCE or est["lower"] > p["rtl_cycles"]:
             bad.append((p["launch"], p["rtl_cycles"], est["cycles"], est["lower"]))
     assert not bad, bad
-    assert rtl == 3275663 and abs(model / rtl - 1) <= 0.005, (rtl, model)
+    assert rtl == 3214425 and abs(model / rtl - 1) <= 0.005, (rtl, model)
 
 
 def _padded_load(cfg, x_pad_0: int, y_pad_0: int) -> dict:
