@@ -196,9 +196,9 @@ class TilingPlan:
 
 
 def _tile_span(ly: ConvLayer, wpk):
-    """``obn -> `` the most input blocks a tile of ``obn`` output blocks reads (the union of
-    its output blocks' blocks, as :func:`_tiles` makes its reduction steps), for
-    :func:`~.tiling.conv_tiling`'s cost of a grouped or depthwise conv."""
+    """A function ``obn -> int``: the most input blocks a tile of ``obn`` output blocks
+    reads (the union of its output blocks' blocks, as :func:`_tiles` makes its reduction
+    steps), for :func:`~.tiling.conv_tiling`'s cost of a grouped or depthwise conv."""
     ibs = [wpk.ibs(ob) for ob in range(ly.nob)]
     memo: dict[int, int] = {}
 

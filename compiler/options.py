@@ -71,7 +71,7 @@ class ConvOptions:
             it reads (the union of its output blocks', one reduction step each;
             :func:`~.tiling.conv_tiling` ``tile_span``), so it takes tiles of one output
             block and many pixels (False: by one output block's blocks, the tiler before
-            2026-12-07, whose tiles of several blocks and few pixels left MobileNet-v1's
+            this option, whose tiles of several blocks and few pixels left MobileNet-v1's
             depthwise convs load-bound; ``step_req`` serves their last tiles).
     Raises:
         ValueError: a count below 1 or a negative ratio.

@@ -187,8 +187,10 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                         # DMA rows: INP rows per input block, OUT rows per output block (one
                         # per tile when it spans whole rows).  Without this term row-skip
                         # tilings pick column strips of short rows, each row paying its
-                        # request overhead.  Not applied to other convs, where it only
-                        # reshuffled tilings (figures: docs/compiler.md "Tiling").
+                        # request overhead.  Also applied to depthwise / grouped convs
+                        # (tile_span), whose one-block tiles would otherwise be column
+                        # strips; not to groups-1 convs, where it only reshuffled tilings
+                        # (figures: docs/compiler.md "Tiling").
                         dma_rows = (n_ob * n_sp * n_red * ibn * rows
                                     + nob * -(-wo // tw) * (-(-ho // th) if tw == wo else ho))
                         cost += ROW_COST * dma_rows
