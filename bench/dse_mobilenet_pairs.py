@@ -101,6 +101,12 @@ def dw_workloads() -> list[DseWorkload]:
                      + list(DW_CORE_OTHERS))
 
 
+def _recorded_on(pair: dict, fp: str, lat: tuple[int, int]) -> bool:
+    """Whether ``pair`` was recorded on the core of fingerprint ``fp`` ("0x%08x") at DRAM
+    latency ``lat`` (min, max cycles; a pair without one: the ideal bus)."""
+    return pair["fingerprint"] == fp and tuple(pair.get("dram_latency", (0, 0))) == lat
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
@@ -146,8 +152,8 @@ def main() -> None:
     fp = f"0x{cfg.fingerprint:08x}"
     pairs = [] if a.force else load_pairs(out) if out.exists() else []
 
-    def same(p) -> bool:        # recorded on this core at this latency
-        return p["fingerprint"] == fp and tuple(p.get("dram_latency", (0, 0))) == lat
+    def same(p) -> bool:
+        return _recorded_on(p, fp, lat)
     for wl in wls:
         if a.only and wl.name not in a.only:
             continue
@@ -171,7 +177,7 @@ def net_pairs(cfg, lat: tuple[int, int], out: Path, force: bool) -> None:
     pairs = [] if force or not out.exists() else load_pairs(out)
 
     def same(p) -> bool:
-        return p["fingerprint"] == fp and tuple(p.get("dram_latency", (0, 0))) == lat
+        return _recorded_on(p, fp, lat)
     if not any(same(p) for p in pairs):
         wl = DseWorkload("mobilenet_v1-224", "net", "mobilenet_v1", size=224)
         pairs += record_pairs(cfg, [wl], log=lambda s: print(s, flush=True), latency=lat)

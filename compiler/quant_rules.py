@@ -693,8 +693,11 @@ class QuantRules:
                 raise node_error(n.name, n.op, f"accumulator may overflow int32 (worst case {worst:.3g})")
         elif (self.adt == "int16" and self.cfg.wgt_bits == 8 and sx is None and sw is None
               and out not in self.scales):
-            self._linear_wide(n, qop, x, w, b, ex, ew)
-            return
+            got = self._linear_wide(n, qop, x, w, b, ex, ew)
+            if got is None:         # per-channel grids: emitted
+                return
+            wq, ew, bq, worst = got
+            s_acc = None
         else:
             wq, ew, bq, worst = self._wide_weights(n, w, b, ex, ew)
             s_acc = None
@@ -800,7 +803,7 @@ class QuantRules:
         self.qname[out] = qo
 
     def _linear_wide(self, n: Node, qop: str, x: str, w: np.ndarray, b: np.ndarray, ex: int,
-                     ew: int) -> None:
+                     ew: int) -> tuple | None:
         """``qconv2d`` / ``qdense`` with int16 activations and int8 weights.
 
         The weight grids are the int8 path's: per output channel where :meth:`channel_exps`
@@ -814,6 +817,11 @@ class QuantRules:
         all-but-dead channel's bias at the finest grid alone nearly fills int32).  Channels
         that end equal give the per-tensor form, else the per-channel one (``ir``
         "Per-channel weights").  Coarsenings are noted in the report.
+
+        Returns:
+            For one grid ``(weight constant name, exp, int bias [O], worst case)``, which
+            :meth:`_linear` emits as its per-tensor form (as for :meth:`_wide_weights`);
+            None once the per-channel node is emitted.
 
         Raises:
             CompileError: no grid fits with shifts in ``[-31, 31]`` (the node then stays a
@@ -847,23 +855,13 @@ class QuantRules:
                 f"'{n.name}': {int(moved.sum())} of {o} output channel(s) on a coarser weight "
                 f"grid (up to {int((pc - pc0).max())} bit(s)) so that {self.adt} inputs "
                 f"cannot overflow the int32 accumulator (worst case {worst})")
-        sh = rel - pc
-        if np.all(pc == pc[0]):
+        if np.all(pc == pc[0]):     # one grid: _linear's per-tensor form emits it
             e = int(pc[0])
             wname = self.q.fresh(f"{n.inputs[1]}_q")
             self.q.add_constant(wname, wq.astype(np.int8), e, None)
-            bname = self.q.fresh(f"{n.name}_bias_q")
-            self.q.add_constant(bname, bq.astype(np.int32), ex + e, None)
-            lo, hi = _act_bounds(n, eo, None, self.qhi)
-            attrs = ({k2: n.attrs[k2] for k2 in ("kernel", "strides", "pads", "groups")}
-                     if qop == "qconv2d" else {})
-            attrs.update(self._requant_attrs(n, int(sh[0]), eo, lo, hi))
-            qo = self.int_name(out)
-            self.add(n.name, qop, [x, wname, bname], qo, attrs,
-                     self.otype(out, self.fg.types[out].shape))
-            self.qname[out] = qo
-            return
+            return wname, e, bq, linear_worst(wq, bq, rel - pc, self.half)
         self._emit_per_channel(n, qop, x, wq, bq, ex, pc)
+        return None
 
     def _coarsen(self, wf: np.ndarray, bf: np.ndarray, ex: int, rel: int, pc0: np.ndarray,
                  uniform: bool = False) -> np.ndarray | None:
