@@ -86,7 +86,7 @@ RANGES: dict[str, tuple[int, int]] = {
 #: Datapath options off by default and the suffix each adds to
 #: :attr:`VTAConfig.bitstream_name` when it is on (``INSN_RING`` adds ``_ring<N>``).
 OPTION_SUFFIXES = (("ALU_MUL", "mul"), ("ALU_REQUANT", "req"), ("REQ_ENGINE", "eng"),
-                   ("ALU_FORWARD", "fwd"))
+                   ("ALU_FORWARD", "fwd"), ("REQ_LANE_SHIFT", "lane"))
 
 #: Instruction and micro-op widths in bits (fixed by the ISA).
 INSN_BITS = 128
@@ -149,6 +149,13 @@ class VTAConfig:
       (docs/hardware.md "ALU forwarding"); a timing option only (results are those of the
       ISA); off (default), the core, its Verilog and its fingerprint are exactly those of
       a config without the key.
+    - ``REQ_LANE_SHIFT``: per-lane requantize shifts (needs ``ALU_REQUANT``): an ALU REQ
+      with the tensor operand and the shift field :data:`~vtaforge.hw.isa.REQ_LANE` (-32)
+      takes each lane's shift, and its bias, from that lane's operand word
+      (:func:`~vtaforge.hw.isa.req_lane_word`), so a per-channel requantize is one REQ
+      instead of a tensor SHR and a REQ (docs/isa.md "REQ").  Off (default), the core, its
+      Verilog and its fingerprint are exactly those of a config without the key (and a
+      shift of -32 keeps SHR's meaning).
     - ``DSP_PACKING``: int8 GEMM products per DSP48 slice (1 or 2).
     - ``LUT_MULTIPLIERS``: how many of the BATCH×BLOCK_IN×BLOCK_OUT GEMM multipliers are
       built from LUTs instead of DSPs.
@@ -197,6 +204,7 @@ class VTAConfig:
     ALU_REQUANT: bool = False
     REQ_ENGINE: bool = False
     ALU_FORWARD: bool = False
+    REQ_LANE_SHIFT: bool = False
     DSP_PACKING: int = 2
     LUT_MULTIPLIERS: int = 0
     INSN_RING: int = 0
@@ -220,7 +228,8 @@ class VTAConfig:
                 raise ConfigError(f"{key} = {v!r} must be an integer in {lo}..{hi}")
             if not lo <= v <= hi:
                 raise ConfigError(f"{key} = {v!r} is out of range; allowed: integers {lo}..{hi}")
-        for key in ("ACC_8BIT", "ALU_MUL", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD"):
+        for key in ("ACC_8BIT", "ALU_MUL", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD",
+                    "REQ_LANE_SHIFT"):
             v = getattr(self, key)
             if not isinstance(v, bool):
                 raise ConfigError(f"{key} = {v!r} must be a boolean (true or false)")
@@ -233,6 +242,9 @@ class VTAConfig:
         if self.REQ_ENGINE and not self.ALU_REQUANT:
             raise ConfigError("REQ_ENGINE = true needs ALU_REQUANT = true (the engine runs "
                               "ALU REQ instructions)")
+        if self.REQ_LANE_SHIFT and not self.ALU_REQUANT:
+            raise ConfigError("REQ_LANE_SHIFT = true needs ALU_REQUANT = true (it is a form "
+                              "of ALU REQ)")
         if self.LOG_WGT_WIDTH == 2 and self.LOG_INP_WIDTH == 4:
             raise ConfigError(f"LOG_WGT_WIDTH = 2 (int4 weights) needs LOG_INP_WIDTH = 2 or 3 "
                               f"(int4 or int8 activations), got LOG_INP_WIDTH = "
@@ -526,7 +538,8 @@ class VTAConfig:
         equal fingerprints mean equal hardware and ISA.
         """
         hw = self.hardware_dict()
-        for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD", "DEPTHWISE_TAPS"):
+        for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD", "DEPTHWISE_TAPS",
+                    "REQ_LANE_SHIFT"):
             if not hw[key]:     # off: the fingerprint of a config without the key
                 del hw[key]
         if hw["DMA_OUTSTANDING"] == 1:     # default: as without the key

@@ -29,7 +29,8 @@ __all__ = [
     "isa_layout", "check_layout_fits", "encode_insn", "decode_insn", "encode_program",
     "decode_program", "encode_uops", "decode_uops", "insn_module", "disassemble",
     "ISAError", "INSN_BYTES", "INSN_FIELDS", "req_imm", "req_fields", "REQ_SHIFT_BITS",
-    "REQ_RESERVED_BIT", "REQ_LOWER_BOUNDS",
+    "REQ_RESERVED_BIT", "REQ_LOWER_BOUNDS", "REQ_LANE", "LANE_SHIFT_BITS", "req_lane_word",
+    "req_lane_fields",
 ]
 
 INSN_BYTES = INSN_BITS // 8
@@ -70,6 +71,54 @@ REQ_SHIFT_BITS = 6
 REQ_RESERVED_BIT = 7
 #: The lower bounds REQ encodes, by bits [7:6] (index 3 reserved).
 REQ_LOWER_BOUNDS = (-128, 0, -8)
+
+
+#: REQ's shift field value that, on a ``REQ_LANE_SHIFT`` core, takes each lane's shift and
+#: bias from the lane's tensor operand word (:func:`req_lane_word`).  Elsewhere (and on a
+#: core without the option) -32 is an ordinary shift: SHR's rule, a left shift by 32.
+REQ_LANE = -32
+#: The low bits of a per-lane REQ operand word that hold the lane's shift (signed).
+LANE_SHIFT_BITS = 6
+
+
+def req_lane_word(bias, shift, acc_width: int = 32):
+    """The tensor operand word of a per-lane ``REQ`` (``REQ_LANE_SHIFT``, shift field
+    :data:`REQ_LANE`): ``bias << 6 | shift & 63``, one per lane, as a signed
+    ``acc_width``-bit value (int64 arrays or ints).
+
+    The lane then computes ``MIN(MAX(SHR(ADD(dst, bias), shift), lo), hi)``: the bias is the
+    word shifted right arithmetically by :data:`LANE_SHIFT_BITS`, the shift its low 6 bits
+    read as signed and applied with SHR's rule (its low ``LOG_ACC_WIDTH + 1`` bits).
+
+    Args:
+        bias: per-lane biases, ``-2**(acc_width-7) .. 2**(acc_width-7) - 1``
+            (32-bit accumulator: ±2**25).
+        shift: per-lane shifts, -32..31 (negative: a left shift).
+        acc_width: ``ACC_WIDTH`` in bits.
+    Returns:
+        The words (int64 array, or int for int arguments).
+    Raises:
+        ISAError: a bias or shift outside its range (names the first).
+    """
+    b, sh = np.asarray(bias, np.int64), np.asarray(shift, np.int64)
+    lim = 1 << (acc_width - LANE_SHIFT_BITS - 1)
+    if b.size and (b.min() < -lim or b.max() >= lim):
+        raise ISAError(f"per-lane REQ bias {int(b.flat[np.argmax(np.abs(b))])} is out of "
+                       f"range; allowed: {-lim}..{lim - 1}")
+    half = 1 << (LANE_SHIFT_BITS - 1)
+    if sh.size and (sh.min() < -half or sh.max() >= half):
+        raise ISAError(f"per-lane REQ shift {int(sh.flat[np.argmax(np.abs(sh))])} is out of "
+                       f"range; allowed: {-half}..{half - 1}")
+    w = (b << LANE_SHIFT_BITS) | (sh & ((1 << LANE_SHIFT_BITS) - 1))
+    return int(w) if np.ndim(bias) == 0 and np.ndim(shift) == 0 else w
+
+
+def req_lane_fields(word):
+    """``(bias, shift)`` of per-lane REQ operand words (inverse of :func:`req_lane_word`;
+    int64 arrays of the signed words)."""
+    w = np.asarray(word, np.int64)
+    half = 1 << (LANE_SHIFT_BITS - 1)
+    return w >> LANE_SHIFT_BITS, ((w & ((1 << LANE_SHIFT_BITS) - 1)) ^ half) - half
 
 
 def req_imm(shift: int, lo: int, hi: int) -> int:

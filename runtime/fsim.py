@@ -74,7 +74,8 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.regs import ErrorKind, index_fault_text, insn_fault_text, sram_range_text, \
     uop_range_text
 from ..hw.isa import (
-    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, REQ_RESERVED_BIT, AluOp, Insn, Module, Opcode,
+    FLAG_QUEUES, INSN_BYTES, INSN_FIELDS, REQ_LANE, REQ_RESERVED_BIT, AluOp, Insn, Module,
+    Opcode, req_fields,
     decode_program, decode_uops, format_insn,
 )
 from .cpu_ops import unpack_int4
@@ -931,15 +932,17 @@ class _Machine:
         (:func:`_alu_step`), marked so that :class:`_Plan` can fuse consecutive ones."""
         bits, law = self.acc_bits, self.cfg.LOG_ACC_WIDTH
         bimm = np.int64(0 if aop == AluOp.REQ else imm)
+        lane = bool(self.cfg.REQ_LANE_SHIFT and aop == AluOp.REQ
+                    and req_fields(imm)[0] == REQ_LANE)
 
         def f(a, b):
-            return _alu_eval(aop, a, b, imm, bits, law)
+            return _alu_eval(aop, a, b, imm, bits, law, lane)
 
         if src is None:
             if _unique(dst):
                 d = _fast_index(dst)
                 if not clear:
-                    return _alu_fused(d, [(_alu_step(aop, imm, True, bits, law), None)])
+                    return _alu_fused(d, [(_alu_step(aop, imm, True, bits, law, lane), None)])
 
                 def put_imm(m: _Machine) -> None:
                     _put(m, d, f(m.acc[d], bimm), clear)
@@ -970,7 +973,7 @@ class _Machine:
                 if not (firstw[src] < np.arange(dst.size, dtype=np.int64)).any():
                     d, s = _fast_index(dst), _fast_index(src)
                     if not clear:
-                        return _alu_fused(d, [(_alu_step(aop, imm, False, bits, law), s)])
+                        return _alu_fused(d, [(_alu_step(aop, imm, False, bits, law, lane), s)])
 
                     def put_src(m: _Machine) -> None:
                         _put(m, d, f(m.acc[d], m.acc[s]), clear)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..hw.config import VTAConfig
-from ..hw.isa import AluOp, req_fields
+from ..hw.isa import AluOp, req_fields, req_lane_fields
 
 if TYPE_CHECKING:
     from .fsim import _Machine
@@ -148,12 +148,22 @@ def _wrap_(v: np.ndarray, bits: int) -> None:
     v -= np.int64(1 << (bits - 1))
 
 
-def _alu_step(aop: int, imm: int, use_imm: bool, bits: int, log_acc: int):
+def _alu_step(aop: int, imm: int, use_imm: bool, bits: int, log_acc: int,
+              lane: bool = False):
     """The ALU operation as an in-place step ``g(v, b)``: ``v[...] = op(v, b)`` for the
     int64 destination values ``v`` and the source values ``b`` (ignored with
     ``use_imm``), exactly as :func:`_alu_eval`; accumulator values are always wrapped, so
-    REQ's add of 0 is the identity."""
-    if use_imm:
+    REQ's add of 0 is the identity.  ``lane``: a per-lane REQ (:func:`_alu_eval`)."""
+    if lane and use_imm:    # the operand is 0: bias 0, shift 0, the clip alone
+        _, lo, hi, _ = req_fields(imm)
+        lo, hi = np.int64(lo), np.int64(hi)
+
+        def clip(v, b):
+            np.maximum(v, lo, out=v)
+            np.minimum(v, hi, out=v)
+
+        return clip
+    if use_imm and not lane:
         bi = np.int64(imm)
         if aop == AluOp.MIN:
             return lambda v, b: np.minimum(v, bi, out=v)
@@ -212,7 +222,7 @@ def _alu_step(aop: int, imm: int, use_imm: bool, bits: int, log_acc: int):
 
     def general(v, b):
         v[...] = _alu_eval(aop, v, np.int64(0 if aop == AluOp.REQ else imm) if use_imm
-                           else b, imm, bits, log_acc)
+                           else b, imm, bits, log_acc, lane)
 
     return general
 
@@ -435,9 +445,18 @@ def _put(m: _Machine, dst, res: np.ndarray, clear: bool) -> None:
         m.acc[dst] = res
 
 
-def _alu_eval(aop: int, a: np.ndarray, b, imm: int, bits: int, log_acc: int) -> np.ndarray:
+def _alu_eval(aop: int, a: np.ndarray, b, imm: int, bits: int, log_acc: int,
+              lane: bool = False) -> np.ndarray:
     """One ALU operation on int64 operands ``a`` (destination) and ``b`` (source or
-    immediate), wrapped at ``bits`` (ACC_WIDTH); ``log_acc``: LOG_ACC_WIDTH."""
+    immediate), wrapped at ``bits`` (ACC_WIDTH); ``log_acc``: LOG_ACC_WIDTH.  ``lane``: a
+    per-lane REQ (``REQ_LANE_SHIFT`` core, shift field ``REQ_LANE``): ``b`` holds each
+    lane's bias and shift (:func:`~vtaforge.hw.isa.req_lane_word`)."""
+    if aop == AluOp.REQ and lane:
+        _, lo, hi, _ = req_fields(imm)
+        bias, shift = req_lane_fields(b)
+        t = _alu_eval(AluOp.SHR, _alu_eval(AluOp.ADD, a, bias, imm, bits, log_acc),
+                      shift, imm, bits, log_acc)
+        return np.minimum(np.maximum(t, lo), hi)
     if aop == AluOp.REQ:    # b: the tensor operand, or 0 with use_imm (hw.isa.req_imm)
         shift, lo, hi, _ = req_fields(imm)
         t = _alu_eval(AluOp.SHR, _alu_eval(AluOp.ADD, a, b, imm, bits, log_acc),
