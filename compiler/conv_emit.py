@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hw.config import MemType, VTAConfig
-from ..hw.isa import LIMITS, AluOp, Module
+from ..hw.isa import LIMITS, REQ_LANE, AluOp, Module, req_imm
 from ..runtime.artifact import TraceBuilder
 from .conv_plan import ConvLayer, ConvPlan, TilePlan
 from .conv_schedule import Gemm, StepPlan, TileSetup
@@ -77,11 +77,19 @@ def _emit_requant(cfg: VTAConfig, tb: TraceBuilder, ly: ConvLayer, tile: TilePla
     Per-channel, aligned (``ly.pc_shift``): the tensor SHR by the shift rows, then the
     scalar requantize with shift ``pc_shift`` (the bias rows were scaled to match), so on an
     ``ALU_REQUANT`` core one bias-fused (clearing) REQ; not aligned: ADD bias, SHR by the
-    shift rows, clip (one REQ of shift 0 on an ``ALU_REQUANT`` core, else MAX, MIN)."""
+    shift rows, clip (one REQ of shift 0 on an ``ALU_REQUANT`` core, else MAX, MIN).
+    Per-lane (``ly.pc_lane``): one REQ of shift field ``REQ_LANE`` whose tensor operand is
+    each entry's block's lane-word row (entry ``ob``), clearing as a scalar one."""
     n_t = tile.n_t
     lo, hi = int(attrs["clip_lo"]), int(attrs["clip_hi"])
     for a, b in tile.blk_runs(b0, b1):
         bloops = [(b - a, n_t, 1, 0), (n_t, 1, 0, 0)]
+        if ly.pc_lane:
+            clr = opt.clearing_req and not ly.bias_load
+            emit_kernel(tb, "alu", bloops, [tile.blk_addr[a]], [a], op=AluOp.REQ, imm=None,
+                        params=req_imm(REQ_LANE, lo, hi), reset=clr)
+            assert clr == ly.clears, "requant_clears disagrees with the per-lane REQ"
+            continue
         bias_add = None if ly.bias_load else (bloops, [tile.blk_addr[a]], [a])
         if ly.per_channel and ly.pc_shift is None:
             requant_alu(tb, tile.blk_addr[a], (b - a) * n_t, 0, lo, hi, bias=bias_add,
@@ -93,7 +101,8 @@ def _emit_requant(cfg: VTAConfig, tb: TraceBuilder, ly: ConvLayer, tile: TilePla
         shift = ly.pc_shift if ly.per_channel else int(attrs["shift"])
         clr = requant_alu(tb, tile.blk_addr[a], (b - a) * n_t, shift, lo, hi,
                           plan=mplan, bias=bias_add, fused=cfg.ALU_REQUANT,
-                          clear=opt.clearing_req and not ly.bias_load)
+                          clear=opt.clearing_req and not ly.bias_load,
+                          lane_core=cfg.REQ_LANE_SHIFT)
         assert clr == ly.clears, "requant_clears disagrees with requant_alu"
 
 
@@ -171,8 +180,12 @@ def emit_conv(cfg: VTAConfig, tb: TraceBuilder, plan: ConvPlan, attrs: dict, mpl
     """
     ly, tl = plan.layer, plan.tiling.tiling
     if not ly.bias_load:
-        # the bias (+round), and the shift amounts of a per-channel requantize: one LOAD
+        # the bias (+round), and the shift amounts of a per-channel requantize (or the
+        # lane words of a per-lane one, instead of the bias): one LOAD
         tb.load_2d("b", 0, MemType.ACC, 0, 1, ly.reserved, ly.reserved)
+    elif ly.pc_lane:
+        # bias_load: the tiles load the bias themselves; the lane words (bias 0) stay
+        tb.load_2d("b", ly.nob, MemType.ACC, 0, 1, ly.nob, ly.nob)
     elif ly.per_channel:
         # bias_load: the tiles load the bias themselves; the shift amounts stay for the conv
         tb.load_2d("b", ly.nob, MemType.ACC, ly.nob, 1, ly.nob, ly.nob)

@@ -50,7 +50,11 @@ class ConvLayer:
     clearing REQ); ``mac_cycles`` / ``bus_cycles`` (ideal GEMM and DRAM cycles);
     ``pc_shift`` (a per-channel requantize aligned to one fused REQ: its common shift
     ``max(shift)``, else None) and ``pc_shr`` (then, per output block, whether its shift
-    rows are not all 0, i.e. it needs the tensor SHR before the REQ); ``taps``: a depthwise
+    rows are not all 0, i.e. it needs the tensor SHR before the REQ); ``pc_lane``: a
+    per-channel requantize as one per-lane REQ (``REQ_LANE_SHIFT`` core: ``pc_shift`` is
+    :data:`~vtaforge.hw.isa.REQ_LANE`, ``pc_shr`` all False, the ``nob`` reserved rows hold
+    the lane words, :func:`~vtaforge.hw.isa.req_lane_word`), planned as a scalar
+    requantize; ``taps``: a depthwise
     conv lowered with depthwise GEMMs of ``DEPTHWISE_TAPS`` taps (docs/isa.md "Depthwise
     GEMM"; 0: not), whose stored block is ``kh x kcols`` WGT entries (``kcols =
     ceil(kw/taps)`` tap chunks per kernel row; ``kk = kh * kcols``) and whose window spans
@@ -88,6 +92,7 @@ class ConvLayer:
     pc_shift: int | None = None
     pc_shr: tuple = ()
     taps: int = 0
+    pc_lane: bool = False
 
     @property
     def kcols(self) -> int:
@@ -109,7 +114,8 @@ class ConvLayer:
                 + f", {self.nob} out x {self.nib} in blocks"
                 + (", row skip" if self.row_skip else "") + (", pre-padded" if self.pre_pad else "")
                 + (", per-channel requantize" if self.per_channel else "")
-                + (f" (aligned to REQ shift {self.pc_shift})" if self.pc_shift is not None
+                + (" (one per-lane REQ)" if self.pc_lane else
+                   f" (aligned to REQ shift {self.pc_shift})" if self.pc_shift is not None
                    else "")
                 + (", bias load" if self.bias_load else "")
                 + (f", depthwise GEMMs of {self.taps} taps ({self.kk} micro-ops per pixel, "
@@ -420,7 +426,7 @@ def plan_acc(cfg: VTAConfig, ly: ConvLayer, tp: TilingPlan, inp: InpPlan | None,
     Output blocks lie side by side from the region's first entry, or (a conv of one tile
     in one ACC region on a REQ engine core) the first half from there and the rest from
     the high bank's first entry, so the stream alternates banks.  On a REQ engine core
-    (scalar requantize, or per-channel aligned to one REQ: ``pc_shift``)
+    (scalar requantize, or per-channel aligned to one REQ, or per-lane: ``pc_shift``)
     the last tile either requantizes each output block right after the
     step that completes it (``step_req``, when every block has entries in one step only)
     or streams as many final steps as it takes for their GEMMs to cover the output's

@@ -1,6 +1,6 @@
 """What every lowering shares: the :class:`LoweredOp` result, :func:`emit_kernel` (a micro-op
 kernel keyed by its content), the multiplier plan of a requantize (:func:`plan_for`) and the
-ALU requantize epilogue (:func:`requant_alu`).
+ALU requantize epilogue (:func:`requant_alu`, :func:`req_shift_fits`).
 """
 
 from __future__ import annotations
@@ -10,14 +10,22 @@ import hashlib
 import numpy as np
 
 from ..hw.config import VTAConfig
-from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS, AluOp, req_imm
+from ..hw.isa import LIMITS, REQ_LANE, REQ_LOWER_BOUNDS, AluOp, req_imm
 from ..runtime.artifact import Trace, TraceBuilder, token_fault
 from .errors import CompileError
 from .ir import Graph
 from .requant import MultPlan, mult_plan
 
 __all__ = ["LoweredOp", "emit_kernel", "plan_for", "requant_alu", "fit_queues", "dram_stats",
-           "operand_chw"]
+           "operand_chw", "req_shift_fits"]
+
+
+def req_shift_fits(shift: int, lane_core: bool = False) -> bool:
+    """Whether a scalar requantize ``shift`` fits a fused ``ALU REQ``'s shift field:
+    ``-32 .. 31``, less :data:`~vtaforge.hw.isa.REQ_LANE` (-32) on a ``REQ_LANE_SHIFT``
+    core (``lane_core``), where that field value means a per-lane REQ (the shift and bias
+    taken from the tensor operand) and an ordinary shift of -32 takes SHR instead."""
+    return -32 <= shift <= 31 and not (lane_core and shift == REQ_LANE)
 
 
 def operand_chw(graph: Graph, tensor: str) -> tuple:
@@ -127,7 +135,8 @@ def _add_imm(tb, loops, d, s, value: int) -> None:
 
 def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: int,
                 extra_round: int = 0, plan: MultPlan | None = None, bias=None,
-                fused: bool = False, clear: bool = False, shift_src=None) -> bool:
+                fused: bool = False, clear: bool = False, shift_src=None,
+                lane_core: bool = False) -> bool:
     """ALU requantize of ACC entries ``[base, base+n)``: ADD bias (a tensor operand, when
     ``bias = (loops, dst, src)`` is given: the bias row of each entry), ADD round (if
     given), SHR shift, MAX lo, MIN hi (skipping no-ops).  With a ``plan`` (multiplier):
@@ -154,7 +163,11 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
     the immediate ``shift``: ADD bias, SHR by the rows, MAX lo, MIN hi; with ``fused`` and
     a REQ clip the MAX/MIN are one ``REQ`` of shift 0 (immediate operand: clip only).
     Never with a ``plan`` or ``extra_round``.  (The conv lowering's aligned per-channel
-    form, one bias-fused REQ, does its tensor SHR itself and calls this as scalar.)
+    form, one bias-fused REQ, does its tensor SHR itself and calls this as scalar; its
+    per-lane form on a ``REQ_LANE_SHIFT`` core emits its one REQ itself.)
+
+    ``lane_core`` (the config's ``REQ_LANE_SHIFT``): a scalar ``shift`` of -32 is no fused
+    REQ there (:func:`req_shift_fits`).
 
     Returns whether the entries were cleared (a clearing REQ was emitted)."""
     req = None
@@ -177,7 +190,7 @@ def requant_alu(tb: TraceBuilder, base: int, n: int, shift: int, lo: int, hi: in
             if hi < (1 << 31) - 1:
                 emit_kernel(tb, "alu", loops, d, d, op=AluOp.MIN, imm=hi)
         return False
-    if fused and -32 <= shift <= 31 and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127:
+    if fused and req_shift_fits(shift, lane_core) and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127:
         req = req_imm(shift, lo, hi)
         if bias is not None and plan is None and not extra_round:
             emit_kernel(tb, "alu", bias[0], bias[1], bias[2], op=AluOp.REQ, imm=None,

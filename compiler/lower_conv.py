@@ -102,11 +102,12 @@ from typing import NamedTuple
 import numpy as np
 
 from ..hw.config import VTAConfig
-from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS
+from ..hw.isa import LIMITS, REQ_LANE, REQ_LOWER_BOUNDS, ISAError, req_lane_word
 from ..runtime.artifact import RowBands, SlotLayout, TraceBuilder, token_fault
 from ..runtime.cpu_ops import pack_int4
 from .errors import CompileError
-from .lower_common import LoweredOp, dram_stats, emit_kernel, fit_queues, plan_for, requant_alu
+from .lower_common import (LoweredOp, dram_stats, emit_kernel, fit_queues, plan_for, requant_alu,
+                           req_shift_fits)
 from .conv_emit import emit_conv
 from .conv_plan import ConvLayer, ConvPlan, _EmptyWindow, plan_conv
 from .options import ConvOptions, LowerOptions
@@ -114,8 +115,8 @@ from .pack import ceil_div, pack_bias, pack_depthwise, pack_weights
 
 __all__ = ["lower_conv", "lower_dense", "ConvPlan", "emit_conv", "act_layout",
            "LoweredOp", "emit_kernel", "requant_alu", "plan_for", "use_im2col", "lower_conv_bands",
-           "band_rows", "bandable", "channel_requant", "channel_align", "explain_node",
-           "depthwise_taps"]
+           "band_rows", "bandable", "channel_requant", "channel_align", "channel_lanes",
+           "explain_node", "depthwise_taps"]
 
 
 def use_im2col(cfg: VTAConfig, c: int, groups: int, kh: int, kw: int) -> bool:
@@ -234,12 +235,13 @@ def channel_align(cfg: VTAConfig, w: np.ndarray, bias: np.ndarray, attrs: dict,
     ``ALU_REQUANT`` core with a REQ clip and a REQ shift, and only when no value can wrap
     at ``ACC_WIDTH``: for every channel ``(G[o] + |B[o]|) << (k[o] + max(0, -max(s)))``
     below ``2**(ACC_WIDTH-1)``, ``G[o] = sum|w[o]| * 2**(INP_WIDTH-1)`` (every input),
-    which bounds every partial sum too."""
+    which bounds every partial sum too.  (On a ``REQ_LANE_SHIFT`` core ``max(s) = -32``
+    is no REQ shift: :func:`~.lower_common.req_shift_fits`.)"""
     lo, hi = int(attrs["clip_lo"]), int(attrs["clip_hi"])
     shifts, rounds = pcq
     smax = int(shifts.max())
     if not (cfg.ALU_REQUANT and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127
-            and -32 <= smax <= 31):
+            and req_shift_fits(smax, cfg.REQ_LANE_SHIFT)):
         return None
     k = smax - shifts
     g = np.abs(w.astype(np.int64)).reshape(w.shape[0], -1).sum(axis=1) << (cfg.INP_WIDTH - 1)
@@ -248,6 +250,30 @@ def channel_align(cfg: VTAConfig, w: np.ndarray, bias: np.ndarray, attrs: dict,
     if (bnd > np.right_shift((1 << (cfg.ACC_WIDTH - 1)) - 1, lift)).any():
         return None
     return k
+
+
+def channel_lanes(cfg: VTAConfig, bias: np.ndarray, attrs: dict, pcq,
+                  bias_load: bool = False) -> np.ndarray | None:
+    """The per-lane REQ form of a per-channel requantize (``pcq = (shift, round)`` of
+    :func:`channel_requant`) on a ``REQ_LANE_SHIFT`` core, or None: the int64 ``[O]``
+    lane words ``req_lane_word(bias[o] + round[o], shift[o])``
+    (:func:`~vtaforge.hw.isa.req_lane_word`; with ``bias_load``, the tiles starting at
+    ``bias + round``, ``req_lane_word(0, shift[o])``), so the epilogue is one REQ of shift
+    field :data:`~vtaforge.hw.isa.REQ_LANE` reading them as its tensor operand:
+    ``clip((acc + B[o]) >> s[o])``, the unaligned sequence (ADD bias, SHR by the shift
+    rows, clip) in one instruction, so exact wherever that is.  None without the option,
+    without a REQ clip (``clip_lo`` -128, 0 or -8, ``clip_hi`` <= 127), or when a
+    channel's ``bias + round`` (±``2**(ACC_WIDTH-7)``) or shift does not fit its word
+    (the lowering then takes the aligned or unaligned form)."""
+    lo, hi = int(attrs["clip_lo"]), int(attrs["clip_hi"])
+    if not (cfg.REQ_LANE_SHIFT and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127):
+        return None
+    shifts, rounds = pcq
+    b = np.zeros_like(shifts) if bias_load else np.asarray(bias, np.int64) + rounds
+    try:
+        return np.asarray(req_lane_word(b, shifts, cfg.ACC_WIDTH), np.int64)
+    except ISAError:
+        return None
 
 
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
@@ -315,9 +341,11 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     attrs, pcq = channel_requant(cfg, uid, attrs, o)
     mplan = plan_for(cfg, uid, attrs, int(np.prod(w.shape[1:])) * (1 << (cfg.INP_WIDTH - 1)) * (
         1 << (cfg.WGT_WIDTH - 1)) + int(np.abs(np.asarray(bias, np.int64)).max(initial=0)))
-    align = None if pcq is None else channel_align(cfg, w, bias, attrs, pcq)
+    lanes = None if pcq is None else channel_lanes(cfg, bias, attrs, pcq, opt.bias_load)
+    align = None if pcq is None or lanes is not None else channel_align(cfg, w, bias, attrs,
+                                                                        pcq)
     ly, xl, yl, wpk = _layer(cfg, uid, in_chw, w, attrs, pcq is not None, mplan, pre_pad,
-                             out_rows, opt, align)
+                             out_rows, opt, align, lanes is not None)
     try:
         plan = plan_conv(cfg, ly, wpk, opt, tile_inp=tile_inp, max_acc_regions=max_acc_regions)
     except _EmptyWindow:
@@ -339,7 +367,11 @@ def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.
     # the bias carries the rounding constant (the plan's pre_add with a multiplier; one
     # per channel, and the shift amounts behind the bias blocks, for a per-channel one)
     wdata = np.ascontiguousarray(wpk.data[plan.weights.order])
-    if pcq is None:
+    if lanes is not None:   # per-lane REQ: the lane words (behind the bias, with bias_load)
+        bconst = pack_bias(lanes, 0, cfg.BATCH, cfg.BLOCK_OUT)
+        if opt.bias_load:
+            bconst = np.concatenate([pack_bias(bias, pcq[1], cfg.BATCH, cfg.BLOCK_OUT), bconst])
+    elif pcq is None:
         rnd = int(attrs["round"]) if mplan is None else mplan.pre_add
         bconst = pack_bias(bias, rnd, cfg.BATCH, cfg.BLOCK_OUT)
     elif align is None:
@@ -374,7 +406,7 @@ def _lower_im2col(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: 
                                     im2col=(kh, kw, sh, sw, pt, pl, pb, pr)))
     assert xl.block_bytes == lo.layouts["x"].block_bytes
     lo.layouts["x"] = xl
-    bias_bytes = 4 * o * (1 if channel_requant(cfg, uid, attrs, o)[1] is None else 2)
+    bias_bytes = _bias_bytes(cfg, lo, o)
     st = lo.trace.stats
     st["im2col"] = [c, kh, kw]
     st.update(dram_stats(B * c * h * wd * cfg.INP_WIDTH // 8 + weight_bytes(cfg, w)
@@ -383,11 +415,18 @@ def _lower_im2col(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: 
     return lo
 
 
+def _bias_bytes(cfg: VTAConfig, lo: LoweredOp, o: int) -> int:
+    """DRAM bytes of a lowered conv's bias constant as the stats count them: 4 per output
+    channel and row of ``b`` per output block (1, or 2 with the shift or lane rows)."""
+    return 4 * o * (lo.consts["b"].shape[0] // ceil_div(o, cfg.BLOCK_OUT))
+
+
 def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
            per_channel: bool, mplan, pre_pad, out_rows, opt: ConvOptions,
-           align: np.ndarray | None = None):
+           align: np.ndarray | None = None, lane: bool = False):
     """``(ConvLayer, x layout, y layout, packed weights)`` of a direct (not im2col) conv;
-    ``align``: :func:`channel_align`'s ``k`` of an aligned per-channel requantize.
+    ``align``: :func:`channel_align`'s ``k`` of an aligned per-channel requantize;
+    ``lane``: a per-channel requantize as one per-lane REQ (:func:`channel_lanes`).
 
     Raises:
         CompileError: pads > 15 (:func:`window_geometry`), ``out_rows`` below ``Ho``.
@@ -414,9 +453,11 @@ def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
                                             for ob in range(nob) if wpk.ob_ranges[ob][1] > 0)
     # (the skipping LOAD's row pitch sh*wp must fit the x_stride field)
     row_skip = (kh == 1 and sh > 1 and pt == 0 and pb == 0 and sh * wp <= LIMITS.max("stride"))
-    bias_bytes = 4 * o * (2 if per_channel else 1)
+    bias_bytes = 4 * o * (2 if per_channel and (not lane or opt.bias_load) else 1)
     pc_shift, pc_shr = None, ()
-    if align is not None:
+    if lane:
+        pc_shift, pc_shr = REQ_LANE, (False,) * nob
+    elif align is not None:
         kb = np.zeros(nob * BO, np.int64)
         kb[:o] = align
         pc_shift = int(attrs["shift"][int(np.argmin(align))])
@@ -427,11 +468,12 @@ def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
     ly = ConvLayer(uid, c, h, wd, o, kh, kw, sh, sw, groups, (pt, pl, pb, pr), hp, wp, ho, wo,
                    hpl, geo.pre_pad, row_skip, nob, wpk.n_ib,
                    kh * (-(-kw // taps) if taps else kw), span,
-                   max(b - a for a, b in wpk.ob_ranges), 2 * nob if per_channel else nob,
+                   max(b - a for a, b in wpk.ob_ranges),
+                   nob if lane else 2 * nob if per_channel else nob,
                    per_channel, bool(opt.bias_load),
                    requant_clears(cfg, attrs if pc_shift is None else dict(attrs, shift=pc_shift),
-                                  mplan, per_channel and pc_shift is None, opt),
-                   mac_cycles, bus_cycles, pc_shift, pc_shr, taps)
+                                  mplan, per_channel and pc_shift is None, opt, lane),
+                   mac_cycles, bus_cycles, pc_shift, pc_shr, taps, lane)
     return ly, xl, yl, wpk
 
 
@@ -458,7 +500,7 @@ def _stats(cfg: VTAConfig, plan: ConvPlan, w: np.ndarray) -> dict:
     feat = {k: st[k] for k in ("bank_split", "stream_steps", "first_step_groups",
                                "inp_by_tile", "ob_loop_gemms", "retiled", "partial_resets",
                                "w_loads", "step_req")}
-    bias_bytes = 4 * ly.o * (2 if ly.per_channel else 1)
+    bias_bytes = 4 * ly.o * (2 if ly.per_channel and (not ly.pc_lane or ly.bias_load) else 1)
     return {"tiling": [tl.obn, tl.ibn, tl.th, tl.tw, tl.nvt, int(tl.resident)],
             "tiles": len(plan.tiles), "steps": len(plan.steps), "pre_pad": bool(ly.pre_pad),
             "row_skip": ly.row_skip, "acc_regions": tl.acc_nvt,
@@ -472,15 +514,16 @@ def _stats(cfg: VTAConfig, plan: ConvPlan, w: np.ndarray) -> dict:
 
 
 def requant_clears(cfg: VTAConfig, attrs: dict, mult_plan, per_channel: bool,
-                   opt: ConvOptions) -> bool:
+                   opt: ConvOptions, lane: bool = False) -> bool:
     """Whether each tile's requantize is one clearing bias-fused REQ (``ALU_REQUANT``, an
-    8-bit clip, a shift in ``[-32, 31]``, no multiplier, scalar, the bias not loaded):
-    the condition under which :func:`~.lower_common.requant_alu` clears (the emitter
+    8-bit clip, a shift in ``[-32, 31]`` (:func:`~.lower_common.req_shift_fits`), no
+    multiplier, scalar or per-lane (``lane``), the bias not loaded): the condition under
+    which :func:`~.lower_common.requant_alu` (or the per-lane REQ) clears (the emitter
     checks the two agree)."""
     lo, hi, shift = int(attrs["clip_lo"]), int(attrs["clip_hi"]), attrs["shift"]
     return bool(opt.clearing_req and cfg.ALU_REQUANT and not per_channel and not opt.bias_load
-                and mult_plan is None and -32 <= int(shift) <= 31 and lo in REQ_LOWER_BOUNDS
-                and lo <= hi <= 127)
+                and mult_plan is None and (lane or req_shift_fits(int(shift), cfg.REQ_LANE_SHIFT))
+                and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127)
 
 
 def weights_fit(cfg: VTAConfig, w: np.ndarray) -> bool:
@@ -574,7 +617,6 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
     a1 = dict(attrs, kernel=(1, 1), strides=(1, 1), pads=(0, 0, 0, 0),
               groups=1 if kh * kw > 1 else groups)
     B = cfg.BATCH
-    bias_bytes = 4 * o * (1 if channel_requant(cfg, uid, attrs, o)[1] is None else 2)
     out = []
     for r in (band_rows(ho) if rows is None else rows):
         r = int(r)
@@ -588,6 +630,7 @@ def lower_conv_bands(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray,
                             pre_pad=False, im2col=False, out_rows=ho,
                             **({} if options is None else {"options": options}))
             st = lo.trace.stats
+            bias_bytes = _bias_bytes(cfg, lo, o)
             in_rows = min(h, (n - 1) * sh + kh) if kh * kw > 1 else n
             st["band"] = [r, n]
             st["gemm_uops_ideal"] = -(-o * cg * kh * kw * n * wo * B // cfg.macs_per_cycle)

@@ -36,7 +36,7 @@ from ..hw.isa import LIMITS, REQ_LOWER_BOUNDS, AluOp, Module
 from ..runtime.artifact import SlotLayout, TraceBuilder
 from .errors import CompileError
 from ..runtime.cpu_ops import pack_int4
-from .lower_common import dram_stats, fit_queues
+from .lower_common import dram_stats, fit_queues, req_shift_fits
 from .lower_conv import LoweredOp, act_layout, emit_kernel, plan_for, requant_alu, window_geometry
 from .pack import pack_bias
 from .tiling import MAX_EXTENT, candidates
@@ -139,7 +139,7 @@ def lower_pool(cfg: VTAConfig, uid: str, in_chw: tuple, attrs: dict, kind: str, 
                 requant_alu(tb, out_base, n_cb * th * wo, int(attrs["shift"]),
                             int(attrs["clip_lo"]), int(attrs["clip_hi"]),
                             extra_round=int(attrs["round"]) if plan is None else plan.pre_add,
-                            plan=plan, fused=cfg.ALU_REQUANT)
+                            plan=plan, fused=cfg.ALU_REQUANT, lane_core=cfg.REQ_LANE_SHIFT)
             tb.dep_push(C, S)
             tb.dep_pop(C, S)
             for cb in range(cb0, cb1):
@@ -533,12 +533,13 @@ def _window_pass(tb: TraceBuilder, k: int, s: int, n_out: int, lines: int, dst0,
 
 
 def _requant_store(tb: TraceBuilder, base: int, e0: int, m: int, attrs: dict, plan,
-                   fused: bool = False) -> None:
-    """The tail of one element-wise tile: the ALU requantize of ACC ``[base, base+m)``, then
+                   fused: bool = False, lane_core: bool = False) -> None:
+    """The tail of one element-wise tile: the ALU requantize of ACC ``[base, base+m)``
+    (``fused``, ``lane_core``: the config's ``ALU_REQUANT``, ``REQ_LANE_SHIFT``), then
     :func:`_store_tail`."""
     requant_alu(tb, base, m, int(attrs["shift"]), int(attrs["clip_lo"]), int(attrs["clip_hi"]),
                 extra_round=int(attrs["round"]) if plan is None else plan.pre_add, plan=plan,
-                fused=fused)
+                fused=fused, lane_core=lane_core)
     _store_tail(tb, base, e0, m)
 
 
@@ -607,7 +608,8 @@ def lower_eltwise(cfg: VTAConfig, uid: str, chw: tuple, op: str, attrs: dict) ->
                 emit_kernel(tb, "alu", loops, [b_base], [b_base], op=AluOp.SHR,
                             imm=-int(attrs["lshift_b"]))
             emit_kernel(tb, "alu", loops, [a_base], [b_base], op=AluOp.ADD)
-        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
+        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT,
+                       cfg.REQ_LANE_SHIFT)
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
@@ -649,8 +651,8 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
     # every lane, at the top of the accumulator), so the requantize is one clearing REQ per
     # entry (instead of ADD round + REQ) and the next chunk of the same ACC region skips its
     # reset: 3 compute cycles per entry (2 GEMM + REQ) against 4 beats of a + b on pynq's bus.
-    round_row = (cfg.ALU_REQUANT and plan is None and -32 <= shift <= 31 and lo in REQ_LOWER_BOUNDS
-                 and lo <= hi <= 127)
+    round_row = (cfg.ALU_REQUANT and plan is None and req_shift_fits(shift, cfg.REQ_LANE_SHIFT)
+                 and lo in REQ_LOWER_BOUNDS and lo <= hi <= 127)
     rrow = cfg.ACC_DEPTH - 1
     inp_half = cfg.INP_DEPTH // nvt
     acc_half = (cfg.ACC_DEPTH - int(round_row)) // nvt
@@ -691,7 +693,8 @@ def _lower_add_gemm(cfg: VTAConfig, uid: str, lay: SlotLayout, attrs: dict, plan
             cleared[vt] = m if clr else 0
             _store_tail(tb, acc_base, e0, m)
         else:
-            _requant_store(tb, acc_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
+            _requant_store(tb, acc_base, e0, m, attrs, plan, cfg.ALU_REQUANT,
+                           cfg.REQ_LANE_SHIFT)
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(C, L)
@@ -758,7 +761,8 @@ def lower_mul(cfg: VTAConfig, uid: str, chw: tuple, chw_b: tuple, attrs: dict) -
         else:
             tb.load_2d("b", e0, MemType.ACC8, b_base, 1, m, m)
             emit_kernel(tb, "alu", [(m, 1, 1, 0)], [a_base], [b_base], op=AluOp.MUL)
-        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
+        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT,
+                       cfg.REQ_LANE_SHIFT)
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
@@ -834,7 +838,8 @@ def lower_add_const(cfg: VTAConfig, uid: str, chw: tuple, vals: np.ndarray, attr
         else:
             c_base = vt * half + half - lay.cb + s0
             emit_kernel(tb, "alu", [(cnt, hw, 1, 0), (hw, 1, 0, 0)], [a_base], [c_base], op=alu)
-        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT)
+        _requant_store(tb, a_base, e0, m, attrs, plan, cfg.ALU_REQUANT,
+                       cfg.REQ_LANE_SHIFT)
         t += 1
     for _ in range(min(t, nvt)):
         tb.dep_pop(S, C)
