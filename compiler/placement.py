@@ -17,9 +17,11 @@ This module imports no dispatcher (``ops``, ``partition``): the registry imports
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..hw.config import VTAConfig
 from .ir import Graph, Node, qbits
-from .lower_conv import depthwise_taps
+from .lower_conv import channel_lanes, depthwise_taps
 from .lower_eltwise import gemm_add_ok
 from .requant import mult_plan
 
@@ -249,7 +251,11 @@ def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[boo
             what += f" (depthwise GEMMs of {cfg.DEPTHWISE_TAPS} taps)"
     mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
     if isinstance(a["shift"], tuple):
-        shift = f"per-channel shifts {min(a['shift'])}..{max(a['shift'])} (tensor SHR)"
+        lane = cfg.REQ_LANE_SHIFT and channel_lanes(
+            cfg, graph.constants[node.inputs[2]], a,
+            (np.asarray(a["shift"], np.int64), np.asarray(a["round"], np.int64))) is not None
+        shift = (f"per-channel shifts {min(a['shift'])}..{max(a['shift'])} "
+                 + ("(per-lane REQ)" if lane else "(tensor SHR)"))
     else:
         shift = f"shift {a['shift']}"
     return True, f"{what}: GEMM + ALU requantize ({mul}{shift}, clip [{a['clip_lo']}, {a['clip_hi']}])"

@@ -219,6 +219,23 @@ def test_bias_too_large_for_the_lane_word_falls_back(name):
     np.testing.assert_array_equal(lo.consts["b"], old.consts["b"])
 
 
+def test_lane_bands():
+    """Row bands of a per-channel 1x1 conv on pynq-fast + lane: each band loads the ``nob``
+    lane-word rows once and requantizes with the per-lane REQ, no SHR."""
+    from vtaforge.compiler.lower_conv import lower_conv_bands
+
+    x, w, b, sh = _data(64, 32, 8, 1, 1, 9)
+    bands = lower_conv_bands(LANE, "bd", (64, 8, 8), w, b, _pc_attrs(1, 1, 0, 1, sh))
+    for band in bands:
+        for tr in (band.trace, band.tail):
+            if tr is None:
+                continue
+            assert [op[5:7] for op in tr.ops if op[0] == "L" and op[1] == "b"] == [(1, 2)]
+            assert any(_is_lane(k) for k in tr.kernels)
+            assert not any(k.mode == "alu" and k.alu_op == AluOp.SHR for k in tr.kernels)
+            assert tr.stats["min_dram_read_bytes"] >= 4 * 32
+
+
 def test_lane_words_limits():
     """channel_lanes: None without the option or without a REQ clip; the words' bias and
     shift fields."""
@@ -316,6 +333,7 @@ def test_whole_model_lane_is_exact_against_run_quantized(name):
             assert not any(k.mode == "alu" and k.alu_op == AluOp.SHR for k in ks), s.name
             lanes += 1
     assert lanes >= 3
+    assert "(per-lane REQ)" in cm.placement_table() and "(tensor SHR)" in old.placement_table()
     n_new = sum(len(s.trace.ops) for s in cm.steps if s.target == "vta")
     n_old = sum(len(s.trace.ops) for s in old.steps if s.target == "vta")
     assert n_new < n_old
