@@ -58,7 +58,13 @@ aligned to ``s_max = max(shift)`` instead: the shift rows hold ``shift[o] - s_ma
 the tensor SHR (blocks whose rows are all 0 skip it) then the scalar one with shift
 ``s_max``: one bias-fused clearing REQ, with the REQ engine forms (the REQ per step, the
 streamed last steps, the bank split).  ``bias_load`` works too: the shift amounts are
-loaded once to ``[OB, 2*OB)``, the tiles start at the (unscaled) bias.  Tuples whose
+loaded once to ``[OB, 2*OB)``, the tiles start at the (unscaled) bias.  On a
+``REQ_LANE_SHIFT`` core (:func:`channel_lanes`) the ``b`` constant is instead ``OB`` blocks
+of lane words ``req_lane_word(bias + round[o], shift[o])`` (``OB`` reserved entries) and
+the epilogue one per-lane REQ (shift field ``REQ_LANE``) reading them, planned exactly as
+a scalar requantize (clearing, the REQ engine forms); with ``bias_load`` the lane words
+(bias 0) follow the bias blocks and are loaded once to ``[0, OB)``; a channel whose
+``bias + round`` does not fit its word sends the layer to the forms above.  Tuples whose
 channels all agree lower as the scalar requantize.
 
 Few input channels (:func:`use_im2col`, e.g. 1 or 3 channels with a 3x3 / 7x7 kernel): the
