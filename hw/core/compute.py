@@ -25,6 +25,11 @@ pushes no token, the next GEMM/ALU enters behind it (its controls travel with ea
 and ALU resets of one micro-op beside this one, on the second ports of the banked
 accumulator and OUT view, with results as if in order (docs/hardware.md "REQ engine").
 
+``REQ_LANE_SHIFT``: a REQ whose shift field is ``REQ_LANE`` takes each lane's bias and
+shift from its operand word, in the main ALU's lanes (:func:`alu_lane`, stage C) and in the
+engine's C stage alike, through the lanes' own adder and shifter
+(:func:`_req_lane_operands`; docs/hardware.md "Per-lane REQ").
+
 Element layouts (little-endian, row-major, as numpy arrays of the element): INP
 ``[BATCH][BLOCK_IN]``, WGT ``[BLOCK_OUT][BLOCK_IN]``, ACC/OUT ``[BATCH][BLOCK_OUT]``.
 

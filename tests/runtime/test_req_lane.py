@@ -181,7 +181,6 @@ def test_alu_lane_per_lane_req_matches_oracle(acc_log):
                     ctx.set(dut.a, a)
                     ctx.set(dut.b, s)
                     results[(lane_core, op, a, s)] = ctx.get(dut.res)
-            ctx.set(dut.op, int(AluOp.REQ))
         return bench
 
     for lane_core in (True, False):
