@@ -20,7 +20,8 @@ __all__ = [
     "LUT_FF_CALIBRATION", "LUT_FF_TERMS", "LUT_COEFFS", "FF_COEFFS", "lut_ff_features",
     "ALU_REQUANT_LUT_PER_LANE", "ALU_REQUANT_FF", "width_terms",
     "REQ_ENGINE_LUT", "REQ_ENGINE_LUT_PER_LANE", "REQ_ENGINE_FF", "REQ_ENGINE_DSP",
-    "req_engine_terms", "ALU_FORWARD_LUT", "ALU_FORWARD_FF", "DMA_OUTSTANDING_LUT",
+    "req_engine_terms", "ALU_FORWARD_LUT", "ALU_FORWARD_FF", "REQ_LANE_SHIFT_LUT",
+    "REQ_LANE_SHIFT_FF", "DMA_OUTSTANDING_LUT",
     "DMA_OUTSTANDING_FF", "DEPTHWISE_LUT", "DEPTHWISE_LUT_PER_PRODUCT", "DEPTHWISE_FF",
     "DEPTHWISE_FF_PER_PRODUCT", "depthwise_terms",
     "DSP_MIN_PRODUCT_BITS", "SOFT_MUL4X4_LUTS", "soft_products", "gemm_dsp",
@@ -148,6 +149,22 @@ REQ_ENGINE_DSP = 4
 #: FF term theirs.  No DSP or BRAM.
 ALU_FORWARD_LUT = 102.0
 ALU_FORWARD_FF = 37.0
+
+
+#: What per-lane REQ shifts (``REQ_LANE_SHIFT``, hw/core/compute.py ``_req_lane_operands``)
+#: add: per ALU lane, in the main ALU and in the REQ engine's C stage, a 2:1 multiplexer on
+#: the adder's operand (``b >> 6`` or ``b``, which Yosys packs into the adder's own LUTs)
+#: and a 6-bit one on the shift amount; once, a 6-bit comparator on the immediate; no
+#: register.  The Yosys differences of the three ``option`` points against their bases
+#: synthesized from the same RTL (tests/dse/data/yosys_points.json ``tiny_lane``,
+#: ``tiny_lane_engine``, ``pynq_fast_lane`` against ``tiny_lane_off``,
+#: ``tiny_lane_engine_off`` and ``pynq_fast_dw3``, the pynq-fast preset, which synthesizes
+#: to the same counts from this RTL; 4, 4 + 4 and 16 + 16 lanes; bench/dse_resource_fit.py
+#: record, 2026-12-08) are -214 / +30 / -234 LUT, inside what Yosys moves between
+#: near-identical netlists (the compute unit alone: -46 without the engine, +45 with it;
+#: one ``AluLane`` alone: -11), and 0 / 0 / 0 FF: no term for either.  No DSP or BRAM.
+REQ_LANE_SHIFT_LUT = 0.0
+REQ_LANE_SHIFT_FF = 0.0
 
 
 #: What outstanding DMA reads (``DMA_OUTSTANDING`` > 1: each tensor loader's
@@ -317,6 +334,7 @@ LUT_FF_CALIBRATION = {
     "req_engine": [REQ_ENGINE_LUT, REQ_ENGINE_LUT_PER_LANE, REQ_ENGINE_FF, REQ_ENGINE_DSP,
                    "acc/out banks"],
     "alu_forward": [ALU_FORWARD_LUT, ALU_FORWARD_FF],
+    "req_lane_shift": [REQ_LANE_SHIFT_LUT, REQ_LANE_SHIFT_FF],
     "dma_outstanding": [DMA_OUTSTANDING_LUT, DMA_OUTSTANDING_FF],
     "depthwise": [DEPTHWISE_LUT, DEPTHWISE_LUT_PER_PRODUCT, DEPTHWISE_FF,
                   DEPTHWISE_FF_PER_PRODUCT, "inp banks"],
@@ -406,10 +424,12 @@ class AnalyticResources:
             + LUTS_PER_LUT_MULTIPLIER * cfg.LUT_MULTIPLIERS \
             + (ALU_REQUANT_LUT_PER_LANE * lanes if cfg.ALU_REQUANT else 0.0) + e_lut \
             + (ALU_FORWARD_LUT if cfg.ALU_FORWARD else 0.0) \
+            + (REQ_LANE_SHIFT_LUT if cfg.REQ_LANE_SHIFT else 0.0) \
             + (DMA_OUTSTANDING_LUT if cfg.DMA_OUTSTANDING > 1 else 0.0) + dw_lut
         ff = sum(c * x for c, x in zip(FF_COEFFS, f)) + w_ff \
             + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0) + e_ff \
             + (ALU_FORWARD_FF if cfg.ALU_FORWARD else 0.0) \
+            + (REQ_LANE_SHIFT_FF if cfg.REQ_LANE_SHIFT else 0.0) \
             + (DMA_OUTSTANDING_FF if cfg.DMA_OUTSTANDING > 1 else 0.0) + dw_ff
         out = {
             "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp + e_dsp + dw_dsp,

@@ -393,5 +393,8 @@ def c_header(cfg: VTAConfig) -> str:
     if cfg.ALU_FORWARD:
         lines.append("#define VTA_ALU_FORWARD 1  /* an ALU micro-op takes the previous one's "
                      "result on the same destination */")
+    if cfg.REQ_LANE_SHIFT:
+        lines.append("#define VTA_REQ_LANE_SHIFT 1  /* an ALU REQ with shift field -32 takes "
+                     "each lane's bias and shift from its tensor operand */")
     lines += ["", f"#endif /* {g} */", ""]
     return "\n".join(lines)

@@ -25,6 +25,11 @@ pushes no token, the next GEMM/ALU enters behind it (its controls travel with ea
 and ALU resets of one micro-op beside this one, on the second ports of the banked
 accumulator and OUT view, with results as if in order (docs/hardware.md "REQ engine").
 
+``REQ_LANE_SHIFT``: a REQ whose shift field is ``REQ_LANE`` takes each lane's bias and
+shift from its operand word, in the main ALU's lanes (:func:`alu_lane`, stage C) and in the
+engine's C stage alike, through the lanes' own adder and shifter
+(:func:`_req_lane_operands`; docs/hardware.md "Per-lane REQ").
+
 Element layouts (little-endian, row-major, as numpy arrays of the element): INP
 ``[BATCH][BLOCK_IN]``, WGT ``[BLOCK_OUT][BLOCK_IN]``, ACC/OUT ``[BATCH][BLOCK_OUT]``.
 
@@ -57,7 +62,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import MemType, VTAConfig
-from ..isa import LIMITS, REQ_SHIFT_BITS, AluOp, Opcode
+from ..isa import LANE_SHIFT_BITS, LIMITS, REQ_LANE, REQ_SHIFT_BITS, AluOp, Opcode
 from ..regs import ErrorKind
 from .axi import ReadClientSignature
 from ..isa import Module as Unit
@@ -220,6 +225,23 @@ def req_clip(cfg: VTAConfig, x, imm, m=None, name=None):
     return Cat(s8, s8[7].replicate(w - 8))
 
 
+def _is_lane_imm(imm):
+    """Whether a REQ immediate's shift field (``imm[5:0]``) is
+    :data:`~vtaforge.hw.isa.REQ_LANE`: the per-lane form (``REQ_LANE_SHIFT``) → 1 bit."""
+    return imm[:REQ_SHIFT_BITS] == (REQ_LANE & ((1 << REQ_SHIFT_BITS) - 1))
+
+
+def _req_lane_operands(lane, b, imm):
+    """The addend and the shift amount of a REQ on one lane (``REQ_LANE_SHIFT``): with
+    ``lane`` (a per-lane REQ) the lane's operand word ``b`` (signed ACC_WIDTH) gives both,
+    ``b >> 6`` (arithmetic, the bias) and ``b[5:0]`` read as signed (the shift,
+    :func:`vtaforge.hw.isa.req_lane_word`); else ``b`` and the immediate's ``imm[5:0]``.
+    → ``(addend, shift)``, signed expressions, for the lane's one adder and one
+    shifter."""
+    return (Mux(lane, b >> LANE_SHIFT_BITS, b),
+            Mux(lane, b[:LANE_SHIFT_BITS].as_signed(), imm[:REQ_SHIFT_BITS].as_signed()))
+
+
 def alu_lane(cfg: VTAConfig, op, a, b, imm=None, clip=True):
     """The ALU function on one lane (DESIGN.md "Semantics"): signed ``a``, ``b`` of
     ACC_WIDTH bits, 3-bit ``op`` → ACC_WIDTH-bit result expression.  MIN/MAX signed; ADD
@@ -227,16 +249,24 @@ def alu_lane(cfg: VTAConfig, op, a, b, imm=None, clip=True):
     as a signed amount (negative: left shift).  REQ (``cfg.ALU_REQUANT``; ``imm`` the
     instruction's 16-bit immediate, ``b`` the tensor operand or 0): ``SHR(ADD(a, b),
     imm[5:0])`` then :func:`req_clip` (``clip=False``: the unclipped value, which the
-    pipeline clips one stage later)."""
+    pipeline clips one stage later).  With ``cfg.REQ_LANE_SHIFT`` a REQ whose shift field
+    is :data:`~vtaforge.hw.isa.REQ_LANE` is per-lane (:func:`_req_lane_operands`): the same
+    adder and shifter take ``b >> 6`` and ``b[5:0]`` instead of ``b`` and ``imm[5:0]``."""
     w = cfg.ACC_WIDTH
     a = a.as_signed()
     b = b.as_signed()
-    total = (a + b)[:w]
-    if cfg.ALU_REQUANT:     # one shifter: SHR shifts a by b, REQ the sum by imm[5:0]
+    if cfg.ALU_REQUANT and cfg.REQ_LANE_SHIFT:
+        is_req = op == AluOp.REQ
+        addend, req_shift = _req_lane_operands(is_req & _is_lane_imm(imm), b, imm)
+        total = (a + addend)[:w]
+        shr = _shr(cfg, Mux(is_req, total.as_signed(), a), Mux(is_req, req_shift, b))
+    elif cfg.ALU_REQUANT:     # one shifter: SHR shifts a by b, REQ the sum by imm[5:0]
+        total = (a + b)[:w]
         is_req = op == AluOp.REQ
         shr = _shr(cfg, Mux(is_req, total.as_signed(), a),
                    Mux(is_req, imm[:REQ_SHIFT_BITS].as_signed(), b))
     else:
+        total = (a + b)[:w]
         shr = _shr(cfg, a, b)
     res = Mux(op == AluOp.MIN, Mux(a < b, a, b),
           Mux(op == AluOp.MAX, Mux(a > b, a, b),
@@ -1138,10 +1168,19 @@ class ComputeUnit(wiring.Component):
             m.d.sync += src_reg.eq(rd)
         # C
         b_elem = Mux(tensor, src_reg, 0)
+        if cfg.REQ_LANE_SHIFT:  # a per-lane REQ: the latched immediate's shift field
+            e_lane = Signal(name="ee_lane")
+            m.d.comb += e_lane.eq(_is_lane_imm(imm))
         with m.If(c_v):
             for ln in range(lanes):
                 a = rd.word_select(ln, AW).as_signed()
                 b = b_elem.word_select(ln, AW).as_signed()
+                if cfg.REQ_LANE_SHIFT:  # the bias and shift from the lane's word
+                    addend, req_shift = _req_lane_operands(e_lane, b, imm)
+                    total = (a + addend)[:AW]
+                    m.d.sync += shifted.word_select(ln, AW).eq(
+                        _shr(cfg, total.as_signed(), req_shift))
+                    continue
                 total = (a + b)[:AW]
                 m.d.sync += shifted.word_select(ln, AW).eq(
                     _shr(cfg, total.as_signed(), imm[:REQ_SHIFT_BITS].as_signed()))
