@@ -140,6 +140,15 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     # held out from the two above: the pynq-fast preset with and without the option
     ("pynq_fast", "held-out", {"preset": "pynq-fast"}),
     ("pynq_fast_dw3", "held-out", {"preset": "pynq-fast", "DEPTHWISE_TAPS": 3}),
+    # REQ_LANE_SHIFT against the same RTL without it (dse/resources.py REQ_LANE_SHIFT_*:
+    # no measurable cost; not in the fit)
+    ("tiny_lane_off", "option", {"preset": "tiny", "ALU_REQUANT": True}),
+    ("tiny_lane", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_LANE_SHIFT": True}),
+    ("tiny_lane_engine_off", "option", {"preset": "tiny", "ALU_REQUANT": True,
+                                        "REQ_ENGINE": True}),
+    ("tiny_lane_engine", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                                    "REQ_LANE_SHIFT": True}),
+    ("pynq_fast_lane", "option", {"preset": "pynq-fast", "REQ_LANE_SHIFT": True}),
 )
 
 

@@ -102,12 +102,14 @@ def req_lane_word(bias, shift, acc_width: int = 32):
     """
     b, sh = np.asarray(bias, np.int64), np.asarray(shift, np.int64)
     lim = 1 << (acc_width - LANE_SHIFT_BITS - 1)
-    if b.size and (b.min() < -lim or b.max() >= lim):
-        raise ISAError(f"per-lane REQ bias {int(b.flat[np.argmax(np.abs(b))])} is out of "
+    bad = (b < -lim) | (b >= lim)
+    if bad.any():
+        raise ISAError(f"per-lane REQ bias {int(b[bad].flat[0])} is out of "
                        f"range; allowed: {-lim}..{lim - 1}")
     half = 1 << (LANE_SHIFT_BITS - 1)
-    if sh.size and (sh.min() < -half or sh.max() >= half):
-        raise ISAError(f"per-lane REQ shift {int(sh.flat[np.argmax(np.abs(sh))])} is out of "
+    bad = (sh < -half) | (sh >= half)
+    if bad.any():
+        raise ISAError(f"per-lane REQ shift {int(sh[bad].flat[0])} is out of "
                        f"range; allowed: {-half}..{half - 1}")
     w = (b << LANE_SHIFT_BITS) | (sh & ((1 << LANE_SHIFT_BITS) - 1))
     return int(w) if np.ndim(bias) == 0 and np.ndim(shift) == 0 else w

@@ -108,8 +108,6 @@ def test_req_lane_word_refuses_what_it_cannot_hold(bias, shift, acc, msg):
         req_lane_word(bias, shift, acc)
 
 
-@pytest.mark.xfail(strict=True, reason="hw/isa.py req_lane_word names the value of largest "
-                   "magnitude, which can be a valid -2**25 (or -32) before an invalid one")
 def test_req_lane_word_names_the_bad_value_beside_a_valid_extreme():
     with pytest.raises(ISAError, match=r"bias 33554432 is out"):
         req_lane_word([-BIAS_LIM, BIAS_LIM], [0, 0])
