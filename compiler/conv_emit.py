@@ -106,6 +106,26 @@ def _emit_requant(cfg: VTAConfig, tb: TraceBuilder, ly: ConvLayer, tile: TilePla
         assert clr == ly.clears, "requant_clears disagrees with requant_alu"
 
 
+def _store_runs(ly: ConvLayer, tile: TilePlan, end, opt: ConvOptions) -> list[tuple[int, int]]:
+    """The STOREs of a tile's output blocks, in ``end.store_order``: ``[a, b)`` runs of
+    blocks, one STORE each.  One block per STORE unless ``opt.merge_stores``, the tile is
+    stored after one REQ pass (not streamed) and spans whole rows: then each run of
+    consecutive blocks side by side in ACC whose DRAM pitch ``hpl * wo`` fits the
+    ``x_stride`` field is one STORE of ``b - a`` rows."""
+    order = list(end.store_order)
+    if (not opt.merge_stores or end.streamed or tile.tw != ly.wo
+            or ly.hpl * ly.wo > LIMITS.max("stride")):
+        return [(ob, ob + 1) for ob in order]
+    runs: list[list[int]] = []
+    for ob in order:
+        if (runs and ob == runs[-1][1] and tile.blk_addr[ob] == tile.blk_addr[ob - 1] + tile.n_t
+                and ob - runs[-1][0] < LIMITS.max("size")):
+            runs[-1][1] = ob + 1
+        else:
+            runs.append([ob, ob + 1])
+    return [(a, b) for a, b in runs]
+
+
 def _emit_setup(tb: TraceBuilder, tile: TilePlan, su: TileSetup) -> None:
     """A tile's accumulator set-up (before the wait for its first step's loads)."""
     if su.wait_store:
@@ -199,14 +219,14 @@ def emit_conv(cfg: VTAConfig, tb: TraceBuilder, plan: ConvPlan, attrs: dict, mpl
             _emit_requant(cfg, tb, ly, tile, tile.ob0, tile.ob1, attrs, mplan, plan.options)
             tb.dep_push(C, S)
             tb.dep_pop(C, S)
-        for ob in end.store_order:
+        for a, b in _store_runs(ly, tile, end, plan.options):
             if end.streamed:
                 tb.dep_pop(C, S)
-            if tile.tw == ly.wo:
-                tb.store_2d(tile.blk_addr[ob], "y", (ob * ly.hpl + tile.y0) * ly.wo, 1,
-                            tile.th * ly.wo, tile.th * ly.wo)
+            if tile.tw == ly.wo:    # rows of th * wo elements, one per block, hpl * wo apart
+                tb.store_2d(tile.blk_addr[a], "y", (a * ly.hpl + tile.y0) * ly.wo, b - a,
+                            tile.th * ly.wo, ly.hpl * ly.wo if b - a > 1 else tile.th * ly.wo)
             else:
-                tb.store_2d(tile.blk_addr[ob], "y", (ob * ly.hpl + tile.y0) * ly.wo + tile.x0,
+                tb.store_2d(tile.blk_addr[a], "y", (a * ly.hpl + tile.y0) * ly.wo + tile.x0,
                             tile.th, tile.tw, ly.wo)
         tb.dep_push(S, C)
     for _ in range(plan.pops_owed):

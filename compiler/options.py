@@ -73,6 +73,10 @@ class ConvOptions:
             block and many pixels (False: by one output block's blocks, the tiler before
             this option, whose tiles of several blocks and few pixels left MobileNet-v1's
             depthwise convs load-bound; ``step_req`` serves their last tiles).
+        merge_stores: a tile of full-width rows whose blocks are stored after one REQ
+            pass (not streamed) stores each run of side-by-side blocks with one STORE, a
+            row per block (``x_stride`` the output's block pitch), so the write responses
+            are waited for once per run, not once per block (False: one STORE per block).
     Raises:
         ValueError: a count below 1 or a negative ratio.
     """
@@ -88,6 +92,7 @@ class ConvOptions:
     retile_request_cycles: int = 8
     bias_load: bool = False
     tile_span: bool = True
+    merge_stores: bool = True
 
     def __post_init__(self):
         for name in ("w_chunk_beats", "stream_request_cycles", "retile_request_cycles"):

@@ -37,6 +37,10 @@ __all__ = ["ConvTiling", "conv_tiling", "candidates", "acc_regions", "MAX_EXTENT
 MAX_EXTENT = LIMITS.max("iter")  # loop extent field limit (14 bits)
 STEP_COST = 4096            # bytes-equivalent of one GEMM step (instructions, launches)
 ROW_COST = 24               # bytes-equivalent of one DMA row (~3 cycles of row overhead x 8 B)
+#: bytes-equivalent of one STORE instruction: its wait for the write responses, ~50 cycles
+#: of DRAM latency x 8 B (the tilings it moves are the same from 200 to 800: MobileNet-v1's
+#: 112x112 1x1 conv from 9x14 column strips to whole rows, bench/RESULTS.md 2026-12-08)
+STORE_COST = 400
 #: On a REQ engine core, a conv whose output takes more than ``QUAD_ACC_RATIO`` times as
 #: many STORE bus beats as GEMM cycles, and whose bias takes at most an eighth of the
 #: accumulator, gets four ACC regions, two per accumulator bank, taken in turn low, high,
@@ -106,7 +110,8 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                 sh: int, sw: int, n_wgt_blocks: int, blocks_per_ob: int,
                 row_skip: bool = False, reserved: int | None = None, *,
                 quad_acc_ratio: float = QUAD_ACC_RATIO, taps: int = 0,
-                tile_span: Callable[[int], int] | None = None) -> ConvTiling:
+                tile_span: Callable[[int], int] | None = None,
+                merge_stores: bool = False) -> ConvTiling:
     """Choose the tiling of a conv (see the module docstring).
 
     Args:
@@ -130,6 +135,9 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
             cost counted one block's window and one step per tile, and chose tiles of
             many output blocks and few pixels (MobileNet-v1's 56x56 depthwise: 8 blocks of
             7x8 pixels, load-bound).
+        merge_stores: cost each STORE (:data:`STORE_COST`): one per tile when it spans
+            whole rows (its blocks in one STORE, ``ConvOptions.merge_stores``), one per
+            output block and tile otherwise.
     Raises:
         CompileError: not even a one-pixel tile fits this config.
     """
@@ -195,6 +203,11 @@ def conv_tiling(cfg: VTAConfig, nob: int, nib_span: int, ho: int, wo: int, kh: i
                                     + nob * -(-wo // tw) * (-(-ho // th) if tw == wo else ho))
                         cost += ROW_COST * dma_rows
                     cost += 2 * max(0, uops - uop_d // 2) * steps   # split kernels reload
+                    if merge_stores:
+                        # STOREs: each waits for its write responses (about one DRAM
+                        # latency); a tile of whole rows stores its blocks with one
+                        # (ConvOptions.merge_stores), a column strip one per block
+                        cost += STORE_COST * (n_ob * n_sp if tw == wo else nob * n_sp)
                     cand = ConvTiling(obn, ibn, th, tw, nvt, resident, float(cost), acc_nvt)
                     if best is None or cand.cost < best.cost:
                         best = cand
