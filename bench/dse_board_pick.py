@@ -60,6 +60,15 @@ def fast_space(board: str, blocks: list[int] | None = None,
     return {"base": board_setup(board)["base"], "overrides": over, "axes": axes}
 
 
+def _axis_value(v: str) -> int | bool:
+    """An ``--axis`` value: ``true`` / ``false`` (a boolean option) or an integer; raises
+    ValueError otherwise."""
+    t = v.strip().lower()
+    if t in ("true", "false"):
+        return t == "true"
+    return int(t)
+
+
 def where_fast(report: Path, board: str) -> None:
     """Print the fastest estimate, the pick and the board's fast preset in ``report``."""
     from vtaforge.dse.space import board_setup
@@ -101,9 +110,9 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--blocks", default=None, metavar="L,...",
                     help="with --fast: keep only these log2 BLOCK_IN / BLOCK_OUT values")
     ap.add_argument("--axis", action="append", default=[], metavar="KEY=V,...",
-                    help="with --fast: one more axis of integer config values (repeatable; "
-                         "one value: an override), e.g. DEPTHWISE_TAPS=0,3 or "
-                         "DMA_OUTSTANDING=4")
+                    help="with --fast: one more axis of integer or true/false config values "
+                         "(repeatable; one value: an override), e.g. DEPTHWISE_TAPS=0,3, "
+                         "DMA_OUTSTANDING=4 or REQ_LANE_SHIFT=false,true")
     a = ap.parse_args(argv)
     fast = a.fast
     try:
@@ -114,11 +123,11 @@ def main(argv: list[str]) -> None:
     for spec in a.axis:
         key, _, vals = spec.partition("=")
         try:
-            axes_extra[key.strip()] = [int(v) for v in vals.split(",")]
+            axes_extra[key.strip()] = [_axis_value(v) for v in vals.split(",")]
         except ValueError:
-            ap.error(f"--axis {spec!r}: KEY=V1,V2,... with integer values")
+            ap.error(f"--axis {spec!r}: KEY=V1,V2,... with integer or true/false values")
         if not key.strip():
-            ap.error(f"--axis {spec!r}: KEY=V1,V2,... with integer values")
+            ap.error(f"--axis {spec!r}: KEY=V1,V2,... with integer or true/false values")
     if axes_extra and not fast:
         ap.error("--axis applies to --fast")
     boards = a.boards or (["pynq-z2"] if fast else ["ultra96"])

@@ -28,8 +28,9 @@ from vtaforge.hw.isa import REQ_LANE, AluOp, req_fields, req_lane_fields
 from vtaforge.runtime.executor import Executor
 from vtaforge.runtime.fsim import FsimDevice
 
-FAST = preset("pynq-fast")
-LANE = FAST.replace(REQ_LANE_SHIFT=True)
+#: pynq-fast has the option since 2026-12-08; FAST is it without
+LANE = preset("pynq-fast")
+FAST = LANE.replace(REQ_LANE_SHIFT=False)
 #: a small core with the fused requantize and lane shifts, no REQ engine
 SMALL = preset("tiny").replace(ALU_REQUANT=True, REQ_LANE_SHIFT=True)
 CFGS = {"fast-lane": LANE, "small-lane": SMALL}

@@ -425,15 +425,17 @@ def test_default_and_board_spaces_are_valid(board):
 #: DRAM latency, bench/RESULTS.md 2026-12-07; the sweep's point was 0x938ed789) and
 #: DEPTHWISE_TAPS 3 (the fastest of the sweep around it with the option as an axis,
 #: bench/dse_board_pick.py --fast --blocks 4 --axis DEPTHWISE_TAPS=0,3 --axis
-#: DMA_OUTSTANDING=4; was 0x04ef518b without it).
-FAST_PICKS = {"pynq": "0x96d62d78", "ultra96": "0x0a8f5b4f", "zcu104": "0x9abbdebf"}
+#: DMA_OUTSTANDING=4; was 0x04ef518b without it) and REQ_LANE_SHIFT (the fastest of the
+#: sweep --axis DEPTHWISE_TAPS=3 --axis DMA_OUTSTANDING=4 --axis REQ_LANE_SHIFT=false,true;
+#: was 0x96d62d78 without it).
+FAST_PICKS = {"pynq": "0xb9e35c21", "ultra96": "0x0a8f5b4f", "zcu104": "0x9abbdebf"}
 
 
 @pytest.mark.parametrize("target", sorted(FAST_PICKS))
 def test_fast_preset_is_the_boards_dse_point(target):
     """Each fast preset is a point of its board's space (the board's part, bus and clock, the
-    space's axes and packing, ALU_REQUANT on, REQ_ENGINE, ALU_FORWARD, DMA_OUTSTANDING and
-    DEPTHWISE_TAPS as axes), the one
+    space's axes and packing, ALU_REQUANT on, REQ_ENGINE, ALU_FORWARD, DMA_OUTSTANDING,
+    DEPTHWISE_TAPS and REQ_LANE_SHIFT as axes), the one
     the whole-network sweep found fastest, and it fits the part by the resource model; its
     fingerprint and bitstream name are not those of the TARGET's upstream preset."""
     from vtaforge.dse.space import board_setup, board_space
@@ -447,7 +449,7 @@ def test_fast_preset_is_the_boards_dse_point(target):
     sp = board_space(TARGET_BOARDS[target])
     params = {k: getattr(fast, k) for k in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT", "REQ_ENGINE",
                                             "ALU_FORWARD", "DMA_OUTSTANDING",
-                                            "DEPTHWISE_TAPS")}
+                                            "DEPTHWISE_TAPS", "REQ_LANE_SHIFT")}
     for axis, field in (("LOG_UOP_DEPTH", "UOP"), ("LOG_INP_DEPTH", "INP"),
                         ("LOG_WGT_DEPTH", "WGT"), ("LOG_ACC_DEPTH", "ACC")):
         params[axis] = getattr(fast, f"LOG_{field}_DEPTH")
@@ -455,7 +457,8 @@ def test_fast_preset_is_the_boards_dse_point(target):
     pt = Space(sp.base, {**sp.axes, "REQ_ENGINE": [False, True],
                          "ALU_FORWARD": [False, True],
                          "DMA_OUTSTANDING": [1, 4],
-                         "DEPTHWISE_TAPS": [0, 3]}).make_point(params)
+                         "DEPTHWISE_TAPS": [0, 3],
+                         "REQ_LANE_SHIFT": [False, True]}).make_point(params)
     assert pt.cfg == fast, (pt.cfg.to_dict(), fast.to_dict())
     assert f"0x{fast.fingerprint:08x}" == FAST_PICKS[target]
     r = AnalyticResources(fast.PART).resources(fast)
