@@ -18,7 +18,7 @@ from __future__ import annotations
 from enum import IntEnum
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -442,12 +442,14 @@ class LoadUnit(wiring.Component):
     ``err`` (pulse: a write past the INP/WGT depth, dropped) with ``err_index`` (32, the
     address), and ``halt`` (In: the core has faulted, write nothing).
 
-    On a ``LOAD_AHEAD`` core the unit takes the next instruction from its queue while a
-    LOAD's data still arrives, when the running LOAD pushes no token and the next is an
-    INP/WGT LOAD (``x_size`` > 0) that pops none and whose pushes have room: it is handed
-    to the loader (queued there, its row requests behind the running LOAD's), and the unit
-    pushes the last LOAD's tokens after the loader's last ``done``.  Any other instruction
-    waits, as without the option, until the loader is done.
+    On a ``LOAD_AHEAD`` core the unit takes the next instruction from its queue while one
+    LOAD's data still arrives, when it is an INP/WGT LOAD (``x_size`` > 0) whose tokens are
+    there to pop and whose pushes have room, and not both it and the running LOAD push: it
+    pops its tokens then (before any of its row requests), is handed to the loader
+    (queued there, its requests behind the running LOAD's), and each LOAD's tokens are
+    pushed in the cycle of its ``done`` (after its last write, padding included).  Any
+    other instruction (a NOP, a token-only LOAD) is taken only once the loader is done, as
+    without the option.
     """
 
     def __init__(self, cfg: VTAConfig):
@@ -495,17 +497,30 @@ class LoadUnit(wiring.Component):
             return ((vh.opcode == Opcode.LOAD) & (f(v, "x_size") != 0)
                     & ((mt == MemType.INP) | (mt == MemType.WGT)))
 
-        def pops_any(vh):
-            pops, _ = module_tokens(Unit.LOAD)
-            out = Const(0, 1)
-            for r in pops:
-                out = out | getattr(vh, r.pop_flag)
-            return out
-
         if cfg.LOAD_AHEAD:
-            # LOADs handed to the loader and not yet done (one running, one queued)
+            # LOADs handed to the loader and not yet done (one running, one queued), and
+            # their push flags in that order: each LOAD's tokens are pushed in the cycle
+            # of its ``done`` (after its last write)
             outstanding = Signal(2)
             m.d.sync += outstanding.eq(outstanding + ld.start - ld.done)
+            _, pushes = module_tokens(Unit.LOAD)
+            run_pf = SimpleNamespace(**{r.push_flag: Signal(name=f"run_{r.push_flag}")
+                                        for r in pushes})
+            q_pf = SimpleNamespace(**{r.push_flag: Signal(name=f"q_{r.push_flag}")
+                                      for r in pushes})
+            run_pushes = pushes_any(Unit.LOAD, run_pf)
+            with m.If(ld.done):
+                m.d.comb += push_tokens(self, Unit.LOAD, run_pf)
+                m.d.sync += [getattr(run_pf, r.push_flag).eq(getattr(q_pf, r.push_flag))
+                             for r in pushes]
+            with m.If(ld.start):
+                first = (outstanding == 0) | ((outstanding == 1) & ld.done)
+                with m.If(first):
+                    m.d.sync += [getattr(run_pf, r.push_flag).eq(getattr(ih, r.push_flag))
+                                 for r in pushes]
+                with m.Else():
+                    m.d.sync += [getattr(q_pf, r.push_flag).eq(getattr(ih, r.push_flag))
+                                 for r in pushes]
         with m.FSM(name="load_fsm"):
             with m.State("IDLE"):
                 m.d.comb += self.state.eq(LoadState.IDLE)
@@ -529,23 +544,34 @@ class LoadUnit(wiring.Component):
                         m.d.comb += ld.start.eq(1)
                         m.next = "EXEC"
                 with m.Else():
+                    # a NOP is taken only with the loader idle (from IDLE)
                     m.next = "PUSH"
             with m.State("EXEC"):
                 m.d.comb += [self.state.eq(LoadState.EXEC), self.busy.eq(1)]
                 if cfg.LOAD_AHEAD:
-                    # the last LOAD handed to the loader is done: push its tokens
                     with m.If(ld.done & (outstanding == 1)):
-                        m.next = "PUSH"
-                    with m.Elif(self.cmd.valid & ~pushes_any(Unit.LOAD, ih)
-                                & is_load(head, hh) & ~pops_any(hh)
-                                & tokens_ready(self, Unit.LOAD, hh)):
-                        m.d.comb += self.cmd.ready.eq(1)
+                        # the last LOAD handed to the loader is done (its tokens pushed
+                        # above)
+                        m.next = "IDLE"
+                    with m.Elif(self.cmd.valid & (outstanding == 1) & is_load(head, hh)
+                                & tokens_ready(self, Unit.LOAD, hh)
+                                & ~(run_pushes & pushes_any(Unit.LOAD, hh))):
+                        # the next LOAD, its tokens popped now (before any of its
+                        # requests); one push pending at most, so the room each push
+                        # found when its LOAD was taken stays its own
+                        m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.LOAD, hh)]
                         m.d.sync += insn.eq(head)
                         m.next = "START"
                 else:
                     with m.If(ld.done):
                         m.next = "PUSH"
             with m.State("PUSH"):
-                m.d.comb += [self.state.eq(LoadState.PUSH), self.busy.eq(1), *push_tokens(self, Unit.LOAD, ih)]
+                m.d.comb += [self.state.eq(LoadState.PUSH), self.busy.eq(1)]
+                if cfg.LOAD_AHEAD:
+                    # a NOP (the LOADs push at their done)
+                    with m.If(~is_load(insn, ih)):
+                        m.d.comb += push_tokens(self, Unit.LOAD, ih)
+                else:
+                    m.d.comb += push_tokens(self, Unit.LOAD, ih)
                 m.next = "IDLE"
         return m

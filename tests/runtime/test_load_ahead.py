@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from programs import Image, MemType, finish, gemm, ld, nop, st
+from programs import Image, MemType, finish, gemm, ld, st
 from rtl_compare import rtl_equals_fsim
 from small_models import resnet_kinds_model
 from vtaforge.hw.config import ConfigError, VTAConfig, preset
@@ -68,34 +68,38 @@ def test_off_verilog_is_byte_identical():
 
 # ---------------------------------------------------------------------------- programs
 def _loads_program(cfg, rng):
-    """Back-to-back INP and WGT LOADs (padding, strides; one LOAD overwriting entries the
-    LOAD before it wrote, one popping a token the compute unit pushes late), then a GEMM
-    over every loaded INP entry (entry e times WGT entry e % 24) and a STORE of the 64
-    results.  The first two LOADs fill the entries with random data, so a padding zero
-    not written shows."""
+    """Back-to-back INP and WGT LOADs (padding, strides; one overwriting entries the LOAD
+    before it wrote; one popping a token the compute unit pushes only after reading the
+    entries that LOAD overwrites), a GEMM over every loaded INP entry (entry e times WGT
+    entry e % 24) and a STORE of the 72 results.  The first two LOADs fill the entries
+    with random data, so a padding zero not written shows, and so does a LOAD that ran
+    before its token (the first GEMM would read its data)."""
     img = Image(cfg)
     ie, we = cfg.elem_bytes(MemType.INP), cfg.elem_bytes(MemType.WGT)
     a = img.put(rng.integers(-128, 128, 256 * ie, dtype=np.int64).astype(np.int8))
     w = img.put(rng.integers(-128, 128, 128 * we, dtype=np.int64).astype(np.int8))
     ia, wa = img.base(a, MemType.INP), img.base(w, MemType.WGT)
     E = 64
-    ua = img.uops(np.arange(E), np.arange(E), np.arange(E) % 24)
-    oa = img.zeros(E * cfg.elem_bytes(MemType.OUT))
+    dst = np.concatenate([np.arange(E), 64 + np.arange(8)])
+    src = np.concatenate([np.arange(E), 56 + np.arange(8)])
+    wgt = np.concatenate([np.arange(E) % 24, 24 + np.arange(8)])
+    ua = img.uops(dst, src, wgt)
+    oa = img.zeros((E + 8) * cfg.elem_bytes(MemType.OUT))
     I, W = MemType.INP, MemType.WGT
     insns = [
-        ld(I, 0, ia + 100, 1, E),                          # fill INP 0..63
-        ld(W, 0, wa + 50, 1, 24),                          # fill WGT 0..23
+        ld(W, 0, wa + 50, 1, 32),                          # fill WGT 0..31
+        ld(I, 0, ia + 100, 1, E, push_next=1),             # fill INP 0..63
         ld(I, 0, ia, 3, 4, 7, (1, 1, 1, 2)),               # INP 0..34, padded
         ld(I, 35, ia + 30, 2, 5, 5),                       # INP 35..44
         ld(W, 0, wa + 3, 2, 3, 4, (0, 1, 1, 0)),           # WGT 0..11, padded
         ld(I, 40, ia + 60, 4, 3, 9, (0, 0, 0, 1)),         # INP 40..55: over 40..44
-        ld(I, 56, ia + 200, 1, 8, pop_next=1),             # INP 56..63, after a G2L pop
+        ld(I, 56, ia + 200, 1, 8, pop_next=1),             # INP 56..63, after the G2L pop
         ld(W, 12, wa + 80, 3, 4, 6, push_next=1),          # WGT 12..23
-        ld(MemType.UOP, 0, img.base(ua, MemType.UOP), 1, E),
-        gemm(0, E, reset=1),                               # clear ACC 0..63 (slow)
-        nop(push_prev=1),                                  # the G2L token, late
+        ld(MemType.UOP, 0, img.base(ua, MemType.UOP), 1, E + 8),
+        gemm(0, E + 8, reset=1),                           # clear ACC 0..71
+        gemm(E, E + 8, pop_prev=1, push_prev=1),           # reads INP 56..63 (the fill)
         gemm(0, E, pop_prev=1, push_next=1),
-        st(0, img.base(oa, MemType.OUT), 1, E, pop_prev=1),
+        st(0, img.base(oa, MemType.OUT), 1, E + 8, pop_prev=1),
         finish(),
     ]
     return img.build(insns)
