@@ -10,7 +10,8 @@ Elements narrower than a bus beat are picked out of each beat by lane; wider ele
 assembled from ``elem_bits / BUS_WIDTH`` consecutive beats (first beat = lowest bytes).
 
 :class:`LoadUnit` runs INP and WGT loads from its command queue, with the dependency-token
-protocol (pop G2L before, push L2G after).
+protocol (pop G2L before, push L2G after); on a ``LOAD_AHEAD`` core it hands the next LOAD
+to the loader while the current one's data arrives (docs/hardware.md "DMA").
 """
 
 from __future__ import annotations
@@ -63,6 +64,12 @@ class TensorLoader(wiring.Component):
     Args:
         cfg: the core's config.
         elems: element widths in bits of the memories this loader serves, in ``sel`` order.
+        depths: the entries of each memory, in ``sel`` order (the ``oob`` check), or None.
+        ahead: take one LOAD more while busy (below).
+
+    Raises:
+        ValueError: ``depths`` not one per memory, or ``ahead`` on a core with
+            ``DMA_OUTSTANDING`` = 1.
 
     Ports: ``start`` (pulse) with the LOAD fields (``sel`` chooses the memory, ``sram_base``,
     ``dram_base``, ``y_size``, ``x_size``, ``x_stride``, ``y_pad_0``, ``y_pad_1``, ``x_pad_0``,
