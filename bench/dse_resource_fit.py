@@ -149,6 +149,13 @@ PLAN: tuple[tuple[str, str, dict], ...] = (
     ("tiny_lane_engine", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_ENGINE": True,
                                     "REQ_LANE_SHIFT": True}),
     ("pynq_fast_lane", "option", {"preset": "pynq-fast", "REQ_LANE_SHIFT": True}),
+    # the load unit's look-ahead (LOAD_AHEAD: the loader's queued LOAD, the unit's push
+    # flags) against tiny_dma4 / pynq_fast_lane (dse/resources.py LOAD_AHEAD_*; not in the
+    # fit)
+    ("tiny_ahead", "option", {"preset": "tiny", "ALU_REQUANT": True, "REQ_ENGINE": True,
+                              "ALU_FORWARD": True, "DMA_OUTSTANDING": 4, "LOAD_AHEAD": True}),
+    ("pynq_fast_ahead", "option", {"preset": "pynq-fast", "REQ_LANE_SHIFT": True,
+                                   "LOAD_AHEAD": True}),
 )
 
 

@@ -178,6 +178,11 @@ class CycleModel:
     #: least ``dram_latency + d + queued_loop_cycles`` after row ``k``'s (its request goes
     #: out when row ``k`` is written); fitted like :attr:`queued_row_overhead`.
     queued_loop_cycles: float = 2.0
+    #: ``LOAD_AHEAD`` cores only: fixed cycles of a LOAD the load unit took ahead (its
+    #: requests made behind the LOAD before it; :meth:`_ahead_loads`), in place of
+    #: ``insn_overhead``: the loader's BOT -> TOP -> ROW -> LZ between the two LOADs' data;
+    #: fitted on the tiny LOAD runs of tests/dse/test_dma_model.py.
+    ahead_overhead: float = 3.0
 
     def __post_init__(self) -> None:
         """Raises :class:`DSEError` when a parameter is not a finite number >= 0 (a
@@ -186,7 +191,7 @@ class CycleModel:
                      "insn_overhead", "dram_latency", "alu_hazard_cycles",
                      "row_overhead", "fetch_overhead", "dma_lead", "engine_overhead",
                      "engine_take", "pad_row_overhead", "queued_row_overhead",
-                     "queued_loop_cycles") + tuple(
+                     "queued_loop_cycles", "ahead_overhead") + tuple(
                          k for k in ("compute_overhead", "chain_overhead", "store_row_overhead")
                          if getattr(self, k) is not None):
             v = getattr(self, name)
@@ -306,7 +311,8 @@ class CycleModel:
                        for k in np.nonzero(is_load)[0]}
         sched = self._schedule(cols, module, cost, rd, rows_of, fetch_beats=-(-16 // bus),
                                queue_depth=int(cfg.INSN_QUEUE_DEPTH), engine=engine,
-                               lat_q=self.dram_latency if cfg.DMA_OUTSTANDING > 1 else 0.0)
+                               lat_q=self.dram_latency if cfg.DMA_OUTSTANDING > 1 else 0.0,
+                               ahead=dma["ahead"] if cfg.LOAD_AHEAD else None)
         out = {"cycles": max(sched, read_beats, write_beats), "lower": lower, "upper": upper,
                "busy": {"load": busy[0], "compute": busy[1], "store": busy[2]},
                "read_beats": read_beats, "write_beats": write_beats}
@@ -392,7 +398,9 @@ class CycleModel:
         op = np.asarray(cols["opcode"])
         mt = np.asarray(cols["memory_type"])
         bus = cfg.BUS_WIDTH // 8
-        out = {"sel": np.zeros(0, np.int64), "read_beats": 0, "write_beats": 0}
+        ahead, prev_y = self._ahead_loads(cfg, cols)
+        out = {"sel": np.zeros(0, np.int64), "read_beats": 0, "write_beats": 0,
+               "ahead": ahead}
         sel = np.nonzero(((op == Opcode.LOAD) | (op == Opcode.STORE)) & (cols["x_size"] > 0))[0]
         if len(sel):
             is_load = op[sel] == Opcode.LOAD
@@ -414,7 +422,8 @@ class CycleModel:
             beats = -(-end // bus) - start // bus
             row_ov = np.where(is_load, self.row_overhead, self.row_overhead
                               if self.store_row_overhead is None else self.store_row_overhead)
-            rows = self._row_cycles(cfg, cols, sel, is_load, ins, r, beats, x, row_ov)
+            rows = self._row_cycles(cfg, cols, sel, is_load, ins, r, beats, x, row_ov,
+                                    ahead[sel], prev_y[sel])
             c = np.bincount(ins, weights=rows, minlength=len(sel))
             b = np.bincount(ins, weights=beats, minlength=len(sel))
             xp = np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel]
@@ -431,17 +440,52 @@ class CycleModel:
                 yp0 = np.asarray(cols["y_pad_0"])[sel]
                 xp0 = np.asarray(cols["x_pad_0"])[sel]
                 pre = yp0 * (x + xp + 1) + xp0
-                c = c - np.where(is_load & (y > 0), yp0 * (x + xp) + xp0 - np.maximum(
-                    0.0, pre - self.dram_latency), 0)
+                c = c - np.where(is_load & (y > 0) & ~ahead[sel], yp0 * (x + xp) + xp0
+                                 - np.maximum(0.0, pre - self.dram_latency), 0)
+            # a LOAD taken ahead: the loader's cycles between the two LOADs' data instead
+            # of an instruction's fixed cost
+            c = c + np.where(ahead[sel], self.ahead_overhead - self.insn_overhead, 0.0)
             cost[sel] += c
             out.update(sel=sel, is_load=is_load, y=y, rows=rows,
                        read_beats=int(round(b[is_load].sum())),
                        write_beats=int(round(b[~is_load].sum())))
         return out
 
+    def _ahead_loads(self, cfg: VTAConfig,
+                     cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The LOADs a ``LOAD_AHEAD`` core's load unit takes ahead (hw/core/load.py
+        ``LoadUnit``): an INP/WGT LOAD with data (``x_size`` > 0) whose predecessor in the
+        load module is one too, not both pushing a token.  A LOAD that pops is counted
+        ahead too (its token is taken to be there in time: the double-buffered programs'
+        tokens come from a compute step long done).  Returns
+        ``(ahead, prev_y)`` per instruction: bool, and the predecessor's ``y_size`` (0
+        where not ahead).  Without the option nothing is."""
+        from ..hw.isa import Opcode
+
+        op = np.asarray(cols["opcode"])
+        n = len(op)
+        ahead = np.zeros(n, bool)
+        prev_y = np.zeros(n, np.int64)
+        if not cfg.LOAD_AHEAD:
+            return ahead, prev_y
+        mt = np.asarray(cols["memory_type"])
+        li = np.nonzero((op == Opcode.LOAD) & ((mt == MemType.INP) | (mt == MemType.WGT)))[0]
+        if len(li) < 2:
+            return ahead, prev_y
+        moves = np.asarray(cols["x_size"])[li] > 0
+        pushes = np.zeros(len(li), bool)
+        for f, _ in TOKEN_PUSHES[0]:
+            pushes |= np.asarray(cols[f])[li] != 0
+        ok = moves[1:] & moves[:-1] & ~(pushes[1:] & pushes[:-1])
+        k = li[1:][ok]
+        ahead[k] = True
+        prev_y[k] = np.asarray(cols["y_size"])[li[:-1][ok]]
+        return ahead, prev_y
+
     def _row_cycles(self, cfg: VTAConfig, cols: Mapping[str, np.ndarray], sel: np.ndarray,
                     is_load: np.ndarray, ins: np.ndarray, r: np.ndarray, beats: np.ndarray,
-                    x: np.ndarray, row_ov: np.ndarray) -> np.ndarray:
+                    x: np.ndarray, row_ov: np.ndarray, ahead: np.ndarray | None = None,
+                    prev_y: np.ndarray | None = None) -> np.ndarray:
         """Cycles of each DMA row of ``program_cycles``' DMA section (float64; padding
         excluded, as there): the LOAD/STORE ``sel[k]`` of row ``i`` is ``ins[i]``, ``r[i]``
         the row's index in it, ``beats[i]`` its bus beats; ``x`` and ``row_ov`` per
@@ -459,7 +503,14 @@ class CycleModel:
         write response between rows (hw/core/axi.py write side): each of its rows costs
         ``d`` + its row overhead, and the last B response's latency L is paid once, on
         row 0.  Rows of different instructions never overlap (the next LOAD starts after
-        this one's last element)."""
+        this one's last element).
+
+        ``ahead``/``prev_y`` (per instruction, :meth:`_ahead_loads`; ``LOAD_AHEAD``
+        cores): a LOAD taken ahead has its requests behind the LOAD before it, so its row
+        0 is a later row too, with at most ``1 + prev_y`` rows in flight when the
+        predecessor has fewer than N (the loader queues one LOAD): ``max(t, (L + d +
+        queued_loop_cycles) / min(N, 1 + prev_y) - ahead_overhead)`` (the fixed cost runs
+        in the latency's shadow)."""
         rows = np.maximum(beats, x[ins]) + self.dram_latency + row_ov[ins]
         L, N = self.dram_latency, cfg.DMA_OUTSTANDING
         store_rows = rows - L + np.where(r == 0, L, 0.0)
@@ -470,7 +521,12 @@ class CycleModel:
         xp = (np.asarray(cols["x_pad_0"])[sel] + np.asarray(cols["x_pad_1"])[sel])[ins]
         t = d + self.queued_row_overhead + np.where(ld, xp, 0)
         later = np.maximum(t, (L + d + self.queued_loop_cycles) / N)
-        load_rows = (np.where(r == 0, L + t, later)
+        first = L + t
+        if ahead is not None and ahead.any():
+            win = np.minimum(N, 1 + prev_y[ins]).astype(np.float64)
+            first = np.where(ahead[ins], np.maximum(
+                t, (L + d + self.queued_loop_cycles) / win - self.ahead_overhead), first)
+        load_rows = (np.where(r == 0, first, later)
                      - np.where(ld & (xp > 0), xp + self.pad_row_overhead, 0.0))
         return np.where(ld, load_rows, store_rows)
 
@@ -545,7 +601,8 @@ class CycleModel:
     def _schedule(self, cols, module: np.ndarray, cost: np.ndarray,
                   rd: np.ndarray | None = None, rows: Mapping[int, np.ndarray] | None = None,
                   trace: list | None = None, fetch_beats: int = 2, queue_depth: int = 512,
-                  engine: Mapping | None = None, lat_q: float = 0.0) -> float:
+                  engine: Mapping | None = None, lat_q: float = 0.0,
+                  ahead: np.ndarray | None = None) -> float:
         """List schedule of the three modules through the four token queues (module order =
         program order; a pop takes the oldest pushed token), events committed in order of
         their start time: :class:`_ListSchedule` (its docstring has the rules).
@@ -560,9 +617,11 @@ class CycleModel:
         ``engine``: :meth:`_engine_plan` (``REQ_ENGINE`` only); ``lat_q``
         (``DMA_OUTSTANDING`` > 1: the DRAM latency): a read holds the channel from its
         first beat, ``lat_q`` after its request.  Returns the last module's end, cycles
-        (a deadlock: the sum of ``cost``; the functional simulator reports it)."""
+        (a deadlock: the sum of ``cost``; the functional simulator reports it).
+        ``ahead`` (``LOAD_AHEAD``: :meth:`_ahead_loads`): a LOAD taken ahead holds the
+        channel from its start (its requests went out before)."""
         return _ListSchedule(self, cols, module, cost, rd, rows, trace, fetch_beats,
-                             queue_depth, engine, lat_q).run()
+                             queue_depth, engine, lat_q, ahead).run()
 
 
     def as_dict(self) -> dict:
@@ -597,8 +656,10 @@ class _ListSchedule:
     """
 
     def __init__(self, model: CycleModel, cols, module: np.ndarray, cost: np.ndarray,
-                 rd, rows, trace, fetch_beats: int, queue_depth: int, engine, lat_q: float):
+                 rd, rows, trace, fetch_beats: int, queue_depth: int, engine, lat_q: float,
+                 ahead=None):
         self.m, self.cost, self.rows, self.trace, self.lat_q = model, cost, rows, trace, lat_q
+        self.ahead = ahead.tolist() if ahead is not None else None
         self.flags = {k: np.asarray(cols[k]).tolist() for k in ("pop_prev", "pop_next",
                                                                 "push_prev", "push_next")}
         n = self.n = len(cost)
@@ -669,6 +730,7 @@ class _ListSchedule:
         costl, rdl, rows, trace, lat_q = self.cost.tolist(), self.rdl, self.rows, self.trace, \
             self.lat_q
         e_on, e_blk, e_hold = self.e_on, self.e_blk, self.e_hold
+        ahead_l = self.ahead
         acquire, fetch_cost = self.acquire, self.fetch_cost
         push_of = TOKEN_PUSHES
         ptr = [0, 0, 0]
@@ -746,10 +808,13 @@ class _ListSchedule:
             if rdl[i]:
                 cl = 1 if rdl[i] == 1 else 2
                 rel = rows[i]
-                wait = acquire(cl, start + mdl.dma_lead + lat_q, float(rel[-1]) - lat_q)
+                lead, lq = mdl.dma_lead, lat_q
+                if ahead_l is not None and ahead_l[i]:
+                    lead, lq = 0.0, 0.0     # requested behind the LOAD before it
+                wait = acquire(cl, start + lead + lq, float(rel[-1]) - lq)
                 c += wait
-                fly[cl] = [i, m, start + mdl.dma_lead + wait + lat_q,
-                           start + mdl.dma_lead + wait + rel, start + mdl.dma_lead]
+                fly[cl] = [i, m, start + lead + wait + lq, start + lead + wait + rel,
+                           start + lead]
             end[i] = start + c
             free[m] = end[i]
             if e_on is not None:

@@ -22,7 +22,8 @@ __all__ = [
     "REQ_ENGINE_LUT", "REQ_ENGINE_LUT_PER_LANE", "REQ_ENGINE_FF", "REQ_ENGINE_DSP",
     "req_engine_terms", "ALU_FORWARD_LUT", "ALU_FORWARD_FF", "REQ_LANE_SHIFT_LUT",
     "REQ_LANE_SHIFT_FF", "DMA_OUTSTANDING_LUT",
-    "DMA_OUTSTANDING_FF", "DEPTHWISE_LUT", "DEPTHWISE_LUT_PER_PRODUCT", "DEPTHWISE_FF",
+    "DMA_OUTSTANDING_FF", "LOAD_AHEAD_LUT", "LOAD_AHEAD_FF", "DEPTHWISE_LUT",
+    "DEPTHWISE_LUT_PER_PRODUCT", "DEPTHWISE_FF",
     "DEPTHWISE_FF_PER_PRODUCT", "depthwise_terms",
     "DSP_MIN_PRODUCT_BITS", "SOFT_MUL4X4_LUTS", "soft_products", "gemm_dsp",
     "LUTS_PER_LUT_MULTIPLIER", "ALU_MUL_DSP_PER_LANE",
@@ -178,6 +179,20 @@ REQ_LANE_SHIFT_FF = 0.0
 #: the FF term theirs.  No DSP or BRAM.
 DMA_OUTSTANDING_LUT = 30.0
 DMA_OUTSTANDING_FF = 209.0
+
+
+#: What the load unit's look-ahead (``LOAD_AHEAD``, hw/core/load.py: the loader's second
+#: set of LOAD fields and the queued LOAD's request row length, the unit's two-entry
+#: push-flag queue and LOAD count) adds.  The Yosys differences of the two ``option``
+#: points against the same cores without it (tests/dse/data/yosys_points.json
+#: ``tiny_ahead``, ``pynq_fast_ahead`` against ``tiny_dma4``, ``pynq_fast_lane``, the
+#: pynq-fast preset; bench/dse_resource_fit.py record, 2026-12-08) are +141 / +160 LUT and
+#: +116 / +108 FF; the load unit synthesized alone (bench/dse_resource_fit.py
+#: ``synth_unit``) +149 / +143 LUT and +116 / +108 FF, so the difference is the load
+#: unit's and does not grow with the lanes: the terms are the two points' means.  No DSP
+#: or BRAM.
+LOAD_AHEAD_LUT = 150.5
+LOAD_AHEAD_FF = 112.0
 
 
 #: What the depthwise GEMM (``DEPTHWISE_TAPS`` T, hw/core/compute.py
@@ -336,6 +351,7 @@ LUT_FF_CALIBRATION = {
     "alu_forward": [ALU_FORWARD_LUT, ALU_FORWARD_FF],
     "req_lane_shift": [REQ_LANE_SHIFT_LUT, REQ_LANE_SHIFT_FF],
     "dma_outstanding": [DMA_OUTSTANDING_LUT, DMA_OUTSTANDING_FF],
+    "load_ahead": [LOAD_AHEAD_LUT, LOAD_AHEAD_FF],
     "depthwise": [DEPTHWISE_LUT, DEPTHWISE_LUT_PER_PRODUCT, DEPTHWISE_FF,
                   DEPTHWISE_FF_PER_PRODUCT, "inp banks"],
     "width_terms": "structural (width_terms) v3", "soft_mul4x4": SOFT_MUL4X4_LUTS,
@@ -425,12 +441,14 @@ class AnalyticResources:
             + (ALU_REQUANT_LUT_PER_LANE * lanes if cfg.ALU_REQUANT else 0.0) + e_lut \
             + (ALU_FORWARD_LUT if cfg.ALU_FORWARD else 0.0) \
             + (REQ_LANE_SHIFT_LUT if cfg.REQ_LANE_SHIFT else 0.0) \
-            + (DMA_OUTSTANDING_LUT if cfg.DMA_OUTSTANDING > 1 else 0.0) + dw_lut
+            + (DMA_OUTSTANDING_LUT if cfg.DMA_OUTSTANDING > 1 else 0.0) + dw_lut \
+            + (LOAD_AHEAD_LUT if cfg.LOAD_AHEAD else 0.0)
         ff = sum(c * x for c, x in zip(FF_COEFFS, f)) + w_ff \
             + (ALU_REQUANT_FF if cfg.ALU_REQUANT else 0.0) + e_ff \
             + (ALU_FORWARD_FF if cfg.ALU_FORWARD else 0.0) \
             + (REQ_LANE_SHIFT_FF if cfg.REQ_LANE_SHIFT else 0.0) \
-            + (DMA_OUTSTANDING_FF if cfg.DMA_OUTSTANDING > 1 else 0.0) + dw_ff
+            + (DMA_OUTSTANDING_FF if cfg.DMA_OUTSTANDING > 1 else 0.0) + dw_ff \
+            + (LOAD_AHEAD_FF if cfg.LOAD_AHEAD else 0.0)
         out = {
             "lut": int(round(lut)), "ff": int(round(ff)), "dsp": g_dsp + alu_dsp + e_dsp + dw_dsp,
             "bram36": float(sum(m["bram36"] for m in mems)), "source": "analytic",

@@ -86,7 +86,7 @@ RANGES: dict[str, tuple[int, int]] = {
 #: Datapath options off by default and the suffix each adds to
 #: :attr:`VTAConfig.bitstream_name` when it is on (``INSN_RING`` adds ``_ring<N>``).
 OPTION_SUFFIXES = (("ALU_MUL", "mul"), ("ALU_REQUANT", "req"), ("REQ_ENGINE", "eng"),
-                   ("ALU_FORWARD", "fwd"), ("REQ_LANE_SHIFT", "lane"))
+                   ("ALU_FORWARD", "fwd"), ("REQ_LANE_SHIFT", "lane"), ("LOAD_AHEAD", "ahead"))
 
 #: Instruction and micro-op widths in bits (fixed by the ISA).
 INSN_BITS = 128
@@ -169,6 +169,14 @@ class VTAConfig:
       per row (docs/hardware.md "DMA engine"); a timing option only.  1 (default): one
       request at a time, and the core, its Verilog and its fingerprint are exactly those
       of a config without the key.
+    - ``LOAD_AHEAD``: the load unit takes its next INP/WGT LOAD while the current one's
+      data is still arriving (needs ``DMA_OUTSTANDING`` > 1): the next LOAD's row requests
+      go out behind the current's, sharing the ``DMA_OUTSTANDING`` window, so the DRAM
+      latency is paid about once per run of back-to-back LOADs instead of once per LOAD
+      (docs/hardware.md "DMA engine").  A LOAD runs ahead only when it pops no token and
+      the LOAD before it pushes none; data is written in instruction order.  A timing
+      option only; off (default), the core, its Verilog and its fingerprint are exactly
+      those of a config without the key.
     - ``DEPTHWISE_TAPS``: 0 (default: off) or 2..16, at most ``BLOCK_IN``: the GEMM
       instruction's ``depthwise`` flag exists, and a depthwise GEMM micro-op reads that many
       consecutive INP entries, lane ``o`` of each (a channel times one kernel tap per entry),
@@ -210,6 +218,7 @@ class VTAConfig:
     INSN_RING: int = 0
     DMA_OUTSTANDING: int = 1
     DEPTHWISE_TAPS: int = 0
+    LOAD_AHEAD: bool = False
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
@@ -229,7 +238,7 @@ class VTAConfig:
             if not lo <= v <= hi:
                 raise ConfigError(f"{key} = {v!r} is out of range; allowed: integers {lo}..{hi}")
         for key in ("ACC_8BIT", "ALU_MUL", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD",
-                    "REQ_LANE_SHIFT"):
+                    "REQ_LANE_SHIFT", "LOAD_AHEAD"):
             v = getattr(self, key)
             if not isinstance(v, bool):
                 raise ConfigError(f"{key} = {v!r} must be a boolean (true or false)")
@@ -245,6 +254,10 @@ class VTAConfig:
         if self.REQ_LANE_SHIFT and not self.ALU_REQUANT:
             raise ConfigError("REQ_LANE_SHIFT = true needs ALU_REQUANT = true (it is a form "
                               "of ALU REQ)")
+        if self.LOAD_AHEAD and self.DMA_OUTSTANDING < 2:
+            raise ConfigError(f"LOAD_AHEAD = true needs DMA_OUTSTANDING > 1 (the next LOAD's "
+                              f"row requests share the outstanding-request window), got "
+                              f"DMA_OUTSTANDING = {self.DMA_OUTSTANDING}")
         if self.LOG_WGT_WIDTH == 2 and self.LOG_INP_WIDTH == 4:
             raise ConfigError(f"LOG_WGT_WIDTH = 2 (int4 weights) needs LOG_INP_WIDTH = 2 or 3 "
                               f"(int4 or int8 activations), got LOG_INP_WIDTH = "
@@ -499,7 +512,7 @@ class VTAConfig:
     def bitstream_name(self) -> str:
         """Upstream's bitstream string, e.g. ``1x16_i8w8a32_15_15_18_17``, followed by one
         suffix per datapath option that is on (:data:`OPTION_SUFFIXES`: ``_mul``, ``_req``,
-        ``_eng``, ``_fwd``, ``_ring<N>``; ``_dma<N>`` for ``DMA_OUTSTANDING`` > 1, ``_dw<T>``
+        ``_eng``, ``_fwd``, ``_lane``, ``_ahead``, ``_ring<N>``; ``_dma<N>`` for ``DMA_OUTSTANDING`` > 1, ``_dw<T>``
         for ``DEPTHWISE_TAPS`` T > 0), so a
         core with options is not named like the
         upstream core of its shape (``1x16_i8w8a32_15_15_18_17_req_eng_fwd``); a config
@@ -539,7 +552,7 @@ class VTAConfig:
         """
         hw = self.hardware_dict()
         for key in ("INSN_RING", "ALU_REQUANT", "REQ_ENGINE", "ALU_FORWARD", "DEPTHWISE_TAPS",
-                    "REQ_LANE_SHIFT"):
+                    "REQ_LANE_SHIFT", "LOAD_AHEAD"):
             if not hw[key]:     # off: the fingerprint of a config without the key
                 del hw[key]
         if hw["DMA_OUTSTANDING"] == 1:     # default: as without the key

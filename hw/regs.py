@@ -396,5 +396,8 @@ def c_header(cfg: VTAConfig) -> str:
     if cfg.REQ_LANE_SHIFT:
         lines.append("#define VTA_REQ_LANE_SHIFT 1  /* an ALU REQ with shift field -32 takes "
                      "each lane's bias and shift from its tensor operand */")
+    if cfg.LOAD_AHEAD:
+        lines.append("#define VTA_LOAD_AHEAD 1  /* the load unit requests the next INP/WGT "
+                     "LOAD's rows while this one's data arrives */")
     lines += ["", f"#endif /* {g} */", ""]
     return "\n".join(lines)

@@ -10,7 +10,8 @@ Elements narrower than a bus beat are picked out of each beat by lane; wider ele
 assembled from ``elem_bits / BUS_WIDTH`` consecutive beats (first beat = lowest bytes).
 
 :class:`LoadUnit` runs INP and WGT loads from its command queue, with the dependency-token
-protocol (pop G2L before, push L2G after).
+protocol (pop G2L before, push L2G after); on a ``LOAD_AHEAD`` core it hands the next LOAD
+to the loader while the current one's data arrives (docs/hardware.md "DMA").
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from ..config import MemType, VTAConfig
 from ..isa import Module as Unit
 from ..isa import LIMITS, Opcode
 from .axi import ReadClientSignature
-from .fields import header_view, insn_field, pop_tokens, push_tokens, token_members, tokens_ready
+from ..isa import module_tokens
+from .fields import (header_view, insn_field, pop_tokens, push_tokens, pushes_any,
+                     token_members, tokens_ready)
 
 __all__ = ["TensorLoader", "LoadUnit", "insn_field", "LoadState"]
 
@@ -61,6 +64,12 @@ class TensorLoader(wiring.Component):
     Args:
         cfg: the core's config.
         elems: element widths in bits of the memories this loader serves, in ``sel`` order.
+        depths: the entries of each memory, in ``sel`` order (the ``oob`` check), or None.
+        ahead: take one LOAD more while busy (below).
+
+    Raises:
+        ValueError: ``depths`` not one per memory, or ``ahead`` on a core with
+            ``DMA_OUTSTANDING`` = 1.
 
     Ports: ``start`` (pulse) with the LOAD fields (``sel`` chooses the memory, ``sram_base``,
     ``dram_base``, ``y_size``, ``x_size``, ``x_stride``, ``y_pad_0``, ``y_pad_1``, ``x_pad_0``,
@@ -75,10 +84,23 @@ class TensorLoader(wiring.Component):
     ``oob_addr`` (17 bits: the address counter never wraps before it passes any depth).
     While ``halt`` is high no write is made.  The data movement itself (DMA beats, the
     ``done`` pulse) is unchanged either way.
+
+    With ``ahead`` (needs ``DMA_OUTSTANDING`` > 1; the load unit's loader on a
+    ``LOAD_AHEAD`` core) the loader takes one LOAD more while busy: ``ready`` (Out) is high
+    when ``start`` is taken, i.e. when idle, or when busy with no LOAD queued and every row
+    request of the current LOAD made.  A LOAD taken while busy is queued (its fields
+    latched); its row requests go out behind the current's at once, sharing the window
+    of ``DMA_OUTSTANDING`` rows, and its writes start after the current's last write (the
+    current's ``done`` pulse), so data is written in order.  ``done`` pulses once per
+    LOAD, in order.
     """
 
-    def __init__(self, cfg: VTAConfig, elems: list[int], depths: list[int] | None = None):
+    def __init__(self, cfg: VTAConfig, elems: list[int], depths: list[int] | None = None,
+                 ahead: bool = False):
         self.cfg = cfg
+        self.ahead = bool(ahead)
+        if self.ahead and cfg.DMA_OUTSTANDING < 2:
+            raise ValueError("TensorLoader: ahead needs DMA_OUTSTANDING > 1")
         self.elems = list(elems)
         self.depths = list(depths) if depths is not None else None
         if self.depths is not None and len(self.depths) != len(self.elems):
@@ -95,6 +117,8 @@ class TensorLoader(wiring.Component):
             "rd_bytes": Out(32),
             "halt": In(1), "oob": Out(1), "oob_addr": Out(17),
         }
+        if self.ahead:
+            members["ready"] = Out(1)
         for i, eb in enumerate(elems):
             members[f"w_en{i}"] = Out(1)
             members[f"w_data{i}"] = Out(eb)
@@ -122,8 +146,7 @@ class TensorLoader(wiring.Component):
                          self.dma.req_beats.eq((r.row_addr[:lbb] + r.nbytes + (bb - 1)) >> lbb)]
             ahead = None
         else:
-            ahead = self._row_requests(m, n_out, r.nbytes, r.base_bytes, r.step_bytes, lbb, bb,
-                                       r.elem_valid & r.elem_last)
+            ahead = self._row_requests(m, n_out, r, lbb, bb, r.elem_valid & r.elem_last)
         self._fsm(m, r, in_data, lane_init, ahead)
         return m
 
@@ -169,6 +192,14 @@ class TensorLoader(wiring.Component):
             with m.If(r.sel == i):
                 m.d.comb += nbytes.eq(r.x_size << self._leb_of(i))
         vars(r).update(base_bytes=base_bytes, step_bytes=step_bytes, nbytes=nbytes)
+        if self.ahead:
+            # the row length of the LOAD at the ports, for its requests (made while the
+            # data side may still be on the LOAD before it)
+            port_nbytes = Signal(32)
+            for i in range(len(self.elems)):
+                with m.If(self.sel == i):
+                    m.d.comb += port_nbytes.eq(self.x_size << self._leb_of(i))
+            r.port_nbytes = port_nbytes
 
     def _write_path(self, m: Module, r) -> None:
         """The scratchpad write: one element (``elem_valid``) or padding zero
@@ -205,17 +236,23 @@ class TensorLoader(wiring.Component):
         of zeros (BOT/BOTZ) and ``done``."""
         zc, ecnt, ytop, ybot, rows = r.zc, r.ecnt, r.ytop, r.ybot, r.rows
         zero_write = r.zero_write
+        data_regs = [r.sel, r.y_size, r.x_size, r.x_pad_0, r.x_pad_1, ytop, ybot, r.width,
+                     r.row_addr, r.row_step, rows, r.waddr]
+        port_vals = [self.sel, self.y_size, self.x_size, self.x_pad_0, self.x_pad_1,
+                     self.y_pad_0, self.y_pad_1, self.x_pad_0 + self.x_size + self.x_pad_1,
+                     r.base_bytes, r.step_bytes, self.y_size, self.sram_base]
+        if self.ahead:
+            # the queued LOAD's fields, latched when it is taken while busy
+            queued = Signal()
+            q_regs = [Signal.like(d, name=f"nx_{i}") for i, d in enumerate(data_regs)]
+            with m.If(self.start & self.busy & ~self.done):
+                m.d.sync += [q.eq(v) for q, v in zip(q_regs, port_vals)]
+                m.d.sync += queued.eq(1)
+            m.d.comb += r.queued_any.eq(queued)
         with m.FSM(name="ld_fsm"):
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [
-                        r.sel.eq(self.sel), r.y_size.eq(self.y_size), r.x_size.eq(self.x_size),
-                        r.x_pad_0.eq(self.x_pad_0), r.x_pad_1.eq(self.x_pad_1),
-                        ytop.eq(self.y_pad_0), ybot.eq(self.y_pad_1),
-                        r.width.eq(self.x_pad_0 + self.x_size + self.x_pad_1),
-                        r.row_addr.eq(r.base_bytes), r.row_step.eq(r.step_bytes),
-                        rows.eq(self.y_size), r.waddr.eq(self.sram_base),
-                    ]
+                    m.d.sync += [d.eq(v) for d, v in zip(data_regs, port_vals)]
                     m.next = "TOP"
             with m.State("TOP"):
                 m.d.comb += self.busy.eq(1)
@@ -278,6 +315,16 @@ class TensorLoader(wiring.Component):
                 with m.If(ybot == 0):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
+                    if self.ahead:
+                        # the next LOAD's writes follow at once: the queued one, or one
+                        # taken in this cycle
+                        with m.If(queued):
+                            m.d.sync += [d.eq(q) for d, q in zip(data_regs, q_regs)]
+                            m.d.sync += queued.eq(0)
+                            m.next = "TOP"
+                        with m.Elif(self.start):
+                            m.d.sync += [d.eq(v) for d, v in zip(data_regs, port_vals)]
+                            m.next = "TOP"
                 with m.Else():
                     m.next = "BOTZ"
             with m.State("BOTZ"):
@@ -346,26 +393,41 @@ class TensorLoader(wiring.Component):
                     with m.If(~zero_write):
                         m.d.comb += wd.eq(Cat(shreg, self.dma.data))
 
-    def _row_requests(self, m: Module, n_out: int, nbytes, base_bytes, step_bytes, lbb: int,
-                      bb: int, row_done) -> Signal:
+    def _row_requests(self, m: Module, n_out: int, r, lbb: int, bb: int, row_done) -> Signal:
         """The row requests of a LOAD with ``DMA_OUTSTANDING = n_out > 1``: from the cycle
         after ``start``, one request per DRAM row (``y_size`` of them, address ``dram_base
         + r × x_stride`` in bytes, its beats covering the row's ``nbytes``), each made as
         soon as fewer than ``n_out`` requested rows have not had their last element
         written (``row_done``, a pulse); the DMA engine returns each row's beats in
         request order, which the loader takes in its DATA state, as with one request at a
-        time.  Returns the count of outstanding rows (for tests and debug)."""
+        time.  With ``ahead`` the requests of a LOAD taken while busy follow the current's
+        last request (``ready`` needs every request of the current LOAD made), with their
+        own row length.  Returns the count of outstanding rows (for tests and debug)."""
+        base_bytes, step_bytes = r.base_bytes, r.step_bytes
         q_addr = Signal(32)                          # byte address of the next row
         q_step = Signal(32)
         q_rows = Signal(LIMITS.size_bits)            # rows not yet requested
         inflight = Signal(range(n_out + 1))          # requested, last element not written
         fire = Signal()
+        if self.ahead:
+            nbytes = Signal(32)                      # row length of the requesting LOAD
+            # taken: idle, or busy with nothing queued and every request made (the queued
+            # flag is the FSM's; a LOAD taken in the cycle of the current's done is not
+            # queued but started, see _fsm)
+            queued_any = Signal()
+            m.d.comb += self.ready.eq(~self.busy | (~queued_any & (q_rows == 0)))
+            r.queued_any = queued_any
+        else:
+            nbytes = r.nbytes
         m.d.comb += [self.dma.req_addr.eq(q_addr),
                      self.dma.req_beats.eq((q_addr[:lbb] + nbytes + (bb - 1)) >> lbb),
                      self.dma.req_valid.eq(self.busy & (q_rows != 0) & (inflight != n_out)),
                      fire.eq(self.dma.req_valid & self.dma.req_ready)]
-        with m.If(self.start & ~self.busy):
+        take = (self.start & self.ready) if self.ahead else (self.start & ~self.busy)
+        with m.If(take):
             m.d.sync += [q_addr.eq(base_bytes), q_step.eq(step_bytes), q_rows.eq(self.y_size)]
+            if self.ahead:
+                m.d.sync += nbytes.eq(r.port_nbytes)
         with m.Elif(fire):
             m.d.sync += [q_addr.eq(q_addr + q_step), q_rows.eq(q_rows - 1)]
         m.d.sync += inflight.eq(inflight + fire - row_done)
@@ -386,6 +448,15 @@ class LoadUnit(wiring.Component):
     ``rd_bytes`` (32, bytes of DRAM elements received this cycle); scratchpad faults:
     ``err`` (pulse: a write past the INP/WGT depth, dropped) with ``err_index`` (32, the
     address), and ``halt`` (In: the core has faulted, write nothing).
+
+    On a ``LOAD_AHEAD`` core the unit takes the next instruction from its queue while one
+    LOAD's data still arrives, when it is an INP/WGT LOAD (``x_size`` > 0) whose tokens are
+    there to pop and whose pushes have room, and not both it and the running LOAD push: it
+    pops its tokens then (before any of its row requests), is handed to the loader
+    (queued there, its requests behind the running LOAD's), and each LOAD's tokens are
+    pushed in the cycle of its ``done`` (after its last write, padding included).  Any
+    other instruction (a NOP, a token-only LOAD) is taken only once the loader is done, as
+    without the option.
     """
 
     def __init__(self, cfg: VTAConfig):
@@ -407,7 +478,7 @@ class LoadUnit(wiring.Component):
         cfg = self.cfg
         m.submodules.loader = ld = TensorLoader(
             cfg, [cfg.elem_bits(MemType.INP), cfg.elem_bits(MemType.WGT)],
-            [cfg.INP_DEPTH, cfg.WGT_DEPTH])
+            [cfg.INP_DEPTH, cfg.WGT_DEPTH], ahead=cfg.LOAD_AHEAD)
         m.d.comb += [ld.halt.eq(self.halt), self.err.eq(ld.oob),
                      self.err_index.eq(ld.oob_addr)]
         wiring.connect(m, wiring.flipped(self.dma), ld.dma)
@@ -426,6 +497,37 @@ class LoadUnit(wiring.Component):
             m.d.comb += getattr(ld, name).eq(f(insn, name))
         ih = header_view(insn)
         hh = header_view(head)
+
+        def is_load(v, vh):
+            """An INP/WGT LOAD that moves data (the loader's work)."""
+            mt = f(v, "memory_type")
+            return ((vh.opcode == Opcode.LOAD) & (f(v, "x_size") != 0)
+                    & ((mt == MemType.INP) | (mt == MemType.WGT)))
+
+        if cfg.LOAD_AHEAD:
+            # LOADs handed to the loader and not yet done (one running, one queued), and
+            # their push flags in that order: each LOAD's tokens are pushed in the cycle
+            # of its ``done`` (after its last write)
+            outstanding = Signal(2)
+            m.d.sync += outstanding.eq(outstanding + ld.start - ld.done)
+            _, pushes = module_tokens(Unit.LOAD)
+            run_pf = SimpleNamespace(**{r.push_flag: Signal(name=f"run_{r.push_flag}")
+                                        for r in pushes})
+            q_pf = SimpleNamespace(**{r.push_flag: Signal(name=f"q_{r.push_flag}")
+                                      for r in pushes})
+            run_pushes = pushes_any(Unit.LOAD, run_pf)
+            with m.If(ld.done):
+                m.d.comb += push_tokens(self, Unit.LOAD, run_pf)
+                m.d.sync += [getattr(run_pf, r.push_flag).eq(getattr(q_pf, r.push_flag))
+                             for r in pushes]
+            with m.If(ld.start):
+                first = (outstanding == 0) | ((outstanding == 1) & ld.done)
+                with m.If(first):
+                    m.d.sync += [getattr(run_pf, r.push_flag).eq(getattr(ih, r.push_flag))
+                                 for r in pushes]
+                with m.Else():
+                    m.d.sync += [getattr(q_pf, r.push_flag).eq(getattr(ih, r.push_flag))
+                                 for r in pushes]
         with m.FSM(name="load_fsm"):
             with m.State("IDLE"):
                 m.d.comb += self.state.eq(LoadState.IDLE)
@@ -438,19 +540,45 @@ class LoadUnit(wiring.Component):
                         m.d.comb += [self.stall.eq(1), self.state.eq(LoadState.WAIT_TOKEN)]
             with m.State("START"):
                 m.d.comb += [self.state.eq(LoadState.EXEC), self.busy.eq(1)]
-                mt = f(insn, "memory_type")
-                is_load = ((ih.opcode == Opcode.LOAD) & (f(insn, "x_size") != 0)
-                           & ((mt == MemType.INP) | (mt == MemType.WGT)))
-                with m.If(is_load):
-                    m.d.comb += ld.start.eq(1)
-                    m.next = "EXEC"
+                with m.If(is_load(insn, ih)):
+                    if cfg.LOAD_AHEAD:
+                        # the loader takes it when idle or when the running LOAD's row
+                        # requests are all made
+                        with m.If(ld.ready):
+                            m.d.comb += ld.start.eq(1)
+                            m.next = "EXEC"
+                    else:
+                        m.d.comb += ld.start.eq(1)
+                        m.next = "EXEC"
                 with m.Else():
+                    # a NOP is taken only with the loader idle (from IDLE)
                     m.next = "PUSH"
             with m.State("EXEC"):
                 m.d.comb += [self.state.eq(LoadState.EXEC), self.busy.eq(1)]
-                with m.If(ld.done):
-                    m.next = "PUSH"
+                if cfg.LOAD_AHEAD:
+                    with m.If(ld.done & (outstanding == 1)):
+                        # the last LOAD handed to the loader is done (its tokens pushed
+                        # above)
+                        m.next = "IDLE"
+                    with m.Elif(self.cmd.valid & (outstanding == 1) & is_load(head, hh)
+                                & tokens_ready(self, Unit.LOAD, hh)
+                                & ~(run_pushes & pushes_any(Unit.LOAD, hh))):
+                        # the next LOAD, its tokens popped now (before any of its
+                        # requests); one push pending at most, so the room each push
+                        # found when its LOAD was taken stays its own
+                        m.d.comb += [self.cmd.ready.eq(1), *pop_tokens(self, Unit.LOAD, hh)]
+                        m.d.sync += insn.eq(head)
+                        m.next = "START"
+                else:
+                    with m.If(ld.done):
+                        m.next = "PUSH"
             with m.State("PUSH"):
-                m.d.comb += [self.state.eq(LoadState.PUSH), self.busy.eq(1), *push_tokens(self, Unit.LOAD, ih)]
+                m.d.comb += [self.state.eq(LoadState.PUSH), self.busy.eq(1)]
+                if cfg.LOAD_AHEAD:
+                    # a NOP (the LOADs push at their done)
+                    with m.If(~is_load(insn, ih)):
+                        m.d.comb += push_tokens(self, Unit.LOAD, ih)
+                else:
+                    m.d.comb += push_tokens(self, Unit.LOAD, ih)
                 m.next = "IDLE"
         return m
