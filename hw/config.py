@@ -731,11 +731,14 @@ def _preset_dicts() -> dict[str, dict[str, Any]]:
         # an axis, --axis DEPTHWISE_TAPS=3 --axis DMA_OUTSTANDING=4 --axis
         # REQ_LANE_SHIFT=false,true, 105,317 us against 109,857; MobileNet-v1 on rtl with
         # latency 3,212,701 -> 2,964,380 cycles, ResNet-18 7,792,399 -> 7,645,909, for no
-        # measurable LUT / FF; bench/RESULTS.md 2026-12-08).
+        # measurable LUT / FF; bench/RESULTS.md 2026-12-08); and LOADs taken ahead
+        # (LOAD_AHEAD: again the fastest of the sweep with the option as an axis, 105,140 us
+        # against 105,317; MobileNet-v1 on rtl with latency 2,944,514 -> 2,910,724, ResNet-18
+        # 7,645,909 -> 7,632,869, for +150 LUT / +112 FF; bench/RESULTS.md 2026-12-08).
         "pynq-fast": {"TARGET": "pynq", "PART": BOARDS[TARGET_BOARDS["pynq"]].part,
                       "LOG_UOP_BUFF_SIZE": 14, "ALU_REQUANT": True, "REQ_ENGINE": True,
                       "ALU_FORWARD": True, "DMA_OUTSTANDING": 4, "DEPTHWISE_TAPS": 3,
-                      "REQ_LANE_SHIFT": True},
+                      "REQ_LANE_SHIFT": True, "LOAD_AHEAD": True},
         # The Ultra96-V2's: 1x16x32 (uop/inp/wgt/acc depths 2^12/2^10/2^9/2^11) with the
         # fused requantize and the REQ engine on its xczu3eg-sbva484-1-i (the sweep's arrays
         # of 16 to 64 per side; forwarding adds nothing where BLOCK_IN != BLOCK_OUT: the

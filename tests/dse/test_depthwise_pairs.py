@@ -27,8 +27,9 @@ DATA = Path(__file__).parent / "data"
 LAYERS = DATA / "latency_pairs_dw3_mobilenet.json"
 NET = DATA / "latency_pairs_dw3_mobilenet_net.json"
 TOLERANCE = 0.03
-#: the core the pairs were recorded on: pynq-fast before it took REQ_LANE_SHIFT
-DW3 = preset("pynq-fast").replace(DEPTHWISE_TAPS=3, REQ_LANE_SHIFT=False)
+#: the core the pairs were recorded on: pynq-fast before it took REQ_LANE_SHIFT and
+#: LOAD_AHEAD
+DW3 = preset("pynq-fast").replace(DEPTHWISE_TAPS=3, REQ_LANE_SHIFT=False, LOAD_AHEAD=False)
 
 #: The depthwise convs (bench/dse_mobilenet_pairs.py ``DW_LAYERS``).
 DW = tuple(f"mbv1dw-{n}" for n in ("dw112", "dw112s2", "dw56", "dw56s2", "dw28", "dw28s2",

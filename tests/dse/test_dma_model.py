@@ -84,9 +84,9 @@ def test_recorded_pairs_are_the_dma_core_with_latency(pairs):
     assert {tuple(p["dram_latency"]) for p in pairs} == {(40, 60)}
     cfgs = {pair_program(p)[0] for p in pairs}
     # recorded before pynq-fast took DEPTHWISE_TAPS 3 (ResNet-18 has no depthwise conv)
-    # and REQ_LANE_SHIFT
+    # and REQ_LANE_SHIFT and LOAD_AHEAD
     assert cfgs == {preset("pynq-fast").replace(DMA_OUTSTANDING=4, DEPTHWISE_TAPS=0,
-                                                REQ_LANE_SHIFT=False)}
+                                                REQ_LANE_SHIFT=False, LOAD_AHEAD=False)}
     assert {p["workload"] for p in pairs} == {f"resnet18-c{k}-full" for k in range(2, 12)}
 
 

@@ -427,15 +427,16 @@ def test_default_and_board_spaces_are_valid(board):
 #: bench/dse_board_pick.py --fast --blocks 4 --axis DEPTHWISE_TAPS=0,3 --axis
 #: DMA_OUTSTANDING=4; was 0x04ef518b without it) and REQ_LANE_SHIFT (the fastest of the
 #: sweep --axis DEPTHWISE_TAPS=3 --axis DMA_OUTSTANDING=4 --axis REQ_LANE_SHIFT=false,true;
-#: was 0x96d62d78 without it).
-FAST_PICKS = {"pynq": "0xb9e35c21", "ultra96": "0x0a8f5b4f", "zcu104": "0x9abbdebf"}
+#: was 0x96d62d78 without it) and LOAD_AHEAD (the same sweep with REQ_LANE_SHIFT on and
+#: --axis LOAD_AHEAD=false,true; was 0xb9e35c21 without it).
+FAST_PICKS = {"pynq": "0xa3b7d0b8", "ultra96": "0x0a8f5b4f", "zcu104": "0x9abbdebf"}
 
 
 @pytest.mark.parametrize("target", sorted(FAST_PICKS))
 def test_fast_preset_is_the_boards_dse_point(target):
     """Each fast preset is a point of its board's space (the board's part, bus and clock, the
     space's axes and packing, ALU_REQUANT on, REQ_ENGINE, ALU_FORWARD, DMA_OUTSTANDING,
-    DEPTHWISE_TAPS and REQ_LANE_SHIFT as axes), the one
+    DEPTHWISE_TAPS, REQ_LANE_SHIFT and LOAD_AHEAD as axes), the one
     the whole-network sweep found fastest, and it fits the part by the resource model; its
     fingerprint and bitstream name are not those of the TARGET's upstream preset."""
     from vtaforge.dse.space import board_setup, board_space
@@ -449,7 +450,8 @@ def test_fast_preset_is_the_boards_dse_point(target):
     sp = board_space(TARGET_BOARDS[target])
     params = {k: getattr(fast, k) for k in ("LOG_BLOCK_IN", "LOG_BLOCK_OUT", "REQ_ENGINE",
                                             "ALU_FORWARD", "DMA_OUTSTANDING",
-                                            "DEPTHWISE_TAPS", "REQ_LANE_SHIFT")}
+                                            "DEPTHWISE_TAPS", "REQ_LANE_SHIFT",
+                                            "LOAD_AHEAD")}
     for axis, field in (("LOG_UOP_DEPTH", "UOP"), ("LOG_INP_DEPTH", "INP"),
                         ("LOG_WGT_DEPTH", "WGT"), ("LOG_ACC_DEPTH", "ACC")):
         params[axis] = getattr(fast, f"LOG_{field}_DEPTH")
@@ -458,7 +460,8 @@ def test_fast_preset_is_the_boards_dse_point(target):
                          "ALU_FORWARD": [False, True],
                          "DMA_OUTSTANDING": [1, 4],
                          "DEPTHWISE_TAPS": [0, 3],
-                         "REQ_LANE_SHIFT": [False, True]}).make_point(params)
+                         "REQ_LANE_SHIFT": [False, True],
+                         "LOAD_AHEAD": [False, True]}).make_point(params)
     assert pt.cfg == fast, (pt.cfg.to_dict(), fast.to_dict())
     assert f"0x{fast.fingerprint:08x}" == FAST_PICKS[target]
     r = AnalyticResources(fast.PART).resources(fast)

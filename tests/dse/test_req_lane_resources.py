@@ -54,7 +54,7 @@ def test_req_lane_shift_terms_from_the_option_points():
 def test_pynq_fast_with_lane_shift_fits_the_xc7z020():
     """pynq-fast + REQ_LANE_SHIFT: within the part by the model and by Yosys, with the
     DSPs and BRAM of pynq-fast."""
-    cfg = preset("pynq-fast").replace(REQ_LANE_SHIFT=True)
+    cfg = preset("pynq-fast").replace(REQ_LANE_SHIFT=True, LOAD_AHEAD=False)
     cap = part_info(cfg.PART)
     r = AnalyticResources("xc7z020").resources(cfg)
     y = POINTS["pynq_fast_lane"]

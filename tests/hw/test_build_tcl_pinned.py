@@ -27,8 +27,9 @@ PINNED = {
     # name in the script, gained "_dma4"; was f187f99f...643e8c; then with DEPTHWISE_TAPS 3
     # "_dw3" and the fingerprint in the header comment (0x04ef518b -> 0x96d62d78), nothing
     # else; was ce69bd39...763808; then with REQ_LANE_SHIFT "_lane" and the fingerprint
-    # (0x96d62d78 -> 0xb9e35c21), nothing else; was 4fc32703...ce1d4c
-    "preset=pynq-fast": "4fcbfe8a77441b92582165515f8208eb74600925c66646f2dfc54777a6e729bf",
+    # (0x96d62d78 -> 0xb9e35c21), nothing else; was 4fc32703...ce1d4c; then with LOAD_AHEAD
+    # "_ahead" and the fingerprint (-> 0xa3b7d0b8), nothing else; was 4fcbfe8a...e729bf
+    "preset=pynq-fast": "1035d0884ed844fe58faa6edb8262cb1268f5213b4e6626dd4c2925c15fe426d",
     "preset=ultra96-fast": "b1b8d75b4f7cdfc4acb17842958cbad25efbf8e36caead325060492ea8016abc",
     "preset=zcu104-fast": "eb917e3a380b5e22fc8cd847771444539037e4adfa3c3f37337983c6e5191f7b",
     "board=pynq-z1": "7622fe4b0e177308560b021ef24535ebd63e391a7f0f0650320a4a2ed491050b",

@@ -51,7 +51,7 @@ def test_depthwise_terms_from_the_option_points():
 def test_pynq_fast_with_depthwise_fits_the_xc7z020():
     """pynq-fast + DEPTHWISE_TAPS 3: 132 + 48 DSP48 of 220, and LUT, FF, BRAM within the
     part, by the model and by Yosys (the held-out point pynq_fast_dw3)."""
-    cfg = preset("pynq-fast").replace(DEPTHWISE_TAPS=3, REQ_LANE_SHIFT=False)
+    cfg = preset("pynq-fast").replace(DEPTHWISE_TAPS=3, REQ_LANE_SHIFT=False, LOAD_AHEAD=False)
     cap = part_info(cfg.PART)
     r = AnalyticResources("xc7z020").resources(cfg)
     assert r["dsp"] == 180 and resources_fit(r, cap), r
