@@ -126,6 +126,8 @@ def main(argv: list[str]) -> None:
             axes_extra[key.strip()] = [_axis_value(v) for v in vals.split(",")]
         except ValueError:
             ap.error(f"--axis {spec!r}: KEY=V1,V2,... with integer or true/false values")
+        if len({type(v) for v in axes_extra[key.strip()]}) > 1:
+            ap.error(f"--axis {spec!r}: all values true/false or all integers")
         if not key.strip():
             ap.error(f"--axis {spec!r}: KEY=V1,V2,... with integer or true/false values")
     if axes_extra and not fast:
@@ -148,7 +150,9 @@ def main(argv: list[str]) -> None:
         cmd += extra
         print("$", " ".join(cmd[1:]), flush=True)
         t = time.time()
-        subprocess.run(cmd, check=True)
+        r = subprocess.run(cmd)
+        if r.returncode:        # dse run printed its error line
+            sys.exit(r.returncode)
         print(f"  ({time.time() - t:.1f} s wall)", flush=True)
         if fast:
             where_fast(tmp / f"{board}-report.json", board)

@@ -10,7 +10,7 @@ from ..hw.config import MemType, VTAConfig
 from ..hw.isa import LIMITS, REQ_LANE, AluOp, Module, req_imm
 from ..runtime.artifact import TraceBuilder
 from .conv_plan import ConvLayer, ConvPlan, TilePlan
-from .conv_schedule import Gemm, StepPlan, TileSetup
+from .conv_schedule import Gemm, StepPlan, TileEnd, TileSetup
 from .lower_common import emit_kernel, requant_alu
 from .options import ConvOptions
 
@@ -106,24 +106,20 @@ def _emit_requant(cfg: VTAConfig, tb: TraceBuilder, ly: ConvLayer, tile: TilePla
         assert clr == ly.clears, "requant_clears disagrees with requant_alu"
 
 
-def _store_runs(ly: ConvLayer, tile: TilePlan, end, opt: ConvOptions) -> list[tuple[int, int]]:
+def _store_runs(ly: ConvLayer, tile: TilePlan, end: TileEnd,
+                opt: ConvOptions) -> list[tuple[int, int]]:
     """The STOREs of a tile's output blocks, in ``end.store_order``: ``[a, b)`` runs of
     blocks, one STORE each.  One block per STORE unless ``opt.merge_stores``, the tile is
-    stored after one REQ pass (not streamed) and spans whole rows: then each run of
-    consecutive blocks side by side in ACC whose DRAM pitch ``hpl * wo`` fits the
-    ``x_stride`` field is one STORE of ``b - a`` rows."""
-    order = list(end.store_order)
+    stored after one REQ pass (not streamed: its order is ``ob0 .. ob1 - 1``) and spans
+    whole rows, and the DRAM pitch of its blocks ``hpl * wo`` fits the ``x_stride``
+    field: then each run of blocks side by side in ACC (:meth:`TilePlan.blk_runs`, at
+    most ``LIMITS.max("size")`` blocks) is one STORE of ``b - a`` rows."""
     if (not opt.merge_stores or end.streamed or tile.tw != ly.wo
             or ly.hpl * ly.wo > LIMITS.max("stride")):
-        return [(ob, ob + 1) for ob in order]
-    runs: list[list[int]] = []
-    for ob in order:
-        if (runs and ob == runs[-1][1] and tile.blk_addr[ob] == tile.blk_addr[ob - 1] + tile.n_t
-                and ob - runs[-1][0] < LIMITS.max("size")):
-            runs[-1][1] = ob + 1
-        else:
-            runs.append([ob, ob + 1])
-    return [(a, b) for a, b in runs]
+        return [(ob, ob + 1) for ob in end.store_order]
+    cap = LIMITS.max("size")
+    return [(a0, min(a0 + cap, b)) for a, b in tile.blk_runs(tile.ob0, tile.ob1)
+            for a0 in range(a, b, cap)]
 
 
 def _emit_setup(tb: TraceBuilder, tile: TilePlan, su: TileSetup) -> None:

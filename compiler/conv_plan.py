@@ -250,7 +250,8 @@ def plan_tiling(cfg: VTAConfig, ly: ConvLayer, wpk, opt: ConvOptions,
                            len(wpk.blocks), ly.per_ob, ly.row_skip, ly.reserved,
                            quad_acc_ratio=opt.quad_acc_ratio, taps=ly.taps,
                            tile_span=(_tile_span(ly, wpk) if ly.groups > 1 and opt.tile_span
-                                      else None), merge_stores=opt.merge_stores)
+                                      else None),
+                           merge_stores=opt.merge_stores and ly.hpl * ly.wo <= LIMITS.max("stride"))
     light = ly.bus_cycles <= 2 * ly.mac_cycles
     if tl.resident and ly.groups == 1 and light:
         tl = _resident_retile(cfg, tl, ly, opt)

@@ -282,6 +282,14 @@ def channel_lanes(cfg: VTAConfig, bias: np.ndarray, attrs: dict, pcq,
         return None
 
 
+def _planned_bias_bytes(o: int, per_channel: bool, lane: bool, bias_load: bool) -> int:
+    """DRAM bytes of a conv's bias constant before it is packed (:func:`_bias_bytes` counts
+    the packed one): ``o`` int32 words, twice that with per-channel shift rows (a
+    per-channel requantize without lane words, or with ``bias_load``, whose lane words sit
+    behind the bias rows)."""
+    return 4 * o * (2 if per_channel and (not lane or bias_load) else 1)
+
+
 def lower_conv(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, bias: np.ndarray,
                attrs: dict, *, pre_pad: bool | None = None,
                im2col: bool | None = None, out_rows: int | None = None, tile_inp: bool = True,
@@ -459,7 +467,7 @@ def _layer(cfg: VTAConfig, uid: str, in_chw: tuple, w: np.ndarray, attrs: dict,
                                             for ob in range(nob) if wpk.ob_ranges[ob][1] > 0)
     # (the skipping LOAD's row pitch sh*wp must fit the x_stride field)
     row_skip = (kh == 1 and sh > 1 and pt == 0 and pb == 0 and sh * wp <= LIMITS.max("stride"))
-    bias_bytes = 4 * o * (2 if per_channel and (not lane or opt.bias_load) else 1)
+    bias_bytes = _planned_bias_bytes(o, per_channel, lane, opt.bias_load)
     pc_shift, pc_shr = None, ()
     if lane:
         pc_shift, pc_shr = REQ_LANE, (False,) * nob
@@ -506,7 +514,7 @@ def _stats(cfg: VTAConfig, plan: ConvPlan, w: np.ndarray) -> dict:
     feat = {k: st[k] for k in ("bank_split", "stream_steps", "first_step_groups",
                                "inp_by_tile", "ob_loop_gemms", "retiled", "partial_resets",
                                "w_loads", "step_req")}
-    bias_bytes = 4 * ly.o * (2 if ly.per_channel and (not ly.pc_lane or ly.bias_load) else 1)
+    bias_bytes = _planned_bias_bytes(ly.o, ly.per_channel, ly.pc_lane, ly.bias_load)
     return {"tiling": [tl.obn, tl.ibn, tl.th, tl.tw, tl.nvt, int(tl.resident)],
             "tiles": len(plan.tiles), "steps": len(plan.steps), "pre_pad": bool(ly.pre_pad),
             "row_skip": ly.row_skip, "acc_regions": tl.acc_nvt,

@@ -163,7 +163,7 @@ def _alu_step(aop: int, imm: int, use_imm: bool, bits: int, log_acc: int,
             np.minimum(v, hi, out=v)
 
         return clip
-    if use_imm and not lane:
+    if use_imm:
         bi = np.int64(imm)
         if aop == AluOp.MIN:
             return lambda v, b: np.minimum(v, bi, out=v)
