@@ -251,9 +251,11 @@ def vta_linear(node: Node, graph: Graph, cfg: VTAConfig, producers) -> tuple[boo
             what += f" (depthwise GEMMs of {cfg.DEPTHWISE_TAPS} taps)"
     mul = f"mult {a['mult']}, " if a["mult"] != 1 else ""
     if isinstance(a["shift"], tuple):
+        b = graph.constants.get(node.inputs[2]) if len(node.inputs) > 2 else None
+        b = np.zeros(len(a["shift"]), np.int64) if b is None else b
         lane = cfg.REQ_LANE_SHIFT and channel_lanes(
-            cfg, graph.constants[node.inputs[2]], a,
-            (np.asarray(a["shift"], np.int64), np.asarray(a["round"], np.int64))) is not None
+            cfg, b, a, (np.asarray(a["shift"], np.int64), np.asarray(a["round"], np.int64))
+        ) is not None
         shift = (f"per-channel shifts {min(a['shift'])}..{max(a['shift'])} "
                  + ("(per-lane REQ)" if lane else "(tensor SHR)"))
     else:
