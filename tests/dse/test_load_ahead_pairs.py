@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from vtaforge.dse.calibrate import layer_errors, load_pairs, model_cycles, pair_program
+from vtaforge.dse.calibrate import layer_errors, load_pairs, pair_program
 from vtaforge.dse.performance import CycleModel
 from vtaforge.hw.config import preset
+
+from test_depthwise_pairs import launch_errors, recorded_on
 
 DATA = Path(__file__).parent / "data"
 LAYERS = DATA / "latency_pairs_ahead_mobilenet.json"
@@ -41,9 +43,7 @@ def net():
 
 
 def test_pairs_are_the_ahead_core_with_latency(layers, net):
-    for pairs in (layers, net):
-        assert {tuple(p["dram_latency"]) for p in pairs} == {(40, 60)}
-        assert {pair_program(p)[0] for p in pairs} == {AHEAD}
+    recorded_on((layers, net), AHEAD)
     assert len(layers) == 19
     assert len(net) == 28 and sorted(p["launch"] for p in net) == list(range(28))
 
@@ -60,13 +60,9 @@ def test_every_layer_within_3_percent(layers):
 def test_whole_network_within_3_percent_per_launch(net):
     """Every launch within 3 % of the RTL and the total within 0.5 % (RTL 2,915,462 unfused,
     the model +0.01 %)."""
-    rtl = model = 0.0
-    bad = []
-    for p in net:
-        est = model_cycles(CycleModel(), p)["cycles"]
-        rtl, model = rtl + p["rtl_cycles"], model + est
-        if abs(est / p["rtl_cycles"] - 1) > TOLERANCE:
-            bad.append(f"launch {p['launch']}: {100 * (est / p['rtl_cycles'] - 1):+.2f} %")
+    rtl, model, rows = launch_errors(net)
+    bad = [f"launch {n}: {100 * (est / r - 1):+.2f} %" for n, r, est, _ in rows
+           if abs(est / r - 1) > TOLERANCE]
     assert not bad, bad
     assert rtl == 2915462
     assert abs(model / rtl - 1) < 0.005, (rtl, model)
